@@ -1,0 +1,36 @@
+//! Builds the fake NVIDIA driver libraries (C sources in `fakes/`) as real shared objects for
+//! the target being tested, so tests exercise the production `dlopen` path.
+//!
+//! Why C and not a Rust cdylib: the fakes must match NVIDIA's C ABI exactly, and one source
+//! is compiled into several variants (e.g. an old CUDA 10.2 driver without newer symbols)
+//! with preprocessor flags — cargo cannot build one crate twice with different features.
+//! The `cc` crate picks the right compiler for `TARGET`, so aarch64 test runs get aarch64 fakes.
+
+use std::path::PathBuf;
+
+/// (variant directory, source file, soname, extra compiler flags)
+const FAKES: &[(&str, &str, &str, &[&str])] = &[];
+
+fn main() {
+    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
+    let compiler = cc::Build::new().cargo_metadata(false).get_compiler();
+    for (variant, source, soname, flags) in FAKES {
+        let dir = out.join(variant);
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = PathBuf::from("fakes").join(source);
+        println!("cargo:rerun-if-changed={}", src.display());
+        let status = compiler
+            .to_command()
+            .args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror"])
+            .arg(format!("-Wl,-soname,{soname}"))
+            .args(*flags)
+            .arg("-o")
+            .arg(dir.join(soname))
+            .arg(&src)
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run the C compiler for {source}: {e}"));
+        assert!(status.success(), "building fake {variant} from {source} failed");
+    }
+    println!("cargo:rustc-env=EDGEGPU_FAKE_LIBS_DIR={}", out.display());
+    println!("cargo:rerun-if-changed=build.rs");
+}

@@ -1,0 +1,4 @@
+//! Test doubles at the operating-system boundary, shared by the crates' tests and by the
+//! README's simulation command. Never shipped in a release build or an image.
+
+pub mod fakelib;
