@@ -2,3 +2,4 @@
 //! README's simulation command. Never shipped in a release build or an image.
 
 pub mod fakelib;
+pub mod process;
