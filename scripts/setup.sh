@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Installs what the checks need, only where it is missing (idempotent, safe to re-run):
+#   - Debian: qemu-user-static (aarch64 test run), gcc-aarch64-linux-gnu + libc6-dev-arm64-cross
+#     (linker and sysroot for the aarch64 test binaries and the fake driver libraries),
+#     containerd and systemd (real-tool checks of node-setup's output: `containerd config dump`,
+#     `systemd-analyze verify`), python3-venv.
+#   - PyPI (into .tools/venv): ziglang + cargo-zigbuild (release cross-builds pinned to glibc 2.17).
+#   - rustup: the 1.75 toolchain (MSRV check) and the cross targets.
+# Usage: scripts/setup.sh            (everything)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+MSRV=1.75
+TARGETS=(aarch64-unknown-linux-gnu aarch64-unknown-linux-musl x86_64-unknown-linux-musl)
+APT_PACKAGES=(qemu-user-static gcc-aarch64-linux-gnu libc6-dev-arm64-cross containerd systemd python3-venv)
+PY_PACKAGES=(ziglang cargo-zigbuild)
+VENV=.tools/venv
+
+log() { printf '==> %s\n' "$*"; }
+
+as_root() {
+    if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+missing_apt=()
+for pkg in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing_apt+=("$pkg")
+done
+if [ ${#missing_apt[@]} -gt 0 ]; then
+    log "apt-get install ${missing_apt[*]}"
+    as_root apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing_apt[@]}" >/dev/null
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+    log "creating $VENV"
+    python3 -m venv "$VENV"
+fi
+for pkg in "${PY_PACKAGES[@]}"; do
+    if ! "$VENV/bin/python" -m pip show -q "$pkg" >/dev/null 2>&1; then
+        log "pip install $pkg"
+        "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$pkg"
+    fi
+done
+
+installed_toolchains=$(rustup toolchain list)
+if ! grep -q "^$MSRV" <<<"$installed_toolchains"; then
+    log "rustup toolchain install $MSRV"
+    rustup toolchain install "$MSRV" --profile minimal
+fi
+installed_targets=$(rustup target list --installed)
+for target in "${TARGETS[@]}"; do
+    if ! grep -qx "$target" <<<"$installed_targets"; then
+        log "rustup target add $target"
+        rustup target add "$target"
+    fi
+done
+for component in rustfmt clippy; do
+    rustup component list --installed | grep -q "^$component" || rustup component add "$component"
+done
+log "tools ready"
