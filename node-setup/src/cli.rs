@@ -1,0 +1,167 @@
+//! Command line.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::detect::ModeRequest;
+
+/// `--version` text: version, commit and target, set by build-support/version.rs.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("EDGEGPU_GIT_COMMIT"),
+    ", target ",
+    env!("EDGEGPU_TARGET"),
+    ")"
+);
+
+const AFTER_HELP: &str = "\
+Modes (auto picks one from what is installed under --root and prints why):
+  k3s-default-runtime  k3s >= v1.29 registers the nvidia runtime itself; a drop-in
+                       /etc/rancher/k3s/config.yaml.d/99-edgegpu-nvidia-runtime.yaml makes it
+                       the default, and a RuntimeClass manifest is added on servers that need it.
+  containerd           adds the runtime to /etc/containerd/config.toml (system containerd) or to
+                       k3s's config-v3.toml.tmpl / config.toml.tmpl, keeping comments and order.
+  docker               adds --docker to k3s.service / k3s-agent.service ExecStart and merges
+                       runtimes.<name> and default-runtime into /etc/docker/daemon.json.
+
+Safety: everything is planned before anything is written; files are replaced atomically
+(mode, owner and symlinks kept) after a backup under <root>/var/lib/edgegpu/node-setup/;
+a second apply writes nothing; `revert` restores the originals.
+
+Exit codes:
+  0  success (check: the node is fully configured)
+  1  check: the node is not fully configured
+  2  invalid command line
+  3  refused: malformed file, missing runtime binary, conflicting setting, nothing to
+     configure (nothing was written)
+  4  failed: a write or a service restart failed
+
+Typical use on a k3s host:  sudo edgegpu-node-setup apply
+See docs/node-setup.md for details.";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "edgegpu-node-setup",
+    version = VERSION,
+    about = "Wires the NVIDIA container runtime into k3s, containerd or docker: safely, idempotently, reversibly",
+    after_help = AFTER_HELP
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct GlobalArgs {
+    /// Root of the host tree to configure: `/` for this machine, or a mounted image or
+    /// test tree. Services are only restarted when this is `/`.
+    #[arg(
+        long,
+        global = true,
+        env = "EDGEGPU_ROOT",
+        default_value = "/",
+        value_name = "DIR"
+    )]
+    pub root: PathBuf,
+
+    /// Which configuration to write; `auto` picks from what is installed and explains why.
+    #[arg(
+        long,
+        global = true,
+        env = "EDGEGPU_NODE_SETUP_MODE",
+        value_enum,
+        default_value = "auto"
+    )]
+    pub mode: ModeRequest,
+
+    /// Absolute path of the NVIDIA runtime binary (as seen on the booted host).
+    #[arg(
+        long,
+        global = true,
+        env = "EDGEGPU_RUNTIME_PATH",
+        default_value = "/usr/bin/nvidia-container-runtime",
+        value_name = "PATH"
+    )]
+    pub runtime_path: String,
+
+    /// Name under which the runtime is registered (containerd runtime, docker runtime,
+    /// RuntimeClass handler).
+    #[arg(
+        long,
+        global = true,
+        env = "EDGEGPU_RUNTIME_NAME",
+        default_value = "nvidia",
+        value_name = "NAME"
+    )]
+    pub runtime_name: String,
+
+    /// Do not restart or reload any service (print the systemctl commands instead).
+    #[arg(long, global = true, env = "EDGEGPU_NO_RESTART")]
+    pub no_restart: bool,
+
+    /// Make the runtime the default one (the default).
+    #[arg(long, global = true, overrides_with = "no_set_default")]
+    pub set_default: bool,
+
+    /// Register the runtime without making it the default (pods then select it with
+    /// `runtimeClassName`).
+    #[arg(
+        long,
+        global = true,
+        env = "EDGEGPU_NO_SET_DEFAULT",
+        overrides_with = "set_default"
+    )]
+    pub no_set_default: bool,
+
+    /// apply: make the runtime the default even if its binary is missing under --root.
+    /// revert: restore originals even if the files changed after apply.
+    #[arg(long, global = true, env = "EDGEGPU_FORCE")]
+    pub force: bool,
+
+    /// k3s version to assume instead of reading it from the k3s binary (e.g. v1.30.4+k3s1).
+    #[arg(
+        long,
+        global = true,
+        env = "EDGEGPU_K3S_VERSION",
+        value_name = "VERSION"
+    )]
+    pub k3s_version: Option<String>,
+}
+
+impl GlobalArgs {
+    pub fn set_default(&self) -> bool {
+        !self.no_set_default
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Detect the host, plan every change, write them (with backups), restart what needs it.
+    Apply {
+        /// Print the plan as unified diffs and write nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Report what is configured and what is missing; exit 0 only when fully configured.
+    Check {
+        /// Output format.
+        #[arg(long, value_enum, default_value = "text", env = "EDGEGPU_OUTPUT")]
+        output: OutputFormat,
+    },
+    /// Restore exactly what apply changed, from its backups, and restart what needs it.
+    Revert {
+        /// Print what would be restored as unified diffs and write nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Text,
+    Json,
+}

@@ -1,0 +1,282 @@
+//! The three commands and how their results are shown.
+
+use std::io::Write;
+
+use serde::Serialize;
+
+use crate::cli::{Cli, Command, OutputFormat};
+use crate::error::{exit_code, Result, SetupError};
+use crate::host::HostRoot;
+use crate::ops::{self, Report, Restarts};
+use crate::plan::{self, Plan};
+use crate::restart::{self, ServiceManager};
+use crate::RuntimeSpec;
+
+/// Write to the output, ignoring a closed pipe (`| head`).
+macro_rules! say {
+    ($out:expr, $($arg:tt)*) => {{ let _ = writeln!($out, $($arg)*); }};
+}
+
+pub fn options(cli: &Cli) -> plan::Options {
+    let g = &cli.global;
+    plan::Options {
+        host: HostRoot::new(&g.root),
+        mode: g.mode,
+        spec: RuntimeSpec {
+            name: g.runtime_name.clone(),
+            path: g.runtime_path.clone(),
+            set_default: g.set_default(),
+        },
+        force: g.force,
+        k3s_version: g.k3s_version.clone(),
+    }
+}
+
+pub fn run(cli: Cli, manager: &mut dyn ServiceManager, out: &mut dyn Write) -> Result<u8> {
+    let opts = options(&cli);
+    let restarts = match restart::restart_blocked(opts.host.is_live_system(), cli.global.no_restart)
+    {
+        Some(why) => Restarts::Skip(why),
+        None => Restarts::Run(manager),
+    };
+    match cli.command {
+        Command::Apply { dry_run } => apply(&opts, dry_run, restarts, out),
+        Command::Check { output } => check(&opts, output, out),
+        Command::Revert { dry_run } => revert(&opts, dry_run, restarts, out),
+    }
+}
+
+fn describe(plan: &Plan, out: &mut dyn Write) {
+    let c = &plan.choice;
+    say!(out, "mode: {}", c.mode.name());
+    say!(out, "  why: {}", c.reason);
+    for f in &c.findings {
+        say!(out, "  found: {f}");
+    }
+    say!(
+        out,
+        "runtime: {} = {} ({}){}",
+        plan.spec.name,
+        plan.spec.path,
+        if plan.runtime_present {
+            "present"
+        } else {
+            "MISSING"
+        },
+        if plan.spec.set_default {
+            ", as the default"
+        } else {
+            ""
+        }
+    );
+    for n in &plan.notes {
+        say!(out, "note: {n}");
+    }
+}
+
+/// Unified diff of one planned change.
+pub fn diff(path: &str, old: Option<&str>, new: Option<&str>) -> String {
+    let from = if old.is_some() {
+        format!("a{path}")
+    } else {
+        "/dev/null".into()
+    };
+    let to = if new.is_some() {
+        format!("b{path}")
+    } else {
+        "/dev/null".into()
+    };
+    similar::TextDiff::from_lines(old.unwrap_or(""), new.unwrap_or(""))
+        .unified_diff()
+        .context_radius(3)
+        .header(&from, &to)
+        .to_string()
+}
+
+fn report_restarts(report: &Report, out: &mut dyn Write) {
+    for r in &report.restarted {
+        say!(out, "ran: {r}");
+    }
+    if let Some((why, cmds)) = &report.restart_skipped {
+        say!(
+            out,
+            "not restarting services ({why}); to apply the change run:"
+        );
+        for c in cmds {
+            say!(out, "  {c}");
+        }
+    }
+}
+
+fn apply(
+    opts: &plan::Options,
+    dry_run: bool,
+    restarts: Restarts,
+    out: &mut dyn Write,
+) -> Result<u8> {
+    let plan = plan::build(opts, false)?;
+    describe(&plan, out);
+    if plan.changes.is_empty() {
+        say!(
+            out,
+            "already configured: nothing to change, no file written"
+        );
+        return Ok(exit_code::OK);
+    }
+    if dry_run {
+        say!(
+            out,
+            "dry run: {} file(s) would change, nothing written",
+            plan.changes.len()
+        );
+        for c in &plan.changes {
+            let shown = if c.target != c.host_path {
+                format!("{} (symlink to {})", c.host_path, c.target)
+            } else {
+                c.host_path.clone()
+            };
+            say!(out, "# {shown}: {}", c.purpose);
+            let _ = write!(
+                out,
+                "{}",
+                diff(&c.host_path, c.old.as_deref(), Some(&c.new))
+            );
+        }
+        return Ok(exit_code::OK);
+    }
+    let report = ops::apply(&plan, &opts.host, restarts)?;
+    for c in &plan.changes {
+        say!(
+            out,
+            "wrote {} ({}{})",
+            c.host_path,
+            c.purpose,
+            if c.old.is_some() {
+                "; original backed up"
+            } else {
+                "; new file"
+            }
+        );
+    }
+    say!(
+        out,
+        "backups and manifest: {}",
+        opts.host.path(crate::state::STATE_DIR).display()
+    );
+    report_restarts(&report, out);
+    Ok(exit_code::OK)
+}
+
+#[derive(Serialize)]
+struct CheckJson<'a> {
+    configured: bool,
+    mode: &'a str,
+    reason: &'a str,
+    findings: &'a [String],
+    runtime: &'a RuntimeSpec,
+    runtime_present: bool,
+    items: &'a [plan::CheckItem],
+    notes: &'a [String],
+}
+
+fn check(opts: &plan::Options, format: OutputFormat, out: &mut dyn Write) -> Result<u8> {
+    let plan = plan::build(opts, true)?;
+    let configured = plan.configured();
+    match format {
+        OutputFormat::Json => {
+            let json = CheckJson {
+                configured,
+                mode: plan.choice.mode.name(),
+                reason: &plan.choice.reason,
+                findings: &plan.choice.findings,
+                runtime: &plan.spec,
+                runtime_present: plan.runtime_present,
+                items: &plan.checks,
+                notes: &plan.notes,
+            };
+            say!(
+                out,
+                "{}",
+                serde_json::to_string_pretty(&json).expect("serialisable")
+            );
+        }
+        OutputFormat::Text => {
+            describe(&plan, out);
+            for item in &plan.checks {
+                say!(
+                    out,
+                    "[{}] {}: {}",
+                    if item.ok { "ok" } else { "missing" },
+                    item.file,
+                    item.what
+                );
+            }
+            say!(
+                out,
+                "{}",
+                if configured {
+                    "node is fully configured"
+                } else {
+                    "node is NOT fully configured (run: edgegpu-node-setup apply)"
+                }
+            );
+        }
+    }
+    Ok(if configured {
+        exit_code::OK
+    } else {
+        exit_code::NOT_CONFIGURED
+    })
+}
+
+fn revert(
+    opts: &plan::Options,
+    dry_run: bool,
+    restarts: Restarts,
+    out: &mut dyn Write,
+) -> Result<u8> {
+    let Some((manifest, steps)) = ops::plan_revert(&opts.host, opts.force)? else {
+        say!(
+            out,
+            "nothing to revert: no manifest at {}",
+            opts.host.path(crate::state::MANIFEST).display()
+        );
+        return Ok(exit_code::OK);
+    };
+    if dry_run {
+        say!(
+            out,
+            "dry run: {} file(s) would be restored, nothing written",
+            steps.len()
+        );
+        for s in &steps {
+            let _ = write!(
+                out,
+                "{}",
+                diff(&s.path, s.current.as_deref(), s.restore.as_deref())
+            );
+        }
+        return Ok(exit_code::OK);
+    }
+    let report = ops::revert(&opts.host, &manifest, &steps, restarts)?;
+    for s in &steps {
+        say!(
+            out,
+            "{} {}",
+            if s.restore.is_some() {
+                "restored"
+            } else {
+                "removed"
+            },
+            s.path
+        );
+    }
+    report_restarts(&report, out);
+    Ok(exit_code::OK)
+}
+
+impl From<std::io::Error> for SetupError {
+    fn from(e: std::io::Error) -> Self {
+        SetupError::io("output", e)
+    }
+}

@@ -1,0 +1,132 @@
+//! Crash-safe file replacement. Every byte this tool writes goes through [`atomic_write`],
+//! which also counts writes so tests and the benchmark can prove that an idempotent run
+//! writes nothing.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+static WRITES: AtomicU64 = AtomicU64::new(0);
+
+/// Number of files written (replaced or created) by this process so far.
+pub fn write_count() -> u64 {
+    WRITES.load(Ordering::SeqCst)
+}
+
+/// Replaces `path` (which must not be a symlink: resolve it first) with `contents`:
+/// temporary file in the same directory, fsync, rename over the target, fsync the
+/// directory. An existing file's mode and owner are kept; a new file gets `new_mode`.
+pub fn atomic_write(path: &Path, contents: &[u8], new_mode: u32) -> io::Result<()> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
+    let existing = match std::fs::metadata(path) {
+        Ok(m) => Some(m),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    let tmp = dir.join(format!(
+        ".{}.edgegpu-tmp.{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let result = write_temp_and_rename(&tmp, path, dir, contents, existing.as_ref(), new_mode);
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    } else {
+        WRITES.fetch_add(1, Ordering::SeqCst);
+    }
+    result
+}
+
+fn write_temp_and_rename(
+    tmp: &Path,
+    target: &Path,
+    dir: &Path,
+    contents: &[u8],
+    existing: Option<&std::fs::Metadata>,
+    new_mode: u32,
+) -> io::Result<()> {
+    // A stale temp file from a killed run would make create_new fail.
+    let _ = std::fs::remove_file(tmp);
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(tmp)?;
+    file.write_all(contents)?;
+    match existing {
+        Some(meta) => {
+            // Owner first: chown clears set-id bits, the chmod after restores them.
+            std::os::unix::fs::fchown(&file, Some(meta.uid()), Some(meta.gid()))?;
+            file.set_permissions(std::fs::Permissions::from_mode(meta.mode() & 0o7777))?;
+        }
+        None => file.set_permissions(std::fs::Permissions::from_mode(new_mode))?,
+    }
+    file.sync_all()?;
+    drop(file);
+    std::fs::rename(tmp, target)?;
+    File::open(dir)?.sync_all()
+}
+
+/// Creates `dir` and its missing parents (mode 0755). Returns the directories created,
+/// outermost first, so that `revert` can remove them again.
+pub fn create_dirs(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut missing = Vec::new();
+    let mut cur = Some(dir);
+    while let Some(d) = cur {
+        if d.exists() {
+            break;
+        }
+        missing.push(d.to_path_buf());
+        cur = d.parent();
+    }
+    missing.reverse();
+    for d in &missing {
+        std::fs::DirBuilder::new().mode(0o755).create(d)?;
+        if let Some(parent) = d.parent() {
+            File::open(parent)?.sync_all()?;
+        }
+    }
+    Ok(missing)
+}
+
+/// Removes `path` and fsyncs its directory.
+pub fn remove_file(path: &Path) -> io::Result<()> {
+    std::fs::remove_file(path)?;
+    WRITES.fetch_add(1, Ordering::SeqCst);
+    if let Some(dir) = path.parent() {
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// Whether the current user may create files in `dir` (or, if it does not exist yet, in
+/// its nearest existing ancestor). Used to refuse a plan before writing anything.
+pub fn dir_writable(dir: &Path) -> bool {
+    let mut cur = Some(dir);
+    while let Some(d) = cur {
+        if d.exists() {
+            return nix::unistd::access(d, nix::unistd::AccessFlags::W_OK).is_ok();
+        }
+        cur = d.parent();
+    }
+    false
+}
+
+/// A 64-bit FNV-1a digest, used in the manifest to notice files changed after `apply`.
+/// Not a security measure (no adversary here), so no crypto crate is pulled in for it.
+pub fn digest(bytes: &[u8]) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("fnv1a64:{hash:016x}")
+}

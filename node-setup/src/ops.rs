@@ -1,0 +1,315 @@
+//! Carrying out a plan (`apply`) and undoing it (`revert`).
+
+use std::path::Path;
+
+use crate::error::{Result, SetupError};
+use crate::fsops;
+use crate::host::{read_optional, HostRoot};
+use crate::plan::{FileChange, Plan};
+use crate::restart::{self, ServiceManager};
+use crate::state::{self, Entry, Manifest};
+
+/// Whether services get restarted, and if not, why.
+pub enum Restarts<'a> {
+    Run(&'a mut dyn ServiceManager),
+    Skip(&'static str),
+}
+
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Host paths written (or removed, for revert).
+    pub written: Vec<String>,
+    /// systemctl commands run.
+    pub restarted: Vec<String>,
+    /// systemctl commands not run, and why.
+    pub restart_skipped: Option<(String, Vec<String>)>,
+}
+
+fn commands(services: &[restart::Service]) -> Vec<String> {
+    restart::ordered(services.to_vec())
+        .iter()
+        .map(|s| format!("systemctl {}", s.systemctl_args().join(" ")))
+        .collect()
+}
+
+fn do_restarts(
+    report: &mut Report,
+    services: &[restart::Service],
+    restarts: Restarts,
+) -> Result<()> {
+    if services.is_empty() {
+        return Ok(());
+    }
+    match restarts {
+        Restarts::Run(manager) => report.restarted = restart::restart(services, manager)?,
+        Restarts::Skip(why) => report.restart_skipped = Some((why.to_string(), commands(services))),
+    }
+    Ok(())
+}
+
+fn io(context: String) -> impl FnOnce(std::io::Error) -> SetupError {
+    move |e| SetupError::io(context, e)
+}
+
+/// Refuses early when a directory we must write into is not writable.
+fn preflight(dirs: impl IntoIterator<Item = std::path::PathBuf>) -> Result<()> {
+    for dir in dirs {
+        if !fsops::dir_writable(&dir) {
+            return Err(SetupError::Refused(format!(
+                "cannot write in {}: permission denied (run as root); nothing was written",
+                dir.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Writes the plan: backups and manifest first, then the files; on a write error the files
+/// already written are put back. Then restarts.
+pub fn apply(plan: &Plan, host: &HostRoot, restarts: Restarts) -> Result<Report> {
+    let mut report = Report::default();
+    if plan.changes.is_empty() {
+        return Ok(report);
+    }
+    preflight(
+        plan.changes
+            .iter()
+            .filter_map(|c| c.write_path.parent().map(Path::to_path_buf))
+            .chain([host.path(state::BACKUP_DIR)]),
+    )?;
+    for c in &plan.changes {
+        if c.write_path.is_dir() {
+            return Err(SetupError::Refused(format!(
+                "{} is a directory; nothing was written",
+                c.write_path.display()
+            )));
+        }
+    }
+    let previous = read_optional(&host.path(state::MANIFEST))?;
+    let mut manifest = Manifest::load(host)?.unwrap_or_default();
+    manifest.format = 1;
+    manifest.tool = env!("CARGO_PKG_VERSION").to_string();
+    let mut backups = Vec::new();
+    for c in &plan.changes {
+        let written = fsops::digest(c.new.as_bytes());
+        match manifest.entries.iter_mut().find(|e| e.path == c.target) {
+            // Keep the backup of the state before the *first* apply.
+            Some(e) => e.written = written,
+            None => {
+                let backup = c.old.as_ref().map(|old| {
+                    let b = state::backup_path(&c.target);
+                    backups.push((b.clone(), old.clone()));
+                    b
+                });
+                manifest.entries.push(Entry {
+                    path: c.target.clone(),
+                    backup,
+                    written,
+                });
+            }
+        }
+    }
+    let mut services = manifest.services.clone();
+    services.extend(plan.services.iter().cloned());
+    manifest.services = restart::ordered(services);
+
+    let mut undo = Undo {
+        host,
+        previous_manifest: previous.as_deref(),
+        backups: Vec::new(),
+        dirs: Vec::new(),
+        written: 0,
+    };
+    let result = write_all(plan, host, &mut manifest, &backups, &mut undo);
+    if let Err(e) = result {
+        undo.roll_back(&plan.changes);
+        return Err(e);
+    }
+    report.written = plan.changes.iter().map(|c| c.host_path.clone()).collect();
+    do_restarts(&mut report, &plan.services, restarts)?;
+    Ok(report)
+}
+
+/// What a failing apply has to take back.
+struct Undo<'a> {
+    host: &'a HostRoot,
+    previous_manifest: Option<&'a str>,
+    backups: Vec<std::path::PathBuf>,
+    dirs: Vec<std::path::PathBuf>,
+    /// Number of plan changes written so far.
+    written: usize,
+}
+
+fn write_all(
+    plan: &Plan,
+    host: &HostRoot,
+    manifest: &mut Manifest,
+    backups: &[(String, String)],
+    undo: &mut Undo,
+) -> Result<()> {
+    let record_dirs =
+        |created: Vec<std::path::PathBuf>, manifest: &mut Manifest, undo: &mut Undo| {
+            for d in created {
+                if let Ok(rel) = d.strip_prefix(host.root()) {
+                    let host_dir = format!("/{}", rel.display());
+                    if !manifest.created_dirs.contains(&host_dir) {
+                        manifest.created_dirs.push(host_dir);
+                    }
+                }
+                undo.dirs.push(d);
+            }
+        };
+    let backup_dir = host.path(state::BACKUP_DIR);
+    let created = fsops::create_dirs(&backup_dir)
+        .map_err(io(format!("creating {}", backup_dir.display())))?;
+    record_dirs(created, manifest, undo);
+    for (b, content) in backups {
+        let p = host.path(b);
+        fsops::atomic_write(&p, content.as_bytes(), 0o600)
+            .map_err(io(format!("writing backup {}", p.display())))?;
+        undo.backups.push(p);
+    }
+    for c in &plan.changes {
+        if let Some(dir) = c.write_path.parent() {
+            let created =
+                fsops::create_dirs(dir).map_err(io(format!("creating {}", dir.display())))?;
+            record_dirs(created, manifest, undo);
+        }
+    }
+    let manifest_path = host.path(state::MANIFEST);
+    fsops::atomic_write(&manifest_path, manifest.render().as_bytes(), 0o600)
+        .map_err(io(format!("writing {}", manifest_path.display())))?;
+    for c in &plan.changes {
+        fsops::atomic_write(&c.write_path, c.new.as_bytes(), 0o644).map_err(io(format!(
+            "writing {} (every file written before it was put back)",
+            c.write_path.display()
+        )))?;
+        undo.written += 1;
+    }
+    Ok(())
+}
+
+impl Undo<'_> {
+    /// Best effort: puts back everything a failed apply wrote, newest first.
+    fn roll_back(&self, changes: &[FileChange]) {
+        roll_back_files(&changes[..self.written]);
+        let manifest = self.host.path(state::MANIFEST);
+        let _ = match self.previous_manifest {
+            Some(text) => fsops::atomic_write(&manifest, text.as_bytes(), 0o600),
+            None => std::fs::remove_file(&manifest),
+        };
+        for b in &self.backups {
+            let _ = std::fs::remove_file(b);
+        }
+        for d in self.dirs.iter().rev() {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
+
+fn roll_back_files(done: &[FileChange]) {
+    for c in done.iter().rev() {
+        let result = match &c.old {
+            Some(old) => fsops::atomic_write(&c.write_path, old.as_bytes(), 0o644),
+            None => fsops::remove_file(&c.write_path),
+        };
+        if let Err(e) = result {
+            tracing::error!(file = %c.write_path.display(), error = %e, "could not roll back");
+        }
+    }
+}
+
+/// One file revert will restore or remove.
+#[derive(Debug)]
+pub struct RevertStep {
+    pub path: String,
+    pub current: Option<String>,
+    /// `None`: remove the file (apply created it).
+    pub restore: Option<String>,
+}
+
+/// Plans the revert: checks every file is as apply left it (else refuses, unless `force`)
+/// and that every backup is readable. `Ok(None)`: nothing was applied.
+pub fn plan_revert(host: &HostRoot, force: bool) -> Result<Option<(Manifest, Vec<RevertStep>)>> {
+    let Some(manifest) = Manifest::load(host)? else {
+        return Ok(None);
+    };
+    let mut steps = Vec::new();
+    for e in manifest.entries.iter().rev() {
+        let disk = host.path(&e.path);
+        let current = read_optional(&disk)?;
+        let digest = current.as_deref().map(|c| fsops::digest(c.as_bytes()));
+        if digest.as_deref() != Some(e.written.as_str()) && !force {
+            return Err(SetupError::Refused(format!(
+                "{} changed after apply; not reverting anything (pass --force to restore the original anyway)",
+                disk.display()
+            )));
+        }
+        let restore = match &e.backup {
+            Some(b) => Some(read_optional(&host.path(b))?.ok_or_else(|| {
+                SetupError::Refused(format!(
+                    "backup {} of {} is missing; not reverting anything",
+                    host.path(b).display(),
+                    e.path
+                ))
+            })?),
+            None => None,
+        };
+        steps.push(RevertStep {
+            path: e.path.clone(),
+            current,
+            restore,
+        });
+    }
+    Ok(Some((manifest, steps)))
+}
+
+/// Restores the originals, removes what apply created, then the state directory.
+pub fn revert(
+    host: &HostRoot,
+    manifest: &Manifest,
+    steps: &[RevertStep],
+    restarts: Restarts,
+) -> Result<Report> {
+    let mut report = Report::default();
+    preflight(
+        steps
+            .iter()
+            .filter_map(|s| host.path(&s.path).parent().map(Path::to_path_buf)),
+    )?;
+    for s in steps {
+        let disk = host.path(&s.path);
+        match &s.restore {
+            Some(content) => {
+                if s.current.as_deref() != Some(content.as_str()) {
+                    fsops::atomic_write(&disk, content.as_bytes(), 0o644)
+                        .map_err(io(format!("restoring {}", disk.display())))?;
+                }
+            }
+            None => {
+                if s.current.is_some() {
+                    fsops::remove_file(&disk)
+                        .map_err(io(format!("removing {}", disk.display())))?;
+                }
+            }
+        }
+        report.written.push(s.path.clone());
+    }
+    for e in &manifest.entries {
+        if let Some(b) = &e.backup {
+            let _ = std::fs::remove_file(host.path(b));
+        }
+    }
+    fsops::remove_file(&host.path(state::MANIFEST)).map_err(io(format!(
+        "removing {}",
+        host.path(state::MANIFEST).display()
+    )))?;
+    let _ = std::fs::remove_dir(host.path(state::BACKUP_DIR));
+    let _ = std::fs::remove_dir(host.path(state::STATE_DIR));
+    for d in manifest.created_dirs.iter().rev() {
+        // Only if empty: something else may have put files there since.
+        let _ = std::fs::remove_dir(host.path(d));
+    }
+    do_restarts(&mut report, &manifest.services, restarts)?;
+    Ok(report)
+}

@@ -1,0 +1,89 @@
+//! Restarting what reads the changed files, in dependency order: systemd re-reads units,
+//! then containerd/docker (k3s talks to them), then k3s. The runner is a trait so tests
+//! record the calls instead of running systemctl.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, SetupError};
+
+/// Something that must pick up a changed file.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Service {
+    /// `systemctl daemon-reload` after a unit file changed.
+    DaemonReload,
+    Containerd,
+    /// dockerd re-reads `runtimes` and `default-runtime` on SIGHUP (reload).
+    Docker,
+    /// A k3s unit (`k3s.service`, `k3s-agent.service`).
+    K3s(String),
+}
+
+impl Service {
+    /// The systemctl arguments. `try-` variants leave a stopped service stopped.
+    pub fn systemctl_args(&self) -> Vec<String> {
+        let args: Vec<&str> = match self {
+            Service::DaemonReload => vec!["daemon-reload"],
+            Service::Containerd => vec!["try-restart", "containerd.service"],
+            Service::Docker => vec!["try-reload-or-restart", "docker.service"],
+            Service::K3s(unit) => vec!["try-restart", unit.as_str()],
+        };
+        args.into_iter().map(String::from).collect()
+    }
+}
+
+/// Sorted, without duplicates: the order is the derive order of [`Service`].
+pub fn ordered(mut services: Vec<Service>) -> Vec<Service> {
+    services.sort();
+    services.dedup();
+    services
+}
+
+/// Runs systemctl (or, in tests, records what would run).
+pub trait ServiceManager {
+    fn systemctl(&mut self, args: &[String]) -> std::result::Result<(), String>;
+}
+
+/// The real runner.
+#[derive(Debug, Default)]
+pub struct Systemctl;
+
+impl ServiceManager for Systemctl {
+    fn systemctl(&mut self, args: &[String]) -> std::result::Result<(), String> {
+        let status = std::process::Command::new("systemctl")
+            .args(args)
+            .status()
+            .map_err(|e| format!("cannot run systemctl: {e}"))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("systemctl {} failed ({status})", args.join(" ")))
+        }
+    }
+}
+
+/// Why services are (not) restarted.
+pub fn restart_blocked(live_system: bool, no_restart: bool) -> Option<&'static str> {
+    if no_restart {
+        Some("--no-restart")
+    } else if !live_system {
+        Some("--root is not /")
+    } else {
+        None
+    }
+}
+
+/// Restarts `services` in order; stops at the first failure (a later service depends on
+/// an earlier one).
+pub fn restart(services: &[Service], manager: &mut dyn ServiceManager) -> Result<Vec<String>> {
+    let mut done = Vec::new();
+    for s in ordered(services.to_vec()) {
+        let args = s.systemctl_args();
+        tracing::info!(command = %args.join(" "), "systemctl");
+        manager
+            .systemctl(&args)
+            .map_err(|e| SetupError::Restart(format!("{e}; files are written, restart by hand")))?;
+        done.push(format!("systemctl {}", args.join(" ")));
+    }
+    Ok(done)
+}

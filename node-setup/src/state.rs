@@ -1,0 +1,78 @@
+//! What `apply` did, kept under `<root>/var/lib/edgegpu/node-setup/` so that `revert` can
+//! undo exactly that: a manifest plus a backup of every original file.
+//!
+//! Paths in the manifest are host-absolute, so a tree configured at image-build time
+//! (`--root $IMAGE_ROOTFS`) can be reverted on the booted device.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, SetupError};
+use crate::host::HostRoot;
+use crate::restart::Service;
+
+pub const STATE_DIR: &str = "/var/lib/edgegpu/node-setup";
+pub const MANIFEST: &str = "/var/lib/edgegpu/node-setup/manifest.json";
+pub const BACKUP_DIR: &str = "/var/lib/edgegpu/node-setup/backups";
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Manifest {
+    /// Format of this file.
+    pub format: u32,
+    /// Tool version that wrote it.
+    pub tool: String,
+    pub entries: Vec<Entry>,
+    /// Directories `apply` created (outermost first); removed by revert when empty.
+    pub created_dirs: Vec<String>,
+    /// Services to restart after a revert.
+    pub services: Vec<Service>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Entry {
+    /// Host-absolute path of the file that was replaced (symlinks followed).
+    pub path: String,
+    /// Backup of the original, host-absolute; `None`: the file did not exist.
+    pub backup: Option<String>,
+    /// Digest of what apply wrote last, to notice later edits by someone else.
+    pub written: String,
+}
+
+impl Manifest {
+    pub fn load(host: &HostRoot) -> Result<Option<Manifest>> {
+        let path = host.path(MANIFEST);
+        let Some(text) = crate::host::read_optional(&path)? else {
+            return Ok(None);
+        };
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| SetupError::Malformed {
+                file: path,
+                line: e.line(),
+                column: e.column(),
+                message: format!("invalid manifest: {e}"),
+            })
+    }
+
+    pub fn entry(&self, path: &str) -> Option<&Entry> {
+        self.entries.iter().find(|e| e.path == path)
+    }
+
+    pub fn render(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self).expect("manifest serialises");
+        s.push('\n');
+        s
+    }
+}
+
+/// Host-absolute backup path for `path`: the path with '/' spelled as '%2F' (and '%' as
+/// '%25') so every original gets its own flat file name.
+pub fn backup_path(path: &str) -> String {
+    let name = path.replace('%', "%25").replace('/', "%2F");
+    format!("{BACKUP_DIR}/{name}")
+}
+
+pub fn on_disk(host: &HostRoot, path: &str) -> PathBuf {
+    host.path(path)
+}
