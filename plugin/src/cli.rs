@@ -1,0 +1,112 @@
+//! Command line of `edgegpu-device-plugin`. Every flag has an environment variable;
+//! precedence is flag > environment > default.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use edgegpu_kubelet_api::v1beta1::{DEVICE_PLUGIN_PATH, KUBELET_SOCKET_NAME};
+
+use crate::config::GpuArgs;
+use crate::lifecycle::LifecycleOptions;
+use crate::logging::LogFormat;
+
+/// `--version` text: version, git commit and target triple.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("EDGEGPU_GIT_COMMIT"),
+    ", target ",
+    env!("EDGEGPU_TARGET"),
+    ")"
+);
+
+/// Kubelet device plugin advertising NVIDIA GPUs (Jetson/Tegra and discrete GPUs).
+///
+/// Serves the kubelet's device-plugin API v1beta1 on a uniquely named socket in the
+/// device-plugin directory, registers with the kubelet, and re-registers by itself after
+/// every kubelet restart (inotify on the directory). See docs/device-plugin.md.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "edgegpu-device-plugin", version = VERSION, max_term_width = 100)]
+pub struct Cli {
+    /// The kubelet's device-plugin directory; the plugin creates its socket here.
+    #[arg(
+        long,
+        env = "DEVICE_PLUGIN_PATH",
+        value_name = "DIR",
+        default_value = DEVICE_PLUGIN_PATH
+    )]
+    pub device_plugin_path: PathBuf,
+
+    /// The kubelet's registration socket [default: DIR/kubelet.sock, DIR being
+    /// --device-plugin-path].
+    #[arg(long, env = "KUBELET_SOCKET", value_name = "PATH")]
+    pub kubelet_socket: Option<PathBuf>,
+
+    /// Register through the kubelet's plugin watcher in this directory (usually
+    /// /var/lib/kubelet/plugins_registry) instead of calling Register on kubelet.sock.
+    #[arg(long, env = "PLUGINS_REGISTRY", value_name = "DIR")]
+    pub plugins_registry: Option<PathBuf>,
+
+    /// Extended resource name advertised to the kubelet.
+    #[arg(long, env = "RESOURCE_NAME", value_name = "NAME", default_value = "nvidia.com/gpu")]
+    pub resource_name: String,
+
+    /// Host root prefix for every host file the plugin reads (device nodes, /proc, /sys,
+    /// driver libraries); a container that mounts the host at /host sets --root /host.
+    #[arg(long, env = "HOST_ROOT", value_name = "DIR", default_value = "/")]
+    pub root: PathBuf,
+
+    /// Log output format (RUST_LOG sets the level, default info).
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// GPU discovery, allocation and sharing settings.
+    #[command(flatten)]
+    pub gpu: GpuArgs,
+}
+
+impl Cli {
+    /// The kubelet socket, defaulting to `<device-plugin-path>/kubelet.sock`.
+    pub fn kubelet_socket(&self) -> PathBuf {
+        self.kubelet_socket
+            .clone()
+            .unwrap_or_else(|| self.device_plugin_path.join(KUBELET_SOCKET_NAME))
+    }
+
+    /// The lifecycle settings these flags describe.
+    pub fn lifecycle_options(&self) -> LifecycleOptions {
+        LifecycleOptions {
+            device_plugin_dir: self.device_plugin_path.clone(),
+            kubelet_socket: self.kubelet_socket(),
+            plugins_registry: self.plugins_registry.clone(),
+            socket_prefix: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn kubelet_socket_defaults_into_the_plugin_dir() {
+        let cli = Cli::try_parse_from(["x", "--device-plugin-path", "/tmp/dp"]).unwrap();
+        assert_eq!(cli.kubelet_socket(), PathBuf::from("/tmp/dp/kubelet.sock"));
+        let cli = Cli::try_parse_from(["x", "--kubelet-socket", "/run/k.sock"]).unwrap();
+        assert_eq!(cli.kubelet_socket(), PathBuf::from("/run/k.sock"));
+        assert_eq!(cli.resource_name, "nvidia.com/gpu");
+        assert_eq!(cli.root, PathBuf::from("/"));
+    }
+
+    #[test]
+    fn bad_log_format_is_refused() {
+        let err = Cli::try_parse_from(["x", "--log-format", "xml"]).unwrap_err();
+        assert!(err.to_string().contains("xml"), "{err}");
+    }
+}

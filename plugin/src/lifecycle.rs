@@ -1,0 +1,417 @@
+//! The plugin's lifecycle: serve, register, watch for kubelet restarts, re-register.
+//!
+//! Each *generation* binds a fresh, uniquely named socket, serves `DevicePlugin` on it,
+//! and only then registers (with `Register` on `kubelet.sock`, or through the plugin
+//! watcher). A generation ends when
+//! - inotify reports a Create of `kubelet.sock` (the kubelet restarted and deleted every
+//!   socket in the directory),
+//! - inotify reports that our own socket was deleted or renamed away,
+//! - a `ListAndWatch` stream ended while the generation was live (the kubelet never
+//!   reconnects; only a new registration brings the resource back), or
+//! - shutdown was requested.
+//!
+//! Stopping a generation ends its streams, closes its connections, stops the server and
+//! unlinks its sockets if they still carry the inode it bound; then the next generation
+//! starts. Nothing polls: with a registered plugin the process sleeps until the kernel
+//! or the kubelet wakes it.
+
+use std::ffi::{OsStr, OsString};
+use std::future::Future;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use edgegpu_kubelet_api::v1beta1::{DEVICE_PLUGIN_PATH, KUBELET_SOCKET_NAME};
+use futures_util::{FutureExt, Stream, StreamExt};
+use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tonic::transport::Server;
+
+use crate::authority::AuthorityShim;
+use crate::plugin_watcher::PluginWatcherService;
+use crate::registration::{register_request, register_until_success};
+use crate::resource::Resource;
+use crate::server::DevicePluginService;
+use crate::socket::{socket_prefix, OwnedSocket};
+
+/// How long a stopping generation may take to close its connections before its server
+/// task is aborted.
+const STOP_GRACE: Duration = Duration::from_millis(500);
+
+/// Where the plugin meets the kubelet.
+#[derive(Debug, Clone)]
+pub struct LifecycleOptions {
+    /// The kubelet's device-plugin directory; the plugin's sockets are created here.
+    pub device_plugin_dir: PathBuf,
+    /// The kubelet's registration socket (normally `<device_plugin_dir>/kubelet.sock`).
+    pub kubelet_socket: PathBuf,
+    /// When set, register through the kubelet's plugin watcher in this directory instead
+    /// of calling `Register` on `kubelet.sock`.
+    pub plugins_registry: Option<PathBuf>,
+    /// Socket file-name prefix; derived from the resource name when `None`
+    /// (`nvidia.com/gpu` → `nvidia-gpu-<unix-secs>-<n>.sock`).
+    pub socket_prefix: Option<String>,
+}
+
+impl LifecycleOptions {
+    /// Options for a device-plugin directory with the kubelet socket at its usual place.
+    pub fn new(device_plugin_dir: impl Into<PathBuf>) -> Self {
+        let device_plugin_dir = device_plugin_dir.into();
+        LifecycleOptions {
+            kubelet_socket: device_plugin_dir.join(KUBELET_SOCKET_NAME),
+            device_plugin_dir,
+            plugins_registry: None,
+            socket_prefix: None,
+        }
+    }
+}
+
+impl Default for LifecycleOptions {
+    fn default() -> Self {
+        LifecycleOptions::new(DEVICE_PLUGIN_PATH)
+    }
+}
+
+/// Why a generation ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RestartReason {
+    /// A new `kubelet.sock` appeared: the kubelet (re)started.
+    KubeletSocketCreated(PathBuf),
+    /// Our own socket was deleted or renamed away.
+    OwnSocketDeleted(PathBuf),
+    /// The kubelet's `ListAndWatch` stream ended.
+    StreamLost,
+    /// The watched directory itself went away or the event queue overflowed.
+    WatchLost,
+}
+
+impl std::fmt::Display for RestartReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RestartReason::KubeletSocketCreated(p) => {
+                write!(f, "inotify: {} created, restarting.", p.display())
+            }
+            RestartReason::OwnSocketDeleted(p) => {
+                write!(f, "inotify: {} deleted, restarting.", p.display())
+            }
+            RestartReason::StreamLost => write!(f, "ListAndWatch stream lost, restarting."),
+            RestartReason::WatchLost => {
+                write!(f, "inotify: watch lost or event queue overflowed, restarting.")
+            }
+        }
+    }
+}
+
+/// Serves `resource` until `shutdown` completes, surviving kubelet restarts.
+///
+/// Returns `Ok(())` after a clean shutdown (every socket this call created is gone), or
+/// an error when the directory cannot be watched or a socket cannot be bound.
+pub async fn serve(
+    resource: Arc<dyn Resource>,
+    opts: LifecycleOptions,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let resource_name = resource.resource_name().to_string();
+    let prefix = opts
+        .socket_prefix
+        .clone()
+        .unwrap_or_else(|| socket_prefix(&resource_name));
+    tracing::info!(
+        "Starting FS watcher for {}",
+        opts.device_plugin_dir.display()
+    );
+    let mut watcher = DirWatcher::new(&opts)?;
+    tokio::pin!(shutdown);
+    let mut number = 0u64;
+    loop {
+        number += 1;
+        let mut generation = Generation::start(&resource, &opts, &prefix, number).await?;
+        let own_name = OsString::from(generation.socket.file_name());
+        let reason = tokio::select! {
+            _ = &mut shutdown => None,
+            reason = watcher.next_restart(&own_name) => Some(reason?),
+            _ = generation.stream_lost.recv() => Some(RestartReason::StreamLost),
+        };
+        generation.stop().await;
+        match reason {
+            None => {
+                tracing::info!("Stopped serving '{resource_name}'; sockets removed");
+                return Ok(());
+            }
+            Some(RestartReason::WatchLost) => {
+                tracing::info!("{}", RestartReason::WatchLost);
+                watcher = DirWatcher::new(&opts)?;
+            }
+            Some(reason) => tracing::info!("{reason}"),
+        }
+    }
+}
+
+/// One bound socket with its server and registration.
+struct Generation {
+    socket: OwnedSocket,
+    registry_socket: Option<OwnedSocket>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+    registration: Option<JoinHandle<()>>,
+    stream_lost: mpsc::UnboundedReceiver<()>,
+}
+
+impl Generation {
+    async fn start(
+        resource: &Arc<dyn Resource>,
+        opts: &LifecycleOptions,
+        prefix: &str,
+        number: u64,
+    ) -> anyhow::Result<Generation> {
+        let resource_name = resource.resource_name();
+        let (socket, listener) = OwnedSocket::bind_unique(&opts.device_plugin_dir, prefix)
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot create the plugin socket in {}: {e}",
+                    opts.device_plugin_dir.display()
+                )
+            })?;
+        tracing::info!(
+            "Starting to serve '{resource_name}' on {} (generation {number})",
+            socket.path().display()
+        );
+        let (stop, _) = watch::channel(false);
+        let (lost_tx, stream_lost) = mpsc::unbounded_channel();
+        let service = DevicePluginService::new(resource.clone(), stop.subscribe(), lost_tx);
+        let mut tasks = vec![spawn_server(
+            Server::builder().add_service(service.into_server()),
+            listener,
+            stop.subscribe(),
+            "DevicePlugin",
+        )];
+
+        let mut registry_socket = None;
+        let mut registration = None;
+        match &opts.plugins_registry {
+            Some(registry_dir) => {
+                let endpoint = absolute(socket.path());
+                let (reg_socket, reg_listener) = OwnedSocket::bind_unique(registry_dir, prefix)
+                    .map_err(|e| {
+                        anyhow::anyhow!(
+                            "cannot create the registration socket in {}: {e}",
+                            registry_dir.display()
+                        )
+                    })?;
+                tracing::info!(
+                    "Serving plugin-watcher registration for '{resource_name}' on {} (endpoint {})",
+                    reg_socket.path().display(),
+                    endpoint.display()
+                );
+                let watcher_service =
+                    PluginWatcherService::new(resource_name, &endpoint.to_string_lossy());
+                tasks.push(spawn_server(
+                    Server::builder().add_service(watcher_service.into_server()),
+                    reg_listener,
+                    stop.subscribe(),
+                    "plugin-watcher Registration",
+                ));
+                registry_socket = Some(reg_socket);
+            }
+            None => {
+                let request =
+                    register_request(&socket.file_name(), resource_name, resource.options());
+                let kubelet_socket = opts.kubelet_socket.clone();
+                registration = Some(tokio::spawn(async move {
+                    register_until_success(&kubelet_socket, request).await
+                }));
+            }
+        }
+        Ok(Generation {
+            socket,
+            registry_socket,
+            stop,
+            tasks,
+            registration,
+            stream_lost,
+        })
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        if let Some(registration) = self.registration {
+            registration.abort();
+            let _ = registration.await;
+        }
+        // Deregister from the plugin watcher first, then drop the DevicePlugin socket.
+        drop(self.registry_socket);
+        for task in self.tasks {
+            let abort = task.abort_handle();
+            if tokio::time::timeout(STOP_GRACE, task).await.is_err() {
+                tracing::warn!("gRPC server did not stop within {STOP_GRACE:?}; aborting it");
+                abort.abort();
+            }
+        }
+        drop(self.socket);
+    }
+}
+
+/// `path` made absolute against the current directory (`std::path::absolute` needs
+/// Rust 1.79; the MSRV is 1.75).
+fn absolute(path: &Path) -> PathBuf {
+    if path.is_absolute() {
+        return path.to_path_buf();
+    }
+    std::env::current_dir()
+        .map(|cwd| cwd.join(path))
+        .unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// Runs a tonic router on `listener` (through the `:authority` shim) until `stop`.
+fn spawn_server(
+    router: tonic::transport::server::Router,
+    listener: UnixListener,
+    mut stop: watch::Receiver<bool>,
+    what: &'static str,
+) -> JoinHandle<()> {
+    let incoming = accept_stream(listener);
+    tokio::spawn(async move {
+        let stopped = async move {
+            let _ = stop.wait_for(|stop| *stop).await.map(|_| ());
+        };
+        if let Err(e) = router.serve_with_incoming_shutdown(incoming, stopped).await {
+            tracing::error!("{what} gRPC server failed: {e}");
+        }
+    })
+}
+
+/// Accepted connections, each wrapped in the `:authority` shim.
+fn accept_stream(
+    listener: UnixListener,
+) -> impl Stream<Item = io::Result<AuthorityShim<UnixStream>>> {
+    futures_util::stream::unfold(listener, |listener| async move {
+        let item = match listener.accept().await {
+            Ok((stream, _)) => Ok(AuthorityShim::new(stream)),
+            Err(e) => {
+                // E.g. EMFILE: tonic retries at once, so do not spin.
+                tracing::warn!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                Err(e)
+            }
+        };
+        Some((item, listener))
+    })
+}
+
+/// inotify watches on the device-plugin directory (and on the kubelet socket's directory
+/// when it lives elsewhere).
+struct DirWatcher {
+    events: inotify::EventStream<Vec<u8>>,
+    plugin_dir: PathBuf,
+    plugin_wd: WatchDescriptor,
+    kubelet_wd: WatchDescriptor,
+    kubelet_dir: PathBuf,
+    kubelet_name: OsString,
+}
+
+impl DirWatcher {
+    fn new(opts: &LifecycleOptions) -> anyhow::Result<DirWatcher> {
+        let plugin_dir = opts.device_plugin_dir.clone();
+        std::fs::create_dir_all(&plugin_dir)
+            .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", plugin_dir.display()))?;
+        let inotify = Inotify::init().map_err(|e| anyhow::anyhow!("inotify_init: {e}"))?;
+        let mask = WatchMask::CREATE
+            | WatchMask::DELETE
+            | WatchMask::MOVED_FROM
+            | WatchMask::MOVED_TO
+            | WatchMask::DELETE_SELF
+            | WatchMask::MOVE_SELF;
+        let plugin_wd = inotify
+            .watches()
+            .add(&plugin_dir, mask)
+            .map_err(|e| anyhow::anyhow!("cannot watch {}: {e}", plugin_dir.display()))?;
+        let kubelet_dir = opts
+            .kubelet_socket
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+            .to_path_buf();
+        let kubelet_name = opts
+            .kubelet_socket
+            .file_name()
+            .map(OsStr::to_os_string)
+            .unwrap_or_else(|| OsString::from(KUBELET_SOCKET_NAME));
+        // Adding the same directory twice returns the same descriptor (mask replaced).
+        let kubelet_wd = inotify
+            .watches()
+            .add(&kubelet_dir, mask)
+            .map_err(|e| anyhow::anyhow!("cannot watch {}: {e}", kubelet_dir.display()))?;
+        let events = inotify
+            .into_event_stream(vec![0u8; 4096])
+            .map_err(|e| anyhow::anyhow!("inotify: {e}"))?;
+        Ok(DirWatcher {
+            events,
+            plugin_dir,
+            plugin_wd,
+            kubelet_wd,
+            kubelet_dir,
+            kubelet_name,
+        })
+    }
+
+    /// Waits for the next event that ends a generation whose socket is `own_name`, then
+    /// drains events that are already queued so that one kubelet restart (delete all
+    /// sockets, create `kubelet.sock`) costs one generation where possible.
+    async fn next_restart(&mut self, own_name: &OsStr) -> anyhow::Result<RestartReason> {
+        let mut reason = None;
+        loop {
+            let next = if reason.is_none() {
+                self.events.next().await
+            } else {
+                match self.events.next().now_or_never() {
+                    Some(next) => next,
+                    None => break,
+                }
+            };
+            let event = match next {
+                Some(Ok(event)) => event,
+                Some(Err(e)) => return Err(anyhow::anyhow!("reading inotify events: {e}")),
+                None => return Err(anyhow::anyhow!("inotify event stream ended")),
+            };
+            if let Some(found) = self.classify(&event, own_name) {
+                // A kubelet restart wins over our socket's deletion: it is the event
+                // after which registering makes sense.
+                let keep_existing = matches!(reason, Some(RestartReason::KubeletSocketCreated(_)));
+                if !keep_existing {
+                    reason = Some(found);
+                }
+            }
+        }
+        Ok(reason.expect("loop only breaks with a reason"))
+    }
+
+    fn classify(
+        &self,
+        event: &inotify::Event<OsString>,
+        own_name: &OsStr,
+    ) -> Option<RestartReason> {
+        let mask = event.mask;
+        if mask.intersects(
+            EventMask::Q_OVERFLOW | EventMask::DELETE_SELF | EventMask::MOVE_SELF | EventMask::IGNORED,
+        ) {
+            return Some(RestartReason::WatchLost);
+        }
+        let name = event.name.as_deref()?;
+        if event.wd == self.kubelet_wd
+            && mask.intersects(EventMask::CREATE | EventMask::MOVED_TO)
+            && name == self.kubelet_name
+        {
+            return Some(RestartReason::KubeletSocketCreated(self.kubelet_dir.join(name)));
+        }
+        if event.wd == self.plugin_wd
+            && mask.intersects(EventMask::DELETE | EventMask::MOVED_FROM)
+            && name == own_name
+        {
+            return Some(RestartReason::OwnSocketDeleted(self.plugin_dir.join(name)));
+        }
+        None
+    }
+}

@@ -1,0 +1,160 @@
+//! Plugin sockets: unique names per registration and removal only of what we bound.
+//!
+//! Why unique names: re-registering the same resource with the same socket path races with
+//! the kubelet closing the previous stream and can leave the resource at allocatable 0
+//! (kubernetes #127803, #121994). Why the inode check: an overlapping old instance that
+//! unlinks the socket of a newer one zeroes the node's capacity (rdma-shared-dev-plugin #319).
+
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tokio::net::UnixListener;
+
+/// Counter that makes socket names unique within one process even inside one second.
+static SOCKET_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// The socket-name prefix derived from a resource name, NVIDIA style:
+/// `nvidia.com/gpu` → `nvidia-gpu`, `example.com/fpga.shared` → `example-fpga.shared`.
+pub fn socket_prefix(resource_name: &str) -> String {
+    let (domain, name) = resource_name
+        .split_once('/')
+        .unwrap_or(("edgegpu", resource_name));
+    let vendor = domain.split('.').next().unwrap_or("edgegpu");
+    let raw = format!("{vendor}-{name}");
+    raw.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect()
+}
+
+/// A fresh socket file name `<prefix>-<unix-secs>-<n>.sock`.
+pub fn unique_socket_name(prefix: &str) -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let n = SOCKET_COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix}-{secs}-{n}.sock")
+}
+
+/// A unix socket this process bound, identified by path *and* inode.
+#[derive(Debug)]
+pub struct OwnedSocket {
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+}
+
+impl OwnedSocket {
+    /// Binds a new, uniquely named socket `<dir>/<prefix>-….sock`. An existing file of the
+    /// same name is never removed: another name is tried instead.
+    pub fn bind_unique(dir: &Path, prefix: &str) -> io::Result<(OwnedSocket, UnixListener)> {
+        let mut last_err = None;
+        for _ in 0..16 {
+            let path = dir.join(unique_socket_name(prefix));
+            match UnixListener::bind(&path) {
+                Ok(listener) => {
+                    let meta = std::fs::symlink_metadata(&path)?;
+                    let socket = OwnedSocket {
+                        path,
+                        dev: meta.dev(),
+                        ino: meta.ino(),
+                    };
+                    return Ok((socket, listener));
+                }
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse => last_err = Some(e),
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("cannot bind socket {}: {e}", path.display()),
+                    ))
+                }
+            }
+        }
+        Err(last_err.unwrap_or_else(|| io::Error::from(io::ErrorKind::AddrInUse)))
+    }
+
+    /// Absolute (or as given) path of the socket.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The socket's file name, which is what `RegisterRequest.endpoint` carries.
+    pub fn file_name(&self) -> String {
+        self.path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+
+    /// Whether the path still refers to the inode we bound.
+    pub fn is_still_ours(&self) -> bool {
+        match std::fs::symlink_metadata(&self.path) {
+            Ok(meta) => meta.dev() == self.dev && meta.ino() == self.ino,
+            Err(_) => false,
+        }
+    }
+
+    /// Unlinks the path if (and only if) it still is the socket we bound. Returns whether
+    /// something was removed.
+    pub fn remove(&self) -> bool {
+        if !self.is_still_ours() {
+            return false;
+        }
+        match std::fs::remove_file(&self.path) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!("Failed to remove socket {}: {e}", self.path.display());
+                false
+            }
+        }
+    }
+}
+
+impl Drop for OwnedSocket {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_follows_nvidia_naming() {
+        assert_eq!(socket_prefix("nvidia.com/gpu"), "nvidia-gpu");
+        assert_eq!(socket_prefix("nvidia.com/gpu.shared"), "nvidia-gpu.shared");
+        assert_eq!(socket_prefix("example.com/a b"), "example-a-b");
+    }
+
+    #[test]
+    fn names_are_unique_within_a_second() {
+        let a = unique_socket_name("x");
+        let b = unique_socket_name("x");
+        assert_ne!(a, b);
+        assert!(a.starts_with("x-") && a.ends_with(".sock"), "{a}");
+    }
+
+    #[tokio::test]
+    async fn removal_spares_a_socket_bound_by_someone_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ours, listener) = OwnedSocket::bind_unique(dir.path(), "t").unwrap();
+        assert!(ours.is_still_ours());
+        // Someone else replaces the file with their own socket of the same name.
+        drop(listener);
+        std::fs::remove_file(ours.path()).unwrap();
+        let _theirs = std::os::unix::net::UnixListener::bind(ours.path()).unwrap();
+        assert!(!ours.is_still_ours());
+        assert!(!ours.remove());
+        assert!(ours.path().exists(), "the other socket must survive");
+    }
+}
