@@ -5,16 +5,21 @@
 //! across kubelet restarts, [`socket`] names and removes sockets safely, [`authority`]
 //! lets old kubelets in. GPU side: [`config`], [`gpu`] build the resource.
 
+pub mod allocate;
 pub mod authority;
 pub mod cli;
 pub mod config;
+pub mod device_specs;
+pub mod discovery;
 pub mod gpu;
+pub mod health;
 pub mod lifecycle;
 pub mod logging;
 pub mod plugin_watcher;
 pub mod registration;
 pub mod resource;
 pub mod server;
+pub mod sharing;
 pub mod shutdown;
 pub mod socket;
 

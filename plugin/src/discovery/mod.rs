@@ -1,0 +1,161 @@
+//! Finding the GPUs of this host: Jetson/Tegra from files (no NVML needed) and discrete GPUs
+//! (or JetPack 6+ integrated GPUs) through NVML. Every host file is read under `--root`.
+
+pub mod nvml;
+pub mod tegra;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::config::DiscoveryStrategy;
+
+pub use tegra::{Generation, TegraDetection};
+
+/// `abs` (a host path such as `/etc/nv_tegra_release`) as seen under `root`.
+pub fn under_root(root: &Path, abs: &str) -> PathBuf {
+    root.join(abs.trim_start_matches('/'))
+}
+
+/// One physical GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gpu {
+    /// NVML UUID (`GPU-…`); `tegra` for a Jetson integrated GPU (NVIDIA's ID for it).
+    pub uuid: String,
+    /// NVML index; `0` for a Jetson integrated GPU.
+    pub index: u32,
+    pub name: String,
+    pub memory_bytes: Option<u64>,
+    /// PCI bus ID as NVML prints it (`00000000:17:00.0`).
+    pub pci_bus_id: Option<String>,
+    pub numa_node: Option<i64>,
+    /// Minor number of `/dev/nvidia<minor>`.
+    pub minor: Option<u32>,
+}
+
+/// Which kind of platform the GPUs belong to.
+#[derive(Debug, Clone)]
+pub enum Platform {
+    /// Jetson: one integrated GPU. `nvml` is set on JetPack 6+ where NVML names it `… (nvgpu)`.
+    Tegra { detection: TegraDetection, nvml_name: Option<String> },
+    /// Discrete GPUs through NVML.
+    Nvml,
+}
+
+/// The result of discovery.
+pub struct Discovered {
+    pub platform: Platform,
+    pub gpus: Vec<Gpu>,
+    /// Kept loaded for health checks (only for [`Platform::Nvml`]).
+    pub nvml: Option<Arc<::nvml_wrapper::Nvml>>,
+}
+
+impl std::fmt::Debug for Discovered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Discovered")
+            .field("platform", &self.platform)
+            .field("gpus", &self.gpus)
+            .field("nvml", &self.nvml.is_some())
+            .finish()
+    }
+}
+
+impl Discovered {
+    pub fn platform_name(&self) -> &'static str {
+        match self.platform {
+            Platform::Tegra { .. } => "tegra",
+            Platform::Nvml => "nvml",
+        }
+    }
+}
+
+/// NVML found no usable GPU (or could not be loaded), and Tegra did not match either.
+#[derive(Debug, thiserror::Error)]
+#[error("no NVIDIA GPU found under {root}: {reason}")]
+pub struct NoGpuError {
+    pub root: String,
+    pub reason: String,
+}
+
+/// The Jetson GPU as one device: NVIDIA's ID `tegra` (index 0).
+fn tegra_gpu(detection: &TegraDetection, nvml_name: Option<&str>) -> Gpu {
+    Gpu {
+        uuid: "tegra".into(),
+        index: 0,
+        name: nvml_name
+            .map(str::to_string)
+            .or_else(|| detection.generation.map(|g| format!("NVIDIA Tegra {}", g.soc())))
+            .unwrap_or_else(|| "NVIDIA Tegra".into()),
+        memory_bytes: None,
+        pci_bus_id: None,
+        numa_node: None,
+        minor: None,
+    }
+}
+
+/// Runs discovery with `strategy`. Logs what was found and why.
+pub fn discover(root: &Path, strategy: DiscoveryStrategy) -> Result<Discovered, NoGpuError> {
+    let no_gpu = |reason: String| NoGpuError { root: root.display().to_string(), reason };
+    match strategy {
+        DiscoveryStrategy::Tegra => {
+            let detection = TegraDetection::probe(root);
+            detection.log(root);
+            if !detection.is_tegra() {
+                return Err(no_gpu(format!(
+                    "--discovery tegra, but no Tegra signal matched ({})",
+                    detection.looked_for.join("; ")
+                )));
+            }
+            let gpu = tegra_gpu(&detection, None);
+            Ok(Discovered { platform: Platform::Tegra { detection, nvml_name: None }, gpus: vec![gpu], nvml: None })
+        }
+        DiscoveryStrategy::Nvml => {
+            let (nvml, gpus) = nvml::load_and_enumerate(root).map_err(|e| no_gpu(format!("{e:#}")))?;
+            if gpus.is_empty() {
+                return Err(no_gpu("NVML loaded but reports no GPUs".into()));
+            }
+            Ok(Discovered { platform: Platform::Nvml, gpus, nvml: Some(Arc::new(nvml)) })
+        }
+        DiscoveryStrategy::Auto => {
+            let nvml_outcome = nvml::load_and_enumerate(root);
+            match nvml_outcome {
+                Ok((nvml, gpus)) if !gpus.is_empty() => {
+                    if gpus.iter().all(|g| nvml::is_integrated_name(&g.name)) {
+                        // JetPack 6+: NVML exists but sees the Jetson iGPU (`Orin (nvgpu)`,
+                        // `NVIDIA Thor`); serve it as Tegra (device nodes, sysfs health).
+                        let detection = TegraDetection::probe(root);
+                        detection.log(root);
+                        tracing::info!(name = %gpus[0].name, "NVML reports an integrated GPU; treating it as the Tegra GPU");
+                        let gpu = tegra_gpu(&detection, Some(&gpus[0].name));
+                        return Ok(Discovered {
+                            platform: Platform::Tegra { detection, nvml_name: Some(gpus[0].name.clone()) },
+                            gpus: vec![gpu],
+                            nvml: None,
+                        });
+                    }
+                    Ok(Discovered { platform: Platform::Nvml, gpus, nvml: Some(Arc::new(nvml)) })
+                }
+                other => {
+                    let nvml_reason = match other {
+                        Ok(_) => "NVML loaded but reports no GPUs".to_string(),
+                        Err(e) => format!("{e:#}"),
+                    };
+                    tracing::info!("NVML not usable ({nvml_reason}); trying Tegra detection");
+                    let detection = TegraDetection::probe(root);
+                    detection.log(root);
+                    if !detection.is_tegra() {
+                        return Err(no_gpu(format!(
+                            "NVML: {nvml_reason}. Tegra: no signal matched ({})",
+                            detection.looked_for.join("; ")
+                        )));
+                    }
+                    let gpu = tegra_gpu(&detection, None);
+                    Ok(Discovered {
+                        platform: Platform::Tegra { detection, nvml_name: None },
+                        gpus: vec![gpu],
+                        nvml: None,
+                    })
+                }
+            }
+        }
+    }
+}

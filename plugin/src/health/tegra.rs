@@ -1,0 +1,189 @@
+//! Jetson GPU health: the device nodes CUDA needs exist and the GPU's sysfs load/frequency
+//! files are readable. Watched with inotify (no polling timer), so a change reaches the
+//! device list as soon as the kernel reports it; a GPU that comes back is Healthy again.
+//!
+//! Limitation: sysfs attribute files do not emit inotify events when their *content* or
+//! readability changes without the file being replaced; such changes are seen on the next
+//! event in a watched directory. Device node removal/creation (devtmpfs) is always seen.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use inotify::{Inotify, WatchMask};
+
+use super::HealthTable;
+use crate::discovery::{under_root, Generation};
+
+/// What is checked for one Jetson GPU (host paths, root prefix removed).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TegraHealthSpec {
+    pub required_nodes: Vec<String>,
+    pub sysfs_files: Vec<String>,
+}
+
+/// Device nodes without which CUDA reports `CUDA_ERROR_NO_DEVICE` (reference §4).
+pub fn required_nodes(generation: Option<Generation>) -> &'static [&'static str] {
+    match generation {
+        Some(Generation::Thor) => &["/dev/nvidia0", "/dev/nvidiactl"],
+        Some(_) => &["/dev/nvhost-ctrl-gpu", "/dev/nvhost-gpu", "/dev/nvhost-as-gpu", "/dev/nvmap"],
+        // Unknown generation: no node is known to be required; sysfs only.
+        None => &[],
+    }
+}
+
+/// Known GPU sysfs locations per generation (reference §6), used when the generic devfreq
+/// scan finds nothing: (load file, devfreq dir).
+fn known_sysfs(generation: Option<Generation>) -> &'static [(Option<&'static str>, &'static str)] {
+    match generation {
+        Some(Generation::NanoTx1) => &[(Some("/sys/devices/gpu.0/load"), "/sys/devices/gpu.0/devfreq/57000000.gpu")],
+        Some(Generation::Tx2) => &[(Some("/sys/devices/17000000.gp10b/load"), "/sys/devices/17000000.gp10b/devfreq/17000000.gp10b")],
+        Some(Generation::Xavier) => &[(Some("/sys/devices/17000000.gv11b/load"), "/sys/devices/17000000.gv11b/devfreq/17000000.gv11b")],
+        Some(Generation::Orin) => &[
+            (Some("/sys/devices/platform/bus@0/17000000.gpu/load"), "/sys/class/devfreq/17000000.gpu"),
+            (Some("/sys/devices/17000000.ga10b/load"), "/sys/devices/17000000.ga10b/devfreq_dev"),
+        ],
+        Some(Generation::Thor) => &[(None, "/sys/class/devfreq/gpu-gpc-0")],
+        None => &[],
+    }
+}
+
+/// GPU `of_node` names accepted in the devfreq scan (jtop's list).
+fn is_gpu_node_name(name: &str) -> bool {
+    matches!(name, "gv11b" | "gp10b" | "ga10b" | "gb10b" | "gpu") || name.contains("gpu")
+}
+
+/// Host path of `p` (which is under `root`), or None when it escaped the root.
+fn host_path(root: &Path, p: &Path) -> Option<String> {
+    let rel = p.strip_prefix(root).ok()?;
+    Some(format!("/{}", rel.display()))
+}
+
+/// Finds the GPU's sysfs files: generic `/sys/class/devfreq/*` scan first, then known paths.
+pub fn find_sysfs_files(root: &Path, generation: Option<Generation>) -> Vec<String> {
+    let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    let mut files = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(under_root(&root, "/sys/class/devfreq")) {
+        let mut entries: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        entries.sort();
+        for entry in entries {
+            let name = std::fs::read(entry.join("device/of_node/name"))
+                .map(|b| String::from_utf8_lossy(&b).trim_matches(|c: char| c == '\0' || c.is_whitespace()).to_string())
+                .unwrap_or_default();
+            if name.is_empty() || !is_gpu_node_name(&name) {
+                continue;
+            }
+            let (Ok(devfreq), Ok(device)) = (entry.canonicalize(), entry.join("device").canonicalize()) else { continue };
+            let (Some(devfreq), Some(device)) = (host_path(&root, &devfreq), host_path(&root, &device)) else { continue };
+            if generation != Some(Generation::Thor) && under_root(&root, &device).join("load").is_file() {
+                files.push(format!("{device}/load"));
+            }
+            files.push(format!("{devfreq}/cur_freq"));
+            break;
+        }
+    }
+    if files.is_empty() {
+        for (load, devfreq) in known_sysfs(generation) {
+            let freq = format!("{devfreq}/cur_freq");
+            if under_root(&root, &freq).is_file() {
+                if let Some(load) = load.filter(|l| under_root(&root, l).is_file()) {
+                    files.push(load.to_string());
+                }
+                files.push(freq);
+                break;
+            }
+        }
+    }
+    files
+}
+
+impl TegraHealthSpec {
+    pub fn for_host(root: &Path, generation: Option<Generation>) -> Self {
+        let sysfs_files = find_sysfs_files(root, generation);
+        if sysfs_files.is_empty() {
+            tracing::warn!("GPU sysfs load/frequency files not found under {}; health checks only cover device nodes", root.display());
+        }
+        Self { required_nodes: required_nodes(generation).iter().map(|s| s.to_string()).collect(), sysfs_files }
+    }
+
+    /// One check: `Err` names the first problem found.
+    pub fn check(&self, root: &Path) -> Result<(), String> {
+        let missing: Vec<&str> = self
+            .required_nodes
+            .iter()
+            .filter(|n| std::fs::metadata(under_root(root, n)).is_err())
+            .map(String::as_str)
+            .collect();
+        if !missing.is_empty() {
+            return Err(format!("device node(s) missing: {}", missing.join(", ")));
+        }
+        for file in &self.sysfs_files {
+            if let Err(e) = std::fs::read_to_string(under_root(root, file)) {
+                return Err(format!("cannot read {file}: {e}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The directories to watch: each path's parent, or its nearest existing ancestor.
+    fn watch_dirs(&self, root: &Path) -> Vec<PathBuf> {
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        for p in self.required_nodes.iter().chain(&self.sysfs_files) {
+            let full = under_root(root, p);
+            let mut dir = full.parent();
+            while let Some(d) = dir {
+                if d.is_dir() {
+                    if !dirs.iter().any(|x| x == d) {
+                        dirs.push(d.to_path_buf());
+                    }
+                    break;
+                }
+                if d == root {
+                    break;
+                }
+                dir = d.parent();
+            }
+        }
+        dirs
+    }
+}
+
+const MASK: WatchMask = WatchMask::CREATE
+    .union(WatchMask::DELETE)
+    .union(WatchMask::MOVED_FROM)
+    .union(WatchMask::MOVED_TO)
+    .union(WatchMask::ATTRIB)
+    .union(WatchMask::CLOSE_WRITE)
+    .union(WatchMask::DELETE_SELF)
+    .union(WatchMask::MOVE_SELF);
+
+/// Checks now, then re-checks on every inotify event until the table is dropped.
+/// `physical` is the GPU's index in the table.
+pub fn spawn(root: PathBuf, spec: TegraHealthSpec, table: &Arc<HealthTable>, physical: usize) -> anyhow::Result<()> {
+    let inotify = Inotify::init()?;
+    let mut watches = inotify.watches();
+    for d in spec.watch_dirs(&root) {
+        let _ = watches.add(&d, MASK);
+    }
+    // The first check comes after the watches exist, so no change can fall in between.
+    table.report(physical, spec.check(&root));
+    let mut stream = inotify.into_event_stream([0u8; 4096])?;
+    let weak = Arc::downgrade(table);
+    tracing::info!(nodes = ?spec.required_nodes, sysfs = ?spec.sysfs_files, "Tegra health checks started (inotify)");
+    tokio::spawn(async move {
+        while let Some(event) = stream.next().await {
+            if let Err(e) = event {
+                tracing::warn!("inotify error in Tegra health watch: {e}; health checks stopped");
+                break;
+            }
+            let Some(table) = weak.upgrade() else { break };
+            // Directories may have appeared or gone: (re-)add watches before checking.
+            let mut watches = stream.watches();
+            for d in spec.watch_dirs(&root) {
+                let _ = watches.add(&d, MASK);
+            }
+            table.report(physical, spec.check(&root));
+        }
+    });
+    Ok(())
+}

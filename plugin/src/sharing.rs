@@ -1,0 +1,235 @@
+//! Time-slicing replicas (`<id>::<n>`) and GetPreferredAllocation.
+//!
+//! Without replicas the preferred allocation keeps a pod on one NUMA node when it can; with
+//! replicas it either spreads the pod over the physical GPUs with the fewest replicas in use
+//! (`distributed`) or fills one GPU first (`packed`).
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::config::{AllocationPolicy, TimeSlicing};
+use crate::health::Advertised;
+
+/// Separator between a GPU ID and its replica number (NVIDIA's).
+pub const REPLICA_SEPARATOR: &str = "::";
+
+/// Time-slicing as applied to the resource this plugin serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replication {
+    pub replicas: u32,
+    pub fail_requests_greater_than_one: bool,
+}
+
+/// The advertised name and replication for `resource_name` under a time-slicing config.
+pub fn apply(resource_name: &str, sharing: Option<&TimeSlicing>) -> (String, Option<Replication>) {
+    let Some(ts) = sharing else { return (resource_name.to_string(), None) };
+    match ts.resources.iter().find(|r| r.name == resource_name) {
+        Some(r) => {
+            let name =
+                if ts.rename_by_default { format!("{resource_name}.shared") } else { resource_name.to_string() };
+            let rep = Replication {
+                replicas: r.replicas,
+                fail_requests_greater_than_one: ts.fail_requests_greater_than_one,
+            };
+            tracing::info!(resource = %name, replicas = r.replicas, "time-slicing enabled");
+            (name, Some(rep))
+        }
+        None => {
+            let names: Vec<&str> = ts.resources.iter().map(|r| r.name.as_str()).collect();
+            tracing::warn!(
+                "sharing.timeSlicing names {names:?} but this plugin serves {resource_name}; no replicas advertised"
+            );
+            (resource_name.to_string(), None)
+        }
+    }
+}
+
+/// `<id>::<n>`.
+pub fn replica_id(base: &str, n: u32) -> String {
+    format!("{base}{REPLICA_SEPARATOR}{n}")
+}
+
+/// The GPU part of an advertised ID (`GPU-1::3` → `GPU-1`).
+pub fn strip_replica(id: &str) -> &str {
+    id.split(REPLICA_SEPARATOR).next().unwrap_or(id)
+}
+
+/// Preferred devices for one container. `available` and `must_include` are advertised IDs
+/// (the caller has checked they are known); returns `size` IDs or fewer if not enough exist.
+pub fn preferred(
+    advertised: &[Advertised],
+    available: &[String],
+    must_include: &[String],
+    size: usize,
+    replicated: bool,
+    policy: AllocationPolicy,
+) -> Vec<String> {
+    let position: HashMap<&str, usize> = advertised.iter().enumerate().map(|(i, a)| (a.id.as_str(), i)).collect();
+    let mut chosen: Vec<String> = Vec::new();
+    for id in must_include {
+        if !chosen.contains(id) && chosen.len() < size {
+            chosen.push(id.clone());
+        }
+    }
+    let mut candidates: Vec<usize> = available
+        .iter()
+        .filter(|id| !chosen.contains(id))
+        .filter_map(|id| position.get(id.as_str()).copied())
+        .collect();
+    candidates.sort_unstable();
+    candidates.dedup();
+    let need = size.saturating_sub(chosen.len());
+    if need == 0 {
+        return chosen;
+    }
+    let picked = if replicated {
+        pick_replicas(advertised, available, &chosen, &position, candidates, need, policy)
+    } else {
+        pick_numa(advertised, &chosen, &position, candidates, need)
+    };
+    chosen.extend(picked.into_iter().map(|i| advertised[i].id.clone()));
+    chosen
+}
+
+/// Full GPUs: all from one NUMA node when possible (the must-include node first, else the
+/// smallest node that fits, which keeps bigger nodes free for bigger pods).
+fn pick_numa(
+    advertised: &[Advertised],
+    chosen: &[String],
+    position: &HashMap<&str, usize>,
+    candidates: Vec<usize>,
+    need: usize,
+) -> Vec<usize> {
+    let mut by_node: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
+    for i in candidates {
+        by_node.entry(advertised[i].numa_node.unwrap_or(-1)).or_default().push(i);
+    }
+    let home = chosen
+        .iter()
+        .filter_map(|id| position.get(id.as_str()))
+        .map(|i| advertised[*i].numa_node.unwrap_or(-1))
+        .next();
+    let mut order: Vec<(i64, usize)> = by_node.iter().map(|(n, v)| (*n, v.len())).collect();
+    order.sort_by_key(|(node, count)| {
+        let is_home = Some(*node) == home;
+        let fits = *count >= need;
+        // home first; then nodes that fit, smallest first; then the rest, largest first.
+        (!is_home, !fits, if fits { *count as i64 } else { -(*count as i64) }, *node)
+    });
+    let mut out = Vec::new();
+    for (node, _) in order {
+        for i in &by_node[&node] {
+            if out.len() == need {
+                return out;
+            }
+            out.push(*i);
+        }
+    }
+    out
+}
+
+/// Replicas: `distributed` takes from the GPU with the fewest replicas in use, `packed` from
+/// the GPU with the most (that still has a free replica).
+fn pick_replicas(
+    advertised: &[Advertised],
+    available: &[String],
+    chosen: &[String],
+    position: &HashMap<&str, usize>,
+    mut candidates: Vec<usize>,
+    need: usize,
+    policy: AllocationPolicy,
+) -> Vec<usize> {
+    // In use = advertised replicas of the GPU that are not available, plus those chosen.
+    let mut total: HashMap<usize, usize> = HashMap::new();
+    for a in advertised {
+        *total.entry(a.physical).or_default() += 1;
+    }
+    let mut free: HashMap<usize, usize> = HashMap::new();
+    for id in available {
+        if let Some(i) = position.get(id.as_str()) {
+            *free.entry(advertised[*i].physical).or_default() += 1;
+        }
+    }
+    let mut used: HashMap<usize, usize> =
+        total.iter().map(|(p, t)| (*p, t - free.get(p).copied().unwrap_or(0))).collect();
+    for id in chosen {
+        if let Some(i) = position.get(id.as_str()) {
+            *used.entry(advertised[*i].physical).or_default() += 1;
+        }
+    }
+    let mut out = Vec::new();
+    while out.len() < need && !candidates.is_empty() {
+        let best = (0..candidates.len())
+            .min_by_key(|k| {
+                let i = candidates[*k];
+                let p = advertised[i].physical;
+                let u = used.get(&p).copied().unwrap_or(0) as i64;
+                let key = match policy {
+                    AllocationPolicy::Distributed => u,
+                    AllocationPolicy::Packed => -u,
+                };
+                (key, p, i)
+            })
+            .expect("candidates is not empty");
+        let i = candidates.remove(best);
+        *used.entry(advertised[i].physical).or_default() += 1;
+        out.push(i);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpus(numa: &[Option<i64>], replicas: u32) -> Vec<Advertised> {
+        let mut out = Vec::new();
+        for (p, n) in numa.iter().enumerate() {
+            if replicas == 0 {
+                out.push(Advertised { id: format!("GPU-{p}"), physical: p, numa_node: *n });
+            } else {
+                for r in 0..replicas {
+                    out.push(Advertised { id: replica_id(&format!("GPU-{p}"), r), physical: p, numa_node: *n });
+                }
+            }
+        }
+        out
+    }
+
+    fn ids(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn numa_prefers_one_node_that_fits() {
+        let adv = gpus(&[Some(0), Some(1), Some(1), Some(0), Some(0)], 0);
+        let all: Vec<String> = adv.iter().map(|a| a.id.clone()).collect();
+        // 2 GPUs: node 1 has exactly 2 (smallest that fits).
+        let got = preferred(&adv, &all, &[], 2, false, AllocationPolicy::Distributed);
+        assert_eq!(got, ids(&["GPU-1", "GPU-2"]));
+        // must include GPU-0 (node 0) → the other picks come from node 0.
+        let got = preferred(&adv, &all, &ids(&["GPU-0"]), 2, false, AllocationPolicy::Distributed);
+        assert_eq!(got, ids(&["GPU-0", "GPU-3"]));
+    }
+
+    #[test]
+    fn replicas_distributed_and_packed() {
+        let adv = gpus(&[Some(0), Some(1)], 4);
+        let all: Vec<String> = adv.iter().map(|a| a.id.clone()).collect();
+        let got = preferred(&adv, &all, &[], 2, true, AllocationPolicy::Distributed);
+        assert_eq!(got, ids(&["GPU-0::0", "GPU-1::0"]));
+        let got = preferred(&adv, &all, &[], 2, true, AllocationPolicy::Packed);
+        assert_eq!(got, ids(&["GPU-0::0", "GPU-0::1"]));
+        // GPU-0 already has 3 replicas in use → distributed picks GPU-1 first.
+        let avail: Vec<String> = all.iter().filter(|id| !id.starts_with("GPU-0::") || id.ends_with("::3")).cloned().collect();
+        let got = preferred(&adv, &avail, &[], 1, true, AllocationPolicy::Distributed);
+        assert_eq!(got, ids(&["GPU-1::0"]));
+        let got = preferred(&adv, &avail, &[], 1, true, AllocationPolicy::Packed);
+        assert_eq!(got, ids(&["GPU-0::3"]));
+    }
+
+    #[test]
+    fn strip_replica_suffix() {
+        assert_eq!(strip_replica("tegra::3"), "tegra");
+        assert_eq!(strip_replica("GPU-abc"), "GPU-abc");
+    }
+}
