@@ -1,0 +1,335 @@
+#!/usr/bin/env python3
+"""Checks the deployment's own rules, which a schema validator cannot see.
+
+kubernetes-validate proves each object is well-formed for a Kubernetes version; it does not check
+enums (a hostPath `type: Dir` passes), quantities (`cpu: lots` passes) or anything that spans
+objects. This script checks what docs/deploy.md promises:
+
+  * every device-plugin DaemonSet: kube-system, system-node-critical, nvidia.com/gpu toleration,
+    no service account token, seccomp RuntimeDefault, no privilege escalation, all capabilities
+    dropped and none added, read-only root filesystem, CPU and memory requests <= limits;
+  * host paths: valid hostPath types that never create anything on the host; every host mount
+    read-only except the kubelet's device-plugin directory; /host/dev comes with /host/dev/pts and
+    /host/dev/shm masked; every mount names a volume and every volume is mounted;
+  * node selection: the DaemonSets never select the same node, and label sets a user would set
+    (docs/deploy.md) land on the intended DaemonSet;
+  * the optional config: CONFIG_FILE and the config volume name the same ConfigMap, the example
+    ConfigMaps for them exist, point CONFIG_FILE into the mounted volume and hold a valid
+    `version: v1` time-slicing config;
+  * the RuntimeClass `nvidia` exists; image tags and version labels match the workspace version;
+  * every flag and environment variable the DaemonSets pass exists in the plugin's clap
+    definitions (plugin/src), and the discovery strategies they name are variants it accepts.
+
+Usage: check_policy.py REPO_ROOT. Prints one line per problem; exit status 1 if there is any.
+"""
+
+import itertools
+import re
+import sys
+from pathlib import Path
+
+import yaml
+
+DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+HOSTPATH_TYPES_NO_CREATE = {"Directory", "File", "Socket", "CharDevice", "BlockDevice"}
+QUANTITY = re.compile(r"^([0-9]+(\.[0-9]+)?)(m|Ki|Mi|Gi|k|M|G)?$")
+SCALE = {None: 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+
+problems = []
+
+
+def problem(where, message):
+    problems.append(f"{where}: {message}")
+
+
+def load(path):
+    with open(path, encoding="utf-8") as handle:
+        return [doc for doc in yaml.safe_load_all(handle) if doc is not None]
+
+
+def quantity(value):
+    match = QUANTITY.match(str(value))
+    if not match:
+        return None
+    return float(match.group(1)) * SCALE[match.group(3)]
+
+
+def workspace_version(repo):
+    text = (repo / "Cargo.toml").read_text(encoding="utf-8")
+    section = text.split("[workspace.package]", 1)[1]
+    return re.search(r'^version\s*=\s*"([^"]+)"', section, re.M).group(1)
+
+
+def check_container(where, container):
+    sc = container.get("securityContext") or {}
+    if sc.get("allowPrivilegeEscalation") is not False:
+        problem(where, "allowPrivilegeEscalation must be false")
+    if sc.get("readOnlyRootFilesystem") is not True:
+        problem(where, "readOnlyRootFilesystem must be true")
+    if sc.get("privileged"):
+        problem(where, "must not be privileged")
+    caps = sc.get("capabilities") or {}
+    if caps.get("drop") != ["ALL"]:
+        problem(where, "capabilities.drop must be [ALL]")
+    if caps.get("add"):
+        problem(where, f"adds capabilities {caps['add']}")
+    resources = container.get("resources") or {}
+    for resource in ("cpu", "memory"):
+        request = (resources.get("requests") or {}).get(resource)
+        limit = (resources.get("limits") or {}).get(resource)
+        if request is None or limit is None:
+            problem(where, f"needs both a {resource} request and a {resource} limit")
+            continue
+        if quantity(request) is None or quantity(limit) is None:
+            problem(where, f"{resource} quantity not understood: {request!r} / {limit!r}")
+        elif quantity(request) > quantity(limit):
+            problem(where, f"{resource} request {request} exceeds limit {limit}")
+
+
+def check_mounts(where, pod, container):
+    volumes = {v["name"]: v for v in pod.get("volumes") or []}
+    mounts = container.get("volumeMounts") or []
+    mounted_names = {m["name"] for m in mounts}
+    for name in volumes:
+        if name not in mounted_names:
+            problem(where, f"volume {name} is never mounted")
+    paths = {m["mountPath"] for m in mounts}
+    for mount in mounts:
+        volume = volumes.get(mount["name"])
+        if volume is None:
+            problem(where, f"mount {mount['mountPath']} names no volume {mount['name']}")
+            continue
+        host_path = volume.get("hostPath")
+        if host_path is None:
+            continue
+        kind = host_path.get("type", "")
+        if kind not in HOSTPATH_TYPES_NO_CREATE:
+            problem(where, f"hostPath {host_path['path']} has type {kind!r}: use one of "
+                    f"{sorted(HOSTPATH_TYPES_NO_CREATE)} (others create paths on the host)")
+        if host_path["path"] == DEVICE_PLUGIN_DIR:
+            if mount["mountPath"] != DEVICE_PLUGIN_DIR or mount.get("readOnly"):
+                problem(where, f"{DEVICE_PLUGIN_DIR} must be mounted read-write at the same path")
+        elif not mount.get("readOnly"):
+            problem(where, f"host path {host_path['path']} must be mounted readOnly")
+        elif not mount["mountPath"].startswith("/host/"):
+            problem(where, f"host path {host_path['path']} must be mounted under /host (--root)")
+    if "/host/dev" in paths:
+        for masked in ("/host/dev/pts", "/host/dev/shm"):
+            if masked not in paths:
+                problem(where, f"/host/dev is mounted but {masked} is not masked")
+    if DEVICE_PLUGIN_DIR not in paths:
+        problem(where, f"{DEVICE_PLUGIN_DIR} is not mounted")
+
+
+def env_map(container):
+    return {e["name"]: e for e in container.get("env") or []}
+
+
+def check_config_wiring(where, pod, container, configmaps):
+    """CONFIG_FILE comes from the same optional ConfigMap that the config volume mounts."""
+    env = env_map(container).get("CONFIG_FILE")
+    volume = next((v for v in pod.get("volumes") or [] if "configMap" in v), None)
+    if env is None and volume is None:
+        return
+    if env is None or volume is None:
+        problem(where, "CONFIG_FILE and a configMap volume must come together")
+        return
+    ref = (env.get("valueFrom") or {}).get("configMapKeyRef") or {}
+    cm_name = volume["configMap"].get("name")
+    if ref.get("name") != cm_name:
+        problem(where, f"CONFIG_FILE reads ConfigMap {ref.get('name')} but the volume mounts {cm_name}")
+    if not ref.get("optional") or not volume["configMap"].get("optional"):
+        problem(where, "the config ConfigMap must be optional (the plugin runs without one)")
+    mount = next((m for m in container.get("volumeMounts") or [] if m["name"] == volume["name"]), None)
+    example = configmaps.get(cm_name)
+    if example is None:
+        problem(where, f"no example ConfigMap {cm_name} in deploy/examples/")
+        return
+    data = example.get("data") or {}
+    items = volume["configMap"].get("items") or []
+    files = {f"{mount['mountPath']}/{item['path']}": item["key"] for item in items} if mount else {}
+    config_path = data.get(ref.get("key"))
+    if config_path not in files:
+        problem(where, f"example {cm_name} sets CONFIG_FILE={config_path!r}, not a mounted file {sorted(files)}")
+        return
+    check_sharing_config(f"ConfigMap {cm_name} key {files[config_path]}", data.get(files[config_path]))
+
+
+def check_sharing_config(where, text):
+    """The subset of NVIDIA's `version: v1` rules the plugin enforces (kubelet-device-plugin.md 5.3)."""
+    try:
+        config = yaml.safe_load(text or "")
+    except yaml.YAMLError as error:
+        problem(where, f"not YAML: {error}")
+        return
+    if not isinstance(config, dict) or config.get("version") != "v1":
+        problem(where, "must be a mapping with version: v1")
+        return
+    resources = (((config.get("sharing") or {}).get("timeSlicing") or {}).get("resources")) or []
+    if not resources:
+        problem(where, "sharing.timeSlicing.resources is empty")
+    for resource in resources:
+        if not str(resource.get("name", "")).startswith("nvidia.com/"):
+            problem(where, f"resource name {resource.get('name')!r} is not nvidia.com/...")
+        if not isinstance(resource.get("replicas"), int) or resource["replicas"] < 2:
+            problem(where, f"replicas must be an integer >= 2, got {resource.get('replicas')!r}")
+
+
+def requirement_matches(requirement, labels):
+    key, operator = requirement["key"], requirement["operator"]
+    values = requirement.get("values") or []
+    if operator == "In":
+        return key in labels and labels[key] in values
+    if operator == "NotIn":
+        return key not in labels or labels[key] not in values
+    if operator == "Exists":
+        return key in labels
+    if operator == "DoesNotExist":
+        return key not in labels
+    raise ValueError(f"operator {operator} not handled by this checker")
+
+
+def selects(pod, labels):
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    return any(all(requirement_matches(r, labels) for r in t.get("matchExpressions") or []) for t in terms)
+
+
+def check_node_selection(daemonsets):
+    """No node runs two plugins; the documented labels pick the intended DaemonSet."""
+    keys = {}
+    for ds in daemonsets.values():
+        pod = ds["spec"]["template"]["spec"]
+        for term in pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]:
+            for requirement in term.get("matchExpressions") or []:
+                keys.setdefault(requirement["key"], set()).update(requirement.get("values") or [])
+    keys.setdefault("kubernetes.io/arch", set()).update({"amd64", "arm64"})
+    names = sorted(keys)
+    # Every combination of: label absent, each value the selectors mention, one unrelated value.
+    choices = [[None, *sorted(keys[k]), "other"] for k in names]
+    for combination in itertools.product(*choices):
+        labels = {k: v for k, v in zip(names, combination) if v is not None}
+        chosen = [n for n, ds in daemonsets.items() if selects(ds["spec"]["template"]["spec"], labels)]
+        if len(chosen) > 1:
+            problem("node selection", f"nodes labelled {labels} would run {chosen}")
+    expectations = [
+        ({"edgegpu.io/gpu": "jetson", "kubernetes.io/arch": "arm64"}, "edgegpu-device-plugin-jetson"),
+        ({"feature.node.kubernetes.io/cpu-model.vendor_id": "NVIDIA", "kubernetes.io/arch": "arm64"},
+         "edgegpu-device-plugin-jetson"),
+        ({"edgegpu.io/gpu": "jetson", "nvidia.com/gpu.present": "true", "kubernetes.io/arch": "arm64"},
+         "edgegpu-device-plugin-jetson"),
+        ({"edgegpu.io/gpu": "discrete", "kubernetes.io/arch": "amd64"}, "edgegpu-device-plugin-discrete"),
+        ({"edgegpu.io/gpu": "discrete", "kubernetes.io/arch": "arm64"}, "edgegpu-device-plugin-discrete"),
+        ({"feature.node.kubernetes.io/pci-10de.present": "true", "kubernetes.io/arch": "amd64"},
+         "edgegpu-device-plugin-discrete"),
+        ({"nvidia.com/gpu.present": "true", "kubernetes.io/arch": "arm64"}, "edgegpu-device-plugin-discrete"),
+        ({"kubernetes.io/arch": "amd64"}, None),
+        ({"kubernetes.io/arch": "arm64"}, None),
+    ]
+    for labels, expected in expectations:
+        chosen = [n for n, ds in daemonsets.items() if selects(ds["spec"]["template"]["spec"], labels)]
+        if chosen != ([expected] if expected else []):
+            problem("node selection", f"nodes labelled {labels} run {chosen}, expected {expected}")
+
+
+def plugin_cli(repo):
+    """Long flags, environment variables and discovery strategies the plugin's clap code defines."""
+    sources = "\n".join(p.read_text(encoding="utf-8") for p in sorted((repo / "plugin" / "src").rglob("*.rs")))
+    envs = set(re.findall(r'\benv\s*=\s*"([A-Z0-9_]+)"', sources))
+    flags = set(re.findall(r'\b(?:long|visible_alias)\s*=\s*"([a-z0-9-]+)"', sources))
+    for attrs, field in re.findall(r"#\[arg\((.*?)\)\]\s*pub\s+(\w+)\s*:", sources, re.S):
+        if re.search(r"\blong\b(?!\s*=)", attrs):
+            flags.add(field.replace("_", "-"))
+    enum = re.search(r"enum\s+DiscoveryStrategy\s*\{([^}]*)\}", sources)
+    strategies = {v.lower() for v in re.findall(r"^\s*([A-Z]\w*)\s*,", enum.group(1), re.M)} if enum else set()
+    return envs, flags, strategies
+
+
+def check_cli_alignment(where, container, cli):
+    envs, flags, strategies = cli
+    for arg in container.get("args") or []:
+        flag = arg.split("=", 1)[0]
+        if flag.startswith("--") and flag[2:] not in flags:
+            problem(where, f"argument {flag} is not a flag of edgegpu-device-plugin (plugin/src)")
+    for name, env in env_map(container).items():
+        if name.startswith("NVIDIA_"):
+            continue  # read by the NVIDIA container runtime, not by the plugin
+        if name not in envs:
+            problem(where, f"environment variable {name} is not read by edgegpu-device-plugin (plugin/src)")
+        if name == "DEVICE_DISCOVERY_STRATEGY" and env.get("value") not in strategies:
+            problem(where, f"DEVICE_DISCOVERY_STRATEGY={env.get('value')!r} is not one of {sorted(strategies)}")
+
+
+def check_daemonset(ds, version, configmaps, cli):
+    name = ds["metadata"]["name"]
+    where = f"DaemonSet {name}"
+    pod = ds["spec"]["template"]["spec"]
+    if ds["metadata"].get("namespace") != "kube-system":
+        problem(where, "must be in kube-system")
+    if ds["metadata"].get("labels", {}).get("app.kubernetes.io/version") != version:
+        problem(where, f"app.kubernetes.io/version label must be the workspace version {version}")
+    if pod.get("priorityClassName") != "system-node-critical":
+        problem(where, "priorityClassName must be system-node-critical")
+    if pod.get("automountServiceAccountToken") is not False:
+        problem(where, "automountServiceAccountToken must be false (the plugin never calls the API)")
+    for host_ns in ("hostNetwork", "hostPID", "hostIPC"):
+        if pod.get(host_ns):
+            problem(where, f"{host_ns} must not be set")
+    if not any(t.get("key") == "nvidia.com/gpu" and t.get("operator") == "Exists" for t in pod.get("tolerations") or []):
+        problem(where, "needs the toleration nvidia.com/gpu Exists")
+    pod_seccomp = ((pod.get("securityContext") or {}).get("seccompProfile") or {}).get("type")
+    for container in pod["containers"] + (pod.get("initContainers") or []):
+        cwhere = f"{where} container {container['name']}"
+        seccomp = ((container.get("securityContext") or {}).get("seccompProfile") or {}).get("type", pod_seccomp)
+        if seccomp != "RuntimeDefault":
+            problem(cwhere, "seccompProfile must be RuntimeDefault")
+        image = container.get("image", "")
+        if not image.endswith(f":{version}"):
+            problem(cwhere, f"image {image} is not tagged with the workspace version {version}")
+        check_container(cwhere, container)
+        check_mounts(cwhere, pod, container)
+        check_config_wiring(cwhere, pod, container, configmaps)
+        check_cli_alignment(cwhere, container, cli)
+
+
+def check(repo):
+    """Returns the list of problems found in REPO's deployment files."""
+    problems.clear()
+    version = workspace_version(repo)
+    top_level = {p: load(p) for p in sorted((repo / "deploy").glob("*.yaml"))}
+    examples = {p: load(p) for p in sorted((repo / "deploy" / "examples").glob("*.yaml"))}
+    configmaps = {d["metadata"]["name"]: d for docs in examples.values() for d in docs if d.get("kind") == "ConfigMap"}
+    objects = [d for docs in top_level.values() for d in docs]
+
+    daemonsets = {d["metadata"]["name"]: d for d in objects if d.get("kind") == "DaemonSet"}
+    if not daemonsets:
+        problem("deploy/", "no DaemonSet")
+    cli = plugin_cli(repo)
+    for ds in daemonsets.values():
+        check_daemonset(ds, version, configmaps, cli)
+    if daemonsets:
+        check_node_selection(daemonsets)
+
+    runtime_classes = [d for d in objects if d.get("kind") == "RuntimeClass"]
+    if not any(rc["metadata"]["name"] == "nvidia" and rc.get("handler") == "nvidia" for rc in runtime_classes):
+        problem("deploy/", "no RuntimeClass nvidia with handler nvidia")
+
+    for path, docs in examples.items():
+        for doc in docs:
+            if doc.get("kind") == "ConfigMap" and "config.yaml" in (doc.get("data") or {}):
+                check_sharing_config(f"{path.relative_to(repo)}", doc["data"]["config.yaml"])
+
+    return list(problems)
+
+
+def main(repo):
+    found = check(repo)
+    for line in found:
+        print(f"policy: {line}")
+    print(f"policy: {len(found)} problems")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    sys.exit(main(Path(sys.argv[1]).resolve()))

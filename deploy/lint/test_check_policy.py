@@ -1,0 +1,219 @@
+"""Proves check_policy.py catches what it claims to: the real manifests pass, and each single
+mutation that breaks one promised rule is reported with the matching message.
+
+Run: python -m unittest discover -s deploy/lint -p 'test_*.py'  (scripts/validate-manifests.sh does)
+"""
+
+import copy
+import shutil
+import tempfile
+import unittest
+from pathlib import Path
+
+import yaml
+
+import check_policy
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def jetson(objects):
+    return next(o for o in objects if o["metadata"]["name"] == "edgegpu-device-plugin-jetson")
+
+
+def discrete(objects):
+    return next(o for o in objects if o["metadata"]["name"] == "edgegpu-device-plugin-discrete")
+
+
+def pod(ds):
+    return ds["spec"]["template"]["spec"]
+
+
+def container(ds):
+    return pod(ds)["containers"][0]
+
+
+def mount(ds, path):
+    return next(m for m in container(ds)["volumeMounts"] if m["mountPath"] == path)
+
+
+def volume(ds, name):
+    return next(v for v in pod(ds)["volumes"] if v["name"] == name)
+
+
+class PolicyTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = Path(tempfile.mkdtemp())
+        shutil.copy(REPO / "Cargo.toml", self.tmp / "Cargo.toml")
+        shutil.copytree(REPO / "plugin" / "src", self.tmp / "plugin" / "src")
+        (self.tmp / "deploy" / "examples").mkdir(parents=True)
+        for path in list((REPO / "deploy").glob("*.yaml")) + list((REPO / "deploy" / "examples").glob("*.yaml")):
+            shutil.copy(path, self.tmp / path.relative_to(REPO))
+        self.plugin_file = self.tmp / "deploy" / "device-plugin.yaml"
+        self.objects = [d for d in yaml.safe_load_all(self.plugin_file.read_text()) if d]
+        self.example_file = self.tmp / "deploy" / "examples" / "time-slicing-jetson.yaml"
+        self.example = yaml.safe_load(self.example_file.read_text())
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp)
+
+    def problems_after(self, mutate):
+        objects = copy.deepcopy(self.objects)
+        example = copy.deepcopy(self.example)
+        mutate(objects, example)
+        self.plugin_file.write_text(yaml.safe_dump_all(objects))
+        self.example_file.write_text(yaml.safe_dump(example))
+        return check_policy.check(self.tmp)
+
+    def assert_reported(self, mutate, expected):
+        problems = self.problems_after(mutate)
+        self.assertTrue(any(expected in p for p in problems), f"expected {expected!r} in {problems}")
+
+    def test_real_manifests_pass(self):
+        self.assertEqual(check_policy.check(REPO), [])
+
+    def test_round_trip_of_copies_passes(self):
+        self.assertEqual(self.problems_after(lambda objects, example: None), [])
+
+    def test_hostpath_type_that_creates_on_host(self):
+        def mutate(objects, _):
+            volume(jetson(objects), "host-sys-class")["hostPath"]["type"] = "DirectoryOrCreate"
+        self.assert_reported(mutate, "has type 'DirectoryOrCreate'")
+
+    def test_hostpath_type_typo(self):
+        def mutate(objects, _):
+            volume(discrete(objects), "host-dev")["hostPath"]["type"] = "Dir"
+        self.assert_reported(mutate, "has type 'Dir'")
+
+    def test_writable_host_mount(self):
+        def mutate(objects, _):
+            del mount(jetson(objects), "/host/sys/devices")["readOnly"]
+        self.assert_reported(mutate, "host path /sys/devices must be mounted readOnly")
+
+    def test_host_dev_without_pts_mask(self):
+        def mutate(objects, _):
+            container(discrete(objects))["volumeMounts"].remove(mount(discrete(objects), "/host/dev/pts"))
+        self.assert_reported(mutate, "/host/dev/pts is not masked")
+
+    def test_missing_device_plugin_dir(self):
+        def mutate(objects, _):
+            mount(jetson(objects), "/var/lib/kubelet/device-plugins")["readOnly"] = True
+        self.assert_reported(mutate, "must be mounted read-write")
+
+    def test_bad_quantity(self):
+        def mutate(objects, _):
+            container(jetson(objects))["resources"]["limits"]["cpu"] = "lots"
+        self.assert_reported(mutate, "cpu quantity not understood")
+
+    def test_request_above_limit(self):
+        def mutate(objects, _):
+            container(discrete(objects))["resources"]["requests"]["memory"] = "128Mi"
+        self.assert_reported(mutate, "memory request 128Mi exceeds limit 64Mi")
+
+    def test_missing_limit(self):
+        def mutate(objects, _):
+            del container(jetson(objects))["resources"]["limits"]
+        self.assert_reported(mutate, "needs both a cpu request and a cpu limit")
+
+    def test_capabilities_not_dropped(self):
+        def mutate(objects, _):
+            container(jetson(objects))["securityContext"]["capabilities"] = {"drop": ["NET_RAW"]}
+        self.assert_reported(mutate, "capabilities.drop must be [ALL]")
+
+    def test_capability_added(self):
+        def mutate(objects, _):
+            container(jetson(objects))["securityContext"]["capabilities"]["add"] = ["SYS_ADMIN"]
+        self.assert_reported(mutate, "adds capabilities ['SYS_ADMIN']")
+
+    def test_writable_root_filesystem(self):
+        def mutate(objects, _):
+            container(discrete(objects))["securityContext"]["readOnlyRootFilesystem"] = False
+        self.assert_reported(mutate, "readOnlyRootFilesystem must be true")
+
+    def test_privilege_escalation(self):
+        def mutate(objects, _):
+            del container(jetson(objects))["securityContext"]["allowPrivilegeEscalation"]
+        self.assert_reported(mutate, "allowPrivilegeEscalation must be false")
+
+    def test_seccomp_unconfined(self):
+        def mutate(objects, _):
+            container(jetson(objects))["securityContext"]["seccompProfile"]["type"] = "Unconfined"
+        self.assert_reported(mutate, "seccompProfile must be RuntimeDefault")
+
+    def test_priority_class(self):
+        def mutate(objects, _):
+            del pod(discrete(objects))["priorityClassName"]
+        self.assert_reported(mutate, "priorityClassName must be system-node-critical")
+
+    def test_toleration(self):
+        def mutate(objects, _):
+            pod(jetson(objects))["tolerations"] = []
+        self.assert_reported(mutate, "needs the toleration nvidia.com/gpu Exists")
+
+    def test_service_account_token(self):
+        def mutate(objects, _):
+            del pod(jetson(objects))["automountServiceAccountToken"]
+        self.assert_reported(mutate, "automountServiceAccountToken must be false")
+
+    def test_overlapping_node_selection(self):
+        def mutate(objects, _):
+            terms = pod(discrete(objects))["affinity"]["nodeAffinity"][
+                "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+            terms[0]["matchExpressions"][0]["values"] = ["discrete", "jetson"]
+        self.assert_reported(mutate, "would run ['edgegpu-device-plugin-jetson', 'edgegpu-device-plugin-discrete']")
+
+    def test_jetson_label_not_selected(self):
+        def mutate(objects, _):
+            terms = pod(jetson(objects))["affinity"]["nodeAffinity"][
+                "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+            del terms[0]
+        self.assert_reported(mutate, "expected edgegpu-device-plugin-jetson")
+
+    def test_config_map_name_mismatch(self):
+        def mutate(_, example):
+            example["metadata"]["name"] = "something-else"
+        self.assert_reported(mutate, "no example ConfigMap edgegpu-device-plugin-jetson-config")
+
+    def test_config_file_outside_volume(self):
+        def mutate(_, example):
+            example["data"]["CONFIG_FILE"] = "/etc/elsewhere/config.yaml"
+        self.assert_reported(mutate, "not a mounted file")
+
+    def test_invalid_replicas(self):
+        def mutate(_, example):
+            example["data"]["config.yaml"] = example["data"]["config.yaml"].replace("replicas: 4", "replicas: 1")
+        self.assert_reported(mutate, "replicas must be an integer >= 2, got 1")
+
+    def test_config_volume_not_optional(self):
+        def mutate(objects, _):
+            volume(jetson(objects), "config")["configMap"]["optional"] = False
+        self.assert_reported(mutate, "must be optional")
+
+    def test_image_tag_drift(self):
+        def mutate(objects, _):
+            container(jetson(objects))["image"] = "ghcr.io/edgegpu/edgegpu-device-plugin:latest"
+        self.assert_reported(mutate, "is not tagged with the workspace version")
+
+    def test_unknown_plugin_flag(self):
+        def mutate(objects, _):
+            container(jetson(objects))["args"] = ["--host-root=/host"]
+        self.assert_reported(mutate, "argument --host-root is not a flag of edgegpu-device-plugin")
+
+    def test_unknown_plugin_env(self):
+        def mutate(objects, _):
+            container(discrete(objects))["env"].append({"name": "DISCOVERY_STRATEGY", "value": "nvml"})
+        self.assert_reported(mutate, "environment variable DISCOVERY_STRATEGY is not read")
+
+    def test_unknown_discovery_strategy(self):
+        def mutate(objects, _):
+            env = container(jetson(objects))["env"]
+            next(e for e in env if e["name"] == "DEVICE_DISCOVERY_STRATEGY")["value"] = "jetson"
+        self.assert_reported(mutate, "DEVICE_DISCOVERY_STRATEGY='jetson' is not one of")
+
+    def test_runtime_class_required(self):
+        (self.tmp / "deploy" / "runtimeclass.yaml").unlink()
+        self.assertIn("deploy/: no RuntimeClass nvidia with handler nvidia", check_policy.check(self.tmp))
+
+
+if __name__ == "__main__":
+    unittest.main()

