@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# All the checks, as CI runs them (.ci/run calls exactly this). Installs what is missing first.
+#   1. formatting, 2. clippy (deny warnings), 3. the test suite (x86_64),
+#   4. MSRV: cargo +1.75 check --locked, 5. manifest and Yocto layer checks,
+#   6. release cross-builds (glibc 2.17 / static checks, size table),
+#   7. the test suite for aarch64 under qemu-user.
+# Usage: scripts/test.sh [--skip-setup]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+[ "${1:-}" = --skip-setup ] || scripts/setup.sh
+
+export PATH="$PWD/.tools/venv/bin:$PATH"
+export CARGO_TERM_COLOR=never
+# Tests that check our output with real tools (systemd-analyze, containerd) must not silently skip here.
+export EDGEGPU_REQUIRE_REAL_TOOLS=1
+MSRV=1.75
+AARCH64_SYSROOT=/usr/aarch64-linux-gnu
+
+started=$SECONDS
+step() { printf '\n==> [%4ds] %s\n' $((SECONDS - started)) "$*"; }
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy --workspace --all-targets -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "cargo test --workspace (x86_64)"
+cargo test --workspace --locked
+
+step "cargo +$MSRV check --workspace --all-targets --locked"
+cargo "+$MSRV" check --workspace --all-targets --locked
+
+step "manifests: yamllint + schema validation"
+scripts/validate-manifests.sh
+
+step "Yocto layer checks"
+scripts/check-yocto.sh
+
+step "release cross-builds"
+scripts/build-release.sh dist
+
+step "cargo test --workspace (aarch64 under qemu-user)"
+runner="qemu-aarch64-static -L $AARCH64_SYSROOT"
+CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
+CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$runner" \
+CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc \
+EDGEGPU_TEST_RUNNER="$runner" \
+    cargo test --workspace --locked --target aarch64-unknown-linux-gnu
+
+step "all checks passed"
