@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""Generate a Yocto `<recipe>-crates.inc` from Cargo.lock, without bitbake.
+
+The output is byte-for-byte what oe-core's `cargo-update-recipe-crates` class writes for
+`bitbake -c update_crates <PN>` (scarthgap .. wrynose): one `crate://crates.io/<name>/<version>`
+SRC_URI entry per crates.io package, in Cargo.lock order, then one
+`SRC_URI[<name>-<version>.sha256sum]` line per package. Because the header names the bitbake
+task, a later `bitbake -c update_crates edgegpu` produces no diff.
+
+Unlike the bitbake task this script is strict: every crates.io package must carry a valid
+sha256 checksum (bitbake's fetcher would otherwise fail much later, at do_fetch), and errors
+name the file and line.
+
+Usage:
+  scripts/gen-crates-inc.py --output yocto/meta-edgegpu/recipes-containers/edgegpu/edgegpu-crates.inc
+  scripts/gen-crates-inc.py --check  yocto/meta-edgegpu/recipes-containers/edgegpu/edgegpu-crates.inc
+  scripts/gen-crates-inc.py --lock <(git show REV:Cargo.lock) --lock-name Cargo.lock   # stdout
+"""
+
+import argparse
+import difflib
+import os
+import re
+import sys
+import tempfile
+
+try:
+    import tomllib  # Python >= 3.11
+except ModuleNotFoundError:  # pragma: no cover - older Pythons need the tomli backport
+    import tomli as tomllib
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_INC = os.path.join(
+    "yocto", "meta-edgegpu", "recipes-containers", "edgegpu", "edgegpu-crates.inc"
+)
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+# Crate names and versions end up in URLs and bitbake variable flags: keep them to what
+# crates.io allows (a stray quote or space would corrupt the generated file).
+NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+VERSION_RE = re.compile(r"^[0-9A-Za-z.+-]+$")
+
+
+class LockError(Exception):
+    """A problem in a Cargo.lock, located by file and (where known) line."""
+
+    def __init__(self, path, line, message):
+        self.path = path
+        self.line = line
+        self.message = message
+        where = f"{path}:{line}" if line else path
+        super().__init__(f"{where}: {message}")
+
+
+def package_lines(text):
+    """1-based line numbers of the `[[package]]` headers, in order."""
+    return [
+        number
+        for number, line in enumerate(text.splitlines(), start=1)
+        if line.strip() == "[[package]]"
+    ]
+
+
+def crates_io_packages(path, text):
+    """(name, version, checksum) of every crates.io package in the lock, in file order."""
+    try:
+        lock = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        # The message already says "(at line L, column C)".
+        raise LockError(path, None, f"not valid TOML: {err}") from err
+    packages = lock.get("package")
+    if not isinstance(packages, list):
+        raise LockError(path, None, "no [[package]] entries")
+    headers = package_lines(text)
+    crates = []
+    for index, package in enumerate(packages):
+        line = headers[index] if index < len(headers) else None
+        # Same filter as the bitbake class: a registry source mentioning crates.io.
+        if "crates.io" not in package.get("source", ""):
+            continue
+        name = package.get("name")
+        version = package.get("version")
+        checksum = package.get("checksum")
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            raise LockError(path, line, f"package has a missing or invalid name: {name!r}")
+        if not isinstance(version, str) or not VERSION_RE.match(version):
+            raise LockError(path, line, f"{name}: missing or invalid version: {version!r}")
+        if checksum is None:
+            raise LockError(
+                path, line, f"{name} {version}: crates.io package without a checksum"
+            )
+        if not isinstance(checksum, str) or not SHA256_RE.match(checksum):
+            raise LockError(
+                path, line, f"{name} {version}: checksum is not a sha256 hex digest: {checksum!r}"
+            )
+        crates.append((name, version, checksum))
+    if not crates:
+        raise LockError(path, None, "Unable to find any candidate crates that use crates.io")
+    return crates
+
+
+def render_block(lock_name, crates, name_param=False):
+    """One `# from <lock>` block, formatted exactly like cargo-update-recipe-crates."""
+    out = f'# from {lock_name}\nSRC_URI += " \\'
+    checksums = ""
+    for name, version, checksum in crates:
+        key = f"{name}-{version}"
+        # Newer oe-core (after wrynose) spells the checksum key out with ;name=.
+        suffix = f";name={key}" if name_param else ""
+        out += f"\n    crate://crates.io/{name}/{version}{suffix} \\"
+        checksums += f'\nSRC_URI[{key}.sha256sum] = "{checksum}"'
+    out += '\n"\n'
+    out += checksums
+    out += "\n"
+    return out
+
+
+def render(pn, blocks, name_param=False):
+    """The whole .inc for `blocks`: a list of (lock name, crates)."""
+    text = f"# Autogenerated with 'bitbake -c update_crates {pn}'\n\n"
+    for lock_name, crates in blocks:
+        text += render_block(lock_name, crates, name_param)
+    return text
+
+
+def read_lock(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError as err:
+        raise LockError(path, None, f"cannot read: {err.strerror}") from err
+    except UnicodeDecodeError as err:
+        raise LockError(path, None, f"not UTF-8: {err}") from err
+
+
+def write_atomically(path, text):
+    """Replace `path` only once the new content is complete (no half-written .inc)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".crates-inc-", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        description="Generate <recipe>-crates.inc (crate:// SRC_URI entries with sha256sums) "
+        "from Cargo.lock, in the format of oe-core's cargo-update-recipe-crates class.",
+    )
+    parser.add_argument(
+        "--lock",
+        action="append",
+        metavar="FILE",
+        help="Cargo.lock to read; repeat for several (default: Cargo.lock at the repo root)",
+    )
+    parser.add_argument(
+        "--lock-name",
+        action="append",
+        metavar="NAME",
+        help="name written after '# from' for the matching --lock (default: its path "
+        "relative to --src-dir, as bitbake writes it relative to CARGO_LOCK_SRC_DIR)",
+    )
+    parser.add_argument(
+        "--src-dir",
+        default=REPO_ROOT,
+        help="directory lock names are relative to (default: the repo root: %(default)s)",
+    )
+    parser.add_argument(
+        "--pn", default="edgegpu", help="recipe name for the header line (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--name-param",
+        action="store_true",
+        help="add ';name=<crate>-<version>' to each crate:// entry (newer oe-core format)",
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--output", metavar="FILE", help="write the .inc here (atomically)")
+    mode.add_argument(
+        "--check",
+        metavar="FILE",
+        help="exit 1 with a diff when FILE differs from what would be generated",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    locks = args.lock or [os.path.join(REPO_ROOT, "Cargo.lock")]
+    names = args.lock_name or []
+    if len(names) > len(locks):
+        print("error: more --lock-name than --lock options", file=sys.stderr)
+        return 2
+    blocks = []
+    try:
+        for index, lock in enumerate(locks):
+            name = names[index] if index < len(names) else os.path.relpath(lock, args.src_dir)
+            blocks.append((name, crates_io_packages(lock, read_lock(lock))))
+    except LockError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    text = render(args.pn, blocks, args.name_param)
+
+    if args.check:
+        try:
+            with open(args.check, encoding="utf-8") as handle:
+                current = handle.read()
+        except OSError as err:
+            print(f"error: {args.check}: cannot read: {err.strerror}", file=sys.stderr)
+            return 1
+        if current == text:
+            return 0
+        diff = difflib.unified_diff(
+            current.splitlines(keepends=True),
+            text.splitlines(keepends=True),
+            fromfile=f"{args.check} (committed)",
+            tofile=f"{args.check} (from {', '.join(name for name, _ in blocks)})",
+        )
+        sys.stderr.writelines(diff)
+        print(
+            f"error: {args.check} is stale; regenerate it with: "
+            f"scripts/gen-crates-inc.py --output {args.check}",
+            file=sys.stderr,
+        )
+        return 1
+    if args.output:
+        write_atomically(args.output, text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,794 @@
+#!/usr/bin/env python3
+"""Structural checks of meta-edgegpu that need no bitbake.
+
+What bitbake would only tell us at parse, fetch or package time (or never, for a layer that
+"works" but ships the wrong thing) is checked here against the repository itself:
+
+- layer.conf: every required variable, compat series, LAYERDEPENDS, BBFILES/BBFILES_DYNAMIC
+  globs that match files, and every recipe/bbappend reachable through one of them;
+- README / SECURITY content that yocto-check-layer looks for;
+- the edgegpu recipe: LICENSE and LIC_FILES_CHKSUM (md5 of the real file), SRC_URI/SRCREV
+  policy, PV against Cargo.toml, the cargo --bin selection against the workspace's binaries,
+  PACKAGES/FILES, SYSTEMD_SERVICE names against the unit files shipped, PACKAGECONFIG;
+- the packagegroup, the rootfs class and the bbappends;
+- Cargo.lock: version 3 (scarthgap's cargo cannot read v4), only crates.io or path sources,
+  a single lock in the tree (bitbake's update_crates task reads every Cargo.lock under ${S});
+- the units with `systemd-analyze verify`, in a scratch root holding stub executables.
+
+Variables are read with oelint-parser (the parser behind oelint-adv); every finding names the
+file and line. Exit status 1 on any error.
+"""
+
+import argparse
+import glob
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover
+    import tomli as tomllib
+
+from oelint_parser.cls_item import FlagAssignment, Function, Include, Inherit, Variable
+from oelint_parser.cls_stash import Stash
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LAYER_REL = os.path.join("yocto", "meta-edgegpu")
+
+COLLECTION = "edgegpu"
+# scarthgap (Rust 1.75 = our MSRV) through the current release, plus Wind River's "wrl".
+REQUIRED_SERIES = ["scarthgap", "styhead", "walnascar", "whinlatter", "wrynose", "wrl"]
+KNOWN_SERIES = set(REQUIRED_SERIES) | {"kirkstone", "langdale", "mickledore", "nanbield", "blacksail"}
+# Layers the dynamic-layers/ directories may name (meta-virtualization, meta-tegra).
+KNOWN_DYNAMIC_COLLECTIONS = {"virtualization-layer", "tegra"}
+RECIPE = os.path.join("recipes-containers", "edgegpu", "edgegpu_git.bb")
+PACKAGEGROUP = os.path.join("recipes-core", "packagegroups", "packagegroup-edgegpu.bb")
+ROOTFS_CLASS = os.path.join("classes", "edgegpu_node_setup_rootfs.bbclass")
+# The package each program ships in (the issue names them).
+PROGRAM_PACKAGES = {
+    "edgegpu-device-plugin": "edgegpu-device-plugin",
+    "edgegpu-node-setup": "edgegpu-node-setup",
+    "devicequery": "devicequery",
+}
+# Workspace members that are never shipped.
+TEST_ONLY_CRATES = {"edgegpu-testkit"}
+AUTO_ENABLE_VALUES = {"enable", "disable", "mask", "preset"}
+EMAIL_RE = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
+SRCREV_RE = re.compile(r"^[0-9a-f]{40}$")
+
+
+class Report:
+    def __init__(self):
+        self.errors = []
+        self.warnings = []
+        self.notes = []
+
+    def error(self, where, message):
+        self.errors.append(f"{where}: {message}")
+
+    def warn(self, where, message):
+        self.warnings.append(f"{where}: {message}")
+
+    def note(self, message):
+        self.notes.append(message)
+
+
+class BBFile:
+    """Variables, flags, functions of one metadata file (plus what it `require`s)."""
+
+    def __init__(self, path, repo_root):
+        self.path = path
+        self.rel = os.path.relpath(path, repo_root)
+        stash = Stash(quiet=True)
+        stash.AddFile(path)
+        stash.Finalize()
+        self.variables = list(stash.GetItemsFor(classifier=Variable.CLASSIFIER))
+        self.flags = list(stash.GetItemsFor(classifier=FlagAssignment.CLASSIFIER))
+        self.functions = list(stash.GetItemsFor(classifier=Function.CLASSIFIER))
+        self.inherits = [
+            cls
+            for item in stash.GetItemsFor(classifier=Inherit.CLASSIFIER)
+            for cls in item.get_items()
+        ]
+        self.includes = list(stash.GetItemsFor(classifier=Include.CLASSIFIER))
+        self.text = read_text(path)
+
+    def where(self, item=None):
+        if item is None:
+            return self.rel
+        return f"{os.path.relpath(item.Origin, REPO_ROOT_FOR_MESSAGES)}:{item.InFileLine}"
+
+    def assignments(self, name, override=""):
+        # layer.conf's BBFILE_PATTERN_edgegpu parses as BBFILE_PATTERN + override "edgegpu".
+        complete = f"{name}:{override}" if override else name
+        return [
+            v
+            for v in self.variables
+            if (v.VarName == name and v.SubItem == override) or v.VarNameComplete == complete
+        ]
+
+    def value(self, name, override=""):
+        """Raw value of the last plain assignment (continuations joined), or None."""
+        found = self.assignments(name, override)
+        if not found:
+            return None
+        return clean(found[-1].VarValueStripped)
+
+    def items(self, name, override=""):
+        """All whitespace-separated words assigned or appended to `name`."""
+        words = []
+        for item in self.assignments(name, override):
+            words.extend(clean(item.VarValueStripped).split())
+        return words
+
+    def flag(self, name, flag):
+        for item in self.flags:
+            if item.VarName == name and item.Flag == flag:
+                return item
+        return None
+
+    def function_body(self, name, override=""):
+        return "\n".join(
+            f.FuncBodyRaw if hasattr(f, "FuncBodyRaw") else f.FuncBody
+            for f in self.functions
+            if f.FuncName == name and f.SubItem == override
+        )
+
+
+REPO_ROOT_FOR_MESSAGES = REPO_ROOT
+
+
+def clean(value):
+    # oelint-parser marks line continuations with ESC; a continuation is just whitespace.
+    return value.replace("\x1b", " ").strip()
+
+
+def read_text(path):
+    with open(path, encoding="utf-8") as handle:
+        return handle.read()
+
+
+def md5_of(path):
+    with open(path, "rb") as handle:
+        return hashlib.md5(handle.read()).hexdigest()
+
+
+def parse_url(url):
+    """('scheme://rest', {param: value}) of a bitbake fetcher URL."""
+    head, *params = url.split(";")
+    parsed = {}
+    for param in params:
+        key, _, value = param.partition("=")
+        parsed[key] = value
+    return head, parsed
+
+
+def read_toml(path, report):
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        report.error(os.path.relpath(path, REPO_ROOT_FOR_MESSAGES), f"cannot read: {err}")
+        return None
+
+
+# ----------------------------------------------------------------------------- workspace
+
+
+class Workspace:
+    def __init__(self, repo, report):
+        self.repo = repo
+        manifest = read_toml(os.path.join(repo, "Cargo.toml"), report) or {}
+        workspace = manifest.get("workspace", {})
+        package = workspace.get("package", {})
+        self.is_workspace = bool(workspace)
+        self.version = package.get("version")
+        self.license = package.get("license")
+        self.repository = package.get("repository")
+        self.members = workspace.get("members", [])
+        self.binaries = {}  # bin name -> crate name
+        self.crates = {}  # crate name -> member dir
+        for member in self.members:
+            member_manifest = read_toml(os.path.join(repo, member, "Cargo.toml"), report)
+            if member_manifest is None:
+                continue
+            crate = member_manifest.get("package", {}).get("name", member)
+            self.crates[crate] = member
+            bins = [b.get("name") for b in member_manifest.get("bin", [])]
+            autobins = member_manifest.get("package", {}).get("autobins", True)
+            if not bins and autobins and os.path.exists(os.path.join(repo, member, "src", "main.rs")):
+                bins = [crate]
+            for name in bins:
+                self.binaries[name] = crate
+
+
+# ----------------------------------------------------------------------------- layer.conf
+
+
+def check_layer_conf(layer, report):
+    path = os.path.join(layer, "conf", "layer.conf")
+    if not os.path.isfile(path):
+        report.error(os.path.relpath(path, REPO_ROOT_FOR_MESSAGES), "missing")
+        return
+    conf = BBFile(path, REPO_ROOT_FOR_MESSAGES)
+    where = conf.rel
+
+    if "${LAYERDIR}" not in " ".join(conf.items("BBPATH")):
+        report.error(where, 'BBPATH must add "${LAYERDIR}"')
+    collections = conf.items("BBFILE_COLLECTIONS")
+    if collections != [COLLECTION]:
+        report.error(where, f'BBFILE_COLLECTIONS must be "{COLLECTION}", found {collections}')
+    if conf.value(f"BBFILE_PATTERN_{COLLECTION}") != "^${LAYERDIR}/":
+        report.error(where, f'BBFILE_PATTERN_{COLLECTION} must be "^${{LAYERDIR}}/"')
+    for name in (f"BBFILE_PRIORITY_{COLLECTION}", f"LAYERVERSION_{COLLECTION}"):
+        value = conf.value(name)
+        if value is None or not value.isdigit():
+            report.error(where, f"{name} must be set to an integer, found {value!r}")
+    depends = conf.items(f"LAYERDEPENDS_{COLLECTION}")
+    if depends != ["core"]:
+        report.error(where, f'LAYERDEPENDS_{COLLECTION} must be "core" only, found {depends}')
+    compat = conf.items(f"LAYERSERIES_COMPAT_{COLLECTION}")
+    missing = [s for s in REQUIRED_SERIES if s not in compat]
+    if missing:
+        report.error(where, f"LAYERSERIES_COMPAT_{COLLECTION} lacks {' '.join(missing)}")
+    unknown = [s for s in compat if s not in KNOWN_SERIES]
+    if unknown:
+        report.error(where, f"LAYERSERIES_COMPAT_{COLLECTION} has unknown series {' '.join(unknown)}")
+
+    # Every recipe and bbappend must be reachable through BBFILES or BBFILES_DYNAMIC, and every
+    # glob must match something (a typo there silently drops recipes).
+    static_globs = conf.items("BBFILES")
+    dynamic = []
+    for entry in conf.items("BBFILES_DYNAMIC"):
+        collection, sep, pattern = entry.partition(":")
+        collection = collection.lstrip("!")
+        if not sep or not collection or not pattern:
+            report.error(where, f"malformed BBFILES_DYNAMIC entry {entry!r} (want <collection>:<glob>)")
+            continue
+        if collection not in KNOWN_DYNAMIC_COLLECTIONS:
+            report.error(where, f"BBFILES_DYNAMIC names unknown collection {collection!r}")
+        expected_dir = f"${{LAYERDIR}}/dynamic-layers/{collection}/"
+        if not pattern.startswith(expected_dir):
+            report.error(where, f"BBFILES_DYNAMIC glob for {collection} must live under {expected_dir}")
+        dynamic.append(pattern)
+    if not any(p.endswith("/*.bb") for p in static_globs):
+        report.error(where, "BBFILES must add the layer's recipes (${LAYERDIR}/recipes-*/*/*.bb)")
+    matched = set()
+    for pattern in static_globs + dynamic:
+        matched.update(os.path.abspath(f) for f in glob.glob(pattern.replace("${LAYERDIR}", layer)))
+    for suffix in ("bb", "bbappend"):
+        for path in glob.glob(os.path.join(layer, "**", f"*.{suffix}"), recursive=True):
+            if os.path.abspath(path) not in matched:
+                report.error(
+                    os.path.relpath(path, REPO_ROOT_FOR_MESSAGES),
+                    "not matched by BBFILES or BBFILES_DYNAMIC: bitbake would never parse it",
+                )
+    for directory in glob.glob(os.path.join(layer, "dynamic-layers", "*")):
+        if os.path.basename(directory) not in KNOWN_DYNAMIC_COLLECTIONS:
+            report.error(os.path.relpath(directory, REPO_ROOT_FOR_MESSAGES), "unknown dynamic layer")
+
+
+# ----------------------------------------------------------------------------- docs
+
+
+def check_docs(layer, repo, report):
+    readmes = [p for p in glob.glob(os.path.join(layer, "*")) if os.path.basename(p).upper().startswith("README")]
+    if not readmes:
+        report.error(os.path.relpath(layer, repo), "no README in the layer")
+    for path in readmes:
+        text = read_text(path)
+        where = os.path.relpath(path, repo)
+        # yocto-check-layer: non-empty, mentions maintainers, patches and an e-mail address;
+        # it skips those tests when the text contains the word README, so keep it out.
+        if "README" in text:
+            report.error(where, "contains the word 'README': yocto-check-layer would skip its README tests")
+        lowered = text.lower()
+        for word in ("maintainer", "patch"):
+            if word not in lowered:
+                report.error(where, f"must mention '{word}' (yocto-check-layer)")
+        if not EMAIL_RE.search(text):
+            report.error(where, "must contain a contact e-mail address (yocto-check-layer)")
+        for needle in ("bitbake-layers add-layer", "CUSTOMER_RECIPES", "setup.sh", "Dependencies"):
+            if needle not in text:
+                report.error(where, f"must document {needle!r}")
+    security = [
+        p
+        for top in (layer, repo)
+        for p in glob.glob(os.path.join(top, "SECURITY*"))
+        if os.path.isfile(p)
+    ]
+    if not security:
+        report.error(os.path.relpath(layer, repo), "no SECURITY file in the layer or repository top")
+    for path in security:
+        text = read_text(path)
+        if not text.strip() or not EMAIL_RE.search(text):
+            report.error(os.path.relpath(path, repo), "must say where to report vulnerabilities (an e-mail address)")
+
+
+# ----------------------------------------------------------------------------- the recipe
+
+
+class RecipeFacts:
+    """What other checks need to know about the edgegpu recipe."""
+
+    def __init__(self):
+        self.pn = None
+        self.packages = set()
+        self.files = {}
+        self.bins = []
+        self.native_bins = []
+        self.native = False
+        self.units = {}  # unit file name -> package
+        self.rdepends = {}  # package -> RDEPENDS
+
+
+def check_recipe(layer, repo, workspace, report, strict_srcrev=False):
+    facts = RecipeFacts()
+    path = os.path.join(layer, RECIPE)
+    if not os.path.isfile(path):
+        report.error(os.path.relpath(path, repo), "missing")
+        return facts
+    recipe = BBFile(path, repo)
+    where = recipe.rel
+    recipe_dir = os.path.dirname(path)
+    facts.pn = os.path.basename(path).split("_")[0]
+
+    # --- licence
+    license_value = recipe.value("LICENSE")
+    if license_value != workspace.license:
+        report.error(where, f"LICENSE is {license_value!r}, Cargo.toml says {workspace.license!r}")
+    chksums = recipe.items("LIC_FILES_CHKSUM")
+    if not chksums:
+        report.error(where, "LIC_FILES_CHKSUM is not set")
+    for entry in chksums:
+        url, params = parse_url(entry)
+        if not url.startswith("file://") or "md5" not in params:
+            report.error(where, f"LIC_FILES_CHKSUM entry {entry!r} must be file://<path>;md5=<sum>")
+            continue
+        if "beginline" in params or "endline" in params:
+            report.error(where, f"{entry}: beginline/endline are not supported by this check")
+            continue
+        license_file = os.path.join(repo, url[len("file://"):])
+        if not os.path.isfile(license_file):
+            report.error(where, f"LIC_FILES_CHKSUM names {url}, which does not exist in the repository")
+            continue
+        actual = md5_of(license_file)
+        if actual != params["md5"]:
+            report.error(where, f"LIC_FILES_CHKSUM md5 for {url} is {params['md5']}, the file's is {actual}")
+
+    # --- sources
+    src_uri = recipe.items("SRC_URI")
+    local_files = [u for u in src_uri if u.startswith("file://")]
+    git = [u for u in src_uri if u.startswith(("git://", "gitsm://"))]
+    others = [u for u in src_uri if u not in local_files and u not in git and not u.startswith("crate://")]
+    if others:
+        report.error(where, f"unexpected SRC_URI entries {others}")
+    destsuffix = None
+    if len(git) != 1:
+        report.error(where, f"SRC_URI must have exactly one git:// entry (the project), found {len(git)}")
+    else:
+        url, params = parse_url(git[0])
+        expected = None
+        if workspace.repository:
+            expected = re.sub(r"^https://", "git://", workspace.repository.rstrip("/"))
+            if not expected.endswith(".git"):
+                expected += ".git"
+        if expected and url != expected:
+            report.error(where, f"git SRC_URI is {url}, Cargo.toml's repository gives {expected}")
+        if params.get("protocol") != "https":
+            report.error(where, "git SRC_URI must set protocol=https")
+        if not params.get("branch"):
+            report.error(where, "git SRC_URI must name its branch (branch=...)")
+        destsuffix = params.get("destsuffix")
+        if not destsuffix:
+            report.error(where, "git SRC_URI must set destsuffix (S must not depend on the release's default)")
+        srcrev = recipe.value("SRCREV")
+        if srcrev is None or not SRCREV_RE.match(srcrev):
+            report.error(where, f"SRCREV must pin a full 40-hex commit, found {srcrev!r} (no AUTOREV)")
+        else:
+            check_srcrev(repo, where, srcrev, report, strict_srcrev)
+    s_value = recipe.value("S")
+    if destsuffix and (s_value is None or not s_value.endswith(f"/{destsuffix.rstrip('/')}")):
+        report.error(where, f"S ({s_value!r}) must point at the git destsuffix {destsuffix!r}")
+    file_dirs = [os.path.join(recipe_dir, d) for d in ("files", facts.pn)]
+    install_body = " ".join(f.FuncBody for f in recipe.functions if f.FuncName == "do_install")
+    for entry in local_files:
+        name = parse_url(entry)[0][len("file://"):]
+        if not any(os.path.isfile(os.path.join(d, name)) for d in file_dirs):
+            report.error(where, f"SRC_URI {entry}: no such file next to the recipe (files/)")
+        if f"/{name} " not in install_body + " ":
+            report.error(where, f"{name} is fetched but do_install never installs it")
+
+    # --- version
+    pv = recipe.value("PV")
+    if workspace.version and pv != f"{workspace.version}+git":
+        report.error(where, f'PV is {pv!r}; Cargo.toml says version {workspace.version}: want "{workspace.version}+git"')
+
+    # --- classes and crates
+    for cls in ("cargo", "cargo-update-recipe-crates", "systemd"):
+        if cls not in recipe.inherits:
+            report.error(where, f"must inherit {cls}")
+    raw_requires = re.findall(r"^require\s+(\S+)", recipe.text, re.M)
+    if "${BPN}-crates.inc" not in raw_requires:
+        report.error(where, "must `require ${BPN}-crates.inc`")
+    elif not os.path.isfile(os.path.join(recipe_dir, f"{facts.pn}-crates.inc")):
+        report.error(where, f"{facts.pn}-crates.inc is missing (scripts/gen-crates-inc.py --output ...)")
+    if recipe.value("CARGO_SRC_DIR") not in ("", None):
+        report.error(where, "CARGO_SRC_DIR must be empty: the manifest is the workspace root")
+    if not workspace.is_workspace:
+        report.error("Cargo.toml", "is not a workspace manifest")
+
+    # --- which programs get built (and only those)
+    facts.bins = recipe.items("EDGEGPU_BINS")
+    facts.native_bins = recipe.items("EDGEGPU_BINS", "class-native")
+    shipped = {b for b, crate in workspace.binaries.items() if crate not in TEST_ONLY_CRATES}
+    if set(facts.bins) != shipped:
+        report.error(
+            where,
+            f"EDGEGPU_BINS is {sorted(facts.bins)}, the workspace's shipped binaries are {sorted(shipped)}",
+        )
+    for name in facts.bins:
+        if workspace.binaries.get(name) in TEST_ONLY_CRATES:
+            report.error(where, f"{name} comes from a test-only crate and must not be built")
+    # oelint-parser hides inline python, so read the raw line.
+    flag_lines = re.findall(r"^CARGO_BUILD_FLAGS\s*\+=\s*(.*)$", recipe.text, re.M)
+    if not any("--bin " in line and "EDGEGPU_BINS" in line for line in flag_lines):
+        report.error(where, "CARGO_BUILD_FLAGS += must select the programs with --bin (from EDGEGPU_BINS)")
+    if "CARGO_PROFILE_RELEASE_STRIP" not in recipe.text:
+        report.error(where, "must export CARGO_PROFILE_RELEASE_STRIP = \"false\" (the release profile strips)")
+
+    # --- packages and files
+    facts.packages = set(recipe.items("PACKAGES"))
+    for name, package in PROGRAM_PACKAGES.items():
+        if package not in facts.packages:
+            report.error(where, f"PACKAGES lacks {package}")
+    for item in recipe.variables:
+        if item.VarName == "FILES" and item.SubItem:
+            facts.files.setdefault(item.SubItem, []).extend(clean(item.VarValueStripped).split())
+            if item.SubItem not in facts.packages and item.SubItem != "${PN}":
+                report.error(recipe.where(item), f"FILES:{item.SubItem} for a package not in PACKAGES")
+    allow_empty = {v.SubItem for v in recipe.variables if v.VarName == "ALLOW_EMPTY"}
+    for package in facts.packages:
+        if package not in facts.files and package not in allow_empty:
+            report.error(where, f"package {package} has no FILES (it would never be created)")
+    for name in facts.bins:
+        owners = [p for p, files in facts.files.items() if f"${{bindir}}/{name}" in files]
+        expected = PROGRAM_PACKAGES.get(name)
+        if owners != [expected]:
+            report.error(where, f"${{bindir}}/{name} must be in FILES:{expected} only, found in {owners}")
+
+    # --- systemd
+    systemd_packages = recipe.items("SYSTEMD_PACKAGES")
+    units_dir = os.path.join(recipe_dir, "files")
+    shipped_units = {os.path.basename(p) for p in glob.glob(os.path.join(units_dir, "*.service"))}
+    referenced = set()
+    for package in systemd_packages:
+        if package not in facts.packages:
+            report.error(where, f"SYSTEMD_PACKAGES names {package}, which is not in PACKAGES")
+        services = recipe.items("SYSTEMD_SERVICE", package)
+        if not services:
+            report.error(where, f"SYSTEMD_SERVICE:{package} is not set")
+        for service in services:
+            referenced.add(service)
+            facts.units[service] = package
+            if service not in shipped_units:
+                report.error(where, f"SYSTEMD_SERVICE:{package} names {service}, but files/{service} does not exist")
+            if f"file://{service}" not in src_uri:
+                report.error(where, f"{service} is not in SRC_URI")
+            if f"${{systemd_system_unitdir}}/{service}" not in facts.files.get(package, []):
+                report.error(where, f"FILES:{package} lacks ${{systemd_system_unitdir}}/{service}")
+        auto = recipe.value("SYSTEMD_AUTO_ENABLE", package)
+        if auto is not None and auto not in AUTO_ENABLE_VALUES:
+            report.error(where, f"SYSTEMD_AUTO_ENABLE:{package} = {auto!r} is not one of {sorted(AUTO_ENABLE_VALUES)}")
+    for unit in sorted(shipped_units - referenced):
+        report.error(os.path.relpath(os.path.join(units_dir, unit), repo), "not named by any SYSTEMD_SERVICE")
+
+    # --- PACKAGECONFIG
+    declared = {f.Flag for f in recipe.flags if f.VarName == "PACKAGECONFIG"}
+    used = set(recipe.items("PACKAGECONFIG"))
+    used |= set(re.findall(r"bb\.utils\.contains\('PACKAGECONFIG',\s*'([^']+)'", recipe.text))
+    for option in sorted(used - declared):
+        report.error(where, f"PACKAGECONFIG option {option!r} is used but not declared (PACKAGECONFIG[{option}])")
+    for option in sorted(declared - used):
+        report.error(where, f"PACKAGECONFIG[{option}] is declared but nothing uses it")
+
+    # --- native variant for the rootfs class
+    facts.native = "native" in recipe.items("BBCLASSEXTEND")
+    facts.rdepends = {p: recipe.items("RDEPENDS", p) for p in facts.packages}
+    return facts
+
+
+def check_srcrev(repo, where, srcrev, report, strict):
+    def git(*args):
+        return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True)
+
+    if shutil.which("git") is None or git("rev-parse", "--git-dir").returncode != 0:
+        report.note(f"SRCREV {srcrev[:12]}: not verified (no git repository here)")
+        return
+    if git("cat-file", "-e", f"{srcrev}^{{commit}}").returncode != 0:
+        if git("rev-parse", "--is-shallow-repository").stdout.strip() == "true":
+            report.note(f"SRCREV {srcrev[:12]}: not verified (shallow clone without that commit)")
+            return
+        report.error(where, f"SRCREV {srcrev} is not a commit of this repository")
+        return
+    if git("merge-base", "--is-ancestor", srcrev, "HEAD").returncode != 0:
+        report.error(where, f"SRCREV {srcrev} is not an ancestor of HEAD (not on the branch)")
+    # The recipe builds SRCREV's Cargo.lock with the crates in the .inc (made from the working
+    # tree's lock). A dependency change cannot bump SRCREV in the same commit, so a mismatch
+    # is a warning here and an error with --strict-srcrev (release checks).
+    pinned = git("show", f"{srcrev}:Cargo.lock")
+    current = read_text(os.path.join(repo, "Cargo.lock"))
+    if pinned.returncode != 0 or pinned.stdout != current:
+        message = (
+            f"Cargo.lock at SRCREV {srcrev[:12]} differs from the working tree's: a bitbake build "
+            "of that commit would miss crates; bump SRCREV once the lock change is merged"
+        )
+        (report.error if strict else report.warn)(where, message)
+
+
+# ----------------------------------------------------------------------------- other files
+
+
+def check_packagegroup(layer, repo, facts, report):
+    path = os.path.join(layer, PACKAGEGROUP)
+    if not os.path.isfile(path):
+        report.error(os.path.relpath(path, repo), "missing")
+        return
+    group = BBFile(path, repo)
+    if "packagegroup" not in group.inherits:
+        report.error(group.rel, "must inherit packagegroup")
+    members = group.items("RDEPENDS", "${PN}")
+    for member in members:
+        if member not in facts.packages:
+            report.error(group.rel, f"RDEPENDS on {member}, which the edgegpu recipe does not package")
+    for package in PROGRAM_PACKAGES.values():
+        if package not in members:
+            report.error(group.rel, f"must pull in {package}")
+    if "edgegpu-device-plugin-host" in members:
+        report.error(group.rel, "must not pull in the host-mode plugin (it replaces the DaemonSet)")
+
+
+def check_rootfs_class(layer, repo, facts, report):
+    path = os.path.join(layer, ROOTFS_CLASS)
+    if not os.path.isfile(path):
+        report.error(os.path.relpath(path, repo), "missing")
+        return
+    cls = BBFile(path, repo)
+    commands = [clean(v.VarValueStripped) for v in cls.assignments("ROOTFS_POSTPROCESS_COMMAND")]
+    functions = []
+    for command in commands:
+        # "func; " is the form both the ;-separated and whitespace-separated lists accept.
+        if not re.fullmatch(r"(\w+;\s*)+", command + " "):
+            report.error(cls.rel, f'ROOTFS_POSTPROCESS_COMMAND entry {command!r} must look like "func; "')
+        functions.extend(re.findall(r"(\w+);", command))
+    if not functions:
+        report.error(cls.rel, "must add a function to ROOTFS_POSTPROCESS_COMMAND")
+    depends = cls.flag("do_rootfs", "depends")
+    wanted = f"{facts.pn}-native:do_populate_sysroot"
+    if depends is None or wanted not in depends.Value:
+        report.error(cls.rel, f'must set do_rootfs[depends] += "{wanted}"')
+    if not facts.native:
+        report.error(cls.rel, f"needs {facts.pn}-native, but the recipe has no BBCLASSEXTEND = \"native\"")
+    if "edgegpu-node-setup" not in facts.native_bins:
+        report.error(cls.rel, "the native recipe does not build edgegpu-node-setup (EDGEGPU_BINS:class-native)")
+    for function in functions:
+        body = "\n".join(
+            line for line in cls.function_body(function).splitlines() if not line.strip().startswith("#")
+        )
+        if not body:
+            report.error(cls.rel, f"function {function} is not defined")
+            continue
+        for needle in ("${STAGING_BINDIR_NATIVE}/edgegpu-node-setup", "--root ${IMAGE_ROOTFS}", "--no-restart", "apply"):
+            if needle not in body:
+                report.error(cls.rel, f"{function} must run {needle!r}")
+
+
+def check_bbappends(layer, repo, report):
+    own_recipes = {
+        os.path.basename(p)[: -len(".bb")]
+        for p in glob.glob(os.path.join(layer, "**", "*.bb"), recursive=True)
+    }
+    for path in glob.glob(os.path.join(layer, "**", "*.bbappend"), recursive=True):
+        rel = os.path.relpath(path, repo)
+        name = os.path.basename(path)[: -len(".bbappend")]
+        in_dynamic = os.path.relpath(path, layer).startswith("dynamic-layers" + os.sep)
+        pattern = "^" + re.escape(name).replace("%", ".*").replace(r"\%", ".*") + "$"
+        targets_own = any(re.match(pattern, r) for r in own_recipes)
+        if not targets_own and not in_dynamic:
+            report.error(rel, "appends a recipe of another layer outside dynamic-layers/: the layer would not parse without it")
+        text = read_text(path)
+        for inc in re.findall(r"'([\w.%-]+\.inc)'", text):
+            if not os.path.isfile(os.path.join(os.path.dirname(path), inc)):
+                report.error(rel, f"requires {inc}, which is not next to it")
+    for path in glob.glob(os.path.join(layer, "**", "*.patch"), recursive=True):
+        if not re.search(r"^Upstream-Status: \S", read_text(path), re.M):
+            report.error(os.path.relpath(path, repo), "patch without a valid Upstream-Status")
+
+
+def check_cargo_lock(repo, report):
+    path = os.path.join(repo, "Cargo.lock")
+    lock = read_toml(path, report)
+    if lock is None:
+        return
+    if lock.get("version") != 3:
+        report.error("Cargo.lock", f"version = {lock.get('version')}: scarthgap's cargo 1.75 reads only version 3")
+    for package in lock.get("package", []):
+        source = package.get("source")
+        if source is not None and source != "registry+https://github.com/rust-lang/crates.io-index":
+            report.error(
+                "Cargo.lock",
+                f"{package.get('name')} {package.get('version')} comes from {source}: the recipe fetches "
+                "crates.io only (git sources need git-dependency SRC_URI entries)",
+            )
+    locks = lock_files(repo)
+    if locks != ["Cargo.lock"]:
+        report.error(
+            "Cargo.lock",
+            f"lock files in the tree: {locks}: `bitbake -c update_crates` reads every Cargo.lock "
+            "in the source tree; keep exactly one (name test fixtures otherwise)",
+        )
+
+
+def lock_files(repo):
+    """Cargo.lock files a bitbake checkout of the repository would contain."""
+    toplevel = subprocess.run(["git", "-C", repo, "rev-parse", "--show-toplevel"], capture_output=True, text=True)
+    if toplevel.returncode == 0 and os.path.realpath(toplevel.stdout.strip()) == os.path.realpath(repo):
+        tracked = subprocess.run(
+            ["git", "-C", repo, "ls-files", "--", "Cargo.lock", "*/Cargo.lock"], capture_output=True, text=True
+        )
+        return sorted(tracked.stdout.split())
+    found = []
+    for top, dirs, files in os.walk(repo):
+        # Build output (target*) is never part of a checkout.
+        dirs[:] = [d for d in dirs if d != ".git" and not d.startswith("target")]
+        if "Cargo.lock" in files:
+            found.append(os.path.relpath(os.path.join(top, "Cargo.lock"), repo))
+    return sorted(found)
+
+
+def check_manifests(repo, report):
+    manifests = sorted(glob.glob(os.path.join(repo, "deploy", "k3s", "*.yaml")))
+    if not manifests:
+        report.error("deploy/k3s", "no *.yaml manifests: the k3s-manifests PACKAGECONFIG would fail in do_install")
+        return
+    jobs = []
+    for path in manifests:
+        text = read_text(path)
+        kinds = re.findall(r"^kind:\s*(\S+)\s*$", text, re.M)
+        if "Job" in kinds:
+            jobs.append(path)
+            # The recipe sorts whole files: a Job file must hold nothing else, or the other
+            # objects would follow the devicequery-job option.
+            if set(kinds) != {"Job"}:
+                report.error(os.path.relpath(path, repo), f"holds a Job and other kinds {sorted(set(kinds))}")
+    if not jobs:
+        report.note("deploy/k3s has no Job manifest: PACKAGECONFIG devicequery-job installs nothing")
+
+
+# ----------------------------------------------------------------------------- systemd
+
+
+def system_unit_dir():
+    for candidate in ("/usr/lib/systemd/system", "/lib/systemd/system"):
+        if os.path.isfile(os.path.join(candidate, "sysinit.target")):
+            return candidate
+    return None
+
+
+def exec_binaries(unit_text):
+    paths = []
+    for line in unit_text.splitlines():
+        match = re.match(r"^Exec(?:Start|StartPre|StartPost|Stop|StopPost|Reload)=\s*[-@:+!]*(\S+)", line)
+        if match:
+            paths.append(match.group(1))
+    return paths
+
+
+def check_units(layer, repo, facts, report, run_verify=True):
+    units_dir = os.path.join(layer, os.path.dirname(RECIPE), "files")
+    units = sorted(glob.glob(os.path.join(units_dir, "*.service")))
+    for path in units:
+        rel = os.path.relpath(path, repo)
+        text = read_text(path)
+        package = facts.units.get(os.path.basename(path))
+        for binary in exec_binaries(text):
+            if not binary.startswith("/usr/bin/"):
+                report.error(rel, f"runs {binary}: the recipe installs its programs in /usr/bin")
+                continue
+            name = binary[len("/usr/bin/"):]
+            if name not in facts.bins:
+                report.error(rel, f"runs {binary}, which the recipe does not build")
+            elif package is not None:
+                owner = PROGRAM_PACKAGES.get(name)
+                if owner != package and owner not in facts.rdepends.get(package, []):
+                    report.error(rel, f"runs {binary} from {owner}, but {package} neither ships nor RDEPENDS on it")
+    if not run_verify or not units:
+        return
+    verify = shutil.which("systemd-analyze")
+    host_units = system_unit_dir()
+    if verify is None or host_units is None:
+        report.error("systemd-analyze", "not available (install the systemd package): cannot verify the units")
+        return
+    with tempfile.TemporaryDirectory(prefix="edgegpu-units-") as root:
+        # A scratch root: the host's unit directory (for sysinit.target & co.), our units, and
+        # stub executables where the units expect the programs (verify checks they exist).
+        unit_dir = os.path.join(root, "usr", "lib", "systemd", "system")
+        shutil.copytree(host_units, unit_dir, symlinks=True)
+        os.makedirs(os.path.join(root, "usr", "bin"), exist_ok=True)
+        for name in facts.bins:
+            stub = os.path.join(root, "usr", "bin", name)
+            with open(stub, "w") as handle:
+                handle.write("#!/bin/sh\nexit 0\n")
+            os.chmod(stub, 0o755)
+        for path in units:
+            shutil.copy(path, unit_dir)
+        names = [os.path.basename(p) for p in units]
+        result = subprocess.run(
+            [verify, "verify", "--man=no", f"--root={root}", *names],
+            capture_output=True,
+            text=True,
+        )
+        output = (result.stdout + result.stderr).strip()
+        # verify only warns (exit 0) about unknown keys and the like: any output is a finding.
+        if result.returncode != 0 or output:
+            report.error(
+                os.path.relpath(units_dir, repo),
+                f"systemd-analyze verify failed (exit {result.returncode}):\n    "
+                + output.replace(root, "").replace("\n", "\n    "),
+            )
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def run_checks(repo, layer, strict_srcrev=False, run_verify=True):
+    global REPO_ROOT_FOR_MESSAGES
+    REPO_ROOT_FOR_MESSAGES = repo
+    report = Report()
+    workspace = Workspace(repo, report)
+    check_layer_conf(layer, report)
+    check_docs(layer, repo, report)
+    facts = check_recipe(layer, repo, workspace, report, strict_srcrev)
+    check_packagegroup(layer, repo, facts, report)
+    check_rootfs_class(layer, repo, facts, report)
+    check_bbappends(layer, repo, report)
+    check_cargo_lock(repo, report)
+    check_manifests(repo, report)
+    check_units(layer, repo, facts, report, run_verify)
+    return report
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repo", default=REPO_ROOT, help="repository root (default: %(default)s)")
+    parser.add_argument("--layer", help="layer directory (default: <repo>/yocto/meta-edgegpu)")
+    parser.add_argument(
+        "--strict-srcrev",
+        action="store_true",
+        help="fail (not just warn) when Cargo.lock at SRCREV differs from the working tree's",
+    )
+    parser.add_argument("--no-systemd-verify", action="store_true", help="skip systemd-analyze verify")
+    args = parser.parse_args(argv)
+    repo = os.path.abspath(args.repo)
+    layer = os.path.abspath(args.layer or os.path.join(repo, LAYER_REL))
+    report = run_checks(repo, layer, args.strict_srcrev, not args.no_systemd_verify)
+    for note in report.notes:
+        print(f"note: {note}")
+    for warning in report.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    for error in report.errors:
+        print(f"error: {error}", file=sys.stderr)
+    if report.errors:
+        print(f"check_layer: {len(report.errors)} error(s)", file=sys.stderr)
+        return 1
+    print(f"check_layer: OK ({len(report.warnings)} warning(s))")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

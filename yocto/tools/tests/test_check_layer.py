@@ -1,0 +1,215 @@
+"""Tests for yocto/tools/check_layer.py: the real layer passes, and each kind of breakage fails.
+
+Each test copies the layer and the bits of the repository it reads (Cargo manifests, Cargo.lock,
+LICENSE, SECURITY.md, k3s manifests) into a scratch tree, breaks one thing and expects the error
+that names it. Needs oelint-parser (installed by scripts/check-yocto.sh into .tools/yocto-venv).
+"""
+
+import os
+import re
+import shutil
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import check_layer  # noqa: E402
+
+LAYER = os.path.join("yocto", "meta-edgegpu")
+RECIPE = os.path.join(LAYER, "recipes-containers", "edgegpu", "edgegpu_git.bb")
+FILES = os.path.join(LAYER, "recipes-containers", "edgegpu", "files")
+
+DAEMONSET = """apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: edgegpu-device-plugin
+---
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata:
+  name: nvidia
+handler: nvidia
+"""
+JOB = """apiVersion: batch/v1
+kind: Job
+metadata:
+  name: devicequery
+"""
+
+
+class ScratchRepo:
+    def __init__(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="check-layer-test-")
+        self.root = self.tmp.name
+        shutil.copytree(os.path.join(REPO, LAYER), os.path.join(self.root, LAYER))
+        for name in ("Cargo.toml", "Cargo.lock", "LICENSE", "SECURITY.md"):
+            shutil.copy(os.path.join(REPO, name), os.path.join(self.root, name))
+        workspace = check_layer.read_toml(os.path.join(REPO, "Cargo.toml"), check_layer.Report())
+        for member in workspace["workspace"]["members"]:
+            os.makedirs(os.path.join(self.root, member, "src"))
+            shutil.copy(os.path.join(REPO, member, "Cargo.toml"), os.path.join(self.root, member, "Cargo.toml"))
+        os.makedirs(os.path.join(self.root, "deploy", "k3s"))
+        self.write("deploy/k3s/device-plugin.yaml", DAEMONSET)
+        self.write("deploy/k3s/devicequery-job.yaml", JOB)
+
+    def path(self, rel):
+        return os.path.join(self.root, rel)
+
+    def read(self, rel):
+        with open(self.path(rel), encoding="utf-8") as handle:
+            return handle.read()
+
+    def write(self, rel, text):
+        with open(self.path(rel), "w", encoding="utf-8") as handle:
+            handle.write(text)
+
+    def replace(self, rel, old, new, count=1):
+        text = self.read(rel)
+        if old not in text:
+            raise AssertionError(f"{old!r} not in {rel}")
+        self.write(rel, text.replace(old, new, count))
+
+    def check(self, verify=False):
+        report = check_layer.run_checks(self.root, self.path(LAYER), run_verify=verify)
+        return report.errors
+
+
+class CheckLayer(unittest.TestCase):
+    def setUp(self):
+        self.repo = ScratchRepo()
+        self.addCleanup(self.repo.tmp.cleanup)
+
+    def assertError(self, pattern, verify=False):
+        errors = self.repo.check(verify)
+        self.assertTrue(
+            any(re.search(pattern, e) for e in errors),
+            f"no error matching {pattern!r} in:\n" + "\n".join(errors),
+        )
+
+    def test_unchanged_layer_passes_including_systemd_verify(self):
+        self.assertEqual(self.repo.check(verify=True), [])
+
+    # --- layer.conf
+    def test_missing_release_in_compat(self):
+        self.repo.replace(f"{LAYER}/conf/layer.conf", " wrynose wrl", " wrl")
+        self.assertError(r"LAYERSERIES_COMPAT_edgegpu lacks wrynose")
+
+    def test_layerdepends_beyond_core(self):
+        self.repo.replace(f"{LAYER}/conf/layer.conf", 'LAYERDEPENDS_edgegpu = "core"', 'LAYERDEPENDS_edgegpu = "core virtualization-layer"')
+        self.assertError(r'LAYERDEPENDS_edgegpu must be "core" only')
+
+    def test_unreachable_bbappend(self):
+        os.makedirs(self.repo.path(f"{LAYER}/dynamic-layers/tegra/extra"))
+        self.repo.write(f"{LAYER}/dynamic-layers/tegra/extra/foo.bbappend", "\n")
+        self.assertError(r"foo.bbappend: not matched by BBFILES or BBFILES_DYNAMIC")
+
+    def test_foreign_bbappend_outside_dynamic_layers(self):
+        os.makedirs(self.repo.path(f"{LAYER}/recipes-containers/k3s"))
+        self.repo.write(f"{LAYER}/recipes-containers/k3s/k3s_git.bbappend", "\n")
+        self.assertError(r"k3s_git.bbappend: appends a recipe of another layer outside dynamic-layers/")
+
+    # --- licence, sources, version
+    def test_wrong_license_md5(self):
+        self.repo.replace(RECIPE, "md5=3b83ef96387f14655fc854ddc3c6bd57", "md5=00000000000000000000000000000000")
+        self.assertError(r"LIC_FILES_CHKSUM md5 for file://LICENSE is 0{32}, the file's is 3b83ef96")
+
+    def test_license_file_edited(self):
+        with open(self.repo.path("LICENSE"), "a", encoding="utf-8") as handle:
+            handle.write("extra\n")
+        self.assertError(r"LIC_FILES_CHKSUM md5 for file://LICENSE is 3b83ef96\w+, the file's is ")
+
+    def test_autorev_rejected(self):
+        self.repo.replace(RECIPE, 'SRCREV = "4ba60265b143104f511cfbd70e1cba85f09b7e41"', 'SRCREV = "${AUTOREV}"')
+        self.assertError(r"SRCREV must pin a full 40-hex commit")
+
+    def test_branch_required(self):
+        self.repo.replace(RECIPE, ";branch=main", "")
+        self.assertError(r"git SRC_URI must name its branch")
+
+    def test_pv_follows_cargo_version(self):
+        self.repo.replace("Cargo.toml", 'version = "0.1.0"', 'version = "0.2.0"')
+        self.assertError(r'PV is \'0.1.0\+git\'; Cargo.toml says version 0.2.0')
+
+    # --- programs, packages, units
+    def test_new_workspace_binary_must_be_built(self):
+        self.repo.replace("devicequery/Cargo.toml", "[[bin]]", '[[bin]]\nname = "gpuinfo"\npath = "src/gpuinfo.rs"\n\n[[bin]]')
+        self.assertError(r"EDGEGPU_BINS is .*shipped binaries are .*gpuinfo")
+
+    def test_binary_in_wrong_package(self):
+        self.repo.replace(RECIPE, 'FILES:devicequery += "${bindir}/devicequery"', 'FILES:devicequery += "${bindir}/devicequery ${bindir}/edgegpu-node-setup"')
+        self.assertError(r"\$\{bindir\}/edgegpu-node-setup must be in FILES:edgegpu-node-setup only")
+
+    def test_systemd_service_name_without_unit_file(self):
+        self.repo.replace(RECIPE, 'SYSTEMD_SERVICE:edgegpu-node-setup = "edgegpu-node-setup.service"', 'SYSTEMD_SERVICE:edgegpu-node-setup = "edgegpu-nodesetup.service"')
+        self.assertError(r"names edgegpu-nodesetup.service, but files/edgegpu-nodesetup.service does not exist")
+        self.assertError(r"edgegpu-node-setup.service: not named by any SYSTEMD_SERVICE")
+
+    def test_systemd_package_not_in_packages(self):
+        self.repo.replace(RECIPE, 'SYSTEMD_PACKAGES = "edgegpu-node-setup', 'SYSTEMD_PACKAGES = "edgegpu-setup')
+        self.assertError(r"SYSTEMD_PACKAGES names edgegpu-setup, which is not in PACKAGES")
+
+    def test_bad_auto_enable(self):
+        self.repo.replace(RECIPE, 'SYSTEMD_AUTO_ENABLE:edgegpu-node-setup = "enable"', 'SYSTEMD_AUTO_ENABLE:edgegpu-node-setup = "yes"')
+        self.assertError(r"SYSTEMD_AUTO_ENABLE:edgegpu-node-setup = 'yes' is not one of")
+
+    def test_unit_runs_a_program_the_recipe_does_not_build(self):
+        self.repo.replace(f"{FILES}/edgegpu-node-setup.service", "ExecStart=/usr/bin/edgegpu-node-setup", "ExecStart=/usr/bin/node-setup")
+        self.assertError(r"runs /usr/bin/node-setup, which the recipe does not build")
+
+    def test_systemd_analyze_verify_catches_unknown_key(self):
+        self.repo.replace(f"{FILES}/edgegpu-device-plugin.service", "RestartSec=5s", "RestartSec=5s\nRestartSecs=5s")
+        self.assertError(r"systemd-analyze verify failed .*\n.*Unknown key 'RestartSecs'", verify=True)
+
+    def test_undeclared_packageconfig(self):
+        self.repo.replace(RECIPE, 'PACKAGECONFIG[devicequery-job] = ""\n', "")
+        self.assertError(r"PACKAGECONFIG option 'devicequery-job' is used but not declared")
+
+    # --- packagegroup, class, docs, lock, manifests
+    def test_packagegroup_names_unknown_package(self):
+        self.repo.replace(f"{LAYER}/recipes-core/packagegroups/packagegroup-edgegpu.bb", "devicequery \\", "devicequery-tools \\")
+        self.assertError(r"RDEPENDS on devicequery-tools, which the edgegpu recipe does not package")
+
+    def test_rootfs_class_without_no_restart(self):
+        self.repo.replace(f"{LAYER}/classes/edgegpu_node_setup_rootfs.bbclass", "--no-restart \\", "\\")
+        self.assertError(r"edgegpu_node_setup_rootfs must run '--no-restart'")
+
+    def test_rootfs_class_needs_native_variant(self):
+        self.repo.replace(RECIPE, 'BBCLASSEXTEND = "native"', "")
+        self.assertError(r'no BBCLASSEXTEND = "native"')
+
+    def test_readme_requirements(self):
+        self.repo.replace(f"{LAYER}/README.md", "Maintainer: edgegpu maintainers <maintainers@edgegpu.dev>", "See the README.")
+        self.assertError(r"contains the word 'README'")
+
+    def test_lockfile_v4_rejected(self):
+        self.repo.replace("Cargo.lock", "version = 3", "version = 4")
+        self.assertError(r"version = 4: scarthgap's cargo 1.75 reads only version 3")
+
+    def test_git_dependency_rejected(self):
+        self.repo.replace(
+            "Cargo.lock",
+            'source = "registry+https://github.com/rust-lang/crates.io-index"',
+            'source = "git+https://example.org/x.git#0123456789abcdef0123456789abcdef01234567"',
+        )
+        self.assertError(r"comes from git\+https://example.org/x.git")
+
+    def test_second_lock_file_in_tree(self):
+        os.makedirs(self.repo.path("tests/fixtures"))
+        shutil.copy(self.repo.path("Cargo.lock"), self.repo.path("tests/fixtures/Cargo.lock"))
+        self.assertError(r"lock files in the tree: \['Cargo.lock', 'tests/fixtures/Cargo.lock'\]")
+
+    def test_job_file_with_other_kinds(self):
+        self.repo.write("deploy/k3s/devicequery-job.yaml", JOB + "---\n" + DAEMONSET)
+        self.assertError(r"devicequery-job.yaml: holds a Job and other kinds")
+
+    def test_no_manifests(self):
+        for name in os.listdir(self.repo.path("deploy/k3s")):
+            os.unlink(self.repo.path(f"deploy/k3s/{name}"))
+        self.assertError(r"deploy/k3s: no \*.yaml manifests")
+
+
+if __name__ == "__main__":
+    unittest.main()
