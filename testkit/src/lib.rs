@@ -2,4 +2,5 @@
 //! README's simulation command. Never shipped in a release build or an image.
 
 pub mod fakelib;
+pub mod kubelet;
 pub mod process;

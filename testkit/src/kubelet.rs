@@ -1,0 +1,1095 @@
+//! An in-process fake kubelet that behaves like the real one towards device plugins
+//! (see `shared/reference/kubelet-device-plugin.md` §2–§3).
+//!
+//! - On start it deletes every socket in the device-plugin directory (keeping
+//!   `kubelet_internal_checkpoint` and anything that is not a socket) and serves
+//!   `v1beta1.Registration` on a fresh `kubelet.sock`.
+//! - `Register` validates version and resource name with the kubelet's error texts, dials
+//!   back to `<dir>/<endpoint>` *inside* the call (10 s timeout), calls
+//!   `GetDevicePluginOptions`, then consumes `ListAndWatch` in the background, recording
+//!   every device list. A second registration of a resource replaces the first endpoint.
+//! - When the stream ends, the resource's devices count as unhealthy (allocatable 0).
+//! - [`FakeKubelet::admit`] mimics pod admission: `GetPreferredAllocation` and
+//!   `PreStartContainer` only when the options say so, `Allocate` with exactly one
+//!   container request.
+//! - It can restart ([`FakeKubelet::restart`]), dial back like an old kubelet whose
+//!   `:authority` is the socket path ([`FakeKubeletOptions::old_kubelet_authority`]),
+//!   and run the plugin-watcher flow on a `plugins_registry` directory.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use edgegpu_kubelet_api::pluginregistration::registration_client::RegistrationClient as WatcherClient;
+use edgegpu_kubelet_api::pluginregistration::{InfoRequest, RegistrationStatus, DEVICE_PLUGIN_TYPE};
+use edgegpu_kubelet_api::v1beta1::device_plugin_client::DevicePluginClient;
+use edgegpu_kubelet_api::v1beta1::registration_server::{Registration, RegistrationServer};
+use edgegpu_kubelet_api::v1beta1::{
+    AllocateRequest, ContainerAllocateRequest, ContainerAllocateResponse,
+    ContainerPreferredAllocationRequest, Device, DevicePluginOptions, Empty,
+    PreStartContainerRequest, PreferredAllocationRequest, RegisterRequest, HEALTHY,
+    KUBELET_SOCKET_NAME, VERSION,
+};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::transport::{Channel, Endpoint, Server};
+use tonic::{Request, Response, Status};
+
+/// The kubelet's checkpoint file, which survives its start-up clean-up.
+pub const CHECKPOINT_NAME: &str = "kubelet_internal_checkpoint";
+/// The kubelet's dial-back timeout inside `Register`.
+pub const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Timeout of the plugin watcher's `GetInfo` call.
+pub const GET_INFO_TIMEOUT: Duration = Duration::from_secs(1);
+/// How often the fake's plugin watcher rescans `plugins_registry` (the real one uses
+/// fsnotify; polling is good enough for a test double and adds no dependency).
+const WATCHER_SCAN: Duration = Duration::from_millis(20);
+
+/// How the fake kubelet is set up.
+#[derive(Debug, Clone)]
+pub struct FakeKubeletOptions {
+    /// The device-plugin directory (`kubelet.sock` is created here).
+    pub device_plugin_dir: PathBuf,
+    /// Run the plugin-watcher flow on this directory.
+    pub plugins_registry: Option<PathBuf>,
+    /// Dial plugins like kubelets before 1.26: the HTTP/2 `:authority` is the socket path.
+    pub old_kubelet_authority: bool,
+}
+
+impl FakeKubeletOptions {
+    /// A modern kubelet on `device_plugin_dir`, without plugin watcher.
+    pub fn new(device_plugin_dir: impl Into<PathBuf>) -> Self {
+        FakeKubeletOptions {
+            device_plugin_dir: device_plugin_dir.into(),
+            plugins_registry: None,
+            old_kubelet_authority: false,
+        }
+    }
+}
+
+/// What the fake kubelet knows about one registered resource.
+#[derive(Debug, Clone)]
+pub struct ResourceInfo {
+    /// Socket path the kubelet dialed.
+    pub endpoint: PathBuf,
+    /// Options from `GetDevicePluginOptions`.
+    pub options: DevicePluginOptions,
+    /// The last device list received.
+    pub devices: Vec<Device>,
+    /// Every device list received from the current endpoint, in order.
+    pub history: Vec<Vec<Device>>,
+    /// The stream ended (or the kubelet restarted): devices count as unhealthy.
+    pub stopped: bool,
+    /// How often this resource registered (all endpoints, across restarts).
+    pub registrations: usize,
+}
+
+impl ResourceInfo {
+    /// Healthy devices while the endpoint is live; 0 once it stopped.
+    pub fn allocatable(&self) -> usize {
+        if self.stopped {
+            0
+        } else {
+            self.devices.iter().filter(|d| d.health == HEALTHY).count()
+        }
+    }
+}
+
+struct Endpoint_ {
+    info: ResourceInfo,
+    client: Option<DevicePluginClient<Channel>>,
+    endpoint_id: u64,
+    lister: Option<JoinHandle<()>>,
+    /// Devices handed out by [`FakeKubelet::admit`].
+    allocated: Vec<String>,
+    /// Registration socket when registered through the plugin watcher.
+    watcher_socket: Option<PathBuf>,
+}
+
+#[derive(Default)]
+struct State {
+    resources: HashMap<String, Endpoint_>,
+    events: Vec<String>,
+    total_registrations: usize,
+    next_endpoint_id: u64,
+    /// Incremented on every start and stop; work started in an older epoch is discarded.
+    epoch: u64,
+    running: bool,
+}
+
+struct Shared {
+    opts: FakeKubeletOptions,
+    state: Mutex<State>,
+    changed: watch::Sender<u64>,
+}
+
+impl Shared {
+    fn update<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        let r = f(&mut self.state.lock().unwrap());
+        self.changed.send_modify(|n| *n += 1);
+        r
+    }
+
+    fn log(&self, line: String) {
+        tracing::debug!("fake kubelet: {line}");
+        self.update(|s| s.events.push(line));
+    }
+}
+
+struct Running {
+    stop: oneshot::Sender<()>,
+    server: JoinHandle<()>,
+    watcher: Option<JoinHandle<()>>,
+}
+
+/// The fake kubelet. Dropping it stops it (sockets it created are left for the test's
+/// temporary directory to clean up).
+pub struct FakeKubelet {
+    shared: Arc<Shared>,
+    running: tokio::sync::Mutex<Option<Running>>,
+}
+
+impl FakeKubelet {
+    /// Starts a modern kubelet on `device_plugin_dir`.
+    pub async fn start(device_plugin_dir: impl Into<PathBuf>) -> anyhow::Result<FakeKubelet> {
+        Self::start_with(FakeKubeletOptions::new(device_plugin_dir)).await
+    }
+
+    /// Starts a kubelet configured by `opts`.
+    pub async fn start_with(opts: FakeKubeletOptions) -> anyhow::Result<FakeKubelet> {
+        let kubelet = Self::new_stopped(opts);
+        kubelet.start_again().await?;
+        Ok(kubelet)
+    }
+
+    /// A kubelet that is not running yet ("absent at plugin start"); call
+    /// [`FakeKubelet::start_again`] to start it.
+    pub fn new_stopped(opts: FakeKubeletOptions) -> FakeKubelet {
+        let (changed, _) = watch::channel(0);
+        FakeKubelet {
+            shared: Arc::new(Shared {
+                opts,
+                state: Mutex::new(State::default()),
+                changed,
+            }),
+            running: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// The device-plugin directory.
+    pub fn device_plugin_dir(&self) -> &Path {
+        &self.shared.opts.device_plugin_dir
+    }
+
+    /// Path of `kubelet.sock`.
+    pub fn socket_path(&self) -> PathBuf {
+        self.shared.opts.device_plugin_dir.join(KUBELET_SOCKET_NAME)
+    }
+
+    /// Starts serving (no-op when running): deletes every socket in the directory, then
+    /// creates `kubelet.sock`.
+    pub async fn start_again(&self) -> anyhow::Result<()> {
+        let mut running = self.running.lock().await;
+        if running.is_some() {
+            return Ok(());
+        }
+        let dir = &self.shared.opts.device_plugin_dir;
+        std::fs::create_dir_all(dir)?;
+        let removed = remove_sockets(dir)?;
+        let listener = UnixListener::bind(self.socket_path())?;
+        let epoch = self.shared.update(|s| {
+            s.epoch += 1;
+            s.running = true;
+            s.epoch
+        });
+        self.shared.log(format!(
+            "kubelet started (removed {removed} socket(s)); serving Registration on {}",
+            self.socket_path().display()
+        ));
+        let service = KubeletRegistration {
+            shared: self.shared.clone(),
+            epoch,
+        };
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            let _ = Server::builder()
+                .add_service(RegistrationServer::new(service))
+                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
+                    let _ = stopped.await;
+                })
+                .await;
+        });
+        let watcher = self
+            .shared
+            .opts
+            .plugins_registry
+            .clone()
+            .map(|registry| tokio::spawn(run_plugin_watcher(self.shared.clone(), registry, epoch)));
+        *running = Some(Running {
+            stop,
+            server,
+            watcher,
+        });
+        Ok(())
+    }
+
+    /// Stops like a dying kubelet process: the registration server goes away, every
+    /// plugin connection is dropped and every endpoint counts as stopped.
+    pub async fn stop(&self) {
+        let Some(running) = self.running.lock().await.take() else {
+            return;
+        };
+        let listers = self.shared.update(|s| {
+            s.epoch += 1;
+            s.running = false;
+            let mut listers = Vec::new();
+            for ep in s.resources.values_mut() {
+                ep.info.stopped = true;
+                ep.client = None;
+                listers.extend(ep.lister.take());
+            }
+            listers
+        });
+        for lister in listers {
+            lister.abort();
+            let _ = lister.await;
+        }
+        if let Some(watcher) = running.watcher {
+            watcher.abort();
+            let _ = watcher.await;
+        }
+        let _ = running.stop.send(());
+        let abort = running.server.abort_handle();
+        if tokio::time::timeout(Duration::from_secs(2), running.server)
+            .await
+            .is_err()
+        {
+            abort.abort();
+        }
+        let _ = std::fs::remove_file(self.socket_path());
+        self.shared.log("kubelet stopped".to_string());
+    }
+
+    /// A kubelet restart: stop, delete every socket in the directory, start again.
+    pub async fn restart(&self) -> anyhow::Result<()> {
+        self.stop().await;
+        self.start_again().await
+    }
+
+    /// Total number of successful registrations (all resources, across restarts).
+    pub fn registration_count(&self) -> usize {
+        self.shared.state.lock().unwrap().total_registrations
+    }
+
+    /// Everything known about `resource`, if it ever registered.
+    pub fn resource(&self, resource: &str) -> Option<ResourceInfo> {
+        let state = self.shared.state.lock().unwrap();
+        state.resources.get(resource).map(|ep| ep.info.clone())
+    }
+
+    /// The last device list of `resource` (empty when unknown).
+    pub fn devices(&self, resource: &str) -> Vec<Device> {
+        self.resource(resource).map(|r| r.devices).unwrap_or_default()
+    }
+
+    /// Healthy devices of a live endpoint (0 when stopped or unknown).
+    pub fn allocatable(&self, resource: &str) -> usize {
+        self.resource(resource).map_or(0, |r| r.allocatable())
+    }
+
+    /// Number of devices last advertised (what the node reports as capacity).
+    pub fn capacity(&self, resource: &str) -> usize {
+        self.resource(resource).map_or(0, |r| r.devices.len())
+    }
+
+    /// Human-readable event log, oldest first.
+    pub fn events(&self) -> Vec<String> {
+        self.shared.state.lock().unwrap().events.clone()
+    }
+
+    /// Waits until `pred` holds on the kubelet's view, or fails after `timeout` with the
+    /// event log in the error.
+    pub async fn wait_until(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut pred: impl FnMut(&FakeKubelet) -> bool,
+    ) -> anyhow::Result<()> {
+        let mut changed = self.shared.changed.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            changed.borrow_and_update();
+            if pred(self) {
+                return Ok(());
+            }
+            if tokio::time::timeout_at(deadline, changed.changed())
+                .await
+                .is_err()
+            {
+                anyhow::bail!(
+                    "fake kubelet: timed out after {timeout:?} waiting for {what}; events:\n  {}",
+                    self.events().join("\n  ")
+                );
+            }
+        }
+    }
+
+    /// Waits until `resource` is registered with a live endpoint that has sent at least
+    /// one device list; returns its info.
+    pub async fn wait_for_registration(
+        &self,
+        resource: &str,
+        timeout: Duration,
+    ) -> anyhow::Result<ResourceInfo> {
+        self.wait_until(&format!("registration of {resource}"), timeout, |k| {
+            k.resource(resource)
+                .is_some_and(|r| !r.stopped && !r.history.is_empty())
+        })
+        .await?;
+        Ok(self.resource(resource).expect("registered"))
+    }
+
+    /// Waits until the total registration count reaches `count` and `resource` is live.
+    pub async fn wait_for_registrations(
+        &self,
+        resource: &str,
+        count: usize,
+        timeout: Duration,
+    ) -> anyhow::Result<ResourceInfo> {
+        self.wait_until(
+            &format!("{count} registrations, {resource} live"),
+            timeout,
+            |k| {
+                k.registration_count() >= count
+                    && k.resource(resource)
+                        .is_some_and(|r| !r.stopped && !r.history.is_empty())
+            },
+        )
+        .await?;
+        Ok(self.resource(resource).expect("registered"))
+    }
+
+    fn client(&self, resource: &str) -> Result<(DevicePluginClient<Channel>, ResourceInfo), Status> {
+        let state = self.shared.state.lock().unwrap();
+        let ep = state.resources.get(resource).ok_or_else(|| {
+            Status::not_found(format!("cannot allocate unregistered device {resource}"))
+        })?;
+        match (&ep.client, ep.info.stopped) {
+            (Some(client), false) => Ok((client.clone(), ep.info.clone())),
+            _ => Err(Status::unavailable(format!(
+                "endpoint {:?} has been stopped",
+                ep.info.endpoint
+            ))),
+        }
+    }
+
+    /// `Allocate` with exactly one container request for `ids`, after the kubelet's own
+    /// checks (registered, healthy).
+    pub async fn allocate(
+        &self,
+        resource: &str,
+        ids: &[&str],
+    ) -> Result<ContainerAllocateResponse, Status> {
+        let (mut client, info) = self.client(resource)?;
+        for id in ids {
+            match info.devices.iter().find(|d| d.id == *id) {
+                None => {
+                    return Err(Status::not_found(format!(
+                        "cannot allocate unregistered device {resource}"
+                    )))
+                }
+                Some(d) if d.health != HEALTHY => {
+                    return Err(Status::failed_precondition(format!(
+                        "no healthy devices present; cannot allocate unhealthy devices {resource}"
+                    )))
+                }
+                Some(_) => {}
+            }
+        }
+        let request = AllocateRequest {
+            container_requests: vec![ContainerAllocateRequest {
+                devices_ids: ids.iter().map(|s| s.to_string()).collect(),
+            }],
+        };
+        let mut response = client.allocate(request).await?.into_inner();
+        if response.container_responses.is_empty() {
+            return Err(Status::internal(
+                "plugin returned no container response (the kubelet needs exactly one)",
+            ));
+        }
+        Ok(response.container_responses.swap_remove(0))
+    }
+
+    /// `GetPreferredAllocation` for one container; refused when the plugin's options do not
+    /// offer it (a real kubelet would not call it).
+    pub async fn preferred_allocation(
+        &self,
+        resource: &str,
+        available: &[&str],
+        must_include: &[&str],
+        size: i32,
+    ) -> Result<Vec<String>, Status> {
+        let (mut client, info) = self.client(resource)?;
+        if !info.options.get_preferred_allocation_available {
+            return Err(Status::failed_precondition(
+                "the plugin does not offer GetPreferredAllocation; a kubelet would not call it",
+            ));
+        }
+        let request = PreferredAllocationRequest {
+            container_requests: vec![ContainerPreferredAllocationRequest {
+                available_device_i_ds: available.iter().map(|s| s.to_string()).collect(),
+                must_include_device_i_ds: must_include.iter().map(|s| s.to_string()).collect(),
+                allocation_size: size,
+            }],
+        };
+        let response = client.get_preferred_allocation(request).await?.into_inner();
+        Ok(response
+            .container_responses
+            .into_iter()
+            .next()
+            .map(|r| r.device_i_ds)
+            .unwrap_or_default())
+    }
+
+    /// Pod admission of one container asking for `count` devices, as the kubelet does it:
+    /// free healthy devices, `GetPreferredAllocation` if offered (answer intersected with
+    /// what is free, shortfall filled), `Allocate` with one container request, then
+    /// `PreStartContainer` if required. Returns the chosen IDs and the response.
+    pub async fn admit(
+        &self,
+        resource: &str,
+        count: usize,
+    ) -> Result<(Vec<String>, ContainerAllocateResponse), Status> {
+        let (mut client, info) = self.client(resource)?;
+        let allocated = {
+            let state = self.shared.state.lock().unwrap();
+            state.resources[resource].allocated.clone()
+        };
+        let free: Vec<String> = info
+            .devices
+            .iter()
+            .filter(|d| d.health == HEALTHY && !allocated.contains(&d.id))
+            .map(|d| d.id.clone())
+            .collect();
+        if free.len() < count {
+            return Err(Status::resource_exhausted(format!(
+                "requested number of devices unavailable for {resource}. Requested: {count}, Available: {}",
+                free.len()
+            )));
+        }
+        let mut chosen: Vec<String> = Vec::new();
+        if info.options.get_preferred_allocation_available {
+            let free_refs: Vec<&str> = free.iter().map(String::as_str).collect();
+            let preferred = self
+                .preferred_allocation(resource, &free_refs, &[], count as i32)
+                .await?;
+            chosen.extend(
+                preferred
+                    .into_iter()
+                    .filter(|id| free.contains(id))
+                    .take(count),
+            );
+        }
+        for id in &free {
+            if chosen.len() == count {
+                break;
+            }
+            if !chosen.contains(id) {
+                chosen.push(id.clone());
+            }
+        }
+        let ids: Vec<&str> = chosen.iter().map(String::as_str).collect();
+        let response = self.allocate(resource, &ids).await?;
+        if info.options.pre_start_required {
+            client
+                .pre_start_container(PreStartContainerRequest {
+                    devices_ids: chosen.clone(),
+                })
+                .await?;
+        }
+        self.shared.update(|s| {
+            if let Some(ep) = s.resources.get_mut(resource) {
+                ep.allocated.extend(chosen.iter().cloned());
+            }
+        });
+        Ok((chosen, response))
+    }
+}
+
+impl Drop for FakeKubelet {
+    fn drop(&mut self) {
+        if let Ok(mut running) = self.running.try_lock() {
+            if let Some(running) = running.take() {
+                running.server.abort();
+                if let Some(w) = running.watcher {
+                    w.abort();
+                }
+            }
+        }
+        let mut state = self.shared.state.lock().unwrap();
+        for ep in state.resources.values_mut() {
+            if let Some(l) = ep.lister.take() {
+                l.abort();
+            }
+        }
+    }
+}
+
+/// Deletes every socket directly in `dir` except the checkpoint; returns how many.
+pub fn remove_sockets(dir: &Path) -> io::Result<usize> {
+    let mut removed = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_name() == CHECKPOINT_NAME {
+            continue;
+        }
+        if entry.file_type()?.is_socket() {
+            std::fs::remove_file(entry.path())?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
+/// The kubelet's `IsExtendedResourceName` check (with `requests.` prefix validation).
+pub fn is_extended_resource_name(name: &str) -> bool {
+    if !name.contains('/') || name.contains("kubernetes.io/") || name.starts_with("requests.") {
+        return false;
+    }
+    is_qualified_name(&format!("requests.{name}"))
+}
+
+fn is_qualified_name(value: &str) -> bool {
+    let (prefix, name) = match value.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, value),
+    };
+    if let Some(prefix) = prefix {
+        if prefix.is_empty() || prefix.len() > 253 || !is_dns1123_subdomain(prefix) {
+            return false;
+        }
+    }
+    let bytes = name.as_bytes();
+    !name.is_empty()
+        && name.len() <= 63
+        && bytes[0].is_ascii_alphanumeric()
+        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+fn is_dns1123_subdomain(value: &str) -> bool {
+    value.split('.').all(|label| {
+        let b = label.as_bytes();
+        !b.is_empty()
+            && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
+            && (b[b.len() - 1].is_ascii_lowercase() || b[b.len() - 1].is_ascii_digit())
+            && b
+                .iter()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+    })
+}
+
+/// Dials a plugin socket the way the kubelet does: blocking, with `timeout`; an old
+/// kubelet puts the socket path into `:authority`.
+pub async fn dial_plugin(
+    path: &Path,
+    old_kubelet_authority: bool,
+    timeout: Duration,
+) -> anyhow::Result<Channel> {
+    let path = path.to_path_buf();
+    let connector = tower::service_fn(move |_| {
+        let path = path.clone();
+        async move {
+            let stream = UnixStream::connect(&path).await?;
+            let authority = old_kubelet_authority.then(|| path.to_string_lossy().into_owned());
+            Ok::<_, io::Error>(TokioIo::new(AuthorityOverride::new(stream, authority)))
+        }
+    });
+    let endpoint = Endpoint::from_static("http://localhost");
+    let connect = endpoint.connect_with_connector(connector);
+    match tokio::time::timeout(timeout, connect).await {
+        Ok(result) => Ok(result?),
+        Err(_) => anyhow::bail!("context deadline exceeded (dial timeout {timeout:?})"),
+    }
+}
+
+struct KubeletRegistration {
+    shared: Arc<Shared>,
+    epoch: u64,
+}
+
+#[tonic::async_trait]
+impl Registration for KubeletRegistration {
+    async fn register(&self, request: Request<RegisterRequest>) -> Result<Response<Empty>, Status> {
+        let r = request.into_inner();
+        self.shared.log(format!(
+            "Got registration request from device plugin with resource {}",
+            r.resource_name
+        ));
+        if r.version != VERSION {
+            let msg = format!(
+                "requested API version {:?} is not supported by kubelet. Supported version is [{:?}]",
+                r.version, VERSION
+            );
+            self.shared.log(msg.clone());
+            return Err(Status::unknown(msg));
+        }
+        if !is_extended_resource_name(&r.resource_name) {
+            let msg = format!("the ResourceName {:?} is invalid", r.resource_name);
+            self.shared.log(msg.clone());
+            return Err(Status::unknown(msg));
+        }
+        let endpoint = self.shared.opts.device_plugin_dir.join(&r.endpoint);
+        connect_endpoint(&self.shared, self.epoch, &r.resource_name, endpoint, None)
+            .await
+            .map_err(|e| {
+                self.shared.log(format!("registration of {} failed: {e}", r.resource_name));
+                Status::unknown(e)
+            })?;
+        Ok(Response::new(Empty {}))
+    }
+}
+
+/// Dial-back, `GetDevicePluginOptions`, endpoint replacement and the `ListAndWatch`
+/// consumer — shared by `Register` and the plugin watcher.
+async fn connect_endpoint(
+    shared: &Arc<Shared>,
+    epoch: u64,
+    resource: &str,
+    endpoint: PathBuf,
+    watcher_socket: Option<PathBuf>,
+) -> Result<(), String> {
+    let channel = dial_plugin(&endpoint, shared.opts.old_kubelet_authority, DIAL_TIMEOUT)
+        .await
+        .map_err(|e| format!("failed to dial device plugin: {e:#}"))?;
+    let mut client = DevicePluginClient::new(channel);
+    let options = client
+        .get_device_plugin_options(Empty {})
+        .await
+        .map_err(|s| format!("GetDevicePluginOptions failed: {}", s.message()))?
+        .into_inner();
+    let installed = shared.update(|s| {
+        if !s.running || s.epoch != epoch {
+            return None;
+        }
+        s.next_endpoint_id += 1;
+        s.total_registrations += 1;
+        let id = s.next_endpoint_id;
+        let previous = s.resources.remove(resource);
+        let registrations = previous.as_ref().map_or(0, |p| p.info.registrations) + 1;
+        let allocated = previous.as_ref().map(|p| p.allocated.clone()).unwrap_or_default();
+        if let Some(mut previous) = previous {
+            if let Some(lister) = previous.lister.take() {
+                lister.abort();
+            }
+        }
+        s.resources.insert(
+            resource.to_string(),
+            Endpoint_ {
+                info: ResourceInfo {
+                    endpoint: endpoint.clone(),
+                    options: options.clone(),
+                    devices: Vec::new(),
+                    history: Vec::new(),
+                    stopped: false,
+                    registrations,
+                },
+                client: Some(client.clone()),
+                endpoint_id: id,
+                lister: None,
+                allocated,
+                watcher_socket,
+            },
+        );
+        Some(id)
+    });
+    let Some(endpoint_id) = installed else {
+        return Err("kubelet is shutting down".to_string());
+    };
+    shared.log(format!(
+        "Registered {resource} at {} (options: pre_start_required={}, get_preferred_allocation_available={})",
+        endpoint.display(),
+        options.pre_start_required,
+        options.get_preferred_allocation_available
+    ));
+    let lister = tokio::spawn(list_and_watch(
+        shared.clone(),
+        resource.to_string(),
+        endpoint_id,
+        client,
+    ));
+    shared.update(|s| {
+        match s.resources.get_mut(resource) {
+            Some(ep) if ep.endpoint_id == endpoint_id => ep.lister = Some(lister),
+            _ => lister.abort(),
+        }
+    });
+    Ok(())
+}
+
+async fn list_and_watch(
+    shared: Arc<Shared>,
+    resource: String,
+    endpoint_id: u64,
+    mut client: DevicePluginClient<Channel>,
+) {
+    let result = async {
+        let mut stream = client.list_and_watch(Empty {}).await?.into_inner();
+        while let Some(message) = stream.message().await? {
+            let healthy = message.devices.iter().filter(|d| d.health == HEALTHY).count();
+            let total = message.devices.len();
+            let current = shared.update(|s| match s.resources.get_mut(&resource) {
+                Some(ep) if ep.endpoint_id == endpoint_id => {
+                    ep.info.history.push(message.devices.clone());
+                    ep.info.devices = message.devices;
+                    true
+                }
+                _ => false,
+            });
+            if !current {
+                return Ok(());
+            }
+            shared.log(format!(
+                "ListAndWatch {resource}: {total} device(s), {healthy} healthy"
+            ));
+        }
+        Ok::<(), Status>(())
+    }
+    .await;
+    let stopped = shared.update(|s| match s.resources.get_mut(&resource) {
+        Some(ep) if ep.endpoint_id == endpoint_id && !ep.info.stopped => {
+            ep.info.stopped = true;
+            ep.client = None;
+            true
+        }
+        _ => false,
+    });
+    if stopped {
+        let why = match result {
+            Ok(()) => "stream closed".to_string(),
+            Err(status) => status.message().to_string(),
+        };
+        shared.log(format!(
+            "ListAndWatch ended unexpectedly for device plugin {resource}: {why}; devices marked unhealthy"
+        ));
+    }
+}
+
+/// The plugin-watcher side: scans `registry` for new and removed sockets.
+async fn run_plugin_watcher(shared: Arc<Shared>, registry: PathBuf, epoch: u64) {
+    let _ = std::fs::create_dir_all(&registry);
+    let mut known: HashMap<PathBuf, JoinHandle<()>> = HashMap::new();
+    loop {
+        let mut present = Vec::new();
+        if let Ok(entries) = std::fs::read_dir(&registry) {
+            for entry in entries.flatten() {
+                if entry.file_type().map(|t| t.is_socket()).unwrap_or(false) {
+                    present.push(entry.path());
+                }
+            }
+        }
+        for path in &present {
+            if !known.contains_key(path) {
+                let task = tokio::spawn(register_through_watcher(shared.clone(), path.clone(), epoch));
+                known.insert(path.clone(), task);
+            }
+        }
+        let gone: Vec<PathBuf> = known
+            .keys()
+            .filter(|p| !present.contains(p))
+            .cloned()
+            .collect();
+        for path in gone {
+            if let Some(task) = known.remove(&path) {
+                task.abort();
+            }
+            // DeRegisterPlugin: the device manager disconnects the resource's client.
+            let deregistered = shared.update(|s| {
+                let mut names = Vec::new();
+                for (name, ep) in s.resources.iter_mut() {
+                    if ep.watcher_socket.as_deref() == Some(path.as_path()) && !ep.info.stopped {
+                        ep.info.stopped = true;
+                        ep.client = None;
+                        if let Some(l) = ep.lister.take() {
+                            l.abort();
+                        }
+                        names.push(name.clone());
+                    }
+                }
+                names
+            });
+            for name in deregistered {
+                shared.log(format!(
+                    "plugin watcher: {} removed, deregistered {name}",
+                    path.display()
+                ));
+            }
+        }
+        tokio::time::sleep(WATCHER_SCAN).await;
+    }
+}
+
+async fn register_through_watcher(shared: Arc<Shared>, socket: PathBuf, epoch: u64) {
+    let old = shared.opts.old_kubelet_authority;
+    let channel = match dial_plugin(&socket, old, DIAL_TIMEOUT).await {
+        Ok(c) => c,
+        Err(e) => {
+            shared.log(format!("plugin watcher: cannot dial {}: {e:#}", socket.display()));
+            return;
+        }
+    };
+    let mut client = WatcherClient::new(channel);
+    let info = match tokio::time::timeout(GET_INFO_TIMEOUT, client.get_info(InfoRequest {})).await {
+        Ok(Ok(info)) => info.into_inner(),
+        Ok(Err(status)) => {
+            shared.log(format!("plugin watcher: GetInfo failed: {}", status.message()));
+            return;
+        }
+        Err(_) => {
+            shared.log("plugin watcher: GetInfo timed out".to_string());
+            return;
+        }
+    };
+    shared.log(format!(
+        "plugin watcher: {} is a {} plugin named {} (endpoint {:?}, versions {:?})",
+        socket.display(),
+        info.r#type,
+        info.name,
+        info.endpoint,
+        info.supported_versions
+    ));
+    let result = if info.r#type != DEVICE_PLUGIN_TYPE {
+        Err(format!("unsupported plugin type {:?}", info.r#type))
+    } else if !info.supported_versions.iter().any(|v| v == VERSION) {
+        Err(format!(
+            "none of the versions {:?} is supported by the device manager",
+            info.supported_versions
+        ))
+    } else if !is_extended_resource_name(&info.name) {
+        Err(format!("the ResourceName {:?} is invalid", info.name))
+    } else {
+        let endpoint = if info.endpoint.is_empty() {
+            socket.clone()
+        } else {
+            PathBuf::from(&info.endpoint)
+        };
+        connect_endpoint(&shared, epoch, &info.name, endpoint, Some(socket.clone())).await
+    };
+    let status = match &result {
+        Ok(()) => RegistrationStatus {
+            plugin_registered: true,
+            error: String::new(),
+        },
+        Err(e) => {
+            shared.log(format!("plugin watcher: registration of {} failed: {e}", info.name));
+            RegistrationStatus {
+                plugin_registered: false,
+                error: e.clone(),
+            }
+        }
+    };
+    let _ = client.notify_registration_status(status).await;
+}
+
+/// A client connection whose outgoing HTTP/2 header blocks get `:authority` replaced
+/// (when `authority` is set), like an old kubelet dialing with the socket path as target.
+/// tonic/h2 cannot send such an authority themselves (it is not a valid URI), so this
+/// rewrites the frames they write: header blocks are decoded and re-encoded with one
+/// `hpack` encoder of our own, so the server sees a consistent HPACK stream.
+pub struct AuthorityOverride<S> {
+    inner: S,
+    authority: Option<Vec<u8>>,
+    preface_left: usize,
+    input: Vec<u8>,
+    output: Vec<u8>,
+    block: Option<(u8, u32, Vec<u8>)>,
+    decoder: hpack::Decoder<'static>,
+    encoder: hpack::Encoder<'static>,
+}
+
+impl<S> AuthorityOverride<S> {
+    /// Wraps a client connection; `None` passes everything through.
+    pub fn new(inner: S, authority: Option<String>) -> Self {
+        AuthorityOverride {
+            inner,
+            authority: authority.map(String::into_bytes),
+            preface_left: 24,
+            input: Vec::new(),
+            output: Vec::new(),
+            block: None,
+            decoder: hpack::Decoder::new(),
+            encoder: hpack::Encoder::new(),
+        }
+    }
+
+    fn process(&mut self) {
+        let Some(authority) = self.authority.clone() else {
+            self.output.append(&mut self.input);
+            return;
+        };
+        if self.preface_left > 0 {
+            let n = self.preface_left.min(self.input.len());
+            self.output.extend(self.input.drain(..n));
+            self.preface_left -= n;
+        }
+        while self.preface_left == 0 && self.input.len() >= 9 {
+            let len = u32::from_be_bytes([0, self.input[0], self.input[1], self.input[2]]) as usize;
+            if self.input.len() < 9 + len {
+                break;
+            }
+            let frame: Vec<u8> = self.input.drain(..9 + len).collect();
+            let (kind, flags) = (frame[3], frame[4]);
+            let stream = u32::from_be_bytes([frame[5], frame[6], frame[7], frame[8]]);
+            let payload = &frame[9..];
+            match kind {
+                0x1 => {
+                    let mut start = 0;
+                    let mut end = payload.len();
+                    if flags & 0x8 != 0 {
+                        start = 1;
+                        end -= payload[0] as usize;
+                    }
+                    if flags & 0x20 != 0 {
+                        start += 5;
+                    }
+                    self.block = Some((flags & 0x1, stream, payload[start..end].to_vec()));
+                }
+                0x9 => {
+                    if let Some(block) = self.block.as_mut() {
+                        block.2.extend_from_slice(payload);
+                    }
+                }
+                _ => {
+                    self.output.extend_from_slice(&frame);
+                    continue;
+                }
+            }
+            if flags & 0x4 != 0 {
+                let (end_stream, stream, fragment) = self.block.take().expect("header block");
+                let headers = self.decoder.decode(&fragment).expect("h2 wrote valid HPACK");
+                let headers: Vec<(Vec<u8>, Vec<u8>)> = headers
+                    .into_iter()
+                    .map(|(n, v)| {
+                        if n == b":authority" {
+                            (n, authority.clone())
+                        } else {
+                            (n, v)
+                        }
+                    })
+                    .collect();
+                let block = self
+                    .encoder
+                    .encode(headers.iter().map(|(n, v)| (&n[..], &v[..])));
+                let chunks: Vec<&[u8]> = block.chunks(16_384).collect();
+                for (i, chunk) in chunks.iter().enumerate() {
+                    let kind = if i == 0 { 0x1 } else { 0x9 };
+                    let mut flags = if i == 0 { end_stream } else { 0 };
+                    if i + 1 == chunks.len() {
+                        flags |= 0x4;
+                    }
+                    let len = (chunk.len() as u32).to_be_bytes();
+                    self.output.extend_from_slice(&len[1..]);
+                    self.output.push(kind);
+                    self.output.push(flags);
+                    self.output.extend_from_slice(&stream.to_be_bytes());
+                    self.output.extend_from_slice(chunk);
+                }
+            }
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AuthorityOverride<S> {
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.output.is_empty() {
+            let n = std::task::ready!(Pin::new(&mut self.inner).poll_write(cx, &self.output))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.output.drain(..n);
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for AuthorityOverride<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for AuthorityOverride<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        this.input.extend_from_slice(buf);
+        this.process();
+        // Buffered: report everything as written; poll_flush pushes it out.
+        if let Poll::Ready(Err(e)) = this.poll_drain(cx) {
+            return Poll::Ready(Err(e));
+        }
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        std::task::ready!(this.poll_drain(cx))?;
+        Pin::new(&mut this.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        std::task::ready!(this.poll_drain(cx))?;
+        Pin::new(&mut this.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_names_are_checked_like_the_kubelet() {
+        assert!(is_extended_resource_name("nvidia.com/gpu"));
+        assert!(is_extended_resource_name("nvidia.com/mig-1g.5gb"));
+        assert!(is_extended_resource_name("nvidia.com/gpu.shared"));
+        assert!(!is_extended_resource_name("gpu"));
+        assert!(!is_extended_resource_name("kubernetes.io/gpu"));
+        assert!(!is_extended_resource_name("requests.nvidia.com/gpu"));
+        assert!(!is_extended_resource_name("Nvidia.com/gpu"));
+        assert!(!is_extended_resource_name("nvidia.com/-gpu"));
+        assert!(!is_extended_resource_name(&format!("nvidia.com/{}", "g".repeat(64))));
+    }
+
+    #[test]
+    fn start_up_clean_up_keeps_checkpoint_and_plain_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let _a = std::os::unix::net::UnixListener::bind(dir.path().join("a.sock")).unwrap();
+        let _c = std::os::unix::net::UnixListener::bind(dir.path().join(CHECKPOINT_NAME)).unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "x").unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        assert_eq!(remove_sockets(dir.path()).unwrap(), 1);
+        assert!(!dir.path().join("a.sock").exists());
+        assert!(dir.path().join(CHECKPOINT_NAME).exists());
+        assert!(dir.path().join("notes.txt").exists());
+        assert!(dir.path().join("sub").exists());
+    }
+}
