@@ -9,7 +9,15 @@
 use std::path::PathBuf;
 
 /// (variant directory, source file, soname, extra compiler flags)
-const FAKES: &[(&str, &str, &str, &[&str])] = &[];
+const FAKES: &[(&str, &str, &str, &[&str])] = &[
+    // devicequery: a current driver, old drivers without newer symbols, a library missing a
+    // required symbol, and the toolkit stub (installed as `libcuda.so`, the name it has).
+    ("cuda", "cuda.c", "libcuda.so.1", &[]),
+    ("cuda-10.2", "cuda.c", "libcuda.so.1", &["-DFAKE_CUDA_LEGACY_10_2"]),
+    ("cuda-9.0", "cuda.c", "libcuda.so.1", &["-DFAKE_CUDA_LEGACY_9_0"]),
+    ("cuda-no-total-mem", "cuda.c", "libcuda.so.1", &["-DFAKE_CUDA_OMIT_TOTAL_MEM"]),
+    ("cuda-stub", "cuda.c", "libcuda.so", &["-DFAKE_CUDA_STUB"]),
+];
 
 fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());

@@ -1,1 +1,64 @@
-//! placeholder
+//! `devicequery`: a deviceQuery-compatible CUDA probe that loads the CUDA driver library at run
+//! time (no CUDA runtime, no toolkit at build time), for verification pods on GPU nodes.
+//!
+//! Flow: print the header, [`probe`] the driver, evaluate the [`checks`], render [`text`] or
+//! [`json`]. The verdict is the last stdout line (`Result = PASS`/`FAIL`) and the exit status.
+
+pub mod checks;
+pub mod cli;
+pub mod cores;
+pub mod cuda_error;
+pub mod cuda_version;
+pub mod driver;
+pub mod json;
+pub mod layout;
+pub mod probe;
+pub mod text;
+
+use std::ffi::OsString;
+use std::io::Write;
+
+use clap::Parser;
+
+/// Runs devicequery with `args` (including argv[0]); returns the exit status.
+pub fn run(args: Vec<OsString>) -> i32 {
+    // deviceQuery echoes argv[0] as invoked in its first line.
+    let argv0 = args
+        .first()
+        .map(|a| a.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "devicequery".to_string());
+    let cli = match cli::Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return e.exit_code();
+        }
+    };
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if !cli.json {
+        // Out before the driver is touched, like the sample, so a hang or crash in libcuda
+        // still shows which program was running.
+        let _ = out.write_all(text::header(&argv0).as_bytes());
+        let _ = out.flush();
+    }
+    let probe = probe::probe(cli.device);
+    let checks = match &probe {
+        Ok(report) => checks::evaluate(&cli.requirements(), report),
+        Err(_) => Vec::new(),
+    };
+    let passed = probe.is_ok() && checks.iter().all(|c| c.passed);
+    let written = if cli.json {
+        let document = json::render(&probe, &checks);
+        serde_json::to_writer_pretty(&mut out, &document)
+            .map_err(std::io::Error::from)
+            .and_then(|()| out.write_all(b"\n"))
+    } else {
+        out.write_all(text::body(&probe, &checks).as_bytes())
+    };
+    let flushed = written.and_then(|()| out.flush());
+    match (flushed, passed) {
+        (Ok(()), true) => 0,
+        _ => 1,
+    }
+}

@@ -1,0 +1,207 @@
+//! Configuring the fake CUDA driver (`fakes/cuda.c`) for one test: which devices it reports,
+//! their attributes, the driver version, peer access and forced error codes.
+//!
+//! The fake reads a small text file named by [`CONFIG_ENV`]; [`FakeCuda::write`] produces it and
+//! [`FakeCuda::configure`] points a child process at it and at the library variant.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Environment variable the fake library reads its configuration path from.
+pub const CONFIG_ENV: &str = "EDGEGPU_FAKE_CUDA_CONFIG";
+
+/// Library variants built by `build.rs` (pass to [`crate::fakelib::variant_dir`]).
+pub mod variant {
+    /// A current driver exporting every entry point.
+    pub const CURRENT: &str = "cuda";
+    /// A CUDA 10.2 driver (JetPack 4): no `cuDeviceGetUuid_v2`.
+    pub const CUDA_10_2: &str = "cuda-10.2";
+    /// A CUDA 9.0 driver: no `cuDeviceGetUuid` either.
+    pub const CUDA_9_0: &str = "cuda-9.0";
+    /// A library lacking `cuDeviceTotalMem_v2`, which devicequery requires.
+    pub const NO_TOTAL_MEM: &str = "cuda-no-total-mem";
+    /// The CUDA toolkit stub, installed as `libcuda.so`: every call returns 34.
+    pub const STUB: &str = "cuda-stub";
+}
+
+/// `CUdevice_attribute` numbers, written from NVIDIA's `cuda.h` enum (kept separate from
+/// devicequery's own table on purpose, so a wrong number on either side shows up in a test).
+pub mod attr {
+    pub const MAX_THREADS_PER_BLOCK: i32 = 1;
+    pub const MAX_BLOCK_DIM_X: i32 = 2;
+    pub const MAX_BLOCK_DIM_Y: i32 = 3;
+    pub const MAX_BLOCK_DIM_Z: i32 = 4;
+    pub const MAX_GRID_DIM_X: i32 = 5;
+    pub const MAX_GRID_DIM_Y: i32 = 6;
+    pub const MAX_GRID_DIM_Z: i32 = 7;
+    pub const MAX_SHARED_MEMORY_PER_BLOCK: i32 = 8;
+    pub const TOTAL_CONSTANT_MEMORY: i32 = 9;
+    pub const WARP_SIZE: i32 = 10;
+    pub const MAX_PITCH: i32 = 11;
+    pub const MAX_REGISTERS_PER_BLOCK: i32 = 12;
+    pub const CLOCK_RATE: i32 = 13;
+    pub const TEXTURE_ALIGNMENT: i32 = 14;
+    pub const GPU_OVERLAP: i32 = 15;
+    pub const MULTIPROCESSOR_COUNT: i32 = 16;
+    pub const KERNEL_EXEC_TIMEOUT: i32 = 17;
+    pub const INTEGRATED: i32 = 18;
+    pub const CAN_MAP_HOST_MEMORY: i32 = 19;
+    pub const COMPUTE_MODE: i32 = 20;
+    pub const MAXIMUM_TEXTURE1D_WIDTH: i32 = 21;
+    pub const MAXIMUM_TEXTURE2D_WIDTH: i32 = 22;
+    pub const MAXIMUM_TEXTURE2D_HEIGHT: i32 = 23;
+    pub const MAXIMUM_TEXTURE3D_WIDTH: i32 = 24;
+    pub const MAXIMUM_TEXTURE3D_HEIGHT: i32 = 25;
+    pub const MAXIMUM_TEXTURE3D_DEPTH: i32 = 26;
+    pub const MAXIMUM_TEXTURE2D_LAYERED_WIDTH: i32 = 27;
+    pub const MAXIMUM_TEXTURE2D_LAYERED_HEIGHT: i32 = 28;
+    pub const MAXIMUM_TEXTURE2D_LAYERED_LAYERS: i32 = 29;
+    pub const SURFACE_ALIGNMENT: i32 = 30;
+    pub const ECC_ENABLED: i32 = 32;
+    pub const PCI_BUS_ID: i32 = 33;
+    pub const PCI_DEVICE_ID: i32 = 34;
+    pub const MEMORY_CLOCK_RATE: i32 = 36;
+    pub const GLOBAL_MEMORY_BUS_WIDTH: i32 = 37;
+    pub const L2_CACHE_SIZE: i32 = 38;
+    pub const MAX_THREADS_PER_MULTIPROCESSOR: i32 = 39;
+    pub const ASYNC_ENGINE_COUNT: i32 = 40;
+    pub const UNIFIED_ADDRESSING: i32 = 41;
+    pub const MAXIMUM_TEXTURE1D_LAYERED_WIDTH: i32 = 42;
+    pub const MAXIMUM_TEXTURE1D_LAYERED_LAYERS: i32 = 43;
+    pub const PCI_DOMAIN_ID: i32 = 50;
+    pub const COMPUTE_CAPABILITY_MAJOR: i32 = 75;
+    pub const COMPUTE_CAPABILITY_MINOR: i32 = 76;
+    pub const MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: i32 = 81;
+    pub const MANAGED_MEMORY: i32 = 83;
+    pub const COMPUTE_PREEMPTION_SUPPORTED: i32 = 90;
+    pub const COOPERATIVE_LAUNCH: i32 = 95;
+    pub const COOPERATIVE_MULTI_DEVICE_LAUNCH: i32 = 96;
+}
+
+/// One device as the fake driver reports it.
+#[derive(Debug, Clone, Default)]
+pub struct FakeCudaDevice {
+    pub name: String,
+    pub total_mem: u64,
+    pub attributes: BTreeMap<i32, i32>,
+    pub uuid: Option<[u8; 16]>,
+}
+
+impl FakeCudaDevice {
+    pub fn new(name: &str, total_mem: u64) -> Self {
+        FakeCudaDevice {
+            name: name.to_string(),
+            total_mem,
+            ..Default::default()
+        }
+    }
+
+    /// Sets one attribute (see [`attr`]).
+    pub fn attr(mut self, attribute: i32, value: i32) -> Self {
+        self.attributes.insert(attribute, value);
+        self
+    }
+
+    pub fn uuid(mut self, uuid: [u8; 16]) -> Self {
+        self.uuid = Some(uuid);
+        self
+    }
+}
+
+/// The whole fake machine: driver version, devices, peer matrix, forced results.
+#[derive(Debug, Clone)]
+pub struct FakeCuda {
+    pub driver_version: i32,
+    /// Overrides the count `cuDeviceGetCount` returns (default: `devices.len()`).
+    pub device_count: Option<i32>,
+    pub devices: Vec<FakeCudaDevice>,
+    /// (from, to) pairs that can access each other's memory.
+    pub peers: Vec<(usize, usize)>,
+    /// (entry point or `all`, CUresult code) forced failures.
+    pub results: Vec<(String, i32)>,
+}
+
+impl FakeCuda {
+    pub fn new(driver_version: i32) -> Self {
+        FakeCuda {
+            driver_version,
+            device_count: None,
+            devices: Vec::new(),
+            peers: Vec::new(),
+            results: Vec::new(),
+        }
+    }
+
+    pub fn device(mut self, device: FakeCudaDevice) -> Self {
+        self.devices.push(device);
+        self
+    }
+
+    pub fn peer(mut self, from: usize, to: usize) -> Self {
+        self.peers.push((from, to));
+        self
+    }
+
+    /// Makes `function` (an entry point name, or `all`) return `code`.
+    pub fn fail(mut self, function: &str, code: i32) -> Self {
+        self.results.push((function.to_string(), code));
+        self
+    }
+
+    pub fn device_count(mut self, count: i32) -> Self {
+        self.device_count = Some(count);
+        self
+    }
+
+    /// The configuration file text the fake library parses.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "driver_version {}", self.driver_version);
+        if let Some(count) = self.device_count {
+            let _ = writeln!(out, "device_count {count}");
+        }
+        for (function, code) in &self.results {
+            let _ = writeln!(out, "result {function} {code}");
+        }
+        for device in &self.devices {
+            let _ = writeln!(
+                out,
+                "device\nname {}\ntotal_mem {}",
+                device.name, device.total_mem
+            );
+            for (attribute, value) in &device.attributes {
+                let _ = writeln!(out, "attr {attribute} {value}");
+            }
+            if let Some(uuid) = device.uuid {
+                let hex: String = uuid.iter().map(|b| format!("{b:02x}")).collect();
+                let _ = writeln!(out, "uuid {hex}");
+            }
+        }
+        for (from, to) in &self.peers {
+            let _ = writeln!(out, "peer {from} {to} 1");
+        }
+        out
+    }
+
+    /// Writes the configuration into `dir` and returns its path.
+    pub fn write(&self, dir: &Path) -> PathBuf {
+        let path = dir.join("fake-cuda.conf");
+        std::fs::write(&path, self.render())
+            .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+        path
+    }
+
+    /// Writes the configuration into `dir` and makes `cmd` load library `variant` with it.
+    pub fn configure(&self, cmd: &mut Command, variant: &str, dir: &Path) {
+        let config = self.write(dir);
+        use_library_variant(cmd, variant);
+        cmd.env(CONFIG_ENV, config);
+    }
+}
+
+/// Makes `cmd` find the fake library `variant` (and nothing else) through `LD_LIBRARY_PATH`.
+pub fn use_library_variant(cmd: &mut Command, variant: &str) {
+    cmd.env("LD_LIBRARY_PATH", crate::fakelib::variant_dir(variant));
+}
