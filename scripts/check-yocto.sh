@@ -7,8 +7,8 @@
 #   4. structural checks (layer.conf, licence md5, SRC_URI/SRCREV policy, packages, systemd
 #      names, rootfs class) and `systemd-analyze verify` of the units.
 # Installs what it needs, only when missing: a venv in .tools/yocto-venv with pinned
-# oelint-adv / oelint-parser / oelint-data from PyPI. Needs python3 (>= 3.11, with venv),
-# git and systemd-analyze (Debian: python3-venv, systemd).
+# oelint-adv / oelint-parser / oelint-data from PyPI. Needs python3 (with venv), git and
+# systemd-analyze with the host's units (Debian: python3-venv, systemd).
 # Usage: scripts/check-yocto.sh [--strict-srcrev]
 #   --strict-srcrev  also fail when Cargo.lock at the recipe's SRCREV differs from the
 #                    working tree's (use on release branches, after bumping SRCREV).
@@ -19,7 +19,8 @@ LAYER=yocto/meta-edgegpu
 CRATES_INC=$LAYER/recipes-containers/edgegpu/edgegpu-crates.inc
 VENV=.tools/yocto-venv
 # Pinned: new oelint rules must not break CI unannounced; bump on purpose.
-PY_REQUIREMENTS=(oelint-adv==9.11.2 oelint-parser==8.13.2 oelint-data==1.5.26)
+# tomli only on Pythons older than 3.11 (which have no tomllib).
+PY_REQUIREMENTS=(oelint-adv==9.11.2 oelint-parser==8.13.2 oelint-data==1.5.26 'tomli>=2; python_version < "3.11"')
 RELEASES=(scarthgap styhead walnascar whinlatter wrynose)
 STRICT_SRCREV=()
 for arg in "$@"; do

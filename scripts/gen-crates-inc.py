@@ -30,9 +30,7 @@ except ModuleNotFoundError:  # pragma: no cover - older Pythons need the tomli b
     import tomli as tomllib
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_INC = os.path.join(
-    "yocto", "meta-edgegpu", "recipes-containers", "edgegpu", "edgegpu-crates.inc"
-)
+DEFAULT_INC = os.path.join("yocto", "meta-edgegpu", "recipes-containers", "edgegpu", "edgegpu-crates.inc")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 # Crate names and versions end up in URLs and bitbake variable flags: keep them to what
 # crates.io allows (a stray quote or space would corrupt the generated file).
@@ -53,11 +51,7 @@ class LockError(Exception):
 
 def package_lines(text):
     """1-based line numbers of the `[[package]]` headers, in order."""
-    return [
-        number
-        for number, line in enumerate(text.splitlines(), start=1)
-        if line.strip() == "[[package]]"
-    ]
+    return [number for number, line in enumerate(text.splitlines(), start=1) if line.strip() == "[[package]]"]
 
 
 def crates_io_packages(path, text):
@@ -85,9 +79,7 @@ def crates_io_packages(path, text):
         if not isinstance(version, str) or not VERSION_RE.match(version):
             raise LockError(path, line, f"{name}: missing or invalid version: {version!r}")
         if checksum is None:
-            raise LockError(
-                path, line, f"{name} {version}: crates.io package without a checksum"
-            )
+            raise LockError(path, line, f"{name} {version}: crates.io package without a checksum")
         if not isinstance(checksum, str) or not SHA256_RE.match(checksum):
             raise LockError(
                 path, line, f"{name} {version}: checksum is not a sha256 hex digest: {checksum!r}"

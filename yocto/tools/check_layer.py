@@ -34,7 +34,7 @@ try:
 except ModuleNotFoundError:  # pragma: no cover
     import tomli as tomllib
 
-from oelint_parser.cls_item import FlagAssignment, Function, Include, Inherit, Variable
+from oelint_parser.cls_item import FlagAssignment, Function, Inherit, Variable
 from oelint_parser.cls_stash import Stash
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -81,9 +81,10 @@ class Report:
 class BBFile:
     """Variables, flags, functions of one metadata file (plus what it `require`s)."""
 
-    def __init__(self, path, repo_root):
+    def __init__(self, path, repo):
         self.path = path
-        self.rel = os.path.relpath(path, repo_root)
+        self.repo = repo
+        self.rel = os.path.relpath(path, repo)
         stash = Stash(quiet=True)
         stash.AddFile(path)
         stash.Finalize()
@@ -91,17 +92,25 @@ class BBFile:
         self.flags = list(stash.GetItemsFor(classifier=FlagAssignment.CLASSIFIER))
         self.functions = list(stash.GetItemsFor(classifier=Function.CLASSIFIER))
         self.inherits = [
-            cls
-            for item in stash.GetItemsFor(classifier=Inherit.CLASSIFIER)
-            for cls in item.get_items()
+            cls for item in stash.GetItemsFor(classifier=Inherit.CLASSIFIER) for cls in item.get_items()
         ]
-        self.includes = list(stash.GetItemsFor(classifier=Include.CLASSIFIER))
         self.text = read_text(path)
 
-    def where(self, item=None):
-        if item is None:
-            return self.rel
-        return f"{os.path.relpath(item.Origin, REPO_ROOT_FOR_MESSAGES)}:{item.InFileLine}"
+    def where(self, item):
+        """file:line of a parsed item (which may come from a required file)."""
+        return f"{os.path.relpath(item.Origin, self.repo)}:{item.InFileLine}"
+
+    def loc(self, name, override=""):
+        """file:line of the last assignment to `name` (just the file when there is none)."""
+        found = self.assignments(name, override)
+        return self.where(found[-1]) if found else self.rel
+
+    def line_of(self, regex):
+        """file:line of the first line of this file matching `regex` (the file when none does)."""
+        for number, line in enumerate(self.text.splitlines(), start=1):
+            if re.search(regex, line):
+                return f"{self.rel}:{number}"
+        return self.rel
 
     def assignments(self, name, override=""):
         # layer.conf's BBFILE_PATTERN_edgegpu parses as BBFILE_PATTERN + override "edgegpu".
@@ -140,9 +149,6 @@ class BBFile:
         )
 
 
-REPO_ROOT_FOR_MESSAGES = REPO_ROOT
-
-
 def clean(value):
     # oelint-parser marks line continuations with ESC; a continuation is just whitespace.
     return value.replace("\x1b", " ").strip()
@@ -168,12 +174,13 @@ def parse_url(url):
     return head, parsed
 
 
-def read_toml(path, report):
+def read_toml(path, repo, report):
     try:
         with open(path, "rb") as handle:
             return tomllib.load(handle)
     except (OSError, tomllib.TOMLDecodeError) as err:
-        report.error(os.path.relpath(path, REPO_ROOT_FOR_MESSAGES), f"cannot read: {err}")
+        # TOMLDecodeError messages carry "(at line L, column C)".
+        report.error(os.path.relpath(path, repo), f"cannot read: {err}")
         return None
 
 
@@ -183,7 +190,7 @@ def read_toml(path, report):
 class Workspace:
     def __init__(self, repo, report):
         self.repo = repo
-        manifest = read_toml(os.path.join(repo, "Cargo.toml"), report) or {}
+        manifest = read_toml(os.path.join(repo, "Cargo.toml"), repo, report) or {}
         workspace = manifest.get("workspace", {})
         package = workspace.get("package", {})
         self.is_workspace = bool(workspace)
@@ -194,7 +201,7 @@ class Workspace:
         self.binaries = {}  # bin name -> crate name
         self.crates = {}  # crate name -> member dir
         for member in self.members:
-            member_manifest = read_toml(os.path.join(repo, member, "Cargo.toml"), report)
+            member_manifest = read_toml(os.path.join(repo, member, "Cargo.toml"), repo, report)
             if member_manifest is None:
                 continue
             crate = member_manifest.get("package", {}).get("name", member)
@@ -210,38 +217,51 @@ class Workspace:
 # ----------------------------------------------------------------------------- layer.conf
 
 
-def check_layer_conf(layer, report):
+def check_layer_conf(layer, repo, report):
     path = os.path.join(layer, "conf", "layer.conf")
     if not os.path.isfile(path):
-        report.error(os.path.relpath(path, REPO_ROOT_FOR_MESSAGES), "missing")
+        report.error(os.path.relpath(path, repo), "missing")
         return
-    conf = BBFile(path, REPO_ROOT_FOR_MESSAGES)
-    where = conf.rel
+    conf = BBFile(path, repo)
 
     if "${LAYERDIR}" not in " ".join(conf.items("BBPATH")):
-        report.error(where, 'BBPATH must add "${LAYERDIR}"')
+        report.error(conf.loc("BBPATH"), 'BBPATH must add "${LAYERDIR}"')
     collections = conf.items("BBFILE_COLLECTIONS")
     if collections != [COLLECTION]:
-        report.error(where, f'BBFILE_COLLECTIONS must be "{COLLECTION}", found {collections}')
+        report.error(
+            conf.loc("BBFILE_COLLECTIONS"), f'BBFILE_COLLECTIONS must be "{COLLECTION}", found {collections}'
+        )
     if conf.value(f"BBFILE_PATTERN_{COLLECTION}") != "^${LAYERDIR}/":
-        report.error(where, f'BBFILE_PATTERN_{COLLECTION} must be "^${{LAYERDIR}}/"')
+        report.error(
+            conf.loc(f"BBFILE_PATTERN_{COLLECTION}"), f'BBFILE_PATTERN_{COLLECTION} must be "^${{LAYERDIR}}/"'
+        )
     for name in (f"BBFILE_PRIORITY_{COLLECTION}", f"LAYERVERSION_{COLLECTION}"):
         value = conf.value(name)
         if value is None or not value.isdigit():
-            report.error(where, f"{name} must be set to an integer, found {value!r}")
+            report.error(conf.loc(name), f"{name} must be set to an integer, found {value!r}")
     depends = conf.items(f"LAYERDEPENDS_{COLLECTION}")
     if depends != ["core"]:
-        report.error(where, f'LAYERDEPENDS_{COLLECTION} must be "core" only, found {depends}')
+        report.error(
+            conf.loc(f"LAYERDEPENDS_{COLLECTION}"),
+            f'LAYERDEPENDS_{COLLECTION} must be "core" only, found {depends}',
+        )
     compat = conf.items(f"LAYERSERIES_COMPAT_{COLLECTION}")
     missing = [s for s in REQUIRED_SERIES if s not in compat]
     if missing:
-        report.error(where, f"LAYERSERIES_COMPAT_{COLLECTION} lacks {' '.join(missing)}")
+        report.error(
+            conf.loc(f"LAYERSERIES_COMPAT_{COLLECTION}"),
+            f"LAYERSERIES_COMPAT_{COLLECTION} lacks {' '.join(missing)}",
+        )
     unknown = [s for s in compat if s not in KNOWN_SERIES]
     if unknown:
-        report.error(where, f"LAYERSERIES_COMPAT_{COLLECTION} has unknown series {' '.join(unknown)}")
+        report.error(
+            conf.loc(f"LAYERSERIES_COMPAT_{COLLECTION}"),
+            f"LAYERSERIES_COMPAT_{COLLECTION} has unknown series {' '.join(unknown)}",
+        )
 
-    # Every recipe and bbappend must be reachable through BBFILES or BBFILES_DYNAMIC, and every
-    # glob must match something (a typo there silently drops recipes).
+    # Every recipe and bbappend must be reachable through BBFILES or BBFILES_DYNAMIC (a typo in a
+    # glob silently drops recipes).
+    where = conf.loc("BBFILES_DYNAMIC")
     static_globs = conf.items("BBFILES")
     dynamic = []
     for entry in conf.items("BBFILES_DYNAMIC"):
@@ -257,7 +277,9 @@ def check_layer_conf(layer, report):
             report.error(where, f"BBFILES_DYNAMIC glob for {collection} must live under {expected_dir}")
         dynamic.append(pattern)
     if not any(p.endswith("/*.bb") for p in static_globs):
-        report.error(where, "BBFILES must add the layer's recipes (${LAYERDIR}/recipes-*/*/*.bb)")
+        report.error(
+            conf.loc("BBFILES"), "BBFILES must add the layer's recipes (${LAYERDIR}/recipes-*/*/*.bb)"
+        )
     matched = set()
     for pattern in static_globs + dynamic:
         matched.update(os.path.abspath(f) for f in glob.glob(pattern.replace("${LAYERDIR}", layer)))
@@ -265,19 +287,21 @@ def check_layer_conf(layer, report):
         for path in glob.glob(os.path.join(layer, "**", f"*.{suffix}"), recursive=True):
             if os.path.abspath(path) not in matched:
                 report.error(
-                    os.path.relpath(path, REPO_ROOT_FOR_MESSAGES),
+                    os.path.relpath(path, repo),
                     "not matched by BBFILES or BBFILES_DYNAMIC: bitbake would never parse it",
                 )
     for directory in glob.glob(os.path.join(layer, "dynamic-layers", "*")):
         if os.path.basename(directory) not in KNOWN_DYNAMIC_COLLECTIONS:
-            report.error(os.path.relpath(directory, REPO_ROOT_FOR_MESSAGES), "unknown dynamic layer")
+            report.error(os.path.relpath(directory, repo), "unknown dynamic layer")
 
 
 # ----------------------------------------------------------------------------- docs
 
 
 def check_docs(layer, repo, report):
-    readmes = [p for p in glob.glob(os.path.join(layer, "*")) if os.path.basename(p).upper().startswith("README")]
+    readmes = [
+        p for p in glob.glob(os.path.join(layer, "*")) if os.path.basename(p).upper().startswith("README")
+    ]
     if not readmes:
         report.error(os.path.relpath(layer, repo), "no README in the layer")
     for path in readmes:
@@ -297,17 +321,16 @@ def check_docs(layer, repo, report):
             if needle not in text:
                 report.error(where, f"must document {needle!r}")
     security = [
-        p
-        for top in (layer, repo)
-        for p in glob.glob(os.path.join(top, "SECURITY*"))
-        if os.path.isfile(p)
+        p for top in (layer, repo) for p in glob.glob(os.path.join(top, "SECURITY*")) if os.path.isfile(p)
     ]
     if not security:
         report.error(os.path.relpath(layer, repo), "no SECURITY file in the layer or repository top")
     for path in security:
         text = read_text(path)
         if not text.strip() or not EMAIL_RE.search(text):
-            report.error(os.path.relpath(path, repo), "must say where to report vulnerabilities (an e-mail address)")
+            report.error(
+                os.path.relpath(path, repo), "must say where to report vulnerabilities (an e-mail address)"
+            )
 
 
 # ----------------------------------------------------------------------------- the recipe
@@ -341,10 +364,13 @@ def check_recipe(layer, repo, workspace, report, strict_srcrev=False):
     # --- licence
     license_value = recipe.value("LICENSE")
     if license_value != workspace.license:
-        report.error(where, f"LICENSE is {license_value!r}, Cargo.toml says {workspace.license!r}")
+        report.error(
+            recipe.loc("LICENSE"), f"LICENSE is {license_value!r}, Cargo.toml says {workspace.license!r}"
+        )
     chksums = recipe.items("LIC_FILES_CHKSUM")
     if not chksums:
         report.error(where, "LIC_FILES_CHKSUM is not set")
+    where = recipe.loc("LIC_FILES_CHKSUM")
     for entry in chksums:
         url, params = parse_url(entry)
         if not url.startswith("file://") or "md5" not in params:
@@ -353,7 +379,7 @@ def check_recipe(layer, repo, workspace, report, strict_srcrev=False):
         if "beginline" in params or "endline" in params:
             report.error(where, f"{entry}: beginline/endline are not supported by this check")
             continue
-        license_file = os.path.join(repo, url[len("file://"):])
+        license_file = os.path.join(repo, url[len("file://") :])
         if not os.path.isfile(license_file):
             report.error(where, f"LIC_FILES_CHKSUM names {url}, which does not exist in the repository")
             continue
@@ -362,6 +388,7 @@ def check_recipe(layer, repo, workspace, report, strict_srcrev=False):
             report.error(where, f"LIC_FILES_CHKSUM md5 for {url} is {params['md5']}, the file's is {actual}")
 
     # --- sources
+    where = recipe.loc("SRC_URI")
     src_uri = recipe.items("SRC_URI")
     local_files = [u for u in src_uri if u.startswith("file://")]
     git = [u for u in src_uri if u.startswith(("git://", "gitsm://"))]
@@ -386,19 +413,23 @@ def check_recipe(layer, repo, workspace, report, strict_srcrev=False):
             report.error(where, "git SRC_URI must name its branch (branch=...)")
         destsuffix = params.get("destsuffix")
         if not destsuffix:
-            report.error(where, "git SRC_URI must set destsuffix (S must not depend on the release's default)")
+            report.error(
+                where, "git SRC_URI must set destsuffix (S must not depend on the release's default)"
+            )
         srcrev = recipe.value("SRCREV")
+        where = recipe.loc("SRCREV")
         if srcrev is None or not SRCREV_RE.match(srcrev):
             report.error(where, f"SRCREV must pin a full 40-hex commit, found {srcrev!r} (no AUTOREV)")
         else:
             check_srcrev(repo, where, srcrev, report, strict_srcrev)
     s_value = recipe.value("S")
     if destsuffix and (s_value is None or not s_value.endswith(f"/{destsuffix.rstrip('/')}")):
-        report.error(where, f"S ({s_value!r}) must point at the git destsuffix {destsuffix!r}")
+        report.error(recipe.loc("S"), f"S ({s_value!r}) must point at the git destsuffix {destsuffix!r}")
     file_dirs = [os.path.join(recipe_dir, d) for d in ("files", facts.pn)]
     install_body = " ".join(f.FuncBody for f in recipe.functions if f.FuncName == "do_install")
+    where = recipe.loc("SRC_URI")
     for entry in local_files:
-        name = parse_url(entry)[0][len("file://"):]
+        name = parse_url(entry)[0][len("file://") :]
         if not any(os.path.isfile(os.path.join(d, name)) for d in file_dirs):
             report.error(where, f"SRC_URI {entry}: no such file next to the recipe (files/)")
         if f"/{name} " not in install_body + " ":
@@ -407,19 +438,27 @@ def check_recipe(layer, repo, workspace, report, strict_srcrev=False):
     # --- version
     pv = recipe.value("PV")
     if workspace.version and pv != f"{workspace.version}+git":
-        report.error(where, f'PV is {pv!r}; Cargo.toml says version {workspace.version}: want "{workspace.version}+git"')
+        report.error(
+            recipe.loc("PV"),
+            f'PV is {pv!r}; Cargo.toml says version {workspace.version}: want "{workspace.version}+git"',
+        )
 
     # --- classes and crates
     for cls in ("cargo", "cargo-update-recipe-crates", "systemd"):
         if cls not in recipe.inherits:
-            report.error(where, f"must inherit {cls}")
+            report.error(recipe.line_of(r"^inherit\s"), f"must inherit {cls}")
     raw_requires = re.findall(r"^require\s+(\S+)", recipe.text, re.M)
     if "${BPN}-crates.inc" not in raw_requires:
-        report.error(where, "must `require ${BPN}-crates.inc`")
+        report.error(recipe.rel, "must `require ${BPN}-crates.inc`")
     elif not os.path.isfile(os.path.join(recipe_dir, f"{facts.pn}-crates.inc")):
-        report.error(where, f"{facts.pn}-crates.inc is missing (scripts/gen-crates-inc.py --output ...)")
+        report.error(
+            recipe.line_of(r"^require\s+\$\{BPN\}-crates\.inc"),
+            f"{facts.pn}-crates.inc is missing (scripts/gen-crates-inc.py --output ...)",
+        )
     if recipe.value("CARGO_SRC_DIR") not in ("", None):
-        report.error(where, "CARGO_SRC_DIR must be empty: the manifest is the workspace root")
+        report.error(
+            recipe.loc("CARGO_SRC_DIR"), "CARGO_SRC_DIR must be empty: the manifest is the workspace root"
+        )
     if not workspace.is_workspace:
         report.error("Cargo.toml", "is not a workspace manifest")
 
@@ -429,24 +468,31 @@ def check_recipe(layer, repo, workspace, report, strict_srcrev=False):
     shipped = {b for b, crate in workspace.binaries.items() if crate not in TEST_ONLY_CRATES}
     if set(facts.bins) != shipped:
         report.error(
-            where,
+            recipe.loc("EDGEGPU_BINS"),
             f"EDGEGPU_BINS is {sorted(facts.bins)}, the workspace's shipped binaries are {sorted(shipped)}",
         )
     for name in facts.bins:
         if workspace.binaries.get(name) in TEST_ONLY_CRATES:
-            report.error(where, f"{name} comes from a test-only crate and must not be built")
+            report.error(
+                recipe.loc("EDGEGPU_BINS"), f"{name} comes from a test-only crate and must not be built"
+            )
     # oelint-parser hides inline python, so read the raw line.
     flag_lines = re.findall(r"^CARGO_BUILD_FLAGS\s*\+=\s*(.*)$", recipe.text, re.M)
     if not any("--bin " in line and "EDGEGPU_BINS" in line for line in flag_lines):
-        report.error(where, "CARGO_BUILD_FLAGS += must select the programs with --bin (from EDGEGPU_BINS)")
+        report.error(
+            recipe.line_of(r"^CARGO_BUILD_FLAGS"),
+            "CARGO_BUILD_FLAGS += must select the programs with --bin (from EDGEGPU_BINS)",
+        )
     if "CARGO_PROFILE_RELEASE_STRIP" not in recipe.text:
-        report.error(where, "must export CARGO_PROFILE_RELEASE_STRIP = \"false\" (the release profile strips)")
+        report.error(
+            recipe.rel, 'must export CARGO_PROFILE_RELEASE_STRIP = "false" (the release profile strips)'
+        )
 
     # --- packages and files
     facts.packages = set(recipe.items("PACKAGES"))
     for name, package in PROGRAM_PACKAGES.items():
         if package not in facts.packages:
-            report.error(where, f"PACKAGES lacks {package}")
+            report.error(recipe.loc("PACKAGES"), f"PACKAGES lacks {package}")
     for item in recipe.variables:
         if item.VarName == "FILES" and item.SubItem:
             facts.files.setdefault(item.SubItem, []).extend(clean(item.VarValueStripped).split())
@@ -455,12 +501,17 @@ def check_recipe(layer, repo, workspace, report, strict_srcrev=False):
     allow_empty = {v.SubItem for v in recipe.variables if v.VarName == "ALLOW_EMPTY"}
     for package in facts.packages:
         if package not in facts.files and package not in allow_empty:
-            report.error(where, f"package {package} has no FILES (it would never be created)")
+            report.error(
+                recipe.loc("PACKAGES"), f"package {package} has no FILES (it would never be created)"
+            )
     for name in facts.bins:
         owners = [p for p, files in facts.files.items() if f"${{bindir}}/{name}" in files]
         expected = PROGRAM_PACKAGES.get(name)
         if owners != [expected]:
-            report.error(where, f"${{bindir}}/{name} must be in FILES:{expected} only, found in {owners}")
+            report.error(
+                recipe.loc("FILES", expected),
+                f"${{bindir}}/{name} must be in FILES:{expected} only, found in {owners}",
+            )
 
     # --- systemd
     systemd_packages = recipe.items("SYSTEMD_PACKAGES")
@@ -469,22 +520,33 @@ def check_recipe(layer, repo, workspace, report, strict_srcrev=False):
     referenced = set()
     for package in systemd_packages:
         if package not in facts.packages:
-            report.error(where, f"SYSTEMD_PACKAGES names {package}, which is not in PACKAGES")
+            report.error(
+                recipe.loc("SYSTEMD_PACKAGES"), f"SYSTEMD_PACKAGES names {package}, which is not in PACKAGES"
+            )
         services = recipe.items("SYSTEMD_SERVICE", package)
         if not services:
-            report.error(where, f"SYSTEMD_SERVICE:{package} is not set")
+            report.error(recipe.loc("SYSTEMD_PACKAGES"), f"SYSTEMD_SERVICE:{package} is not set")
         for service in services:
             referenced.add(service)
             facts.units[service] = package
             if service not in shipped_units:
-                report.error(where, f"SYSTEMD_SERVICE:{package} names {service}, but files/{service} does not exist")
+                report.error(
+                    recipe.loc("SYSTEMD_SERVICE", package),
+                    f"SYSTEMD_SERVICE:{package} names {service}, but files/{service} does not exist",
+                )
             if f"file://{service}" not in src_uri:
-                report.error(where, f"{service} is not in SRC_URI")
+                report.error(recipe.loc("SRC_URI"), f"{service} is not in SRC_URI")
             if f"${{systemd_system_unitdir}}/{service}" not in facts.files.get(package, []):
-                report.error(where, f"FILES:{package} lacks ${{systemd_system_unitdir}}/{service}")
+                report.error(
+                    recipe.loc("FILES", package),
+                    f"FILES:{package} lacks ${{systemd_system_unitdir}}/{service}",
+                )
         auto = recipe.value("SYSTEMD_AUTO_ENABLE", package)
         if auto is not None and auto not in AUTO_ENABLE_VALUES:
-            report.error(where, f"SYSTEMD_AUTO_ENABLE:{package} = {auto!r} is not one of {sorted(AUTO_ENABLE_VALUES)}")
+            report.error(
+                recipe.loc("SYSTEMD_AUTO_ENABLE", package),
+                f"SYSTEMD_AUTO_ENABLE:{package} = {auto!r} is not one of {sorted(AUTO_ENABLE_VALUES)}",
+            )
     for unit in sorted(shipped_units - referenced):
         report.error(os.path.relpath(os.path.join(units_dir, unit), repo), "not named by any SYSTEMD_SERVICE")
 
@@ -493,9 +555,12 @@ def check_recipe(layer, repo, workspace, report, strict_srcrev=False):
     used = set(recipe.items("PACKAGECONFIG"))
     used |= set(re.findall(r"bb\.utils\.contains\('PACKAGECONFIG',\s*'([^']+)'", recipe.text))
     for option in sorted(used - declared):
-        report.error(where, f"PACKAGECONFIG option {option!r} is used but not declared (PACKAGECONFIG[{option}])")
+        report.error(
+            recipe.loc("PACKAGECONFIG"),
+            f"PACKAGECONFIG option {option!r} is used but not declared (PACKAGECONFIG[{option}])",
+        )
     for option in sorted(declared - used):
-        report.error(where, f"PACKAGECONFIG[{option}] is declared but nothing uses it")
+        report.error(recipe.rel, f"PACKAGECONFIG[{option}] is declared but nothing uses it")
 
     # --- native variant for the rootfs class
     facts.native = "native" in recipe.items("BBCLASSEXTEND")
@@ -543,14 +608,15 @@ def check_packagegroup(layer, repo, facts, report):
     if "packagegroup" not in group.inherits:
         report.error(group.rel, "must inherit packagegroup")
     members = group.items("RDEPENDS", "${PN}")
+    where = group.loc("RDEPENDS", "${PN}")
     for member in members:
         if member not in facts.packages:
-            report.error(group.rel, f"RDEPENDS on {member}, which the edgegpu recipe does not package")
+            report.error(where, f"RDEPENDS on {member}, which the edgegpu recipe does not package")
     for package in PROGRAM_PACKAGES.values():
         if package not in members:
-            report.error(group.rel, f"must pull in {package}")
+            report.error(where, f"must pull in {package}")
     if "edgegpu-device-plugin-host" in members:
-        report.error(group.rel, "must not pull in the host-mode plugin (it replaces the DaemonSet)")
+        report.error(where, "must not pull in the host-mode plugin (it replaces the DaemonSet)")
 
 
 def check_rootfs_class(layer, repo, facts, report):
@@ -564,18 +630,23 @@ def check_rootfs_class(layer, repo, facts, report):
     for command in commands:
         # "func; " is the form both the ;-separated and whitespace-separated lists accept.
         if not re.fullmatch(r"(\w+;\s*)+", command + " "):
-            report.error(cls.rel, f'ROOTFS_POSTPROCESS_COMMAND entry {command!r} must look like "func; "')
+            report.error(
+                cls.loc("ROOTFS_POSTPROCESS_COMMAND"),
+                f'ROOTFS_POSTPROCESS_COMMAND entry {command!r} must look like "func; "',
+            )
         functions.extend(re.findall(r"(\w+);", command))
     if not functions:
         report.error(cls.rel, "must add a function to ROOTFS_POSTPROCESS_COMMAND")
     depends = cls.flag("do_rootfs", "depends")
     wanted = f"{facts.pn}-native:do_populate_sysroot"
     if depends is None or wanted not in depends.Value:
-        report.error(cls.rel, f'must set do_rootfs[depends] += "{wanted}"')
+        report.error(cls.where(depends) if depends else cls.rel, f'must set do_rootfs[depends] += "{wanted}"')
     if not facts.native:
-        report.error(cls.rel, f"needs {facts.pn}-native, but the recipe has no BBCLASSEXTEND = \"native\"")
+        report.error(cls.rel, f'needs {facts.pn}-native, but the recipe has no BBCLASSEXTEND = "native"')
     if "edgegpu-node-setup" not in facts.native_bins:
-        report.error(cls.rel, "the native recipe does not build edgegpu-node-setup (EDGEGPU_BINS:class-native)")
+        report.error(
+            cls.rel, "the native recipe does not build edgegpu-node-setup (EDGEGPU_BINS:class-native)"
+        )
     for function in functions:
         body = "\n".join(
             line for line in cls.function_body(function).splitlines() if not line.strip().startswith("#")
@@ -583,9 +654,14 @@ def check_rootfs_class(layer, repo, facts, report):
         if not body:
             report.error(cls.rel, f"function {function} is not defined")
             continue
-        for needle in ("${STAGING_BINDIR_NATIVE}/edgegpu-node-setup", "--root ${IMAGE_ROOTFS}", "--no-restart", "apply"):
+        for needle in (
+            "${STAGING_BINDIR_NATIVE}/edgegpu-node-setup",
+            "--root ${IMAGE_ROOTFS}",
+            "--no-restart",
+            "apply",
+        ):
             if needle not in body:
-                report.error(cls.rel, f"{function} must run {needle!r}")
+                report.error(cls.line_of(rf"^{function}\s*\(\)"), f"{function} must run {needle!r}")
 
 
 def check_bbappends(layer, repo, report):
@@ -600,7 +676,10 @@ def check_bbappends(layer, repo, report):
         pattern = "^" + re.escape(name).replace("%", ".*").replace(r"\%", ".*") + "$"
         targets_own = any(re.match(pattern, r) for r in own_recipes)
         if not targets_own and not in_dynamic:
-            report.error(rel, "appends a recipe of another layer outside dynamic-layers/: the layer would not parse without it")
+            report.error(
+                rel,
+                "appends a recipe of another layer outside dynamic-layers/: the layer would not parse without it",
+            )
         text = read_text(path)
         for inc in re.findall(r"'([\w.%-]+\.inc)'", text):
             if not os.path.isfile(os.path.join(os.path.dirname(path), inc)):
@@ -612,11 +691,13 @@ def check_bbappends(layer, repo, report):
 
 def check_cargo_lock(repo, report):
     path = os.path.join(repo, "Cargo.lock")
-    lock = read_toml(path, report)
+    lock = read_toml(path, repo, report)
     if lock is None:
         return
     if lock.get("version") != 3:
-        report.error("Cargo.lock", f"version = {lock.get('version')}: scarthgap's cargo 1.75 reads only version 3")
+        report.error(
+            "Cargo.lock", f"version = {lock.get('version')}: scarthgap's cargo 1.75 reads only version 3"
+        )
     for package in lock.get("package", []):
         source = package.get("source")
         if source is not None and source != "registry+https://github.com/rust-lang/crates.io-index":
@@ -636,10 +717,14 @@ def check_cargo_lock(repo, report):
 
 def lock_files(repo):
     """Cargo.lock files a bitbake checkout of the repository would contain."""
-    toplevel = subprocess.run(["git", "-C", repo, "rev-parse", "--show-toplevel"], capture_output=True, text=True)
+    toplevel = subprocess.run(
+        ["git", "-C", repo, "rev-parse", "--show-toplevel"], capture_output=True, text=True
+    )
     if toplevel.returncode == 0 and os.path.realpath(toplevel.stdout.strip()) == os.path.realpath(repo):
         tracked = subprocess.run(
-            ["git", "-C", repo, "ls-files", "--", "Cargo.lock", "*/Cargo.lock"], capture_output=True, text=True
+            ["git", "-C", repo, "ls-files", "--", "Cargo.lock", "*/Cargo.lock"],
+            capture_output=True,
+            text=True,
         )
         return sorted(tracked.stdout.split())
     found = []
@@ -654,7 +739,9 @@ def lock_files(repo):
 def check_manifests(repo, report):
     manifests = sorted(glob.glob(os.path.join(repo, "deploy", "k3s", "*.yaml")))
     if not manifests:
-        report.error("deploy/k3s", "no *.yaml manifests: the k3s-manifests PACKAGECONFIG would fail in do_install")
+        report.error(
+            "deploy/k3s", "no *.yaml manifests: the k3s-manifests PACKAGECONFIG would fail in do_install"
+        )
         return
     jobs = []
     for path in manifests:
@@ -700,19 +787,23 @@ def check_units(layer, repo, facts, report, run_verify=True):
             if not binary.startswith("/usr/bin/"):
                 report.error(rel, f"runs {binary}: the recipe installs its programs in /usr/bin")
                 continue
-            name = binary[len("/usr/bin/"):]
+            name = binary[len("/usr/bin/") :]
             if name not in facts.bins:
                 report.error(rel, f"runs {binary}, which the recipe does not build")
             elif package is not None:
                 owner = PROGRAM_PACKAGES.get(name)
                 if owner != package and owner not in facts.rdepends.get(package, []):
-                    report.error(rel, f"runs {binary} from {owner}, but {package} neither ships nor RDEPENDS on it")
+                    report.error(
+                        rel, f"runs {binary} from {owner}, but {package} neither ships nor RDEPENDS on it"
+                    )
     if not run_verify or not units:
         return
     verify = shutil.which("systemd-analyze")
     host_units = system_unit_dir()
     if verify is None or host_units is None:
-        report.error("systemd-analyze", "not available (install the systemd package): cannot verify the units")
+        report.error(
+            "systemd-analyze", "not available (install the systemd package): cannot verify the units"
+        )
         return
     with tempfile.TemporaryDirectory(prefix="edgegpu-units-") as root:
         # A scratch root: the host's unit directory (for sysinit.target & co.), our units, and
@@ -747,11 +838,9 @@ def check_units(layer, repo, facts, report, run_verify=True):
 
 
 def run_checks(repo, layer, strict_srcrev=False, run_verify=True):
-    global REPO_ROOT_FOR_MESSAGES
-    REPO_ROOT_FOR_MESSAGES = repo
     report = Report()
     workspace = Workspace(repo, report)
-    check_layer_conf(layer, report)
+    check_layer_conf(layer, repo, report)
     check_docs(layer, repo, report)
     facts = check_recipe(layer, repo, workspace, report, strict_srcrev)
     check_packagegroup(layer, repo, facts, report)

@@ -47,10 +47,12 @@ class ScratchRepo:
         shutil.copytree(os.path.join(REPO, LAYER), os.path.join(self.root, LAYER))
         for name in ("Cargo.toml", "Cargo.lock", "LICENSE", "SECURITY.md"):
             shutil.copy(os.path.join(REPO, name), os.path.join(self.root, name))
-        workspace = check_layer.read_toml(os.path.join(REPO, "Cargo.toml"), check_layer.Report())
+        workspace = check_layer.read_toml(os.path.join(REPO, "Cargo.toml"), REPO, check_layer.Report())
         for member in workspace["workspace"]["members"]:
             os.makedirs(os.path.join(self.root, member, "src"))
-            shutil.copy(os.path.join(REPO, member, "Cargo.toml"), os.path.join(self.root, member, "Cargo.toml"))
+            shutil.copy(
+                os.path.join(REPO, member, "Cargo.toml"), os.path.join(self.root, member, "Cargo.toml")
+            )
         os.makedirs(os.path.join(self.root, "deploy", "k3s"))
         self.write("deploy/k3s/device-plugin.yaml", DAEMONSET)
         self.write("deploy/k3s/devicequery-job.yaml", JOB)
@@ -95,10 +97,14 @@ class CheckLayer(unittest.TestCase):
     # --- layer.conf
     def test_missing_release_in_compat(self):
         self.repo.replace(f"{LAYER}/conf/layer.conf", " wrynose wrl", " wrl")
-        self.assertError(r"LAYERSERIES_COMPAT_edgegpu lacks wrynose")
+        self.assertError(r"conf/layer.conf:\d+: LAYERSERIES_COMPAT_edgegpu lacks wrynose")
 
     def test_layerdepends_beyond_core(self):
-        self.repo.replace(f"{LAYER}/conf/layer.conf", 'LAYERDEPENDS_edgegpu = "core"', 'LAYERDEPENDS_edgegpu = "core virtualization-layer"')
+        self.repo.replace(
+            f"{LAYER}/conf/layer.conf",
+            'LAYERDEPENDS_edgegpu = "core"',
+            'LAYERDEPENDS_edgegpu = "core virtualization-layer"',
+        )
         self.assertError(r'LAYERDEPENDS_edgegpu must be "core" only')
 
     def test_unreachable_bbappend(self):
@@ -113,8 +119,19 @@ class CheckLayer(unittest.TestCase):
 
     # --- licence, sources, version
     def test_wrong_license_md5(self):
-        self.repo.replace(RECIPE, "md5=3b83ef96387f14655fc854ddc3c6bd57", "md5=00000000000000000000000000000000")
-        self.assertError(r"LIC_FILES_CHKSUM md5 for file://LICENSE is 0{32}, the file's is 3b83ef96")
+        self.repo.replace(
+            RECIPE, "md5=3b83ef96387f14655fc854ddc3c6bd57", "md5=00000000000000000000000000000000"
+        )
+        # The error names the recipe line of the assignment.
+        line = (
+            self.repo.read(RECIPE)
+            .splitlines()
+            .index('LIC_FILES_CHKSUM = "file://LICENSE;md5=00000000000000000000000000000000"')
+            + 1
+        )
+        self.assertError(
+            rf"edgegpu_git.bb:{line}: LIC_FILES_CHKSUM md5 for file://LICENSE is 0{{32}}, the file's is 3b83ef96"
+        )
 
     def test_license_file_edited(self):
         with open(self.repo.path("LICENSE"), "a", encoding="utf-8") as handle:
@@ -122,7 +139,9 @@ class CheckLayer(unittest.TestCase):
         self.assertError(r"LIC_FILES_CHKSUM md5 for file://LICENSE is 3b83ef96\w+, the file's is ")
 
     def test_autorev_rejected(self):
-        self.repo.replace(RECIPE, 'SRCREV = "4ba60265b143104f511cfbd70e1cba85f09b7e41"', 'SRCREV = "${AUTOREV}"')
+        self.repo.replace(
+            RECIPE, 'SRCREV = "4ba60265b143104f511cfbd70e1cba85f09b7e41"', 'SRCREV = "${AUTOREV}"'
+        )
         self.assertError(r"SRCREV must pin a full 40-hex commit")
 
     def test_branch_required(self):
@@ -131,37 +150,72 @@ class CheckLayer(unittest.TestCase):
 
     def test_pv_follows_cargo_version(self):
         self.repo.replace("Cargo.toml", 'version = "0.1.0"', 'version = "0.2.0"')
-        self.assertError(r'PV is \'0.1.0\+git\'; Cargo.toml says version 0.2.0')
+        self.assertError(r"PV is \'0.1.0\+git\'; Cargo.toml says version 0.2.0")
 
     # --- programs, packages, units
     def test_new_workspace_binary_must_be_built(self):
-        self.repo.replace("devicequery/Cargo.toml", "[[bin]]", '[[bin]]\nname = "gpuinfo"\npath = "src/gpuinfo.rs"\n\n[[bin]]')
+        self.repo.replace(
+            "devicequery/Cargo.toml",
+            "[[bin]]",
+            '[[bin]]\nname = "gpuinfo"\npath = "src/gpuinfo.rs"\n\n[[bin]]',
+        )
         self.assertError(r"EDGEGPU_BINS is .*shipped binaries are .*gpuinfo")
 
     def test_binary_in_wrong_package(self):
-        self.repo.replace(RECIPE, 'FILES:devicequery += "${bindir}/devicequery"', 'FILES:devicequery += "${bindir}/devicequery ${bindir}/edgegpu-node-setup"')
+        self.repo.replace(
+            RECIPE,
+            'FILES:devicequery += "${bindir}/devicequery"',
+            'FILES:devicequery += "${bindir}/devicequery ${bindir}/edgegpu-node-setup"',
+        )
         self.assertError(r"\$\{bindir\}/edgegpu-node-setup must be in FILES:edgegpu-node-setup only")
 
     def test_systemd_service_name_without_unit_file(self):
-        self.repo.replace(RECIPE, 'SYSTEMD_SERVICE:edgegpu-node-setup = "edgegpu-node-setup.service"', 'SYSTEMD_SERVICE:edgegpu-node-setup = "edgegpu-nodesetup.service"')
-        self.assertError(r"names edgegpu-nodesetup.service, but files/edgegpu-nodesetup.service does not exist")
+        self.repo.replace(
+            RECIPE,
+            'SYSTEMD_SERVICE:edgegpu-node-setup = "edgegpu-node-setup.service"',
+            'SYSTEMD_SERVICE:edgegpu-node-setup = "edgegpu-nodesetup.service"',
+        )
+        self.assertError(
+            r"names edgegpu-nodesetup.service, but files/edgegpu-nodesetup.service does not exist"
+        )
         self.assertError(r"edgegpu-node-setup.service: not named by any SYSTEMD_SERVICE")
 
     def test_systemd_package_not_in_packages(self):
-        self.repo.replace(RECIPE, 'SYSTEMD_PACKAGES = "edgegpu-node-setup', 'SYSTEMD_PACKAGES = "edgegpu-setup')
+        self.repo.replace(
+            RECIPE, 'SYSTEMD_PACKAGES = "edgegpu-node-setup', 'SYSTEMD_PACKAGES = "edgegpu-setup'
+        )
         self.assertError(r"SYSTEMD_PACKAGES names edgegpu-setup, which is not in PACKAGES")
 
     def test_bad_auto_enable(self):
-        self.repo.replace(RECIPE, 'SYSTEMD_AUTO_ENABLE:edgegpu-node-setup = "enable"', 'SYSTEMD_AUTO_ENABLE:edgegpu-node-setup = "yes"')
+        self.repo.replace(
+            RECIPE,
+            'SYSTEMD_AUTO_ENABLE:edgegpu-node-setup = "enable"',
+            'SYSTEMD_AUTO_ENABLE:edgegpu-node-setup = "yes"',
+        )
         self.assertError(r"SYSTEMD_AUTO_ENABLE:edgegpu-node-setup = 'yes' is not one of")
 
     def test_unit_runs_a_program_the_recipe_does_not_build(self):
-        self.repo.replace(f"{FILES}/edgegpu-node-setup.service", "ExecStart=/usr/bin/edgegpu-node-setup", "ExecStart=/usr/bin/node-setup")
+        self.repo.replace(
+            f"{FILES}/edgegpu-node-setup.service",
+            "ExecStart=/usr/bin/edgegpu-node-setup",
+            "ExecStart=/usr/bin/node-setup",
+        )
         self.assertError(r"runs /usr/bin/node-setup, which the recipe does not build")
 
     def test_systemd_analyze_verify_catches_unknown_key(self):
-        self.repo.replace(f"{FILES}/edgegpu-device-plugin.service", "RestartSec=5s", "RestartSec=5s\nRestartSecs=5s")
+        self.repo.replace(
+            f"{FILES}/edgegpu-device-plugin.service", "RestartSec=5s", "RestartSec=5s\nRestartSecs=5s"
+        )
         self.assertError(r"systemd-analyze verify failed .*\n.*Unknown key 'RestartSecs'", verify=True)
+
+    def test_fetched_file_never_installed(self):
+        self.repo.replace(
+            RECIPE,
+            "    install -m 0644 ${EDGEGPU_UNPACKDIR}/edgegpu-node-setup.default "
+            "${D}${sysconfdir}/default/edgegpu-node-setup\n",
+            "",
+        )
+        self.assertError(r"edgegpu-node-setup.default is fetched but do_install never installs it")
 
     def test_undeclared_packageconfig(self):
         self.repo.replace(RECIPE, 'PACKAGECONFIG[devicequery-job] = ""\n', "")
@@ -169,7 +223,11 @@ class CheckLayer(unittest.TestCase):
 
     # --- packagegroup, class, docs, lock, manifests
     def test_packagegroup_names_unknown_package(self):
-        self.repo.replace(f"{LAYER}/recipes-core/packagegroups/packagegroup-edgegpu.bb", "devicequery \\", "devicequery-tools \\")
+        self.repo.replace(
+            f"{LAYER}/recipes-core/packagegroups/packagegroup-edgegpu.bb",
+            "devicequery \\",
+            "devicequery-tools \\",
+        )
         self.assertError(r"RDEPENDS on devicequery-tools, which the edgegpu recipe does not package")
 
     def test_rootfs_class_without_no_restart(self):
@@ -181,7 +239,11 @@ class CheckLayer(unittest.TestCase):
         self.assertError(r'no BBCLASSEXTEND = "native"')
 
     def test_readme_requirements(self):
-        self.repo.replace(f"{LAYER}/README.md", "Maintainer: edgegpu maintainers <maintainers@edgegpu.dev>", "See the README.")
+        self.repo.replace(
+            f"{LAYER}/README.md",
+            "Maintainer: edgegpu maintainers <maintainers@edgegpu.dev>",
+            "See the README.",
+        )
         self.assertError(r"contains the word 'README'")
 
     def test_lockfile_v4_rejected(self):

@@ -11,7 +11,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 FIXTURES = os.path.join(HERE, "fixtures")
 
-spec = importlib.util.spec_from_file_location("gen_crates_inc", os.path.join(REPO, "scripts", "gen-crates-inc.py"))
+spec = importlib.util.spec_from_file_location(
+    "gen_crates_inc", os.path.join(REPO, "scripts", "gen-crates-inc.py")
+)
 gen = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(gen)
 
@@ -31,7 +33,15 @@ def run(*argv):
 
 class Generate(unittest.TestCase):
     def tiny_args(self, *extra):
-        return ("--lock", os.path.join(FIXTURES, "tiny.lock"), "--lock-name", "Cargo.lock", "--pn", "tiny", *extra)
+        return (
+            "--lock",
+            os.path.join(FIXTURES, "tiny.lock"),
+            "--lock-name",
+            "Cargo.lock",
+            "--pn",
+            "tiny",
+            *extra,
+        )
 
     def test_tiny_lock_gives_the_bitbake_format_byte_for_byte(self):
         # Crates.io packages only (the path and git packages are left out), Cargo.lock order,
@@ -91,7 +101,11 @@ class Errors(unittest.TestCase):
         self.assertEqual(message, f"x/Cargo.lock:{line}: memchr 2.8.3: crates.io package without a checksum")
 
     def test_bad_checksum(self):
-        message = self.parse(fixture("tiny.lock").replace("c982642fa9e8606056828ee9a8505737230110bb1099153c79efe865c59d12ba", "nothex"))
+        message = self.parse(
+            fixture("tiny.lock").replace(
+                "c982642fa9e8606056828ee9a8505737230110bb1099153c79efe865c59d12ba", "nothex"
+            )
+        )
         self.assertIn("x/Cargo.lock:5: aho-corasick 1.1.5: checksum is not a sha256 hex digest", message)
 
     def test_invalid_toml_reports_line(self):
@@ -101,6 +115,13 @@ class Errors(unittest.TestCase):
     def test_no_crates_io_package(self):
         message = self.parse('version = 3\n\n[[package]]\nname = "local"\nversion = "0.1.0"\n')
         self.assertIn("Unable to find any candidate crates that use crates.io", message)
+
+    def test_build_metadata_version_is_kept(self):
+        # e.g. wasi 0.11.0+wasi-snapshot-preview1: the URL and checksum key keep the "+".
+        text = fixture("tiny.lock").replace('version = "2.8.3"', 'version = "0.11.0+wasi-snapshot-preview1"')
+        out = gen.render("tiny", [("Cargo.lock", gen.crates_io_packages("Cargo.lock", text))])
+        self.assertIn("    crate://crates.io/memchr/0.11.0+wasi-snapshot-preview1 \\\n", out)
+        self.assertIn("SRC_URI[memchr-0.11.0+wasi-snapshot-preview1.sha256sum] = ", out)
 
     def test_name_that_would_corrupt_the_inc(self):
         text = fixture("tiny.lock").replace('name = "memchr"', 'name = "mem chr"')
