@@ -17,6 +17,9 @@ const RUNC_V2: &str = "io.containerd.runc.v2";
 
 /// Prefix of the comment that stands in for a Go-template line while the TOML is parsed.
 const PLACEHOLDER: &str = "#edgegpu-node-setup:template-line:";
+/// A `key = {{ ... }}` line keeps its key (so it stays in its table while tables are
+/// added around it); only the value is replaced by this string.
+const VALUE_PLACEHOLDER: &str = "@@edgegpu-node-setup:template-value:";
 
 /// What kind of file is being edited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,12 +60,30 @@ pub fn cri_plugin(version: i64) -> &'static str {
     }
 }
 
-/// Template bookkeeping: Go-template lines replaced by comments, restored after editing.
+/// How one Go-template line was replaced.
+enum TemplateLine {
+    /// The whole line became a comment.
+    Line(String),
+    /// Only the value of `key = value` was replaced; holds the original value text.
+    Value(String),
+}
+
+/// Template bookkeeping: Go-template lines replaced by TOML stand-ins, restored after
+/// editing.
 struct Stripped {
     text: String,
-    lines: Vec<String>,
+    lines: Vec<TemplateLine>,
     /// 0-based line index of `{{ template "base" . }}`.
     base_line: Option<usize>,
+}
+
+impl Stripped {
+    /// The original template lines and values, for conflict checks.
+    fn originals(&self) -> impl Iterator<Item = &str> {
+        self.lines.iter().map(|l| match l {
+            TemplateLine::Line(s) | TemplateLine::Value(s) => s.as_str(),
+        })
+    }
 }
 
 fn is_base_line(line: &str) -> bool {
@@ -74,6 +95,18 @@ fn is_base_line(line: &str) -> bool {
     inner.split_whitespace().collect::<Vec<_>>() == ["template", "\"base\"", "."]
 }
 
+/// `Some(index of '=')` when the line is `key = value` with the markup in the value.
+fn value_assignment(body: &str) -> Option<usize> {
+    let eq = body.find('=')?;
+    let key = body[..eq].trim();
+    let markup = body.find("{{")?;
+    let key_ok = !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '"' | '\'' | ' '));
+    (key_ok && eq < markup).then_some(eq)
+}
+
 fn strip_template(text: &str) -> Stripped {
     let mut lines = Vec::new();
     let mut base_line = None;
@@ -83,14 +116,28 @@ fn strip_template(text: &str) -> Stripped {
             Some(b) => (b, "\n"),
             None => (line, ""),
         };
-        if body.contains("{{") {
-            if base_line.is_none() && is_base_line(body) {
-                base_line = Some(i);
-            }
-            out.push_str(&format!("{PLACEHOLDER}{}{nl}", lines.len()));
-            lines.push(body.to_string());
-        } else {
+        if !body.contains("{{") {
             out.push_str(line);
+            continue;
+        }
+        let n = lines.len();
+        match value_assignment(body) {
+            Some(eq) => {
+                let value = &body[eq + 1..];
+                let lead = &value[..value.len() - value.trim_start().len()];
+                out.push_str(&format!(
+                    "{}{lead}\"{VALUE_PLACEHOLDER}{n}@@\"{nl}",
+                    &body[..=eq]
+                ));
+                lines.push(TemplateLine::Value(value.trim_start().to_string()));
+            }
+            None => {
+                if base_line.is_none() && is_base_line(body) {
+                    base_line = Some(i);
+                }
+                out.push_str(&format!("{PLACEHOLDER}{n}{nl}"));
+                lines.push(TemplateLine::Line(body.to_string()));
+            }
         }
     }
     Stripped {
@@ -100,30 +147,65 @@ fn strip_template(text: &str) -> Stripped {
     }
 }
 
-fn restore_template(file: &Path, text: &str, lines: &[String]) -> Result<String> {
+fn restore_template(file: &Path, text: &str, lines: &[TemplateLine]) -> Result<String> {
     let mut out = String::with_capacity(text.len() + 64);
-    let mut next = 0;
+    let mut next_line = 0;
+    let mut values_seen = vec![false; lines.len()];
     for line in text.split_inclusive('\n') {
         let (body, nl) = match line.strip_suffix('\n') {
             Some(b) => (b, "\n"),
             None => (line, ""),
         };
-        match body.trim().strip_prefix(PLACEHOLDER) {
-            Some(n) if n.parse::<usize>().ok() == Some(next) => {
-                out.push_str(&lines[next]);
-                out.push_str(nl);
-                next += 1;
+        if let Some(n) = body.trim().strip_prefix(PLACEHOLDER) {
+            // Whole-line stand-ins must come back once each, in their order.
+            while matches!(lines.get(next_line), Some(TemplateLine::Value(_))) {
+                next_line += 1;
             }
-            Some(_) => {
+            match (n.parse::<usize>().ok(), lines.get(next_line)) {
+                (Some(n), Some(TemplateLine::Line(original))) if n == next_line => {
+                    out.push_str(original);
+                    out.push_str(nl);
+                    next_line += 1;
+                    continue;
+                }
+                _ => {
+                    return Err(SetupError::invalid(
+                        file,
+                        "template lines were reordered while editing; edit the template by hand",
+                    ))
+                }
+            }
+        }
+        let mut restored = body.to_string();
+        while let Some(start) = restored.find(&format!("\"{VALUE_PLACEHOLDER}")) {
+            let rest = &restored[start + 1 + VALUE_PLACEHOLDER.len()..];
+            let end = rest.find("@@\"").ok_or_else(|| {
+                SetupError::invalid(file, "template value placeholder damaged while editing")
+            })?;
+            let n: usize = rest[..end].parse().map_err(|_| {
+                SetupError::invalid(file, "template value placeholder damaged while editing")
+            })?;
+            let Some(TemplateLine::Value(original)) = lines.get(n) else {
                 return Err(SetupError::invalid(
                     file,
-                    "template lines were reordered while editing; edit the template by hand",
-                ))
-            }
-            None => out.push_str(line),
+                    "template value placeholder damaged while editing",
+                ));
+            };
+            values_seen[n] = true;
+            let token_len = 1 + VALUE_PLACEHOLDER.len() + end + 3;
+            restored.replace_range(start..start + token_len, original);
         }
+        out.push_str(&restored);
+        out.push_str(nl);
     }
-    if next != lines.len() {
+    let lines_left = lines[next_line.min(lines.len())..]
+        .iter()
+        .any(|l| matches!(l, TemplateLine::Line(_)));
+    let values_lost = lines
+        .iter()
+        .zip(&values_seen)
+        .any(|(l, seen)| matches!(l, TemplateLine::Value(_)) && !seen);
+    if lines_left || values_lost {
         return Err(SetupError::invalid(
             file,
             "template lines were lost while editing",
@@ -387,8 +469,7 @@ pub fn edit(file: &Path, text: Option<&str>, spec: &RuntimeSpec, flavor: Flavor)
         let mut tail_doc = parse(file, tail, base + 1)?;
         if register && !status(&whole, version, spec).runtime {
             if let Some(line) = stripped
-                .lines
-                .iter()
+                .originals()
                 .find(|l| l.contains(&spec.name) && l.contains("runtimes"))
             {
                 return Err(SetupError::invalid(
@@ -405,6 +486,10 @@ pub fn edit(file: &Path, text: Option<&str>, spec: &RuntimeSpec, flavor: Flavor)
         if !text.ends_with('\n') {
             text.push('\n');
         }
+        if tail.trim().is_empty() {
+            // A blank line between the base and our tables, as a person would write it.
+            text.push('\n');
+        }
         text.push_str(&tail_doc.to_string());
         text
     } else {
@@ -419,12 +504,32 @@ pub fn edit(file: &Path, text: Option<&str>, spec: &RuntimeSpec, flavor: Flavor)
         } else {
             config_version(file, &doc, if_missing)?
         };
-        if let Some(line) = stripped.lines.iter().find(|l| {
+        let cri = cri_plugin(version);
+        let templated = |path: &[&str]| {
+            get(doc.as_item(), path)
+                .and_then(|i| i.as_str())
+                .is_some_and(|v| v.starts_with(VALUE_PLACEHOLDER))
+        };
+        let by_template = stripped.originals().find(|l| {
             l.contains("default_runtime_name") || l.contains(&format!("runtimes.{}", spec.name))
-        }) {
+        });
+        let key_templated = templated(&["plugins", cri, "containerd", "default_runtime_name"])
+            || templated(&[
+                "plugins",
+                cri,
+                "containerd",
+                "runtimes",
+                &spec.name,
+                "options",
+                "BinaryName",
+            ]);
+        if by_template.is_some() || key_templated {
             return Err(SetupError::invalid(
                 file,
-                format!("a template expression sets what we would set: {line}; edit it by hand"),
+                format!(
+                    "a template expression sets what we would set{}; edit the template by hand",
+                    by_template.map(|l| format!(" ({l})")).unwrap_or_default()
+                ),
             ));
         }
         if empty && version != 1 {

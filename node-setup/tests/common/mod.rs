@@ -1,0 +1,130 @@
+//! Helpers shared by node-setup's integration tests.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub const REQUIRE_REAL_TOOLS: &str = "EDGEGPU_REQUIRE_REAL_TOOLS";
+
+pub fn fixture(rel: &str) -> String {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(rel);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("fixture {}: {e}", p.display()))
+}
+
+/// Finds an external tool. When it is missing: fails if EDGEGPU_REQUIRE_REAL_TOOLS=1 (CI
+/// installs the tools), else prints a skip line and returns None.
+pub fn real_tool(name: &str, package: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        if std::env::var(REQUIRE_REAL_TOOLS).as_deref() == Ok("1") {
+            panic!("{name} is required ({REQUIRE_REAL_TOOLS}=1) but not on PATH; install the Debian package '{package}'");
+        }
+        eprintln!("SKIP real-tool check: {name} not found (apt-get install {package}; set {REQUIRE_REAL_TOOLS}=1 to make this fatal)");
+    }
+    found
+}
+
+/// `systemd-analyze verify` on `unit_text` installed as `/etc/systemd/system/<name>` in a
+/// scratch root that has stub executables for every Exec*= program and the systemd
+/// targets the unit names. Returns (success, output).
+pub fn systemd_verify(
+    tool: &Path,
+    name: &str,
+    unit_text: &str,
+    extra_units: &[(&str, &str)],
+) -> (bool, String) {
+    let root = tempfile::tempdir().unwrap();
+    let put = |rel: &str, content: &str, mode: u32| {
+        use std::os::unix::fs::PermissionsExt;
+        let p = root.path().join(rel.trim_start_matches('/'));
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, content).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    put(&format!("/etc/systemd/system/{name}"), unit_text, 0o644);
+    for (n, text) in extra_units {
+        put(&format!("/etc/systemd/system/{n}"), text, 0o644);
+    }
+    // Stub programs: verify checks that every command exists and is executable.
+    let all_units = std::iter::once(unit_text).chain(extra_units.iter().map(|(_, t)| *t));
+    for text in all_units {
+        for line in text.lines() {
+            let Some((key, value)) = line.split_once('=') else {
+                continue;
+            };
+            if !key.starts_with("Exec") {
+                continue;
+            }
+            let prog = value.trim_start_matches(['-', '@', ':', '+', '!']);
+            let prog = prog.split_whitespace().next().unwrap_or("");
+            if prog.starts_with('/') {
+                put(prog, "#!/bin/sh\nexit 0\n", 0o755);
+            }
+        }
+    }
+    for dir in ["/lib/systemd/system", "/usr/lib/systemd/system"] {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.ends_with(".target") || n.ends_with(".slice") {
+                if let Ok(text) = std::fs::read_to_string(e.path()) {
+                    put(&format!("/lib/systemd/system/{n}"), &text, 0o644);
+                }
+            }
+        }
+    }
+    let out = Command::new(tool)
+        .arg("verify")
+        .arg(format!("--root={}", root.path().display()))
+        .arg("--man=no")
+        .arg(format!("/etc/systemd/system/{name}"))
+        .output()
+        .expect("run systemd-analyze");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// `containerd --config <file> config dump` on `config`. Returns (success, output).
+pub fn containerd_dump(tool: &Path, config: &str) -> (bool, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.toml");
+    std::fs::write(&file, config).unwrap();
+    let out = Command::new(tool)
+        .arg("--config")
+        .arg(&file)
+        .args(["config", "dump"])
+        .output()
+        .expect("run containerd");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// Major version of the installed containerd (`containerd --version`).
+pub fn containerd_major(tool: &Path) -> u32 {
+    let out = Command::new(tool)
+        .arg("--version")
+        .output()
+        .expect("containerd --version");
+    let text = String::from_utf8_lossy(&out.stdout);
+    // "containerd github.com/containerd/containerd 1.6.20~ds1 ..." or "... v2.0.0 ..."
+    text.split_whitespace()
+        .nth(2)
+        .and_then(|v| v.trim_start_matches('v').split('.').next()?.parse().ok())
+        .unwrap_or(1)
+}

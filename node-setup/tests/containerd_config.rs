@@ -1,0 +1,398 @@
+//! containerd TOML editing (config versions 1, 2, 3 and k3s templates), checked by our
+//! own reader and by the real `containerd config dump`.
+
+mod common;
+
+use std::path::Path;
+
+use common::{containerd_dump, containerd_major, fixture, real_tool};
+use edgegpu_node_setup::containerd::{edit, inspect, Flavor};
+use edgegpu_node_setup::error::SetupError;
+use edgegpu_node_setup::RuntimeSpec;
+
+fn spec(name: &str, set_default: bool) -> RuntimeSpec {
+    RuntimeSpec {
+        name: name.into(),
+        path: "/usr/bin/nvidia-container-runtime".into(),
+        set_default,
+    }
+}
+
+fn nvidia() -> RuntimeSpec {
+    spec("nvidia", true)
+}
+
+/// Every line of `old` appears in `new`, in order (comments and layout kept), except
+/// the lines listed in `changed`.
+fn assert_lines_kept(old: &str, new: &str, changed: &[&str]) {
+    let mut new_lines = new.lines();
+    for line in old.lines().filter(|l| !changed.contains(l)) {
+        assert!(
+            new_lines.any(|n| n == line),
+            "line {line:?} lost or moved:\n{new}"
+        );
+    }
+}
+
+fn edited(file: &str, spec: &RuntimeSpec, flavor: Flavor) -> String {
+    let old = fixture(file);
+    edit(Path::new(file), Some(&old), spec, flavor)
+        .unwrap()
+        .text
+        .expect("a change")
+}
+
+#[test]
+fn version_2_config_gains_runtime_and_default_keeping_comments() {
+    let old = fixture("containerd/v2.toml");
+    let new = edited("containerd/v2.toml", &nvidia(), Flavor::System);
+    assert_lines_kept(
+        &old,
+        &new,
+        &["    default_runtime_name = \"runc\" # changed by node-setup?"],
+    );
+    assert!(
+        new.contains("    default_runtime_name = \"nvidia\" # changed by node-setup?\n"),
+        "{new}"
+    );
+    assert!(new.contains("[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\nruntime_type = \"io.containerd.runc.v2\"\n"), "{new}");
+    assert!(new.contains("[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\nBinaryName = \"/usr/bin/nvidia-container-runtime\"\nSystemdCgroup = true\n"), "{new}");
+    // The new runtime sits next to runc, before the registry table.
+    let runc = new.find("runtimes.runc.options]").unwrap();
+    let ours = new.find("runtimes.nvidia]").unwrap();
+    let registry = new.find(".registry]").unwrap();
+    assert!(runc < ours && ours < registry, "{new}");
+    let st = inspect(Path::new("x"), Some(&new), &nvidia(), Flavor::System).unwrap();
+    assert!(st.runtime && st.default && st.version == 2);
+}
+
+#[test]
+fn version_1_config_uses_the_cri_plugin_key() {
+    let old = fixture("containerd/v1.toml");
+    let new = edited("containerd/v1.toml", &nvidia(), Flavor::System);
+    assert_lines_kept(&old, &new, &["      default_runtime_name = \"runc\""]);
+    assert!(new.contains("[plugins.cri.containerd.runtimes.nvidia.options]\nBinaryName = \"/usr/bin/nvidia-container-runtime\""), "{new}");
+    assert!(new.contains("      default_runtime_name = \"nvidia\"\n"));
+    assert!(
+        !new.contains("version ="),
+        "a version-1 file stays version 1"
+    );
+}
+
+#[test]
+fn version_3_config_uses_the_cri_runtime_plugin_and_copies_systemd_cgroup() {
+    let old = fixture("containerd/v3.toml");
+    let new = edited("containerd/v3.toml", &nvidia(), Flavor::System);
+    assert_lines_kept(&old, &new, &["      default_runtime_name = 'runc'"]);
+    assert!(new.contains("[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia.options]\nBinaryName = \"/usr/bin/nvidia-container-runtime\"\nSystemdCgroup = false\n"), "{new}");
+    assert!(new.contains("default_runtime_name = \"nvidia\""));
+    let st = inspect(Path::new("x"), Some(&new), &nvidia(), Flavor::System).unwrap();
+    assert!(st.runtime && st.default && st.version == 3);
+}
+
+#[test]
+fn a_missing_or_empty_config_becomes_version_2() {
+    for text in [None, Some(""), Some("\n  \n")] {
+        let e = edit(Path::new("c.toml"), text, &nvidia(), Flavor::System).unwrap();
+        let new = e.text.unwrap();
+        assert!(new.starts_with("version = 2\n"), "{new}");
+        let st = inspect(Path::new("c.toml"), Some(&new), &nvidia(), Flavor::System).unwrap();
+        assert!(st.runtime && st.default && st.version == 2);
+    }
+}
+
+#[test]
+fn without_set_default_only_the_runtime_is_added() {
+    let new = edited("containerd/v2.toml", &spec("nvidia", false), Flavor::System);
+    assert!(new.contains("default_runtime_name = \"runc\""));
+    assert!(new.contains("runtimes.nvidia.options]"));
+}
+
+#[test]
+fn every_edit_is_idempotent() {
+    let cases = [
+        ("containerd/v1.toml", Flavor::System),
+        ("containerd/v2.toml", Flavor::System),
+        ("containerd/v3.toml", Flavor::System),
+        (
+            "containerd/k3s-config-full.toml.tmpl",
+            Flavor::K3sTemplate { version: 2 },
+        ),
+        (
+            "containerd/k3s-config-v3-base.toml.tmpl",
+            Flavor::K3sTemplate { version: 3 },
+        ),
+    ];
+    for (file, flavor) in cases {
+        let sp = spec("nvidia-custom", true);
+        let once = edited(file, &sp, flavor);
+        let again = edit(Path::new(file), Some(&once), &sp, flavor).unwrap();
+        assert!(
+            again.text.is_none(),
+            "{file}: second edit changed:\n{:?}",
+            again.text
+        );
+    }
+}
+
+#[test]
+fn base_template_with_a_k3s_detected_name_needs_no_table_and_defers_the_default() {
+    for file in [
+        "containerd/k3s-config-base-only.toml.tmpl",
+        "containerd/k3s-config-v3-base.toml.tmpl",
+    ] {
+        let old = fixture(file);
+        let e = edit(
+            Path::new(file),
+            Some(&old),
+            &nvidia(),
+            Flavor::K3sTemplate { version: 3 },
+        )
+        .unwrap();
+        assert!(
+            e.text.is_none(),
+            "{file}: k3s emits runtimes.nvidia itself; re-declaring it breaks containerd"
+        );
+        assert!(e.default_needs_k3s_setting);
+    }
+    // No template yet: none is created just to hold the base line.
+    let e = edit(
+        Path::new("t"),
+        None,
+        &nvidia(),
+        Flavor::K3sTemplate { version: 3 },
+    )
+    .unwrap();
+    assert!(e.text.is_none() && e.default_needs_k3s_setting);
+}
+
+#[test]
+fn base_template_gets_only_new_tables_after_the_base_line() {
+    let sp = spec("nvidia-custom", true);
+    let old = fixture("containerd/k3s-config-v3-base.toml.tmpl");
+    let e = edit(
+        Path::new("t"),
+        Some(&old),
+        &sp,
+        Flavor::K3sTemplate { version: 3 },
+    )
+    .unwrap();
+    let new = e.text.unwrap();
+    assert!(new.starts_with(&old), "appended only:\n{new}");
+    let added = &new[old.len()..];
+    assert_eq!(
+        added,
+        // (toml_edit reuses the quoting of the user's own table header for the key.)
+        "\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia-custom]\nruntime_type = \"io.containerd.runc.v2\"\n\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia-custom.options]\nBinaryName = \"/usr/bin/nvidia-container-runtime\"\n"
+    );
+    // Tables the base emits are never declared: no header for containerd or runtimes.
+    assert!(!added.contains(".containerd]") && !added.contains(".runtimes]"));
+    assert!(e.default_needs_k3s_setting);
+    // A new template for a custom name starts from the base line (config.toml.tmpl: v2).
+    let e = edit(
+        Path::new("t"),
+        None,
+        &sp,
+        Flavor::K3sTemplate { version: 2 },
+    )
+    .unwrap();
+    let new = e.text.unwrap();
+    assert!(new.starts_with("{{ template \"base\" . }}\n\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia-custom]"), "{new}");
+}
+
+#[test]
+fn full_template_is_edited_and_every_template_line_restored() {
+    let old = fixture("containerd/k3s-config-full.toml.tmpl");
+    let new = edited(
+        "containerd/k3s-config-full.toml.tmpl",
+        &nvidia(),
+        Flavor::K3sTemplate { version: 2 },
+    );
+    assert_lines_kept(&old, &new, &[]);
+    for line in old.lines().filter(|l| l.contains("{{")) {
+        assert!(new.contains(line), "template line {line:?} lost:\n{new}");
+    }
+    assert!(new.contains("[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  snapshotter = \"{{ .NodeConfig.AgentConfig.Snapshotter }}\"\n  disable_snapshot_annotations = {{ if eq"), "{new}");
+    // runc's templated SystemdCgroup stays with runc and is copied to our runtime.
+    assert!(
+        new.contains("runtimes.runc.options]\n  SystemdCgroup = {{ .SystemdCgroup }}\n"),
+        "{new}"
+    );
+    assert!(new.contains("runtimes.nvidia.options]\nBinaryName = \"/usr/bin/nvidia-container-runtime\"\nSystemdCgroup = {{ .SystemdCgroup }}\n"), "{new}");
+    assert!(new.contains("default_runtime_name = \"nvidia\""));
+    assert!(new
+        .contains("runtimes.nvidia.options]\nBinaryName = \"/usr/bin/nvidia-container-runtime\""));
+    // The conditional block around the registry stays around the registry.
+    let if_line = new.find("{{ if .PrivateRegistryConfig }}").unwrap();
+    let ours = new.find("runtimes.nvidia]").unwrap();
+    assert!(ours < if_line, "{new}");
+}
+
+#[test]
+fn a_default_set_by_a_template_expression_is_refused() {
+    let tmpl = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  default_runtime_name = \"{{ .DefaultRuntime }}\"\n";
+    let err = edit(
+        Path::new("t"),
+        Some(tmpl),
+        &nvidia(),
+        Flavor::K3sTemplate { version: 2 },
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("template expression"), "{err}");
+    let tmpl = "version = 2\n{{ if .X }}default_runtime_name = \"a\"{{ end }}\n";
+    let err = edit(
+        Path::new("t"),
+        Some(tmpl),
+        &nvidia(),
+        Flavor::K3sTemplate { version: 2 },
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("template expression"), "{err}");
+}
+
+#[test]
+fn template_markup_outside_a_template_is_refused() {
+    let err = edit(
+        Path::new("/etc/containerd/config.toml"),
+        Some("{{ template \"base\" . }}\n"),
+        &nvidia(),
+        Flavor::System,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("/etc/containerd/config.toml") && err.contains("template"),
+        "{err}"
+    );
+}
+
+#[test]
+fn malformed_toml_names_file_line_and_column() {
+    let err = edit(
+        Path::new("/etc/containerd/config.toml"),
+        Some(&fixture("containerd/malformed.toml")),
+        &nvidia(),
+        Flavor::System,
+    )
+    .unwrap_err();
+    match &err {
+        SetupError::Malformed { line, column, .. } => {
+            assert_eq!((*line, *column), (5, 26), "{err}")
+        }
+        other => panic!("expected Malformed, got {other:?}"),
+    }
+    // Line numbers stay right in a template with Go-template lines before the error.
+    let tmpl = "{{ template \"base\" . }}\n\n[plugins.x]\n  a = = 1\n";
+    let err = edit(
+        Path::new("t"),
+        Some(tmpl),
+        &nvidia(),
+        Flavor::K3sTemplate { version: 3 },
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, SetupError::Malformed { line: 4, .. }),
+        "{err}"
+    );
+    // Duplicate tables are invalid TOML too.
+    let dup = "version = 2\n[plugins.a]\nx = 1\n[plugins.a]\ny = 2\n";
+    let err = edit(Path::new("c"), Some(dup), &nvidia(), Flavor::System).unwrap_err();
+    assert!(
+        matches!(err, SetupError::Malformed { line: 4, .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_non_table_where_a_table_is_needed_is_refused() {
+    let text = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\ncontainerd = \"oops\"\n";
+    let err = edit(Path::new("c.toml"), Some(text), &nvidia(), Flavor::System)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("containerd") && err.contains("not a table"),
+        "{err}"
+    );
+    let err = edit(
+        Path::new("c.toml"),
+        Some("version = 7\n"),
+        &nvidia(),
+        Flavor::System,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("version 7"), "{err}");
+}
+
+#[test]
+fn inline_tables_are_extended_inline() {
+    let text = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\nruntimes = { runc = { runtime_type = \"io.containerd.runc.v2\" } }\n";
+    let e = edit(Path::new("c.toml"), Some(text), &nvidia(), Flavor::System).unwrap();
+    let new = e.text.unwrap();
+    let st = inspect(Path::new("c.toml"), Some(&new), &nvidia(), Flavor::System).unwrap();
+    assert!(st.runtime && st.default, "{new}");
+}
+
+#[test]
+fn containerd_config_dump_accepts_generated_configs() {
+    let Some(tool) = real_tool("containerd", "containerd") else {
+        return;
+    };
+    let major = containerd_major(&tool);
+    let mut cases = vec![
+        ("containerd/v2.toml", 2),
+        ("containerd/v1.toml", 1),
+        ("containerd/v3.toml", 3),
+    ];
+    cases.retain(|(_, v)| {
+        // containerd 1.x reads versions 1-2, 2.x reads 2-3 (and migrates 2).
+        let supported = if major >= 2 { *v >= 2 } else { *v <= 2 };
+        if !supported {
+            eprintln!("SKIP containerd config dump of a version-{v} config: containerd {major}.x cannot load it");
+        }
+        supported
+    });
+    assert!(!cases.is_empty());
+    for (file, _) in cases {
+        let new = edited(file, &nvidia(), Flavor::System);
+        let (ok, out) = containerd_dump(&tool, &new);
+        assert!(
+            ok,
+            "containerd rejects the edited {file}:\n{out}\n---\n{new}"
+        );
+        // The dump is containerd's own reading of the file: our runtime must be in it.
+        assert!(
+            out.contains("containerd.runtimes.nvidia]"),
+            "{file}: runtime missing from dump:\n{out}"
+        );
+        assert!(
+            out.contains("BinaryName = \"/usr/bin/nvidia-container-runtime\""),
+            "{file}:\n{out}"
+        );
+        assert!(
+            out.contains("default_runtime_name = \"nvidia\""),
+            "{file}:\n{out}"
+        );
+    }
+    // A new file written from nothing loads too.
+    let new = edit(Path::new("c"), None, &nvidia(), Flavor::System)
+        .unwrap()
+        .text
+        .unwrap();
+    let (ok, out) = containerd_dump(&tool, &new);
+    assert!(
+        ok && out.contains("default_runtime_name = \"nvidia\""),
+        "{out}"
+    );
+}
+
+#[test]
+fn containerd_config_dump_rejects_a_duplicate_table() {
+    // Proves the real-tool check can fail on the mistake templates invite.
+    let Some(tool) = real_tool("containerd", "containerd") else {
+        return;
+    };
+    let bad = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n";
+    let (ok, out) = containerd_dump(&tool, bad);
+    assert!(!ok, "{out}");
+}
