@@ -141,18 +141,21 @@ impl GlobalArgs {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Detect the host, plan every change, write them (with backups), restart what needs it.
+    #[command(after_help = AFTER_HELP)]
     Apply {
         /// Print the plan as unified diffs and write nothing.
         #[arg(long)]
         dry_run: bool,
     },
     /// Report what is configured and what is missing; exit 0 only when fully configured.
+    #[command(after_help = AFTER_HELP)]
     Check {
         /// Output format.
         #[arg(long, value_enum, default_value = "text", env = "EDGEGPU_OUTPUT")]
         output: OutputFormat,
     },
     /// Restore exactly what apply changed, from its backups, and restart what needs it.
+    #[command(after_help = AFTER_HELP)]
     Revert {
         /// Print what would be restored as unified diffs and write nothing.
         #[arg(long)]

@@ -396,13 +396,6 @@ fn containerd_target(inv: &Inventory) -> Result<(ContainerdTarget, String)> {
             format!("k3s renders its containerd config from the existing template {path}; editing it (never the generated config.toml)"),
         ));
     }
-    if let Some(v) = inv.version() {
-        if !v.has_base_template() {
-            return Err(SetupError::Refused(format!(
-                "k3s {v} predates {{{{ template \"base\" . }}}} (v1.24.17, v1.25.13, v1.26.8, v1.27.5, v1.28.1); a template would have to copy k3s's whole config. Use --mode docker or upgrade k3s"
-            )));
-        }
-    }
     let v3 = inv.version().map_or(true, |v| v.uses_containerd2());
     let (name, version) = if v3 {
         K3S_TEMPLATES[0]

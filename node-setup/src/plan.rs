@@ -86,6 +86,14 @@ pub fn build(opts: &Options, for_check: bool) -> Result<Plan> {
     validate_spec(&opts.spec)?;
     let inv = Inventory::scan(&opts.host, opts.k3s_version.as_deref())?;
     let choice = crate::detect::choose(&inv, opts.mode)?;
+    if choice.mode == Mode::Docker
+        && daemon_json::DOCKER_BUILTIN_RUNTIMES.contains(&opts.spec.name.as_str())
+    {
+        return Err(SetupError::Refused(format!(
+            "runtime name '{}' is reserved by docker",
+            opts.spec.name
+        )));
+    }
     let runtime_present = opts.host.is_executable(&opts.spec.path);
     if opts.spec.set_default && !runtime_present && !opts.force && !for_check {
         return Err(SetupError::Refused(format!(
@@ -280,6 +288,15 @@ impl Builder<'_> {
         let old = self.host().read(&path)?;
         let file = self.host().resolve(&path)?;
         let edit = containerd::edit(&file, old.as_deref(), &spec, flavor)?;
+        if old.is_none() && edit.text.is_some() {
+            if let Some((v, _)) = &self.inv.k3s_version {
+                if !v.has_base_template() {
+                    return Err(SetupError::Refused(format!(
+                        "k3s {v} predates {{{{ template \"base\" . }}}} (v1.24.17, v1.25.13, v1.26.8, v1.27.5, v1.28.1): a new {path} would have to copy k3s's whole config. Use --mode docker or upgrade k3s"
+                    )));
+                }
+            }
+        }
         self.plan.notes.extend(edit.notes);
         let what = if spec.set_default && !edit.default_needs_k3s_setting {
             format!(
@@ -325,12 +342,6 @@ impl Builder<'_> {
 
     fn docker(&mut self) -> Result<()> {
         let spec = self.opts.spec.clone();
-        if daemon_json::DOCKER_BUILTIN_RUNTIMES.contains(&spec.name.as_str()) {
-            return Err(SetupError::Refused(format!(
-                "runtime name '{}' is reserved by docker",
-                spec.name
-            )));
-        }
         if spec.set_default {
             self.refuse_dockerd_flag_conflict()?;
         }
