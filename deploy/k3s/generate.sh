@@ -15,7 +15,7 @@ cd "$repo"
 outputs=(edgegpu-runtimeclass.yaml edgegpu-device-plugin.yaml edgegpu-devicequery-job.yaml)
 sources=(deploy/runtimeclass.yaml deploy/device-plugin.yaml deploy/devicequery/job.yaml)
 
-mode=write
+mode="write"
 case "${1:-}" in
     "") ;;
     --check) mode=check ;;

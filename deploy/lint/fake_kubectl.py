@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""A fake `kubectl` for testing scripts/e2e-node.sh without a cluster.
+
+It simulates one node with a device plugin and a scheduler that counts an extended resource,
+keeping its state in the JSON file named by FAKE_KUBE_STATE. It understands exactly the kubectl
+invocations e2e-node.sh makes (and fails loudly on anything else, so a script change that it
+does not model shows up as a test failure, not as a silent pass). Time is real: pods that run
+`sleep N` succeed N seconds after they start.
+
+Knobs in the initial state: node, gpus (physical GPUs the plugin finds), component (jetson or
+discrete), register_delay (s), job_log (the devicequery output), job_seconds, overcommit (a
+broken scheduler that ignores the resource, to prove the contention check can fail).
+"""
+
+import json
+import os
+import re
+import sys
+import time
+
+import yaml
+
+STATE = os.environ["FAKE_KUBE_STATE"]
+RESOURCE = "nvidia.com/gpu"
+
+
+def load():
+    with open(STATE, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def save(state):
+    with open(STATE + ".tmp", "w", encoding="utf-8") as handle:
+        json.dump(state, handle)
+    os.replace(STATE + ".tmp", STATE)
+
+
+def unsupported(args):
+    sys.stderr.write(f"fake kubectl: unsupported invocation: {args}\n")
+    sys.exit(97)
+
+
+def opt(args, *names, default=None):
+    for i, arg in enumerate(args):
+        for name in names:
+            if arg == name and i + 1 < len(args):
+                return args[i + 1]
+            if arg.startswith(name + "="):
+                return arg.split("=", 1)[1]
+    return default
+
+
+def read_manifests(path):
+    if path == "-":
+        return [d for d in yaml.safe_load_all(sys.stdin.read()) if d]
+    if os.path.isdir(path):
+        docs = []
+        for name in sorted(os.listdir(path)):
+            if name.endswith((".yaml", ".yml")):
+                with open(os.path.join(path, name), encoding="utf-8") as handle:
+                    docs += [d for d in yaml.safe_load_all(handle) if d]
+        return docs
+    with open(path, encoding="utf-8") as handle:
+        return [d for d in yaml.safe_load_all(handle) if d]
+
+
+def advertised(state):
+    if not state.get("plugin_started") or time.time() < state["plugin_started"] + state.get("register_delay", 0):
+        return 0
+    return state["gpus"] * state.get("replicas_at_start", 1)
+
+
+def tick(state):
+    """Runs the simulated kubelet and scheduler up to now."""
+    now = time.time()
+    for pod in state["pods"]:
+        if pod["phase"] == "Running" and pod.get("seconds") is not None and now >= pod["started"] + pod["seconds"]:
+            pod["phase"] = "Succeeded"
+    for job in state["jobs"].values():
+        pod = next((p for p in state["pods"] if p.get("job") == job["name"]), None)
+        if pod and pod["phase"] == "Succeeded":
+            job["conditions"] = ["Complete"] if "Result = PASS" in state["job_log"] else ["Failed"]
+    total = advertised(state)
+    for pod in state["pods"]:
+        if pod["phase"] != "Pending":
+            continue
+        used = sum(p["request"] for p in state["pods"] if p["phase"] == "Running")
+        if state.get("overcommit") or pod["request"] <= total - used:
+            pod.update(phase="Running", started=now, scheduled=None)
+        else:
+            pod["scheduled"] = f"0/1 nodes are available: 1 Insufficient {RESOURCE}."
+
+
+def request_of(spec):
+    limits = spec["containers"][0].get("resources", {}).get("limits", {})
+    return int(limits.get(RESOURCE, 0))
+
+
+def apply(state, docs):
+    for doc in docs:
+        kind, meta = doc["kind"], doc["metadata"]
+        ns = meta.get("namespace", "default")
+        if kind == "DaemonSet":
+            state["plugin_deployed"] = True
+            if not state.get("plugin_started"):
+                restart_plugin(state)
+        elif kind == "ConfigMap":
+            state["configmaps"][f"{ns}/{meta['name']}"] = doc
+        elif kind == "Pod":
+            spec = doc["spec"]
+            assert spec["nodeSelector"]["kubernetes.io/hostname"] == state["node"], spec
+            seconds = int(spec["containers"][0]["command"][1])
+            state["pods"].append({"name": meta["name"], "namespace": ns, "labels": meta.get("labels", {}),
+                                  "request": request_of(spec), "phase": "Pending", "seconds": seconds})
+        elif kind == "Job":
+            spec = doc["spec"]["template"]["spec"]
+            assert spec["nodeSelector"]["kubernetes.io/hostname"] == state["node"], spec
+            state["jobs"][f"{ns}/{meta['name']}"] = {"name": meta["name"], "conditions": []}
+            state["pods"].append({"name": meta["name"] + "-x1", "namespace": ns, "labels": {}, "job": meta["name"],
+                                  "request": max(request_of(spec), 1), "phase": "Pending",
+                                  "seconds": state.get("job_seconds", 1)})
+        print(f"{kind.lower()}/{meta['name']} configured")
+
+
+def restart_plugin(state):
+    state["plugin_started"] = time.time()
+    replicas = 1
+    for cm in state["configmaps"].values():
+        config = yaml.safe_load(cm["data"]["config.yaml"])
+        replicas = config["sharing"]["timeSlicing"]["resources"][0]["replicas"]
+    state["replicas_at_start"] = replicas
+    state["restarts"] = state.get("restarts", 0) + 1
+
+
+def find_pod(state, ns, name):
+    return next((p for p in state["pods"] if p["namespace"] == ns and p["name"] == name), None)
+
+
+VALUE_FLAGS = {"-n", "--namespace", "-o", "-l", "-f", "-p", "--field-selector", "--type"}
+
+
+def positionals(args):
+    """The words that are not flags or flag values: verb, kind, name."""
+    words, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in VALUE_FLAGS:
+            skip = True
+        elif not arg.startswith("-"):
+            words.append(arg)
+    return words
+
+
+def main(args):
+    state = load()
+    tick(state)
+    ns = opt(args, "-n", "--namespace", default="default")
+    out = opt(args, "-o")
+    words = positionals(args) + ["", "", ""]
+    verb = words[0]
+    node = state["node"]
+    key = RESOURCE.replace(".", "\\.")
+
+    if verb == "version":
+        print("Client Version: fake")
+    elif verb == "get" and words[1] == "nodes" and out == "name":
+        print(f"node/{node}")
+    elif verb == "get" and words[1] == "node":
+        name = words[2]
+        if name != node:
+            sys.stderr.write(f'Error from server (NotFound): nodes "{name}" not found\n')
+            return 1
+        if out is None:
+            print(f"{node}   Ready")
+        elif out.startswith("jsonpath={.status.nodeInfo"):
+            print("arm64, kubelet v1.31.4+k3s1, containerd://1.7.23-k3s2", end="")
+        elif out in (f"jsonpath={{.status.allocatable.{key}}}", f"jsonpath={{.status.capacity.{key}}}"):
+            print(advertised(state) if state.get("plugin_deployed") else "", end="")
+        else:
+            unsupported(args)
+    elif verb == "apply":
+        apply(state, read_manifests(opt(args, "-f")))
+    elif verb == "get" and "--all-namespaces" in args:
+        assert f"spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed" in args, args
+        for pod in state["pods"]:
+            if pod["phase"] == "Running":  # the fake binds a pod exactly when it starts running
+                print(pod["request"])
+    elif verb == "get" and words[1] == "pods" and "-l" in args:
+        selector = opt(args, "-l")
+        if selector == "app.kubernetes.io/name=edgegpu-device-plugin":
+            if state.get("plugin_deployed") and out == "jsonpath={.items[0].metadata.name}":
+                print(f"edgegpu-device-plugin-{state['component']}-abcde", end="")
+            elif out != "jsonpath={.items[0].metadata.name}":
+                unsupported(args)
+        elif selector.startswith("edgegpu-e2e/run=") and out == "wide":
+            print("NAME  READY  STATUS")
+            for pod in state["pods"]:
+                if pod["labels"].get("edgegpu-e2e/run") == selector.split("=", 1)[1]:
+                    print(f"{pod['name']}  -  {pod['phase']}")
+        else:
+            unsupported(args)
+    elif verb == "get" and words[1] == "pod":
+        name = words[2]
+        if ns == "kube-system" and out == "jsonpath={.metadata.labels.app\\.kubernetes\\.io/component}":
+            print(state["component"], end="")
+            return 0
+        pod = find_pod(state, ns, name)
+        if pod is None:
+            sys.stderr.write(f'Error from server (NotFound): pods "{name}" not found\n')
+            return 1
+        if out == "jsonpath={.status.phase}":
+            print(pod["phase"], end="")
+        elif out.startswith('jsonpath={.status.conditions[?(@.type=="PodScheduled")].reason}'):
+            if pod["phase"] == "Pending" and pod.get("scheduled"):
+                print(f"Unschedulable: {pod['scheduled']}", end="")
+            else:
+                print(": ", end="")
+        else:
+            unsupported(args)
+    elif verb == "get" and words[1] == "configmap":
+        name = words[2]
+        return 0 if f"{ns}/{name}" in state["configmaps"] else 1
+    elif verb == "get" and words[1] == "job":
+        job = state["jobs"].get(f"{ns}/{words[2]}")
+        if job is None:
+            return 1
+        print(" ".join(job["conditions"]), end="")
+    elif verb == "create" and "--dry-run=client" in args:
+        doc = read_manifests(opt(args, "-f"))[0]
+        field = re.fullmatch(r"jsonpath=\{\.metadata\.(name|namespace)\}", out).group(1)
+        print(doc["metadata"].get(field, ""), end="")
+    elif verb == "patch" and "--local" in args:
+        doc = read_manifests(opt(args, "-f"))[0]
+        patch = json.loads(opt(args, "-p"))
+        doc["spec"]["template"]["spec"].update(patch["spec"]["template"]["spec"])
+        print(yaml.safe_dump(doc))
+    elif verb == "logs":
+        if words[1].startswith("job/"):
+            print(state["job_log"])
+        else:
+            print("plugin log line")
+    elif verb == "delete":
+        what = words[1]
+        if what == "job":
+            name = words[2]
+            state["jobs"].pop(f"{ns}/{name}", None)
+            state["pods"] = [p for p in state["pods"] if p.get("job") != name]
+        elif what == "pods":
+            run = opt(args, "-l").split("=", 1)[1]
+            state["pods"] = [p for p in state["pods"] if p["labels"].get("edgegpu-e2e/run") != run]
+        elif what == "configmap":
+            state["configmaps"].pop(f"{ns}/{words[2]}", None)
+        else:
+            unsupported(args)
+    elif verb == "rollout" and "restart" in args:
+        restart_plugin(state)
+    elif verb == "rollout" and "status" in args:
+        print("daemon set successfully rolled out")
+    else:
+        unsupported(args)
+    save(state)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

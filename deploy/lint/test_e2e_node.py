@@ -1,0 +1,137 @@
+"""Runs scripts/e2e-node.sh against fake_kubectl.py (a simulated node, device plugin and
+scheduler) to prove its control flow: it passes on a healthy node, with and without
+time-slicing, fails when the node never advertises the resource, when devicequery does not pass
+and when the scheduler does not hold the extra pod back, and always removes what it created.
+
+Run: python -m unittest discover -s deploy/lint -p 'test_*.py'  (scripts/validate-manifests.sh does)
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+
+JOB = """apiVersion: batch/v1
+kind: Job
+metadata:
+  name: devicequery
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+        - name: devicequery
+          image: example/devicequery:test
+          resources:
+            limits:
+              nvidia.com/gpu: 1
+"""
+
+PASS_LOG = "Device 0: \"Orin\"\n  CUDA Capability Major/Minor version number:    8.7\nResult = PASS"
+
+
+class E2eNodeScriptTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = Path(tempfile.mkdtemp())
+        (self.tmp / "scripts").mkdir()
+        shutil.copy(REPO / "scripts" / "e2e-node.sh", self.tmp / "scripts")
+        (self.tmp / "deploy" / "devicequery").mkdir(parents=True)
+        for path in (REPO / "deploy").glob("*.yaml"):
+            shutil.copy(path, self.tmp / "deploy")
+        shutil.copytree(REPO / "deploy" / "examples", self.tmp / "deploy" / "examples")
+        (self.tmp / "deploy" / "devicequery" / "job.yaml").write_text(JOB)
+        bin_dir = self.tmp / "bin"
+        bin_dir.mkdir()
+        kubectl = bin_dir / "kubectl"
+        kubectl.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{HERE / "fake_kubectl.py"}" "$@"\n')
+        kubectl.chmod(0o755)
+        self.state_file = self.tmp / "state.json"
+        self.env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", FAKE_KUBE_STATE=str(self.state_file),
+                        E2E_POLL_SECONDS="0.2")
+        self.env.pop("KUBECTL", None)
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp)
+
+    def run_script(self, *args, **state):
+        initial = {"node": "orin-1", "gpus": 1, "component": "jetson", "register_delay": 0.5, "job_log": PASS_LOG,
+                   "job_seconds": 0.5, "pods": [], "jobs": {}, "configmaps": {}}
+        initial.update(state)
+        self.state_file.write_text(json.dumps(initial))
+        result = subprocess.run([str(self.tmp / "scripts" / "e2e-node.sh"), "--hold", "5", "--timeout", "10", *args],
+                                env=self.env, capture_output=True, text=True, timeout=120, check=False)
+        self.output = result.stdout + result.stderr
+        self.final = json.loads(self.state_file.read_text())
+        return result.returncode
+
+    def assert_cleaned_up(self):
+        self.assertEqual([p["name"] for p in self.final["pods"]], [], self.output)
+        self.assertEqual(self.final["jobs"], {}, self.output)
+        self.assertEqual(self.final["configmaps"], {}, self.output)
+        self.assertNotIn("unsupported invocation", self.output)
+
+    def test_one_gpu_second_pod_waits_for_the_first(self):
+        self.assertEqual(self.run_script(), 0, self.output)
+        self.assertIn("PASS node orin-1 advertises nvidia.com/gpu: 1", self.output)
+        self.assertIn("Result = PASS", self.output)
+        self.assertIn("PASS devicequery: Result = PASS", self.output)
+        self.assertIn("PASS contention: 1 pod(s) each with 1 nvidia.com/gpu running at the same time", self.output)
+        self.assertIn("PASS contention: edgegpu-e2e-wait Pending while the others hold every nvidia.com/gpu "
+                      "(Unschedulable: 0/1 nodes are available: 1 Insufficient nvidia.com/gpu.)", self.output)
+        self.assertIn("PASS contention: edgegpu-e2e-wait ran once a holder had ended", self.output)
+        self.assertIn("e2e-node: 5 passed, 0 failed", self.output)
+        self.assert_cleaned_up()
+
+    def test_time_slicing_replicas_run_together(self):
+        code = self.run_script("--config", str(self.tmp / "deploy/examples/time-slicing-jetson.yaml"), "--expect", "4")
+        self.assertEqual(code, 0, self.output)
+        self.assertIn("PASS node orin-1 advertises nvidia.com/gpu: 4", self.output)
+        self.assertIn("PASS contention: 4 pod(s) each with 1 nvidia.com/gpu running at the same time", self.output)
+        self.assertIn("e2e-node: 5 passed, 0 failed", self.output)
+        # Applied config removed again, and the plugin restarted to drop it.
+        self.assert_cleaned_up()
+        self.assertEqual(self.final["restarts"], 3, self.output)
+
+    def test_node_that_never_advertises_fails(self):
+        self.assertEqual(self.run_script("--timeout", "2", gpus=0), 1, self.output)
+        self.assertIn("FAIL node orin-1 does not advertise nvidia.com/gpu", self.output)
+        self.assertIn("plugin log line", self.output)
+        self.assertIn("e2e-node: 0 passed, 1 failed", self.output)
+        self.assert_cleaned_up()
+
+    def test_devicequery_failure_fails(self):
+        self.assertEqual(self.run_script(job_log="cudaGetDeviceCount returned 100\nResult = FAIL"), 1, self.output)
+        self.assertIn("FAIL devicequery: no 'Result = PASS'", self.output)
+        self.assertIn("e2e-node: 4 passed, 1 failed", self.output)
+        self.assert_cleaned_up()
+
+    def test_scheduler_that_overcommits_fails(self):
+        self.assertEqual(self.run_script(overcommit=True), 1, self.output)
+        self.assertIn("FAIL contention: edgegpu-e2e-wait was not held back", self.output)
+        self.assert_cleaned_up()
+
+    def test_existing_config_map_is_not_touched(self):
+        config = "version: v1\nsharing:\n  timeSlicing:\n    resources: [{name: nvidia.com/gpu, replicas: 2}]\n"
+        existing = {"kube-system/edgegpu-device-plugin-jetson-config": {"data": {"config.yaml": config}}}
+        code = self.run_script("--config", str(self.tmp / "deploy/examples/time-slicing-jetson.yaml"),
+                               configmaps=existing)
+        self.assertEqual(code, 1, self.output)
+        self.assertIn("already exists", self.output)
+        self.assertEqual(self.final["configmaps"], existing)
+
+    def test_usage_errors(self):
+        result = subprocess.run([str(self.tmp / "scripts" / "e2e-node.sh"), "--hold", "soon"], env=self.env,
+                                capture_output=True, text=True, check=False)
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("--hold must be a number of seconds", result.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
