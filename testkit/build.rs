@@ -17,6 +17,8 @@ const FAKES: &[(&str, &str, &str, &[&str])] = &[
     ("cuda-9.0", "cuda.c", "libcuda.so.1", &["-DFAKE_CUDA_LEGACY_9_0"]),
     ("cuda-no-total-mem", "cuda.c", "libcuda.so.1", &["-DFAKE_CUDA_OMIT_TOTAL_MEM"]),
     ("cuda-stub", "cuda.c", "libcuda.so", &["-DFAKE_CUDA_STUB"]),
+    // device plugin: NVML configured per copy by files next to the library (see nvml.c).
+    ("nvml", "nvml.c", "libnvidia-ml.so.1", &[]),
 ];
 
 fn main() {

@@ -33,16 +33,27 @@ fn random_uuid() -> String {
     bytes[6] = (bytes[6] & 0x0f) | 0x40;
     bytes[8] = (bytes[8] & 0x3f) | 0x80;
     let h: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
 }
 
 /// Validates `ids` against the advertised devices; returns the physical GPU indices
 /// (deduplicated, in request order).
+// tonic::Status is the Resource contract's error type; boxing it would only move the cost.
+#[allow(clippy::result_large_err)]
 pub fn resolve_ids(res: &GpuResource, ids: &[String]) -> Result<Vec<usize>, Status> {
     let name = res.name();
     let advertised = res.table.advertised();
     if ids.is_empty() {
-        return Err(Status::invalid_argument(format!("Allocate request for '{name}' has no device IDs")));
+        return Err(Status::invalid_argument(format!(
+            "Allocate request for '{name}' has no device IDs"
+        )));
     }
     if ids.len() > advertised.len() {
         return Err(Status::invalid_argument(format!(
@@ -52,15 +63,28 @@ pub fn resolve_ids(res: &GpuResource, ids: &[String]) -> Result<Vec<usize>, Stat
             advertised.len()
         )));
     }
-    let unknown: Vec<&str> =
-        ids.iter().filter(|id| !advertised.iter().any(|a| &a.id == *id)).map(String::as_str).collect();
+    let unknown: Vec<&str> = ids
+        .iter()
+        .filter(|id| !advertised.iter().any(|a| &a.id == *id))
+        .map(String::as_str)
+        .collect();
     if !unknown.is_empty() {
-        return Err(Status::invalid_argument(format!("unknown device IDs for '{name}': {}", unknown.join(", "))));
+        return Err(Status::invalid_argument(format!(
+            "unknown device IDs for '{name}': {}",
+            unknown.join(", ")
+        )));
     }
     let mut seen = HashSet::new();
-    let repeated: Vec<&str> = ids.iter().filter(|id| !seen.insert(id.as_str())).map(String::as_str).collect();
+    let repeated: Vec<&str> = ids
+        .iter()
+        .filter(|id| !seen.insert(id.as_str()))
+        .map(String::as_str)
+        .collect();
     if !repeated.is_empty() {
-        return Err(Status::invalid_argument(format!("device IDs requested twice for '{name}': {}", repeated.join(", "))));
+        return Err(Status::invalid_argument(format!(
+            "device IDs requested twice for '{name}': {}",
+            repeated.join(", ")
+        )));
     }
     if let Some(rep) = res.replication {
         if rep.fail_requests_greater_than_one && ids.len() > 1 {
@@ -73,7 +97,10 @@ pub fn resolve_ids(res: &GpuResource, ids: &[String]) -> Result<Vec<usize>, Stat
     let mut physical = Vec::new();
     let mut unhealthy = Vec::new();
     for id in ids {
-        let a = advertised.iter().find(|a| &a.id == id).expect("checked above");
+        let a = advertised
+            .iter()
+            .find(|a| &a.id == id)
+            .expect("checked above");
         if let Some(reason) = res.table.unhealthy_reason(a.physical) {
             unhealthy.push(format!("{id} ({reason})"));
         }
@@ -91,37 +118,60 @@ pub fn resolve_ids(res: &GpuResource, ids: &[String]) -> Result<Vec<usize>, Stat
 }
 
 /// The response for one container.
+#[allow(clippy::result_large_err)]
 pub fn allocate(res: &GpuResource, ids: &[String]) -> Result<ContainerAllocateResponse, Status> {
     let physical = resolve_ids(res, ids)?;
     // IDs handed to the runtime: the GPU's ID under the ID strategy (replicas map to their GPU).
     let visible: Vec<String> = physical.iter().map(|p| res.base_ids[*p].clone()).collect();
-    let mut response = ContainerAllocateResponse { envs: HashMap::new(), ..Default::default() };
+    let mut response = ContainerAllocateResponse {
+        envs: HashMap::new(),
+        ..Default::default()
+    };
 
     let strategies = &res.config.device_list_strategy;
-    let cdi_names: Vec<String> = physical.iter().map(|p| format!("{CDI_KIND}={}", res.cdi_id(*p))).collect();
+    let cdi_names: Vec<String> = physical
+        .iter()
+        .map(|p| format!("{CDI_KIND}={}", res.cdi_id(*p)))
+        .collect();
     if strategies.contains(&DeviceListStrategy::CdiAnnotations) {
-        response.annotations.insert(format!("{CDI_ANNOTATION_PREFIX}{}", random_uuid()), cdi_names.join(","));
+        response.annotations.insert(
+            format!("{CDI_ANNOTATION_PREFIX}{}", random_uuid()),
+            cdi_names.join(","),
+        );
     }
     if strategies.contains(&DeviceListStrategy::CdiCri) {
-        response.cdi_devices = cdi_names.iter().map(|n| CdiDevice { name: n.clone() }).collect();
+        response.cdi_devices = cdi_names
+            .iter()
+            .map(|n| CdiDevice { name: n.clone() })
+            .collect();
     }
     if strategies.contains(&DeviceListStrategy::Envvar) {
-        response.envs.insert(VISIBLE_DEVICES_ENV.to_string(), visible.join(","));
+        response
+            .envs
+            .insert(VISIBLE_DEVICES_ENV.to_string(), visible.join(","));
     }
 
     if res.config.pass_device_specs {
         let paths = match &res.platform {
-            Some(Platform::Tegra { detection, .. }) => device_specs::tegra_device_paths(&res.root, detection.generation),
+            Some(Platform::Tegra { detection, .. }) => {
+                device_specs::tegra_device_paths(&res.root, detection.generation)
+            }
             Some(Platform::Nvml) => {
-                let minors: Vec<u32> =
-                    physical.iter().map(|p| res.gpus[*p].minor.unwrap_or(res.gpus[*p].index)).collect();
+                let minors: Vec<u32> = physical
+                    .iter()
+                    .map(|p| res.gpus[*p].minor.unwrap_or(res.gpus[*p].index))
+                    .collect();
                 device_specs::discrete_device_paths(&res.root, &minors)
             }
             None => Vec::new(),
         };
         response.devices = paths
             .into_iter()
-            .map(|p| DeviceSpec { container_path: p.clone(), host_path: p, permissions: "rw".into() })
+            .map(|p| DeviceSpec {
+                container_path: p.clone(),
+                host_path: p,
+                permissions: "rw".into(),
+            })
             .collect();
     }
     tracing::info!(

@@ -17,7 +17,12 @@ use serde::{Deserialize, Serialize};
 pub struct GpuArgs {
     /// Config file in NVIDIA's `version: v1` format (YAML or JSON): flags and
     /// `sharing.timeSlicing`. Flags and environment variables override its values.
-    #[arg(long = "config", visible_alias = "config-file", env = "CONFIG_FILE", value_name = "FILE")]
+    #[arg(
+        long = "config",
+        visible_alias = "config-file",
+        env = "CONFIG_FILE",
+        value_name = "FILE"
+    )]
     pub config_file: Option<PathBuf>,
 
     /// How GPUs are found: `tegra` reads the Jetson device tree, sysfs and
@@ -39,7 +44,11 @@ pub struct GpuArgs {
     /// How Allocate tells the container runtime which GPUs to inject, comma-separated list of
     /// `envvar` (NVIDIA_VISIBLE_DEVICES), `cdi-annotations` (cdi.k8s.io/… annotation),
     /// `cdi-cri` (CDI devices in the CRI response). [default: envvar]
-    #[arg(long, env = "DEVICE_LIST_STRATEGY", value_name = "STRATEGY[,STRATEGY…]")]
+    #[arg(
+        long,
+        env = "DEVICE_LIST_STRATEGY",
+        value_name = "STRATEGY[,STRATEGY…]"
+    )]
     pub device_list_strategy: Option<String>,
 
     /// Also return the GPU's /dev nodes as DeviceSpecs, so pods work without the NVIDIA
@@ -195,11 +204,15 @@ impl GpuArgs {
             Some(path) => Some(ConfigFile::load(path)?),
             None => None,
         };
-        let flags = file.as_ref().and_then(|f| f.flags.clone()).unwrap_or_default();
+        let flags = file
+            .as_ref()
+            .and_then(|f| f.flags.clone())
+            .unwrap_or_default();
         let plugin = flags.plugin.clone().unwrap_or_default();
         let defaults = Config::default();
 
-        let device_list_strategy = match (&self.device_list_strategy, &plugin.device_list_strategy) {
+        let device_list_strategy = match (&self.device_list_strategy, &plugin.device_list_strategy)
+        {
             (Some(list), _) => DeviceListStrategy::parse_list(list)
                 .context("invalid --device-list-strategy / DEVICE_LIST_STRATEGY")?,
             (None, Some(from_file)) => from_file.0.clone(),
@@ -294,7 +307,10 @@ impl TryFrom<RawConfigFile> for ConfigFile {
             Some("v1") => {}
             Some(other) => return Err(format!("unknown version: {other}")),
         }
-        Ok(Self { flags: raw.flags, sharing: raw.sharing })
+        Ok(Self {
+            flags: raw.flags,
+            sharing: raw.sharing,
+        })
     }
 }
 
@@ -386,7 +402,9 @@ pub struct Sharing {
 
 fn reject_mps<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<()>, D::Error> {
     let _ = serde_yaml::Value::deserialize(d)?;
-    Err(serde::de::Error::custom("sharing.mps is not supported; use sharing.timeSlicing"))
+    Err(serde::de::Error::custom(
+        "sharing.mps is not supported; use sharing.timeSlicing",
+    ))
 }
 
 /// `sharing.timeSlicing:` — replicas of each GPU advertised as `<id>::<n>`.
@@ -445,12 +463,16 @@ struct RawReplicatedResource {
 impl TryFrom<RawReplicatedResource> for ReplicatedResource {
     type Error = String;
     fn try_from(raw: RawReplicatedResource) -> Result<Self, String> {
-        let name = raw.name.filter(|n| !n.is_empty()).ok_or("no resource name specified")?;
+        let name = raw
+            .name
+            .filter(|n| !n.is_empty())
+            .ok_or("no resource name specified")?;
         let replicas = raw.replicas.ok_or("no replicas specified")?;
         if replicas < 2 {
             return Err("number of replicas must be >= 2".into());
         }
-        let replicas = u32::try_from(replicas).map_err(|_| format!("too many replicas: {replicas}"))?;
+        let replicas =
+            u32::try_from(replicas).map_err(|_| format!("too many replicas: {replicas}"))?;
         if let Some(devices) = raw.devices {
             if devices.as_str() != Some("all") {
                 tracing::warn!(resource = %name, "sharing: `devices` other than `all` is ignored; every GPU is shared");
@@ -491,7 +513,10 @@ impl ConfigFile {
             column: None,
             message: format!("cannot read it: {e}"),
         })?;
-        Self::parse(&text).map_err(|e| ConfigFileError { path: path.to_path_buf(), ..e })
+        Self::parse(&text).map_err(|e| ConfigFileError {
+            path: path.to_path_buf(),
+            ..e
+        })
     }
 
     /// Parses config text; errors carry an empty path.

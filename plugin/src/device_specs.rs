@@ -11,8 +11,12 @@ use crate::discovery::{under_root, Generation};
 pub const CSV_DIR: &str = "/etc/nvidia-container-runtime/host-files-for-container.d";
 
 /// Control nodes of the discrete driver, returned when present.
-pub const DISCRETE_CONTROL_NODES: &[&str] =
-    &["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"];
+pub const DISCRETE_CONTROL_NODES: &[&str] = &[
+    "/dev/nvidiactl",
+    "/dev/nvidia-uvm",
+    "/dev/nvidia-uvm-tools",
+    "/dev/nvidia-modeset",
+];
 
 /// The nodes a CUDA container needs on each Tegra generation (reference §4). Patterns may
 /// contain `*` / `?`.
@@ -119,10 +123,12 @@ pub fn tegra_nodes(generation: Option<Generation>) -> &'static [&'static str] {
 /// use bare names: `dev, nvhost-gpu`). Unreadable files are skipped with a warning.
 pub fn csv_device_patterns(root: &Path) -> Vec<String> {
     let dir = under_root(root, CSV_DIR);
-    let Ok(entries) = std::fs::read_dir(&dir) else { return Vec::new() };
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
     let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().map_or(false, |x| x == "csv"))
+        .filter(|p| p.extension().is_some_and(|x| x == "csv"))
         .collect();
     files.sort();
     let mut out = Vec::new();
@@ -139,12 +145,18 @@ pub fn csv_device_patterns(root: &Path) -> Vec<String> {
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            let Some((kind, path)) = line.split_once(',') else { continue };
+            let Some((kind, path)) = line.split_once(',') else {
+                continue;
+            };
             if kind.trim() != "dev" {
                 continue;
             }
             let path = path.trim();
-            let path = if path.starts_with('/') { path.to_string() } else { format!("/dev/{path}") };
+            let path = if path.starts_with('/') {
+                path.to_string()
+            } else {
+                format!("/dev/{path}")
+            };
             if !out.contains(&path) {
                 out.push(path);
             }
@@ -176,9 +188,12 @@ pub fn expand(root: &Path, pattern: &str) -> Vec<String> {
         for prefix in &current {
             if component.contains(['*', '?']) {
                 let dir = under_root(root, if prefix.is_empty() { "/" } else { prefix });
-                let Ok(entries) = std::fs::read_dir(dir) else { continue };
-                let mut names: Vec<String> =
-                    entries.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect();
+                let Ok(entries) = std::fs::read_dir(dir) else {
+                    continue;
+                };
+                let mut names: Vec<String> = entries
+                    .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                    .collect();
                 names.sort();
                 for name in names {
                     if component_matches(component, &name) {
@@ -196,21 +211,27 @@ pub fn expand(root: &Path, pattern: &str) -> Vec<String> {
         .filter(|p| !p.is_empty())
         .filter(|p| {
             // Follows links (e.g. /dev/dri/by-path entries); a dangling link is skipped.
-            std::fs::metadata(under_root(root, p)).map_or(false, |m| !m.is_dir())
+            std::fs::metadata(under_root(root, p)).is_ok_and(|m| !m.is_dir())
         })
         .collect()
 }
 
 /// Tegra: the generation's nodes plus the runtime CSV `dev` entries, deduplicated, existing only.
 pub fn tegra_device_paths(root: &Path, generation: Option<Generation>) -> Vec<String> {
-    let mut patterns: Vec<String> = tegra_nodes(generation).iter().map(|s| s.to_string()).collect();
+    let mut patterns: Vec<String> = tegra_nodes(generation)
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     patterns.extend(csv_device_patterns(root));
     collect(root, &patterns)
 }
 
 /// Discrete GPU: `/dev/nvidia<minor>` for the allocated GPUs plus the control nodes present.
 pub fn discrete_device_paths(root: &Path, minors: &[u32]) -> Vec<String> {
-    let mut patterns: Vec<String> = DISCRETE_CONTROL_NODES.iter().map(|s| s.to_string()).collect();
+    let mut patterns: Vec<String> = DISCRETE_CONTROL_NODES
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     patterns.extend(minors.iter().map(|m| format!("/dev/nvidia{m}")));
     collect(root, &patterns)
 }

@@ -65,14 +65,20 @@ impl Resource for GpuResource {
     }
 
     fn options(&self) -> DevicePluginOptions {
-        DevicePluginOptions { pre_start_required: false, get_preferred_allocation_available: true }
+        DevicePluginOptions {
+            pre_start_required: false,
+            get_preferred_allocation_available: true,
+        }
     }
 
     fn devices(&self) -> watch::Receiver<Vec<Device>> {
         self.table.subscribe()
     }
 
-    fn allocate(&self, request: &ContainerAllocateRequest) -> Result<ContainerAllocateResponse, tonic::Status> {
+    fn allocate(
+        &self,
+        request: &ContainerAllocateRequest,
+    ) -> Result<ContainerAllocateResponse, tonic::Status> {
         crate::allocate::allocate(self, &request.devices_ids)
     }
 
@@ -96,7 +102,10 @@ impl Resource for GpuResource {
             )));
         }
         let size = usize::try_from(request.allocation_size).map_err(|_| {
-            tonic::Status::invalid_argument(format!("invalid allocation size {}", request.allocation_size))
+            tonic::Status::invalid_argument(format!(
+                "invalid allocation size {}",
+                request.allocation_size
+            ))
         })?;
         let ids = sharing::preferred(
             advertised,
@@ -111,32 +120,49 @@ impl Resource for GpuResource {
 }
 
 /// Detects the GPUs under `root` and returns the resource to serve.
-pub async fn build_resource(root: &Path, resource_name: &str, args: &GpuArgs) -> anyhow::Result<Arc<dyn Resource>> {
+pub async fn build_resource(
+    root: &Path,
+    resource_name: &str,
+    args: &GpuArgs,
+) -> anyhow::Result<Arc<dyn Resource>> {
     let resource: Arc<dyn Resource> = build_gpu_resource(root, resource_name, args).await?;
     Ok(resource)
 }
 
 /// [`build_resource`] with the concrete type (for callers that want to show what was found).
-pub async fn build_gpu_resource(root: &Path, resource_name: &str, args: &GpuArgs) -> anyhow::Result<Arc<GpuResource>> {
+pub async fn build_gpu_resource(
+    root: &Path,
+    resource_name: &str,
+    args: &GpuArgs,
+) -> anyhow::Result<Arc<GpuResource>> {
     let config = args.resolve()?;
-    tracing::info!("Running with config: {}", serde_json::to_string(&config).unwrap_or_default());
-    tracing::info!("Using device discovery strategy: {}", serde_json::to_string(&config.discovery).unwrap_or_default().trim_matches('"'));
+    tracing::info!(
+        "Running with config: {}",
+        serde_json::to_string(&config).unwrap_or_default()
+    );
+    tracing::info!(
+        "Using device discovery strategy: {}",
+        serde_json::to_string(&config.discovery)
+            .unwrap_or_default()
+            .trim_matches('"')
+    );
 
     let root_owned = root.to_path_buf();
     let strategy = config.discovery;
     // NVML calls block; keep them off the async workers.
-    let discovered = tokio::task::spawn_blocking(move || discovery::discover(&root_owned, strategy)).await?;
-    let discovered = match discovered {
-        Ok(d) => Some(d),
-        Err(e) if !config.fail_on_init_error => {
-            tracing::warn!("{e}; --fail-on-init-error=false: running with zero devices");
-            None
-        }
-        Err(e) => {
-            return Err(anyhow::Error::new(e)
-                .context("GPU discovery failed (use --fail-on-init-error=false to run with zero devices)"))
-        }
-    };
+    let discovered =
+        tokio::task::spawn_blocking(move || discovery::discover(&root_owned, strategy)).await?;
+    let discovered =
+        match discovered {
+            Ok(d) => Some(d),
+            Err(e) if !config.fail_on_init_error => {
+                tracing::warn!("{e}; --fail-on-init-error=false: running with zero devices");
+                None
+            }
+            Err(e) => return Err(anyhow::Error::new(e).context(
+                "GPU discovery failed (use --fail-on-init-error=false to run with zero devices)",
+            )),
+        };
     let (platform, gpus, nvml) = match discovered {
         Some(d) => {
             tracing::info!("Detected platform: {}", d.platform_name());
@@ -164,7 +190,11 @@ pub async fn build_gpu_resource(root: &Path, resource_name: &str, args: &GpuArgs
                 physical: p,
                 numa_node: gpu.numa_node,
             })),
-            None => advertised.push(Advertised { id: base_ids[p].clone(), physical: p, numa_node: gpu.numa_node }),
+            None => advertised.push(Advertised {
+                id: base_ids[p].clone(),
+                physical: p,
+                numa_node: gpu.numa_node,
+            }),
         }
     }
     let table = Arc::new(HealthTable::new(&name, base_ids.clone(), advertised));

@@ -21,11 +21,16 @@ pub struct Replication {
 
 /// The advertised name and replication for `resource_name` under a time-slicing config.
 pub fn apply(resource_name: &str, sharing: Option<&TimeSlicing>) -> (String, Option<Replication>) {
-    let Some(ts) = sharing else { return (resource_name.to_string(), None) };
+    let Some(ts) = sharing else {
+        return (resource_name.to_string(), None);
+    };
     match ts.resources.iter().find(|r| r.name == resource_name) {
         Some(r) => {
-            let name =
-                if ts.rename_by_default { format!("{resource_name}.shared") } else { resource_name.to_string() };
+            let name = if ts.rename_by_default {
+                format!("{resource_name}.shared")
+            } else {
+                resource_name.to_string()
+            };
             let rep = Replication {
                 replicas: r.replicas,
                 fail_requests_greater_than_one: ts.fail_requests_greater_than_one,
@@ -63,7 +68,11 @@ pub fn preferred(
     replicated: bool,
     policy: AllocationPolicy,
 ) -> Vec<String> {
-    let position: HashMap<&str, usize> = advertised.iter().enumerate().map(|(i, a)| (a.id.as_str(), i)).collect();
+    let position: HashMap<&str, usize> = advertised
+        .iter()
+        .enumerate()
+        .map(|(i, a)| (a.id.as_str(), i))
+        .collect();
     let mut chosen: Vec<String> = Vec::new();
     for id in must_include {
         if !chosen.contains(id) && chosen.len() < size {
@@ -82,7 +91,9 @@ pub fn preferred(
         return chosen;
     }
     let picked = if replicated {
-        pick_replicas(advertised, available, &chosen, &position, candidates, need, policy)
+        pick_replicas(
+            advertised, available, &chosen, &position, candidates, need, policy,
+        )
     } else {
         pick_numa(advertised, &chosen, &position, candidates, need)
     };
@@ -101,7 +112,10 @@ fn pick_numa(
 ) -> Vec<usize> {
     let mut by_node: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
     for i in candidates {
-        by_node.entry(advertised[i].numa_node.unwrap_or(-1)).or_default().push(i);
+        by_node
+            .entry(advertised[i].numa_node.unwrap_or(-1))
+            .or_default()
+            .push(i);
     }
     let home = chosen
         .iter()
@@ -113,7 +127,16 @@ fn pick_numa(
         let is_home = Some(*node) == home;
         let fits = *count >= need;
         // home first; then nodes that fit, smallest first; then the rest, largest first.
-        (!is_home, !fits, if fits { *count as i64 } else { -(*count as i64) }, *node)
+        (
+            !is_home,
+            !fits,
+            if fits {
+                *count as i64
+            } else {
+                -(*count as i64)
+            },
+            *node,
+        )
     });
     let mut out = Vec::new();
     for (node, _) in order {
@@ -149,8 +172,10 @@ fn pick_replicas(
             *free.entry(advertised[*i].physical).or_default() += 1;
         }
     }
-    let mut used: HashMap<usize, usize> =
-        total.iter().map(|(p, t)| (*p, t - free.get(p).copied().unwrap_or(0))).collect();
+    let mut used: HashMap<usize, usize> = total
+        .iter()
+        .map(|(p, t)| (*p, t - free.get(p).copied().unwrap_or(0)))
+        .collect();
     for id in chosen {
         if let Some(i) = position.get(id.as_str()) {
             *used.entry(advertised[*i].physical).or_default() += 1;
@@ -185,10 +210,18 @@ mod tests {
         let mut out = Vec::new();
         for (p, n) in numa.iter().enumerate() {
             if replicas == 0 {
-                out.push(Advertised { id: format!("GPU-{p}"), physical: p, numa_node: *n });
+                out.push(Advertised {
+                    id: format!("GPU-{p}"),
+                    physical: p,
+                    numa_node: *n,
+                });
             } else {
                 for r in 0..replicas {
-                    out.push(Advertised { id: replica_id(&format!("GPU-{p}"), r), physical: p, numa_node: *n });
+                    out.push(Advertised {
+                        id: replica_id(&format!("GPU-{p}"), r),
+                        physical: p,
+                        numa_node: *n,
+                    });
                 }
             }
         }
@@ -207,7 +240,14 @@ mod tests {
         let got = preferred(&adv, &all, &[], 2, false, AllocationPolicy::Distributed);
         assert_eq!(got, ids(&["GPU-1", "GPU-2"]));
         // must include GPU-0 (node 0) → the other picks come from node 0.
-        let got = preferred(&adv, &all, &ids(&["GPU-0"]), 2, false, AllocationPolicy::Distributed);
+        let got = preferred(
+            &adv,
+            &all,
+            &ids(&["GPU-0"]),
+            2,
+            false,
+            AllocationPolicy::Distributed,
+        );
         assert_eq!(got, ids(&["GPU-0", "GPU-3"]));
     }
 
@@ -220,7 +260,11 @@ mod tests {
         let got = preferred(&adv, &all, &[], 2, true, AllocationPolicy::Packed);
         assert_eq!(got, ids(&["GPU-0::0", "GPU-0::1"]));
         // GPU-0 already has 3 replicas in use → distributed picks GPU-1 first.
-        let avail: Vec<String> = all.iter().filter(|id| !id.starts_with("GPU-0::") || id.ends_with("::3")).cloned().collect();
+        let avail: Vec<String> = all
+            .iter()
+            .filter(|id| !id.starts_with("GPU-0::") || id.ends_with("::3"))
+            .cloned()
+            .collect();
         let got = preferred(&adv, &avail, &[], 1, true, AllocationPolicy::Distributed);
         assert_eq!(got, ids(&["GPU-1::0"]));
         let got = preferred(&adv, &avail, &[], 1, true, AllocationPolicy::Packed);

@@ -3,5 +3,6 @@
 
 pub mod cuda;
 pub mod fakelib;
+pub mod host;
 pub mod kubelet;
 pub mod process;

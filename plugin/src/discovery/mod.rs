@@ -36,7 +36,10 @@ pub struct Gpu {
 #[derive(Debug, Clone)]
 pub enum Platform {
     /// Jetson: one integrated GPU. `nvml` is set on JetPack 6+ where NVML names it `… (nvgpu)`.
-    Tegra { detection: TegraDetection, nvml_name: Option<String> },
+    Tegra {
+        detection: TegraDetection,
+        nvml_name: Option<String>,
+    },
     /// Discrete GPUs through NVML.
     Nvml,
 }
@@ -83,7 +86,11 @@ fn tegra_gpu(detection: &TegraDetection, nvml_name: Option<&str>) -> Gpu {
         index: 0,
         name: nvml_name
             .map(str::to_string)
-            .or_else(|| detection.generation.map(|g| format!("NVIDIA Tegra {}", g.soc())))
+            .or_else(|| {
+                detection
+                    .generation
+                    .map(|g| format!("NVIDIA Tegra {}", g.soc()))
+            })
             .unwrap_or_else(|| "NVIDIA Tegra".into()),
         memory_bytes: None,
         pci_bus_id: None,
@@ -94,7 +101,10 @@ fn tegra_gpu(detection: &TegraDetection, nvml_name: Option<&str>) -> Gpu {
 
 /// Runs discovery with `strategy`. Logs what was found and why.
 pub fn discover(root: &Path, strategy: DiscoveryStrategy) -> Result<Discovered, NoGpuError> {
-    let no_gpu = |reason: String| NoGpuError { root: root.display().to_string(), reason };
+    let no_gpu = |reason: String| NoGpuError {
+        root: root.display().to_string(),
+        reason,
+    };
     match strategy {
         DiscoveryStrategy::Tegra => {
             let detection = TegraDetection::probe(root);
@@ -106,14 +116,26 @@ pub fn discover(root: &Path, strategy: DiscoveryStrategy) -> Result<Discovered, 
                 )));
             }
             let gpu = tegra_gpu(&detection, None);
-            Ok(Discovered { platform: Platform::Tegra { detection, nvml_name: None }, gpus: vec![gpu], nvml: None })
+            Ok(Discovered {
+                platform: Platform::Tegra {
+                    detection,
+                    nvml_name: None,
+                },
+                gpus: vec![gpu],
+                nvml: None,
+            })
         }
         DiscoveryStrategy::Nvml => {
-            let (nvml, gpus) = nvml::load_and_enumerate(root).map_err(|e| no_gpu(format!("{e:#}")))?;
+            let (nvml, gpus) =
+                nvml::load_and_enumerate(root).map_err(|e| no_gpu(format!("{e:#}")))?;
             if gpus.is_empty() {
                 return Err(no_gpu("NVML loaded but reports no GPUs".into()));
             }
-            Ok(Discovered { platform: Platform::Nvml, gpus, nvml: Some(Arc::new(nvml)) })
+            Ok(Discovered {
+                platform: Platform::Nvml,
+                gpus,
+                nvml: Some(Arc::new(nvml)),
+            })
         }
         DiscoveryStrategy::Auto => {
             let nvml_outcome = nvml::load_and_enumerate(root);
@@ -127,12 +149,19 @@ pub fn discover(root: &Path, strategy: DiscoveryStrategy) -> Result<Discovered, 
                         tracing::info!(name = %gpus[0].name, "NVML reports an integrated GPU; treating it as the Tegra GPU");
                         let gpu = tegra_gpu(&detection, Some(&gpus[0].name));
                         return Ok(Discovered {
-                            platform: Platform::Tegra { detection, nvml_name: Some(gpus[0].name.clone()) },
+                            platform: Platform::Tegra {
+                                detection,
+                                nvml_name: Some(gpus[0].name.clone()),
+                            },
                             gpus: vec![gpu],
                             nvml: None,
                         });
                     }
-                    Ok(Discovered { platform: Platform::Nvml, gpus, nvml: Some(Arc::new(nvml)) })
+                    Ok(Discovered {
+                        platform: Platform::Nvml,
+                        gpus,
+                        nvml: Some(Arc::new(nvml)),
+                    })
                 }
                 other => {
                     let nvml_reason = match other {
@@ -150,7 +179,10 @@ pub fn discover(root: &Path, strategy: DiscoveryStrategy) -> Result<Discovered, 
                     }
                     let gpu = tegra_gpu(&detection, None);
                     Ok(Discovered {
-                        platform: Platform::Tegra { detection, nvml_name: None },
+                        platform: Platform::Tegra {
+                            detection,
+                            nvml_name: None,
+                        },
                         gpus: vec![gpu],
                         nvml: None,
                     })

@@ -79,14 +79,18 @@ fn describe(e: &NvmlError) -> String {
 pub fn sysfs_bus_id(nvml_bus_id: &str) -> String {
     let lower = nvml_bus_id.to_ascii_lowercase();
     match lower.split_once(':') {
-        Some((domain, rest)) if domain.len() > 4 => format!("{}:{rest}", &domain[domain.len() - 4..]),
+        Some((domain, rest)) if domain.len() > 4 => {
+            format!("{}:{rest}", &domain[domain.len() - 4..])
+        }
         _ => lower,
     }
 }
 
 /// NUMA node from sysfs (`-1` = none).
 fn numa_from_sysfs(root: &Path, bus_id: &str) -> Option<i64> {
-    let path = under_root(root, "/sys/bus/pci/devices").join(sysfs_bus_id(bus_id)).join("numa_node");
+    let path = under_root(root, "/sys/bus/pci/devices")
+        .join(sysfs_bus_id(bus_id))
+        .join("numa_node");
     let n: i64 = std::fs::read_to_string(path).ok()?.trim().parse().ok()?;
     (n >= 0).then_some(n)
 }
@@ -106,7 +110,9 @@ pub fn load_and_enumerate(root: &Path) -> anyhow::Result<(Nvml, Vec<Gpu>)> {
 }
 
 fn describe_device(nvml: &Nvml, root: &Path, index: u32) -> anyhow::Result<Gpu> {
-    let device = nvml.device_by_index(index).context("nvmlDeviceGetHandleByIndex")?;
+    let device = nvml
+        .device_by_index(index)
+        .context("nvmlDeviceGetHandleByIndex")?;
     let uuid = device.uuid().context("nvmlDeviceGetUUID")?;
     let name = device.name().unwrap_or_else(|_| "NVIDIA GPU".into());
     // Jetson iGPUs answer NOT_SUPPORTED for memory and PCI info: optional fields.
@@ -132,7 +138,15 @@ fn describe_device(nvml: &Nvml, root: &Path, index: u32) -> anyhow::Result<Gpu> 
         numa_node = numa_node.unwrap_or(-1),
         "NVML GPU found"
     );
-    Ok(Gpu { uuid, index, name, memory_bytes, pci_bus_id, numa_node, minor })
+    Ok(Gpu {
+        uuid,
+        index,
+        name,
+        memory_bytes,
+        pci_bus_id,
+        numa_node,
+        minor,
+    })
 }
 
 #[cfg(test)]

@@ -26,8 +26,13 @@ pub enum Generation {
 }
 
 impl Generation {
-    pub const ALL: [Generation; 5] =
-        [Generation::NanoTx1, Generation::Tx2, Generation::Xavier, Generation::Orin, Generation::Thor];
+    pub const ALL: [Generation; 5] = [
+        Generation::NanoTx1,
+        Generation::Tx2,
+        Generation::Xavier,
+        Generation::Orin,
+        Generation::Thor,
+    ];
 
     /// Human name, e.g. `Orin (T234)`.
     pub fn name(self) -> &'static str {
@@ -149,7 +154,12 @@ fn read_dt_strings(root: &Path, path: &str) -> Option<Vec<String>> {
 }
 
 fn read_trimmed(root: &Path, path: &str) -> Option<String> {
-    std::fs::read_to_string(under_root(root, path)).ok().map(|s| s.trim_matches(|c: char| c.is_whitespace() || c == '\0').to_string())
+    std::fs::read_to_string(under_root(root, path))
+        .ok()
+        .map(|s| {
+            s.trim_matches(|c: char| c.is_whitespace() || c == '\0')
+                .to_string()
+        })
 }
 
 /// Parses a chip id written in decimal (`35`) or with a C prefix (`0x23`), as tools do.
@@ -187,12 +197,22 @@ impl TegraDetection {
         !self.signals.is_empty()
     }
 
-    fn matched(&mut self, path: &'static str, value: impl Into<String>, meaning: impl Into<String>) {
-        self.signals.push(Signal { path, value: value.into(), meaning: meaning.into() });
+    fn matched(
+        &mut self,
+        path: &'static str,
+        value: impl Into<String>,
+        meaning: impl Into<String>,
+    ) {
+        self.signals.push(Signal {
+            path,
+            value: value.into(),
+            meaning: meaning.into(),
+        });
     }
 
     fn missed(&mut self, root: &Path, path: &str, why: &str) {
-        self.looked_for.push(format!("{} {why}", under_root(root, path).display()));
+        self.looked_for
+            .push(format!("{} {why}", under_root(root, path).display()));
     }
 
     fn set_generation(&mut self, generation: Option<Generation>, from: &'static str) {
@@ -214,7 +234,8 @@ impl TegraDetection {
             Some(entries) => {
                 let soc = entries.iter().find_map(|e| {
                     let t = e.strip_prefix("nvidia,tegra")?;
-                    (!t.is_empty() && t.chars().all(|c| c.is_ascii_digit())).then(|| format!("tegra{t}"))
+                    (!t.is_empty() && t.chars().all(|c| c.is_ascii_digit()))
+                        .then(|| format!("tegra{t}"))
                 });
                 for e in &entries {
                     if let Some(part) = e.strip_prefix("nvidia,") {
@@ -231,7 +252,10 @@ impl TegraDetection {
                 }
                 // Carrier+module entries (`nvidia,p3737-0000+p3701-0000`) when no bare one.
                 if d.module.is_none() {
-                    if let Some(m) = entries.iter().find_map(|e| e.split('+').nth(1).map(str::to_string)) {
+                    if let Some(m) = entries
+                        .iter()
+                        .find_map(|e| e.split('+').nth(1).map(str::to_string))
+                    {
                         d.module_name = module_product(&m);
                         d.module = Some(m);
                     }
@@ -254,12 +278,18 @@ impl TegraDetection {
 
         // 2. device-tree `model`: human board name.
         match read_dt_strings(root, MODEL).and_then(|v| v.into_iter().next()) {
-            Some(model) if model.contains("Jetson") || model.to_ascii_lowercase().contains("tegra") => {
+            Some(model)
+                if model.contains("Jetson") || model.to_ascii_lowercase().contains("tegra") =>
+            {
                 d.matched(MODEL, model.clone(), "Jetson board model");
                 d.model = Some(model);
             }
             Some(model) => {
-                d.missed(root, MODEL, &format!("is `{model}` (no Jetson/Tegra in it)"));
+                d.missed(
+                    root,
+                    MODEL,
+                    &format!("is `{model}` (no Jetson/Tegra in it)"),
+                );
                 d.model = Some(model);
             }
             None => d.missed(root, MODEL, "is missing or unreadable"),
@@ -272,7 +302,11 @@ impl TegraDetection {
                 let token = file.split('-').next().unwrap_or("").to_string();
                 if token.starts_with("tegra") {
                     let gen = Generation::from_soc_token(&token);
-                    d.matched(DTSFILENAME, path.clone(), format!("device tree built for {token}"));
+                    d.matched(
+                        DTSFILENAME,
+                        path.clone(),
+                        format!("device tree built for {token}"),
+                    );
                     d.set_generation(gen, DTSFILENAME);
                 } else {
                     d.missed(root, DTSFILENAME, &format!("is `{path}` (not a tegra dts)"));
@@ -285,7 +319,10 @@ impl TegraDetection {
         match read_trimmed(root, SOC0_FAMILY) {
             Some(family) if family.to_ascii_lowercase().starts_with("tegra") => {
                 d.matched(SOC0_FAMILY, family, "SoC family Tegra");
-                if let Some(gen) = read_trimmed(root, SOC0_SOC_ID).and_then(|s| parse_chip_id(&s)).and_then(Generation::from_chip_id) {
+                if let Some(gen) = read_trimmed(root, SOC0_SOC_ID)
+                    .and_then(|s| parse_chip_id(&s))
+                    .and_then(Generation::from_chip_id)
+                {
                     d.set_generation(Some(gen), SOC0_SOC_ID);
                 }
             }
@@ -317,10 +354,16 @@ impl TegraDetection {
                 let first = text.lines().next().unwrap_or("").trim().to_string();
                 match &l4t {
                     Some(v) => d.matched(NV_TEGRA_RELEASE, first, format!("L4T {v}")),
-                    None => d.matched(NV_TEGRA_RELEASE, first, "L4T release file (version unreadable)"),
+                    None => d.matched(
+                        NV_TEGRA_RELEASE,
+                        first,
+                        "L4T release file (version unreadable)",
+                    ),
                 }
                 // Only r38+ pins the generation (Thor only); r32/r35/r36 span several SoCs.
-                let major = l4t.as_deref().and_then(|v| v.split('.').next()?.parse::<u32>().ok());
+                let major = l4t
+                    .as_deref()
+                    .and_then(|v| v.split('.').next()?.parse::<u32>().ok());
                 if major == Some(38) {
                     d.set_generation(Some(Generation::Thor), NV_TEGRA_RELEASE);
                 }
@@ -372,7 +415,10 @@ mod tests {
             parse_l4t_release("# R32 (release), REVISION: 7.6, GCID: 38171779, BOARD: t210ref, EABI: aarch64, DATE: x").as_deref(),
             Some("32.7.6")
         );
-        assert_eq!(parse_l4t_release("# R32 (release), REVISION: 5, GCID: 1").as_deref(), Some("32.5"));
+        assert_eq!(
+            parse_l4t_release("# R32 (release), REVISION: 5, GCID: 1").as_deref(),
+            Some("32.5")
+        );
         assert_eq!(parse_l4t_release("garbage"), None);
     }
 

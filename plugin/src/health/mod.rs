@@ -35,7 +35,13 @@ impl HealthTable {
         let state = vec![None; physical_ids.len()];
         let initial = Self::render(&advertised, &state);
         let (tx, _) = watch::channel(initial);
-        Self { resource: resource.to_string(), advertised, state: Mutex::new(state), names: physical_ids, tx }
+        Self {
+            resource: resource.to_string(),
+            advertised,
+            state: Mutex::new(state),
+            names: physical_ids,
+            tx,
+        }
     }
 
     fn render(advertised: &[Advertised], state: &[Option<String>]) -> Vec<Device> {
@@ -43,8 +49,15 @@ impl HealthTable {
             .iter()
             .map(|a| Device {
                 id: a.id.clone(),
-                health: if state[a.physical].is_none() { HEALTHY } else { UNHEALTHY }.to_string(),
-                topology: a.numa_node.map(|n| TopologyInfo { nodes: vec![NumaNode { id: n }] }),
+                health: if state[a.physical].is_none() {
+                    HEALTHY
+                } else {
+                    UNHEALTHY
+                }
+                .to_string(),
+                topology: a.numa_node.map(|n| TopologyInfo {
+                    nodes: vec![NumaNode { id: n }],
+                }),
             })
             .collect()
     }

@@ -54,7 +54,13 @@ fn probe(nvml: &Nvml, uuid: &str) -> Result<(), NvmlError> {
     }
 }
 
-fn run(nvml: &Nvml, uuids: &[String], table: Weak<HealthTable>, ignored: &BTreeSet<u64>, recovery: Duration) {
+fn run(
+    nvml: &Nvml,
+    uuids: &[String],
+    table: Weak<HealthTable>,
+    ignored: &BTreeSet<u64>,
+    recovery: Duration,
+) {
     let mut causes: Vec<Option<Cause>> = vec![None; uuids.len()];
     let mut set = register(nvml, uuids);
     let mut rebuild = false;
@@ -73,7 +79,11 @@ fn run(nvml: &Nvml, uuids: &[String], table: Weak<HealthTable>, ignored: &BTreeS
                     Some(XidError::Value(v)) => v,
                     _ => 999,
                 };
-                let index = event.device.uuid().ok().and_then(|u| uuids.iter().position(|x| *x == u));
+                let index = event
+                    .device
+                    .uuid()
+                    .ok()
+                    .and_then(|u| uuids.iter().position(|x| *x == u));
                 if ignored.contains(&xid) {
                     tracing::info!(xid, "ignoring application XID {xid}");
                 } else {
@@ -136,13 +146,19 @@ fn register<'n>(nvml: &'n Nvml, uuids: &[String]) -> Option<nvml_wrapper::EventS
     let mut set = match nvml.create_event_set() {
         Ok(s) => s,
         Err(e) => {
-            tracing::warn!("Failed to start health check: {e}; continuing with XID checks disabled");
+            tracing::warn!(
+                "Failed to start health check: {e}; continuing with XID checks disabled"
+            );
             return None;
         }
     };
     for uuid in uuids {
-        let Ok(device) = nvml.device_by_uuid(uuid.as_str()) else { continue };
-        let supported = device.supported_event_types().unwrap_or(EventTypes::empty());
+        let Ok(device) = nvml.device_by_uuid(uuid.as_str()) else {
+            continue;
+        };
+        let supported = device
+            .supported_event_types()
+            .unwrap_or(EventTypes::empty());
         if !supported.contains(EventTypes::CRITICAL_XID_ERROR) {
             tracing::info!(%uuid, "GPU does not report XID events; only lost-GPU checks apply");
             continue;

@@ -26,7 +26,12 @@ pub struct TegraHealthSpec {
 pub fn required_nodes(generation: Option<Generation>) -> &'static [&'static str] {
     match generation {
         Some(Generation::Thor) => &["/dev/nvidia0", "/dev/nvidiactl"],
-        Some(_) => &["/dev/nvhost-ctrl-gpu", "/dev/nvhost-gpu", "/dev/nvhost-as-gpu", "/dev/nvmap"],
+        Some(_) => &[
+            "/dev/nvhost-ctrl-gpu",
+            "/dev/nvhost-gpu",
+            "/dev/nvhost-as-gpu",
+            "/dev/nvmap",
+        ],
         // Unknown generation: no node is known to be required; sysfs only.
         None => &[],
     }
@@ -36,12 +41,27 @@ pub fn required_nodes(generation: Option<Generation>) -> &'static [&'static str]
 /// scan finds nothing: (load file, devfreq dir).
 fn known_sysfs(generation: Option<Generation>) -> &'static [(Option<&'static str>, &'static str)] {
     match generation {
-        Some(Generation::NanoTx1) => &[(Some("/sys/devices/gpu.0/load"), "/sys/devices/gpu.0/devfreq/57000000.gpu")],
-        Some(Generation::Tx2) => &[(Some("/sys/devices/17000000.gp10b/load"), "/sys/devices/17000000.gp10b/devfreq/17000000.gp10b")],
-        Some(Generation::Xavier) => &[(Some("/sys/devices/17000000.gv11b/load"), "/sys/devices/17000000.gv11b/devfreq/17000000.gv11b")],
+        Some(Generation::NanoTx1) => &[(
+            Some("/sys/devices/gpu.0/load"),
+            "/sys/devices/gpu.0/devfreq/57000000.gpu",
+        )],
+        Some(Generation::Tx2) => &[(
+            Some("/sys/devices/17000000.gp10b/load"),
+            "/sys/devices/17000000.gp10b/devfreq/17000000.gp10b",
+        )],
+        Some(Generation::Xavier) => &[(
+            Some("/sys/devices/17000000.gv11b/load"),
+            "/sys/devices/17000000.gv11b/devfreq/17000000.gv11b",
+        )],
         Some(Generation::Orin) => &[
-            (Some("/sys/devices/platform/bus@0/17000000.gpu/load"), "/sys/class/devfreq/17000000.gpu"),
-            (Some("/sys/devices/17000000.ga10b/load"), "/sys/devices/17000000.ga10b/devfreq_dev"),
+            (
+                Some("/sys/devices/platform/bus@0/17000000.gpu/load"),
+                "/sys/class/devfreq/17000000.gpu",
+            ),
+            (
+                Some("/sys/devices/17000000.ga10b/load"),
+                "/sys/devices/17000000.ga10b/devfreq_dev",
+            ),
         ],
         Some(Generation::Thor) => &[(None, "/sys/class/devfreq/gpu-gpc-0")],
         None => &[],
@@ -68,14 +88,28 @@ pub fn find_sysfs_files(root: &Path, generation: Option<Generation>) -> Vec<Stri
         entries.sort();
         for entry in entries {
             let name = std::fs::read(entry.join("device/of_node/name"))
-                .map(|b| String::from_utf8_lossy(&b).trim_matches(|c: char| c == '\0' || c.is_whitespace()).to_string())
+                .map(|b| {
+                    String::from_utf8_lossy(&b)
+                        .trim_matches(|c: char| c == '\0' || c.is_whitespace())
+                        .to_string()
+                })
                 .unwrap_or_default();
             if name.is_empty() || !is_gpu_node_name(&name) {
                 continue;
             }
-            let (Ok(devfreq), Ok(device)) = (entry.canonicalize(), entry.join("device").canonicalize()) else { continue };
-            let (Some(devfreq), Some(device)) = (host_path(&root, &devfreq), host_path(&root, &device)) else { continue };
-            if generation != Some(Generation::Thor) && under_root(&root, &device).join("load").is_file() {
+            let (Ok(devfreq), Ok(device)) =
+                (entry.canonicalize(), entry.join("device").canonicalize())
+            else {
+                continue;
+            };
+            let (Some(devfreq), Some(device)) =
+                (host_path(&root, &devfreq), host_path(&root, &device))
+            else {
+                continue;
+            };
+            if generation != Some(Generation::Thor)
+                && under_root(&root, &device).join("load").is_file()
+            {
                 files.push(format!("{device}/load"));
             }
             files.push(format!("{devfreq}/cur_freq"));
@@ -103,7 +137,13 @@ impl TegraHealthSpec {
         if sysfs_files.is_empty() {
             tracing::warn!("GPU sysfs load/frequency files not found under {}; health checks only cover device nodes", root.display());
         }
-        Self { required_nodes: required_nodes(generation).iter().map(|s| s.to_string()).collect(), sysfs_files }
+        Self {
+            required_nodes: required_nodes(generation)
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            sysfs_files,
+        }
     }
 
     /// One check: `Err` names the first problem found.
@@ -159,7 +199,12 @@ const MASK: WatchMask = WatchMask::CREATE
 
 /// Checks now, then re-checks on every inotify event until the table is dropped.
 /// `physical` is the GPU's index in the table.
-pub fn spawn(root: PathBuf, spec: TegraHealthSpec, table: &Arc<HealthTable>, physical: usize) -> anyhow::Result<()> {
+pub fn spawn(
+    root: PathBuf,
+    spec: TegraHealthSpec,
+    table: &Arc<HealthTable>,
+    physical: usize,
+) -> anyhow::Result<()> {
     let inotify = Inotify::init()?;
     let mut watches = inotify.watches();
     for d in spec.watch_dirs(&root) {

@@ -1,0 +1,460 @@
+/*
+ * A fake libnvidia-ml.so.1 with NVML's real C ABI, for the device plugin's tests.
+ *
+ * Configured per copy, without environment variables (tests share a process): a test copies
+ * this library into a fake host root and writes, in the same directory,
+ *   fake-nvml.conf   one GPU per line: uuid|name|memory_bytes|pci_bus_id|numa_node|minor
+ *                    (memory 0, bus id "-", numa -1 = NVML_ERROR_NOT_SUPPORTED), and optional
+ *                    lines "init_error=<nvmlReturn_t>" / "driver_version=<text>".
+ * and, while running,
+ *   xid-events       lines "<gpu index> <xid>": consumed (deleted) by nvmlEventSetWait, which
+ *                    reports them one by one as critical XID events.
+ *   lost-<index>     while present, that GPU answers NVML_ERROR_GPU_IS_LOST.
+ * The library finds its own directory with dladdr(), so every copy (every root) is separate:
+ * glibc loads one copy per file, and the copies are different files.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef int nvmlReturn_t;
+#define NVML_SUCCESS 0
+#define NVML_ERROR_UNINITIALIZED 1
+#define NVML_ERROR_INVALID_ARGUMENT 2
+#define NVML_ERROR_NOT_SUPPORTED 3
+#define NVML_ERROR_NOT_FOUND 6
+#define NVML_ERROR_INSUFFICIENT_SIZE 7
+#define NVML_ERROR_TIMEOUT 10
+#define NVML_ERROR_GPU_IS_LOST 15
+#define NVML_ERROR_UNKNOWN 999
+
+#define nvmlEventTypeXidCriticalError 0x0000000000000008ULL
+#define MAX_GPUS 16
+
+struct fake_gpu {
+    char uuid[96];
+    char name[96];
+    unsigned long long memory;
+    char bus_id[32];
+    int numa;
+    unsigned int minor;
+    unsigned int index;
+};
+typedef struct fake_gpu *nvmlDevice_t;
+
+typedef struct {
+    unsigned long long total, free, used;
+} nvmlMemory_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+} nvmlMemory_v2_t;
+
+typedef struct {
+    char busIdLegacy[16];
+    unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+    char busId[32];
+} nvmlPciInfo_t;
+
+struct fake_set {
+    unsigned long long mask[MAX_GPUS];
+};
+typedef struct fake_set *nvmlEventSet_t;
+
+typedef struct {
+    nvmlDevice_t device;
+    unsigned long long eventType;
+    unsigned long long eventData;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlEventData_t;
+
+static struct fake_gpu gpus[MAX_GPUS];
+static unsigned int gpu_count;
+static int initialised;
+static nvmlReturn_t init_error;
+static char driver_version[80] = "550.54.15";
+static char dir[4096];
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Pending XID events read from xid-events: (index, xid). */
+static unsigned int pending_index[64];
+static unsigned long long pending_xid[64];
+static unsigned int pending_count;
+
+/* Bounded copy that always terminates (snprintf("%s") trips -Wformat-truncation). */
+static void set_str(char *dst, size_t size, const char *src)
+{
+    size_t n = strlen(src);
+    if (n >= size)
+        n = size - 1;
+    memcpy(dst, src, n);
+    dst[n] = 0;
+}
+
+static void find_dir(void)
+{
+    Dl_info info;
+    if (dladdr((void *)&find_dir, &info) && info.dli_fname) {
+        set_str(dir, sizeof dir, info.dli_fname);
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            *slash = 0;
+        else
+            set_str(dir, sizeof dir, ".");
+    } else {
+        set_str(dir, sizeof dir, ".");
+    }
+}
+
+static void load_config(void)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/fake-nvml.conf", dir);
+    FILE *f = fopen(path, "r");
+    gpu_count = 0;
+    init_error = NVML_SUCCESS;
+    if (!f)
+        return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\r\n")] = 0;
+        if (line[0] == 0 || line[0] == '#')
+            continue;
+        if (strncmp(line, "init_error=", 11) == 0) {
+            init_error = atoi(line + 11);
+            continue;
+        }
+        if (strncmp(line, "driver_version=", 15) == 0) {
+            set_str(driver_version, sizeof driver_version, line + 15);
+            continue;
+        }
+        if (gpu_count == MAX_GPUS)
+            break;
+        struct fake_gpu *g = &gpus[gpu_count];
+        char *fields[6] = {0};
+        char *save = NULL;
+        char *tok = strtok_r(line, "|", &save);
+        for (int i = 0; i < 6 && tok; i++) {
+            fields[i] = tok;
+            tok = strtok_r(NULL, "|", &save);
+        }
+        if (!fields[5])
+            continue;
+        set_str(g->uuid, sizeof g->uuid, fields[0]);
+        set_str(g->name, sizeof g->name, fields[1]);
+        g->memory = strtoull(fields[2], NULL, 10);
+        set_str(g->bus_id, sizeof g->bus_id, fields[3]);
+        g->numa = atoi(fields[4]);
+        g->minor = (unsigned int)strtoul(fields[5], NULL, 10);
+        g->index = gpu_count;
+        gpu_count++;
+    }
+    fclose(f);
+}
+
+static int is_lost(const struct fake_gpu *g)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/lost-%u", dir, g->index);
+    return access(path, F_OK) == 0;
+}
+
+static nvmlReturn_t check(nvmlDevice_t d)
+{
+    if (!initialised)
+        return NVML_ERROR_UNINITIALIZED;
+    if (d < gpus || d >= gpus + gpu_count)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t check_alive(nvmlDevice_t d)
+{
+    nvmlReturn_t r = check(d);
+    if (r != NVML_SUCCESS)
+        return r;
+    return is_lost(d) ? NVML_ERROR_GPU_IS_LOST : NVML_SUCCESS;
+}
+
+static nvmlReturn_t copy_string(char *dst, unsigned int len, const char *src)
+{
+    if (!dst)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (strlen(src) + 1 > len)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(dst, src, strlen(src) + 1);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlInit_v2(void)
+{
+    find_dir();
+    load_config();
+    if (init_error != NVML_SUCCESS)
+        return init_error;
+    initialised++;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
+{
+    (void)flags;
+    return nvmlInit_v2();
+}
+
+nvmlReturn_t nvmlShutdown(void)
+{
+    if (!initialised)
+        return NVML_ERROR_UNINITIALIZED;
+    initialised--;
+    return NVML_SUCCESS;
+}
+
+const char *nvmlErrorString(nvmlReturn_t r)
+{
+    switch (r) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_NOT_FOUND: return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_TIMEOUT: return "Timeout";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    case 9: return "Driver Not Loaded";
+    default: return "Unknown Error";
+    }
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
+{
+    if (!initialised)
+        return NVML_ERROR_UNINITIALIZED;
+    return copy_string(version, length, driver_version);
+}
+
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count)
+{
+    if (!initialised)
+        return NVML_ERROR_UNINITIALIZED;
+    if (!count)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *count = gpu_count;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
+{
+    if (!initialised)
+        return NVML_ERROR_UNINITIALIZED;
+    if (!device || index >= gpu_count)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *device = &gpus[index];
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
+{
+    if (!initialised)
+        return NVML_ERROR_UNINITIALIZED;
+    if (!uuid || !device)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned int i = 0; i < gpu_count; i++) {
+        if (strcmp(gpus[i].uuid, uuid) == 0) {
+            *device = &gpus[i];
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned int length)
+{
+    nvmlReturn_t r = check(d);
+    return r != NVML_SUCCESS ? r : copy_string(uuid, length, d->uuid);
+}
+
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *name, unsigned int length)
+{
+    nvmlReturn_t r = check_alive(d);
+    return r != NVML_SUCCESS ? r : copy_string(name, length, d->name);
+}
+
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t d, unsigned int *index)
+{
+    nvmlReturn_t r = check(d);
+    if (r == NVML_SUCCESS)
+        *index = d->index;
+    return r;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *memory)
+{
+    nvmlReturn_t r = check_alive(d);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (d->memory == 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    memory->total = d->memory;
+    memory->used = d->memory / 100;
+    memory->free = d->memory - memory->used;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *memory)
+{
+    nvmlReturn_t r = check_alive(d);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (d->memory == 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    memory->total = d->memory;
+    memory->reserved = 0;
+    memory->used = d->memory / 100;
+    memory->free = d->memory - memory->used;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *pci)
+{
+    nvmlReturn_t r = check_alive(d);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (strcmp(d->bus_id, "-") == 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    memset(pci, 0, sizeof *pci);
+    unsigned int domain = 0, bus = 0, dev = 0, fn = 0;
+    sscanf(d->bus_id, "%x:%x:%x.%x", &domain, &bus, &dev, &fn);
+    pci->domain = domain;
+    pci->bus = bus;
+    pci->device = dev;
+    pci->pciDeviceId = 0x20b010de;
+    pci->pciSubSystemId = 0x134f10de;
+    set_str(pci->busId, sizeof pci->busId, d->bus_id);
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%04x:%02x:%02x.%x", domain, bus, dev, fn);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t d, unsigned int *minor)
+{
+    nvmlReturn_t r = check_alive(d);
+    if (r == NVML_SUCCESS)
+        *minor = d->minor;
+    return r;
+}
+
+nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t d, unsigned int *node)
+{
+    nvmlReturn_t r = check_alive(d);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (d->numa < 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *node = (unsigned int)d->numa;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned int *current, unsigned int *pending)
+{
+    (void)current;
+    (void)pending;
+    nvmlReturn_t r = check_alive(d);
+    return r != NVML_SUCCESS ? r : NVML_ERROR_NOT_SUPPORTED;
+}
+
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t d, unsigned long long *types)
+{
+    nvmlReturn_t r = check_alive(d);
+    if (r == NVML_SUCCESS)
+        *types = nvmlEventTypeXidCriticalError;
+    return r;
+}
+
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
+{
+    if (!initialised)
+        return NVML_ERROR_UNINITIALIZED;
+    *set = calloc(1, sizeof(struct fake_set));
+    return *set ? NVML_SUCCESS : NVML_ERROR_UNKNOWN;
+}
+
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t d, unsigned long long types, nvmlEventSet_t set)
+{
+    nvmlReturn_t r = check_alive(d);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!set)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (types & ~nvmlEventTypeXidCriticalError)
+        return NVML_ERROR_NOT_SUPPORTED;
+    set->mask[d->index] |= types;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
+{
+    free(set);
+    return NVML_SUCCESS;
+}
+
+/* Moves the lines of xid-events into the pending queue (the file is consumed). */
+static void read_xid_file(void)
+{
+    char path[4200], taken[4300];
+    snprintf(path, sizeof path, "%s/xid-events", dir);
+    snprintf(taken, sizeof taken, "%s/xid-events.taken", dir);
+    if (rename(path, taken) != 0)
+        return;
+    FILE *f = fopen(taken, "r");
+    if (f) {
+        unsigned int index;
+        unsigned long long xid;
+        while (pending_count < 64 && fscanf(f, "%u %llu", &index, &xid) == 2) {
+            pending_index[pending_count] = index;
+            pending_xid[pending_count] = xid;
+            pending_count++;
+        }
+        fclose(f);
+    }
+    unlink(taken);
+}
+
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
+{
+    if (!initialised)
+        return NVML_ERROR_UNINITIALIZED;
+    if (!set || !data)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct timespec step = {0, 10 * 1000 * 1000};
+    for (unsigned int waited = 0;; waited += 10) {
+        pthread_mutex_lock(&lock);
+        read_xid_file();
+        while (pending_count > 0) {
+            unsigned int index = pending_index[0];
+            unsigned long long xid = pending_xid[0];
+            memmove(pending_index, pending_index + 1, (pending_count - 1) * sizeof pending_index[0]);
+            memmove(pending_xid, pending_xid + 1, (pending_count - 1) * sizeof pending_xid[0]);
+            pending_count--;
+            if (index < gpu_count && (set->mask[index] & nvmlEventTypeXidCriticalError)) {
+                data->device = &gpus[index];
+                data->eventType = nvmlEventTypeXidCriticalError;
+                data->eventData = xid;
+                data->gpuInstanceId = 0xFFFFFFFFu;
+                data->computeInstanceId = 0xFFFFFFFFu;
+                pthread_mutex_unlock(&lock);
+                return NVML_SUCCESS;
+            }
+        }
+        pthread_mutex_unlock(&lock);
+        if (waited >= timeoutms)
+            return NVML_ERROR_TIMEOUT;
+        nanosleep(&step, NULL);
+    }
+}
