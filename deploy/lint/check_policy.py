@@ -18,7 +18,9 @@ objects. This script checks what docs/deploy.md promises:
     `version: v1` time-slicing config;
   * the RuntimeClass `nvidia` exists; image tags and version labels match the workspace version;
   * every flag and environment variable the DaemonSets pass exists in the plugin's clap
-    definitions (plugin/src), and the discovery strategies they name are variants it accepts.
+    definitions (plugin/src), and the discovery strategies they name are variants it accepts;
+  * every host path the plugin's code for a node kind reads (string literals in plugin/src) is
+    inside a host mount of that kind's DaemonSet, at /host + the host path (--root /host).
 
 Usage: check_policy.py REPO_ROOT. Prints one line per problem; exit status 1 if there is any.
 """
@@ -111,8 +113,8 @@ def check_mounts(where, pod, container):
                 problem(where, f"{DEVICE_PLUGIN_DIR} must be mounted read-write at the same path")
         elif not mount.get("readOnly"):
             problem(where, f"host path {host_path['path']} must be mounted readOnly")
-        elif not mount["mountPath"].startswith("/host/"):
-            problem(where, f"host path {host_path['path']} must be mounted under /host (--root)")
+        elif mount["mountPath"] != "/host" + host_path["path"]:
+            problem(where, f"host path {host_path['path']} must be mounted at /host{host_path['path']} (--root /host)")
     if "/host/dev" in paths:
         for masked in ("/host/dev/pts", "/host/dev/shm"):
             if masked not in paths:
@@ -259,7 +261,51 @@ def check_cli_alignment(where, container, cli):
             problem(where, f"DEVICE_DISCOVERY_STRATEGY={env.get('value')!r} is not one of {sorted(strategies)}")
 
 
-def check_daemonset(ds, version, configmaps, cli):
+# Which plugin sources read host files for each DaemonSet (by its component label).
+HOST_READERS = {
+    "jetson": ["discovery/tegra.rs", "health/tegra.rs", "device_specs.rs"],
+    "discrete": ["discovery/nvml.rs", "health/nvml.rs", "device_specs.rs"],
+}
+# Read under --root on purpose but not mounted on purpose: NVML's library directories. The
+# plugin tries them under the root first and then the plain soname, which the NVIDIA runtime
+# injects (NVIDIA_VISIBLE_DEVICES=all); mounting the host's /usr/lib would expose far more.
+NOT_MOUNTED_BY_DESIGN = ("/usr/lib", "/usr/lib64", "/lib", "/lib64")
+# Paths in a shared source file that only the other kind of node reads.
+NOT_READ_ON = {
+    # device_specs.rs: the CSV files list Tegra device nodes (tegra_device_paths only).
+    "discrete": {"/etc/nvidia-container-runtime/host-files-for-container.d"},
+}
+HOST_PATH_LITERAL = re.compile(r'"(/(?:sys|etc|dev|proc|usr|lib|lib64|run|var|opt)(?:/[^"]*)?)"')
+
+
+def host_paths_read(repo, component):
+    paths = set()
+    for name in HOST_READERS.get(component, []):
+        source = repo / "plugin" / "src" / name
+        if not source.exists():
+            problem(f"plugin/src/{name}", "missing: update HOST_READERS in deploy/lint/check_policy.py")
+            continue
+        for literal in HOST_PATH_LITERAL.findall(source.read_text(encoding="utf-8")):
+            path = re.split(r"[{*]", literal)[0].rstrip("/") or "/"
+            # On the host /proc/device-tree is a symlink to the device tree in sysfs; the image
+            # recreates that link under /host (assemble-rootfs.sh).
+            path = path.replace("/proc/device-tree", "/sys/firmware/devicetree/base", 1)
+            paths.add(path)
+    return paths - NOT_READ_ON.get(component, set())
+
+
+def check_host_path_coverage(where, repo, component, pod, container):
+    volumes = {v["name"]: v for v in pod.get("volumes") or []}
+    mounted = [volumes[m["name"]]["hostPath"]["path"] for m in container.get("volumeMounts") or []
+               if m["name"] in volumes and "hostPath" in volumes[m["name"]]]
+    for path in sorted(host_paths_read(repo, component)):
+        if any(path == d or path.startswith(d + "/") for d in NOT_MOUNTED_BY_DESIGN):
+            continue
+        if not any(path == m or path.startswith(m.rstrip("/") + "/") for m in mounted):
+            problem(where, f"the plugin reads {path} (plugin/src) but no host mount covers it")
+
+
+def check_daemonset(ds, version, configmaps, cli, repo):
     name = ds["metadata"]["name"]
     where = f"DaemonSet {name}"
     pod = ds["spec"]["template"]["spec"]
@@ -289,6 +335,11 @@ def check_daemonset(ds, version, configmaps, cli):
         check_mounts(cwhere, pod, container)
         check_config_wiring(cwhere, pod, container, configmaps)
         check_cli_alignment(cwhere, container, cli)
+        component = ds["metadata"].get("labels", {}).get("app.kubernetes.io/component")
+        if component not in HOST_READERS:
+            problem(where, f"app.kubernetes.io/component {component!r} is not one of {sorted(HOST_READERS)}")
+        else:
+            check_host_path_coverage(cwhere, repo, component, pod, container)
 
 
 def check(repo):
@@ -305,7 +356,7 @@ def check(repo):
         problem("deploy/", "no DaemonSet")
     cli = plugin_cli(repo)
     for ds in daemonsets.values():
-        check_daemonset(ds, version, configmaps, cli)
+        check_daemonset(ds, version, configmaps, cli, repo)
     if daemonsets:
         check_node_selection(daemonsets)
 

@@ -210,6 +210,18 @@ class PolicyTest(unittest.TestCase):
             next(e for e in env if e["name"] == "DEVICE_DISCOVERY_STRATEGY")["value"] = "jetson"
         self.assert_reported(mutate, "DEVICE_DISCOVERY_STRATEGY='jetson' is not one of")
 
+    def test_host_path_the_plugin_reads_must_be_mounted(self):
+        def mutate(objects, _):
+            ds = jetson(objects)
+            container(ds)["volumeMounts"].remove(mount(ds, "/host/sys/module"))
+            pod(ds)["volumes"].remove(volume(ds, "host-sys-module"))
+        self.assert_reported(mutate, "reads /sys/module/tegra_fuse/parameters/tegra_chip_id (plugin/src) but no host mount")
+
+    def test_host_path_must_mirror_under_host(self):
+        def mutate(objects, _):
+            mount(jetson(objects), "/host/sys/class")["mountPath"] = "/host/class"
+        self.assert_reported(mutate, "host path /sys/class must be mounted at /host/sys/class")
+
     def test_runtime_class_required(self):
         (self.tmp / "deploy" / "runtimeclass.yaml").unlink()
         self.assertIn("deploy/: no RuntimeClass nvidia with handler nvidia", check_policy.check(self.tmp))
