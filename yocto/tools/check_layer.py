@@ -684,6 +684,17 @@ def check_bbappends(layer, repo, report):
         for inc in re.findall(r"'([\w.%-]+\.inc)'", text):
             if not os.path.isfile(os.path.join(os.path.dirname(path), inc)):
                 report.error(rel, f"requires {inc}, which is not next to it")
+    # yocto-check-layer (INHERIT += "yocto-check-layer") fails recipes that skip QA tests or
+    # give a task other than do_fetch network access.
+    for suffix in ("bb", "bbappend", "bbclass", "inc"):
+        for path in glob.glob(os.path.join(layer, "**", f"*.{suffix}"), recursive=True):
+            for number, line in enumerate(read_text(path).splitlines(), start=1):
+                code = line.split("#", 1)[0]
+                if re.match(r"\s*INSANE_SKIP\b", code) or re.search(r"\w\[network\]", code):
+                    report.error(
+                        f"{os.path.relpath(path, repo)}:{number}",
+                        "INSANE_SKIP / [network] fail yocto-check-layer",
+                    )
     for path in glob.glob(os.path.join(layer, "**", "*.patch"), recursive=True):
         if not re.search(r"^Upstream-Status: \S", read_text(path), re.M):
             report.error(os.path.relpath(path, repo), "patch without a valid Upstream-Status")

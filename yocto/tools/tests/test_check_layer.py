@@ -217,6 +217,14 @@ class CheckLayer(unittest.TestCase):
         )
         self.assertError(r"edgegpu-node-setup.default is fetched but do_install never installs it")
 
+    def test_insane_skip_rejected(self):
+        self.repo.replace(
+            RECIPE,
+            'BBCLASSEXTEND = "native"',
+            'BBCLASSEXTEND = "native"\nINSANE_SKIP:devicequery = "ldflags"',
+        )
+        self.assertError(r"edgegpu_git.bb:\d+: INSANE_SKIP / \[network\] fail yocto-check-layer")
+
     def test_undeclared_packageconfig(self):
         self.repo.replace(RECIPE, 'PACKAGECONFIG[devicequery-job] = ""\n', "")
         self.assertError(r"PACKAGECONFIG option 'devicequery-job' is used but not declared")

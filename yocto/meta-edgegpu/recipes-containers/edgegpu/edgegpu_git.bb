@@ -13,13 +13,13 @@ LIC_FILES_CHKSUM = "file://LICENSE;md5=3b83ef96387f14655fc854ddc3c6bd57"
 # No CVEs are known for this product; the name lets cve-check find any future ones.
 CVE_PRODUCT = "edgegpu"
 
-# Source policy: this repository over https, on branch main, at a pinned commit. No AUTOREV:
-# the crates in edgegpu-crates.inc must match the Cargo.lock of exactly this commit.
-# To build a local checkout instead, see docs/yocto.md ("Developing against a local checkout").
 # Keep the base in step with [workspace.package] version in Cargo.toml (checked in CI).
 # From nanbield on, "+git" gets the SRCREV appended automatically.
 PV = "0.1.0+git"
 
+# Source policy: this repository over https, on branch main, at a pinned commit. No AUTOREV:
+# the crates in edgegpu-crates.inc must match the Cargo.lock of exactly this commit.
+# To build a local checkout instead, see docs/yocto.md ("Developing against a local checkout").
 SRC_URI = "git://github.com/edgegpu/edgegpu.git;protocol=https;branch=main;destsuffix=git \
            file://edgegpu-node-setup.service \
            file://edgegpu-node-setup.default \
@@ -57,8 +57,8 @@ EDGEGPU_BINS = "edgegpu-device-plugin edgegpu-node-setup devicequery"
 EDGEGPU_BINS:class-native = "edgegpu-node-setup"
 CARGO_BUILD_FLAGS += "${@' '.join('--bin ' + b for b in d.getVar('EDGEGPU_BINS').split())}"
 
-# The workspace's release profile strips symbols; leave stripping to the build system so that
-# the -dbg packages are complete and the already-stripped QA check passes.
+# The workspace's release profile strips symbols; leave that to bitbake, which splits what it
+# strips into the -dbg package (and fails already-stripped binaries in QA).
 export CARGO_PROFILE_RELEASE_STRIP = "false"
 
 EDGEGPU_K3S_MANIFESTS_DIR ?= "${localstatedir}/lib/rancher/k3s/server/manifests"
