@@ -8,6 +8,7 @@ that names it. Needs oelint-parser (installed by scripts/check-yocto.sh into .to
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -139,10 +140,51 @@ class CheckLayer(unittest.TestCase):
         self.assertError(r"LIC_FILES_CHKSUM md5 for file://LICENSE is 3b83ef96\w+, the file's is ")
 
     def test_autorev_rejected(self):
-        self.repo.replace(
-            RECIPE, 'SRCREV = "4ba60265b143104f511cfbd70e1cba85f09b7e41"', 'SRCREV = "${AUTOREV}"'
-        )
+        srcrev = re.search(r'^SRCREV = "[0-9a-f]{40}"$', self.repo.read(RECIPE), re.M).group(0)
+        self.repo.replace(RECIPE, srcrev, 'SRCREV = "${AUTOREV}"')
         self.assertError(r"SRCREV must pin a full 40-hex commit")
+
+    def test_srcrev_must_exist_in_the_repository(self):
+        # A real git repository (the scratch tree is not one): an unknown commit is an error.
+        subprocess.run(["git", "init", "-q", self.repo.root], check=True)
+        subprocess.run(
+            [
+                "git",
+                "-C",
+                self.repo.root,
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@example.org",
+                "commit",
+                "-q",
+                "--allow-empty",
+                "-m",
+                "init",
+            ],
+            check=True,
+        )
+        self.assertError(r"edgegpu_git.bb:\d+: SRCREV [0-9a-f]{40} is not a commit of this repository")
+
+    def test_srcrev_lock_drift_warns_and_fails_when_strict(self):
+        git = ["git", "-C", self.repo.root, "-c", "user.name=t", "-c", "user.email=t@example.org"]
+        subprocess.run(["git", "init", "-q", self.repo.root], check=True)
+        subprocess.run(git + ["add", "-A"], check=True)
+        subprocess.run(git + ["commit", "-q", "-m", "all"], check=True)
+        head = subprocess.run(git + ["rev-parse", "HEAD"], check=True, capture_output=True, text=True)
+        srcrev = re.search(r'^SRCREV = "[0-9a-f]{40}"$', self.repo.read(RECIPE), re.M).group(0)
+        self.repo.replace(RECIPE, srcrev, f'SRCREV = "{head.stdout.strip()}"')
+        report = check_layer.run_checks(self.repo.root, self.repo.path(LAYER), run_verify=False)
+        self.assertEqual((report.errors, report.warnings), ([], []))
+        # A dependency change after SRCREV: a warning, an error with --strict-srcrev.
+        self.repo.replace("Cargo.lock", "version = 3", "version = 3\n")
+        report = check_layer.run_checks(self.repo.root, self.repo.path(LAYER), run_verify=False)
+        self.assertEqual(report.errors, [])
+        self.assertRegex(" ".join(report.warnings), r"Cargo.lock at SRCREV \w{12} differs")
+        strict = check_layer.run_checks(
+            self.repo.root, self.repo.path(LAYER), strict_srcrev=True, run_verify=False
+        )
+        self.assertRegex(" ".join(strict.errors), r"Cargo.lock at SRCREV \w{12} differs")
 
     def test_branch_required(self):
         self.repo.replace(RECIPE, ";branch=main", "")
