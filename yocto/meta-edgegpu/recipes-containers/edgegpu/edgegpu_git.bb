@@ -26,7 +26,7 @@ SRC_URI = "git://github.com/edgegpu/edgegpu.git;protocol=https;branch=main;dests
            file://edgegpu-device-plugin.service \
            file://edgegpu-device-plugin.default \
            "
-SRCREV = "4ba60265b143104f511cfbd70e1cba85f09b7e41"
+SRCREV = "5357d96f8c64cf2e1b003f77cdcb3f98d696854e"
 
 # scarthgap unpacks into WORKDIR; styhead and later into UNPACKDIR (and wrynose forbids S
 # outside it). Do not assign UNPACKDIR itself: a weak default here would win over
