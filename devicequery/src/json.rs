@@ -182,11 +182,13 @@ pub fn render(probe: &Result<Report, ProbeError>, checks: &[CheckOutcome]) -> Js
                 stage: "load",
                 code: cuda_error::INSUFFICIENT_DRIVER,
                 name: None,
-                message: cuda_error::runtime_message(cuda_error::INSUFFICIENT_DRIVER).unwrap_or_default().to_string(),
+                message: cuda_error::runtime_message(cuda_error::INSUFFICIENT_DRIVER)
+                    .unwrap_or_default()
+                    .to_string(),
                 detail: match load {
-                    LoadError::NotLoadable(_) => format!(
-                        "{load}: the pod was probably not started with the NVIDIA runtime (runtimeClassName: nvidia)"
-                    ),
+                    LoadError::NotLoadable(attempts) => {
+                        format!("{load}; {}", crate::text::not_loadable_hint(attempts))
+                    }
                     LoadError::MissingSymbol { .. } => load.to_string(),
                 },
             });

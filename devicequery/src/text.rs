@@ -373,12 +373,7 @@ fn write_failure(out: &mut String, error: &ProbeError) {
                     for (_, why) in attempts {
                         own_line(out, &format!("cannot load the CUDA driver: {why}"));
                     }
-                    own_line(
-                        out,
-                        "the CUDA driver is not visible in this container: the pod was probably not started \
-                         with the NVIDIA runtime (set runtimeClassName: nvidia, or make nvidia the default \
-                         runtime, and request nvidia.com/gpu so NVIDIA_VISIBLE_DEVICES is set)",
-                    );
+                    own_line(out, &not_loadable_hint(attempts));
                 }
                 LoadError::MissingSymbol { .. } => own_line(out, &load.to_string()),
             }
@@ -428,6 +423,23 @@ fn write_failure(out: &mut String, error: &ProbeError) {
                 ),
             );
         }
+    }
+}
+
+/// Why no libcuda could be loaded, in the words an operator needs: missing entirely (no NVIDIA
+/// runtime) or present but unloadable (most often a glibc older than the driver's).
+pub fn not_loadable_hint(attempts: &[(String, String)]) -> String {
+    let missing = |why: &str| why.contains("No such file or directory");
+    if attempts.iter().all(|(_, why)| missing(why)) {
+        "the CUDA driver is not visible in this container: the pod was probably not started \
+         with the NVIDIA runtime (set runtimeClassName: nvidia, or make nvidia the default \
+         runtime, and request nvidia.com/gpu so NVIDIA_VISIBLE_DEVICES is set)"
+            .to_string()
+    } else {
+        "the CUDA driver library is present but could not be loaded (see above): a \
+         `GLIBC_2.xx' not found` means this image's glibc is older than the one the driver was \
+         built for"
+            .to_string()
     }
 }
 
@@ -487,6 +499,26 @@ mod tests {
         assert_eq!(format!("{:.0}", 921.6_f32), "922");
         assert_eq!(format!("{:.2}", 921_600_f32 * 1e-6_f32), "0.92");
         assert_eq!(format!("{:.0}", 12_750_f32 * 1e-3_f32), "13"); // Nano memory clock
+    }
+
+    #[test]
+    fn load_hint_tells_missing_from_unloadable() {
+        let not_found = |name: &str| {
+            (
+                name.to_string(),
+                format!("{name}: cannot open shared object file: No such file or directory"),
+            )
+        };
+        let missing = not_loadable_hint(&[not_found("libcuda.so.1"), not_found("libcuda.so")]);
+        assert!(missing.contains("runtimeClassName: nvidia"), "{missing}");
+        let too_new = (
+            "libcuda.so.1".to_string(),
+            "/lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.38' not found (required by libcuda.so.1)"
+                .to_string(),
+        );
+        let unloadable = not_loadable_hint(&[too_new, not_found("libcuda.so")]);
+        assert!(unloadable.contains("glibc is older"), "{unloadable}");
+        assert!(!unloadable.contains("runtimeClassName"), "{unloadable}");
     }
 
     #[test]

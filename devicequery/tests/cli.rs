@@ -108,6 +108,37 @@ fn no_library_at_all_explains_the_missing_nvidia_runtime() {
 }
 
 #[test]
+fn unloadable_library_is_told_apart_from_a_missing_one() {
+    // A libcuda.so.1 that exists but cannot be loaded (here: not an ELF file; in the field most
+    // often a glibc too old for the driver) must not be blamed on the missing NVIDIA runtime.
+    let dir = tempfile::tempdir().unwrap();
+    let broken = dir.path().join("libcuda.so.1");
+    std::fs::write(&broken, "not a shared object\n").unwrap();
+    let mut cmd = edgegpu_testkit::process::binary_command(BIN);
+    cmd.env("LD_LIBRARY_PATH", dir.path());
+    let output = cmd.output().unwrap();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stdout.contains("cudaGetDeviceCount returned 35\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "devicequery: cannot load the CUDA driver: {}: ",
+            broken.display()
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("present but could not be loaded"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("runtimeClassName"), "{stdout}");
+    assert!(stdout.ends_with("\nResult = FAIL\n"), "{stdout}");
+}
+
+#[test]
 fn library_missing_a_required_symbol_is_a_clear_failure() {
     let run = run_with(
         &FakeCuda::new(12040).device(h100()),
