@@ -10,8 +10,8 @@
 # oelint-adv / oelint-parser / oelint-data from PyPI. Needs python3 (with venv), git and
 # systemd-analyze with the host's units (Debian: python3-venv, systemd).
 # Usage: scripts/check-yocto.sh [--strict-srcrev]
-#   --strict-srcrev  also fail when Cargo.lock at the recipe's SRCREV differs from the
-#                    working tree's (use on release branches, after bumping SRCREV).
+#   --strict-srcrev  also fail when the crates of Cargo.lock at the recipe's SRCREV differ
+#                    from the working tree's (use on release branches, after bumping SRCREV).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

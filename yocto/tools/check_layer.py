@@ -38,6 +38,23 @@ from oelint_parser.cls_item import FlagAssignment, Function, Inherit, Variable
 from oelint_parser.cls_stash import Stash
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _load_generator():
+    """scripts/gen-crates-inc.py (not importable by name): the one Cargo.lock reader."""
+    import importlib.util
+
+    path = os.path.join(REPO_ROOT, "scripts", "gen-crates-inc.py")
+    spec = importlib.util.spec_from_file_location("gen_crates_inc", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_generator = _load_generator()
+crates_io_packages = _generator.crates_io_packages
+LockError = _generator.LockError
+
 LAYER_REL = os.path.join("yocto", "meta-edgegpu")
 
 COLLECTION = "edgegpu"
@@ -584,14 +601,23 @@ def check_srcrev(repo, where, srcrev, report, strict):
     if git("merge-base", "--is-ancestor", srcrev, "HEAD").returncode != 0:
         report.error(where, f"SRCREV {srcrev} is not an ancestor of HEAD (not on the branch)")
     # The recipe builds SRCREV's Cargo.lock with the crates in the .inc (made from the working
-    # tree's lock). A dependency change cannot bump SRCREV in the same commit, so a mismatch
-    # is a warning here and an error with --strict-srcrev (release checks).
+    # tree's lock). A dependency change cannot bump SRCREV in the same commit, so a different
+    # crate set is a warning here and an error with --strict-srcrev (release checks).
     pinned = git("show", f"{srcrev}:Cargo.lock")
-    current = read_text(os.path.join(repo, "Cargo.lock"))
-    if pinned.returncode != 0 or pinned.stdout != current:
+    try:
+        pinned_crates = (
+            set(crates_io_packages("Cargo.lock@SRCREV", pinned.stdout)) if pinned.returncode == 0 else None
+        )
+        current_crates = set(crates_io_packages("Cargo.lock", read_text(os.path.join(repo, "Cargo.lock"))))
+    except LockError as err:
+        report.error(where, f"cannot compare crates with SRCREV: {err}")
+        return
+    if pinned_crates != current_crates:
+        missing = sorted(f"{n} {v}" for n, v, _ in (pinned_crates or set()) - current_crates)
         message = (
-            f"Cargo.lock at SRCREV {srcrev[:12]} differs from the working tree's: a bitbake build "
-            "of that commit would miss crates; bump SRCREV once the lock change is merged"
+            f"the crates of Cargo.lock at SRCREV {srcrev[:12]} differ from the working tree's "
+            f"(the .inc lacks {', '.join(missing[:5]) or 'nothing'}{' ...' if len(missing) > 5 else ''}): "
+            "a bitbake build of that commit would fail to fetch; bump SRCREV once the lock change is merged"
         )
         (report.error if strict else report.warn)(where, message)
 

@@ -176,15 +176,31 @@ class CheckLayer(unittest.TestCase):
         self.repo.replace(RECIPE, srcrev, f'SRCREV = "{head.stdout.strip()}"')
         report = check_layer.run_checks(self.repo.root, self.repo.path(LAYER), run_verify=False)
         self.assertEqual((report.errors, report.warnings), ([], []))
-        # A dependency change after SRCREV: a warning, an error with --strict-srcrev.
+        # Lock edits that keep the crate set (dependency edges, layout) need no new SRCREV.
         self.repo.replace("Cargo.lock", "version = 3", "version = 3\n")
         report = check_layer.run_checks(self.repo.root, self.repo.path(LAYER), run_verify=False)
+        self.assertEqual((report.errors, report.warnings), ([], []))
+        # A crate upgraded after SRCREV: a warning, an error with --strict-srcrev.
+        lock = self.repo.read("Cargo.lock")
+        name, version = re.search(r'name = "([^"]+)"\nversion = "([^"]+)"\nsource = "registry', lock).groups()
+        self.repo.replace(
+            "Cargo.lock",
+            f'name = "{name}"\nversion = "{version}"',
+            f'name = "{name}"\nversion = "{version}9"',
+        )
+        report = check_layer.run_checks(self.repo.root, self.repo.path(LAYER), run_verify=False)
         self.assertEqual(report.errors, [])
-        self.assertRegex(" ".join(report.warnings), r"Cargo.lock at SRCREV \w{12} differs")
+        self.assertRegex(
+            " ".join(report.warnings),
+            rf"crates of Cargo.lock at SRCREV \w{{12}} differ .*lacks {name} {version}",
+        )
         strict = check_layer.run_checks(
             self.repo.root, self.repo.path(LAYER), strict_srcrev=True, run_verify=False
         )
-        self.assertRegex(" ".join(strict.errors), r"Cargo.lock at SRCREV \w{12} differs")
+        self.assertRegex(
+            " ".join(strict.errors),
+            rf"crates of Cargo.lock at SRCREV \w{{12}} differ .*lacks {name} {version}",
+        )
 
     def test_branch_required(self):
         self.repo.replace(RECIPE, ";branch=main", "")
