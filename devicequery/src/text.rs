@@ -468,6 +468,11 @@ fn hint(code: i32, library: &str) -> Option<String> {
              on Jetson, /dev/nvhost-* and /dev/nvmap) are present in the container"
                 .to_string(),
         ),
+        802 => Some(
+            "the driver reports the system as not yet initialized: on NVSwitch systems (HGX/DGX) \
+             start nvidia-fabricmanager on the host"
+                .to_string(),
+        ),
         _ => None,
     }
 }
@@ -519,6 +524,20 @@ mod tests {
         let unloadable = not_loadable_hint(&[too_new, not_found("libcuda.so")]);
         assert!(unloadable.contains("glibc is older"), "{unloadable}");
         assert!(!unloadable.contains("runtimeClassName"), "{unloadable}");
+    }
+
+    #[test]
+    fn hints_for_the_failures_met_in_clusters() {
+        assert!(hint(34, "libcuda.so")
+            .unwrap()
+            .starts_with("libcuda.so is the CUDA toolkit's stub"));
+        assert!(hint(100, "libcuda.so.1")
+            .unwrap()
+            .contains("nvidia.com/gpu"));
+        assert!(hint(802, "libcuda.so.1")
+            .unwrap()
+            .contains("nvidia-fabricmanager"));
+        assert_eq!(hint(999, "libcuda.so.1"), None);
     }
 
     #[test]
