@@ -290,7 +290,7 @@ pub struct ConfigFile {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfigFile {
-    version: Option<String>,
+    version: Option<Version>,
     flags: Option<FileFlags>,
     sharing: Option<Sharing>,
     /// NVIDIA parses this section (resource renaming for MIG) but ignores it; so do we.
@@ -302,15 +302,27 @@ struct RawConfigFile {
 impl TryFrom<RawConfigFile> for ConfigFile {
     type Error = String;
     fn try_from(raw: RawConfigFile) -> Result<Self, String> {
-        match raw.version.as_deref() {
-            None => return Err("missing version field".into()),
-            Some("v1") => {}
-            Some(other) => return Err(format!("unknown version: {other}")),
+        if raw.version.is_none() {
+            return Err("missing version field (expected `version: v1`)".into());
         }
         Ok(Self {
             flags: raw.flags,
             sharing: raw.sharing,
         })
+    }
+}
+
+/// `version:`, checked while parsing so that the error carries the line of the value.
+struct Version;
+
+impl<'de> Deserialize<'de> for Version {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = String::deserialize(d)?;
+        if v == "v1" {
+            Ok(Version)
+        } else {
+            Err(serde::de::Error::custom(format!("unknown version: {v}")))
+        }
     }
 }
 
@@ -386,7 +398,7 @@ impl<'de> Deserialize<'de> for FileDeviceListStrategy {
         };
         DeviceListStrategy::parse_list(&joined)
             .map(FileDeviceListStrategy)
-            .map_err(|e| serde::de::Error::custom(format!("{e:#}")))
+            .map_err(|e| serde::de::Error::custom(format!("deviceListStrategy: {e:#}")))
     }
 }
 
@@ -431,7 +443,9 @@ impl TryFrom<RawTimeSlicing> for TimeSlicing {
     fn try_from(raw: RawTimeSlicing) -> Result<Self, String> {
         let resources = raw.resources.unwrap_or_default();
         if resources.is_empty() {
-            return Err("no resources specified".into());
+            return Err(
+                "no resources specified (timeSlicing.resources is missing or empty)".into(),
+            );
         }
         Ok(Self {
             rename_by_default: raw.rename_by_default,
@@ -467,9 +481,13 @@ impl TryFrom<RawReplicatedResource> for ReplicatedResource {
             .name
             .filter(|n| !n.is_empty())
             .ok_or("no resource name specified")?;
-        let replicas = raw.replicas.ok_or("no replicas specified")?;
+        let replicas = raw
+            .replicas
+            .ok_or_else(|| format!("no replicas specified (resource {name})"))?;
         if replicas < 2 {
-            return Err("number of replicas must be >= 2".into());
+            return Err(format!(
+                "number of replicas must be >= 2 (resource {name}: replicas {replicas})"
+            ));
         }
         let replicas =
             u32::try_from(replicas).map_err(|_| format!("too many replicas: {replicas}"))?;
