@@ -308,7 +308,9 @@ impl AuthorityRewriter {
         }
         if needs_fix {
             self.rewritten_blocks += 1;
-            tracing::debug!("Replacing a path-shaped :authority (old kubelet) by '{REPLACEMENT_AUTHORITY}'");
+            tracing::debug!(
+                "Replacing a path-shaped :authority (old kubelet) by '{REPLACEMENT_AUTHORITY}'"
+            );
         }
         self.reencode = true;
         let mut encoded = Vec::with_capacity(block.fragment.len() + 32);
@@ -335,7 +337,13 @@ fn write_header_frames(block: &PendingBlock, encoded: &[u8], out: &mut Vec<u8>) 
     if rest.is_empty() {
         flags |= FLAG_END_HEADERS;
     }
-    write_frame_header(out, prio_len + first_len, TYPE_HEADERS, flags, block.stream_id);
+    write_frame_header(
+        out,
+        prio_len + first_len,
+        TYPE_HEADERS,
+        flags,
+        block.stream_id,
+    );
     if let Some(p) = block.priority {
         out.extend_from_slice(&p);
     }
@@ -413,22 +421,32 @@ fn hpack_block_is_well_formed(block: &[u8]) -> bool {
         let b = block[i];
         let rest = &block[i..];
         if b & 0x80 != 0 {
-            let Some((_, used)) = decode_integer(rest, 7) else { return false };
+            let Some((_, used)) = decode_integer(rest, 7) else {
+                return false;
+            };
             i += used;
         } else if b & 0x20 != 0 && b & 0x40 == 0 {
-            let Some((size, used)) = decode_integer(rest, 5) else { return false };
+            let Some((size, used)) = decode_integer(rest, 5) else {
+                return false;
+            };
             if size > HEADER_TABLE_SIZE {
                 return false;
             }
             i += used;
         } else {
             let prefix = if b & 0x40 != 0 { 6 } else { 4 };
-            let Some((index, mut used)) = decode_integer(rest, prefix) else { return false };
+            let Some((index, mut used)) = decode_integer(rest, prefix) else {
+                return false;
+            };
             if index == 0 {
-                let Some(n) = string_len(&rest[used..]) else { return false };
+                let Some(n) = string_len(&rest[used..]) else {
+                    return false;
+                };
                 used += n;
             }
-            let Some(n) = string_len(&rest[used..]) else { return false };
+            let Some(n) = string_len(&rest[used..]) else {
+                return false;
+            };
             i += used + n;
         }
     }
@@ -487,7 +505,8 @@ impl<S: AsyncRead + Unpin> AsyncRead for AuthorityShim<S> {
                 this.eof = true;
                 this.rewriter.finish(&mut this.ready);
             } else {
-                this.rewriter.feed(&this.read_buf[..filled], &mut this.ready);
+                this.rewriter
+                    .feed(&this.read_buf[..filled], &mut this.ready);
             }
         }
     }
@@ -579,7 +598,12 @@ mod tests {
         let mut enc = hpack::Encoder::new();
         let mut input = PREFACE.to_vec();
         input.extend(frame(0x4, 0, 0, &[])); // SETTINGS
-        input.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS, 1, &request_block(&mut enc, b"localhost")));
+        input.extend(frame(
+            TYPE_HEADERS,
+            FLAG_END_HEADERS,
+            1,
+            &request_block(&mut enc, b"localhost"),
+        ));
         input.extend(frame(0x0, FLAG_END_STREAM, 1, b"\0\0\0\0\0"));
         for chunk in [1, 7, 4096] {
             let (out, rewritten) = run(&input, chunk);
@@ -602,10 +626,20 @@ mod tests {
         headers_payload.extend_from_slice(&[0, 0, 0, 0, 15]);
         headers_payload.extend_from_slice(a);
         headers_payload.extend_from_slice(&[0, 0, 0]);
-        input.extend(frame(TYPE_HEADERS, FLAG_PADDED | FLAG_PRIORITY, 1, &headers_payload));
+        input.extend(frame(
+            TYPE_HEADERS,
+            FLAG_PADDED | FLAG_PRIORITY,
+            1,
+            &headers_payload,
+        ));
         input.extend(frame(TYPE_CONTINUATION, FLAG_END_HEADERS, 1, b));
         input.extend(frame(0x0, FLAG_END_STREAM, 1, b"\0\0\0\0\0"));
-        input.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS | FLAG_END_STREAM, 3, &second));
+        input.extend(frame(
+            TYPE_HEADERS,
+            FLAG_END_HEADERS | FLAG_END_STREAM,
+            3,
+            &second,
+        ));
         for chunk in [1, 5, 100_000] {
             let (out, rewritten) = run(&input, chunk);
             assert_eq!(rewritten, 2);
@@ -618,10 +652,16 @@ mod tests {
             assert_eq!(&payload[..5], &[0, 0, 0, 0, 15]);
             let headers = server.decode(&payload[5..]).unwrap();
             assert!(headers.contains(&(b":authority".to_vec(), b"localhost".to_vec())));
-            assert!(headers.contains(&(b":path".to_vec(), b"/v1beta1.DevicePlugin/Allocate".to_vec())));
+            assert!(headers.contains(&(
+                b":path".to_vec(),
+                b"/v1beta1.DevicePlugin/Allocate".to_vec()
+            )));
             assert_eq!(frames[1].0, 0x0);
             let (kind, flags, id, payload) = &frames[2];
-            assert_eq!((*kind, *flags, *id), (TYPE_HEADERS, FLAG_END_HEADERS | FLAG_END_STREAM, 3));
+            assert_eq!(
+                (*kind, *flags, *id),
+                (TYPE_HEADERS, FLAG_END_HEADERS | FLAG_END_STREAM, 3)
+            );
             let headers = server.decode(payload).unwrap();
             assert!(headers.contains(&(b":authority".to_vec(), b"localhost".to_vec())));
         }
@@ -651,8 +691,17 @@ mod tests {
         let mut input = PREFACE.to_vec();
         for (i, part) in block.chunks(MAX_FRAME_SIZE).enumerate() {
             let last = (i + 1) * MAX_FRAME_SIZE >= block.len();
-            let kind = if i == 0 { TYPE_HEADERS } else { TYPE_CONTINUATION };
-            input.extend(frame(kind, if last { FLAG_END_HEADERS } else { 0 }, 1, part));
+            let kind = if i == 0 {
+                TYPE_HEADERS
+            } else {
+                TYPE_CONTINUATION
+            };
+            input.extend(frame(
+                kind,
+                if last { FLAG_END_HEADERS } else { 0 },
+                1,
+                part,
+            ));
         }
         let (out, rewritten) = run(&input, 1000);
         assert_eq!(rewritten, 1);
@@ -668,6 +717,8 @@ mod tests {
     fn authority_validity_matches_h2() {
         assert!(is_valid_authority(b"localhost"));
         assert!(is_valid_authority(b"[::1]:50051"));
-        assert!(!is_valid_authority(b"/var/lib/kubelet/device-plugins/x.sock"));
+        assert!(!is_valid_authority(
+            b"/var/lib/kubelet/device-plugins/x.sock"
+        ));
     }
 }

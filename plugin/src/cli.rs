@@ -48,7 +48,12 @@ pub struct Cli {
     pub plugins_registry: Option<PathBuf>,
 
     /// Extended resource name advertised to the kubelet.
-    #[arg(long, env = "RESOURCE_NAME", value_name = "NAME", default_value = "nvidia.com/gpu")]
+    #[arg(
+        long,
+        env = "RESOURCE_NAME",
+        value_name = "NAME",
+        default_value = "nvidia.com/gpu"
+    )]
     pub resource_name: String,
 
     /// Host root prefix for every host file the plugin reads (device nodes, /proc, /sys,

@@ -7,7 +7,9 @@
 //!   socket in the directory),
 //! - inotify reports that our own socket was deleted or renamed away,
 //! - a `ListAndWatch` stream ended while the generation was live (the kubelet never
-//!   reconnects; only a new registration brings the resource back), or
+//!   reconnects; only a new registration brings the resource back) — unless another live
+//!   instance of the same resource registered after us, in which case we yield to it
+//!   until its socket disappears (no registration ping-pong between two instances), or
 //! - shutdown was requested.
 //!
 //! Stopping a generation ends its streams, closes its connections, stops the server and
@@ -52,7 +54,7 @@ pub struct LifecycleOptions {
     /// of calling `Register` on `kubelet.sock`.
     pub plugins_registry: Option<PathBuf>,
     /// Socket file-name prefix; derived from the resource name when `None`
-    /// (`nvidia.com/gpu` → `nvidia-gpu-<unix-secs>-<n>.sock`).
+    /// (`nvidia.com/gpu` → `nvidia-gpu-<unix-secs>-<process-tag>-<n>.sock`).
     pub socket_prefix: Option<String>,
 }
 
@@ -84,6 +86,8 @@ pub enum RestartReason {
     OwnSocketDeleted(PathBuf),
     /// The kubelet's `ListAndWatch` stream ended.
     StreamLost,
+    /// The other instance we yielded to removed its socket.
+    OtherInstanceGone(PathBuf),
     /// The watched directory itself went away or the event queue overflowed.
     WatchLost,
 }
@@ -98,8 +102,18 @@ impl std::fmt::Display for RestartReason {
                 write!(f, "inotify: {} deleted, restarting.", p.display())
             }
             RestartReason::StreamLost => write!(f, "ListAndWatch stream lost, restarting."),
+            RestartReason::OtherInstanceGone(p) => {
+                write!(
+                    f,
+                    "inotify: {} (other instance) deleted, restarting.",
+                    p.display()
+                )
+            }
             RestartReason::WatchLost => {
-                write!(f, "inotify: watch lost or event queue overflowed, restarting.")
+                write!(
+                    f,
+                    "inotify: watch lost or event queue overflowed, restarting."
+                )
             }
         }
     }
@@ -130,10 +144,25 @@ pub async fn serve(
         number += 1;
         let mut generation = Generation::start(&resource, &opts, &prefix, number).await?;
         let own_name = OsString::from(generation.socket.file_name());
-        let reason = tokio::select! {
-            _ = &mut shutdown => None,
-            reason = watcher.next_restart(&own_name) => Some(reason?),
-            _ = generation.stream_lost.recv() => Some(RestartReason::StreamLost),
+        // Set while another live instance of this resource holds the kubelet's endpoint.
+        let mut yielded_to: Option<OsString> = None;
+        let reason = loop {
+            tokio::select! {
+                _ = &mut shutdown => break None,
+                reason = watcher.next_restart(&own_name, yielded_to.as_deref()) => break Some(reason?),
+                Some(()) = generation.stream_lost.recv() => {
+                    match live_competitor(&opts.device_plugin_dir, &prefix, &own_name) {
+                        Some(other) => {
+                            tracing::info!(
+                                "Another instance serves '{resource_name}' at {}; not re-registering while it is alive",
+                                opts.device_plugin_dir.join(&other).display()
+                            );
+                            yielded_to = Some(other);
+                        }
+                        None => break Some(RestartReason::StreamLost),
+                    }
+                }
+            }
         };
         generation.stop().await;
         match reason {
@@ -254,6 +283,21 @@ impl Generation {
     }
 }
 
+/// Another socket of this resource (same prefix) in `dir` that accepts connections: a
+/// second instance (e.g. the new pod of a rolling update) that registered after us. The
+/// kubelet then replaced our endpoint and closed our stream; re-registering would take
+/// the resource back and start a ping-pong, so the older instance yields instead.
+fn live_competitor(dir: &Path, prefix: &str, own_name: &OsStr) -> Option<OsString> {
+    let start = format!("{prefix}-");
+    std::fs::read_dir(dir).ok()?.flatten().find_map(|entry| {
+        let name = entry.file_name();
+        let text = name.to_str()?;
+        let candidate = name != own_name && text.starts_with(&start) && text.ends_with(".sock");
+        // A plain connect() succeeds only if someone is listening (no stale socket file).
+        (candidate && std::os::unix::net::UnixStream::connect(entry.path()).is_ok()).then_some(name)
+    })
+}
+
 /// `path` made absolute against the current directory (`std::path::absolute` needs
 /// Rust 1.79; the MSRV is 1.75).
 fn absolute(path: &Path) -> PathBuf {
@@ -360,7 +404,11 @@ impl DirWatcher {
     /// Waits for the next event that ends a generation whose socket is `own_name`, then
     /// drains events that are already queued so that one kubelet restart (delete all
     /// sockets, create `kubelet.sock`) costs one generation where possible.
-    async fn next_restart(&mut self, own_name: &OsStr) -> anyhow::Result<RestartReason> {
+    async fn next_restart(
+        &mut self,
+        own_name: &OsStr,
+        other_instance: Option<&OsStr>,
+    ) -> anyhow::Result<RestartReason> {
         let mut reason = None;
         loop {
             let next = if reason.is_none() {
@@ -376,7 +424,7 @@ impl DirWatcher {
                 Some(Err(e)) => return Err(anyhow::anyhow!("reading inotify events: {e}")),
                 None => return Err(anyhow::anyhow!("inotify event stream ended")),
             };
-            if let Some(found) = self.classify(&event, own_name) {
+            if let Some(found) = self.classify(&event, own_name, other_instance) {
                 // A kubelet restart wins over our socket's deletion: it is the event
                 // after which registering makes sense.
                 let keep_existing = matches!(reason, Some(RestartReason::KubeletSocketCreated(_)));
@@ -392,10 +440,14 @@ impl DirWatcher {
         &self,
         event: &inotify::Event<OsString>,
         own_name: &OsStr,
+        other_instance: Option<&OsStr>,
     ) -> Option<RestartReason> {
         let mask = event.mask;
         if mask.intersects(
-            EventMask::Q_OVERFLOW | EventMask::DELETE_SELF | EventMask::MOVE_SELF | EventMask::IGNORED,
+            EventMask::Q_OVERFLOW
+                | EventMask::DELETE_SELF
+                | EventMask::MOVE_SELF
+                | EventMask::IGNORED,
         ) {
             return Some(RestartReason::WatchLost);
         }
@@ -404,13 +456,21 @@ impl DirWatcher {
             && mask.intersects(EventMask::CREATE | EventMask::MOVED_TO)
             && name == self.kubelet_name
         {
-            return Some(RestartReason::KubeletSocketCreated(self.kubelet_dir.join(name)));
+            return Some(RestartReason::KubeletSocketCreated(
+                self.kubelet_dir.join(name),
+            ));
         }
         if event.wd == self.plugin_wd
             && mask.intersects(EventMask::DELETE | EventMask::MOVED_FROM)
             && name == own_name
         {
             return Some(RestartReason::OwnSocketDeleted(self.plugin_dir.join(name)));
+        }
+        if event.wd == self.plugin_wd
+            && mask.intersects(EventMask::DELETE | EventMask::MOVED_FROM)
+            && Some(name) == other_instance
+        {
+            return Some(RestartReason::OtherInstanceGone(self.plugin_dir.join(name)));
         }
         None
     }

@@ -41,8 +41,14 @@ impl PluginWatcherService {
 
 #[tonic::async_trait]
 impl Registration for PluginWatcherService {
-    async fn get_info(&self, _request: Request<InfoRequest>) -> Result<Response<PluginInfo>, Status> {
-        tracing::debug!("Plugin watcher asked for plugin info of '{}'", self.info.name);
+    async fn get_info(
+        &self,
+        _request: Request<InfoRequest>,
+    ) -> Result<Response<PluginInfo>, Status> {
+        tracing::debug!(
+            "Plugin watcher asked for plugin info of '{}'",
+            self.info.name
+        );
         Ok(Response::new(self.info.clone()))
     }
 

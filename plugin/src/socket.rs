@@ -35,14 +35,28 @@ pub fn socket_prefix(resource_name: &str) -> String {
         .collect()
 }
 
-/// A fresh socket file name `<prefix>-<unix-secs>-<n>.sock`.
+/// A random tag fixed for this process: two instances started in the same second (both
+/// possibly PID 1 in their containers) still never pick the same name. Inode numbers are
+/// recycled at once after an unlink, so the inode check alone cannot tell a socket that
+/// another process bound at *the same path* from ours; distinct names rule that out.
+fn process_tag() -> u16 {
+    use std::hash::{BuildHasher, Hasher};
+    static TAG: std::sync::OnceLock<u16> = std::sync::OnceLock::new();
+    *TAG.get_or_init(|| {
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u32(std::process::id());
+        hasher.finish() as u16
+    })
+}
+
+/// A fresh socket file name `<prefix>-<unix-secs>-<process-tag>-<n>.sock`.
 pub fn unique_socket_name(prefix: &str) -> String {
     let secs = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
     let n = SOCKET_COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("{prefix}-{secs}-{n}.sock")
+    format!("{prefix}-{secs}-{:04x}-{n}.sock", process_tag())
 }
 
 /// A unix socket this process bound, identified by path *and* inode.
@@ -149,10 +163,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (ours, listener) = OwnedSocket::bind_unique(dir.path(), "t").unwrap();
         assert!(ours.is_still_ours());
-        // Someone else replaces the file with their own socket of the same name.
+        // Someone else puts their own socket at our path (bound elsewhere, renamed over).
+        let elsewhere = dir.path().join("theirs.sock");
+        let _theirs = std::os::unix::net::UnixListener::bind(&elsewhere).unwrap();
+        std::fs::rename(&elsewhere, ours.path()).unwrap();
         drop(listener);
-        std::fs::remove_file(ours.path()).unwrap();
-        let _theirs = std::os::unix::net::UnixListener::bind(ours.path()).unwrap();
         assert!(!ours.is_still_ours());
         assert!(!ours.remove());
         assert!(ours.path().exists(), "the other socket must survive");

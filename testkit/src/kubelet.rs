@@ -16,6 +16,9 @@
 //!   `:authority` is the socket path ([`FakeKubeletOptions::old_kubelet_authority`]),
 //!   and run the plugin-watcher flow on a `plugins_registry` directory.
 
+// `tonic::Status` is the natural error of a gRPC fake; its size does not matter here.
+#![allow(clippy::result_large_err)]
+
 use std::collections::HashMap;
 use std::io;
 use std::os::unix::fs::FileTypeExt;
@@ -26,7 +29,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use edgegpu_kubelet_api::pluginregistration::registration_client::RegistrationClient as WatcherClient;
-use edgegpu_kubelet_api::pluginregistration::{InfoRequest, RegistrationStatus, DEVICE_PLUGIN_TYPE};
+use edgegpu_kubelet_api::pluginregistration::{
+    InfoRequest, RegistrationStatus, DEVICE_PLUGIN_TYPE,
+};
 use edgegpu_kubelet_api::v1beta1::device_plugin_client::DevicePluginClient;
 use edgegpu_kubelet_api::v1beta1::registration_server::{Registration, RegistrationServer};
 use edgegpu_kubelet_api::v1beta1::{
@@ -228,12 +233,10 @@ impl FakeKubelet {
                 })
                 .await;
         });
-        let watcher = self
-            .shared
-            .opts
-            .plugins_registry
-            .clone()
-            .map(|registry| tokio::spawn(run_plugin_watcher(self.shared.clone(), registry, epoch)));
+        let watcher =
+            self.shared.opts.plugins_registry.clone().map(|registry| {
+                tokio::spawn(run_plugin_watcher(self.shared.clone(), registry, epoch))
+            });
         *running = Some(Running {
             stop,
             server,
@@ -298,7 +301,9 @@ impl FakeKubelet {
 
     /// The last device list of `resource` (empty when unknown).
     pub fn devices(&self, resource: &str) -> Vec<Device> {
-        self.resource(resource).map(|r| r.devices).unwrap_or_default()
+        self.resource(resource)
+            .map(|r| r.devices)
+            .unwrap_or_default()
     }
 
     /// Healthy devices of a live endpoint (0 when stopped or unknown).
@@ -378,7 +383,10 @@ impl FakeKubelet {
         Ok(self.resource(resource).expect("registered"))
     }
 
-    fn client(&self, resource: &str) -> Result<(DevicePluginClient<Channel>, ResourceInfo), Status> {
+    fn client(
+        &self,
+        resource: &str,
+    ) -> Result<(DevicePluginClient<Channel>, ResourceInfo), Status> {
         let state = self.shared.state.lock().unwrap();
         let ep = state.resources.get(resource).ok_or_else(|| {
             Status::not_found(format!("cannot allocate unregistered device {resource}"))
@@ -594,8 +602,7 @@ fn is_dns1123_subdomain(value: &str) -> bool {
         !b.is_empty()
             && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
             && (b[b.len() - 1].is_ascii_lowercase() || b[b.len() - 1].is_ascii_digit())
-            && b
-                .iter()
+            && b.iter()
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
     })
 }
@@ -654,7 +661,8 @@ impl Registration for KubeletRegistration {
         connect_endpoint(&self.shared, self.epoch, &r.resource_name, endpoint, None)
             .await
             .map_err(|e| {
-                self.shared.log(format!("registration of {} failed: {e}", r.resource_name));
+                self.shared
+                    .log(format!("registration of {} failed: {e}", r.resource_name));
                 Status::unknown(e)
             })?;
         Ok(Response::new(Empty {}))
@@ -688,7 +696,10 @@ async fn connect_endpoint(
         let id = s.next_endpoint_id;
         let previous = s.resources.remove(resource);
         let registrations = previous.as_ref().map_or(0, |p| p.info.registrations) + 1;
-        let allocated = previous.as_ref().map(|p| p.allocated.clone()).unwrap_or_default();
+        let allocated = previous
+            .as_ref()
+            .map(|p| p.allocated.clone())
+            .unwrap_or_default();
         if let Some(mut previous) = previous {
             if let Some(lister) = previous.lister.take() {
                 lister.abort();
@@ -699,7 +710,7 @@ async fn connect_endpoint(
             Endpoint_ {
                 info: ResourceInfo {
                     endpoint: endpoint.clone(),
-                    options: options.clone(),
+                    options,
                     devices: Vec::new(),
                     history: Vec::new(),
                     stopped: false,
@@ -729,11 +740,9 @@ async fn connect_endpoint(
         endpoint_id,
         client,
     ));
-    shared.update(|s| {
-        match s.resources.get_mut(resource) {
-            Some(ep) if ep.endpoint_id == endpoint_id => ep.lister = Some(lister),
-            _ => lister.abort(),
-        }
+    shared.update(|s| match s.resources.get_mut(resource) {
+        Some(ep) if ep.endpoint_id == endpoint_id => ep.lister = Some(lister),
+        _ => lister.abort(),
     });
     Ok(())
 }
@@ -747,7 +756,11 @@ async fn list_and_watch(
     let result = async {
         let mut stream = client.list_and_watch(Empty {}).await?.into_inner();
         while let Some(message) = stream.message().await? {
-            let healthy = message.devices.iter().filter(|d| d.health == HEALTHY).count();
+            let healthy = message
+                .devices
+                .iter()
+                .filter(|d| d.health == HEALTHY)
+                .count();
             let total = message.devices.len();
             let current = shared.update(|s| match s.resources.get_mut(&resource) {
                 Some(ep) if ep.endpoint_id == endpoint_id => {
@@ -801,7 +814,11 @@ async fn run_plugin_watcher(shared: Arc<Shared>, registry: PathBuf, epoch: u64) 
         }
         for path in &present {
             if !known.contains_key(path) {
-                let task = tokio::spawn(register_through_watcher(shared.clone(), path.clone(), epoch));
+                let task = tokio::spawn(register_through_watcher(
+                    shared.clone(),
+                    path.clone(),
+                    epoch,
+                ));
                 known.insert(path.clone(), task);
             }
         }
@@ -845,7 +862,10 @@ async fn register_through_watcher(shared: Arc<Shared>, socket: PathBuf, epoch: u
     let channel = match dial_plugin(&socket, old, DIAL_TIMEOUT).await {
         Ok(c) => c,
         Err(e) => {
-            shared.log(format!("plugin watcher: cannot dial {}: {e:#}", socket.display()));
+            shared.log(format!(
+                "plugin watcher: cannot dial {}: {e:#}",
+                socket.display()
+            ));
             return;
         }
     };
@@ -853,7 +873,10 @@ async fn register_through_watcher(shared: Arc<Shared>, socket: PathBuf, epoch: u
     let info = match tokio::time::timeout(GET_INFO_TIMEOUT, client.get_info(InfoRequest {})).await {
         Ok(Ok(info)) => info.into_inner(),
         Ok(Err(status)) => {
-            shared.log(format!("plugin watcher: GetInfo failed: {}", status.message()));
+            shared.log(format!(
+                "plugin watcher: GetInfo failed: {}",
+                status.message()
+            ));
             return;
         }
         Err(_) => {
@@ -892,7 +915,10 @@ async fn register_through_watcher(shared: Arc<Shared>, socket: PathBuf, epoch: u
             error: String::new(),
         },
         Err(e) => {
-            shared.log(format!("plugin watcher: registration of {} failed: {e}", info.name));
+            shared.log(format!(
+                "plugin watcher: registration of {} failed: {e}",
+                info.name
+            ));
             RegistrationStatus {
                 plugin_registered: false,
                 error: e.clone(),
@@ -977,7 +1003,10 @@ impl<S> AuthorityOverride<S> {
             }
             if flags & 0x4 != 0 {
                 let (end_stream, stream, fragment) = self.block.take().expect("header block");
-                let headers = self.decoder.decode(&fragment).expect("h2 wrote valid HPACK");
+                let headers = self
+                    .decoder
+                    .decode(&fragment)
+                    .expect("h2 wrote valid HPACK");
                 let headers: Vec<(Vec<u8>, Vec<u8>)> = headers
                     .into_iter()
                     .map(|(n, v)| {
@@ -1076,7 +1105,10 @@ mod tests {
         assert!(!is_extended_resource_name("requests.nvidia.com/gpu"));
         assert!(!is_extended_resource_name("Nvidia.com/gpu"));
         assert!(!is_extended_resource_name("nvidia.com/-gpu"));
-        assert!(!is_extended_resource_name(&format!("nvidia.com/{}", "g".repeat(64))));
+        assert!(!is_extended_resource_name(&format!(
+            "nvidia.com/{}",
+            "g".repeat(64)
+        )));
     }
 
     #[test]

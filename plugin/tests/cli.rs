@@ -1,0 +1,160 @@
+//! The real `edgegpu-device-plugin` binary: command line, registration with the fake
+//! kubelet on a fake Jetson root, kubelet restart, JSON logs, SIGTERM clean-up.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{sockets_in, WAIT};
+use edgegpu_testkit::host::{Board, FakeHost};
+use edgegpu_testkit::kubelet::FakeKubelet;
+use edgegpu_testkit::process::binary_command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_edgegpu-device-plugin");
+const GPU: &str = "nvidia.com/gpu";
+
+#[test]
+fn version_names_commit_and_target() {
+    let out = binary_command(BIN).arg("--version").output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let expected_start = format!(
+        "edgegpu-device-plugin {} (commit ",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(text.starts_with(&expected_start), "{text}");
+    assert!(
+        text.trim_end().ends_with(')') && text.contains(", target "),
+        "{text}"
+    );
+}
+
+#[test]
+fn help_documents_every_flag_with_env_and_default() {
+    let out = binary_command(BIN).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    for (flag, env) in [
+        ("--device-plugin-path", "DEVICE_PLUGIN_PATH"),
+        ("--kubelet-socket", "KUBELET_SOCKET"),
+        ("--plugins-registry", "PLUGINS_REGISTRY"),
+        ("--resource-name", "RESOURCE_NAME"),
+        ("--root", "HOST_ROOT"),
+        ("--log-format", "LOG_FORMAT"),
+    ] {
+        assert!(help.contains(flag), "{flag} missing from --help:\n{help}");
+        assert!(
+            help.contains(&format!("[env: {env}=")),
+            "{env} missing:\n{help}"
+        );
+    }
+    assert!(
+        help.contains("[default: /var/lib/kubelet/device-plugins]"),
+        "{help}"
+    );
+    assert!(help.contains("[default: nvidia.com/gpu]"), "{help}");
+    assert!(help.contains("DIR/kubelet.sock"), "{help}");
+}
+
+struct Plugin(Child);
+
+impl Drop for Plugin {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn sigterm(child: &Child) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+}
+
+#[tokio::test]
+async fn binary_registers_survives_a_restart_and_cleans_up_on_sigterm() {
+    let host = FakeHost::jetson(Board::Orin);
+    let dir = tempfile::tempdir().unwrap();
+    let kubelet = FakeKubelet::start(dir.path()).await.unwrap();
+    let mut plugin = Plugin(
+        binary_command(BIN)
+            .arg("--device-plugin-path")
+            .arg(dir.path())
+            .arg("--root")
+            .arg(host.root())
+            .args(["--log-format", "json"])
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stderr = plugin.0.stderr.take().unwrap();
+    let log_reader = std::thread::spawn(move || {
+        BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<String>>()
+    });
+
+    let first = kubelet.wait_for_registration(GPU, WAIT).await.unwrap();
+    assert!(!first.devices.is_empty(), "the Orin's GPU is advertised");
+    assert!(kubelet.allocatable(GPU) >= 1);
+
+    kubelet.restart().await.unwrap();
+    let second = kubelet.wait_for_registrations(GPU, 2, WAIT).await.unwrap();
+    assert_ne!(second.endpoint, first.endpoint);
+    let ids: Vec<String> = second.devices.iter().map(|d| d.id.clone()).collect();
+    let id_refs: Vec<&str> = ids.iter().take(1).map(String::as_str).collect();
+    kubelet.allocate(GPU, &id_refs).await.unwrap();
+
+    // Someone else's socket in the directory must survive our shutdown.
+    let foreign = dir.path().join("other-vendor.sock");
+    let _foreign = std::os::unix::net::UnixListener::bind(&foreign).unwrap();
+    let own = plugin_socket_of(dir.path(), &foreign);
+    sigterm(&plugin.0);
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = plugin.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed() < WAIT, "no exit after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(status.success(), "exit status after SIGTERM: {status:?}");
+    assert!(!own.exists(), "own socket removed");
+    assert!(foreign.exists(), "foreign socket kept");
+    assert!(kubelet.socket_path().exists(), "kubelet.sock kept");
+    let logs = log_reader.join().unwrap();
+    for line in &logs {
+        let parsed: Result<serde_json::Value, _> = serde_json::from_str(line);
+        assert!(parsed.is_ok(), "not a JSON log line: {line}");
+    }
+    let text = logs.join("\n");
+    assert!(
+        text.contains("Registered device plugin for 'nvidia.com/gpu' with Kubelet"),
+        "{text}"
+    );
+    assert!(text.contains("kubelet.sock created, restarting"), "{text}");
+    assert!(text.contains("Received SIGTERM"), "{text}");
+    println!(
+        "shutdown took {:?} (measured, not asserted)",
+        started.elapsed()
+    );
+}
+
+/// The plugin's socket in `dir`, ignoring `other`.
+fn plugin_socket_of(dir: &std::path::Path, other: &std::path::Path) -> std::path::PathBuf {
+    let names: Vec<String> = sockets_in(dir)
+        .into_iter()
+        .filter(|n| {
+            n != "kubelet.sock" && Some(n.as_str()) != other.file_name().and_then(|s| s.to_str())
+        })
+        .collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+    dir.join(&names[0])
+}
