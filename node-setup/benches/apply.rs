@@ -1,1 +1,133 @@
-fn main() {}
+//! `cargo bench -p edgegpu-node-setup --bench apply`: time of a full `apply` (detect,
+//! plan, backup, atomic writes, manifest) on fake host trees, and proof that a second
+//! apply performs zero writes. Prints figures; exits non-zero if the second apply writes.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use edgegpu_node_setup::cli::Cli;
+use edgegpu_node_setup::fsops;
+use edgegpu_node_setup::restart::ServiceManager;
+use edgegpu_testkit::nodehost::NodeHost;
+
+const ROUNDS: usize = 30;
+
+struct NoSystemctl;
+impl ServiceManager for NoSystemctl {
+    fn systemctl(&mut self, args: &[String]) -> Result<(), String> {
+        Err(format!("bench must not run systemctl {args:?}"))
+    }
+}
+
+fn fixture(rel: &str) -> String {
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(rel),
+    )
+    .unwrap()
+}
+
+fn docker_host() -> NodeHost {
+    let host = NodeHost::new();
+    host.k3s_binary(Some("v1.27.4+k3s1"))
+        .write(
+            "/etc/systemd/system/k3s.service",
+            fixture("units/k3s-installer-server.service"),
+        )
+        .write(
+            "/etc/systemd/system/k3s-agent.service",
+            fixture("units/k3s-installer-agent.service"),
+        )
+        .write("/etc/docker/daemon.json", fixture("docker/log-opts.json"))
+        .nvidia_runtime();
+    host
+}
+
+fn containerd_host() -> NodeHost {
+    let host = NodeHost::new();
+    host.k3s_binary(Some("v1.28.3+k3s1"))
+        .write(
+            "/lib/systemd/system/k3s.service",
+            fixture("units/metavirt-k3s.service"),
+        )
+        .write("/etc/containerd/config.toml", fixture("containerd/v2.toml"))
+        .nvidia_runtime();
+    host
+}
+
+fn k3s_host() -> NodeHost {
+    let host = NodeHost::new();
+    host.k3s_binary(None)
+        .write(
+            "/etc/systemd/system/k3s.service",
+            fixture("units/k3s-installer-server.service"),
+        )
+        .nvidia_runtime();
+    host
+}
+
+fn apply(host: &NodeHost) -> (Duration, u64) {
+    let cli = Cli::parse_from([
+        "edgegpu-node-setup",
+        "--root",
+        host.root().to_str().unwrap(),
+        "apply",
+    ]);
+    let writes = fsops::write_count();
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let start = Instant::now();
+    let code = edgegpu_node_setup::run(cli, &mut NoSystemctl, &mut out, &mut err);
+    let elapsed = start.elapsed();
+    assert_eq!(code, 0, "{}", String::from_utf8_lossy(&err));
+    (elapsed, fsops::write_count() - writes)
+}
+
+fn main() {
+    let mut failed = false;
+    for (name, make) in [
+        (
+            "docker (2 units + daemon.json)",
+            docker_host as fn() -> NodeHost,
+        ),
+        ("containerd (system config.toml)", containerd_host),
+        ("k3s-default-runtime (drop-in + RuntimeClass)", k3s_host),
+    ] {
+        let mut first = Vec::new();
+        let mut second = Vec::new();
+        let mut first_writes = 0;
+        let mut second_writes = 0;
+        for _ in 0..ROUNDS {
+            let host = make();
+            let (t, w) = apply(&host);
+            first.push(t);
+            first_writes = w;
+            let snapshot = host.snapshot();
+            let (t, w) = apply(&host);
+            second.push(t);
+            second_writes += w;
+            if snapshot != host.snapshot() {
+                eprintln!("{name}: second apply changed a file or its mtime");
+                failed = true;
+            }
+        }
+        first.sort();
+        second.sort();
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        println!(
+            "{name}: first apply median {:.2} ms (min {:.2}, max {:.2}), {first_writes} writes incl. backups+manifest; second apply median {:.2} ms, {second_writes} writes in {ROUNDS} rounds",
+            ms(first[ROUNDS / 2]),
+            ms(first[0]),
+            ms(first[ROUNDS - 1]),
+            ms(second[ROUNDS / 2]),
+        );
+        if second_writes != 0 {
+            eprintln!("{name}: second apply wrote {second_writes} files");
+            failed = true;
+        }
+    }
+    if failed {
+        std::process::exit(1);
+    }
+}
