@@ -5,4 +5,5 @@ pub mod cuda;
 pub mod fakelib;
 pub mod host;
 pub mod kubelet;
+pub mod nodehost;
 pub mod process;
