@@ -145,6 +145,10 @@ impl Inventory {
                 continue;
             };
             let text = host.read(&path)?.unwrap_or_default();
+            if text.trim().is_empty() {
+                // Masked (linked to /dev/null) or empty: systemd will not start it.
+                continue;
+            }
             let unit_file = UnitFile::parse(&host.resolve(&path)?, &text)?;
             let words = unit_file.exec_start_words()?;
             let role = match unit::k3s_subcommand(&words).map(|i| words[i].text.as_str()) {

@@ -164,6 +164,7 @@ impl Builder<'_> {
         old: Option<String>,
         new: Option<String>,
         what: String,
+        services: Vec<Service>,
     ) -> Result<()> {
         let ok = new.is_none();
         self.plan.checks.push(CheckItem {
@@ -172,6 +173,8 @@ impl Builder<'_> {
             ok,
         });
         if let Some(new) = new {
+            // Restart only what reads a file that changes.
+            self.plan.services.extend(services);
             let write_path = self.host().resolve(host_path)?;
             let target = write_path
                 .strip_prefix(self.host().root())
@@ -189,11 +192,13 @@ impl Builder<'_> {
         Ok(())
     }
 
-    fn k3s_services(&mut self) {
-        let units: Vec<String> = self.inv.k3s_units.iter().map(|u| u.name.clone()).collect();
-        self.plan
-            .services
-            .extend(units.into_iter().map(Service::K3s));
+    /// Restarting k3s: every k3s unit found.
+    fn k3s_units(&self) -> Vec<Service> {
+        self.inv
+            .k3s_units
+            .iter()
+            .map(|u| Service::K3s(u.name.clone()))
+            .collect()
     }
 
     /// `default-runtime: <name>` through our config.yaml.d drop-in, unless the effective
@@ -228,6 +233,7 @@ impl Builder<'_> {
             ours,
             new,
             format!("k3s default-runtime is '{name}'"),
+            self.k3s_units(),
         )?;
         if let Some((v, _)) = &self.inv.k3s_version {
             if !v.has_default_runtime() {
@@ -263,16 +269,21 @@ impl Builder<'_> {
         );
         let old = self.host().read(&path)?;
         let new = (old.as_deref() != Some(content.as_str())).then_some(content);
-        self.file(&path, old, new, format!("RuntimeClass '{name}' manifest"))
+        // k3s's deploy controller watches the folder: no restart needed.
+        self.file(
+            &path,
+            old,
+            new,
+            format!("RuntimeClass '{name}' manifest"),
+            Vec::new(),
+        )
     }
 
     fn k3s_default_runtime(&mut self) -> Result<()> {
         if self.opts.spec.set_default {
             self.k3s_default_setting()?;
         }
-        self.runtime_class()?;
-        self.k3s_services();
-        Ok(())
+        self.runtime_class()
     }
 
     fn containerd(&mut self, target: &ContainerdTarget) -> Result<()> {
@@ -306,21 +317,21 @@ impl Builder<'_> {
         } else {
             format!("containerd runtime '{}' → {}", spec.name, spec.path)
         };
-        self.file(&path, old, edit.text, what)?;
+        let services = match flavor {
+            Flavor::System => std::iter::once(Service::Containerd)
+                .chain(
+                    self.inv
+                        .k3s_units
+                        .iter()
+                        .filter(|u| u.wants_system_containerd)
+                        .map(|u| Service::K3s(u.name.clone())),
+                )
+                .collect(),
+            Flavor::K3sTemplate { .. } => self.k3s_units(),
+        };
+        self.file(&path, old, edit.text, what, services)?;
         match flavor {
-            Flavor::System => {
-                self.plan.services.push(Service::Containerd);
-                let units: Vec<String> = self
-                    .inv
-                    .k3s_units
-                    .iter()
-                    .filter(|u| u.wants_system_containerd)
-                    .map(|u| u.name.clone())
-                    .collect();
-                self.plan
-                    .services
-                    .extend(units.into_iter().map(Service::K3s));
-            }
+            Flavor::System => {}
             Flavor::K3sTemplate { .. } => {
                 if edit.default_needs_k3s_setting {
                     if let Some((v, _)) = &self.inv.k3s_version {
@@ -334,7 +345,6 @@ impl Builder<'_> {
                     self.k3s_default_setting()?;
                 }
                 self.runtime_class()?;
-                self.k3s_services();
             }
         }
         Ok(())
@@ -359,7 +369,14 @@ impl Builder<'_> {
                 let old = self.host().read(path)?;
                 let content = "# Written by edgegpu-node-setup: k3s runs containers through docker.\ndocker: true\n".to_string();
                 let new = (old.as_deref() != Some(content.as_str())).then_some(content);
-                self.file(path, old, new, "k3s uses docker (docker: true)".into())?;
+                let services = self.k3s_units();
+                self.file(
+                    path,
+                    old,
+                    new,
+                    "k3s uses docker (docker: true)".into(),
+                    services,
+                )?;
             }
             let units = self.inv.k3s_units.clone();
             for u in &units {
@@ -371,9 +388,6 @@ impl Builder<'_> {
                 } else {
                     unit::add_k3s_docker_flag(&parsed)?
                 };
-                if new.is_some() {
-                    self.plan.services.push(Service::DaemonReload);
-                }
                 let role = if u.role == Role::Server {
                     "server"
                 } else {
@@ -385,10 +399,10 @@ impl Builder<'_> {
                         Some(old),
                         new,
                         format!("k3s {role} ExecStart has --docker"),
+                        vec![Service::DaemonReload, Service::K3s(u.name.clone())],
                     )?;
                 }
             }
-            self.k3s_services();
         }
         let old = self.host().read(DOCKER_DAEMON_JSON)?;
         let file = self.host().resolve(DOCKER_DAEMON_JSON)?;
@@ -401,13 +415,12 @@ impl Builder<'_> {
         } else {
             format!("docker runtime '{}' → {}", spec.name, spec.path)
         };
-        self.file(DOCKER_DAEMON_JSON, old, new, what)?;
+        self.file(DOCKER_DAEMON_JSON, old, new, what, vec![Service::Docker])?;
         if self.inv.docker.is_none() {
             self.plan
                 .notes
                 .push("docker was not found under the root; daemon.json is prepared for it".into());
         }
-        self.plan.services.push(Service::Docker);
         Ok(())
     }
 

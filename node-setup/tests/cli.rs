@@ -290,6 +290,32 @@ fn k3s_with_docker_flag_selects_docker_mode_and_merges_daemon_json() {
         applied.contains("mode: docker") && applied.contains("runs with --docker"),
         "{applied}"
     );
+    // Only daemon.json changed: docker reloads, k3s is left running.
+    assert!(
+        applied.contains(
+            "to apply the change run:\n  systemctl try-reload-or-restart docker.service\n"
+        ),
+        "{applied}"
+    );
+    assert!(!applied.contains("k3s.service\n"), "{applied}");
+}
+
+#[test]
+fn a_masked_k3s_unit_is_ignored() {
+    let host = NodeHost::new();
+    host.k3s_binary(Some("v1.30.4+k3s1"))
+        .symlink(UNIT, "/dev/null")
+        .write(AGENT_UNIT, fixture("units/k3s-installer-agent.service"))
+        .nvidia_runtime();
+    let out = ok(&host, &["apply", "--dry-run"]);
+    assert!(
+        out.contains("found: /etc/systemd/system/k3s-agent.service"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("found: /etc/systemd/system/k3s.service"),
+        "{out}"
+    );
 }
 
 #[test]
