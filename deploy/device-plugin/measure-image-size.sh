@@ -6,14 +6,20 @@
 # and sums the bytes of the regular files in it (what the single image layer unpacks to).
 # It also checks that every DT_NEEDED entry of the binary is in the image.
 #
-# Usage: deploy/device-plugin/measure-image-size.sh [DIST_DIR]   (default: dist)
+# Usage: deploy/device-plugin/measure-image-size.sh [--smoke] [DIST_DIR]   (default: dist)
+#   --smoke  also run smoke-test.sh in the host architecture's assembled image (needs root)
 # Binaries missing from DIST_DIR are reported; the glibc part is still measured.
 # Needs: apt-get, dpkg-deb, readelf (binutils), network access to the Debian archive.
 set -euo pipefail
 
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
-    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
+fi
+smoke=0
+if [ "${1:-}" = "--smoke" ]; then
+    smoke=1
+    shift
 fi
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -98,6 +104,11 @@ for arch in amd64 arm64; do
                 echo "   FAILED to run on the image's libraries: $version" >&2
                 status=1
             fi
+        fi
+        # After the size was summed: the smoke test adds a fake host tree to the root filesystem.
+        if [ "$smoke" = 1 ] && [ "$arch" = amd64 ] && [ "$(uname -m)" = x86_64 ]; then
+            echo "   smoke test as the Jetson DaemonSet runs it (smoke-test.sh):"
+            "$here/smoke-test.sh" "$rootfs" || status=1
         fi
     fi
 done
