@@ -107,6 +107,8 @@ pub struct K3sUnit {
     pub wants_system_containerd: bool,
     /// One `ExecStart=` line (meta-virtualization) rather than the installer's layout.
     pub single_line: bool,
+    /// The file whose `ExecStart=` systemd uses: the unit, or a drop-in overriding it.
+    pub exec_file: String,
     pub binary: String,
 }
 
@@ -130,6 +132,19 @@ fn find_unit(host: &HostRoot, name: &str) -> Option<String> {
         .find(|p| host.exists(p))
 }
 
+/// Drop-ins of unit `name` (`<dir>/<name>.d/*.conf`) in the order systemd applies them:
+/// by file name, a name in a higher-priority directory hiding the same name below it.
+fn drop_ins(host: &HostRoot, name: &str) -> Result<Vec<String>> {
+    let mut by_name: std::collections::BTreeMap<String, String> = Default::default();
+    for dir in UNIT_DIRS.iter().rev() {
+        for path in host.list_dir(&format!("{dir}/{name}.d"), ".conf")? {
+            let file = path.rsplit('/').next().unwrap_or_default().to_string();
+            by_name.insert(file, path);
+        }
+    }
+    Ok(by_name.into_values().collect())
+}
+
 fn find_binary(host: &HostRoot, name: &str) -> Option<String> {
     BIN_DIRS
         .iter()
@@ -150,7 +165,21 @@ impl Inventory {
                 continue;
             }
             let unit_file = UnitFile::parse(&host.resolve(&path)?, &text)?;
-            let words = unit_file.exec_start_words()?;
+            // A drop-in that sets ExecStart= replaces the unit's: edit the file that wins.
+            let mut exec_file = path.clone();
+            let mut exec_unit = unit_file.clone();
+            for drop_in in drop_ins(host, name)? {
+                let text = host.read(&drop_in)?.unwrap_or_default();
+                let parsed = UnitFile::parse(&host.resolve(&drop_in)?, &text)?;
+                if parsed
+                    .values("Service", "ExecStart")
+                    .any(|v| !v.trim().is_empty())
+                {
+                    exec_file = drop_in;
+                    exec_unit = parsed;
+                }
+            }
+            let words = exec_unit.exec_start_words()?;
             let role = match unit::k3s_subcommand(&words).map(|i| words[i].text.as_str()) {
                 Some("agent") => Role::Agent,
                 _ => Role::Server,
@@ -167,7 +196,8 @@ impl Inventory {
                 wants_system_containerd: deps
                     .iter()
                     .any(|d| d.split_whitespace().any(|u| u == "containerd.service")),
-                single_line: unit_file.exec_start()?.line_count() == 1,
+                single_line: exec_unit.exec_start()?.line_count() == 1,
+                exec_file,
                 binary: words.first().map(|w| w.text.clone()).unwrap_or_default(),
             });
         }
@@ -245,8 +275,13 @@ impl Inventory {
             (None, None) => {}
         }
         for u in &self.k3s_units {
+            let from = if u.exec_file != u.host_path {
+                format!(", ExecStart from {}", u.exec_file)
+            } else {
+                String::new()
+            };
             out.push(format!(
-                "{} ({} {}, {} layout{}{})",
+                "{} ({} {}, {} layout{}{}{from})",
                 u.host_path,
                 "k3s",
                 if u.role == Role::Server {

@@ -380,8 +380,8 @@ impl Builder<'_> {
             }
             let units = self.inv.k3s_units.clone();
             for u in &units {
-                let old = self.host().read(&u.host_path)?.unwrap_or_default();
-                let file = self.host().resolve(&u.host_path)?;
+                let old = self.host().read(&u.exec_file)?.unwrap_or_default();
+                let file = self.host().resolve(&u.exec_file)?;
                 let parsed = UnitFile::parse(&file, &old)?;
                 let new = if self.inv.k3s_docker_setting.is_some() {
                     None
@@ -395,7 +395,7 @@ impl Builder<'_> {
                 };
                 if self.inv.k3s_docker_setting.is_none() {
                     self.file(
-                        &u.host_path,
+                        &u.exec_file,
                         Some(old),
                         new,
                         format!("k3s {role} ExecStart has --docker"),

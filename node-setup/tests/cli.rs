@@ -301,6 +301,36 @@ fn k3s_with_docker_flag_selects_docker_mode_and_merges_daemon_json() {
 }
 
 #[test]
+fn an_execstart_override_in_a_drop_in_is_the_one_edited() {
+    let host = NodeHost::new();
+    let drop_in = "/etc/systemd/system/k3s.service.d/override.conf";
+    k3s_server(&host, Some("v1.27.6+k3s1"));
+    host.write(
+        drop_in,
+        "[Service]\nExecStart=\nExecStart=/usr/local/bin/k3s server --node-label gpu=true\n",
+    )
+    .write(
+        "/etc/systemd/system/k3s.service.d/10-env.conf",
+        "[Service]\nEnvironment=A=b\n",
+    )
+    .write(DAEMON_JSON, "{}");
+    round_trip(&host, &[]);
+    let out = ok(&host, &["apply"]);
+    assert!(
+        out.contains("ExecStart from /etc/systemd/system/k3s.service.d/override.conf"),
+        "{out}"
+    );
+    assert_eq!(
+        host.read(UNIT),
+        fixture("units/k3s-installer-server.service")
+    );
+    assert_eq!(
+        host.read(drop_in),
+        "[Service]\nExecStart=\nExecStart=/usr/local/bin/k3s server --docker --node-label gpu=true\n"
+    );
+}
+
+#[test]
 fn a_masked_k3s_unit_is_ignored() {
     let host = NodeHost::new();
     host.k3s_binary(Some("v1.30.4+k3s1"))
