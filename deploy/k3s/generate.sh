@@ -12,8 +12,11 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$repo"
 
 # output (in deploy/k3s/) <- source
-outputs=(edgegpu-runtimeclass.yaml edgegpu-device-plugin.yaml edgegpu-devicequery-job.yaml)
-sources=(deploy/runtimeclass.yaml deploy/device-plugin.yaml deploy/devicequery/job.yaml)
+# Not deploy/runtimeclass.yaml: on k3s the RuntimeClass `nvidia` already has an owner, k3s itself
+# (runtimes.yaml, v1.29+) or edgegpu-node-setup (older k3s), and two auto-deploy manifests owning
+# one object fight over it (removing either file deletes it). docs/deploy.md, section 3.2.
+outputs=(edgegpu-device-plugin.yaml edgegpu-devicequery-job.yaml)
+sources=(deploy/device-plugin.yaml deploy/devicequery/job.yaml)
 
 mode="write"
 case "${1:-}" in
