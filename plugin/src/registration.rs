@@ -51,7 +51,13 @@ pub fn register_request(
 pub async fn register_once(kubelet_socket: &Path, request: RegisterRequest) -> anyhow::Result<()> {
     let channel = unix_channel(kubelet_socket, DIAL_TIMEOUT)
         .await
-        .map_err(|e| anyhow::anyhow!("cannot dial {}: {e:#}", kubelet_socket.display()))?;
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot dial {}: {}",
+                kubelet_socket.display(),
+                e.root_cause()
+            )
+        })?;
     let mut client = RegistrationClient::new(channel);
     match tokio::time::timeout(REGISTER_TIMEOUT, client.register(request)).await {
         Ok(Ok(_)) => Ok(()),

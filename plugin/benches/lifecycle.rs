@@ -1,0 +1,320 @@
+//! Lifecycle figures (printed, never asserted):
+//! - start → registered with the fake kubelet (no device discovery),
+//! - `kubelet.sock` recreated → re-registered,
+//! - Allocate round trip with 32 concurrent callers (p50/p99),
+//! - the lifecycle thread's idle wake-ups (in process, test resource),
+//! - the real binary's steady-state RSS and idle context switches (fake Jetson root).
+//!
+//! Run: `cargo bench -p edgegpu-plugin --bench lifecycle`.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use edgegpu_kubelet_api::v1beta1::device_plugin_client::DevicePluginClient;
+use edgegpu_kubelet_api::v1beta1::{
+    AllocateRequest, ContainerAllocateRequest, ContainerAllocateResponse,
+    ContainerPreferredAllocationRequest, ContainerPreferredAllocationResponse, Device,
+    DevicePluginOptions, HEALTHY,
+};
+use edgegpu_plugin::resource::Resource;
+use edgegpu_plugin::{serve, LifecycleOptions};
+use edgegpu_testkit::host::{Board, FakeHost};
+use edgegpu_testkit::kubelet::{dial_plugin, FakeKubelet};
+use edgegpu_testkit::process::binary_command;
+use tokio::sync::{oneshot, watch};
+
+const GPU: &str = "nvidia.com/gpu";
+const WAIT: Duration = Duration::from_secs(30);
+
+struct BenchResource {
+    devices: watch::Sender<Vec<Device>>,
+}
+
+impl Resource for BenchResource {
+    fn resource_name(&self) -> &str {
+        GPU
+    }
+    fn options(&self) -> DevicePluginOptions {
+        DevicePluginOptions {
+            pre_start_required: false,
+            get_preferred_allocation_available: true,
+        }
+    }
+    fn devices(&self) -> watch::Receiver<Vec<Device>> {
+        self.devices.subscribe()
+    }
+    #[allow(clippy::result_large_err)]
+    fn allocate(
+        &self,
+        request: &ContainerAllocateRequest,
+    ) -> Result<ContainerAllocateResponse, tonic::Status> {
+        let mut response = ContainerAllocateResponse::default();
+        response.envs.insert(
+            "NVIDIA_VISIBLE_DEVICES".into(),
+            request.devices_ids.join(","),
+        );
+        Ok(response)
+    }
+    #[allow(clippy::result_large_err)]
+    fn preferred_allocation(
+        &self,
+        request: &ContainerPreferredAllocationRequest,
+    ) -> Result<ContainerPreferredAllocationResponse, tonic::Status> {
+        Ok(ContainerPreferredAllocationResponse {
+            device_i_ds: request.available_device_i_ds.clone(),
+        })
+    }
+}
+
+fn resource() -> Arc<BenchResource> {
+    let devices = (0..4)
+        .map(|i| Device {
+            id: format!("GPU-{i}"),
+            health: HEALTHY.into(),
+            topology: None,
+        })
+        .collect();
+    Arc::new(BenchResource {
+        devices: watch::channel(devices).0,
+    })
+}
+
+/// The plugin's lifecycle on its own single-threaded runtime and thread, like the binary.
+struct PluginThread {
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    tid: i32,
+}
+
+impl PluginThread {
+    fn start(dir: &Path) -> PluginThread {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let opts = LifecycleOptions::new(dir);
+        let thread = std::thread::spawn(move || {
+            tid_tx.send(nix::unistd::gettid().as_raw()).unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                serve(resource(), opts, async move {
+                    let _ = stopped.await;
+                })
+                .await
+                .unwrap();
+            });
+        });
+        PluginThread {
+            stop: Some(stop),
+            thread: Some(thread),
+            tid: tid_rx.recv().unwrap(),
+        }
+    }
+}
+
+impl Drop for PluginThread {
+    fn drop(&mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        let _ = self.thread.take().unwrap().join();
+    }
+}
+
+fn summary(mut samples: Vec<Duration>) -> String {
+    samples.sort();
+    let pick = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+    format!(
+        "n={} min {:.2?} p50 {:.2?} p90 {:.2?} p99 {:.2?} max {:.2?}",
+        samples.len(),
+        samples[0],
+        pick(0.5),
+        pick(0.9),
+        pick(0.99),
+        samples[samples.len() - 1]
+    )
+}
+
+/// Sum of voluntary + involuntary context switches of the given /proc status files.
+fn context_switches(status_files: &[String]) -> u64 {
+    status_files
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .flat_map(|s| {
+            s.lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
+}
+
+fn status_field(pid: u32, field: &str) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with(field))
+        .map(|l| l[field.len()..].trim().to_string())
+        .unwrap_or_else(|| "?".into())
+}
+
+async fn start_to_registered(rounds: usize) {
+    let mut samples = Vec::new();
+    for _ in 0..rounds {
+        let dir = tempfile::tempdir().unwrap();
+        let kubelet = FakeKubelet::start(dir.path()).await.unwrap();
+        let t0 = Instant::now();
+        let plugin = PluginThread::start(dir.path());
+        kubelet.wait_for_registration(GPU, WAIT).await.unwrap();
+        samples.push(t0.elapsed());
+        drop(plugin);
+    }
+    println!(
+        "start -> registered (first ListAndWatch list received): {}",
+        summary(samples)
+    );
+}
+
+async fn restart_to_reregistered(rounds: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let kubelet = FakeKubelet::start(dir.path()).await.unwrap();
+    let _plugin = PluginThread::start(dir.path());
+    kubelet.wait_for_registration(GPU, WAIT).await.unwrap();
+    let mut samples = Vec::new();
+    for _ in 0..rounds {
+        let before = kubelet.registration_count();
+        kubelet.stop().await;
+        // t0: the kubelet deletes the sockets and creates kubelet.sock again.
+        let t0 = Instant::now();
+        kubelet.start_again().await.unwrap();
+        kubelet
+            .wait_for_registrations(GPU, before + 1, WAIT)
+            .await
+            .unwrap();
+        samples.push(t0.elapsed());
+    }
+    println!(
+        "kubelet.sock recreated -> re-registered: {}",
+        summary(samples)
+    );
+}
+
+async fn allocate_latency(callers: usize, calls_each: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let kubelet = FakeKubelet::start(dir.path()).await.unwrap();
+    let _plugin = PluginThread::start(dir.path());
+    let info = kubelet.wait_for_registration(GPU, WAIT).await.unwrap();
+    // One connection, like the kubelet's, shared by every caller.
+    let channel = dial_plugin(&info.endpoint, false, WAIT).await.unwrap();
+    let mut tasks = Vec::new();
+    for c in 0..callers {
+        let mut client = DevicePluginClient::new(channel.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut samples = Vec::with_capacity(calls_each);
+            for _ in 0..calls_each {
+                let request = AllocateRequest {
+                    container_requests: vec![ContainerAllocateRequest {
+                        devices_ids: vec![format!("GPU-{}", c % 4)],
+                    }],
+                };
+                let t0 = Instant::now();
+                client.allocate(request).await.unwrap();
+                samples.push(t0.elapsed());
+            }
+            samples
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    println!(
+        "Allocate round trip, {callers} concurrent callers: {}",
+        summary(all)
+    );
+}
+
+async fn lifecycle_idle_wakeups(seconds: u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let kubelet = FakeKubelet::start(dir.path()).await.unwrap();
+    let plugin = PluginThread::start(dir.path());
+    kubelet.wait_for_registration(GPU, WAIT).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let files = vec![format!("/proc/self/task/{}/status", plugin.tid)];
+    let before = context_switches(&files);
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let after = context_switches(&files);
+    println!(
+        "lifecycle thread idle for {seconds} s (registered, ListAndWatch open): {} context switches",
+        after - before
+    );
+}
+
+async fn binary_footprint(seconds: u64) {
+    let bin = env!("CARGO_BIN_EXE_edgegpu-device-plugin");
+    let host = FakeHost::jetson(Board::Orin);
+    let dir = tempfile::tempdir().unwrap();
+    let kubelet = FakeKubelet::start(dir.path()).await.unwrap();
+    let t0 = Instant::now();
+    let mut child = binary_command(bin)
+        .arg("--device-plugin-path")
+        .arg(dir.path())
+        .arg("--root")
+        .arg(host.root())
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    kubelet.wait_for_registration(GPU, WAIT).await.unwrap();
+    println!(
+        "binary: process start -> registered (fake Orin root, includes discovery): {:.2?}",
+        t0.elapsed()
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let pid = child.id();
+    let tasks: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .map(|e| format!("{}/status", e.path().display()))
+        .collect();
+    let before = context_switches(&tasks);
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let after = context_switches(&tasks);
+    println!(
+        "binary steady state: VmRSS {} (RssAnon {}, RssFile {}; VmHWM {}), {} thread(s), {} context switches in {seconds} s idle",
+        status_field(pid, "VmRSS:"),
+        status_field(pid, "RssAnon:"),
+        status_field(pid, "RssFile:"),
+        status_field(pid, "VmHWM:"),
+        tasks.len(),
+        after - before
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; any other argument filters nothing here.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    println!(
+        "machine: {} CPU(s), load average {}",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    );
+    rt.block_on(async {
+        start_to_registered(30).await;
+        restart_to_reregistered(50).await;
+        allocate_latency(1, 500).await;
+        allocate_latency(32, 200).await;
+        lifecycle_idle_wakeups(5).await;
+        binary_footprint(5).await;
+    });
+}
