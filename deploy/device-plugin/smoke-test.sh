@@ -11,7 +11,7 @@
 # Usage (as root, for chroot): deploy/device-plugin/smoke-test.sh ROOTFS
 set -euo pipefail
 
-usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; }
 case "${1:-}" in -h | --help) usage; exit 0 ;; esac
 [ "$#" -eq 1 ] || { usage >&2; exit 2; }
 rootfs=$1

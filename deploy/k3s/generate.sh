@@ -22,7 +22,7 @@ mode="write"
 case "${1:-}" in
     "") ;;
     --check) mode=check ;;
-    -h | --help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;;
     *) echo "$0: unknown argument '$1' (try --help)" >&2; exit 2 ;;
 esac
 
