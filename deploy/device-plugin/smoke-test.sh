@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the plugin inside an assembled image root filesystem (assemble-rootfs.sh output, host
-# architecture) the way the Jetson DaemonSet runs it: a fake Jetson AGX Orin host tree laid out
+# architecture) the way the Jetson DaemonSet runs it (run-confined.py: uid 0 without any
+# capability, no_new_privs, read-only root): a fake Jetson AGX Orin host tree laid out
 # exactly where the DaemonSet mounts the host's files (/host/sys/firmware/devicetree/base,
 # /host/sys/{devices,class,module}, /host/etc/..., /host/dev), --root /host, the device-plugin
 # directory at /var/lib/kubelet/device-plugins. Proves, with the real binary and only the image's
@@ -43,7 +44,10 @@ ln -sfn ../../devices/platform/bus@0/17000000.gpu/devfreq/17000000.gpu "$host/sy
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-timeout --preserve-status -s TERM 3 chroot --userspec=0:0 "$rootfs" \
+# The kubelet creates its device-plugin directory root:root 0750.
+chmod 0750 "$rootfs/var/lib/kubelet/device-plugins"
+here=$(cd "$(dirname "$0")" && pwd)
+timeout --preserve-status -s TERM 3 python3 "$here/run-confined.py" "$rootfs" /var/lib/kubelet/device-plugins -- \
     /usr/bin/edgegpu-device-plugin --root=/host --discovery tegra --log-format json >"$log" 2>&1 || status=$?
 
 failed=0
@@ -55,6 +59,7 @@ expect() {
         failed=1
     fi
 }
+expect 'run-confined: uid 0, no capabilities' "confined as the DaemonSet's securityContext: uid 0, no capabilities, no_new_privs, read-only /"
 expect 'Detected platform: tegra' "Tegra detected"
 expect 'NVIDIA Jetson AGX Orin Developer Kit' "device tree model read through /host/proc/device-tree"
 expect '36\.4\.3' "L4T release read from /host/etc/nv_tegra_release"
