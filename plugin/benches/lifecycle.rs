@@ -291,8 +291,24 @@ async fn binary_footprint(seconds: u64) {
         tasks.len(),
         after - before
     );
-    let _ = child.kill();
-    let _ = child.wait();
+    let own = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().is_some_and(|n| n != "kubelet.sock"))
+        .unwrap();
+    let t0 = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    println!(
+        "binary: SIGTERM -> exit {:.2?} (status {status}, own socket removed: {})",
+        t0.elapsed(),
+        !own.exists()
+    );
 }
 
 fn main() {

@@ -30,6 +30,11 @@ async fn registers_and_streams_full_lists_and_allocates() {
     );
     assert_eq!(info.options, resource.options);
     assert_eq!(
+        info.register_options,
+        Some(resource.options),
+        "Register carries the same options"
+    );
+    assert_eq!(
         info.history[0].len(),
         2,
         "first message carries the full list"

@@ -88,6 +88,9 @@ pub struct ResourceInfo {
     pub endpoint: PathBuf,
     /// Options from `GetDevicePluginOptions`.
     pub options: DevicePluginOptions,
+    /// Options the plugin put in `RegisterRequest` (`None` through the plugin watcher).
+    /// Modern kubelets ignore them; they must equal [`ResourceInfo::options`].
+    pub register_options: Option<DevicePluginOptions>,
     /// The last device list received.
     pub devices: Vec<Device>,
     /// Every device list received from the current endpoint, in order.
@@ -658,7 +661,13 @@ impl Registration for KubeletRegistration {
             return Err(Status::unknown(msg));
         }
         let endpoint = self.shared.opts.device_plugin_dir.join(&r.endpoint);
-        connect_endpoint(&self.shared, self.epoch, &r.resource_name, endpoint, None)
+        let registered = Registered {
+            resource: &r.resource_name,
+            endpoint,
+            register_options: r.options,
+            watcher_socket: None,
+        };
+        connect_endpoint(&self.shared, self.epoch, registered)
             .await
             .map_err(|e| {
                 self.shared
@@ -669,15 +678,27 @@ impl Registration for KubeletRegistration {
     }
 }
 
+/// What a registration (either path) announced.
+struct Registered<'a> {
+    resource: &'a str,
+    endpoint: PathBuf,
+    register_options: Option<DevicePluginOptions>,
+    watcher_socket: Option<PathBuf>,
+}
+
 /// Dial-back, `GetDevicePluginOptions`, endpoint replacement and the `ListAndWatch`
 /// consumer — shared by `Register` and the plugin watcher.
 async fn connect_endpoint(
     shared: &Arc<Shared>,
     epoch: u64,
-    resource: &str,
-    endpoint: PathBuf,
-    watcher_socket: Option<PathBuf>,
+    registered: Registered<'_>,
 ) -> Result<(), String> {
+    let Registered {
+        resource,
+        endpoint,
+        register_options,
+        watcher_socket,
+    } = registered;
     let channel = dial_plugin(&endpoint, shared.opts.old_kubelet_authority, DIAL_TIMEOUT)
         .await
         .map_err(|e| format!("failed to dial device plugin: {e:#}"))?;
@@ -711,6 +732,7 @@ async fn connect_endpoint(
                 info: ResourceInfo {
                     endpoint: endpoint.clone(),
                     options,
+                    register_options,
                     devices: Vec::new(),
                     history: Vec::new(),
                     stopped: false,
@@ -907,7 +929,13 @@ async fn register_through_watcher(shared: Arc<Shared>, socket: PathBuf, epoch: u
         } else {
             PathBuf::from(&info.endpoint)
         };
-        connect_endpoint(&shared, epoch, &info.name, endpoint, Some(socket.clone())).await
+        let registered = Registered {
+            resource: &info.name,
+            endpoint,
+            register_options: None,
+            watcher_socket: Some(socket.clone()),
+        };
+        connect_endpoint(&shared, epoch, registered).await
     };
     let status = match &result {
         Ok(()) => RegistrationStatus {
