@@ -5,7 +5,7 @@ use std::io::Write;
 use serde::Serialize;
 
 use crate::cli::{Cli, Command, OutputFormat};
-use crate::error::{exit_code, Result, SetupError};
+use crate::error::{exit_code, Result};
 use crate::host::HostRoot;
 use crate::ops::{self, Report, Restarts};
 use crate::plan::{self, Plan};
@@ -273,10 +273,4 @@ fn revert(
     }
     report_restarts(&report, out);
     Ok(exit_code::OK)
-}
-
-impl From<std::io::Error> for SetupError {
-    fn from(e: std::io::Error) -> Self {
-        SetupError::io("output", e)
-    }
 }

@@ -184,6 +184,7 @@ fn write_all(
             "writing {} (every file written before it was put back)",
             c.write_path.display()
         )))?;
+        tracing::info!(file = %c.write_path.display(), purpose = %c.purpose, "wrote");
         undo.written += 1;
     }
     Ok(())

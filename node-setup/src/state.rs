@@ -4,8 +4,6 @@
 //! Paths in the manifest are host-absolute, so a tree configured at image-build time
 //! (`--root $IMAGE_ROOTFS`) can be reverted on the booted device.
 
-use std::path::PathBuf;
-
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, SetupError};
@@ -71,8 +69,4 @@ impl Manifest {
 pub fn backup_path(path: &str) -> String {
     let name = path.replace('%', "%25").replace('/', "%2F");
     format!("{BACKUP_DIR}/{name}")
-}
-
-pub fn on_disk(host: &HostRoot, path: &str) -> PathBuf {
-    host.path(path)
 }
