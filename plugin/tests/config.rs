@@ -243,6 +243,31 @@ fn precedence_flag_over_env_over_file_over_default() {
 }
 
 #[test]
+fn health_check_switches_reach_the_effective_config() {
+    let host = FakeHost::empty();
+    let on = effective_config(&run_plugin(host.root(), &[], &[]));
+    assert_eq!(on["healthChecks"], true);
+    let off = effective_config(&run_plugin(
+        host.root(),
+        &[],
+        &[("DP_DISABLE_HEALTHCHECKS", "all")],
+    ));
+    assert_eq!(off["healthChecks"], false);
+    let off = effective_config(&run_plugin(host.root(), &["--health-checks=false"], &[]));
+    assert_eq!(off["healthChecks"], false);
+    let extra = effective_config(&run_plugin(
+        host.root(),
+        &[],
+        &[
+            ("DP_DISABLE_HEALTHCHECKS", "48,79"),
+            ("HEALTH_CHECKS", "true"),
+        ],
+    ));
+    assert_eq!(extra["healthChecks"], true);
+    assert_eq!(extra["extraIgnoredXids"], serde_json::json!([48, 79]));
+}
+
+#[test]
 fn no_gpu_with_the_default_fail_on_init_error_exits_and_says_how_to_keep_running() {
     // (`--fail-on-init-error=false` running with zero devices: discovery.rs.)
     let host = FakeHost::empty();
