@@ -68,3 +68,93 @@ async fn no_gpu_fails_at_start_or_runs_with_zero_devices() {
     assert_eq!(plugin.kubelet.capacity(&plugin.name), 0);
     plugin.stop().await;
 }
+
+/// Runs the real binary on `root` until `done` has seen the output it waits for (or 30 s),
+/// then stops it with SIGTERM; returns everything it logged.
+fn run_binary_until(root: &std::path::Path, args: &[&str], done: impl Fn(&str) -> bool) -> String {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child =
+        edgegpu_testkit::process::binary_command(env!("CARGO_BIN_EXE_edgegpu-device-plugin"))
+            .arg("--root")
+            .arg(root)
+            .arg("--device-plugin-path")
+            .arg(dir.path())
+            .args(args)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut log = String::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !done(&log) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                log.push_str(&line);
+                log.push('\n');
+            }
+            Err(_) => break,
+        }
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    let _ = child.wait();
+    log
+}
+
+#[test]
+fn the_binary_logs_which_signals_matched_board_generation_and_l4t() {
+    let host = FakeHost::jetson(Board::Nano);
+    let log = run_binary_until(host.root(), &[], |l| l.contains("Detected platform: tegra"));
+    for expected in [
+        "Tegra signal matched: Tegra SoC tegra210 → Nano/TX1 (T210)",
+        "signal=\"/proc/device-tree/compatible\"",
+        "signal=\"/sys/module/tegra_fuse/parameters/tegra_chip_id\"",
+        "Tegra signal matched: L4T 32.7.6",
+        "Detected platform: tegra",
+        "NVIDIA Jetson Nano Developer Kit",
+        "generation=\"Nano/TX1 (T210)\"",
+        "l4t=\"32.7.6\"",
+        "Running with config:",
+    ] {
+        assert!(
+            log.contains(expected),
+            "{expected:?} missing from the log:\n{log}"
+        );
+    }
+}
+
+#[test]
+fn the_binary_logs_what_it_looked_for_when_nothing_matched() {
+    let host = FakeHost::empty();
+    let log = run_binary_until(host.root(), &["--discovery=tegra"], |l| l.contains("ERROR"));
+    let root = host.root().display().to_string();
+    assert!(
+        log.contains("No Tegra signal matched; looked for:"),
+        "{log}"
+    );
+    for p in [
+        "/proc/device-tree/compatible",
+        "/sys/devices/soc0/family",
+        "/etc/nv_tegra_release",
+    ] {
+        assert!(
+            log.contains(&format!("{root}{p} is missing or unreadable")),
+            "{p} missing from:\n{log}"
+        );
+    }
+    assert!(!log.contains("Detected platform: unknown"));
+}
