@@ -209,6 +209,17 @@ impl GpuArgs {
             .and_then(|f| f.flags.clone())
             .unwrap_or_default();
         let plugin = flags.plugin.clone().unwrap_or_default();
+        let ignored = flags
+            .ignored_keys()
+            .into_iter()
+            .chain(plugin.ignored_keys())
+            .collect::<Vec<_>>();
+        if !ignored.is_empty() {
+            tracing::warn!(
+                "config file: NVIDIA plugin settings without effect in edgegpu are ignored: {}",
+                ignored.join(", ")
+            );
+        }
         let defaults = Config::default();
 
         let device_list_strategy = match (&self.device_list_strategy, &plugin.device_list_strategy)
@@ -351,6 +362,29 @@ pub struct FileFlags {
     pub gfd: Option<serde_yaml::Value>,
 }
 
+impl FileFlags {
+    /// NVIDIA keys that were set but do nothing here (for the start-up warning).
+    fn ignored_keys(&self) -> Vec<&'static str> {
+        let set = [
+            ("flags.nvidiaDriverRoot", self.nvidia_driver_root.is_some()),
+            ("flags.nvidiaDevRoot", self.nvidia_dev_root.is_some()),
+            ("flags.mpsRoot", self.mps_root.is_some()),
+            ("flags.gdrcopyEnabled", self.gdrcopy_enabled.is_some()),
+            ("flags.gdsEnabled", self.gds_enabled.is_some()),
+            ("flags.mofedEnabled", self.mofed_enabled.is_some()),
+            (
+                "flags.useNodeFeatureAPI",
+                self.use_node_feature_api.is_some(),
+            ),
+            ("flags.gfd", self.gfd.is_some()),
+        ];
+        set.into_iter()
+            .filter(|(_, is_set)| *is_set)
+            .map(|(k, _)| k)
+            .collect()
+    }
+}
+
 fn mig_strategy_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     let value = Option::<String>::deserialize(d)?;
     match value.as_deref() {
@@ -378,6 +412,31 @@ pub struct FilePluginFlags {
     #[serde(rename = "nvidiaCDIHookPath")]
     pub nvidia_cdi_hook_path: Option<String>,
     pub container_driver_root: Option<String>,
+}
+
+impl FilePluginFlags {
+    /// NVIDIA keys that were set but do nothing here (for the start-up warning).
+    fn ignored_keys(&self) -> Vec<&'static str> {
+        let set = [
+            (
+                "flags.plugin.cdiAnnotationPrefix",
+                self.cdi_annotation_prefix.is_some(),
+            ),
+            ("flags.plugin.nvidiaCTKPath", self.nvidia_ctk_path.is_some()),
+            (
+                "flags.plugin.nvidiaCDIHookPath",
+                self.nvidia_cdi_hook_path.is_some(),
+            ),
+            (
+                "flags.plugin.containerDriverRoot",
+                self.container_driver_root.is_some(),
+            ),
+        ];
+        set.into_iter()
+            .filter(|(_, is_set)| *is_set)
+            .map(|(k, _)| k)
+            .collect()
+    }
 }
 
 /// `deviceListStrategy` in the file: a string (comma list allowed) or a YAML list, as in NVIDIA's.
@@ -564,5 +623,38 @@ impl ConfigFile {
                 message,
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nvidia_keys_without_effect_are_accepted_and_reported() {
+        let f = ConfigFile::parse(
+            "version: v1\nflags:\n  nvidiaDriverRoot: /run/nvidia/driver\n  gfd: {oneshot: true}\n  plugin:\n    nvidiaCTKPath: /usr/bin/nvidia-ctk\n",
+        )
+        .unwrap();
+        let flags = f.flags.unwrap();
+        assert_eq!(
+            flags.ignored_keys(),
+            vec!["flags.nvidiaDriverRoot", "flags.gfd"]
+        );
+        assert_eq!(
+            flags.plugin.unwrap().ignored_keys(),
+            vec!["flags.plugin.nvidiaCTKPath"]
+        );
+    }
+
+    #[test]
+    fn device_list_strategy_lists() {
+        use DeviceListStrategy::*;
+        assert_eq!(
+            DeviceListStrategy::parse_list("envvar, cdi-cri,envvar").unwrap(),
+            vec![Envvar, CdiCri]
+        );
+        assert!(DeviceListStrategy::parse_list("volume-mounts").is_err());
+        assert!(DeviceListStrategy::parse_list(",").is_err());
     }
 }
