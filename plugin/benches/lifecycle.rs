@@ -200,16 +200,40 @@ async fn restart_to_reregistered(rounds: usize) {
     );
 }
 
-async fn allocate_latency(callers: usize, calls_each: usize) {
+/// CPU time (user + system) a thread used so far, from /proc (clock ticks → µs).
+fn thread_cpu_us(tid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap_or_default();
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields.get(11).and_then(|f| f.parse().ok()).unwrap_or(0)
+        + fields.get(12).and_then(|f| f.parse().ok()).unwrap_or(0);
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as u64;
+    ticks * 1_000_000 / hz
+}
+
+async fn allocate_latency(callers: usize, calls_each: usize, shared_connection: bool) {
     let dir = tempfile::tempdir().unwrap();
     let kubelet = FakeKubelet::start(dir.path()).await.unwrap();
-    let _plugin = PluginThread::start(dir.path());
+    let plugin = PluginThread::start(dir.path());
     let info = kubelet.wait_for_registration(GPU, WAIT).await.unwrap();
-    // One connection, like the kubelet's, shared by every caller.
-    let channel = dial_plugin(&info.endpoint, false, WAIT).await.unwrap();
+    // One connection shared by every caller (like the kubelet's), or one per caller.
+    let shared = dial_plugin(&info.endpoint, false, WAIT).await.unwrap();
+    let mut channels = Vec::new();
+    for _ in 0..callers {
+        channels.push(if shared_connection {
+            shared.clone()
+        } else {
+            dial_plugin(&info.endpoint, false, WAIT).await.unwrap()
+        });
+    }
+    let cpu_before = thread_cpu_us(plugin.tid);
     let mut tasks = Vec::new();
-    for c in 0..callers {
-        let mut client = DevicePluginClient::new(channel.clone());
+    for (c, channel) in channels.into_iter().enumerate() {
+        let mut client = DevicePluginClient::new(channel);
         tasks.push(tokio::spawn(async move {
             let mut samples = Vec::with_capacity(calls_each);
             for _ in 0..calls_each {
@@ -229,9 +253,17 @@ async fn allocate_latency(callers: usize, calls_each: usize) {
     for t in tasks {
         all.extend(t.await.unwrap());
     }
+    let server_cpu = thread_cpu_us(plugin.tid) - cpu_before;
+    let calls = all.len();
+    let how = if shared_connection {
+        "one shared connection"
+    } else {
+        "one connection each"
+    };
     println!(
-        "Allocate round trip, {callers} concurrent callers: {}",
-        summary(all)
+        "Allocate round trip, {callers} concurrent caller(s), {how}: {} (plugin thread CPU {:.1} µs per call)",
+        summary(all),
+        server_cpu as f64 / calls as f64
     );
 }
 
@@ -328,8 +360,9 @@ fn main() {
     rt.block_on(async {
         start_to_registered(30).await;
         restart_to_reregistered(50).await;
-        allocate_latency(1, 500).await;
-        allocate_latency(32, 200).await;
+        allocate_latency(1, 500, true).await;
+        allocate_latency(32, 200, true).await;
+        allocate_latency(32, 200, false).await;
         lifecycle_idle_wakeups(5).await;
         binary_footprint(5).await;
     });

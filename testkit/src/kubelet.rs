@@ -563,9 +563,18 @@ pub fn remove_sockets(dir: &Path) -> io::Result<usize> {
         if entry.file_name() == CHECKPOINT_NAME {
             continue;
         }
-        if entry.file_type()?.is_socket() {
-            std::fs::remove_file(entry.path())?;
-            removed += 1;
+        // A plugin may remove its own socket at the same moment: not an error.
+        let is_socket = match entry.file_type() {
+            Ok(t) => t.is_socket(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+            Err(e) => return Err(e),
+        };
+        if is_socket {
+            match std::fs::remove_file(entry.path()) {
+                Ok(()) => removed += 1,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
         }
     }
     Ok(removed)
