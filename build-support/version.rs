@@ -10,7 +10,10 @@ fn main() {
         .unwrap_or_else(|| "unknown".to_string());
     let commit = std::env::var("EDGEGPU_GIT_COMMIT").unwrap_or(commit);
     println!("cargo:rustc-env=EDGEGPU_GIT_COMMIT={commit}");
-    println!("cargo:rustc-env=EDGEGPU_TARGET={}", std::env::var("TARGET").unwrap());
+    println!(
+        "cargo:rustc-env=EDGEGPU_TARGET={}",
+        std::env::var("TARGET").unwrap()
+    );
     println!("cargo:rerun-if-env-changed=EDGEGPU_GIT_COMMIT");
     println!("cargo:rerun-if-changed=../.git/HEAD");
     println!("cargo:rerun-if-changed=../.git/refs/heads");

@@ -13,9 +13,24 @@ const FAKES: &[(&str, &str, &str, &[&str])] = &[
     // devicequery: a current driver, old drivers without newer symbols, a library missing a
     // required symbol, and the toolkit stub (installed as `libcuda.so`, the name it has).
     ("cuda", "cuda.c", "libcuda.so.1", &[]),
-    ("cuda-10.2", "cuda.c", "libcuda.so.1", &["-DFAKE_CUDA_LEGACY_10_2"]),
-    ("cuda-9.0", "cuda.c", "libcuda.so.1", &["-DFAKE_CUDA_LEGACY_9_0"]),
-    ("cuda-no-total-mem", "cuda.c", "libcuda.so.1", &["-DFAKE_CUDA_OMIT_TOTAL_MEM"]),
+    (
+        "cuda-10.2",
+        "cuda.c",
+        "libcuda.so.1",
+        &["-DFAKE_CUDA_LEGACY_10_2"],
+    ),
+    (
+        "cuda-9.0",
+        "cuda.c",
+        "libcuda.so.1",
+        &["-DFAKE_CUDA_LEGACY_9_0"],
+    ),
+    (
+        "cuda-no-total-mem",
+        "cuda.c",
+        "libcuda.so.1",
+        &["-DFAKE_CUDA_OMIT_TOTAL_MEM"],
+    ),
     ("cuda-stub", "cuda.c", "libcuda.so", &["-DFAKE_CUDA_STUB"]),
     // device plugin: NVML configured per copy by files next to the library (see nvml.c).
     ("nvml", "nvml.c", "libnvidia-ml.so.1", &[]),
@@ -39,7 +54,10 @@ fn main() {
             .arg(&src)
             .status()
             .unwrap_or_else(|e| panic!("cannot run the C compiler for {source}: {e}"));
-        assert!(status.success(), "building fake {variant} from {source} failed");
+        assert!(
+            status.success(),
+            "building fake {variant} from {source} failed"
+        );
     }
     println!("cargo:rustc-env=EDGEGPU_FAKE_LIBS_DIR={}", out.display());
     println!("cargo:rerun-if-changed=build.rs");

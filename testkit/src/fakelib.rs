@@ -6,6 +6,10 @@ use std::path::PathBuf;
 /// containing the library under its real soname (e.g. `libcuda.so.1`).
 pub fn variant_dir(variant: &str) -> PathBuf {
     let dir = PathBuf::from(env!("EDGEGPU_FAKE_LIBS_DIR")).join(variant);
-    assert!(dir.is_dir(), "fake library variant {variant} was not built: {}", dir.display());
+    assert!(
+        dir.is_dir(),
+        "fake library variant {variant} was not built: {}",
+        dir.display()
+    );
     dir
 }
