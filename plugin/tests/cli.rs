@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::{sockets_in, WAIT};
 use edgegpu_testkit::host::{Board, FakeHost};
-use edgegpu_testkit::kubelet::FakeKubelet;
+use edgegpu_testkit::kubelet::{FakeKubelet, FakeKubeletOptions};
 use edgegpu_testkit::process::binary_command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_edgegpu-device-plugin");
@@ -75,6 +75,18 @@ fn sigterm(child: &Child) {
     .unwrap();
 }
 
+/// Waits (bounded) for the process to exit.
+async fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(started.elapsed() < WAIT, "no exit after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test]
 async fn binary_registers_survives_a_restart_and_cleans_up_on_sigterm() {
     let host = FakeHost::jetson(Board::Orin);
@@ -118,13 +130,7 @@ async fn binary_registers_survives_a_restart_and_cleans_up_on_sigterm() {
     let own = plugin_socket_of(dir.path(), &foreign);
     sigterm(&plugin.0);
     let started = Instant::now();
-    let status = loop {
-        if let Some(status) = plugin.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(started.elapsed() < WAIT, "no exit after SIGTERM");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let status = wait_exit(&mut plugin.0).await;
     assert!(status.success(), "exit status after SIGTERM: {status:?}");
     assert!(!own.exists(), "own socket removed");
     assert!(foreign.exists(), "foreign socket kept");
@@ -157,4 +163,47 @@ fn plugin_socket_of(dir: &std::path::Path, other: &std::path::Path) -> std::path
         .collect();
     assert_eq!(names.len(), 1, "{names:?}");
     dir.join(&names[0])
+}
+
+#[tokio::test]
+async fn binary_takes_its_settings_from_the_environment_and_uses_the_plugin_watcher() {
+    let host = FakeHost::jetson(Board::Orin);
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("device-plugins");
+    let registry = dir.path().join("plugins_registry");
+    std::fs::create_dir_all(&registry).unwrap();
+    let mut opts = FakeKubeletOptions::new(&plugins);
+    opts.plugins_registry = Some(registry.clone());
+    let kubelet = FakeKubelet::start_with(opts).await.unwrap();
+    let mut plugin = Plugin(
+        binary_command(BIN)
+            .env("DEVICE_PLUGIN_PATH", &plugins)
+            .env("PLUGINS_REGISTRY", &registry)
+            .env("HOST_ROOT", host.root())
+            .env("RESOURCE_NAME", "example.com/gpu")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let info = kubelet
+        .wait_for_registration("example.com/gpu", WAIT)
+        .await
+        .unwrap();
+    assert!(info.endpoint.starts_with(&plugins), "{info:?}");
+    assert_eq!(sockets_in(&registry).len(), 1);
+    assert!(
+        !kubelet
+            .events()
+            .iter()
+            .any(|e| e.contains("Got registration request")),
+        "watcher mode does not call Register"
+    );
+    sigterm(&plugin.0);
+    let status = wait_exit(&mut plugin.0).await;
+    assert!(status.success(), "{status:?}");
+    assert!(
+        sockets_in(&registry).is_empty(),
+        "registration socket removed"
+    );
 }
