@@ -174,6 +174,9 @@ async fn binary_takes_its_settings_from_the_environment_and_uses_the_plugin_watc
     std::fs::create_dir_all(&registry).unwrap();
     let mut opts = FakeKubeletOptions::new(&plugins);
     opts.plugins_registry = Some(registry.clone());
+    // The binary may be a cold debug build under qemu-user: its first RPC can take longer
+    // than the kubelet's 1 s GetInfo timeout (which the library test keeps).
+    opts.get_info_timeout = WAIT;
     let kubelet = FakeKubelet::start_with(opts).await.unwrap();
     let mut plugin = Plugin(
         binary_command(BIN)

@@ -68,6 +68,9 @@ pub struct FakeKubeletOptions {
     pub plugins_registry: Option<PathBuf>,
     /// Dial plugins like kubelets before 1.26: the HTTP/2 `:authority` is the socket path.
     pub old_kubelet_authority: bool,
+    /// The plugin watcher's `GetInfo` timeout (the kubelet's: 1 s, never retried). A test
+    /// of a cold debug binary under qemu-user may need more for the very first RPC.
+    pub get_info_timeout: Duration,
 }
 
 impl FakeKubeletOptions {
@@ -77,6 +80,7 @@ impl FakeKubeletOptions {
             device_plugin_dir: device_plugin_dir.into(),
             plugins_registry: None,
             old_kubelet_authority: false,
+            get_info_timeout: GET_INFO_TIMEOUT,
         }
     }
 }
@@ -901,7 +905,8 @@ async fn register_through_watcher(shared: Arc<Shared>, socket: PathBuf, epoch: u
         }
     };
     let mut client = WatcherClient::new(channel);
-    let info = match tokio::time::timeout(GET_INFO_TIMEOUT, client.get_info(InfoRequest {})).await {
+    let timeout = shared.opts.get_info_timeout;
+    let info = match tokio::time::timeout(timeout, client.get_info(InfoRequest {})).await {
         Ok(Ok(info)) => info.into_inner(),
         Ok(Err(status)) => {
             shared.log(format!(
