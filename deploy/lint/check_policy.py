@@ -288,7 +288,7 @@ def host_paths_read(repo, component):
         for literal in HOST_PATH_LITERAL.findall(source.read_text(encoding="utf-8")):
             path = re.split(r"[{*]", literal)[0].rstrip("/") or "/"
             # On the host /proc/device-tree is a symlink to the device tree in sysfs; the image
-            # recreates that link under /host (assemble-rootfs.sh).
+            # recreates that link under /host (deploy/image/assemble-rootfs.sh).
             path = path.replace("/proc/device-tree", "/sys/firmware/devicetree/base", 1)
             paths.add(path)
     return paths - NOT_READ_ON.get(component, set())
