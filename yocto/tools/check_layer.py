@@ -10,6 +10,8 @@ What bitbake would only tell us at parse, fetch or package time (or never, for a
 - the edgegpu recipe: LICENSE and LIC_FILES_CHKSUM (md5 of the real file), SRC_URI/SRCREV
   policy, PV against Cargo.toml, the cargo --bin selection against the workspace's binaries,
   PACKAGES/FILES, SYSTEMD_SERVICE names against the unit files shipped, PACKAGECONFIG;
+- the k3s node-label recipe: machine-specific, common-licence md5, the drop-in it renders (run
+  with sh for each label value) against the label values the DaemonSets in deploy/k3s select;
 - the packagegroup, the rootfs class and the bbappends;
 - Cargo.lock: version 3 (scarthgap's cargo cannot read v4), only crates.io or path sources,
   a single lock in the tree (bitbake's update_crates task reads every Cargo.lock under ${S});
@@ -64,6 +66,18 @@ KNOWN_SERIES = set(REQUIRED_SERIES) | {"kirkstone", "langdale", "mickledore", "n
 # Layers the dynamic-layers/ directories may name (meta-virtualization, meta-tegra).
 KNOWN_DYNAMIC_COLLECTIONS = {"virtualization-layer", "tegra"}
 RECIPE = os.path.join("recipes-containers", "edgegpu", "edgegpu_git.bb")
+NODE_LABEL_RECIPE = os.path.join("recipes-containers", "edgegpu", "edgegpu-k3s-node-label_1.0.bb")
+# The label the device-plugin DaemonSets select on, and the value each kind of machine gets:
+# the Jetson DaemonSet for meta-tegra machines (MACHINEOVERRIDES has "tegra"), else discrete.
+NODE_LABEL_KEY = "edgegpu.io/gpu"
+NODE_LABEL_TEGRA = "jetson"
+NODE_LABEL_OTHER = "discrete"
+# Where k3s (server and agent) reads config drop-ins, merged in name order; "+:" appends.
+NODE_LABEL_DROPIN = "${sysconfdir}/rancher/k3s/config.yaml.d/50-edgegpu-node-label.yaml"
+NODE_LABEL_HEADER = "# Installed by meta-edgegpu: lets the edgegpu device-plugin DaemonSet select this node."
+# md5 of oe-core's meta/files/common-licenses/<name> (what LIC_FILES_CHKSUM of a recipe with
+# no licence file of its own must name).
+COMMON_LICENSE_MD5 = {"Apache-2.0": "89aea4e17d99a7cacdbeed46a0096b10"}
 PACKAGEGROUP = os.path.join("recipes-core", "packagegroups", "packagegroup-edgegpu.bb")
 ROOTFS_CLASS = os.path.join("classes", "edgegpu_node_setup_rootfs.bbclass")
 # The package each program ships in (the issue names them).
@@ -622,10 +636,170 @@ def check_srcrev(repo, where, srcrev, report, strict):
         (report.error if strict else report.warn)(where, message)
 
 
+# ----------------------------------------------------------------------------- node label
+
+
+def manifest_label_values(repo):
+    """Values of NODE_LABEL_KEY that the deploy/k3s manifests select with operator In."""
+    pattern = re.compile(
+        r"\{\s*key:\s*" + re.escape(NODE_LABEL_KEY) + r"\s*,\s*operator:\s*In\s*,\s*values:\s*\[([^\]]*)\]"
+    )
+    values = set()
+    for path in glob.glob(os.path.join(repo, "deploy", "k3s", "*.yaml")):
+        for match in pattern.finditer(read_text(path)):
+            values.update(v.strip().strip("'\"") for v in match.group(1).split(",") if v.strip())
+    return values
+
+
+def expand(value, variables, depth=0):
+    """Bitbake-style ${VAR} expansion with `variables`; unknown references stay as they are."""
+    if depth > 10:
+        return value
+    expanded = re.sub(r"\$\{(\w+)\}", lambda m: variables.get(m.group(1), m.group(0)), value)
+    return expanded if expanded == value else expand(expanded, variables, depth + 1)
+
+
+def render_node_label(recipe, template_dir, label):
+    """Runs the recipe's do_install with sh as bitbake would for EDGEGPU_NODE_LABEL = label.
+
+    Returns (exit status, {installed path relative to ${D}: text}, stderr)."""
+    with tempfile.TemporaryDirectory(prefix="edgegpu-node-label-") as dest:
+        variables = {v.VarName: clean(v.VarValueStripped) for v in recipe.variables if not v.SubItem}
+        variables.update(
+            {
+                "D": dest,
+                "sysconfdir": "/etc",
+                "EDGEGPU_UNPACKDIR": template_dir,
+                "EDGEGPU_NODE_LABEL": label,
+            }
+        )
+        body = expand(recipe.function_body("do_install"), variables)
+        script = 'set -e\nbbfatal() { echo "$*" >&2; exit 1; }\ndo_install() {\n' + body + "\n}\ndo_install\n"
+        result = subprocess.run(["sh", "-c", script], capture_output=True, text=True)
+        installed = {}
+        for top, _, files in os.walk(dest):
+            for name in files:
+                path = os.path.join(top, name)
+                installed["/" + os.path.relpath(path, dest)] = read_text(path)
+        return result.returncode, installed, result.stderr.strip()
+
+
+def check_node_label(layer, repo, workspace, report):
+    """The recipe that labels the node for the DaemonSets; returns its package name."""
+    path = os.path.join(layer, NODE_LABEL_RECIPE)
+    if not os.path.isfile(path):
+        report.error(os.path.relpath(path, repo), "missing")
+        return None
+    recipe = BBFile(path, repo)
+    pn = os.path.basename(path).split("_")[0]
+    recipe_dir = os.path.dirname(path)
+
+    license_value = recipe.value("LICENSE")
+    if license_value != workspace.license:
+        report.error(
+            recipe.loc("LICENSE"), f"LICENSE is {license_value!r}, Cargo.toml says {workspace.license!r}"
+        )
+    wanted = f"file://${{COMMON_LICENSE_DIR}}/{license_value};md5={COMMON_LICENSE_MD5.get(license_value)}"
+    if recipe.items("LIC_FILES_CHKSUM") != [wanted]:
+        report.error(recipe.loc("LIC_FILES_CHKSUM"), f'LIC_FILES_CHKSUM must be "{wanted}" (oe-core\'s text)')
+
+    if recipe.value("PACKAGE_ARCH") != "${MACHINE_ARCH}":
+        report.error(
+            recipe.loc("PACKAGE_ARCH"),
+            'PACKAGE_ARCH must be "${MACHINE_ARCH}": the label depends on the machine',
+        )
+    if "allarch" in recipe.inherits:
+        report.error(
+            recipe.line_of(r"^inherit\s"), "must not inherit allarch: the label depends on the machine"
+        )
+
+    # The per-machine default: weak (local.conf overrides it), jetson on tegra, else discrete.
+    # oelint-parser hides inline python, so read the raw line.
+    default = re.search(r"^EDGEGPU_NODE_LABEL\s*\?\??=\s*(.*)$", recipe.text, re.M)
+    expected = re.compile(
+        rf"'{NODE_LABEL_TEGRA}' if 'tegra' in .*MACHINEOVERRIDES.* else '{NODE_LABEL_OTHER}'"
+    )
+    if default is None or not expected.search(default.group(1)):
+        report.error(
+            recipe.line_of(r"^EDGEGPU_NODE_LABEL\s"),
+            f'EDGEGPU_NODE_LABEL must default weakly (?=) to "{NODE_LABEL_TEGRA}" where MACHINEOVERRIDES '
+            f'has tegra, else "{NODE_LABEL_OTHER}"',
+        )
+
+    values = set(recipe.items("EDGEGPU_NODE_LABEL_VALUES"))
+    selected = manifest_label_values(repo)
+    if values != selected or not {NODE_LABEL_TEGRA, NODE_LABEL_OTHER} <= values:
+        report.error(
+            recipe.loc("EDGEGPU_NODE_LABEL_VALUES"),
+            f"EDGEGPU_NODE_LABEL_VALUES is {sorted(values)}, the deploy/k3s DaemonSets select "
+            f"{NODE_LABEL_KEY} in {sorted(selected)} "
+            f"(and the defaults need {NODE_LABEL_TEGRA}, {NODE_LABEL_OTHER})",
+        )
+
+    variables = {v.VarName: clean(v.VarValueStripped) for v in recipe.variables if not v.SubItem}
+    files = [expand(f, variables) for f in recipe.items("FILES", "${PN}")]
+    if NODE_LABEL_DROPIN not in files:
+        report.error(
+            recipe.loc("FILES", "${PN}"), f"FILES:${{PN}} must hold {NODE_LABEL_DROPIN}, found {files}"
+        )
+    if recipe.value("ALLOW_EMPTY", "${PN}") != "1":
+        report.error(
+            recipe.rel, 'ALLOW_EMPTY:${PN} = "1" is needed: EDGEGPU_NODE_LABEL = "" installs nothing'
+        )
+
+    src_uri = recipe.items("SRC_URI")
+    templates = []
+    for entry in src_uri:
+        if not entry.startswith("file://"):
+            report.error(recipe.loc("SRC_URI"), f"SRC_URI {entry}: only the layer's own file:// entries")
+            continue
+        name = parse_url(entry)[0][len("file://") :]
+        found = [
+            d
+            for d in (os.path.join(recipe_dir, pn), os.path.join(recipe_dir, "files"))
+            if os.path.isfile(os.path.join(d, name))
+        ]
+        if not found:
+            report.error(recipe.loc("SRC_URI"), f"SRC_URI {entry}: no such file in {pn}/ or files/")
+            continue
+        templates.append(found[0])
+    if len(set(templates)) != 1:
+        report.error(recipe.loc("SRC_URI"), "SRC_URI must fetch exactly one template of the drop-in")
+        return pn
+
+    # What the image gets: render do_install for each value and compare with the drop-in k3s
+    # must see (node-label+: appends to labels set in config.yaml or earlier drop-ins).
+    dropin = NODE_LABEL_DROPIN.replace("${sysconfdir}", "/etc")
+    where = recipe.line_of(r"^do_install\s*\(\)")
+    for label in sorted(values | {NODE_LABEL_TEGRA, NODE_LABEL_OTHER}):
+        status, installed, stderr = render_node_label(recipe, templates[0], label)
+        want = {dropin: f"{NODE_LABEL_HEADER}\nnode-label+:\n  - {NODE_LABEL_KEY}={label}\n"}
+        if status != 0 or installed != want:
+            report.error(
+                where,
+                f"with EDGEGPU_NODE_LABEL = {label!r} do_install must install exactly {want}, "
+                f"got exit {status}, {installed}{': ' + stderr if stderr else ''}",
+            )
+    status, installed, stderr = render_node_label(recipe, templates[0], "")
+    if status != 0 or installed:
+        report.error(
+            where,
+            f'with EDGEGPU_NODE_LABEL = "" do_install must install nothing, got exit {status}, {installed}',
+        )
+    status, installed, stderr = render_node_label(recipe, templates[0], "gpu")
+    if status == 0 or "EDGEGPU_NODE_LABEL" not in stderr:
+        report.error(
+            where,
+            "with EDGEGPU_NODE_LABEL = 'gpu' (no DaemonSet selects it) do_install must fail "
+            "naming EDGEGPU_NODE_LABEL",
+        )
+    return pn
+
+
 # ----------------------------------------------------------------------------- other files
 
 
-def check_packagegroup(layer, repo, facts, report):
+def check_packagegroup(layer, repo, facts, report, node_label_package=None):
     path = os.path.join(layer, PACKAGEGROUP)
     if not os.path.isfile(path):
         report.error(os.path.relpath(path, repo), "missing")
@@ -635,10 +809,13 @@ def check_packagegroup(layer, repo, facts, report):
         report.error(group.rel, "must inherit packagegroup")
     members = group.items("RDEPENDS", "${PN}")
     where = group.loc("RDEPENDS", "${PN}")
+    packaged = facts.packages | ({node_label_package} if node_label_package else set())
     for member in members:
-        if member not in facts.packages:
-            report.error(where, f"RDEPENDS on {member}, which the edgegpu recipe does not package")
-    for package in PROGRAM_PACKAGES.values():
+        if member not in packaged:
+            report.error(where, f"RDEPENDS on {member}, which no recipe of the layer packages")
+    # The label, not just the manifests: without it the DaemonSets schedule nowhere.
+    wanted = list(PROGRAM_PACKAGES.values()) + ([node_label_package] if node_label_package else [])
+    for package in wanted:
         if package not in members:
             report.error(where, f"must pull in {package}")
     if "edgegpu-device-plugin-host" in members:
@@ -880,7 +1057,8 @@ def run_checks(repo, layer, strict_srcrev=False, run_verify=True):
     check_layer_conf(layer, repo, report)
     check_docs(layer, repo, report)
     facts = check_recipe(layer, repo, workspace, report, strict_srcrev)
-    check_packagegroup(layer, repo, facts, report)
+    node_label_package = check_node_label(layer, repo, workspace, report)
+    check_packagegroup(layer, repo, facts, report, node_label_package)
     check_rootfs_class(layer, repo, facts, report)
     check_bbappends(layer, repo, report)
     check_cargo_lock(repo, report)

@@ -22,11 +22,42 @@ import check_layer  # noqa: E402
 LAYER = os.path.join("yocto", "meta-edgegpu")
 RECIPE = os.path.join(LAYER, "recipes-containers", "edgegpu", "edgegpu_git.bb")
 FILES = os.path.join(LAYER, "recipes-containers", "edgegpu", "files")
+NODE_LABEL = os.path.join(LAYER, "recipes-containers", "edgegpu", "edgegpu-k3s-node-label_1.0.bb")
+NODE_LABEL_TEMPLATE = os.path.join(
+    LAYER, "recipes-containers", "edgegpu", "edgegpu-k3s-node-label", "50-edgegpu-node-label.yaml.in"
+)
+PACKAGEGROUP = os.path.join(LAYER, "recipes-core", "packagegroups", "packagegroup-edgegpu.bb")
 
+# The node affinity in the flow style of deploy/k3s/edgegpu-device-plugin.yaml.
 DAEMONSET = """apiVersion: apps/v1
 kind: DaemonSet
 metadata:
-  name: edgegpu-device-plugin
+  name: edgegpu-device-plugin-jetson
+spec:
+  template:
+    spec:
+      affinity:
+        nodeAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            nodeSelectorTerms:
+              - matchExpressions:
+                  - {key: edgegpu.io/gpu, operator: In, values: [jetson]}
+              - matchExpressions:
+                  - {key: edgegpu.io/gpu, operator: NotIn, values: [discrete]}
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: edgegpu-device-plugin-discrete
+spec:
+  template:
+    spec:
+      affinity:
+        nodeAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            nodeSelectorTerms:
+              - matchExpressions:
+                  - {key: edgegpu.io/gpu, operator: In, values: [discrete]}
 ---
 apiVersion: node.k8s.io/v1
 kind: RuntimeClass
@@ -289,12 +320,74 @@ class CheckLayer(unittest.TestCase):
 
     # --- packagegroup, class, docs, lock, manifests
     def test_packagegroup_names_unknown_package(self):
+        self.repo.replace(PACKAGEGROUP, "devicequery \\", "devicequery-tools \\")
+        self.assertError(r"RDEPENDS on devicequery-tools, which no recipe of the layer packages")
+
+    # --- the k3s node-label recipe
+    def test_packagegroup_must_pull_in_node_label(self):
+        self.repo.replace(PACKAGEGROUP, "                  edgegpu-k3s-node-label \\\n", "")
+        self.assertError(r"packagegroup-edgegpu.bb:\d+: must pull in edgegpu-k3s-node-label")
+
+    def test_node_label_recipe_missing(self):
+        os.unlink(self.repo.path(NODE_LABEL))
+        self.assertError(r"edgegpu-k3s-node-label_1.0.bb: missing")
+        # ... and the packagegroup then depends on a package nobody builds.
+        self.assertError(r"RDEPENDS on edgegpu-k3s-node-label, which no recipe of the layer packages")
+
+    def test_node_label_must_be_machine_specific(self):
+        self.repo.replace(NODE_LABEL, 'PACKAGE_ARCH = "${MACHINE_ARCH}"', "inherit allarch")
+        self.assertError(r'PACKAGE_ARCH must be "\$\{MACHINE_ARCH\}"')
+        self.assertError(r"edgegpu-k3s-node-label_1.0.bb:\d+: must not inherit allarch")
+
+    def test_node_label_common_license_md5(self):
         self.repo.replace(
-            f"{LAYER}/recipes-core/packagegroups/packagegroup-edgegpu.bb",
-            "devicequery \\",
-            "devicequery-tools \\",
+            NODE_LABEL, "md5=89aea4e17d99a7cacdbeed46a0096b10", "md5=3b83ef96387f14655fc854ddc3c6bd57"
         )
-        self.assertError(r"RDEPENDS on devicequery-tools, which the edgegpu recipe does not package")
+        self.assertError(
+            r"LIC_FILES_CHKSUM must be "
+            r"\"file://\$\{COMMON_LICENSE_DIR\}/Apache-2.0;md5=89aea4e17d99a7cacdbeed46a0096b10\""
+        )
+
+    def test_node_label_default_follows_the_machine(self):
+        self.repo.replace(NODE_LABEL, "'jetson' if 'tegra'", "'discrete' if 'tegra'")
+        self.assertError(r'EDGEGPU_NODE_LABEL must default weakly \(\?=\) to "jetson" where MACHINEOVERRIDES')
+
+    def test_node_label_default_must_be_weak(self):
+        self.repo.replace(NODE_LABEL, "EDGEGPU_NODE_LABEL ?= ", "EDGEGPU_NODE_LABEL = ")
+        self.assertError(r"EDGEGPU_NODE_LABEL must default weakly")
+
+    def test_node_label_values_follow_the_daemonsets(self):
+        # A DaemonSet renamed its label value: the recipe would label nodes nobody selects.
+        self.repo.write(
+            "deploy/k3s/device-plugin.yaml",
+            DAEMONSET.replace("values: [discrete]}\n---", "values: [dgpu]}\n---"),
+        )
+        self.assertError(
+            r"EDGEGPU_NODE_LABEL_VALUES is \['discrete', 'jetson'\], the deploy/k3s DaemonSets select "
+            r"edgegpu.io/gpu in \['dgpu', 'jetson'\]"
+        )
+
+    def test_node_label_template_must_append(self):
+        # "node-label:" would replace the labels of config.yaml instead of adding to them.
+        self.repo.replace(NODE_LABEL_TEMPLATE, "node-label+:", "node-label:")
+        self.assertError(
+            r"with EDGEGPU_NODE_LABEL = 'discrete' do_install must install exactly .*node-label\+:"
+        )
+        self.assertError(r"with EDGEGPU_NODE_LABEL = 'jetson' do_install must install exactly")
+
+    def test_node_label_dropin_path(self):
+        self.repo.replace(NODE_LABEL, '/50-edgegpu-node-label.yaml"', '/edgegpu-node-label.yml"')
+        self.assertError(r"FILES:\$\{PN\} must hold \$\{sysconfdir\}/rancher/k3s/config.yaml.d/50-edgegpu")
+        self.assertError(r"do_install must install exactly \{'/etc/rancher/k3s/config.yaml.d/50-edgegpu")
+
+    def test_node_label_unknown_value_must_fail_the_build(self):
+        # A do_install that accepts any value: a typo would label the node for no DaemonSet.
+        self.repo.replace(NODE_LABEL, 'case " ${EDGEGPU_NODE_LABEL_VALUES} " in', 'case " $label " in')
+        self.assertError(r"with EDGEGPU_NODE_LABEL = 'gpu' .* do_install must fail")
+
+    def test_node_label_empty_installs_nothing(self):
+        self.repo.replace(NODE_LABEL, '    [ -n "$label" ] || return 0\n', "")
+        self.assertError(r'with EDGEGPU_NODE_LABEL = "" do_install must install nothing')
 
     def test_rootfs_class_without_no_restart(self):
         self.repo.replace(f"{LAYER}/classes/edgegpu_node_setup_rootfs.bbclass", "--no-restart \\", "\\")
