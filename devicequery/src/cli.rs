@@ -5,14 +5,7 @@ use clap::Parser;
 use crate::checks::{ComputeCapability, Requirements};
 
 /// `--version`: version, git commit and target triple.
-pub const VERSION: &str = concat!(
-    env!("CARGO_PKG_VERSION"),
-    " (commit ",
-    env!("EDGEGPU_GIT_COMMIT"),
-    ", target ",
-    env!("EDGEGPU_TARGET"),
-    ")"
-);
+pub const VERSION: &str = env!("EDGEGPU_LONG_VERSION");
 
 const LONG_ABOUT: &str = "\
 Reports the CUDA devices of this machine or container in the format of NVIDIA's deviceQuery \

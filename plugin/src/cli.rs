@@ -11,14 +11,7 @@ use crate::lifecycle::LifecycleOptions;
 use crate::logging::LogFormat;
 
 /// `--version` text: version, git commit and target triple.
-pub const VERSION: &str = concat!(
-    env!("CARGO_PKG_VERSION"),
-    " (commit ",
-    env!("EDGEGPU_GIT_COMMIT"),
-    ", target ",
-    env!("EDGEGPU_TARGET"),
-    ")"
-);
+pub const VERSION: &str = env!("EDGEGPU_LONG_VERSION");
 
 /// Kubelet device plugin advertising NVIDIA GPUs (Jetson/Tegra and discrete GPUs).
 ///
