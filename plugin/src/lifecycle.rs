@@ -34,7 +34,7 @@ use tonic::transport::Server;
 
 use crate::authority::AuthorityShim;
 use crate::plugin_watcher::PluginWatcherService;
-use crate::registration::{register_request, register_until_success};
+use crate::registration::{backoff, register_request, register_until_success};
 use crate::resource::Resource;
 use crate::server::DevicePluginService;
 use crate::socket::{socket_prefix, OwnedSocket};
@@ -122,7 +122,8 @@ impl std::fmt::Display for RestartReason {
 /// Serves `resource` until `shutdown` completes, surviving kubelet restarts.
 ///
 /// Returns `Ok(())` after a clean shutdown (every socket this call created is gone), or
-/// an error when the directory cannot be watched or a socket cannot be bound.
+/// an error when the directory cannot be watched. Sockets that cannot be bound are
+/// retried with backoff.
 pub async fn serve(
     resource: Arc<dyn Resource>,
     opts: LifecycleOptions,
@@ -142,7 +143,12 @@ pub async fn serve(
     let mut number = 0u64;
     loop {
         number += 1;
-        let mut generation = Generation::start(&resource, &opts, &prefix, number).await?;
+        let Some(mut generation) =
+            start_generation(&resource, &opts, &prefix, number, &mut shutdown).await
+        else {
+            tracing::info!("Stopped before serving '{resource_name}'");
+            return Ok(());
+        };
         let own_name = OsString::from(generation.socket.file_name());
         // Set while another live instance of this resource holds the kubelet's endpoint.
         let mut yielded_to: Option<OsString> = None;
@@ -179,6 +185,37 @@ pub async fn serve(
     }
 }
 
+/// Starts the next generation, retrying with backoff while its sockets cannot be bound —
+/// e.g. the kubelet is still deleting every socket in the directory after a restart, or
+/// the directory is being recreated. Exiting instead would leave the node at
+/// allocatable 0 until the DaemonSet restarts the plugin. `None`: shutdown came first.
+async fn start_generation<S: Future<Output = ()>>(
+    resource: &Arc<dyn Resource>,
+    opts: &LifecycleOptions,
+    prefix: &str,
+    number: u64,
+    shutdown: &mut std::pin::Pin<&mut S>,
+) -> Option<Generation> {
+    let mut attempt = 0u32;
+    loop {
+        match Generation::start(resource, opts, prefix, number).await {
+            Ok(generation) => return Some(generation),
+            Err(e) => {
+                let delay = backoff(attempt);
+                tracing::warn!(
+                    "Failed to start serving '{}': {e:#}; retrying in {delay:?}",
+                    resource.resource_name()
+                );
+                tokio::select! {
+                    _ = shutdown.as_mut() => return None,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+                attempt = attempt.saturating_add(1);
+            }
+        }
+    }
+}
+
 /// One bound socket with its server and registration.
 struct Generation {
     socket: OwnedSocket,
@@ -204,6 +241,19 @@ impl Generation {
                     opts.device_plugin_dir.display()
                 )
             })?;
+        // Bind the registration socket too before spawning anything, so that a failure
+        // leaves no server task behind (dropping `socket` unlinks it).
+        let registry = match &opts.plugins_registry {
+            Some(registry_dir) => {
+                Some(OwnedSocket::bind_unique(registry_dir, prefix).map_err(|e| {
+                    anyhow::anyhow!(
+                        "cannot create the registration socket in {}: {e}",
+                        registry_dir.display()
+                    )
+                })?)
+            }
+            None => None,
+        };
         tracing::info!(
             "Starting to serve '{resource_name}' on {} (generation {number})",
             socket.path().display()
@@ -220,16 +270,9 @@ impl Generation {
 
         let mut registry_socket = None;
         let mut registration = None;
-        match &opts.plugins_registry {
-            Some(registry_dir) => {
+        match registry {
+            Some((reg_socket, reg_listener)) => {
                 let endpoint = absolute(socket.path());
-                let (reg_socket, reg_listener) = OwnedSocket::bind_unique(registry_dir, prefix)
-                    .map_err(|e| {
-                        anyhow::anyhow!(
-                            "cannot create the registration socket in {}: {e}",
-                            registry_dir.display()
-                        )
-                    })?;
                 tracing::info!(
                     "Serving plugin-watcher registration for '{resource_name}' on {} (endpoint {})",
                     reg_socket.path().display(),

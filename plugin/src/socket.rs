@@ -75,15 +75,20 @@ impl OwnedSocket {
         for _ in 0..16 {
             let path = dir.join(unique_socket_name(prefix));
             match UnixListener::bind(&path) {
-                Ok(listener) => {
-                    let meta = std::fs::symlink_metadata(&path)?;
-                    let socket = OwnedSocket {
-                        path,
-                        dev: meta.dev(),
-                        ino: meta.ino(),
-                    };
-                    return Ok((socket, listener));
-                }
+                Ok(listener) => match std::fs::symlink_metadata(&path) {
+                    Ok(meta) => {
+                        let socket = OwnedSocket {
+                            path,
+                            dev: meta.dev(),
+                            ino: meta.ino(),
+                        };
+                        return Ok((socket, listener));
+                    }
+                    // Unlinked between bind() and stat(): a restarting kubelet is deleting
+                    // every socket in the directory. Bind again under a new name.
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => last_err = Some(e),
+                    Err(e) => return Err(e),
+                },
                 Err(e) if e.kind() == io::ErrorKind::AddrInUse => last_err = Some(e),
                 Err(e) => {
                     return Err(io::Error::new(

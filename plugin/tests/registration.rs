@@ -189,3 +189,36 @@ async fn plugin_watcher_mode_registers_without_kubelet_sock_register() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn socket_that_cannot_be_bound_yet_is_retried_not_fatal() {
+    // The registration directory does not exist when the plugin starts (the kubelet has not
+    // created it yet): binding fails, and the plugin must keep retrying instead of exiting,
+    // then register once the directory appears.
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("device-plugins");
+    let registry = dir.path().join("plugins_registry");
+    let mut opts = LifecycleOptions::new(&plugins);
+    opts.plugins_registry = Some(registry.clone());
+    let resource = TestResource::new(GPU, vec![device("gpu-0", true)]);
+    let plugin = RunningPlugin::start(resource, opts);
+    // Several failed attempts (backoff 100 ms, 200 ms, 400 ms, …).
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(!registry.exists());
+    assert_eq!(
+        plugin_socket(&plugins),
+        None,
+        "a failed attempt leaves no DevicePlugin socket behind"
+    );
+
+    std::fs::create_dir_all(&registry).unwrap();
+    let mut kopts = FakeKubeletOptions::new(&plugins);
+    kopts.plugins_registry = Some(registry.clone());
+    let kubelet = FakeKubelet::start_with(kopts).await.unwrap();
+    let info = kubelet.wait_for_registration(GPU, WAIT).await.unwrap();
+    assert_eq!(Some(info.endpoint), plugin_socket(&plugins));
+    assert_eq!(kubelet.allocatable(GPU), 1);
+
+    plugin.shutdown().await.unwrap();
+    assert!(sockets_in(&registry).is_empty());
+}
