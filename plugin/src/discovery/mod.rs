@@ -63,6 +63,20 @@ impl std::fmt::Debug for Discovered {
 }
 
 impl Discovered {
+    /// The Jetson's one integrated GPU, found by `detection` (and named by NVML on
+    /// JetPack 6+, where NVML sees it).
+    fn tegra(detection: TegraDetection, nvml_name: Option<String>) -> Discovered {
+        let gpu = tegra_gpu(&detection, nvml_name.as_deref());
+        Discovered {
+            platform: Platform::Tegra {
+                detection,
+                nvml_name,
+            },
+            gpus: vec![gpu],
+            nvml: None,
+        }
+    }
+
     pub fn platform_name(&self) -> &'static str {
         match self.platform {
             Platform::Tegra { .. } => "tegra",
@@ -115,15 +129,7 @@ pub fn discover(root: &Path, strategy: DiscoveryStrategy) -> Result<Discovered, 
                     detection.looked_for.join("; ")
                 )));
             }
-            let gpu = tegra_gpu(&detection, None);
-            Ok(Discovered {
-                platform: Platform::Tegra {
-                    detection,
-                    nvml_name: None,
-                },
-                gpus: vec![gpu],
-                nvml: None,
-            })
+            Ok(Discovered::tegra(detection, None))
         }
         DiscoveryStrategy::Nvml => {
             let (nvml, gpus) =
@@ -147,15 +153,7 @@ pub fn discover(root: &Path, strategy: DiscoveryStrategy) -> Result<Discovered, 
                         let detection = TegraDetection::probe(root);
                         detection.log(root);
                         tracing::info!(name = %gpus[0].name, "NVML reports an integrated GPU; treating it as the Tegra GPU");
-                        let gpu = tegra_gpu(&detection, Some(&gpus[0].name));
-                        return Ok(Discovered {
-                            platform: Platform::Tegra {
-                                detection,
-                                nvml_name: Some(gpus[0].name.clone()),
-                            },
-                            gpus: vec![gpu],
-                            nvml: None,
-                        });
+                        return Ok(Discovered::tegra(detection, Some(gpus[0].name.clone())));
                     }
                     Ok(Discovered {
                         platform: Platform::Nvml,
@@ -177,15 +175,7 @@ pub fn discover(root: &Path, strategy: DiscoveryStrategy) -> Result<Discovered, 
                             detection.looked_for.join("; ")
                         )));
                     }
-                    let gpu = tegra_gpu(&detection, None);
-                    Ok(Discovered {
-                        platform: Platform::Tegra {
-                            detection,
-                            nvml_name: None,
-                        },
-                        gpus: vec![gpu],
-                        nvml: None,
-                    })
+                    Ok(Discovered::tegra(detection, None))
                 }
             }
         }
