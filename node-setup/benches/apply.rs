@@ -4,7 +4,6 @@
 //! The first apply's time is mostly fsync latency (files, renames, new directories) of
 //! the disk under the temp dir; "detect+plan" is the compute part.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -13,6 +12,11 @@ use edgegpu_node_setup::fsops;
 use edgegpu_node_setup::restart::ServiceManager;
 use edgegpu_testkit::nodehost::NodeHost;
 
+// The host layouts and fixtures the tests use.
+#[path = "../tests/common/mod.rs"]
+mod common;
+use common::{containerd_host, docker_host, fixture};
+
 const ROUNDS: usize = 30;
 
 struct NoSystemctl;
@@ -20,43 +24,6 @@ impl ServiceManager for NoSystemctl {
     fn systemctl(&mut self, args: &[String]) -> Result<(), String> {
         Err(format!("bench must not run systemctl {args:?}"))
     }
-}
-
-fn fixture(rel: &str) -> String {
-    std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures")
-            .join(rel),
-    )
-    .unwrap()
-}
-
-fn docker_host() -> NodeHost {
-    let host = NodeHost::new();
-    host.k3s_binary(Some("v1.27.4+k3s1"))
-        .write(
-            "/etc/systemd/system/k3s.service",
-            fixture("units/k3s-installer-server.service"),
-        )
-        .write(
-            "/etc/systemd/system/k3s-agent.service",
-            fixture("units/k3s-installer-agent.service"),
-        )
-        .write("/etc/docker/daemon.json", fixture("docker/log-opts.json"))
-        .nvidia_runtime();
-    host
-}
-
-fn containerd_host() -> NodeHost {
-    let host = NodeHost::new();
-    host.k3s_binary(Some("v1.28.3+k3s1"))
-        .write(
-            "/lib/systemd/system/k3s.service",
-            fixture("units/metavirt-k3s.service"),
-        )
-        .write("/etc/containerd/config.toml", fixture("containerd/v2.toml"))
-        .nvidia_runtime();
-    host
 }
 
 fn k3s_host() -> NodeHost {

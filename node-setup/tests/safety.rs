@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use clap::Parser;
-use common::fixture;
+use common::{containerd_host, docker_host};
 use edgegpu_node_setup::cli::Cli;
 use edgegpu_node_setup::detect::ModeRequest;
 use edgegpu_node_setup::host::HostRoot;
@@ -48,22 +48,6 @@ fn options(host: &NodeHost, mode: ModeRequest) -> plan::Options {
     }
 }
 
-fn docker_host() -> NodeHost {
-    let host = NodeHost::new();
-    host.k3s_binary(Some("v1.27.4+k3s1"))
-        .write(
-            "/etc/systemd/system/k3s.service",
-            fixture("units/k3s-installer-server.service"),
-        )
-        .write(
-            "/etc/systemd/system/k3s-agent.service",
-            fixture("units/k3s-installer-agent.service"),
-        )
-        .write("/etc/docker/daemon.json", fixture("docker/log-opts.json"))
-        .nvidia_runtime();
-    host
-}
-
 fn content(s: &Snapshot) -> BTreeMap<PathBuf, (Vec<u8>, u32)> {
     s.iter()
         .map(|(p, (c, m, _))| (p.clone(), (c.clone(), *m)))
@@ -86,14 +70,7 @@ fn docker_and_containerd_restart_before_k3s() {
         ]
     );
 
-    let host = NodeHost::new();
-    host.k3s_binary(Some("v1.28.3+k3s1"))
-        .write(
-            "/lib/systemd/system/k3s.service",
-            fixture("units/metavirt-k3s.service"),
-        )
-        .write("/etc/containerd/config.toml", fixture("containerd/v2.toml"))
-        .nvidia_runtime();
+    let host = containerd_host();
     let plan = plan::build(&options(&host, ModeRequest::Auto), false).unwrap();
     let mut rec = Recorder::default();
     restart(&plan.services, &mut rec).unwrap();

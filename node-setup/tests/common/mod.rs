@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use edgegpu_testkit::nodehost::NodeHost;
+
 pub const REQUIRE_REAL_TOOLS: &str = "EDGEGPU_REQUIRE_REAL_TOOLS";
 
 pub fn fixture(rel: &str) -> String {
@@ -11,6 +13,38 @@ pub fn fixture(rel: &str) -> String {
         .join("tests/fixtures")
         .join(rel);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("fixture {}: {e}", p.display()))
+}
+
+/// A k3s host in docker mode: the installer's server and agent units, a daemon.json with
+/// other settings, and the nvidia runtime installed.
+pub fn docker_host() -> NodeHost {
+    let host = NodeHost::new();
+    host.k3s_binary(Some("v1.27.4+k3s1"))
+        .write(
+            "/etc/systemd/system/k3s.service",
+            fixture("units/k3s-installer-server.service"),
+        )
+        .write(
+            "/etc/systemd/system/k3s-agent.service",
+            fixture("units/k3s-installer-agent.service"),
+        )
+        .write("/etc/docker/daemon.json", fixture("docker/log-opts.json"))
+        .nvidia_runtime();
+    host
+}
+
+/// meta-virtualization's k3s (single-line unit) on the system containerd (config v2), with
+/// the nvidia runtime installed.
+pub fn containerd_host() -> NodeHost {
+    let host = NodeHost::new();
+    host.k3s_binary(Some("v1.28.3+k3s1"))
+        .write(
+            "/lib/systemd/system/k3s.service",
+            fixture("units/metavirt-k3s.service"),
+        )
+        .write("/etc/containerd/config.toml", fixture("containerd/v2.toml"))
+        .nvidia_runtime();
+    host
 }
 
 /// Finds an external tool. When it is missing: fails if EDGEGPU_REQUIRE_REAL_TOOLS=1 (CI
