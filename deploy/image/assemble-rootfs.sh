@@ -1,19 +1,24 @@
 #!/bin/sh
 # Assembles the whole root filesystem of one of the project's FROM-scratch images into OUT_DIR:
 # the binary plus only the glibc pieces a dynamic Rust binary (and the NVIDIA library it
-# dlopens: libnvidia-ml.so.1 for the plugin, libcuda.so.1 for devicequery) needs. Used by both
-# Containerfiles (so each image is exactly this tree) and by measure-image-size.sh (so the size
-# we record is the size of exactly this tree). POSIX sh: it runs in debian:trixie-slim.
+# dlopens: libnvidia-ml.so.1 for the plugin, libcuda.so.1 for devicequery) needs; for the
+# static node-setup binary, busybox (a shell, chroot, sleep) and the DaemonSet's pod script
+# instead. Used by the Containerfiles (so each image is exactly this tree), by
+# scripts/build-images.sh (which builds the images from it without a container engine) and by
+# measure-image-size.sh. POSIX sh: it runs in debian:trixie-slim.
 #
 # Usage: assemble-rootfs.sh TARGETARCH DEBIAN_ROOT BINARY OUT_DIR IMAGE
 #   TARGETARCH   amd64 | arm64 (BuildKit's names)
 #   DEBIAN_ROOT  a directory holding the TARGET architecture's Debian /usr/lib (a target-arch
-#                image's filesystem, or libc6 + libgcc-s1 unpacked with dpkg-deb -x)
+#                image's filesystem, or libc6 + libgcc-s1 unpacked with dpkg-deb -x); for
+#                edgegpu-node-setup its /usr/bin/busybox (busybox-static unpacked)
 #   BINARY       the image's binary for that architecture
 #   OUT_DIR      created; must not exist yet
-#   IMAGE        edgegpu-device-plugin | devicequery: the binary's name in /usr/bin and the
-#                image's own extras (plugin: /host/proc/device-tree link; devicequery:
-#                /etc/ld.so.conf.d for the NVIDIA runtime's ldconfig)
+#   IMAGE        edgegpu-device-plugin | devicequery | edgegpu-node-setup: the binary's name in
+#                /usr/bin and the image's own extras (plugin: /host/proc/device-tree link;
+#                devicequery: /etc/ld.so.conf.d for the NVIDIA runtime's ldconfig; node-setup:
+#                busybox and /usr/share/edgegpu/node-setup-pod.sh, read from
+#                ../node-setup/node-setup-pod.sh next to this script)
 set -eu
 
 if [ "$#" -ne 5 ]; then
@@ -27,9 +32,15 @@ case "$arch" in
     arm64) triple=aarch64-linux-gnu; loader=ld-linux-aarch64.so.1 ;;
     *) echo "$0: unsupported TARGETARCH '$arch' (amd64 or arm64)" >&2; exit 2 ;;
 esac
+pod_script=$(dirname "$0")/../node-setup/node-setup-pod.sh
+# The busybox applets node-setup-pod.sh uses (as links, so no applet lookup depends on how
+# Debian configured busybox).
+applets="sh chroot sleep sed grep cat mkdir mv rm"
+
 case "$image" in
     edgegpu-device-plugin | devicequery) ;;
-    *) echo "$0: unknown IMAGE '$image' (edgegpu-device-plugin or devicequery)" >&2; exit 2 ;;
+    edgegpu-node-setup) ;;
+    *) echo "$0: unknown IMAGE '$image' (edgegpu-device-plugin, devicequery or edgegpu-node-setup)" >&2; exit 2 ;;
 esac
 
 # The binaries are cross-built against glibc 2.17 (cargo-zigbuild), whose libpthread, libdl, librt
@@ -38,6 +49,8 @@ esac
 # libnvidia-ml.so.1 and libcuda.so.1 need the same set (libc, libm, libdl, libpthread, librt).
 # Nothing else: no shell, no NSS, no CA bundle.
 libs="$loader libc.so.6 libm.so.6 libpthread.so.0 libdl.so.2 librt.so.1 libgcc_s.so.1"
+# node-setup is a static musl binary: no libraries at all.
+[ "$image" != edgegpu-node-setup ] || libs=""
 
 if [ -e "$out" ]; then
     echo "$0: $out already exists" >&2
@@ -54,8 +67,17 @@ if [ ! -f "$binary" ]; then
     echo "$0: missing BINARY $binary" >&2
     exit 1
 fi
+if [ "$image" = edgegpu-node-setup ]; then
+    for input in "$debian_root/usr/bin/busybox" "$pod_script"; do
+        if [ ! -f "$input" ]; then
+            echo "$0: missing $input" >&2
+            exit 1
+        fi
+    done
+fi
 libdir=$out/usr/lib/$triple
-mkdir -p "$libdir" "$out/usr/bin"
+mkdir -p "$out/usr/bin"
+[ -z "$libs" ] || mkdir -p "$libdir"
 for lib in $libs; do
     # -L: copy the file, never a symlink that would dangle in the image.
     cp -L "$debian_root/usr/lib/$triple/$lib" "$libdir/$lib"
@@ -64,17 +86,19 @@ done
 # Debian's merged-/usr layout, so the ELF interpreter path baked into the binary resolves and
 # the NVIDIA container runtime (which injects the driver libraries into /usr/lib/<triple> when
 # that directory exists) puts them where this ld.so looks, with or without an ld.so.cache.
-ln -s usr/lib "$out/lib"
-case "$arch" in
-    amd64)
-        mkdir -p "$out/usr/lib64"
-        ln -s "../lib/$triple/$loader" "$out/usr/lib64/$loader"
-        ln -s usr/lib64 "$out/lib64"
-        ;;
-    arm64)
-        ln -s "$triple/$loader" "$out/usr/lib/$loader"
-        ;;
-esac
+if [ -n "$libs" ]; then
+    ln -s usr/lib "$out/lib"
+    case "$arch" in
+        amd64)
+            mkdir -p "$out/usr/lib64"
+            ln -s "../lib/$triple/$loader" "$out/usr/lib64/$loader"
+            ln -s usr/lib64 "$out/lib64"
+            ;;
+        arm64)
+            ln -s "$triple/$loader" "$out/usr/lib/$loader"
+            ;;
+    esac
+fi
 
 case "$image" in
     edgegpu-device-plugin)
@@ -91,6 +115,17 @@ case "$image" in
         # an /etc/ld.so.conf.d/nvidia-tegra.conf naming their directory) and then runs ldconfig,
         # which writes /etc/ld.so.cache; it needs /etc/ld.so.conf.d to exist in the image.
         mkdir -p "$out/etc/ld.so.conf.d"
+        ;;
+    edgegpu-node-setup)
+        # busybox-static: the pod script's shell and the chroot that reaches the host's
+        # systemctl; /bin/sh through merged-/usr's /bin link.
+        cp "$debian_root/usr/bin/busybox" "$out/usr/bin/busybox"
+        chmod 0755 "$out/usr/bin/busybox"
+        for applet in $applets; do ln -s busybox "$out/usr/bin/$applet"; done
+        ln -s usr/bin "$out/bin"
+        mkdir -p "$out/usr/share/edgegpu"
+        cp "$pod_script" "$out/usr/share/edgegpu/node-setup-pod.sh"
+        chmod 0644 "$out/usr/share/edgegpu/node-setup-pod.sh"
         ;;
 esac
 

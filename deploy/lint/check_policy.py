@@ -17,12 +17,17 @@ objects. This script checks what docs/deploy.md promises:
     ConfigMaps for them exist, point CONFIG_FILE into the mounted volume and hold a valid
     `version: v1` time-slicing config;
   * the RuntimeClass `nvidia` exists; image tags and version labels match the workspace version;
+  * the optional node-setup DaemonSet (Helm value nodeSetup.enabled): only its `apply` init
+    container is privileged, the other one reads the host read-only, and it runs on exactly the
+    nodes that run a plugin;
   * every flag and environment variable the DaemonSets pass exists in the plugin's clap
     definitions (plugin/src), and the discovery strategies they name are variants it accepts;
   * every host path the plugin's code for a node kind reads (string literals in plugin/src) is
     inside a host mount of that kind's DaemonSet, at /host + the host path (--root /host).
 
 Usage: check_policy.py REPO_ROOT. Prints one line per problem; exit status 1 if there is any.
+deploy/helm/check_chart.py runs the same rules on the Helm chart's rendered output
+(check_objects).
 """
 
 import itertools
@@ -127,8 +132,10 @@ def env_map(container):
     return {e["name"]: e for e in container.get("env") or []}
 
 
-def check_config_wiring(where, pod, container, configmaps):
-    """CONFIG_FILE comes from the same optional ConfigMap that the config volume mounts."""
+def check_config_wiring(where, pod, container, configmaps, configmap_required=True):
+    """CONFIG_FILE comes from the same optional ConfigMap that the config volume mounts.
+    CONFIGMAPS: the ConfigMaps that fill it (deploy/examples/, or the chart's rendered ones);
+    without CONFIGMAP_REQUIRED a DaemonSet whose optional ConfigMap is absent is fine."""
     env = env_map(container).get("CONFIG_FILE")
     volume = next((v for v in pod.get("volumes") or [] if "configMap" in v), None)
     if env is None and volume is None:
@@ -145,7 +152,8 @@ def check_config_wiring(where, pod, container, configmaps):
     mount = next((m for m in container.get("volumeMounts") or [] if m["name"] == volume["name"]), None)
     example = configmaps.get(cm_name)
     if example is None:
-        problem(where, f"no example ConfigMap {cm_name} in deploy/examples/")
+        if configmap_required:
+            problem(where, f"no example ConfigMap {cm_name} in deploy/examples/")
         return
     data = example.get("data") or {}
     items = volume["configMap"].get("items") or []
@@ -196,8 +204,8 @@ def selects(pod, labels):
     return any(all(requirement_matches(r, labels) for r in t.get("matchExpressions") or []) for t in terms)
 
 
-def check_node_selection(daemonsets):
-    """No node runs two plugins; the documented labels pick the intended DaemonSet."""
+def label_combinations(daemonsets):
+    """Every combination of: label absent, each value the selectors mention, one unrelated value."""
     keys = {}
     for ds in daemonsets.values():
         pod = ds["spec"]["template"]["spec"]
@@ -206,13 +214,21 @@ def check_node_selection(daemonsets):
                 keys.setdefault(requirement["key"], set()).update(requirement.get("values") or [])
     keys.setdefault("kubernetes.io/arch", set()).update({"amd64", "arm64"})
     names = sorted(keys)
-    # Every combination of: label absent, each value the selectors mention, one unrelated value.
     choices = [[None, *sorted(keys[k]), "other"] for k in names]
     for combination in itertools.product(*choices):
-        labels = {k: v for k, v in zip(names, combination) if v is not None}
+        yield {k: v for k, v in zip(names, combination) if v is not None}
+
+
+def check_node_selection(daemonsets, documented_labels=True):
+    """No node runs two plugins; with DOCUMENTED_LABELS (the built-in affinities), the labels
+    docs/deploy.md lists pick the intended DaemonSet, or none where that one is not deployed."""
+    for labels in label_combinations(daemonsets):
         chosen = [n for n, ds in daemonsets.items() if selects(ds["spec"]["template"]["spec"], labels)]
         if len(chosen) > 1:
             problem("node selection", f"nodes labelled {labels} would run {chosen}")
+    if not documented_labels:
+        return
+    suffix = {ds["metadata"]["labels"]["app.kubernetes.io/component"]: n for n, ds in daemonsets.items()}
     expectations = [
         ({"edgegpu.io/gpu": "jetson", "kubernetes.io/arch": "arm64"}, "edgegpu-device-plugin-jetson"),
         ({"feature.node.kubernetes.io/cpu-model.vendor_id": "NVIDIA", "kubernetes.io/arch": "arm64"},
@@ -228,9 +244,44 @@ def check_node_selection(daemonsets):
         ({"kubernetes.io/arch": "arm64"}, None),
     ]
     for labels, expected in expectations:
+        # The DaemonSet of that component under its rendered name (a Helm release prefixes it).
+        expected = expected and suffix.get(expected.rsplit("-", 1)[1])
         chosen = [n for n, ds in daemonsets.items() if selects(ds["spec"]["template"]["spec"], labels)]
         if chosen != ([expected] if expected else []):
             problem("node selection", f"nodes labelled {labels} run {chosen}, expected {expected}")
+
+
+def check_node_setup(ds, version, plugins, documented_labels):
+    """The privileged node-setup DaemonSet: privileges only where they are needed."""
+    where = f"DaemonSet {ds['metadata']['name']}"
+    pod = ds["spec"]["template"]["spec"]
+    if pod.get("automountServiceAccountToken") is not False:
+        problem(where, "automountServiceAccountToken must be false (node-setup never calls the API)")
+    for host_ns in ("hostNetwork", "hostIPC"):
+        if pod.get(host_ns):
+            problem(where, f"{host_ns} must not be set")
+    volumes = {v["name"]: v for v in pod.get("volumes") or []}
+    for container in pod["containers"] + (pod.get("initContainers") or []):
+        cwhere = f"{where} container {container['name']}"
+        if not container.get("image", "").endswith(f":{version}"):
+            problem(cwhere, f"image {container.get('image')} is not tagged with the workspace version {version}")
+        privileged = (container.get("securityContext") or {}).get("privileged")
+        is_apply = container["name"] == "apply" and container in (pod.get("initContainers") or [])
+        if privileged and not is_apply:
+            problem(cwhere, "only the init container `apply` may be privileged")
+        if is_apply:
+            continue
+        check_container(cwhere, container)
+        for mount in container.get("volumeMounts") or []:
+            if "hostPath" in volumes.get(mount["name"], {}) and not mount.get("readOnly"):
+                problem(cwhere, f"host mount {mount['mountPath']} must be readOnly")
+    if not documented_labels or not plugins:
+        return
+    for labels in label_combinations(plugins):
+        runs_plugin = any(selects(p["spec"]["template"]["spec"], labels) for p in plugins.values())
+        if selects(pod, labels) != runs_plugin:
+            problem(where, f"nodes labelled {labels}: node setup {'skips' if runs_plugin else 'runs on'} "
+                    f"them although they {'run' if runs_plugin else 'run no'} plugin")
 
 
 def plugin_cli(repo):
@@ -305,12 +356,12 @@ def check_host_path_coverage(where, repo, component, pod, container):
             problem(where, f"the plugin reads {path} (plugin/src) but no host mount covers it")
 
 
-def check_daemonset(ds, version, configmaps, cli, repo):
+def check_daemonset(ds, version, configmaps, cli, repo, namespace="kube-system", configmap_required=True):
     name = ds["metadata"]["name"]
     where = f"DaemonSet {name}"
     pod = ds["spec"]["template"]["spec"]
-    if ds["metadata"].get("namespace") != "kube-system":
-        problem(where, "must be in kube-system")
+    if ds["metadata"].get("namespace") != namespace:
+        problem(where, f"must be in {namespace}")
     if ds["metadata"].get("labels", {}).get("app.kubernetes.io/version") != version:
         problem(where, f"app.kubernetes.io/version label must be the workspace version {version}")
     if pod.get("priorityClassName") != "system-node-critical":
@@ -333,7 +384,7 @@ def check_daemonset(ds, version, configmaps, cli, repo):
             problem(cwhere, f"image {image} is not tagged with the workspace version {version}")
         check_container(cwhere, container)
         check_mounts(cwhere, pod, container)
-        check_config_wiring(cwhere, pod, container, configmaps)
+        check_config_wiring(cwhere, pod, container, configmaps, configmap_required)
         check_cli_alignment(cwhere, container, cli)
         component = ds["metadata"].get("labels", {}).get("app.kubernetes.io/component")
         if component not in HOST_READERS:
@@ -344,31 +395,50 @@ def check_daemonset(ds, version, configmaps, cli, repo):
 
 def check(repo):
     """Returns the list of problems found in REPO's deployment files."""
-    problems.clear()
-    version = workspace_version(repo)
     top_level = {p: load(p) for p in sorted((repo / "deploy").glob("*.yaml"))}
     examples = {p: load(p) for p in sorted((repo / "deploy" / "examples").glob("*.yaml"))}
     configmaps = {d["metadata"]["name"]: d for docs in examples.values() for d in docs if d.get("kind") == "ConfigMap"}
     objects = [d for docs in top_level.values() for d in docs]
-
-    daemonsets = {d["metadata"]["name"]: d for d in objects if d.get("kind") == "DaemonSet"}
-    if not daemonsets:
-        problem("deploy/", "no DaemonSet")
-    cli = plugin_cli(repo)
-    for ds in daemonsets.values():
-        check_daemonset(ds, version, configmaps, cli, repo)
-    if daemonsets:
-        check_node_selection(daemonsets)
-
-    runtime_classes = [d for d in objects if d.get("kind") == "RuntimeClass"]
-    if not any(rc["metadata"]["name"] == "nvidia" and rc.get("handler") == "nvidia" for rc in runtime_classes):
-        problem("deploy/", "no RuntimeClass nvidia with handler nvidia")
-
+    check_objects(repo, objects, configmaps, where="deploy/")  # leaves its findings in `problems`
     for path, docs in examples.items():
         for doc in docs:
             if doc.get("kind") == "ConfigMap" and "config.yaml" in (doc.get("data") or {}):
                 check_sharing_config(f"{path.relative_to(repo)}", doc["data"]["config.yaml"])
+    return list(problems)
 
+
+def check_objects(repo, objects, configmaps, where, namespace="kube-system", configmap_required=True,
+                  documented_labels=True, runtime_class=True):
+    """Returns the problems in OBJECTS (the static manifests, or one rendering of the chart).
+    CONFIGMAPS fill the plugins' optional config (configmap_required: each must have one);
+    DOCUMENTED_LABELS: the affinities are the built-in ones; RUNTIME_CLASS: it must be there."""
+    problems.clear()
+    version = workspace_version(repo)
+    all_daemonsets = [d for d in objects if d.get("kind") == "DaemonSet"]
+    plugins = {d["metadata"]["name"]: d for d in all_daemonsets
+               if d["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "edgegpu-device-plugin"}
+    node_setup = [d for d in all_daemonsets
+                  if d["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "edgegpu-node-setup"]
+    for ds in all_daemonsets:
+        if ds["metadata"]["name"] not in plugins and ds not in node_setup:
+            problem(f"DaemonSet {ds['metadata']['name']}", "is neither the device plugin nor node setup")
+    if not plugins and not node_setup:
+        problem(where, "no DaemonSet")
+    cli = plugin_cli(repo)
+    for ds in plugins.values():
+        check_daemonset(ds, version, configmaps, cli, repo, namespace, configmap_required)
+    if plugins:
+        check_node_selection(plugins, documented_labels)
+    for ds in node_setup:
+        check_node_setup(ds, version, plugins, documented_labels)
+
+    runtime_classes = [d for d in objects if d.get("kind") == "RuntimeClass"]
+    if runtime_class and not any(rc["metadata"]["name"] == "nvidia" and rc.get("handler") == "nvidia"
+                                 for rc in runtime_classes):
+        problem(where, "no RuntimeClass nvidia with handler nvidia")
+    for doc in objects:
+        if doc.get("kind") == "ConfigMap" and "config.yaml" in (doc.get("data") or {}):
+            check_sharing_config(f"ConfigMap {doc['metadata']['name']}", doc["data"]["config.yaml"])
     return list(problems)
 
 

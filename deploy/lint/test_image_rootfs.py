@@ -1,7 +1,8 @@
-"""Proves the root filesystem script both images share (deploy/image/assemble-rootfs.sh) builds
-exactly the tree each image had when each had its own copy of the script, that it rejects bad
-input without leaving a half-built tree, that both Containerfiles use it for their own image, and
-that deploy/image/measure-image-size.sh rejects bad arguments before it touches the network.
+"""Proves the root filesystem script the images share (deploy/image/assemble-rootfs.sh) builds
+exactly each image's tree (the plugin and devicequery trees as they were when each had its own
+copy of the script; node-setup's static binary with busybox and its pod script), that it rejects
+bad input without leaving a half-built tree, that every Containerfile uses it for its own image,
+and that deploy/image/measure-image-size.sh rejects bad arguments before it touches the network.
 
 Run: python -m unittest discover -s deploy/lint -p 'test_*.py'  (scripts/validate-manifests.sh does)
 """
@@ -20,6 +21,7 @@ MEASURE = REPO / "deploy" / "image" / "measure-image-size.sh"
 
 TRIPLES = {"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}
 LOADERS = {"amd64": "ld-linux-x86-64.so.2", "arm64": "ld-linux-aarch64.so.1"}
+NODE_SETUP_APPLETS = ["sh", "chroot", "sleep", "sed", "grep", "cat", "mkdir", "mv", "rm"]
 GLIBC = ["libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1", "libgcc_s.so.1"]
 
 
@@ -37,6 +39,13 @@ def expected_tree(arch, image):
                      "/lib64": "l -> usr/lib64"})
     else:
         tree[f"/usr/lib/{loader}"] = f"l -> {triple}/{loader}"
+    if image == "edgegpu-node-setup":
+        # Static: no libraries, busybox and the DaemonSet's pod script instead.
+        tree = {"/usr": "d", "/usr/bin": "d", f"/usr/bin/{image}": "f", "/usr/bin/busybox": "f",
+                "/bin": "l -> usr/bin", "/usr/share": "d", "/usr/share/edgegpu": "d",
+                "/usr/share/edgegpu/node-setup-pod.sh": "f"}
+        tree.update({f"/usr/bin/{applet}": "l -> busybox" for applet in NODE_SETUP_APPLETS})
+        return tree
     if image == "edgegpu-device-plugin":
         tree.update({"/host": "d", "/host/proc": "d", "/host/sys": "d",
                      "/host/proc/device-tree": "l -> ../sys/firmware/devicetree/base"})
@@ -76,6 +85,8 @@ class AssembleRootfsTest(unittest.TestCase):
                 (libdir / lib).write_text(f"{arch} {lib}\n")
             (libdir / f"{LOADERS[arch]}.real").write_text(f"{arch} loader\n")
             (libdir / LOADERS[arch]).symlink_to(f"{LOADERS[arch]}.real")
+            (self.tmp / f"debian-{arch}" / "usr" / "bin").mkdir()
+            (self.tmp / f"debian-{arch}" / "usr" / "bin" / "busybox").write_text(f"{arch} busybox\n")
 
     def tearDown(self):
         shutil.rmtree(self.tmp)
@@ -85,15 +96,20 @@ class AssembleRootfsTest(unittest.TestCase):
                               check=False)
 
     def test_each_image_gets_exactly_its_tree(self):
-        for image in ["edgegpu-device-plugin", "devicequery"]:
+        for image in ["edgegpu-device-plugin", "devicequery", "edgegpu-node-setup"]:
             for arch, triple in TRIPLES.items():
                 with self.subTest(image=image, arch=arch):
                     out = self.tmp / f"rootfs-{image}-{arch}"
                     result = self.assemble(arch, self.tmp / f"debian-{arch}", self.binary, out, image)
                     self.assertEqual(result.returncode, 0, result.stderr)
                     self.assertEqual(actual_tree(out), expected_tree(arch, image))
-                    loader = out / "usr" / "lib" / triple / LOADERS[arch]
-                    self.assertEqual(loader.read_text(), f"{arch} loader\n")
+                    if image == "edgegpu-node-setup":
+                        self.assertEqual((out / "usr/bin/busybox").read_text(), f"{arch} busybox\n")
+                        self.assertEqual((out / "usr/share/edgegpu/node-setup-pod.sh").read_bytes(),
+                                         (REPO / "deploy/node-setup/node-setup-pod.sh").read_bytes())
+                    else:
+                        loader = out / "usr" / "lib" / triple / LOADERS[arch]
+                        self.assertEqual(loader.read_text(), f"{arch} loader\n")
                     installed = out / "usr" / "bin" / image
                     self.assertEqual(installed.read_bytes(), self.binary.read_bytes())
                     self.assertEqual(installed.stat().st_mode & 0o777, 0o755)
@@ -120,6 +136,9 @@ class AssembleRootfsTest(unittest.TestCase):
                              "librt.so.1", out)
         self.assert_rejected(["arm64", self.tmp / "debian-arm64", self.tmp / "no-binary", out,
                               "devicequery"], 1, "missing BINARY", out)
+        (self.tmp / "debian-arm64" / "usr" / "bin" / "busybox").unlink()
+        self.assert_rejected(["arm64", self.tmp / "debian-arm64", self.binary, out, "edgegpu-node-setup"], 1,
+                             "debian-arm64/usr/bin/busybox", out)
 
     def test_existing_out_dir_is_left_alone(self):
         out = self.tmp / "rootfs"
@@ -133,7 +152,8 @@ class AssembleRootfsTest(unittest.TestCase):
 
 class ContainerfileTest(unittest.TestCase):
     def test_each_containerfile_assembles_its_own_image_with_the_shared_script(self):
-        for directory, image in [("device-plugin", "edgegpu-device-plugin"), ("devicequery", "devicequery")]:
+        for directory, image in [("device-plugin", "edgegpu-device-plugin"), ("devicequery", "devicequery"),
+                                 ("node-setup", "edgegpu-node-setup")]:
             with self.subTest(image=image):
                 text = (REPO / "deploy" / directory / "Containerfile").read_text()
                 self.assertIn("COPY deploy/image/assemble-rootfs.sh /assemble-rootfs.sh\n", text)

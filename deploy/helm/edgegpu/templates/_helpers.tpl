@@ -1,0 +1,161 @@
+{{/*
+Names. The release name "edgegpu" (the Rancher default and the documented one) gives exactly
+the names of the static manifests in deploy/, which deploy/generate.sh renders from this chart.
+*/}}
+{{- define "edgegpu.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Labels only a Helm release carries (with app.kubernetes.io/instance, part of every selector).
+deploy/generate.sh removes exactly these three keys from the static manifests: a
+kubectl-applied object must not claim to be managed by Helm.
+*/}}
+{{- define "edgegpu.releaseLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{/*
+Selector labels of one component: dict "root" $ "name" <app name> "component" <"" or variant>.
+Also what a Service or PodMonitor for that component selects.
+*/}}
+{{- define "edgegpu.selectorLabels" -}}
+app.kubernetes.io/name: {{ .name }}
+{{- with .component }}
+app.kubernetes.io/component: {{ . }}
+{{- end }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+{{- end -}}
+
+{{/* Pod template labels: the selector plus part-of. */}}
+{{- define "edgegpu.podLabels" -}}
+{{ include "edgegpu.selectorLabels" . }}
+app.kubernetes.io/part-of: edgegpu
+{{- end -}}
+
+{{/* Object labels: the pod labels, version and the release labels. */}}
+{{- define "edgegpu.labels" -}}
+{{ include "edgegpu.podLabels" . }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+{{ include "edgegpu.releaseLabels" .root }}
+{{- end -}}
+
+{{/* repository:tag of an image block (tag "" = appVersion): dict "root" $ "image" <block>. */}}
+{{- define "edgegpu.image" -}}
+{{- printf "%s:%s" .image.repository (.image.tag | default .root.Chart.AppVersion) -}}
+{{- end -}}
+
+{{/*
+The built-in node affinity of each plugin DaemonSet, in flow style (the Yocto layer's checks
+read the edgegpu.io/gpu values from the rendered manifests). The two select disjoint node sets:
+a node labelled edgegpu.io/gpu wins over what NFD or the GPU Operator found.
+*/}}
+{{- define "edgegpu.plugin.defaultAffinity.jetson" -}}
+nodeAffinity:
+  requiredDuringSchedulingIgnoredDuringExecution:
+    nodeSelectorTerms:
+      - matchExpressions:
+          - {key: edgegpu.io/gpu, operator: In, values: [jetson]}
+          - {key: kubernetes.io/arch, operator: In, values: [arm64]}
+      - matchExpressions:
+          - {key: feature.node.kubernetes.io/cpu-model.vendor_id, operator: In, values: [NVIDIA]}
+          - {key: edgegpu.io/gpu, operator: NotIn, values: [discrete]}
+          - {key: kubernetes.io/arch, operator: In, values: [arm64]}
+{{- end -}}
+
+{{- define "edgegpu.plugin.defaultAffinity.discrete" -}}
+nodeAffinity:
+  requiredDuringSchedulingIgnoredDuringExecution:
+    nodeSelectorTerms:
+      - matchExpressions:
+          - {key: edgegpu.io/gpu, operator: In, values: [discrete]}
+      - matchExpressions:
+          - {key: nvidia.com/gpu.present, operator: In, values: ["true"]}
+          - {key: edgegpu.io/gpu, operator: NotIn, values: [jetson]}
+          - {key: feature.node.kubernetes.io/cpu-model.vendor_id, operator: NotIn, values: [NVIDIA]}
+      - matchExpressions:
+          - {key: feature.node.kubernetes.io/pci-10de.present, operator: In, values: ["true"]}
+          - {key: edgegpu.io/gpu, operator: NotIn, values: [jetson]}
+          - {key: feature.node.kubernetes.io/cpu-model.vendor_id, operator: NotIn, values: [NVIDIA]}
+{{- end -}}
+
+{{/*
+The affinity a plugin DaemonSet gets, as YAML text: its own override, else the top-level one
+(validated: only with one DaemonSet enabled), else the built-in one. dict "root" $ "variant" v.
+*/}}
+{{- define "edgegpu.plugin.affinity" -}}
+{{- $own := (index .root.Values.devicePlugin .variant).affinity -}}
+{{- if $own -}}
+{{- toYaml $own -}}
+{{- else if .root.Values.affinity -}}
+{{- toYaml .root.Values.affinity -}}
+{{- else -}}
+{{- include (printf "edgegpu.plugin.defaultAffinity.%s" .variant) .root -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The plugin variants that are enabled, as a list. */}}
+{{- define "edgegpu.plugin.enabledVariants" -}}
+{{- $enabled := list -}}
+{{- if .Values.devicePlugin.enabled -}}
+{{- range $variant := list "jetson" "discrete" -}}
+{{- if (index $.Values.devicePlugin $variant).enabled -}}
+{{- $enabled = append $enabled $variant -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $enabled -}}
+{{- end -}}
+
+{{/* Name of the ConfigMap a plugin DaemonSet reads its optional config from. */}}
+{{- define "edgegpu.plugin.configMapName" -}}
+{{- printf "%s-device-plugin-%s-config" (include "edgegpu.fullname" .root) .variant -}}
+{{- end -}}
+
+{{/*
+The config.map entry a plugin DaemonSet uses ("" when config.map is empty): its own choice,
+else config.default, else the entry named "default", else the only entry. Whether the name
+exists is checked in validate.yaml.
+*/}}
+{{- define "edgegpu.plugin.configEntry" -}}
+{{- $map := .root.Values.config.map -}}
+{{- $name := (index .root.Values.devicePlugin .variant).config | default .root.Values.config.default -}}
+{{- if and $map (not $name) -}}
+{{- if hasKey $map "default" -}}
+{{- $name = "default" -}}
+{{- else if eq (len $map) 1 -}}
+{{- $name = keys $map | first -}}
+{{- end -}}
+{{- end -}}
+{{- $name -}}
+{{- end -}}
+
+{{/* Plugin flags set through values, as env entries (nothing for a null value). */}}
+{{- define "edgegpu.plugin.flagEnv" -}}
+{{- if typeIs "bool" .Values.failOnInitError }}
+- name: FAIL_ON_INIT_ERROR
+  value: {{ .Values.failOnInitError | quote }}
+{{- end }}
+{{- if .Values.deviceListStrategy }}
+- name: DEVICE_LIST_STRATEGY
+  value: {{ .Values.deviceListStrategy | quote }}
+{{- end }}
+{{- if .Values.deviceIDStrategy }}
+- name: DEVICE_ID_STRATEGY
+  value: {{ .Values.deviceIDStrategy | quote }}
+{{- end }}
+{{- if typeIs "bool" .Values.compatWithCPUManager }}
+- name: PASS_DEVICE_SPECS
+  value: {{ .Values.compatWithCPUManager | quote }}
+{{- end }}
+{{- end -}}
