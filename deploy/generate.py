@@ -173,7 +173,7 @@ def outputs(helm):
         "deploy/devicequery/job.yaml": job,
         # Not the RuntimeClass: on k3s it already has an owner, k3s itself (runtimes.yaml, v1.29+)
         # or edgegpu-node-setup (older k3s), and two auto-deploy manifests owning one object
-        # fight over it (removing either file deletes it). docs/deploy.md, section 3.2.
+        # fight over it (removing either file deletes it). docs/deploy.md, section 3.3.
         "deploy/k3s/edgegpu-device-plugin.yaml": K3S_HEADER + plugin,
         "deploy/k3s/edgegpu-devicequery-job.yaml": K3S_HEADER + job,
         "deploy/k3s/helmchart/edgegpu.yaml": helmchart_resource(),
