@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use edgegpu_kubelet_api::v1beta1::{ContainerAllocateRequest, Device, HEALTHY, UNHEALTHY};
-use edgegpu_plugin::gpu::{build_gpu_resource, GpuResource};
 use edgegpu_plugin::resource::Resource;
 use edgegpu_plugin::Cli;
+use edgegpu_plugin::{build_gpu_resource, GpuResource};
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost};
 use tokio::sync::watch;
 

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use edgegpu_kubelet_api::v1beta1::{Device, HEALTHY, UNHEALTHY};
-use edgegpu_plugin::discovery::Platform;
-use edgegpu_plugin::gpu::{build_gpu_resource, GpuResource};
+use edgegpu_plugin::gpu::discovery::Platform;
+use edgegpu_plugin::{build_gpu_resource, GpuResource};
 use edgegpu_plugin::{serve, Cli};
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost};
 use edgegpu_testkit::kubelet::FakeKubelet;
@@ -89,7 +89,7 @@ fn main() -> ExitCode {
     let level = if args.verbose {
         "info"
     } else {
-        "warn,edgegpu_plugin::health=error"
+        "warn,edgegpu_plugin::gpu::health=error"
     };
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(level))

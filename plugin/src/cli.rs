@@ -7,7 +7,7 @@ use clap::Parser;
 use edgegpu_kubelet_api::v1beta1::{DEVICE_PLUGIN_PATH, KUBELET_SOCKET_NAME};
 
 use crate::config::GpuArgs;
-use crate::lifecycle::LifecycleOptions;
+use crate::kubelet::lifecycle::LifecycleOptions;
 use crate::logging::LogFormat;
 
 /// `--version` text: version, git commit and target triple.

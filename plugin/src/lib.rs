@@ -1,34 +1,34 @@
 //! `edgegpu-device-plugin`: a kubelet device plugin (API v1beta1) that advertises NVIDIA GPUs.
 //!
-//! gRPC side (this crate's lifecycle): [`server`] serves one [`resource::Resource`],
-//! [`registration`] / [`plugin_watcher`] announce it, [`lifecycle`] keeps it registered
-//! across kubelet restarts, [`socket`] names and removes sockets safely, [`authority`]
-//! lets old kubelets in. GPU side: [`config`], [`gpu`] build the resource.
+//! Three sides, each in one place (docs/architecture.md draws the picture):
+//! - [`kubelet`]: everything facing the kubelet — serve, register, survive restarts, let old
+//!   kubelets in. It serves one [`resource::Resource`] and knows nothing about GPUs.
+//! - [`gpu`]: everything facing the hardware — the device model, discovery and health per
+//!   platform; Jetson facts come from the `edgegpu-platform` table.
+//! - [`allocate`]: what a pod receives — device IDs and replicas, Allocate strategies, device
+//!   specs, preferred allocation. Reads `gpu`; `gpu` never reads it.
+//!
+//! [`node`] wires `gpu` and `allocate` into the served resource; [`cli`], [`config`],
+//! [`logging`] and [`shutdown`] are the program around it.
 
 // `tonic::Status` (176 bytes) is the error type of every gRPC handler and of the
 // `Resource` contract by design; boxing it would only add allocations on error paths.
 #![allow(clippy::result_large_err)]
 
 pub mod allocate;
-pub mod authority;
 pub mod cli;
 pub mod config;
-pub mod device_specs;
-pub mod discovery;
 pub mod gpu;
-pub mod health;
-pub mod lifecycle;
+pub mod kubelet;
 pub mod logging;
-pub mod plugin_watcher;
-pub mod registration;
+pub mod node;
 pub mod resource;
-pub mod server;
-pub mod sharing;
 pub mod shutdown;
-pub mod socket;
 
+pub use allocate::GpuResource;
 pub use cli::Cli;
-pub use lifecycle::{serve, LifecycleOptions};
+pub use kubelet::lifecycle::{serve, LifecycleOptions};
+pub use node::{build_gpu_resource, build_resource};
 
 /// Runs the plugin as the command line describes, until SIGTERM/SIGINT.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -39,10 +39,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         cli.resource_name
     );
     let resource = tokio::select! {
-        resource = gpu::build_resource(&cli.root, &cli.resource_name, &cli.gpu) => resource?,
+        resource = build_resource(&cli.root, &cli.resource_name, &cli.gpu) => resource?,
         _ = signals.recv() => return Ok(()),
     };
-    lifecycle::serve(resource, cli.lifecycle_options(), async move {
+    serve(resource, cli.lifecycle_options(), async move {
         signals.recv().await
     })
     .await

@@ -9,7 +9,7 @@
 mod gpu_common;
 
 use edgegpu_kubelet_api::v1beta1::HEALTHY;
-use edgegpu_plugin::discovery::{Generation, Platform, TegraDetection};
+use edgegpu_plugin::gpu::discovery::{Generation, Platform, TegraDetection};
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost};
 use gpu_common::{ids, spec_paths, Plugin};
 

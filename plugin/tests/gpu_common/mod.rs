@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use edgegpu_kubelet_api::v1beta1::{ContainerAllocateResponse, Device, HEALTHY};
-use edgegpu_plugin::gpu::{build_gpu_resource, GpuResource};
+use edgegpu_plugin::{build_gpu_resource, GpuResource};
 use edgegpu_plugin::{serve, Cli};
 use edgegpu_testkit::kubelet::FakeKubelet;
 use tempfile::TempDir;

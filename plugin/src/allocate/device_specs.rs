@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::discovery::{under_root, Generation};
+use crate::gpu::discovery::{under_root, Generation};
 
 /// Where the NVIDIA container runtime's CSV files live (reference jetson-platform.md §5).
 pub const CSV_DIR: &str = "/etc/nvidia-container-runtime/host-files-for-container.d";

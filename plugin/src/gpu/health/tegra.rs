@@ -13,7 +13,7 @@ use futures_util::StreamExt;
 use inotify::{Inotify, WatchMask};
 
 use super::HealthTable;
-use crate::discovery::{under_root, Generation};
+use crate::gpu::discovery::{under_root, Generation};
 
 /// What is checked for one Jetson GPU (host paths, root prefix removed).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::config::{AllocationPolicy, TimeSlicing};
-use crate::health::Advertised;
+use crate::gpu::health::Advertised;
 
 /// Separator between a GPU ID and its replica number (NVIDIA's).
 pub const REPLICA_SEPARATOR: &str = "::";

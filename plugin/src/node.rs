@@ -1,123 +1,18 @@
-//! Builds the advertised [`Resource`] from the host: discovery, health and sharing.
+//! The node's GPUs as the one resource this plugin serves: discovery and health (`gpu`)
+//! wired to what pods receive (`allocate`). The kubelet side only sees the result as a
+//! [`Resource`].
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use edgegpu_kubelet_api::v1beta1::{
-    ContainerAllocateRequest, ContainerAllocateResponse, ContainerPreferredAllocationRequest,
-    ContainerPreferredAllocationResponse, Device, DevicePluginOptions,
-};
-use tokio::sync::watch;
-
-use crate::config::{Config, DeviceIdStrategy, GpuArgs};
-use crate::discovery::{self, Gpu, Platform};
-use crate::health::{self, Advertised, HealthTable};
+use crate::allocate::sharing;
+use crate::allocate::GpuResource;
+use crate::config::{DeviceIdStrategy, GpuArgs};
+use crate::gpu::discovery;
+use crate::gpu::health::{self, Advertised, HealthTable};
+use crate::gpu::Platform;
 use crate::resource::Resource;
-use crate::sharing::{self, Replication};
-
-/// The GPUs of this node as one extended resource.
-pub struct GpuResource {
-    pub(crate) name: String,
-    pub(crate) config: Config,
-    pub(crate) root: PathBuf,
-    /// `None` when no GPU was found and `--fail-on-init-error=false`.
-    pub(crate) platform: Option<Platform>,
-    pub(crate) gpus: Vec<Gpu>,
-    /// Per physical GPU: its ID under `--device-id-strategy` (`GPU-…`/`tegra` or the index).
-    pub(crate) base_ids: Vec<String>,
-    pub(crate) replication: Option<Replication>,
-    pub(crate) table: Arc<HealthTable>,
-}
-
-impl GpuResource {
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The effective configuration.
-    pub fn config(&self) -> &Config {
-        &self.config
-    }
-
-    /// The platform found (None: no GPU, running with zero devices).
-    pub fn platform(&self) -> Option<&Platform> {
-        self.platform.as_ref()
-    }
-
-    pub fn gpus(&self) -> &[Gpu] {
-        &self.gpus
-    }
-
-    /// The CDI device name part for a GPU: on Tegra `nvidia-ctk cdi generate --mode=csv`
-    /// names the one device `0`; on NVML hosts the ID strategy's value.
-    pub(crate) fn cdi_id(&self, physical: usize) -> String {
-        match self.platform {
-            Some(Platform::Tegra { .. }) => "0".into(),
-            _ => self.base_ids[physical].clone(),
-        }
-    }
-}
-
-impl Resource for GpuResource {
-    fn resource_name(&self) -> &str {
-        &self.name
-    }
-
-    fn options(&self) -> DevicePluginOptions {
-        DevicePluginOptions {
-            pre_start_required: false,
-            get_preferred_allocation_available: true,
-        }
-    }
-
-    fn devices(&self) -> watch::Receiver<Vec<Device>> {
-        self.table.subscribe()
-    }
-
-    fn allocate(
-        &self,
-        request: &ContainerAllocateRequest,
-    ) -> Result<ContainerAllocateResponse, tonic::Status> {
-        crate::allocate::allocate(self, &request.devices_ids)
-    }
-
-    fn preferred_allocation(
-        &self,
-        request: &ContainerPreferredAllocationRequest,
-    ) -> Result<ContainerPreferredAllocationResponse, tonic::Status> {
-        let advertised = self.table.advertised();
-        let unknown: Vec<&str> = request
-            .available_device_i_ds
-            .iter()
-            .chain(&request.must_include_device_i_ds)
-            .filter(|id| !advertised.iter().any(|a| &a.id == *id))
-            .map(String::as_str)
-            .collect();
-        if !unknown.is_empty() {
-            return Err(tonic::Status::invalid_argument(format!(
-                "unknown device IDs for '{}': {}",
-                self.name,
-                unknown.join(", ")
-            )));
-        }
-        let size = usize::try_from(request.allocation_size).map_err(|_| {
-            tonic::Status::invalid_argument(format!(
-                "invalid allocation size {}",
-                request.allocation_size
-            ))
-        })?;
-        let ids = sharing::preferred(
-            advertised,
-            &request.available_device_i_ds,
-            &request.must_include_device_i_ds,
-            size,
-            self.replication.is_some(),
-            self.config.shared_devices_allocation_policy,
-        );
-        Ok(ContainerPreferredAllocationResponse { device_i_ds: ids })
-    }
-}
 
 /// Detects the GPUs under `root` and returns the resource to serve.
 pub async fn build_resource(

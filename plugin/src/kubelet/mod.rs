@@ -1,0 +1,18 @@
+//! Everything that faces the kubelet. It serves one [`Resource`](crate::resource::Resource)
+//! and knows nothing about GPUs.
+//!
+//! - [`lifecycle`]: one *generation* per registration — bind a fresh socket, serve, register —
+//!   and a new generation after every kubelet restart ([`restart_watch`] tells when).
+//! - [`server`]: the five `DevicePlugin` RPCs.
+//! - [`registration`]: `Register` on `kubelet.sock`, with backoff; [`plugin_watcher`]: the
+//!   `--plugins-registry` alternative.
+//! - [`socket`]: unique socket names and removal of only what this process bound.
+//! - [`authority`]: lets kubelets older than 1.26 in (their `:authority` is a socket path).
+
+pub mod authority;
+pub mod lifecycle;
+pub mod plugin_watcher;
+pub mod registration;
+pub mod restart_watch;
+pub mod server;
+pub mod socket;
