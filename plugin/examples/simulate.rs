@@ -145,7 +145,7 @@ fn show_detection(resource: &GpuResource) {
             match detection.generation {
                 Some(g) => println!(
                     "  SoC           {} (from {})",
-                    g.name(),
+                    g.name,
                     detection.generation_from.unwrap_or("-")
                 ),
                 None => println!("  SoC           unknown generation"),

@@ -9,16 +9,17 @@
 mod gpu_common;
 
 use edgegpu_kubelet_api::v1beta1::HEALTHY;
-use edgegpu_plugin::gpu::discovery::{Generation, Platform, TegraDetection};
+use edgegpu_plugin::gpu::discovery::{Platform, TegraDetection};
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost};
 use gpu_common::{ids, spec_paths, Plugin};
 
-fn generation(board: Board) -> Generation {
+/// The SoC each simulated board carries.
+fn soc(board: Board) -> &'static str {
     match board {
-        Board::Nano => Generation::NanoTx1,
-        Board::Xavier => Generation::Xavier,
-        Board::Orin => Generation::Orin,
-        Board::Thor => Generation::Thor,
+        Board::Nano => "T210",
+        Board::Xavier => "T194",
+        Board::Orin => "T234",
+        Board::Thor => "T264",
     }
 }
 
@@ -28,7 +29,7 @@ fn every_jetson_is_detected_with_board_generation_and_l4t() {
         let host = FakeHost::jetson(board);
         let d = TegraDetection::probe(host.root());
         assert!(d.is_tegra(), "{board:?}: {d:?}");
-        assert_eq!(d.generation, Some(generation(board)), "{board:?}");
+        assert_eq!(d.generation.map(|g| g.soc), Some(soc(board)), "{board:?}");
         assert_eq!(
             d.generation_from,
             Some("/proc/device-tree/compatible"),
@@ -68,7 +69,7 @@ fn each_signal_alone_is_enough_and_generation_falls_back() {
     host.write("/sys/module/tegra_fuse/parameters/tegra_chip_id", "0x19\n");
     let d = TegraDetection::probe(host.root());
     assert!(d.is_tegra());
-    assert_eq!(d.generation, Some(Generation::Xavier));
+    assert_eq!(d.generation.map(|g| g.soc), Some("T194"));
     // Only soc0/family: Tegra, generation unknown.
     let host = FakeHost::empty();
     host.write("/sys/devices/soc0/family", "tegra\n");
@@ -79,7 +80,10 @@ fn each_signal_alone_is_enough_and_generation_falls_back() {
     let host = FakeHost::empty();
     host.write("/etc/nv_tegra_release", Board::Thor.nv_tegra_release());
     let d = TegraDetection::probe(host.root());
-    assert_eq!((d.is_tegra(), d.generation), (true, Some(Generation::Thor)));
+    assert_eq!(
+        (d.is_tegra(), d.generation.map(|g| g.soc)),
+        (true, Some("T264"))
+    );
     // dtsfilename alone names the SoC.
     let host = FakeHost::empty();
     host.write(
@@ -87,7 +91,7 @@ fn each_signal_alone_is_enough_and_generation_falls_back() {
         "/x/tegra186-quill-p3310-1000-c03-00-base.dts\0",
     );
     let d = TegraDetection::probe(host.root());
-    assert_eq!(d.generation, Some(Generation::Tx2));
+    assert_eq!(d.generation.map(|g| g.soc), Some("T186"));
 }
 
 #[test]
@@ -157,7 +161,7 @@ async fn jetpack6_nvml_reporting_nvgpu_is_served_as_the_tegra_gpu() {
             detection,
             nvml_name,
         }) => {
-            assert_eq!(detection.generation, Some(Generation::Orin));
+            assert_eq!(detection.generation.map(|g| g.soc), Some("T234"));
             assert_eq!(nvml_name.as_deref(), Some("Orin (nvgpu)"));
         }
         other => panic!("expected Tegra, got {other:?}"),

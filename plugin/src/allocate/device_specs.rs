@@ -5,10 +5,10 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::gpu::discovery::{under_root, Generation};
+use edgegpu_platform::host::CONTAINER_CSV_DIR;
+use edgegpu_platform::{Generation, UNKNOWN_GENERATION_CONTAINER_NODES};
 
-/// Where the NVIDIA container runtime's CSV files live (reference jetson-platform.md §5).
-pub const CSV_DIR: &str = "/etc/nvidia-container-runtime/host-files-for-container.d";
+use crate::gpu::under_root;
 
 /// Control nodes of the discrete driver, returned when present.
 pub const DISCRETE_CONTROL_NODES: &[&str] = &[
@@ -18,111 +18,10 @@ pub const DISCRETE_CONTROL_NODES: &[&str] = &[
     "/dev/nvidia-modeset",
 ];
 
-/// The nodes a CUDA container needs on each Tegra generation (reference §4). Patterns may
-/// contain `*` / `?`.
-pub fn tegra_nodes(generation: Option<Generation>) -> &'static [&'static str] {
-    const JP4: &[&str] = &[
-        "/dev/nvidiactl",
-        "/dev/nvhost-ctrl",
-        "/dev/nvhost-ctrl-gpu",
-        "/dev/nvhost-prof-gpu",
-        "/dev/nvhost-dbg-gpu",
-        "/dev/nvhost-gpu",
-        "/dev/nvhost-as-gpu",
-        "/dev/nvhost-nvdec",
-        "/dev/nvhost-vic",
-        "/dev/nvmap",
-        "/dev/tegra_dc_ctrl",
-        "/dev/tegra_dc_0",
-        "/dev/tegra_dc_1",
-    ];
-    const XAVIER: &[&str] = &[
-        "/dev/nvidiactl",
-        "/dev/nvhost-ctrl",
-        "/dev/nvhost-ctrl-gpu",
-        "/dev/nvhost-prof-gpu",
-        "/dev/nvhost-dbg-gpu",
-        "/dev/nvhost-gpu",
-        "/dev/nvhost-as-gpu",
-        "/dev/nvhost-nvdec",
-        "/dev/nvhost-vic",
-        "/dev/nvmap",
-        "/dev/nvhost-nvdla0",
-        "/dev/nvhost-nvdla1",
-        "/dev/nvhost-ctrl-nvdla0",
-        "/dev/nvhost-ctrl-nvdla1",
-        "/dev/tegra_dc_ctrl",
-        "/dev/tegra_dc_0",
-        "/dev/tegra_dc_1",
-    ];
-    const ORIN: &[&str] = &[
-        "/dev/nvgpu/igpu0/*",
-        "/dev/nvhost-as-gpu",
-        "/dev/nvhost-ctrl-gpu",
-        "/dev/nvhost-ctrl-nvdla0",
-        "/dev/nvhost-ctrl-nvdla1",
-        "/dev/nvhost-ctrl-pva0",
-        "/dev/nvhost-ctxsw-gpu",
-        "/dev/nvhost-dbg-gpu",
-        "/dev/nvhost-gpu",
-        "/dev/nvhost-nvsched-gpu",
-        "/dev/nvhost-power-gpu",
-        "/dev/nvhost-prof-ctx-gpu",
-        "/dev/nvhost-prof-dev-gpu",
-        "/dev/nvhost-prof-gpu",
-        "/dev/nvhost-sched-gpu",
-        "/dev/nvhost-tsg-gpu",
-        "/dev/nvmap",
-        "/dev/nvidia0",
-        "/dev/nvidiactl",
-        "/dev/nvidia-modeset",
-        "/dev/nvidia-uvm",
-        "/dev/nvidia-uvm-tools",
-        "/dev/nvsciipc",
-        "/dev/host1x-fence",
-        "/dev/dri/card*",
-        "/dev/dri/renderD*",
-        "/dev/fb0",
-        "/dev/fb1",
-        "/dev/v4l2-nvdec",
-        "/dev/v4l2-nvenc",
-    ];
-    const THOR: &[&str] = &[
-        "/dev/nvidia0",
-        "/dev/nvidiactl",
-        "/dev/nvidia-uvm",
-        "/dev/nvidia-uvm-tools",
-        "/dev/nvidia-modeset",
-        "/dev/nvgpu/igpu*/*",
-        "/dev/nvmap",
-        "/dev/dri/card*",
-        "/dev/dri/renderD*",
-        "/dev/v4l2-nvdec",
-        "/dev/v4l2-nvenc",
-    ];
-    match generation {
-        Some(Generation::NanoTx1) | Some(Generation::Tx2) => JP4,
-        Some(Generation::Xavier) => XAVIER,
-        Some(Generation::Orin) => ORIN,
-        Some(Generation::Thor) => THOR,
-        // Unknown generation: the union is safe because only existing nodes are returned.
-        None => &[
-            "/dev/nvhost-*",
-            "/dev/nvgpu/igpu*/*",
-            "/dev/nvmap",
-            "/dev/nvidia0",
-            "/dev/nvidiactl",
-            "/dev/nvidia-uvm",
-            "/dev/nvidia-uvm-tools",
-            "/dev/nvidia-modeset",
-        ],
-    }
-}
-
 /// The `dev` entries of the runtime's CSV files under `root` (`dev, /dev/nvmap`; old files
 /// use bare names: `dev, nvhost-gpu`). Unreadable files are skipped with a warning.
 pub fn csv_device_patterns(root: &Path) -> Vec<String> {
-    let dir = under_root(root, CSV_DIR);
+    let dir = under_root(root, CONTAINER_CSV_DIR);
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return Vec::new();
     };
@@ -216,12 +115,11 @@ pub fn expand(root: &Path, pattern: &str) -> Vec<String> {
         .collect()
 }
 
-/// Tegra: the generation's nodes plus the runtime CSV `dev` entries, deduplicated, existing only.
-pub fn tegra_device_paths(root: &Path, generation: Option<Generation>) -> Vec<String> {
-    let mut patterns: Vec<String> = tegra_nodes(generation)
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+/// Tegra: the generation's nodes (the union of all generations' when it is unknown) plus the
+/// runtime CSV `dev` entries, deduplicated, existing only.
+pub fn tegra_device_paths(root: &Path, generation: Option<&Generation>) -> Vec<String> {
+    let nodes = generation.map_or(UNKNOWN_GENERATION_CONTAINER_NODES, |g| g.container_nodes);
+    let mut patterns: Vec<String> = nodes.iter().map(|s| s.to_string()).collect();
     patterns.extend(csv_device_patterns(root));
     collect(root, &patterns)
 }

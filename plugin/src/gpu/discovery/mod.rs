@@ -7,9 +7,12 @@ pub mod tegra;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use edgegpu_platform::is_integrated_nvml_name;
+
 use crate::config::DiscoveryStrategy;
 
-pub use tegra::{Generation, TegraDetection};
+pub use edgegpu_platform::Generation;
+pub use tegra::TegraDetection;
 
 /// `abs` (a host path such as `/etc/nv_tegra_release`) as seen under `root`.
 pub fn under_root(root: &Path, abs: &str) -> PathBuf {
@@ -103,7 +106,7 @@ fn tegra_gpu(detection: &TegraDetection, nvml_name: Option<&str>) -> Gpu {
             .or_else(|| {
                 detection
                     .generation
-                    .map(|g| format!("NVIDIA Tegra {}", g.soc()))
+                    .map(|g| format!("NVIDIA Tegra {}", g.soc))
             })
             .unwrap_or_else(|| "NVIDIA Tegra".into()),
         memory_bytes: None,
@@ -113,71 +116,61 @@ fn tegra_gpu(detection: &TegraDetection, nvml_name: Option<&str>) -> Gpu {
     }
 }
 
+/// Probes the Tegra signals under `root` and logs what matched (or what was looked for).
+fn probe_tegra(root: &Path) -> TegraDetection {
+    let detection = TegraDetection::probe(root);
+    detection.log(root);
+    detection
+}
+
+/// NVML's GPUs, or why there are none usable.
+fn nvml_gpus(root: &Path) -> Result<(::nvml_wrapper::Nvml, Vec<Gpu>), String> {
+    match nvml::load_and_enumerate(root) {
+        Ok((nvml, gpus)) if !gpus.is_empty() => Ok((nvml, gpus)),
+        Ok(_) => Err("NVML loaded but reports no GPUs".into()),
+        Err(e) => Err(format!("{e:#}")),
+    }
+}
+
 /// Runs discovery with `strategy`. Logs what was found and why.
 pub fn discover(root: &Path, strategy: DiscoveryStrategy) -> Result<Discovered, NoGpuError> {
     let no_gpu = |reason: String| NoGpuError {
         root: root.display().to_string(),
         reason,
     };
-    match strategy {
-        DiscoveryStrategy::Tegra => {
-            let detection = TegraDetection::probe(root);
-            detection.log(root);
-            if !detection.is_tegra() {
-                return Err(no_gpu(format!(
-                    "--discovery tegra, but no Tegra signal matched ({})",
-                    detection.looked_for.join("; ")
-                )));
-            }
-            Ok(Discovered::tegra(detection, None))
-        }
-        DiscoveryStrategy::Nvml => {
-            let (nvml, gpus) =
-                nvml::load_and_enumerate(root).map_err(|e| no_gpu(format!("{e:#}")))?;
-            if gpus.is_empty() {
-                return Err(no_gpu("NVML loaded but reports no GPUs".into()));
-            }
-            Ok(Discovered {
-                platform: Platform::Nvml,
-                gpus,
-                nvml: Some(Arc::new(nvml)),
-            })
-        }
-        DiscoveryStrategy::Auto => {
-            let nvml_outcome = nvml::load_and_enumerate(root);
-            match nvml_outcome {
-                Ok((nvml, gpus)) if !gpus.is_empty() => {
-                    if gpus.iter().all(|g| nvml::is_integrated_name(&g.name)) {
-                        // JetPack 6+: NVML exists but sees the Jetson iGPU (`Orin (nvgpu)`,
-                        // `NVIDIA Thor`); serve it as Tegra (device nodes, sysfs health).
-                        let detection = TegraDetection::probe(root);
-                        detection.log(root);
-                        tracing::info!(name = %gpus[0].name, "NVML reports an integrated GPU; treating it as the Tegra GPU");
-                        return Ok(Discovered::tegra(detection, Some(gpus[0].name.clone())));
-                    }
-                    Ok(Discovered {
-                        platform: Platform::Nvml,
-                        gpus,
-                        nvml: Some(Arc::new(nvml)),
-                    })
+    let nvml_reason = match strategy {
+        DiscoveryStrategy::Tegra => None,
+        DiscoveryStrategy::Nvml | DiscoveryStrategy::Auto => match nvml_gpus(root) {
+            Ok((nvml, gpus)) => {
+                if strategy == DiscoveryStrategy::Auto
+                    && gpus.iter().all(|g| is_integrated_nvml_name(&g.name))
+                {
+                    // JetPack 6+: NVML exists but sees the Jetson iGPU (`Orin (nvgpu)`,
+                    // `NVIDIA Thor`); serve it as Tegra (device nodes, sysfs health).
+                    let detection = probe_tegra(root);
+                    tracing::info!(name = %gpus[0].name, "NVML reports an integrated GPU; treating it as the Tegra GPU");
+                    return Ok(Discovered::tegra(detection, Some(gpus[0].name.clone())));
                 }
-                other => {
-                    let nvml_reason = match other {
-                        Ok(_) => "NVML loaded but reports no GPUs".to_string(),
-                        Err(e) => format!("{e:#}"),
-                    };
-                    tracing::info!("NVML not usable ({nvml_reason}); trying Tegra detection");
-                    let detection = TegraDetection::probe(root);
-                    detection.log(root);
-                    if !detection.is_tegra() {
-                        return Err(no_gpu(format!(
-                            "NVML: {nvml_reason}. Tegra: no signal matched ({})",
-                            detection.looked_for.join("; ")
-                        )));
-                    }
-                    Ok(Discovered::tegra(detection, None))
-                }
+                return Ok(Discovered {
+                    platform: Platform::Nvml,
+                    gpus,
+                    nvml: Some(Arc::new(nvml)),
+                });
             }
-        }
+            Err(reason) if strategy == DiscoveryStrategy::Nvml => return Err(no_gpu(reason)),
+            Err(reason) => {
+                tracing::info!("NVML not usable ({reason}); trying Tegra detection");
+                Some(reason)
+            }
+        },
+    };
+    let detection = probe_tegra(root);
+    if !detection.is_tegra() {
+        let looked_for = detection.looked_for.join("; ");
+        return Err(no_gpu(match nvml_reason {
+            None => format!("--discovery tegra, but no Tegra signal matched ({looked_for})"),
+            Some(nvml) => format!("NVML: {nvml}. Tegra: no signal matched ({looked_for})"),
+        }));
     }
+    Ok(Discovered::tegra(detection, None))
 }

@@ -28,11 +28,6 @@ pub const ROOT_LIB_DIRS: &[&str] = &[
     "/lib/aarch64-linux-gnu",
 ];
 
-/// `(nvgpu)` (Orin on JetPack 6) or `NVIDIA Thor`: NVML's view of a Jetson iGPU.
-pub fn is_integrated_name(name: &str) -> bool {
-    name.contains("(nvgpu)") || name == "NVIDIA Thor"
-}
-
 /// Where to load NVML from: the root's lib dirs first (when root is not `/`), then the soname.
 pub fn candidates(root: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -157,12 +152,5 @@ mod tests {
     fn bus_id_to_sysfs_name() {
         assert_eq!(sysfs_bus_id("00000000:17:00.0"), "0000:17:00.0");
         assert_eq!(sysfs_bus_id("0000:AF:00.0"), "0000:af:00.0");
-    }
-
-    #[test]
-    fn integrated_names() {
-        assert!(is_integrated_name("Orin (nvgpu)"));
-        assert!(is_integrated_name("NVIDIA Thor"));
-        assert!(!is_integrated_name("NVIDIA A100-SXM4-40GB"));
     }
 }

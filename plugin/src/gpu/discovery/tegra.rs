@@ -1,88 +1,21 @@
 //! Jetson/Tegra detection from files, without NVML (JetPack ≤ 5 has no real NVML).
 //!
-//! Every signal of the reference is checked, not just the first that matches, so the log
+//! Every detection signal is checked, not just the first that matches, so the log
 //! can say exactly why a host was (or was not) recognised: "Detected platform: unknown" with
 //! no reason is the most reported Jetson failure of NVIDIA's plugin.
 
 use std::path::Path;
 
-use serde::Serialize;
+use edgegpu_platform::host::{
+    parse_chip_id, parse_l4t_release, CHIP_ID, COMPATIBLE, DTSFILENAME, MODEL, NV_TEGRA_RELEASE,
+    SOC0_FAMILY, SOC0_SOC_ID,
+};
+use edgegpu_platform::{module_product, Generation, GENERATIONS};
 
 use super::under_root;
 
-/// Tegra SoC generations that carry a CUDA-capable GPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum Generation {
-    /// T210: Jetson Nano, TX1.
-    NanoTx1,
-    /// T186: TX2, TX2i, TX2 NX.
-    Tx2,
-    /// T194: AGX Xavier, Xavier NX.
-    Xavier,
-    /// T234: AGX Orin, Orin NX, Orin Nano.
-    Orin,
-    /// T264: AGX Thor.
-    Thor,
-}
-
-impl Generation {
-    pub const ALL: [Generation; 5] = [
-        Generation::NanoTx1,
-        Generation::Tx2,
-        Generation::Xavier,
-        Generation::Orin,
-        Generation::Thor,
-    ];
-
-    /// Human name, e.g. `Orin (T234)`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::NanoTx1 => "Nano/TX1 (T210)",
-            Self::Tx2 => "TX2 (T186)",
-            Self::Xavier => "Xavier (T194)",
-            Self::Orin => "Orin (T234)",
-            Self::Thor => "Thor (T264)",
-        }
-    }
-
-    /// Short SoC name, e.g. `T234`.
-    pub fn soc(self) -> &'static str {
-        match self {
-            Self::NanoTx1 => "T210",
-            Self::Tx2 => "T186",
-            Self::Xavier => "T194",
-            Self::Orin => "T234",
-            Self::Thor => "T264",
-        }
-    }
-
-    /// From a device-tree SoC token such as `tegra234`.
-    pub fn from_soc_token(token: &str) -> Option<Self> {
-        match token {
-            "tegra210" => Some(Self::NanoTx1),
-            "tegra186" => Some(Self::Tx2),
-            "tegra194" => Some(Self::Xavier),
-            "tegra234" => Some(Self::Orin),
-            "tegra264" => Some(Self::Thor),
-            _ => None,
-        }
-    }
-
-    /// From `tegra_chip_id` (33, 24, 25, 35, 38).
-    pub fn from_chip_id(id: u32) -> Option<Self> {
-        match id {
-            0x21 => Some(Self::NanoTx1),
-            0x18 => Some(Self::Tx2),
-            0x19 => Some(Self::Xavier),
-            0x23 => Some(Self::Orin),
-            0x26 => Some(Self::Thor),
-            _ => None,
-        }
-    }
-}
-
 /// One detection signal that matched.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Signal {
     /// The host path read (e.g. `/proc/device-tree/compatible`).
     pub path: &'static str,
@@ -93,13 +26,13 @@ pub struct Signal {
 }
 
 /// Everything the Tegra probe found.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct TegraDetection {
     /// Signals that matched; empty means "not a Tegra host".
     pub signals: Vec<Signal>,
     /// Signals checked that did not match, with the reason (for the "nothing matched" log).
     pub looked_for: Vec<String>,
-    pub generation: Option<Generation>,
+    pub generation: Option<&'static Generation>,
     /// The signal the generation was taken from.
     pub generation_from: Option<&'static str>,
     /// `/proc/device-tree/model`, e.g. `NVIDIA Jetson AGX Orin Developer Kit`.
@@ -109,36 +42,6 @@ pub struct TegraDetection {
     pub module_name: Option<&'static str>,
     /// L4T version from `/etc/nv_tegra_release`, e.g. `36.4.3`.
     pub l4t: Option<String>,
-}
-
-const COMPATIBLE: &str = "/proc/device-tree/compatible";
-const MODEL: &str = "/proc/device-tree/model";
-const DTSFILENAME: &str = "/proc/device-tree/nvidia,dtsfilename";
-const SOC0_FAMILY: &str = "/sys/devices/soc0/family";
-const SOC0_SOC_ID: &str = "/sys/devices/soc0/soc_id";
-const CHIP_ID: &str = "/sys/module/tegra_fuse/parameters/tegra_chip_id";
-const NV_TEGRA_RELEASE: &str = "/etc/nv_tegra_release";
-const THOR_DEVFREQ: &str = "/sys/class/devfreq/gpu-gpc-0";
-
-/// Module part number → product (reference §1).
-fn module_product(part: &str) -> Option<&'static str> {
-    let id = part.split('-').next()?;
-    Some(match id {
-        "p3448" => "Jetson Nano",
-        "p2180" => "Jetson TX1",
-        "p3310" => "Jetson TX2",
-        "p3489" => "Jetson TX2i",
-        "p3636" => "Jetson TX2 NX",
-        "p2888" => "Jetson AGX Xavier",
-        "p3668" => "Jetson Xavier NX",
-        "p3701" => "Jetson AGX Orin",
-        "p3767" => match part {
-            "p3767-0003" | "p3767-0004" | "p3767-0005" => "Jetson Orin Nano",
-            _ => "Jetson Orin NX",
-        },
-        "p3834" => "Jetson AGX Thor",
-        _ => return None,
-    })
 }
 
 /// Reads a device-tree string property: NUL-separated, NUL-terminated.
@@ -160,35 +63,6 @@ fn read_trimmed(root: &Path, path: &str) -> Option<String> {
             s.trim_matches(|c: char| c.is_whitespace() || c == '\0')
                 .to_string()
         })
-}
-
-/// Parses a chip id written in decimal (`35`) or with a C prefix (`0x23`), as tools do.
-fn parse_chip_id(text: &str) -> Option<u32> {
-    let t = text.trim();
-    if let Some(hex) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
-        u32::from_str_radix(hex, 16).ok()
-    } else {
-        t.parse().ok()
-    }
-}
-
-/// `# R36 (release), REVISION: 4.3, …` → `36.4.3`; `REVISION: 5` → `32.5`.
-pub fn parse_l4t_release(text: &str) -> Option<String> {
-    let line = text.lines().find(|l| l.trim_start().starts_with("# R"))?;
-    let after_r = line.trim_start().strip_prefix("# R")?;
-    let major: String = after_r.chars().take_while(|c| c.is_ascii_digit()).collect();
-    if major.is_empty() {
-        return None;
-    }
-    let revision = line
-        .split(',')
-        .find_map(|part| part.trim().strip_prefix("REVISION:"))
-        .map(|r| r.trim().to_string())
-        .filter(|r| !r.is_empty());
-    Some(match revision {
-        Some(rev) => format!("{major}.{rev}"),
-        None => major,
-    })
 }
 
 impl TegraDetection {
@@ -215,7 +89,7 @@ impl TegraDetection {
             .push(format!("{} {why}", under_root(root, path).display()));
     }
 
-    fn set_generation(&mut self, generation: Option<Generation>, from: &'static str) {
+    fn set_generation(&mut self, generation: Option<&'static Generation>, from: &'static str) {
         if self.generation.is_none() {
             if let Some(g) = generation {
                 self.generation = Some(g);
@@ -262,9 +136,9 @@ impl TegraDetection {
                 }
                 match soc {
                     Some(token) => {
-                        let gen = Generation::from_soc_token(&token);
+                        let gen = Generation::by_compatible(&token);
                         let meaning = match gen {
-                            Some(g) => format!("Tegra SoC {token} → {}", g.name()),
+                            Some(g) => format!("Tegra SoC {token} → {}", g.name),
                             None => format!("Tegra SoC {token} (unknown generation)"),
                         };
                         d.matched(COMPATIBLE, entries.join(" "), meaning);
@@ -301,7 +175,7 @@ impl TegraDetection {
                 let file = path.rsplit('/').next().unwrap_or(&path).to_string();
                 let token = file.split('-').next().unwrap_or("").to_string();
                 if token.starts_with("tegra") {
-                    let gen = Generation::from_soc_token(&token);
+                    let gen = Generation::by_compatible(&token);
                     d.matched(
                         DTSFILENAME,
                         path.clone(),
@@ -321,7 +195,7 @@ impl TegraDetection {
                 d.matched(SOC0_FAMILY, family, "SoC family Tegra");
                 if let Some(gen) = read_trimmed(root, SOC0_SOC_ID)
                     .and_then(|s| parse_chip_id(&s))
-                    .and_then(Generation::from_chip_id)
+                    .and_then(Generation::by_chip_id)
                 {
                     d.set_generation(Some(gen), SOC0_SOC_ID);
                 }
@@ -334,9 +208,9 @@ impl TegraDetection {
         match read_trimmed(root, CHIP_ID) {
             Some(text) => match parse_chip_id(&text) {
                 Some(id) => {
-                    let gen = Generation::from_chip_id(id);
+                    let gen = Generation::by_chip_id(id);
                     let meaning = match gen {
-                        Some(g) => format!("chip id {id} (0x{id:x}) → {}", g.name()),
+                        Some(g) => format!("chip id {id} (0x{id:x}) → {}", g.name),
                         None => format!("chip id {id} (0x{id:x}), generation unknown"),
                     };
                     d.matched(CHIP_ID, text, meaning);
@@ -360,22 +234,26 @@ impl TegraDetection {
                         "L4T release file (version unreadable)",
                     ),
                 }
-                // Only r38+ pins the generation (Thor only); r32/r35/r36 span several SoCs.
-                let major = l4t
+                // Only a release that runs on one generation alone names it (r38: Thor);
+                // r32/r35/r36 span several SoCs.
+                let by_release = l4t
                     .as_deref()
-                    .and_then(|v| v.split('.').next()?.parse::<u32>().ok());
-                if major == Some(38) {
-                    d.set_generation(Some(Generation::Thor), NV_TEGRA_RELEASE);
-                }
+                    .and_then(edgegpu_platform::host::l4t_major)
+                    .and_then(Generation::by_l4t_major);
+                d.set_generation(by_release, NV_TEGRA_RELEASE);
                 d.l4t = l4t;
             }
             Err(_) => d.missed(root, NV_TEGRA_RELEASE, "is missing or unreadable"),
         }
 
-        // 7. Thor's devfreq node (jtop's test).
-        if under_root(root, THOR_DEVFREQ).exists() {
-            d.matched(THOR_DEVFREQ, "present", "Thor GPU devfreq node");
-            d.set_generation(Some(Generation::Thor), THOR_DEVFREQ);
+        // 7. Files whose existence alone names a generation (Thor's devfreq node, jtop's test).
+        for g in GENERATIONS {
+            if let Some(marker) = g.detect.marker_file {
+                if under_root(root, marker).exists() {
+                    d.matched(marker, "present", format!("marker file of {}", g.name));
+                    d.set_generation(Some(g), marker);
+                }
+            }
         }
         d
     }
@@ -390,7 +268,7 @@ impl TegraDetection {
                 board = self.model.as_deref().unwrap_or("unknown"),
                 module = self.module.as_deref().unwrap_or("unknown"),
                 product = self.module_name.unwrap_or("unknown"),
-                generation = self.generation.map(Generation::name).unwrap_or("unknown"),
+                generation = self.generation.map_or("unknown", |g| g.name),
                 generation_from = self.generation_from.unwrap_or("-"),
                 l4t = self.l4t.as_deref().unwrap_or("unknown"),
                 "Detected platform: tegra"
@@ -402,32 +280,5 @@ impl TegraDetection {
                 self.looked_for.join("; ")
             );
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn l4t_release_lines() {
-        assert_eq!(
-            parse_l4t_release("# R32 (release), REVISION: 7.6, GCID: 38171779, BOARD: t210ref, EABI: aarch64, DATE: x").as_deref(),
-            Some("32.7.6")
-        );
-        assert_eq!(
-            parse_l4t_release("# R32 (release), REVISION: 5, GCID: 1").as_deref(),
-            Some("32.5")
-        );
-        assert_eq!(parse_l4t_release("garbage"), None);
-    }
-
-    #[test]
-    fn chip_ids_in_both_notations() {
-        assert_eq!(parse_chip_id("35\n"), Some(35));
-        assert_eq!(parse_chip_id("0x23"), Some(35));
-        assert_eq!(Generation::from_chip_id(33), Some(Generation::NanoTx1));
-        assert_eq!(Generation::from_chip_id(38), Some(Generation::Thor));
-        assert_eq!(Generation::from_chip_id(7), None);
     }
 }

@@ -13,64 +13,16 @@ use futures_util::StreamExt;
 use inotify::{Inotify, WatchMask};
 
 use super::HealthTable;
-use crate::gpu::discovery::{under_root, Generation};
+use edgegpu_platform::host::DEVFREQ_CLASS;
+use edgegpu_platform::{is_gpu_of_node_name, Generation};
+
+use crate::gpu::under_root;
 
 /// What is checked for one Jetson GPU (host paths, root prefix removed).
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TegraHealthSpec {
     pub required_nodes: Vec<String>,
     pub sysfs_files: Vec<String>,
-}
-
-/// Device nodes without which CUDA reports `CUDA_ERROR_NO_DEVICE` (reference §4).
-pub fn required_nodes(generation: Option<Generation>) -> &'static [&'static str] {
-    match generation {
-        Some(Generation::Thor) => &["/dev/nvidia0", "/dev/nvidiactl"],
-        Some(_) => &[
-            "/dev/nvhost-ctrl-gpu",
-            "/dev/nvhost-gpu",
-            "/dev/nvhost-as-gpu",
-            "/dev/nvmap",
-        ],
-        // Unknown generation: no node is known to be required; sysfs only.
-        None => &[],
-    }
-}
-
-/// Known GPU sysfs locations per generation (reference §6), used when the generic devfreq
-/// scan finds nothing: (load file, devfreq dir).
-fn known_sysfs(generation: Option<Generation>) -> &'static [(Option<&'static str>, &'static str)] {
-    match generation {
-        Some(Generation::NanoTx1) => &[(
-            Some("/sys/devices/gpu.0/load"),
-            "/sys/devices/gpu.0/devfreq/57000000.gpu",
-        )],
-        Some(Generation::Tx2) => &[(
-            Some("/sys/devices/17000000.gp10b/load"),
-            "/sys/devices/17000000.gp10b/devfreq/17000000.gp10b",
-        )],
-        Some(Generation::Xavier) => &[(
-            Some("/sys/devices/17000000.gv11b/load"),
-            "/sys/devices/17000000.gv11b/devfreq/17000000.gv11b",
-        )],
-        Some(Generation::Orin) => &[
-            (
-                Some("/sys/devices/platform/bus@0/17000000.gpu/load"),
-                "/sys/class/devfreq/17000000.gpu",
-            ),
-            (
-                Some("/sys/devices/17000000.ga10b/load"),
-                "/sys/devices/17000000.ga10b/devfreq_dev",
-            ),
-        ],
-        Some(Generation::Thor) => &[(None, "/sys/class/devfreq/gpu-gpc-0")],
-        None => &[],
-    }
-}
-
-/// GPU `of_node` names accepted in the devfreq scan (jtop's list).
-fn is_gpu_node_name(name: &str) -> bool {
-    matches!(name, "gv11b" | "gp10b" | "ga10b" | "gb10b" | "gpu") || name.contains("gpu")
 }
 
 /// Host path of `p` (which is under `root`), or None when it escaped the root.
@@ -79,11 +31,12 @@ fn host_path(root: &Path, p: &Path) -> Option<String> {
     Some(format!("/{}", rel.display()))
 }
 
-/// Finds the GPU's sysfs files: generic `/sys/class/devfreq/*` scan first, then known paths.
-pub fn find_sysfs_files(root: &Path, generation: Option<Generation>) -> Vec<String> {
+/// Finds the GPU's sysfs files: generic `/sys/class/devfreq/*` scan first (jetson_stats
+/// `jtop/core/gpu.py` does the same), then the generation's known paths.
+fn find_sysfs_files(root: &Path, generation: Option<&Generation>) -> Vec<String> {
     let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
     let mut files = Vec::new();
-    if let Ok(entries) = std::fs::read_dir(under_root(&root, "/sys/class/devfreq")) {
+    if let Ok(entries) = std::fs::read_dir(under_root(&root, DEVFREQ_CLASS)) {
         let mut entries: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
         entries.sort();
         for entry in entries {
@@ -94,7 +47,7 @@ pub fn find_sysfs_files(root: &Path, generation: Option<Generation>) -> Vec<Stri
                         .to_string()
                 })
                 .unwrap_or_default();
-            if name.is_empty() || !is_gpu_node_name(&name) {
+            if name.is_empty() || !is_gpu_of_node_name(&name) {
                 continue;
             }
             let (Ok(devfreq), Ok(device)) =
@@ -107,7 +60,8 @@ pub fn find_sysfs_files(root: &Path, generation: Option<Generation>) -> Vec<Stri
             else {
                 continue;
             };
-            if generation != Some(Generation::Thor)
+            // An unknown generation may have a `load` file: take it when it is there.
+            if generation.map_or(true, |g| g.sysfs.load_file)
                 && under_root(&root, &device).join("load").is_file()
             {
                 files.push(format!("{device}/load"));
@@ -117,10 +71,11 @@ pub fn find_sysfs_files(root: &Path, generation: Option<Generation>) -> Vec<Stri
         }
     }
     if files.is_empty() {
-        for (load, devfreq) in known_sysfs(generation) {
-            let freq = format!("{devfreq}/cur_freq");
+        let known = generation.map_or(&[][..], |g| g.sysfs.known_dirs);
+        for dir in known {
+            let freq = format!("{}/cur_freq", dir.devfreq);
             if under_root(&root, &freq).is_file() {
-                if let Some(load) = load.filter(|l| under_root(&root, l).is_file()) {
+                if let Some(load) = dir.load.filter(|l| under_root(&root, l).is_file()) {
                     files.push(load.to_string());
                 }
                 files.push(freq);
@@ -132,13 +87,16 @@ pub fn find_sysfs_files(root: &Path, generation: Option<Generation>) -> Vec<Stri
 }
 
 impl TegraHealthSpec {
-    pub fn for_host(root: &Path, generation: Option<Generation>) -> Self {
+    /// What to check on this host: the generation's required nodes (none when it is
+    /// unknown: sysfs only) and the GPU's sysfs files found under `root`.
+    pub fn for_host(root: &Path, generation: Option<&Generation>) -> Self {
         let sysfs_files = find_sysfs_files(root, generation);
         if sysfs_files.is_empty() {
             tracing::warn!("GPU sysfs load/frequency files not found under {}; health checks only cover device nodes", root.display());
         }
         Self {
-            required_nodes: required_nodes(generation)
+            required_nodes: generation
+                .map_or(&[][..], |g| g.required_nodes)
                 .iter()
                 .map(|s| s.to_string())
                 .collect(),

@@ -1,0 +1,325 @@
+//! What each NVIDIA Jetson (Tegra) generation looks like to software, as data.
+//!
+//! [`GENERATIONS`] holds one [`Generation`] entry per SoC generation with a CUDA-capable GPU.
+//! Detection, health checks and the device specs of the device plugin all read it (and
+//! devicequery and GPU telemetry are meant to), so supporting a new generation means adding
+//! one entry there and nothing else. Host paths and parsers that do not depend on the
+//! generation are in [`host`].
+//!
+//! No I/O happens here: the crate only describes; callers read the host under their own root.
+
+pub mod host;
+mod table;
+
+pub use table::GENERATIONS;
+
+/// Everything known about one Jetson SoC generation.
+///
+/// Every list is in preference order where order matters. Facts not known for a generation
+/// are empty lists or `None`, never guesses.
+pub struct Generation {
+    /// Short SoC name, unique in the table: `T234`.
+    pub soc: &'static str,
+    /// Human name: `Orin (T234)`.
+    pub name: &'static str,
+    /// The modules built on this SoC (part numbers of `/proc/device-tree/compatible`).
+    pub modules: &'static [Module],
+    /// How a host of this generation is recognised.
+    pub detect: Detect,
+    /// What CUDA reports for the integrated GPU.
+    pub cuda: Cuda,
+    /// What NVML answers for the integrated GPU; `None` where no release ships a real NVML.
+    pub nvml: Option<Nvml>,
+    /// Device nodes a CUDA container needs; `*` / `?` glob one path component. Nodes missing
+    /// on a host are skipped, so the list may name nodes only some boards have.
+    pub container_nodes: &'static [&'static str],
+    /// Device nodes without which CUDA reports `CUDA_ERROR_NO_DEVICE`: their loss makes the
+    /// GPU unhealthy.
+    pub required_nodes: &'static [&'static str],
+    /// Where the GPU shows up in sysfs.
+    pub sysfs: GpuSysfs,
+    /// `type` of the thermal zone(s) that measure the GPU
+    /// (`/sys/class/thermal/thermal_zone*/type`).
+    pub thermal_zones: &'static [&'static str],
+    /// INA3221 power monitor rails, per module.
+    pub power_rails: &'static [PowerRails],
+}
+
+/// A module (board) family: `p3767` → `Jetson Orin NX`.
+pub struct Module {
+    /// Part number without the SKU: `p3767`.
+    pub part: &'static str,
+    pub product: &'static str,
+    /// SKUs sold under another product name: (`0003`, `Jetson Orin Nano`).
+    pub sku_products: &'static [(&'static str, &'static str)],
+}
+
+/// The signals that name the generation (see [`host`] for the files they are read from).
+pub struct Detect {
+    /// SoC token of `/proc/device-tree/compatible` (`nvidia,tegra234` → `tegra234`); also the
+    /// first dash token of `nvidia,dtsfilename`.
+    pub compatible: &'static str,
+    /// `tegra_chip_id` of the `tegra_fuse` module (and of `/sys/devices/soc0/soc_id`).
+    pub chip_id: u32,
+    /// L4T major releases that support only this generation, so `/etc/nv_tegra_release`
+    /// alone names it. Releases shared by several generations are not listed.
+    pub l4t_majors_only_here: &'static [u32],
+    /// A host file whose existence alone names the generation.
+    pub marker_file: Option<&'static str>,
+}
+
+/// CUDA's view of the integrated GPU.
+pub struct Cuda {
+    /// Compute capability, by the first CUDA version that reports it (ascending).
+    pub capability: &'static [Capability],
+    /// `cuDeviceGetName`; `None` where not known.
+    pub device_name: Option<&'static str>,
+}
+
+/// A compute capability reported from CUDA `since` (major, minor) on.
+pub struct Capability {
+    pub since: (u32, u32),
+    pub major: u32,
+    pub minor: u32,
+}
+
+/// NVML on a Jetson: present from some L4T release on, with few queries supported.
+pub struct Nvml {
+    /// How NVML names the integrated GPU.
+    pub name: NameMatch,
+    /// First L4T major release that ships a real `libnvidia-ml.so.1`.
+    pub since_l4t: u32,
+    /// `nvmlDeviceGetMemoryInfo` answers (not `NOT_SUPPORTED`).
+    pub memory_info: bool,
+    /// `nvmlDeviceGetPciInfo` answers.
+    pub pci_info: bool,
+    /// `nvmlDeviceGetUtilizationRates` answers.
+    pub utilization: bool,
+    /// The driver offers MIG on this GPU.
+    pub mig: bool,
+}
+
+/// A rule matching a device name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameMatch {
+    Exact(&'static str),
+    Contains(&'static str),
+}
+
+impl NameMatch {
+    pub fn matches(self, name: &str) -> bool {
+        match self {
+            NameMatch::Exact(s) => name == s,
+            NameMatch::Contains(s) => name.contains(s),
+        }
+    }
+}
+
+/// The GPU's sysfs files.
+pub struct GpuSysfs {
+    /// `of_node/name` of the GPU device behind a `/sys/class/devfreq/*` entry.
+    pub of_node_names: &'static [&'static str],
+    /// The GPU driver has a `load` file (per-mille busy) in its device directory.
+    pub load_file: bool,
+    /// Known GPU locations, tried when the generic devfreq scan finds nothing.
+    pub known_dirs: &'static [KnownGpuDir],
+    /// Names of the GPU's entries in `/sys/class/devfreq`.
+    pub devfreq_names: &'static [&'static str],
+}
+
+/// One known GPU location: its `load` file (if the driver has one) and its devfreq directory.
+pub struct KnownGpuDir {
+    pub load: Option<&'static str>,
+    pub devfreq: &'static str,
+}
+
+/// The rails of one INA3221 power monitor.
+pub struct PowerRails {
+    /// Module part numbers (`p3767`) these rails belong to; empty: every module.
+    pub modules: &'static [&'static str],
+    /// Kernel driver under `/sys/bus/i2c/drivers/`: `ina3221x` (L4T's IIO driver, r32) or
+    /// `ina3221` (mainline hwmon driver, r34 on).
+    pub driver: &'static str,
+    /// Rail labels (`rail_name_N` for `ina3221x`, `inN_label` for `ina3221`).
+    pub labels: &'static [&'static str],
+    /// The label of the rail that feeds the GPU (alone or shared with other units).
+    pub gpu_rail: Option<&'static str>,
+}
+
+impl Generation {
+    /// The generation whose device-tree SoC token is `token` (`tegra234`).
+    pub fn by_compatible(token: &str) -> Option<&'static Generation> {
+        GENERATIONS.iter().find(|g| g.detect.compatible == token)
+    }
+
+    /// The generation with this `tegra_chip_id`.
+    pub fn by_chip_id(id: u32) -> Option<&'static Generation> {
+        GENERATIONS.iter().find(|g| g.detect.chip_id == id)
+    }
+
+    /// The generation an L4T major release alone names, if only one runs it.
+    pub fn by_l4t_major(major: u32) -> Option<&'static Generation> {
+        GENERATIONS
+            .iter()
+            .find(|g| g.detect.l4t_majors_only_here.contains(&major))
+    }
+
+    /// The compute capability CUDA `cuda` (major, minor) reports for this GPU.
+    pub fn compute_capability(&self, cuda: (u32, u32)) -> Option<(u32, u32)> {
+        self.cuda
+            .capability
+            .iter()
+            .rev()
+            .find(|c| c.since <= cuda)
+            .map(|c| (c.major, c.minor))
+    }
+}
+
+impl PartialEq for Generation {
+    fn eq(&self, other: &Self) -> bool {
+        self.soc == other.soc
+    }
+}
+
+impl Eq for Generation {}
+
+impl std::fmt::Debug for Generation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// Product name of a module part number such as `p3767-0005`.
+pub fn module_product(part: &str) -> Option<&'static str> {
+    let (id, sku) = part.split_once('-').unwrap_or((part, ""));
+    let module = GENERATIONS
+        .iter()
+        .flat_map(|g| g.modules)
+        .find(|m| m.part == id)?;
+    Some(
+        module
+            .sku_products
+            .iter()
+            .find(|(s, _)| *s == sku)
+            .map_or(module.product, |(_, product)| product),
+    )
+}
+
+/// Whether a devfreq device's `of_node/name` is a Jetson GPU: a name of the table, or any
+/// name containing `gpu`.
+pub fn is_gpu_of_node_name(name: &str) -> bool {
+    GENERATIONS
+        .iter()
+        .any(|g| g.sysfs.of_node_names.contains(&name))
+        || name.contains("gpu")
+}
+
+/// Whether NVML's device name is a Jetson integrated GPU (`Orin (nvgpu)`, `NVIDIA Thor`).
+pub fn is_integrated_nvml_name(name: &str) -> bool {
+    GENERATIONS
+        .iter()
+        .filter_map(|g| g.nvml.as_ref())
+        .any(|n| n.name.matches(name))
+}
+
+/// Device nodes a CUDA container may need when the generation is unknown: the union of
+/// what the generations use (only nodes present on the host are passed on).
+pub const UNKNOWN_GENERATION_CONTAINER_NODES: &[&str] = &[
+    "/dev/nvhost-*",
+    "/dev/nvgpu/igpu*/*",
+    "/dev/nvmap",
+    "/dev/nvidia0",
+    "/dev/nvidiactl",
+    "/dev/nvidia-uvm",
+    "/dev/nvidia-uvm-tools",
+    "/dev/nvidia-modeset",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_unique() {
+        for (i, a) in GENERATIONS.iter().enumerate() {
+            for b in &GENERATIONS[i + 1..] {
+                assert_ne!(a.soc, b.soc);
+                assert_ne!(a.detect.compatible, b.detect.compatible);
+                assert_ne!(a.detect.chip_id, b.detect.chip_id);
+                for major in a.detect.l4t_majors_only_here {
+                    assert!(!b.detect.l4t_majors_only_here.contains(major));
+                }
+            }
+            for (j, m) in a.modules.iter().enumerate() {
+                assert!(
+                    GENERATIONS
+                        .iter()
+                        .flat_map(|g| g.modules)
+                        .filter(|n| n.part == m.part)
+                        .count()
+                        == 1,
+                    "{} listed twice (entry {j} of {a:?})",
+                    m.part
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_entry_is_complete_where_the_code_relies_on_it() {
+        for g in GENERATIONS {
+            assert!(g.name.contains(g.soc), "{g:?}");
+            assert!(g.detect.compatible.starts_with("tegra"), "{g:?}");
+            assert!(!g.container_nodes.is_empty(), "{g:?}");
+            assert!(!g.required_nodes.is_empty(), "{g:?}");
+            assert!(!g.cuda.capability.is_empty(), "{g:?}");
+            assert!(
+                g.cuda
+                    .capability
+                    .windows(2)
+                    .all(|w| w[0].since < w[1].since),
+                "{g:?}: capabilities not ascending"
+            );
+            assert!(!g.sysfs.known_dirs.is_empty(), "{g:?}");
+            // A generation without a `load` file has no known load path either.
+            if !g.sysfs.load_file {
+                assert!(g.sysfs.known_dirs.iter().all(|d| d.load.is_none()), "{g:?}");
+            }
+            // Every node required for health is also passed to containers.
+            for node in g.required_nodes {
+                assert!(g.container_nodes.contains(node), "{g:?}: {node}");
+            }
+        }
+    }
+
+    #[test]
+    fn lookups() {
+        let orin = Generation::by_compatible("tegra234").unwrap();
+        assert_eq!(orin.soc, "T234");
+        assert_eq!(Generation::by_chip_id(0x21).unwrap().soc, "T210");
+        assert_eq!(Generation::by_chip_id(7), None);
+        assert_eq!(Generation::by_l4t_major(38).unwrap().soc, "T264");
+        assert_eq!(Generation::by_l4t_major(36), None);
+        assert_eq!(Generation::by_compatible("tegra124"), None);
+        assert_eq!(orin.compute_capability((12, 6)), Some((8, 7)));
+        let thor = Generation::by_compatible("tegra264").unwrap();
+        assert_eq!(thor.compute_capability((12, 9)), Some((10, 1)));
+        assert_eq!(thor.compute_capability((13, 0)), Some((11, 0)));
+    }
+
+    #[test]
+    fn modules_and_names() {
+        assert_eq!(module_product("p3767-0000"), Some("Jetson Orin NX"));
+        assert_eq!(module_product("p3767-0005"), Some("Jetson Orin Nano"));
+        assert_eq!(module_product("p3701-0005"), Some("Jetson AGX Orin"));
+        assert_eq!(module_product("p3448"), Some("Jetson Nano"));
+        assert_eq!(module_product("p9999-0000"), None);
+        assert!(is_gpu_of_node_name("ga10b"));
+        assert!(is_gpu_of_node_name("gb10b"));
+        assert!(is_gpu_of_node_name("17000000.gpu"));
+        assert!(!is_gpu_of_node_name("cpu"));
+        assert!(is_integrated_nvml_name("Orin (nvgpu)"));
+        assert!(is_integrated_nvml_name("NVIDIA Thor"));
+        assert!(!is_integrated_nvml_name("NVIDIA A100-SXM4-40GB"));
+    }
+}

@@ -1,0 +1,395 @@
+//! The table: one entry per Jetson generation. To support a new generation, add an entry.
+//!
+//! Sources, by field:
+//! - `modules`, `cuda.capability`: jetson_stats `jtop/core/jetson_variables.py`
+//!   (`MODULE_NAME_TABLE`, `CUDA_TABLE`) and the L4T Developer Guide's module list; Thor's
+//!   renumbering (SM101 → SM110 from CUDA 13.0) is in the CUDA 13.0 release notes.
+//! - `detect.compatible` / `chip_id`: the upstream Linux device trees
+//!   (`arch/arm64/boot/dts/nvidia/tegra*.dtsi`) and `drivers/soc/tegra/fuse/` (`TEGRA*`
+//!   chip ids); `l4t_majors_only_here` / `marker_file`: the L4T release notes (r38 is Thor
+//!   only) and jetson_stats `jtop/core/thor_gpu.py` (the `gpu-gpc-0` devfreq node).
+//! - `cuda.device_name`: `cuDeviceGetName` as NVIDIA's deviceQuery sample prints it on the
+//!   boards (Orin's in docs/devicequery.md, Nano's in devicequery/tests/golden/).
+//! - `nvml`: NVIDIA go-nvlib `pkg/nvlib/info/property-extractor.go` (`IsIntegratedGPUName`) and
+//!   the JetPack 6 / 7 release notes (NVML on Jetson, supported queries, MIG on Thor).
+//! - `container_nodes`: the `dev` lines of L4T's container CSV files
+//!   (`/etc/nvidia-container-runtime/host-files-for-container.d/l4t.csv` on r32,
+//!   `devices.csv` on r36) and meta-tegra's `tegra-configs-container-csv`; Thor's OpenRM nodes
+//!   from the r38 CSV files.
+//! - `required_nodes`: the nodes `libcuda` opens (nvgpu: `nvhost-ctrl-gpu`, `nvhost-gpu`,
+//!   `nvhost-as-gpu`, `nvmap`; OpenRM: `nvidia0`, `nvidiactl`).
+//! - `sysfs`: nvgpu's `os/linux/sysfs.c` (`load`), the devfreq nodes of each L4T kernel, and
+//!   jetson_stats `jtop/core/gpu.py` (`find_igpu`: the `of_node` names).
+//! - `thermal_zones`: the thermal-zone names of the L4T device trees (`GPU-therm` r32/r35,
+//!   `gpu-thermal` r36).
+//! - `power_rails`: the INA3221 rail labels of the L4T device trees (`ina3221x` channels on
+//!   r32, `ina3221` hwmon labels on r34+).
+
+use crate::{
+    Capability, Cuda, Detect, Generation, GpuSysfs, KnownGpuDir, Module, NameMatch, Nvml,
+    PowerRails,
+};
+
+/// Device nodes of the nvgpu driver that CUDA cannot work without.
+const NVGPU_REQUIRED: &[&str] = &[
+    "/dev/nvhost-ctrl-gpu",
+    "/dev/nvhost-gpu",
+    "/dev/nvhost-as-gpu",
+    "/dev/nvmap",
+];
+
+/// r32's `l4t.csv` device list (Nano/TX1 and TX2).
+const L4T_R32_NODES: &[&str] = &[
+    "/dev/nvidiactl",
+    "/dev/nvhost-ctrl",
+    "/dev/nvhost-ctrl-gpu",
+    "/dev/nvhost-prof-gpu",
+    "/dev/nvhost-dbg-gpu",
+    "/dev/nvhost-gpu",
+    "/dev/nvhost-as-gpu",
+    "/dev/nvhost-nvdec",
+    "/dev/nvhost-vic",
+    "/dev/nvmap",
+    "/dev/tegra_dc_ctrl",
+    "/dev/tegra_dc_0",
+    "/dev/tegra_dc_1",
+];
+
+/// GPU thermal zone of the r32 / r35 device trees.
+const GPU_THERM: &[&str] = &["GPU-therm"];
+
+/// Every Jetson generation with a CUDA-capable GPU, oldest first.
+pub static GENERATIONS: &[Generation] = &[
+    Generation {
+        soc: "T210",
+        name: "Nano/TX1 (T210)",
+        modules: &[
+            Module {
+                part: "p3448",
+                product: "Jetson Nano",
+                sku_products: &[],
+            },
+            Module {
+                part: "p2180",
+                product: "Jetson TX1",
+                sku_products: &[],
+            },
+        ],
+        detect: Detect {
+            compatible: "tegra210",
+            chip_id: 0x21,
+            l4t_majors_only_here: &[],
+            marker_file: None,
+        },
+        cuda: Cuda {
+            capability: &[Capability {
+                since: (0, 0),
+                major: 5,
+                minor: 3,
+            }],
+            device_name: Some("NVIDIA Tegra X1"),
+        },
+        nvml: None,
+        container_nodes: L4T_R32_NODES,
+        required_nodes: NVGPU_REQUIRED,
+        sysfs: GpuSysfs {
+            of_node_names: &["gpu"],
+            load_file: true,
+            known_dirs: &[KnownGpuDir {
+                load: Some("/sys/devices/gpu.0/load"),
+                devfreq: "/sys/devices/gpu.0/devfreq/57000000.gpu",
+            }],
+            devfreq_names: &["57000000.gpu"],
+        },
+        thermal_zones: GPU_THERM,
+        power_rails: &[PowerRails {
+            modules: &["p3448"],
+            driver: "ina3221x",
+            labels: &["POM_5V_IN", "POM_5V_GPU", "POM_5V_CPU"],
+            gpu_rail: Some("POM_5V_GPU"),
+        }],
+    },
+    Generation {
+        soc: "T186",
+        name: "TX2 (T186)",
+        modules: &[
+            Module {
+                part: "p3310",
+                product: "Jetson TX2",
+                sku_products: &[],
+            },
+            Module {
+                part: "p3489",
+                product: "Jetson TX2i",
+                sku_products: &[],
+            },
+            Module {
+                part: "p3636",
+                product: "Jetson TX2 NX",
+                sku_products: &[],
+            },
+        ],
+        detect: Detect {
+            compatible: "tegra186",
+            chip_id: 0x18,
+            l4t_majors_only_here: &[],
+            marker_file: None,
+        },
+        cuda: Cuda {
+            capability: &[Capability {
+                since: (0, 0),
+                major: 6,
+                minor: 2,
+            }],
+            // Not confirmed on a board yet.
+            device_name: None,
+        },
+        nvml: None,
+        container_nodes: L4T_R32_NODES,
+        required_nodes: NVGPU_REQUIRED,
+        sysfs: GpuSysfs {
+            of_node_names: &["gp10b"],
+            load_file: true,
+            known_dirs: &[KnownGpuDir {
+                load: Some("/sys/devices/17000000.gp10b/load"),
+                devfreq: "/sys/devices/17000000.gp10b/devfreq/17000000.gp10b",
+            }],
+            devfreq_names: &["17000000.gp10b"],
+        },
+        thermal_zones: GPU_THERM,
+        power_rails: &[],
+    },
+    Generation {
+        soc: "T194",
+        name: "Xavier (T194)",
+        modules: &[
+            Module {
+                part: "p2888",
+                product: "Jetson AGX Xavier",
+                sku_products: &[],
+            },
+            Module {
+                part: "p3668",
+                product: "Jetson Xavier NX",
+                sku_products: &[],
+            },
+        ],
+        detect: Detect {
+            compatible: "tegra194",
+            chip_id: 0x19,
+            l4t_majors_only_here: &[],
+            marker_file: None,
+        },
+        cuda: Cuda {
+            capability: &[Capability {
+                since: (0, 0),
+                major: 7,
+                minor: 2,
+            }],
+            device_name: Some("Xavier"),
+        },
+        nvml: None,
+        container_nodes: &[
+            "/dev/nvidiactl",
+            "/dev/nvhost-ctrl",
+            "/dev/nvhost-ctrl-gpu",
+            "/dev/nvhost-prof-gpu",
+            "/dev/nvhost-dbg-gpu",
+            "/dev/nvhost-gpu",
+            "/dev/nvhost-as-gpu",
+            "/dev/nvhost-nvdec",
+            "/dev/nvhost-vic",
+            "/dev/nvmap",
+            "/dev/nvhost-nvdla0",
+            "/dev/nvhost-nvdla1",
+            "/dev/nvhost-ctrl-nvdla0",
+            "/dev/nvhost-ctrl-nvdla1",
+            "/dev/tegra_dc_ctrl",
+            "/dev/tegra_dc_0",
+            "/dev/tegra_dc_1",
+        ],
+        required_nodes: NVGPU_REQUIRED,
+        sysfs: GpuSysfs {
+            of_node_names: &["gv11b"],
+            load_file: true,
+            known_dirs: &[KnownGpuDir {
+                load: Some("/sys/devices/17000000.gv11b/load"),
+                devfreq: "/sys/devices/17000000.gv11b/devfreq/17000000.gv11b",
+            }],
+            devfreq_names: &["17000000.gv11b"],
+        },
+        thermal_zones: GPU_THERM,
+        power_rails: &[],
+    },
+    Generation {
+        soc: "T234",
+        name: "Orin (T234)",
+        modules: &[
+            Module {
+                part: "p3701",
+                product: "Jetson AGX Orin",
+                sku_products: &[],
+            },
+            Module {
+                part: "p3767",
+                product: "Jetson Orin NX",
+                sku_products: &[
+                    ("0003", "Jetson Orin Nano"),
+                    ("0004", "Jetson Orin Nano"),
+                    ("0005", "Jetson Orin Nano"),
+                ],
+            },
+        ],
+        detect: Detect {
+            compatible: "tegra234",
+            chip_id: 0x23,
+            l4t_majors_only_here: &[],
+            marker_file: None,
+        },
+        cuda: Cuda {
+            capability: &[Capability {
+                since: (0, 0),
+                major: 8,
+                minor: 7,
+            }],
+            device_name: Some("Orin"),
+        },
+        nvml: Some(Nvml {
+            name: NameMatch::Contains("(nvgpu)"),
+            since_l4t: 36,
+            memory_info: false,
+            pci_info: false,
+            utilization: false,
+            mig: false,
+        }),
+        container_nodes: &[
+            "/dev/nvgpu/igpu0/*",
+            "/dev/nvhost-as-gpu",
+            "/dev/nvhost-ctrl-gpu",
+            "/dev/nvhost-ctrl-nvdla0",
+            "/dev/nvhost-ctrl-nvdla1",
+            "/dev/nvhost-ctrl-pva0",
+            "/dev/nvhost-ctxsw-gpu",
+            "/dev/nvhost-dbg-gpu",
+            "/dev/nvhost-gpu",
+            "/dev/nvhost-nvsched-gpu",
+            "/dev/nvhost-power-gpu",
+            "/dev/nvhost-prof-ctx-gpu",
+            "/dev/nvhost-prof-dev-gpu",
+            "/dev/nvhost-prof-gpu",
+            "/dev/nvhost-sched-gpu",
+            "/dev/nvhost-tsg-gpu",
+            "/dev/nvmap",
+            "/dev/nvidia0",
+            "/dev/nvidiactl",
+            "/dev/nvidia-modeset",
+            "/dev/nvidia-uvm",
+            "/dev/nvidia-uvm-tools",
+            "/dev/nvsciipc",
+            "/dev/host1x-fence",
+            "/dev/dri/card*",
+            "/dev/dri/renderD*",
+            "/dev/fb0",
+            "/dev/fb1",
+            "/dev/v4l2-nvdec",
+            "/dev/v4l2-nvenc",
+        ],
+        required_nodes: NVGPU_REQUIRED,
+        sysfs: GpuSysfs {
+            of_node_names: &["ga10b", "gpu"],
+            load_file: true,
+            known_dirs: &[
+                // r36 (JetPack 6)
+                KnownGpuDir {
+                    load: Some("/sys/devices/platform/bus@0/17000000.gpu/load"),
+                    devfreq: "/sys/class/devfreq/17000000.gpu",
+                },
+                // r35 (JetPack 5)
+                KnownGpuDir {
+                    load: Some("/sys/devices/17000000.ga10b/load"),
+                    devfreq: "/sys/devices/17000000.ga10b/devfreq_dev",
+                },
+            ],
+            devfreq_names: &["17000000.gpu", "17000000.ga10b"],
+        },
+        thermal_zones: &["gpu-thermal"],
+        power_rails: &[
+            PowerRails {
+                modules: &["p3767"],
+                driver: "ina3221",
+                labels: &["VDD_IN", "VDD_CPU_GPU_CV", "VDD_SOC"],
+                gpu_rail: Some("VDD_CPU_GPU_CV"),
+            },
+            PowerRails {
+                modules: &["p3701"],
+                driver: "ina3221",
+                labels: &["VDD_GPU_SOC", "VDD_CPU_CV", "VIN_SYS_5V0"],
+                gpu_rail: Some("VDD_GPU_SOC"),
+            },
+        ],
+    },
+    Generation {
+        soc: "T264",
+        name: "Thor (T264)",
+        modules: &[Module {
+            part: "p3834",
+            product: "Jetson AGX Thor",
+            sku_products: &[],
+        }],
+        detect: Detect {
+            compatible: "tegra264",
+            chip_id: 0x26,
+            l4t_majors_only_here: &[38],
+            marker_file: Some("/sys/class/devfreq/gpu-gpc-0"),
+        },
+        cuda: Cuda {
+            capability: &[
+                Capability {
+                    since: (0, 0),
+                    major: 10,
+                    minor: 1,
+                },
+                Capability {
+                    since: (13, 0),
+                    major: 11,
+                    minor: 0,
+                },
+            ],
+            device_name: None,
+        },
+        nvml: Some(Nvml {
+            name: NameMatch::Exact("NVIDIA Thor"),
+            since_l4t: 38,
+            memory_info: false,
+            pci_info: true,
+            utilization: true,
+            mig: true,
+        }),
+        container_nodes: &[
+            "/dev/nvidia0",
+            "/dev/nvidiactl",
+            "/dev/nvidia-uvm",
+            "/dev/nvidia-uvm-tools",
+            "/dev/nvidia-modeset",
+            "/dev/nvgpu/igpu*/*",
+            "/dev/nvmap",
+            "/dev/dri/card*",
+            "/dev/dri/renderD*",
+            "/dev/v4l2-nvdec",
+            "/dev/v4l2-nvenc",
+        ],
+        required_nodes: &["/dev/nvidia0", "/dev/nvidiactl"],
+        sysfs: GpuSysfs {
+            of_node_names: &["gb10b"],
+            // OpenRM has no nvgpu `load` file; utilisation comes from NVML.
+            load_file: false,
+            known_dirs: &[KnownGpuDir {
+                load: None,
+                devfreq: "/sys/class/devfreq/gpu-gpc-0",
+            }],
+            devfreq_names: &["gpu-gpc-0", "gpu-nvd-0"],
+        },
+        thermal_zones: &[],
+        power_rails: &[],
+    },
+];
