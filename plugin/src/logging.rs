@@ -16,7 +16,7 @@ pub enum LogFormat {
 /// level (`info`). Does nothing if a subscriber is already installed (tests).
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,hpack=warn,h2=warn,hyper=warn,tower=warn"));
+        .unwrap_or_else(|_| EnvFilter::new("info,loona_hpack=warn,h2=warn,hyper=warn,tower=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -40,6 +40,7 @@ use edgegpu_kubelet_api::v1beta1::{
     PreStartContainerRequest, PreferredAllocationRequest, RegisterRequest, HEALTHY,
     KUBELET_SOCKET_NAME, VERSION,
 };
+use edgegpu_plugin::kubelet::authority::frames::BlockSplitter;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{UnixListener, UnixStream};
@@ -974,16 +975,15 @@ async fn register_through_watcher(shared: Arc<Shared>, socket: PathBuf, epoch: u
 /// (when `authority` is set), like an old kubelet dialing with the socket path as target.
 /// tonic/h2 cannot send such an authority themselves (it is not a valid URI), so this
 /// rewrites the frames they write: header blocks are decoded and re-encoded with one
-/// `hpack` encoder of our own, so the server sees a consistent HPACK stream.
+/// HPACK encoder of our own, so the server sees a consistent HPACK stream. Frames are split
+/// and written by the plugin's `kubelet::authority::frames`.
 pub struct AuthorityOverride<S> {
     inner: S,
     authority: Option<Vec<u8>>,
-    preface_left: usize,
-    input: Vec<u8>,
+    splitter: BlockSplitter,
     output: Vec<u8>,
-    block: Option<(u8, u32, Vec<u8>)>,
-    decoder: hpack::Decoder<'static>,
-    encoder: hpack::Encoder<'static>,
+    decoder: loona_hpack::Decoder<'static>,
+    encoder: loona_hpack::Encoder<'static>,
 }
 
 impl<S> AuthorityOverride<S> {
@@ -992,62 +992,23 @@ impl<S> AuthorityOverride<S> {
         AuthorityOverride {
             inner,
             authority: authority.map(String::into_bytes),
-            preface_left: 24,
-            input: Vec::new(),
+            splitter: BlockSplitter::default(),
             output: Vec::new(),
-            block: None,
-            decoder: hpack::Decoder::new(),
-            encoder: hpack::Encoder::new(),
+            decoder: loona_hpack::Decoder::new(),
+            encoder: loona_hpack::Encoder::new(),
         }
     }
 
-    fn process(&mut self) {
-        let Some(authority) = self.authority.clone() else {
-            self.output.append(&mut self.input);
+    fn process(&mut self, data: &[u8]) {
+        let Some(authority) = &self.authority else {
+            self.output.extend_from_slice(data);
             return;
         };
-        if self.preface_left > 0 {
-            let n = self.preface_left.min(self.input.len());
-            self.output.extend(self.input.drain(..n));
-            self.preface_left -= n;
-        }
-        while self.preface_left == 0 && self.input.len() >= 9 {
-            let len = u32::from_be_bytes([0, self.input[0], self.input[1], self.input[2]]) as usize;
-            if self.input.len() < 9 + len {
-                break;
-            }
-            let frame: Vec<u8> = self.input.drain(..9 + len).collect();
-            let (kind, flags) = (frame[3], frame[4]);
-            let stream = u32::from_be_bytes([frame[5], frame[6], frame[7], frame[8]]);
-            let payload = &frame[9..];
-            match kind {
-                0x1 => {
-                    let mut start = 0;
-                    let mut end = payload.len();
-                    if flags & 0x8 != 0 {
-                        start = 1;
-                        end -= payload[0] as usize;
-                    }
-                    if flags & 0x20 != 0 {
-                        start += 5;
-                    }
-                    self.block = Some((flags & 0x1, stream, payload[start..end].to_vec()));
-                }
-                0x9 => {
-                    if let Some(block) = self.block.as_mut() {
-                        block.2.extend_from_slice(payload);
-                    }
-                }
-                _ => {
-                    self.output.extend_from_slice(&frame);
-                    continue;
-                }
-            }
-            if flags & 0x4 != 0 {
-                let (end_stream, stream, fragment) = self.block.take().expect("header block");
-                let headers = self
-                    .decoder
-                    .decode(&fragment)
+        let (decoder, encoder) = (&mut self.decoder, &mut self.encoder);
+        self.splitter
+            .feed(data, &mut self.output, &mut |block, out| {
+                let headers = decoder
+                    .decode(&block.fragment)
                     .expect("h2 wrote valid HPACK");
                 let headers: Vec<(Vec<u8>, Vec<u8>)> = headers
                     .into_iter()
@@ -1059,25 +1020,10 @@ impl<S> AuthorityOverride<S> {
                         }
                     })
                     .collect();
-                let block = self
-                    .encoder
-                    .encode(headers.iter().map(|(n, v)| (&n[..], &v[..])));
-                let chunks: Vec<&[u8]> = block.chunks(16_384).collect();
-                for (i, chunk) in chunks.iter().enumerate() {
-                    let kind = if i == 0 { 0x1 } else { 0x9 };
-                    let mut flags = if i == 0 { end_stream } else { 0 };
-                    if i + 1 == chunks.len() {
-                        flags |= 0x4;
-                    }
-                    let len = (chunk.len() as u32).to_be_bytes();
-                    self.output.extend_from_slice(&len[1..]);
-                    self.output.push(kind);
-                    self.output.push(flags);
-                    self.output.extend_from_slice(&stream.to_be_bytes());
-                    self.output.extend_from_slice(chunk);
-                }
-            }
-        }
+                let encoded = encoder.encode(headers.iter().map(|(n, v)| (&n[..], &v[..])));
+                block.write_with(&encoded, out);
+                true
+            });
     }
 }
 
@@ -1111,8 +1057,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for AuthorityOverride<S> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        this.input.extend_from_slice(buf);
-        this.process();
+        this.process(buf);
         // Buffered: report everything as written; poll_flush pushes it out.
         if let Poll::Ready(Err(e)) = this.poll_drain(cx) {
             return Poll::Ready(Err(e));
