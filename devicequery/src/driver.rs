@@ -184,8 +184,9 @@ impl Driver {
             (self.api.device_get_name)(buffer.as_mut_ptr(), buffer.len() as c_int, device)
         })?;
         let last = buffer.len() - 1;
-        buffer[last] = 0; // never trust a foreign library with termination
-                          // SAFETY: NUL-terminated above at the latest.
+        // Never trust a foreign library with termination.
+        buffer[last] = 0;
+        // SAFETY: NUL-terminated above at the latest.
         Ok(unsafe { CStr::from_ptr(buffer.as_ptr()) }
             .to_string_lossy()
             .into_owned())

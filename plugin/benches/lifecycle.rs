@@ -294,7 +294,7 @@ async fn binary_footprint(seconds: u64) {
         .arg(dir.path())
         .arg("--root")
         .arg(host.root())
-        .env("RUST_LOG", "warn")
+        .env("EDGEGPU_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

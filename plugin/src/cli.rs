@@ -54,7 +54,7 @@ pub struct Cli {
     #[arg(long, env = "HOST_ROOT", value_name = "DIR", default_value = "/")]
     pub root: PathBuf,
 
-    /// Log output format (RUST_LOG sets the level, default info).
+    /// Log output format (EDGEGPU_LOG sets the level, default info).
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 

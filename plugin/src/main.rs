@@ -6,7 +6,9 @@ use edgegpu_plugin::{logging, Cli};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    logging::init(cli.log_format);
+    if let Err(e) = logging::init(cli.log_format) {
+        eprintln!("edgegpu-device-plugin: cannot set up logging: {e}");
+    }
     // One thread: the plugin mostly sleeps; a single-threaded runtime keeps RSS and
     // wake-ups minimal (blocking work goes to tokio's lazily started blocking pool).
     let runtime = match tokio::runtime::Builder::new_current_thread()

@@ -31,6 +31,36 @@ fn version_names_commit_and_target() {
     );
 }
 
+/// The log filter comes from `EDGEGPU_LOG` (the variable every edgegpu program reads), not
+/// from `RUST_LOG`.
+#[test]
+fn edgegpu_log_sets_the_level() {
+    let host = FakeHost::empty();
+    let dir = tempfile::tempdir().unwrap();
+    let run = |var: Option<(&str, &str)>| {
+        let mut cmd = binary_command(BIN);
+        cmd.arg("--root")
+            .arg(host.root())
+            .arg("--device-plugin-path")
+            .arg(dir.path())
+            .args(["--discovery", "tegra"])
+            .env_remove("EDGEGPU_LOG")
+            .env_remove("RUST_LOG");
+        if let Some((name, value)) = var {
+            cmd.env(name, value);
+        }
+        let out = cmd.output().unwrap();
+        assert!(!out.status.success(), "no GPU under the empty root");
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let starting = "Starting edgegpu device plugin";
+    assert!(run(None).contains(starting));
+    assert!(run(Some(("RUST_LOG", "error"))).contains(starting));
+    let quiet = run(Some(("EDGEGPU_LOG", "error")));
+    assert!(!quiet.contains(starting), "{quiet}");
+    assert!(quiet.contains("GPU discovery failed"), "{quiet}");
+}
+
 #[test]
 fn help_documents_every_flag_with_env_and_default() {
     let out = binary_command(BIN).arg("--help").output().unwrap();
@@ -99,7 +129,7 @@ async fn binary_registers_survives_a_restart_and_cleans_up_on_sigterm() {
             .arg("--root")
             .arg(host.root())
             .args(["--log-format", "json"])
-            .env_remove("RUST_LOG")
+            .env_remove("EDGEGPU_LOG")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

@@ -120,7 +120,7 @@ fn run_plugin(root: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     ] {
         cmd.env_remove(var);
     }
-    cmd.env("RUST_LOG", "info");
+    cmd.env("EDGEGPU_LOG", "info");
     for (k, v) in env {
         cmd.env(k, v);
     }

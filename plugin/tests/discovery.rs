@@ -82,7 +82,7 @@ fn run_binary_until(root: &std::path::Path, args: &[&str], done: impl Fn(&str) -
             .arg("--device-plugin-path")
             .arg(dir.path())
             .args(args)
-            .env("RUST_LOG", "info")
+            .env("EDGEGPU_LOG", "info")
             .env("NO_COLOR", "1")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -5,7 +5,6 @@
 //! [`FakeCuda::configure`] points a child process at it and at the library variant.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -157,32 +156,30 @@ impl FakeCuda {
 
     /// The configuration file text the fake library parses.
     pub fn render(&self) -> String {
-        let mut out = String::new();
-        let _ = writeln!(out, "driver_version {}", self.driver_version);
+        let mut lines = vec![format!("driver_version {}", self.driver_version)];
         if let Some(count) = self.device_count {
-            let _ = writeln!(out, "device_count {count}");
+            lines.push(format!("device_count {count}"));
         }
         for (function, code) in &self.results {
-            let _ = writeln!(out, "result {function} {code}");
+            lines.push(format!("result {function} {code}"));
         }
         for device in &self.devices {
-            let _ = writeln!(
-                out,
+            lines.push(format!(
                 "device\nname {}\ntotal_mem {}",
                 device.name, device.total_mem
-            );
+            ));
             for (attribute, value) in &device.attributes {
-                let _ = writeln!(out, "attr {attribute} {value}");
+                lines.push(format!("attr {attribute} {value}"));
             }
             if let Some(uuid) = device.uuid {
                 let hex: String = uuid.iter().map(|b| format!("{b:02x}")).collect();
-                let _ = writeln!(out, "uuid {hex}");
+                lines.push(format!("uuid {hex}"));
             }
         }
         for (from, to) in &self.peers {
-            let _ = writeln!(out, "peer {from} {to} 1");
+            lines.push(format!("peer {from} {to} 1"));
         }
-        out
+        lines.iter().map(|l| format!("{l}\n")).collect()
     }
 
     /// Writes the configuration into `dir` and returns its path.

@@ -233,13 +233,17 @@ impl FakeKubelet {
             epoch,
         };
         let (stop, stopped) = oneshot::channel::<()>();
+        let shared = self.shared.clone();
         let server = tokio::spawn(async move {
-            let _ = Server::builder()
+            // A dropped sender stops the server as well.
+            let stopped = async { stopped.await.unwrap_or(()) };
+            if let Err(e) = Server::builder()
                 .add_service(RegistrationServer::new(service))
-                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
-                    let _ = stopped.await;
-                })
-                .await;
+                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), stopped)
+                .await
+            {
+                shared.log(format!("registration server failed: {e}"));
+            }
         });
         let watcher =
             self.shared.opts.plugins_registry.clone().map(|registry| {
@@ -271,14 +275,15 @@ impl FakeKubelet {
             listers
         });
         for lister in listers {
-            lister.abort();
-            let _ = lister.await;
+            abort_and_join(lister).await;
         }
         if let Some(watcher) = running.watcher {
-            watcher.abort();
-            let _ = watcher.await;
+            abort_and_join(watcher).await;
         }
-        let _ = running.stop.send(());
+        if running.stop.send(()).is_err() {
+            self.shared
+                .log("registration server had already ended".to_string());
+        }
         let abort = running.server.abort_handle();
         if tokio::time::timeout(Duration::from_secs(2), running.server)
             .await
@@ -286,7 +291,13 @@ impl FakeKubelet {
         {
             abort.abort();
         }
-        let _ = std::fs::remove_file(self.socket_path());
+        match std::fs::remove_file(self.socket_path()) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => self.shared.log(format!(
+                "cannot remove {}: {e}",
+                self.socket_path().display()
+            )),
+            _ => {}
+        }
         self.shared.log("kubelet stopped".to_string());
     }
 
@@ -835,9 +846,25 @@ async fn list_and_watch(
     }
 }
 
+/// Aborts `task` and waits for it to end; a panic inside it fails the test that runs the
+/// fake (cancellation is the expected outcome).
+async fn abort_and_join(task: JoinHandle<()>) {
+    task.abort();
+    if let Err(e) = task.await {
+        if e.is_panic() {
+            std::panic::resume_unwind(e.into_panic());
+        }
+    }
+}
+
 /// The plugin-watcher side: scans `registry` for new and removed sockets.
 async fn run_plugin_watcher(shared: Arc<Shared>, registry: PathBuf, epoch: u64) {
-    let _ = std::fs::create_dir_all(&registry);
+    if let Err(e) = std::fs::create_dir_all(&registry) {
+        shared.log(format!(
+            "plugin watcher: cannot create {}: {e}",
+            registry.display()
+        ));
+    }
     let mut known: HashMap<PathBuf, JoinHandle<()>> = HashMap::new();
     loop {
         let mut present = Vec::new();
@@ -968,7 +995,12 @@ async fn register_through_watcher(shared: Arc<Shared>, socket: PathBuf, epoch: u
             }
         }
     };
-    let _ = client.notify_registration_status(status).await;
+    if let Err(e) = client.notify_registration_status(status).await {
+        shared.log(format!(
+            "plugin watcher: NotifyRegistrationStatus failed: {}",
+            e.message()
+        ));
+    }
 }
 
 /// A client connection whose outgoing HTTP/2 header blocks get `:authority` replaced

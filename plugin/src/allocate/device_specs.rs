@@ -11,7 +11,7 @@ use edgegpu_platform::{Generation, UNKNOWN_GENERATION_CONTAINER_NODES};
 use crate::gpu::under_root;
 
 /// Control nodes of the discrete driver, returned when present.
-pub const DISCRETE_CONTROL_NODES: &[&str] = &[
+const DISCRETE_CONTROL_NODES: &[&str] = &[
     "/dev/nvidiactl",
     "/dev/nvidia-uvm",
     "/dev/nvidia-uvm-tools",
@@ -20,7 +20,7 @@ pub const DISCRETE_CONTROL_NODES: &[&str] = &[
 
 /// The `dev` entries of the runtime's CSV files under `root` (`dev, /dev/nvmap`; old files
 /// use bare names: `dev, nvhost-gpu`). Unreadable files are skipped with a warning.
-pub fn csv_device_patterns(root: &Path) -> Vec<String> {
+fn csv_device_patterns(root: &Path) -> Vec<String> {
     let dir = under_root(root, CONTAINER_CSV_DIR);
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return Vec::new();
@@ -80,7 +80,7 @@ fn component_matches(pattern: &str, name: &str) -> bool {
 
 /// Expands a host path pattern under `root`; returns host paths (root prefix removed) of
 /// existing entries that are not directories, sorted.
-pub fn expand(root: &Path, pattern: &str) -> Vec<String> {
+fn expand(root: &Path, pattern: &str) -> Vec<String> {
     let mut current: Vec<String> = vec![String::new()];
     for component in pattern.split('/').filter(|c| !c.is_empty()) {
         let mut next = Vec::new();

@@ -10,7 +10,7 @@ use crate::config::{AllocationPolicy, TimeSlicing};
 use crate::gpu::health::Advertised;
 
 /// Separator between a GPU ID and its replica number (NVIDIA's).
-pub const REPLICA_SEPARATOR: &str = "::";
+const REPLICA_SEPARATOR: &str = "::";
 
 /// Time-slicing as applied to the resource this plugin serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,11 +51,6 @@ pub fn apply(resource_name: &str, sharing: Option<&TimeSlicing>) -> (String, Opt
 /// `<id>::<n>`.
 pub fn replica_id(base: &str, n: u32) -> String {
     format!("{base}{REPLICA_SEPARATOR}{n}")
-}
-
-/// The GPU part of an advertised ID (`GPU-1::3` → `GPU-1`).
-pub fn strip_replica(id: &str) -> &str {
-    id.split(REPLICA_SEPARATOR).next().unwrap_or(id)
 }
 
 /// Preferred devices for one container. `available` and `must_include` are advertised IDs
@@ -269,11 +264,5 @@ mod tests {
         assert_eq!(got, ids(&["GPU-1::0"]));
         let got = preferred(&adv, &avail, &[], 1, true, AllocationPolicy::Packed);
         assert_eq!(got, ids(&["GPU-0::3"]));
-    }
-
-    #[test]
-    fn strip_replica_suffix() {
-        assert_eq!(strip_replica("tegra::3"), "tegra");
-        assert_eq!(strip_replica("GPU-abc"), "GPU-abc");
     }
 }

@@ -9,11 +9,11 @@ use edgegpu_kubelet_api::v1beta1::{CdiDevice, ContainerAllocateResponse};
 use crate::config::DeviceListStrategy;
 
 /// Env var the NVIDIA container runtime reads.
-pub const VISIBLE_DEVICES_ENV: &str = "NVIDIA_VISIBLE_DEVICES";
+const VISIBLE_DEVICES_ENV: &str = "NVIDIA_VISIBLE_DEVICES";
 /// CDI kind of the devices (`nvidia-ctk cdi generate` names them `nvidia.com/gpu=<id>`).
-pub const CDI_KIND: &str = "nvidia.com/gpu";
+const CDI_KIND: &str = "nvidia.com/gpu";
 /// Annotation prefix the CRI runtimes read CDI devices from, plus NVIDIA's key stem.
-pub const CDI_ANNOTATION_PREFIX: &str = "cdi.k8s.io/nvidia-device-plugin_";
+const CDI_ANNOTATION_PREFIX: &str = "cdi.k8s.io/nvidia-device-plugin_";
 
 /// Adds to `response` what each of `strategies` hands the runtime: `visible` are the GPU IDs
 /// under the ID strategy, `cdi_ids` the matching CDI device names (`nvidia.com/gpu=<id>`).

@@ -35,7 +35,7 @@ use super::authority::AuthorityShim;
 use super::plugin_watcher::PluginWatcherService;
 use super::registration::{backoff, register_request, register_until_success};
 use super::restart_watch::{DirWatcher, RestartReason};
-use super::server::DevicePluginService;
+use super::server::{self, DevicePluginService};
 use super::socket::{socket_prefix, OwnedSocket};
 use crate::resource::Resource;
 
@@ -266,10 +266,14 @@ impl Generation {
     }
 
     async fn stop(self) {
-        let _ = self.stop.send(true);
+        // `send_replace` also works when every receiver is already gone.
+        self.stop.send_replace(true);
         if let Some(registration) = self.registration {
             registration.abort();
-            let _ = registration.await;
+            match registration.await {
+                Err(e) if !e.is_cancelled() => tracing::warn!("registration task failed: {e}"),
+                _ => {}
+            }
         }
         // Deregister from the plugin watcher first, then drop the DevicePlugin socket.
         drop(self.registry_socket);
@@ -319,9 +323,7 @@ fn spawn_server(
 ) -> JoinHandle<()> {
     let incoming = accept_stream(listener);
     tokio::spawn(async move {
-        let stopped = async move {
-            let _ = stop.wait_for(|stop| *stop).await.map(|_| ());
-        };
+        let stopped = async move { server::stopped(&mut stop).await };
         if let Err(e) = router.serve_with_incoming_shutdown(incoming, stopped).await {
             tracing::error!("{what} gRPC server failed: {e}");
         }

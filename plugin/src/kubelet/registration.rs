@@ -11,9 +11,9 @@ use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint};
 
 /// First retry delay after a failed registration.
-pub const BACKOFF_INITIAL: Duration = Duration::from_millis(100);
+const BACKOFF_INITIAL: Duration = Duration::from_millis(100);
 /// Longest delay between two registration attempts.
-pub const BACKOFF_MAX: Duration = Duration::from_secs(5);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// Dialing `kubelet.sock` must not hang a generation forever.
 const DIAL_TIMEOUT: Duration = Duration::from_secs(5);
 /// The kubelet dials back inside `Register` with a 10 s timeout; leave it room.
@@ -21,7 +21,7 @@ const REGISTER_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Opens a gRPC channel over a unix socket. The URI is a placeholder required by tonic;
 /// the connector ignores it and the kubelet ignores the authority.
-pub async fn unix_channel(path: &Path, timeout: Duration) -> anyhow::Result<Channel> {
+async fn unix_channel(path: &Path, timeout: Duration) -> anyhow::Result<Channel> {
     let path: PathBuf = path.to_path_buf();
     let endpoint = Endpoint::from_static("http://localhost");
     let connect = endpoint.connect_with_connector(tower::service_fn(move |_| {
@@ -48,7 +48,7 @@ pub fn register_request(
 }
 
 /// One attempt: dial `kubelet_socket` and call `Register`.
-pub async fn register_once(kubelet_socket: &Path, request: RegisterRequest) -> anyhow::Result<()> {
+async fn register_once(kubelet_socket: &Path, request: RegisterRequest) -> anyhow::Result<()> {
     let channel = unix_channel(kubelet_socket, DIAL_TIMEOUT)
         .await
         .map_err(|e| {

@@ -63,7 +63,9 @@ impl Drop for LostGuard {
                 "ListAndWatch stream for '{}' ended (kubelet gone or send failed); re-registering",
                 self.resource
             );
-            let _ = self.stream_lost.send(());
+            if self.stream_lost.send(()).is_err() {
+                tracing::debug!("the generation is already gone; nothing to re-register");
+            }
         }
     }
 }
@@ -108,9 +110,12 @@ fn list_and_watch_stream(state: StreamState) -> ListAndWatchStream {
 }
 
 /// Completes when the generation stops (or its sender is gone).
-async fn stopped(stop: &mut watch::Receiver<bool>) {
-    // Drop the `Ref` at once: it holds a lock guard and must not live across an await.
-    let _ = stop.wait_for(|stop| *stop).await.map(|_| ());
+pub(crate) async fn stopped(stop: &mut watch::Receiver<bool>) {
+    // `Err`: the sender is gone, which ends the generation as well. The `Ok` value is a
+    // `Ref` holding a lock guard; it is dropped at the end of this statement.
+    if stop.wait_for(|stop| *stop).await.is_err() {
+        tracing::debug!("generation stop signal dropped; treating it as a stop");
+    }
 }
 
 #[tonic::async_trait]

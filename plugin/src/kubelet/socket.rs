@@ -50,7 +50,7 @@ fn process_tag() -> u16 {
 }
 
 /// A fresh socket file name `<prefix>-<unix-secs>-<process-tag>-<n>.sock`.
-pub fn unique_socket_name(prefix: &str) -> String {
+fn unique_socket_name(prefix: &str) -> String {
     let secs = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -115,7 +115,7 @@ impl OwnedSocket {
     }
 
     /// Whether the path still refers to the inode we bound.
-    pub fn is_still_ours(&self) -> bool {
+    fn is_still_ours(&self) -> bool {
         match std::fs::symlink_metadata(&self.path) {
             Ok(meta) => meta.dev() == self.dev && meta.ino() == self.ino,
             Err(_) => false,

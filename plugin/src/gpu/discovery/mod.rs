@@ -11,7 +11,6 @@ use edgegpu_platform::is_integrated_nvml_name;
 
 use crate::config::DiscoveryStrategy;
 
-pub use edgegpu_platform::Generation;
 pub use tegra::TegraDetection;
 
 /// `abs` (a host path such as `/etc/nv_tegra_release`) as seen under `root`.

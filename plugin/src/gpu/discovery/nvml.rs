@@ -13,11 +13,11 @@ use nvml_wrapper::Nvml;
 use super::{under_root, Gpu};
 
 /// The soname NVIDIA's tools open (the unversioned `libnvidia-ml.so` is only in -dev packages).
-pub const NVML_SONAME: &str = "libnvidia-ml.so.1";
+const NVML_SONAME: &str = "libnvidia-ml.so.1";
 
 /// Library directories searched under a non-`/` root, in go-nvlib's order, plus the JetPack 6
 /// `nvidia/` directory and Yocto's `/usr/lib`.
-pub const ROOT_LIB_DIRS: &[&str] = &[
+const ROOT_LIB_DIRS: &[&str] = &[
     "/usr/lib64",
     "/usr/lib/x86_64-linux-gnu",
     "/usr/lib/aarch64-linux-gnu",
@@ -29,7 +29,7 @@ pub const ROOT_LIB_DIRS: &[&str] = &[
 ];
 
 /// Where to load NVML from: the root's lib dirs first (when root is not `/`), then the soname.
-pub fn candidates(root: &Path) -> Vec<PathBuf> {
+fn candidates(root: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     if root != Path::new("/") {
         for dir in ROOT_LIB_DIRS {
@@ -44,7 +44,7 @@ pub fn candidates(root: &Path) -> Vec<PathBuf> {
 }
 
 /// Loads and initialises NVML, trying [`candidates`] in order.
-pub fn load(root: &Path) -> anyhow::Result<(Nvml, PathBuf)> {
+fn load(root: &Path) -> anyhow::Result<(Nvml, PathBuf)> {
     let mut failures = Vec::new();
     for candidate in candidates(root) {
         match Nvml::builder().lib_path(OsStr::new(&candidate)).init() {
@@ -71,7 +71,7 @@ fn describe(e: &NvmlError) -> String {
 }
 
 /// NVML's bus ID `00000000:17:00.0` → sysfs name `0000:17:00.0`.
-pub fn sysfs_bus_id(nvml_bus_id: &str) -> String {
+fn sysfs_bus_id(nvml_bus_id: &str) -> String {
     let lower = nvml_bus_id.to_ascii_lowercase();
     match lower.split_once(':') {
         Some((domain, rest)) if domain.len() > 4 => {

@@ -70,14 +70,6 @@ impl HealthTable {
         &self.advertised
     }
 
-    pub fn physical_count(&self) -> usize {
-        self.names.len()
-    }
-
-    pub fn is_healthy(&self, physical: usize) -> bool {
-        self.state.lock().unwrap()[physical].is_none()
-    }
-
     /// The reason a GPU is unhealthy, if it is.
     pub fn unhealthy_reason(&self, physical: usize) -> Option<String> {
         self.state.lock().unwrap()[physical].clone()

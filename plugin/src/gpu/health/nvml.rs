@@ -16,7 +16,7 @@ use nvml_wrapper::Nvml;
 use super::HealthTable;
 
 /// Application-level XIDs that say nothing about the GPU's health (NVIDIA's list).
-pub const IGNORED_XIDS: [u64; 6] = [13, 31, 43, 45, 68, 109];
+const IGNORED_XIDS: [u64; 6] = [13, 31, 43, 45, 68, 109];
 
 /// How long one `nvmlEventSetWait` blocks; also the period of the "does it answer" probe.
 const WAIT_MS: u32 = 2000;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use futures_util::StreamExt;
-use inotify::{Inotify, WatchMask};
+use inotify::{Inotify, WatchMask, Watches};
 
 use super::HealthTable;
 use edgegpu_platform::host::DEVFREQ_CLASS;
@@ -155,6 +155,25 @@ const MASK: WatchMask = WatchMask::CREATE
     .union(WatchMask::DELETE_SELF)
     .union(WatchMask::MOVE_SELF);
 
+/// Adds a watch on each of `dirs`. A directory that cannot be watched (watch limit,
+/// permissions) is logged once, and again only after a watch on it worked: changes there
+/// are then seen only together with events elsewhere.
+fn watch_all(watches: &mut Watches, dirs: &[PathBuf], unwatched: &mut Vec<PathBuf>) {
+    for dir in dirs {
+        match watches.add(dir, MASK) {
+            Ok(_) => unwatched.retain(|d| d != dir),
+            Err(e) if !unwatched.contains(dir) => {
+                tracing::warn!(
+                    "cannot watch {} for GPU health changes: {e}; they are noticed only with other events",
+                    dir.display()
+                );
+                unwatched.push(dir.clone());
+            }
+            Err(_) => {}
+        }
+    }
+}
+
 /// Checks now, then re-checks on every inotify event until the table is dropped.
 /// `physical` is the GPU's index in the table.
 pub fn spawn(
@@ -164,10 +183,12 @@ pub fn spawn(
     physical: usize,
 ) -> anyhow::Result<()> {
     let inotify = Inotify::init()?;
-    let mut watches = inotify.watches();
-    for d in spec.watch_dirs(&root) {
-        let _ = watches.add(&d, MASK);
-    }
+    let mut unwatched = Vec::new();
+    watch_all(
+        &mut inotify.watches(),
+        &spec.watch_dirs(&root),
+        &mut unwatched,
+    );
     // The first check comes after the watches exist, so no change can fall in between.
     table.report(physical, spec.check(&root));
     let mut stream = inotify.into_event_stream([0u8; 4096])?;
@@ -181,10 +202,11 @@ pub fn spawn(
             }
             let Some(table) = weak.upgrade() else { break };
             // Directories may have appeared or gone: (re-)add watches before checking.
-            let mut watches = stream.watches();
-            for d in spec.watch_dirs(&root) {
-                let _ = watches.add(&d, MASK);
-            }
+            watch_all(
+                &mut stream.watches(),
+                &spec.watch_dirs(&root),
+                &mut unwatched,
+            );
             table.report(physical, spec.check(&root));
         }
     });

@@ -6,7 +6,7 @@
 /// The client connection preface of HTTP/2 (RFC 9113 §3.4).
 pub const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// Length of a frame header (RFC 9113 §4.1).
-pub const FRAME_HEADER_LEN: usize = 9;
+const FRAME_HEADER_LEN: usize = 9;
 pub const TYPE_HEADERS: u8 = 0x1;
 pub const TYPE_CONTINUATION: u8 = 0x9;
 pub const FLAG_END_STREAM: u8 = 0x1;
@@ -53,7 +53,7 @@ impl FrameHeader {
 
 /// The parts of a HEADERS frame payload: its priority fields (when `FLAG_PRIORITY`) and its
 /// header block fragment without padding. `None` when padding or priority do not fit.
-pub fn split_headers_payload(flags: u8, payload: &[u8]) -> Option<(Option<[u8; 5]>, &[u8])> {
+fn split_headers_payload(flags: u8, payload: &[u8]) -> Option<(Option<[u8; 5]>, &[u8])> {
     let mut rest = payload;
     if flags & FLAG_PADDED != 0 {
         let (&pad, after) = rest.split_first()?;
@@ -70,7 +70,7 @@ pub fn split_headers_payload(flags: u8, payload: &[u8]) -> Option<(Option<[u8; 5
 
 /// Appends `block` as one HEADERS frame plus CONTINUATIONs, split at [`MAX_FRAME_SIZE`].
 /// `flags` may carry `FLAG_END_STREAM`; `FLAG_PRIORITY` is set when `priority` is given.
-pub fn write_header_block(
+fn write_header_block(
     out: &mut Vec<u8>,
     stream_id: u32,
     flags: u8,
