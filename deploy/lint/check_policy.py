@@ -22,8 +22,9 @@ objects. This script checks what docs/deploy.md promises:
     nodes that run a plugin;
   * every flag and environment variable the DaemonSets pass exists in the plugin's clap
     definitions (plugin/src), and the discovery strategies they name are variants it accepts;
-  * every host path the plugin's code for a node kind reads (string literals in plugin/src) is
-    inside a host mount of that kind's DaemonSet, at /host + the host path (--root /host).
+  * every host path the plugin's code for a node kind reads (string literals in plugin/src and in
+    the platform table, platform/src) is inside a host mount of that kind's DaemonSet, at
+    /host + the host path (--root /host).
 
 Usage: check_policy.py REPO_ROOT. Prints one line per problem; exit status 1 if there is any.
 deploy/helm/check_chart.py runs the same rules on the Helm chart's rendered output
@@ -312,29 +313,38 @@ def check_cli_alignment(where, container, cli):
             problem(where, f"DEVICE_DISCOVERY_STRATEGY={env.get('value')!r} is not one of {sorted(strategies)}")
 
 
-# Which plugin sources read host files for each DaemonSet (by its component label).
+# Which sources (repository paths) hold the host paths the plugin reads for each DaemonSet
+# (by its component label); the Jetson ones are partly in the platform table crate.
 HOST_READERS = {
-    "jetson": ["discovery/tegra.rs", "health/tegra.rs", "device_specs.rs"],
-    "discrete": ["discovery/nvml.rs", "health/nvml.rs", "device_specs.rs"],
+    "jetson": [
+        "plugin/src/gpu/discovery/tegra.rs",
+        "plugin/src/gpu/health/tegra.rs",
+        "plugin/src/allocate/device_specs.rs",
+        "platform/src/host.rs",
+        "platform/src/lib.rs",
+        "platform/src/table.rs",
+    ],
+    "discrete": [
+        "plugin/src/gpu/discovery/nvml.rs",
+        "plugin/src/gpu/health/nvml.rs",
+        "plugin/src/allocate/device_specs.rs",
+    ],
 }
 # Read under --root on purpose but not mounted on purpose: NVML's library directories. The
 # plugin tries them under the root first and then the plain soname, which the NVIDIA runtime
 # injects (NVIDIA_VISIBLE_DEVICES=all); mounting the host's /usr/lib would expose far more.
 NOT_MOUNTED_BY_DESIGN = ("/usr/lib", "/usr/lib64", "/lib", "/lib64")
 # Paths in a shared source file that only the other kind of node reads.
-NOT_READ_ON = {
-    # device_specs.rs: the CSV files list Tegra device nodes (tegra_device_paths only).
-    "discrete": {"/etc/nvidia-container-runtime/host-files-for-container.d"},
-}
+NOT_READ_ON = {}
 HOST_PATH_LITERAL = re.compile(r'"(/(?:sys|etc|dev|proc|usr|lib|lib64|run|var|opt)(?:/[^"]*)?)"')
 
 
 def host_paths_read(repo, component):
     paths = set()
     for name in HOST_READERS.get(component, []):
-        source = repo / "plugin" / "src" / name
+        source = repo / name
         if not source.exists():
-            problem(f"plugin/src/{name}", "missing: update HOST_READERS in deploy/lint/check_policy.py")
+            problem(name, "missing: update HOST_READERS in deploy/lint/check_policy.py")
             continue
         for literal in HOST_PATH_LITERAL.findall(source.read_text(encoding="utf-8")):
             path = re.split(r"[{*]", literal)[0].rstrip("/") or "/"
@@ -353,7 +363,7 @@ def check_host_path_coverage(where, repo, component, pod, container):
         if any(path == d or path.startswith(d + "/") for d in NOT_MOUNTED_BY_DESIGN):
             continue
         if not any(path == m or path.startswith(m.rstrip("/") + "/") for m in mounted):
-            problem(where, f"the plugin reads {path} (plugin/src) but no host mount covers it")
+            problem(where, f"the plugin reads {path} (plugin/src, platform/src) but no host mount covers it")
 
 
 def check_daemonset(ds, version, configmaps, cli, repo, namespace="kube-system", configmap_required=True):

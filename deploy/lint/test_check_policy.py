@@ -46,6 +46,7 @@ class PolicyTest(unittest.TestCase):
         self.tmp = Path(tempfile.mkdtemp())
         shutil.copy(REPO / "Cargo.toml", self.tmp / "Cargo.toml")
         shutil.copytree(REPO / "plugin" / "src", self.tmp / "plugin" / "src")
+        shutil.copytree(REPO / "platform" / "src", self.tmp / "platform" / "src")
         (self.tmp / "deploy" / "examples").mkdir(parents=True)
         for path in list((REPO / "deploy").glob("*.yaml")) + list((REPO / "deploy" / "examples").glob("*.yaml")):
             shutil.copy(path, self.tmp / path.relative_to(REPO))
@@ -215,7 +216,7 @@ class PolicyTest(unittest.TestCase):
             ds = jetson(objects)
             container(ds)["volumeMounts"].remove(mount(ds, "/host/sys/module"))
             pod(ds)["volumes"].remove(volume(ds, "host-sys-module"))
-        self.assert_reported(mutate, "reads /sys/module/tegra_fuse/parameters/tegra_chip_id (plugin/src) but no host mount")
+        self.assert_reported(mutate, "reads /sys/module/tegra_fuse/parameters/tegra_chip_id (plugin/src, platform/src) but no host mount")
 
     def test_host_path_must_mirror_under_host(self):
         def mutate(objects, _):
