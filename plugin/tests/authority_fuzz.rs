@@ -8,8 +8,8 @@
 //! deeper than the default run.
 
 use edgegpu_plugin::kubelet::authority::frames::{
-    FrameHeader, FLAG_END_HEADERS, FLAG_PADDED, FLAG_PRIORITY, PREFACE, TYPE_CONTINUATION,
-    TYPE_HEADERS,
+    write_frame, FrameHeader, FLAG_END_HEADERS, FLAG_PADDED, FLAG_PRIORITY, PREFACE,
+    TYPE_CONTINUATION, TYPE_HEADERS,
 };
 use edgegpu_plugin::kubelet::authority::AuthorityRewriter;
 use proptest::prelude::*;
@@ -18,14 +18,7 @@ const PATH_AUTHORITY: &[u8] = b"/var/lib/kubelet/device-plugins/nvidia-gpu.sock"
 
 fn frame(kind: u8, flags: u8, stream_id: u32, payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
-    FrameHeader {
-        len: payload.len(),
-        kind,
-        flags,
-        stream_id,
-    }
-    .write(&mut out);
-    out.extend_from_slice(payload);
+    write_frame(&mut out, kind, flags, stream_id, payload);
     out
 }
 

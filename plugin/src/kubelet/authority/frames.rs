@@ -51,6 +51,18 @@ impl FrameHeader {
     }
 }
 
+/// Appends one frame: its header (with `payload`'s length) and `payload`.
+pub fn write_frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream_id: u32, payload: &[u8]) {
+    FrameHeader {
+        len: payload.len(),
+        kind,
+        flags,
+        stream_id,
+    }
+    .write(out);
+    out.extend_from_slice(payload);
+}
+
 /// The parts of a HEADERS frame payload: its priority fields (when `FLAG_PRIORITY`) and its
 /// header block fragment without padding. `None` when padding or priority do not fit.
 fn split_headers_payload(flags: u8, payload: &[u8]) -> Option<(Option<[u8; 5]>, &[u8])> {
@@ -100,14 +112,8 @@ fn write_header_block(
     out.extend_from_slice(&block[..first_len]);
     while !rest.is_empty() {
         let n = rest.len().min(MAX_FRAME_SIZE);
-        FrameHeader {
-            len: n,
-            kind: TYPE_CONTINUATION,
-            flags: if n == rest.len() { FLAG_END_HEADERS } else { 0 },
-            stream_id,
-        }
-        .write(out);
-        out.extend_from_slice(&rest[..n]);
+        let flags = if n == rest.len() { FLAG_END_HEADERS } else { 0 };
+        write_frame(out, TYPE_CONTINUATION, flags, stream_id, &rest[..n]);
         rest = &rest[n..];
     }
 }

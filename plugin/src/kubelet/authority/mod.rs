@@ -147,14 +147,7 @@ mod tests {
 
     fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
-        FrameHeader {
-            len: payload.len(),
-            kind,
-            flags,
-            stream_id: stream,
-        }
-        .write(&mut out);
-        out.extend_from_slice(payload);
+        write_frame(&mut out, kind, flags, stream, payload);
         out
     }
 
