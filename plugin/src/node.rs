@@ -2,13 +2,14 @@
 //! wired to what pods receive (`allocate`). The kubelet side only sees the result as a
 //! [`Resource`].
 
+use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::allocate::sharing;
 use crate::allocate::GpuResource;
-use crate::config::{DeviceIdStrategy, GpuArgs};
+use crate::config::{Config, DeviceIdStrategy, GpuArgs, Imex};
 use crate::gpu::discovery;
 use crate::gpu::health::{self, Advertised, HealthTable};
 use crate::gpu::Platform;
@@ -30,7 +31,16 @@ pub async fn build_gpu_resource(
     resource_name: &str,
     args: &GpuArgs,
 ) -> anyhow::Result<Arc<GpuResource>> {
-    let config = args.resolve()?;
+    // Reading the config file and the host's device files blocks: not on the runtime thread.
+    let config = {
+        let (args, root) = (args.clone(), root.to_path_buf());
+        tokio::task::spawn_blocking(move || -> anyhow::Result<Config> {
+            let config = args.resolve()?;
+            check_imex(&root, &config.imex)?;
+            Ok(config)
+        })
+        .await??
+    };
     tracing::info!(
         "Running with config: {}",
         serde_json::to_string(&config).unwrap_or_default()
@@ -99,8 +109,13 @@ pub async fn build_gpu_resource(
     } else {
         match (&platform, nvml) {
             (Some(Platform::Tegra { detection, .. }), _) => {
-                let spec = health::tegra::TegraHealthSpec::for_host(root, detection.generation);
-                health::tegra::spawn(root.to_path_buf(), spec, &table, 0)?;
+                let (root, generation) = (root.to_path_buf(), detection.generation);
+                let spec = tokio::task::spawn_blocking({
+                    let root = root.clone();
+                    move || health::tegra::TegraHealthSpec::for_host(&root, generation)
+                })
+                .await?;
+                health::tegra::spawn(root, spec, &table, 0).await?;
             }
             (Some(Platform::Nvml), Some(nvml)) => {
                 let uuids = gpus.iter().map(|g| g.uuid.clone()).collect();
@@ -126,4 +141,34 @@ pub async fn build_gpu_resource(
         replication,
         table,
     }))
+}
+
+/// Where an IMEX channel's device node lives (NVIDIA's `internal/imex`).
+const IMEX_CHANNEL_DIR: &str = "/dev/nvidia-caps-imex-channels";
+
+/// `imex.channelIDs` with NVIDIA's rules for a channel that is not there: skipped with a
+/// warning, or an error when `imex.required`. A channel that *is* there would have to be
+/// handed to every GPU container, which edgegpu does not do (docs/platforms/README.md): the
+/// plugin then refuses to start rather than run without it.
+fn check_imex(root: &Path, imex: &Imex) -> anyhow::Result<()> {
+    for id in &imex.channel_ids {
+        let host_path = format!("{IMEX_CHANNEL_DIR}/channel{id}");
+        let path = crate::gpu::under_root(root, &host_path);
+        let is_channel = std::fs::metadata(&path).is_ok_and(|m| m.file_type().is_char_device());
+        match (is_channel, imex.required) {
+            (true, _) => anyhow::bail!(
+                "config file: imex.channelIDs [{id}]: IMEX channel {host_path} exists on this \
+                 node, and edgegpu does not inject IMEX channels into containers; remove the \
+                 `imex` section (see docs/platforms/README.md)"
+            ),
+            (false, true) => anyhow::bail!(
+                "config file: requested IMEX channel channel{id} does not exist ({host_path}) and \
+                 imex.required is true"
+            ),
+            (false, false) => tracing::warn!(
+                "Ignoring requested IMEX channel channel{id} ({host_path} does not exist)"
+            ),
+        }
+    }
+    Ok(())
 }

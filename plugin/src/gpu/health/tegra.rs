@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use inotify::{Inotify, WatchMask, Watches};
 
 use super::HealthTable;
@@ -175,40 +175,70 @@ fn watch_all(watches: &mut Watches, dirs: &[PathBuf], unwatched: &mut Vec<PathBu
 }
 
 /// Checks now, then re-checks on every inotify event until the table is dropped.
-/// `physical` is the GPU's index in the table.
-pub fn spawn(
+/// `physical` is the GPU's index in the table. The checks read sysfs and stat device nodes,
+/// which can block (a sysfs `show` handler runs driver code), so they run on the blocking
+/// pool; the runtime thread only waits for inotify events.
+pub async fn spawn(
     root: PathBuf,
     spec: TegraHealthSpec,
     table: &Arc<HealthTable>,
     physical: usize,
 ) -> anyhow::Result<()> {
     let inotify = Inotify::init()?;
-    let mut unwatched = Vec::new();
-    watch_all(
-        &mut inotify.watches(),
-        &spec.watch_dirs(&root),
-        &mut unwatched,
-    );
+    let checker = Arc::new(Checker { root, spec });
     // The first check comes after the watches exist, so no change can fall in between.
-    table.report(physical, spec.check(&root));
+    let (outcome, mut unwatched) = checker.recheck(inotify.watches(), Vec::new()).await?;
+    table.report(physical, outcome);
     let mut stream = inotify.into_event_stream([0u8; 4096])?;
     let weak = Arc::downgrade(table);
-    tracing::info!(nodes = ?spec.required_nodes, sysfs = ?spec.sysfs_files, "Tegra health checks started (inotify)");
+    tracing::info!(nodes = ?checker.spec.required_nodes, sysfs = ?checker.spec.sysfs_files, "Tegra health checks started (inotify)");
     tokio::spawn(async move {
         while let Some(event) = stream.next().await {
             if let Err(e) = event {
                 tracing::warn!("inotify error in Tegra health watch: {e}; health checks stopped");
                 break;
             }
+            // One check for a burst of events (a driver reload touches many nodes).
+            while let Some(Some(Ok(_))) = stream.next().now_or_never() {}
             let Some(table) = weak.upgrade() else { break };
-            // Directories may have appeared or gone: (re-)add watches before checking.
-            watch_all(
-                &mut stream.watches(),
-                &spec.watch_dirs(&root),
-                &mut unwatched,
-            );
-            table.report(physical, spec.check(&root));
+            match checker.recheck(stream.watches(), unwatched).await {
+                Ok((outcome, still_unwatched)) => {
+                    unwatched = still_unwatched;
+                    table.report(physical, outcome);
+                }
+                Err(e) => {
+                    tracing::warn!("Tegra health check failed to run: {e}; health checks stopped");
+                    break;
+                }
+            }
         }
     });
     Ok(())
+}
+
+/// What one health check needs, shared with the blocking pool.
+struct Checker {
+    root: PathBuf,
+    spec: TegraHealthSpec,
+}
+
+impl Checker {
+    /// (Re-)adds watches (directories may have appeared or gone), then checks, on the
+    /// blocking pool. Returns the outcome and the directories still unwatched.
+    async fn recheck(
+        self: &Arc<Self>,
+        mut watches: Watches,
+        mut unwatched: Vec<PathBuf>,
+    ) -> Result<(Result<(), String>, Vec<PathBuf>), tokio::task::JoinError> {
+        let this = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            watch_all(
+                &mut watches,
+                &this.spec.watch_dirs(&this.root),
+                &mut unwatched,
+            );
+            (this.spec.check(&this.root), unwatched)
+        })
+        .await
+    }
 }
