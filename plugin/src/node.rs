@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::allocate::device_specs::{Candidates, DeviceNodes};
 use crate::allocate::sharing;
 use crate::allocate::GpuResource;
 use crate::config::{Config, DeviceIdStrategy, GpuArgs, Imex};
@@ -130,16 +131,29 @@ pub async fn build_gpu_resource(
             _ => {}
         }
     }
+    let device_nodes = match (&platform, config.pass_device_specs) {
+        (Some(Platform::Tegra { detection, .. }), true) => {
+            Some(Candidates::Tegra(detection.generation))
+        }
+        (Some(Platform::Nvml), true) => Some(Candidates::Discrete(
+            gpus.iter().map(|g| g.minor.unwrap_or(g.index)).collect(),
+        )),
+        _ => None,
+    };
+    let device_nodes = match device_nodes {
+        Some(candidates) => Some(DeviceNodes::watch(root.to_path_buf(), candidates).await?),
+        None => None,
+    };
     tracing::info!(resource = %name, devices = table.advertised().len(), "GPU resource ready");
     Ok(Arc::new(GpuResource {
         name,
         config,
-        root: root.to_path_buf(),
         platform,
         gpus,
         base_ids,
         replication,
         table,
+        device_nodes,
     }))
 }
 

@@ -2,13 +2,21 @@
 //!
 //! Only nodes that exist under `--root` are returned, and they are returned with their host
 //! path (the root prefix removed): the container runtime on the host opens them.
+//!
+//! Finding them reads directories, so it is not done inside `Allocate`: [`DeviceNodes`] keeps
+//! the list current from inotify events (a node such as `/dev/nvidia-uvm` may appear after
+//! the plugin started) and `Allocate` only reads that list.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use futures_util::{FutureExt, StreamExt};
+use inotify::{Inotify, WatchMask, Watches};
 
 use edgegpu_platform::host::CONTAINER_CSV_DIR;
 use edgegpu_platform::{Generation, UNKNOWN_GENERATION_CONTAINER_NODES};
 
-use crate::gpu::under_root;
+use crate::gpu::{under_root, watch_dir_for};
 
 /// Control nodes of the discrete driver, returned when present.
 const DISCRETE_CONTROL_NODES: &[&str] = &[
@@ -144,6 +152,140 @@ fn collect(root: &Path, patterns: &[String]) -> Vec<String> {
         }
     }
     out
+}
+
+/// Which nodes a host's GPUs may need.
+#[derive(Debug, Clone)]
+pub enum Candidates {
+    /// A Jetson of this generation (`None`: unknown generation).
+    Tegra(Option<&'static Generation>),
+    /// Discrete GPUs with these minor numbers.
+    Discrete(Vec<u32>),
+}
+
+impl Candidates {
+    /// The nodes present now (blocking).
+    fn scan(&self, root: &Path) -> Vec<String> {
+        match self {
+            Candidates::Tegra(generation) => tegra_device_paths(root, *generation),
+            Candidates::Discrete(minors) => discrete_device_paths(root, minors),
+        }
+    }
+
+    /// Directories whose changes can change [`Candidates::scan`] (blocking).
+    fn watch_dirs(&self, root: &Path) -> Vec<PathBuf> {
+        let mut patterns: Vec<String> = match self {
+            Candidates::Tegra(generation) => {
+                let nodes =
+                    generation.map_or(UNKNOWN_GENERATION_CONTAINER_NODES, |g| g.container_nodes);
+                let mut p: Vec<String> = nodes.iter().map(|s| s.to_string()).collect();
+                p.extend(csv_device_patterns(root));
+                // The CSV directory itself (files added or removed change the patterns).
+                p.push(format!("{CONTAINER_CSV_DIR}/*.csv"));
+                p
+            }
+            Candidates::Discrete(_) => vec!["/dev/nvidiactl".to_string()],
+        };
+        patterns.sort();
+        patterns.dedup();
+        let mut dirs = Vec::new();
+        for pattern in patterns {
+            // The components before the first wildcard name a node or a directory; the
+            // directory holding the match is it (or its parent), or its nearest ancestor.
+            let fixed: Vec<&str> = pattern
+                .split('/')
+                .take_while(|c| !c.contains(['*', '?']))
+                .collect();
+            let below = under_root(root, &fixed.join("/")).join("-");
+            if let Some(d) = watch_dir_for(root, &below) {
+                if !dirs.contains(&d) {
+                    dirs.push(d);
+                }
+            }
+        }
+        dirs
+    }
+}
+
+/// The device nodes present on the host, kept current by inotify.
+pub struct DeviceNodes {
+    present: RwLock<Arc<Vec<String>>>,
+}
+
+impl DeviceNodes {
+    /// Scans now and starts watching; the watch ends when the returned value is dropped.
+    pub async fn watch(root: PathBuf, candidates: Candidates) -> anyhow::Result<Arc<DeviceNodes>> {
+        let inotify = Inotify::init()?;
+        let scanner = Arc::new((root, candidates));
+        let present = rescan(&scanner, inotify.watches()).await?;
+        let nodes = Arc::new(DeviceNodes {
+            present: RwLock::new(Arc::new(present)),
+        });
+        let mut events = inotify.into_event_stream([0u8; 1024])?;
+        let weak = Arc::downgrade(&nodes);
+        tokio::spawn(async move {
+            while let Some(event) = events.next().await {
+                if let Err(e) = event {
+                    tracing::warn!("inotify error watching GPU device nodes: {e}; the list is no longer updated");
+                    break;
+                }
+                // One scan for a burst of events.
+                while let Some(Some(Ok(_))) = events.next().now_or_never() {}
+                let Some(nodes) = weak.upgrade() else { break };
+                match rescan(&scanner, events.watches()).await {
+                    Ok(present) => {
+                        *nodes.present.write().unwrap_or_else(|p| p.into_inner()) =
+                            Arc::new(present)
+                    }
+                    Err(e) => {
+                        tracing::warn!(
+                            "scanning GPU device nodes failed: {e}; the list is no longer updated"
+                        );
+                        break;
+                    }
+                }
+            }
+        });
+        Ok(nodes)
+    }
+
+    /// The nodes present (host paths).
+    pub fn present(&self) -> Arc<Vec<String>> {
+        Arc::clone(&self.present.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The nodes for discrete GPUs with `minors`: the control nodes and their own.
+    pub fn discrete(&self, minors: &[u32]) -> Vec<String> {
+        let own: Vec<String> = minors.iter().map(|m| format!("/dev/nvidia{m}")).collect();
+        self.present()
+            .iter()
+            .filter(|p| DISCRETE_CONTROL_NODES.contains(&p.as_str()) || own.contains(p))
+            .cloned()
+            .collect()
+    }
+}
+
+/// (Re-)adds the watches, then scans, on the blocking pool.
+async fn rescan(
+    scanner: &Arc<(PathBuf, Candidates)>,
+    mut watches: Watches,
+) -> Result<Vec<String>, tokio::task::JoinError> {
+    let scanner = Arc::clone(scanner);
+    tokio::task::spawn_blocking(move || {
+        let (root, candidates) = &*scanner;
+        let mask = WatchMask::CREATE
+            | WatchMask::DELETE
+            | WatchMask::MOVED_FROM
+            | WatchMask::MOVED_TO
+            | WatchMask::CLOSE_WRITE;
+        for dir in candidates.watch_dirs(root) {
+            if let Err(e) = watches.add(&dir, mask) {
+                tracing::debug!("cannot watch {} for GPU device nodes: {e}", dir.display());
+            }
+        }
+        candidates.scan(root)
+    })
+    .await
 }
 
 #[cfg(test)]

@@ -8,7 +8,6 @@ pub mod sharing;
 pub mod strategy;
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use edgegpu_kubelet_api::v1beta1::{
@@ -28,7 +27,6 @@ use sharing::Replication;
 pub struct GpuResource {
     pub(crate) name: String,
     pub(crate) config: Config,
-    pub(crate) root: PathBuf,
     /// `None` when no GPU was found and `--fail-on-init-error=false`.
     pub(crate) platform: Option<Platform>,
     pub(crate) gpus: Vec<Gpu>,
@@ -36,6 +34,8 @@ pub struct GpuResource {
     pub(crate) base_ids: Vec<String>,
     pub(crate) replication: Option<Replication>,
     pub(crate) table: Arc<HealthTable>,
+    /// The `/dev` nodes for `--pass-device-specs` (`None` when it is off).
+    pub(crate) device_nodes: Option<Arc<device_specs::DeviceNodes>>,
 }
 
 impl GpuResource {
@@ -217,17 +217,15 @@ fn allocate(res: &GpuResource, ids: &[String]) -> Result<ContainerAllocateRespon
         &mut response,
     );
 
-    if res.config.pass_device_specs {
+    if let Some(nodes) = &res.device_nodes {
         let paths = match &res.platform {
-            Some(Platform::Tegra { detection, .. }) => {
-                device_specs::tegra_device_paths(&res.root, detection.generation)
-            }
+            Some(Platform::Tegra { .. }) => nodes.present().to_vec(),
             Some(Platform::Nvml) => {
                 let minors: Vec<u32> = physical
                     .iter()
                     .map(|p| res.gpus[*p].minor.unwrap_or(res.gpus[*p].index))
                     .collect();
-                device_specs::discrete_device_paths(&res.root, &minors)
+                nodes.discrete(&minors)
             }
             None => Vec::new(),
         };

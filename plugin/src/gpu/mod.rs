@@ -7,3 +7,19 @@ pub mod discovery;
 pub mod health;
 
 pub use discovery::{under_root, Gpu, Platform};
+
+/// The directory to watch for changes of `full` (a path under `root`): its parent, or the
+/// nearest ancestor that exists, not above `root`. Blocking (stat calls).
+pub fn watch_dir_for(root: &std::path::Path, full: &std::path::Path) -> Option<std::path::PathBuf> {
+    let mut dir = full.parent();
+    while let Some(d) = dir {
+        if d.is_dir() {
+            return Some(d.to_path_buf());
+        }
+        if d == root {
+            return None;
+        }
+        dir = d.parent();
+    }
+    None
+}

@@ -1,7 +1,9 @@
 //! Registration with the kubelet through `Registration/Register` on `kubelet.sock`,
 //! retried with bounded exponential backoff.
 
+use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use edgegpu_kubelet_api::v1beta1::registration_client::RegistrationClient;
@@ -12,6 +14,12 @@ use tonic::transport::{Channel, Endpoint};
 
 /// First retry delay after a failed registration.
 const BACKOFF_INITIAL: Duration = Duration::from_millis(100);
+/// First retry delay while `kubelet.sock` exists but refuses connections: a starting kubelet
+/// creates the file at bind() and accepts only after listen() a moment later, and inotify
+/// wakes us in between. Doubling from 1 ms finds the listening socket within a few ms.
+const REFUSED_INITIAL: Duration = Duration::from_millis(1);
+/// Quick retries while refused before the ordinary backoff takes over (1 + 2 + … + 64 ms).
+const REFUSED_QUICK_RETRIES: u32 = 7;
 /// Longest delay between two registration attempts.
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// Dialing `kubelet.sock` must not hang a generation forever.
@@ -19,18 +27,51 @@ const DIAL_TIMEOUT: Duration = Duration::from_secs(5);
 /// The kubelet dials back inside `Register` with a 10 s timeout; leave it room.
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// Why a registration attempt failed.
+#[derive(Debug)]
+enum Failure {
+    /// `kubelet.sock` is missing or not listening yet (ENOENT, ECONNREFUSED).
+    NotListening(anyhow::Error),
+    Other(anyhow::Error),
+}
+
 /// Opens a gRPC channel over a unix socket. The URI is a placeholder required by tonic;
 /// the connector ignores it and the kubelet ignores the authority.
-async fn unix_channel(path: &Path, timeout: Duration) -> anyhow::Result<Channel> {
+async fn unix_channel(path: &Path, timeout: Duration) -> Result<Channel, Failure> {
     let path: PathBuf = path.to_path_buf();
+    // The connector's io::Error reaches us wrapped by tonic; keep its kind aside.
+    let dial_error = Arc::new(Mutex::new(None::<io::ErrorKind>));
     let endpoint = Endpoint::from_static("http://localhost");
-    let connect = endpoint.connect_with_connector(tower::service_fn(move |_| {
-        let path = path.clone();
-        async move { UnixStream::connect(path).await.map(TokioIo::new) }
+    let connect = endpoint.connect_with_connector(tower::service_fn({
+        let dial_error = Arc::clone(&dial_error);
+        move |_| {
+            let (path, dial_error) = (path.clone(), Arc::clone(&dial_error));
+            async move {
+                UnixStream::connect(path)
+                    .await
+                    .map(TokioIo::new)
+                    .map_err(|e| {
+                        *dial_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.kind());
+                        e
+                    })
+            }
+        }
     }));
-    Ok(tokio::time::timeout(timeout, connect)
-        .await
-        .map_err(|_| anyhow::anyhow!("timed out after {timeout:?}"))??)
+    match tokio::time::timeout(timeout, connect).await {
+        Ok(Ok(channel)) => Ok(channel),
+        Ok(Err(e)) => {
+            let kind = *dial_error.lock().unwrap_or_else(|p| p.into_inner());
+            match kind {
+                Some(io::ErrorKind::ConnectionRefused | io::ErrorKind::NotFound) => {
+                    Err(Failure::NotListening(e.into()))
+                }
+                _ => Err(Failure::Other(e.into())),
+            }
+        }
+        Err(_) => Err(Failure::Other(anyhow::anyhow!(
+            "timed out after {timeout:?}"
+        ))),
+    }
 }
 
 /// The `RegisterRequest` for a plugin socket named `endpoint` (file name only).
@@ -48,27 +89,31 @@ pub fn register_request(
 }
 
 /// One attempt: dial `kubelet_socket` and call `Register`.
-async fn register_once(kubelet_socket: &Path, request: RegisterRequest) -> anyhow::Result<()> {
+async fn register_once(kubelet_socket: &Path, request: RegisterRequest) -> Result<(), Failure> {
+    let dial_failed = |e: anyhow::Error| {
+        anyhow::anyhow!(
+            "cannot dial {}: {}",
+            kubelet_socket.display(),
+            e.root_cause()
+        )
+    };
     let channel = unix_channel(kubelet_socket, DIAL_TIMEOUT)
         .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "cannot dial {}: {}",
-                kubelet_socket.display(),
-                e.root_cause()
-            )
+        .map_err(|f| match f {
+            Failure::NotListening(e) => Failure::NotListening(dial_failed(e)),
+            Failure::Other(e) => Failure::Other(dial_failed(e)),
         })?;
     let mut client = RegistrationClient::new(channel);
     match tokio::time::timeout(REGISTER_TIMEOUT, client.register(request)).await {
         Ok(Ok(_)) => Ok(()),
-        Ok(Err(status)) => Err(anyhow::anyhow!(
+        Ok(Err(status)) => Err(Failure::Other(anyhow::anyhow!(
             "kubelet rejected the registration: {} ({:?})",
             status.message(),
             status.code()
-        )),
-        Err(_) => Err(anyhow::anyhow!(
+        ))),
+        Err(_) => Err(Failure::Other(anyhow::anyhow!(
             "Register did not answer within {REGISTER_TIMEOUT:?}"
-        )),
+        ))),
     }
 }
 
@@ -79,12 +124,21 @@ pub fn backoff(attempt: u32) -> Duration {
         .min(BACKOFF_MAX)
 }
 
+/// The delay before the next quick retry while the socket refuses connections (`quick`
+/// retries so far), or `None` when the ordinary [`backoff`] should take over.
+pub fn refused_retry(quick: u32) -> Option<Duration> {
+    (quick < REFUSED_QUICK_RETRIES).then(|| REFUSED_INITIAL.saturating_mul(1 << quick))
+}
+
 /// Registers until it succeeds, logging each failure; only ends on success (the caller
-/// aborts it when the generation ends).
+/// aborts it when the generation ends). A socket that is not listening yet is retried
+/// within milliseconds a few times (logged at debug: it is the normal start of a kubelet),
+/// then with the ordinary backoff.
 pub async fn register_until_success(kubelet_socket: &Path, request: RegisterRequest) {
     let mut attempt = 0u32;
+    let mut quick = 0u32;
     loop {
-        match register_once(kubelet_socket, request.clone()).await {
+        let (e, delay) = match register_once(kubelet_socket, request.clone()).await {
             Ok(()) => {
                 tracing::info!(
                     "Registered device plugin for '{}' with Kubelet (endpoint {})",
@@ -93,17 +147,26 @@ pub async fn register_until_success(kubelet_socket: &Path, request: RegisterRequ
                 );
                 return;
             }
-            Err(e) => {
-                let delay = backoff(attempt);
-                tracing::warn!(
-                    "Could not register device plugin for '{}' with Kubelet at {}: {e:#}; retrying in {delay:?}",
-                    request.resource_name,
-                    kubelet_socket.display()
-                );
-                tokio::time::sleep(delay).await;
-                attempt = attempt.saturating_add(1);
-            }
-        }
+            Err(Failure::NotListening(e)) => match refused_retry(quick) {
+                Some(delay) => {
+                    quick += 1;
+                    tracing::debug!(
+                        "kubelet socket not listening yet ({e:#}); retrying in {delay:?}"
+                    );
+                    tokio::time::sleep(delay).await;
+                    continue;
+                }
+                None => (e, backoff(attempt)),
+            },
+            Err(Failure::Other(e)) => (e, backoff(attempt)),
+        };
+        tracing::warn!(
+            "Could not register device plugin for '{}' with Kubelet at {}: {e:#}; retrying in {delay:?}",
+            request.resource_name,
+            kubelet_socket.display()
+        );
+        tokio::time::sleep(delay).await;
+        attempt = attempt.saturating_add(1);
     }
 }
 
@@ -118,5 +181,13 @@ mod tests {
         assert_eq!(backoff(5), Duration::from_millis(3200));
         assert_eq!(backoff(6), BACKOFF_MAX);
         assert_eq!(backoff(u32::MAX), BACKOFF_MAX);
+    }
+
+    #[test]
+    fn refused_retries_are_quick_then_hand_over() {
+        let quick: Vec<Duration> = (0..).map_while(refused_retry).collect();
+        assert_eq!(quick.first(), Some(&Duration::from_millis(1)));
+        assert_eq!(quick.last(), Some(&Duration::from_millis(64)));
+        assert!(quick.iter().sum::<Duration>() < Duration::from_millis(200));
     }
 }

@@ -16,7 +16,7 @@ use super::HealthTable;
 use edgegpu_platform::host::DEVFREQ_CLASS;
 use edgegpu_platform::{is_gpu_of_node_name, Generation};
 
-use crate::gpu::under_root;
+use crate::gpu::{under_root, watch_dir_for};
 
 /// What is checked for one Jetson GPU (host paths, root prefix removed).
 #[derive(Debug, Clone, PartialEq)]
@@ -127,19 +127,10 @@ impl TegraHealthSpec {
     fn watch_dirs(&self, root: &Path) -> Vec<PathBuf> {
         let mut dirs: Vec<PathBuf> = Vec::new();
         for p in self.required_nodes.iter().chain(&self.sysfs_files) {
-            let full = under_root(root, p);
-            let mut dir = full.parent();
-            while let Some(d) = dir {
-                if d.is_dir() {
-                    if !dirs.iter().any(|x| x == d) {
-                        dirs.push(d.to_path_buf());
-                    }
-                    break;
+            if let Some(d) = watch_dir_for(root, &under_root(root, p)) {
+                if !dirs.contains(&d) {
+                    dirs.push(d);
                 }
-                if d == root {
-                    break;
-                }
-                dir = d.parent();
             }
         }
         dirs
