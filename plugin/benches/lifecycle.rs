@@ -10,7 +10,8 @@
 //!   root), where it goes (binary text, libraries, anonymous), and idle context switches.
 //!
 //! Run: `cargo bench -p edgegpu-plugin --bench lifecycle`. Extra arguments for the binary
-//! (e.g. a metrics flag): `EDGEGPU_BENCH_PLUGIN_ARGS="--flag value" cargo bench …`.
+//! (e.g. a metrics flag): `EDGEGPU_BENCH_PLUGIN_ARGS="--flag value" cargo bench …`; only the
+//! binary's figures: `EDGEGPU_BENCH_ONLY=footprint cargo bench …`.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -418,7 +419,13 @@ fn main() {
             .unwrap_or_default()
             .trim()
     );
+    // EDGEGPU_BENCH_ONLY=footprint: only the binary's figures (quick when trying build settings).
+    let only_footprint = std::env::var("EDGEGPU_BENCH_ONLY").is_ok_and(|v| v == "footprint");
     rt.block_on(async {
+        if only_footprint {
+            binary_footprint(5).await;
+            return;
+        }
         start_to_registered(30).await;
         restart_to_reregistered(100, Duration::ZERO).await;
         restart_to_reregistered(100, Duration::from_millis(2)).await;

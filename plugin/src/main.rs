@@ -13,6 +13,8 @@ fn main() -> ExitCode {
     // wake-ups minimal (blocking work goes to tokio's lazily started blocking pool).
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        // Blocking-pool threads (file-system calls) are rare; do not keep idle ones around.
+        .thread_keep_alive(Duration::from_secs(1))
         .build()
     {
         Ok(runtime) => runtime,
