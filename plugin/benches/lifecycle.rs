@@ -192,7 +192,7 @@ fn rss_by_mapping(pid: u32) -> String {
         }
     }
     let mut sums: Vec<(String, u64)> = sums.into_iter().filter(|(_, kb)| *kb > 0).collect();
-    sums.sort_by(|a, b| b.1.cmp(&a.1));
+    sums.sort_by_key(|(_, kb)| std::cmp::Reverse(*kb));
     sums.iter()
         .map(|(name, kb)| format!("{name} {kb} kB"))
         .collect::<Vec<_>>()

@@ -10,13 +10,12 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
-use futures_util::{FutureExt, StreamExt};
 use inotify::{Inotify, WatchMask, Watches};
 
 use edgegpu_platform::host::CONTAINER_CSV_DIR;
 use edgegpu_platform::{Generation, UNKNOWN_GENERATION_CONTAINER_NODES};
 
-use crate::gpu::{under_root, watch_dir_for};
+use crate::gpu::{next_burst, under_root, watch_dir_for};
 
 /// Control nodes of the discrete driver, returned when present.
 const DISCRETE_CONTROL_NODES: &[&str] = &[
@@ -224,13 +223,11 @@ impl DeviceNodes {
         let mut events = inotify.into_event_stream([0u8; 1024])?;
         let weak = Arc::downgrade(&nodes);
         tokio::spawn(async move {
-            while let Some(event) = events.next().await {
-                if let Err(e) = event {
+            while let Some(burst) = next_burst(&mut events).await {
+                if let Err(e) = burst {
                     tracing::warn!("inotify error watching GPU device nodes: {e}; the list is no longer updated");
                     break;
                 }
-                // One scan for a burst of events.
-                while let Some(Some(Ok(_))) = events.next().now_or_never() {}
                 let Some(nodes) = weak.upgrade() else { break };
                 match rescan(&scanner, events.watches()).await {
                     Ok(present) => {

@@ -23,3 +23,19 @@ pub fn watch_dir_for(root: &std::path::Path, full: &std::path::Path) -> Option<s
     }
     None
 }
+
+/// Waits for the next inotify event and takes those already queued with it, so that a burst
+/// (a driver reload touches many nodes) costs one rescan. `None`: the stream ended.
+pub(crate) async fn next_burst<B>(
+    events: &mut inotify::EventStream<B>,
+) -> Option<std::io::Result<()>>
+where
+    B: AsMut<[u8]> + AsRef<[u8]> + Unpin,
+{
+    use futures_util::{FutureExt, StreamExt};
+    if let Err(e) = events.next().await? {
+        return Some(Err(e));
+    }
+    while let Some(Some(Ok(_))) = events.next().now_or_never() {}
+    Some(Ok(()))
+}

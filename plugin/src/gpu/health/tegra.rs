@@ -9,14 +9,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use futures_util::{FutureExt, StreamExt};
 use inotify::{Inotify, WatchMask, Watches};
 
 use super::HealthTable;
 use edgegpu_platform::host::DEVFREQ_CLASS;
 use edgegpu_platform::{is_gpu_of_node_name, Generation};
 
-use crate::gpu::{under_root, watch_dir_for};
+use crate::gpu::{next_burst, under_root, watch_dir_for};
 
 /// What is checked for one Jetson GPU (host paths, root prefix removed).
 #[derive(Debug, Clone, PartialEq)]
@@ -184,13 +183,11 @@ pub async fn spawn(
     let weak = Arc::downgrade(table);
     tracing::info!(nodes = ?checker.spec.required_nodes, sysfs = ?checker.spec.sysfs_files, "Tegra health checks started (inotify)");
     tokio::spawn(async move {
-        while let Some(event) = stream.next().await {
-            if let Err(e) = event {
+        while let Some(burst) = next_burst(&mut stream).await {
+            if let Err(e) = burst {
                 tracing::warn!("inotify error in Tegra health watch: {e}; health checks stopped");
                 break;
             }
-            // One check for a burst of events (a driver reload touches many nodes).
-            while let Some(Some(Ok(_))) = stream.next().now_or_never() {}
             let Some(table) = weak.upgrade() else { break };
             match checker.recheck(stream.watches(), unwatched).await {
                 Ok((outcome, still_unwatched)) => {
