@@ -14,12 +14,13 @@ use tonic::transport::{Channel, Endpoint};
 
 /// First retry delay after a failed registration.
 const BACKOFF_INITIAL: Duration = Duration::from_millis(100);
-/// First retry delay while `kubelet.sock` exists but refuses connections: a starting kubelet
+/// Retry interval while `kubelet.sock` exists but refuses connections: a starting kubelet
 /// creates the file at bind() and accepts only after listen() a moment later, and inotify
-/// wakes us in between. Doubling from 1 ms finds the listening socket within a few ms.
-const REFUSED_INITIAL: Duration = Duration::from_millis(1);
-/// Quick retries while refused before the ordinary backoff takes over (1 + 2 + … + 64 ms).
-const REFUSED_QUICK_RETRIES: u32 = 7;
+/// wakes us in between. A flat 1 ms finds the listening socket at most 1 ms late (doubling
+/// delays would be up to as late as the gap itself).
+const REFUSED_INTERVAL: Duration = Duration::from_millis(1);
+/// Quick retries while refused (50 ms in all) before the ordinary backoff takes over.
+const REFUSED_QUICK_RETRIES: u32 = 50;
 /// Longest delay between two registration attempts.
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// Dialing `kubelet.sock` must not hang a generation forever.
@@ -127,7 +128,7 @@ pub fn backoff(attempt: u32) -> Duration {
 /// The delay before the next quick retry while the socket refuses connections (`quick`
 /// retries so far), or `None` when the ordinary [`backoff`] should take over.
 pub fn refused_retry(quick: u32) -> Option<Duration> {
-    (quick < REFUSED_QUICK_RETRIES).then(|| REFUSED_INITIAL.saturating_mul(1 << quick))
+    (quick < REFUSED_QUICK_RETRIES).then_some(REFUSED_INTERVAL)
 }
 
 /// Registers until it succeeds, logging each failure; only ends on success (the caller
@@ -186,8 +187,7 @@ mod tests {
     #[test]
     fn refused_retries_are_quick_then_hand_over() {
         let quick: Vec<Duration> = (0..).map_while(refused_retry).collect();
-        assert_eq!(quick.first(), Some(&Duration::from_millis(1)));
-        assert_eq!(quick.last(), Some(&Duration::from_millis(64)));
-        assert!(quick.iter().sum::<Duration>() < Duration::from_millis(200));
+        assert!(quick.iter().all(|d| *d == Duration::from_millis(1)));
+        assert_eq!(quick.iter().sum::<Duration>(), Duration::from_millis(50));
     }
 }
