@@ -303,26 +303,23 @@ impl Reader {
             ],
             Keys::AnyCase,
         )?;
-        // Read for their type (NVIDIA refuses a wrongly typed value), without effect here.
-        for key in ["mpsRoot", "nvidiaDriverRoot", "nvidiaDevRoot"] {
-            if let Some(v) = f.get(key) {
-                if string(v, &format!("flags.{key}"))?.is_some() {
-                    self.no_effect(v, &format!("flags.{key}"));
-                }
-            }
-        }
-        for key in [
-            "gdrcopyEnabled",
-            "gdsEnabled",
-            "mofedEnabled",
-            "useNodeFeatureAPI",
-        ] {
-            if let Some(v) = f.get(key) {
-                if boolean(v, &format!("flags.{key}"))?.is_some() {
-                    self.no_effect(v, &format!("flags.{key}"));
-                }
-            }
-        }
+        self.without_effect(
+            &f,
+            "flags",
+            &["mpsRoot", "nvidiaDriverRoot", "nvidiaDevRoot"],
+            string,
+        )?;
+        self.without_effect(
+            &f,
+            "flags",
+            &[
+                "gdrcopyEnabled",
+                "gdsEnabled",
+                "mofedEnabled",
+                "useNodeFeatureAPI",
+            ],
+            boolean,
+        )?;
         if let Some(v) = f.get("gfd") {
             self.section(
                 v,
@@ -406,18 +403,17 @@ impl Reader {
             ],
             Keys::AnyCase,
         )?;
-        for key in [
-            "cdiAnnotationPrefix",
-            "nvidiaCTKPath",
-            "nvidiaCDIHookPath",
-            "containerDriverRoot",
-        ] {
-            if let Some(v) = p.get(key) {
-                if string(v, &format!("flags.plugin.{key}"))?.is_some() {
-                    self.no_effect(v, &format!("flags.plugin.{key}"));
-                }
-            }
-        }
+        self.without_effect(
+            &p,
+            "flags.plugin",
+            &[
+                "cdiAnnotationPrefix",
+                "nvidiaCTKPath",
+                "nvidiaCDIHookPath",
+                "containerDriverRoot",
+            ],
+            string,
+        )?;
         flags.pass_device_specs = opt(&p, "passDeviceSpecs", "flags.plugin", boolean)?;
         flags.device_list_strategy = opt(
             &p,
@@ -453,11 +449,28 @@ impl Reader {
         Ok(())
     }
 
-    fn no_effect(&mut self, node: &Node, key: &str) {
-        self.note(format!(
-            "{}: `{key}` is an NVIDIA plugin setting without effect in edgegpu; ignored",
-            at(node)
-        ));
+    /// NVIDIA settings edgegpu does not act on: read for their type (NVIDIA refuses a wrongly
+    /// typed value), then noted when set.
+    fn without_effect<T>(
+        &mut self,
+        section: &BTreeMap<&'static str, &Node>,
+        path: &str,
+        keys: &[&str],
+        read: impl Fn(&Node, &str) -> Result<Option<T>, ConfigFileError>,
+    ) -> Result<(), ConfigFileError> {
+        for key in keys {
+            let Some(node) = section.get(key) else {
+                continue;
+            };
+            let key_path = format!("{path}.{key}");
+            if read(node, &key_path)?.is_some() {
+                self.note(format!(
+                    "{}: `{key_path}` is an NVIDIA plugin setting without effect in edgegpu; ignored",
+                    at(node)
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// `resources:` (resource renaming by pattern): checked as NVIDIA checks it, then
