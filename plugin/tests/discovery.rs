@@ -12,12 +12,9 @@ async fn auto_discovery_without_nvml_falls_through_to_tegra() {
     let host = FakeHost::jetson(Board::Xavier);
     let res = gpu_common::resource(host.root(), &[]).await.expect("auto");
     match res.platform() {
-        Some(Platform::Tegra {
-            detection,
-            nvml_name,
-        }) => {
+        Some(Platform::Tegra { detection, nvml }) => {
             assert_eq!(detection.generation.map(|g| g.soc), Some("T194"));
-            assert_eq!(nvml_name, &None);
+            assert_eq!(nvml, &None);
         }
         other => panic!("expected Tegra, got {other:?}"),
     }

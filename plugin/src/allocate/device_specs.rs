@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use edgegpu_platform::host::CONTAINER_CSV_DIR;
+use edgegpu_platform::procfs::{caps_node, mig_capability_keys, parse_mig_minors, MIG_MINORS};
 use edgegpu_platform::{Generation, UNKNOWN_GENERATION_CONTAINER_NODES};
 
 use crate::gpu::under_root;
@@ -132,6 +133,35 @@ pub fn discrete_device_paths(root: &Path, minors: &[u32]) -> Vec<String> {
         .collect();
     patterns.extend(minors.iter().map(|m| format!("/dev/nvidia{m}")));
     collect(root, &patterns)
+}
+
+/// A MIG device's `/dev/nvidia-caps` nodes (its GPU instance and compute instance), from the
+/// driver's `mig-minors` (NVIDIA's plugin does the same, `internal/rm/nvml_devices.go`). `Err`
+/// says what is missing.
+pub fn mig_device_paths(
+    root: &Path,
+    gpu_minor: u32,
+    gi: u32,
+    ci: u32,
+) -> Result<Vec<String>, String> {
+    let file = under_root(root, MIG_MINORS);
+    let text = std::fs::read_to_string(&file)
+        .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    let minors = parse_mig_minors(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+    let mut out = Vec::new();
+    for key in mig_capability_keys(gpu_minor, gi, ci) {
+        let minor = minors
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, m)| *m)
+            .ok_or_else(|| format!("{} has no `{key}`", file.display()))?;
+        let node = caps_node(minor);
+        if std::fs::metadata(under_root(root, &node)).is_err() {
+            return Err(format!("{node} does not exist"));
+        }
+        out.push(node);
+    }
+    Ok(out)
 }
 
 fn collect(root: &Path, patterns: &[String]) -> Vec<String> {
