@@ -660,6 +660,37 @@ mod tests {
     }
 
     #[test]
+    fn mig_strategy_from_file_flag_and_default() {
+        let f = ConfigFile::parse("version: v1\nflags:\n  migStrategy: mixed\n").unwrap();
+        assert_eq!(f.flags.unwrap().mig_strategy, Some(MigStrategy::Mixed));
+        let err = ConfigFile::parse("version: v1\nflags:\n  migStrategy: some\n").unwrap_err();
+        assert_eq!(err.line, Some(3), "{err}");
+        assert!(err.message.contains("some"), "{err}");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.yaml");
+        std::fs::write(&file, "version: v1\nflags:\n  migStrategy: single\n").unwrap();
+        let args = GpuArgs {
+            config_file: Some(file.clone()),
+            ..GpuArgs::default()
+        };
+        let no_env = |_: &str| None;
+        assert_eq!(
+            args.resolve_with_env(no_env).unwrap().mig_strategy,
+            MigStrategy::Single
+        );
+        let args = GpuArgs {
+            config_file: Some(file),
+            mig_strategy: Some(MigStrategy::None),
+            ..GpuArgs::default()
+        };
+        assert_eq!(
+            args.resolve_with_env(no_env).unwrap().mig_strategy,
+            MigStrategy::None
+        );
+        assert_eq!(Config::default().mig_strategy, MigStrategy::None);
+    }
+
+    #[test]
     fn device_list_strategy_lists() {
         use DeviceListStrategy::*;
         assert_eq!(
