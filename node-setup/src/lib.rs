@@ -1,12 +1,14 @@
 //! `edgegpu-node-setup`: wires the NVIDIA container runtime into k3s, containerd or docker
 //! on one node. Plan first, then write atomically with backups; `check` and `revert`.
 //!
-//! Module map: [`detect`] (what is installed, which mode), [`plan`] (compute every change
+//! Module map: [`cdi`] (`cdi generate`: CDI specs for every platform), [`detect`] (what is
+//! installed, which mode), [`plan`] (compute every change
 //! in memory), [`ops`] (write / revert), [`unit`], [`daemon_json`], [`containerd`],
 //! [`k3s_config`] (the three file formats and k3s's config), [`state`] (manifest and
 //! backups), [`restart`] (systemctl, injectable), [`fsops`] (atomic writes), [`host`]
 //! (the `--root` tree).
 
+pub mod cdi;
 pub mod cli;
 pub mod commands;
 pub mod containerd;

@@ -768,6 +768,13 @@ impl FakeHost {
         std::os::unix::fs::symlink(relative, &link_path).expect("symlink");
     }
 
+    /// A symlink at `link` (host path) with exactly `target` as its content.
+    pub fn symlink_raw(&self, link: &str, target: &str) {
+        let link_path = self.path(link);
+        std::fs::create_dir_all(link_path.parent().unwrap()).expect("create link dir");
+        std::os::unix::fs::symlink(target, &link_path).expect("symlink");
+    }
+
     /// Removes a device node (a GPU "going away").
     pub fn remove_node(&self, host_path: &str) {
         std::fs::remove_file(self.path(host_path)).expect("remove node");

@@ -80,7 +80,8 @@ pub enum Platform {
     /// (`… (nvgpu)`, `NVIDIA Thor`): hybrid discovery and health.
     Tegra {
         detection: TegraDetection,
-        nvml: Option<NvmlIdentity>,
+        /// Boxed: the detection already makes this variant large.
+        nvml: Option<Box<NvmlIdentity>>,
     },
     /// Discrete GPUs through NVML.
     Nvml,
@@ -126,7 +127,7 @@ impl Discovered {
         Discovered {
             platform: Platform::Tegra {
                 detection,
-                nvml: identity,
+                nvml: identity.map(Box::new),
             },
             gpus: vec![gpu],
             migs: Vec::new(),
