@@ -14,7 +14,10 @@ fn golden_identity(name: &str) -> ((u32, u32), String) {
     let text = golden(name);
     let cc = text
         .lines()
-        .find_map(|l| l.trim().strip_prefix("CUDA Capability Major/Minor version number:"))
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("CUDA Capability Major/Minor version number:")
+        })
         .expect("capability line")
         .trim()
         .to_string();
@@ -57,14 +60,22 @@ fn every_generation_reports_and_checks_the_tables_capability() {
             let name = g.cuda.device_name.unwrap_or("NVIDIA Tegra");
             let fake = FakeCuda::new(version).device(jetson(name, cc.0 as i32, cc.1 as i32));
             let at = format!("{}.{}", cc.0, cc.1);
-            let ok = run(&fake, &["--min-compute-capability", &at, "--expect-devices", "1"]);
+            let ok = run(
+                &fake,
+                &["--min-compute-capability", &at, "--expect-devices", "1"],
+            );
             assert_eq!(ok.status, 0, "{g:?} CUDA {cuda:?}: {}", ok.stdout);
             assert!(
-                ok.stdout.contains(&format!("CUDA Capability Major/Minor version number:    {at}")),
+                ok.stdout.contains(&format!(
+                    "CUDA Capability Major/Minor version number:    {at}"
+                )),
                 "{g:?}: {}",
                 ok.stdout
             );
-            assert!(ok.stdout.contains(&format!("Device 0: \"{name}\"")), "{g:?}");
+            assert!(
+                ok.stdout.contains(&format!("Device 0: \"{name}\"")),
+                "{g:?}"
+            );
             let above = format!("{}.{}", cc.0, cc.1 + 1);
             let too_high = run(&fake, &["--min-compute-capability", &above]);
             assert_ne!(too_high.status, 0, "{g:?}: {above} must fail");

@@ -359,16 +359,7 @@ fn discrete_gpus_by_index_and_uuid_from_the_driver_procfs() {
 
 #[test]
 fn mig_devices_from_the_capability_tree() {
-    let gpus = FakeGpu::two_h100();
-    let host = FakeHost::discrete(&gpus);
-    host.set_mig(
-        &gpus,
-        &[0],
-        &[
-            FakeMig::h100(0, 1, "3g.40gb"),
-            FakeMig::h100(0, 5, "1g.10gb"),
-        ],
-    );
+    let (host, gpus) = FakeHost::mig_server(&[0], &FakeMig::h100_mixed());
     let spec = spec_json(host.root());
     let names = device_names(&spec);
     assert_eq!(
@@ -378,6 +369,7 @@ fn mig_devices_from_the_capability_tree() {
             gpus[0].uuid.clone(),
             "0:gi1:ci0".into(),
             "0:gi5:ci0".into(),
+            "0:gi6:ci0".into(),
             "1".into(),
             gpus[1].uuid.clone(),
             "all".into()
@@ -422,17 +414,10 @@ fn specs_of_every_platform_pass_the_cdi_schema_in_yaml_and_json() {
         host.write("/usr/bin/nvidia-cdi-hook", "#!/bin/sh\n");
         check(board.name(), &host);
     }
-    let gpus = FakeGpu::two_h100();
-    let host = FakeHost::discrete(&gpus);
+    let mut migs = FakeMig::h100_mixed();
+    migs.push(FakeMig::h100(1, 2, "2g.20gb"));
+    let (host, _) = FakeHost::mig_server(&[0, 1], &migs);
     with_driver_libs(&host);
-    host.set_mig(
-        &gpus,
-        &[0, 1],
-        &[
-            FakeMig::h100(0, 1, "3g.40gb"),
-            FakeMig::h100(1, 2, "2g.20gb"),
-        ],
-    );
     check("mig", &host);
     assert_valid_cdi(&files);
     // The YAML parses to the same document as the JSON (checked with PyYAML).

@@ -8,6 +8,7 @@
 //!
 //! No I/O happens here: the crate only describes; callers read the host under their own root.
 
+pub mod csv;
 pub mod host;
 pub mod procfs;
 mod table;

@@ -183,7 +183,10 @@ async fn discovery_time() {
             samples.push(t.elapsed());
             drop(res);
         }
-        report(&format!("discovery (auto, hybrid incl. dlopen) {}", board.name()), samples);
+        report(
+            &format!("discovery (auto, hybrid incl. dlopen) {}", board.name()),
+            samples,
+        );
     }
     let mut samples = Vec::new();
     for _ in 0..20 {
@@ -195,23 +198,17 @@ async fn discovery_time() {
     }
     report("discovery (nvml, fake, 2 GPUs incl. dlopen)", samples);
     let mut samples = Vec::new();
-    let gpus = FakeGpu::two_h100();
     for _ in 0..20 {
-        let host = FakeHost::discrete(&gpus);
-        host.set_mig(
-            &gpus,
-            &[0],
-            &[
-                FakeMig::h100(0, 1, "3g.40gb"),
-                FakeMig::h100(0, 5, "1g.10gb"),
-                FakeMig::h100(0, 6, "1g.10gb"),
-            ],
-        );
+        let (host, _) = FakeHost::mig_server(&[0], &FakeMig::h100_mixed());
         let t = Instant::now();
         let node = build_gpu_resources(
             host.root(),
             "nvidia.com/gpu",
-            &cli(host.root(), &["--mig-strategy=mixed", "--health-checks=false"]).gpu,
+            &cli(
+                host.root(),
+                &["--mig-strategy=mixed", "--health-checks=false"],
+            )
+            .gpu,
         )
         .await
         .unwrap();

@@ -222,23 +222,10 @@ fn show_detection(resource: &GpuResource) {
 }
 
 async fn simulate(args: Args) -> anyhow::Result<()> {
-    let mig_gpus = FakeGpu::two_h100();
     let host = match args.sim {
         Sim::Jetson(board) => FakeHost::jetson_with_nvml(board),
         Sim::Dgpu => FakeHost::discrete(&FakeGpu::two_on_two_numa_nodes()),
-        Sim::DgpuMig => {
-            let host = FakeHost::discrete(&mig_gpus);
-            host.set_mig(
-                &mig_gpus,
-                &[0],
-                &[
-                    FakeMig::h100(0, 1, "3g.40gb"),
-                    FakeMig::h100(0, 5, "1g.10gb"),
-                    FakeMig::h100(0, 6, "1g.10gb"),
-                ],
-            );
-            host
-        }
+        Sim::DgpuMig => FakeHost::mig_server(&[0], &FakeMig::h100_mixed()).0,
     };
     let title = match args.sim {
         Sim::Jetson(b) => format!("simulated {} (L4T {})", b.model(), b.l4t()),
@@ -380,11 +367,7 @@ async fn show_health(
     println!("Health ({how}; recovers by itself)");
     let (what_breaks, what_repairs): (String, String) = match sim {
         Sim::Jetson(board) => {
-            let node = if board == Board::Thor {
-                "/dev/nvidiactl"
-            } else {
-                "/dev/nvmap"
-            };
+            let node = board.required_node();
             host.remove_node(node);
             wait_health(kubelet, name, &id, UNHEALTHY).await?;
             let broke = format!("removed {node}");

@@ -7,39 +7,20 @@ mod gpu_common;
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::sync::Arc;
 
 use edgegpu_node_setup::cdi;
 use edgegpu_node_setup::host::HostRoot;
-use edgegpu_plugin::resource::Resource;
-use edgegpu_plugin::{build_gpu_resources, serve_all};
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
-use edgegpu_testkit::kubelet::FakeKubelet;
-use gpu_common::{cli, WAIT};
+use gpu_common::Node;
 
 /// Allocates every advertised device of every resource under `args` and returns the CDI
 /// names the responses carry (CRI devices and annotation values alike).
 async fn cdi_names_allocated(root: &Path, args: &[&str]) -> BTreeSet<String> {
-    let dir = tempfile::tempdir().unwrap();
-    let kubelet = FakeKubelet::start(dir.path()).await.unwrap();
-    let cli = cli(root, dir.path(), args);
-    let node = build_gpu_resources(&cli.root, &cli.resource_name, &cli.gpu)
-        .await
-        .unwrap();
-    let served: Vec<Arc<dyn Resource>> = node
-        .resources
-        .iter()
-        .map(|r| r.clone() as Arc<dyn Resource>)
-        .collect();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(serve_all(served, cli.lifecycle_options(), async move {
-        let _ = stopped.await;
-    }));
+    let node = Node::start(root, args).await.unwrap();
     let mut names = BTreeSet::new();
     for r in &node.resources {
-        let info = kubelet.wait_for_registration(r.name(), WAIT).await.unwrap();
-        for d in &info.devices {
-            let resp = kubelet.allocate(r.name(), &[&d.id]).await.unwrap();
+        for d in node.kubelet.devices(r.name()) {
+            let resp = node.kubelet.allocate(r.name(), &[&d.id]).await.unwrap();
             assert_eq!(resp.cdi_devices.len(), 1, "{}", d.id);
             for c in &resp.cdi_devices {
                 names.insert(c.name.clone());
@@ -49,8 +30,7 @@ async fn cdi_names_allocated(root: &Path, args: &[&str]) -> BTreeSet<String> {
             }
         }
     }
-    let _ = stop.send(());
-    task.await.unwrap().unwrap();
+    node.stop().await;
     names
 }
 
@@ -100,16 +80,7 @@ async fn discrete_and_mig_under_every_strategy() {
         assert_in_spec(host.root(), &names, &format!("discrete {ids}"));
     }
 
-    let gpus = FakeGpu::two_h100();
-    let host = FakeHost::discrete(&gpus);
-    host.set_mig(
-        &gpus,
-        &[0],
-        &[
-            FakeMig::h100(0, 1, "3g.40gb"),
-            FakeMig::h100(0, 5, "1g.10gb"),
-        ],
-    );
+    let (host, gpus) = FakeHost::mig_server(&[0], &FakeMig::h100_mixed());
     for mig in ["--mig-strategy=none", "--mig-strategy=mixed"] {
         for ids in ["--device-id-strategy=uuid", "--device-id-strategy=index"] {
             let names = cdi_names_allocated(host.root(), &[CDI, ids, mig]).await;

@@ -27,11 +27,7 @@ async fn auto_on_every_jetson_serves_tegra_with_specs() {
         let plugin = Plugin::start(host.root(), &["--pass-device-specs=true"]).await;
         assert_eq!(ids(&plugin.devices()), vec!["tegra"], "{board:?}");
         let r = plugin.allocate(&["tegra"]).await.expect("allocate");
-        let key_node = if board == Board::Thor {
-            "/dev/nvidia0"
-        } else {
-            "/dev/nvmap"
-        };
+        let key_node = board.required_node();
         assert!(
             spec_paths(&r).contains(&key_node.to_string()),
             "{board:?}: {:?}",

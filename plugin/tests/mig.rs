@@ -6,110 +6,27 @@
 mod gpu_common;
 
 use std::process::{Child, Stdio};
-use std::sync::Arc;
 
 use edgegpu_kubelet_api::v1beta1::{HEALTHY, UNHEALTHY};
-use edgegpu_plugin::resource::Resource;
-use edgegpu_plugin::{build_gpu_resources, serve_all, GpuResource};
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
 use edgegpu_testkit::kubelet::FakeKubelet;
 use edgegpu_testkit::process::binary_command;
-use gpu_common::{cli, ids, spec_paths, WAIT};
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
+use gpu_common::{ids, spec_paths, Node, WAIT};
 
 /// Two H100s: GPU 0 split into 3g.40gb (GPU instance 1) and two 1g.10gb (5, 6); GPU 1 whole.
 fn mixed_host() -> (FakeHost, Vec<FakeGpu>) {
-    let gpus = FakeGpu::two_h100();
-    let host = FakeHost::discrete(&gpus);
-    host.set_mig(
-        &gpus,
-        &[0],
-        &[
-            FakeMig::h100(0, 1, "3g.40gb"),
-            FakeMig::h100(0, 5, "1g.10gb"),
-            FakeMig::h100(0, 6, "1g.10gb"),
-        ],
-    );
-    (host, gpus)
+    FakeHost::mig_server(&[0], &FakeMig::h100_mixed())
 }
 
 /// Both H100s split into 1g.10gb devices only.
 fn uniform_host() -> (FakeHost, Vec<FakeGpu>, Vec<FakeMig>) {
-    let gpus = FakeGpu::two_h100();
-    let host = FakeHost::discrete(&gpus);
     let migs = vec![
         FakeMig::h100(0, 7, "1g.10gb"),
         FakeMig::h100(0, 8, "1g.10gb"),
         FakeMig::h100(1, 7, "1g.10gb"),
     ];
-    host.set_mig(&gpus, &[0, 1], &migs);
+    let (host, gpus) = FakeHost::mig_server(&[0, 1], &migs);
     (host, gpus, migs)
-}
-
-/// Every resource of a node served to a fake kubelet.
-struct Node {
-    kubelet: FakeKubelet,
-    resources: Vec<Arc<GpuResource>>,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<anyhow::Result<()>>>,
-    _dir: tempfile::TempDir,
-}
-
-impl Node {
-    async fn start(root: &std::path::Path, args: &[&str]) -> anyhow::Result<Node> {
-        let dir = tempfile::Builder::new().prefix("dp-").tempdir()?;
-        let kubelet = FakeKubelet::start(dir.path()).await?;
-        let cli = cli(root, dir.path(), args);
-        let node = build_gpu_resources(&cli.root, &cli.resource_name, &cli.gpu).await?;
-        let served: Vec<Arc<dyn Resource>> = node
-            .resources
-            .iter()
-            .map(|r| r.clone() as Arc<dyn Resource>)
-            .collect();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(serve_all(served, cli.lifecycle_options(), async move {
-            let _ = stopped.await;
-        }));
-        for r in &node.resources {
-            kubelet.wait_for_registration(r.name(), WAIT).await?;
-        }
-        Ok(Node {
-            kubelet,
-            resources: node.resources,
-            stop: Some(stop),
-            task: Some(task),
-            _dir: dir,
-        })
-    }
-
-    fn names(&self) -> Vec<String> {
-        self.resources
-            .iter()
-            .map(|r| r.name().to_string())
-            .collect()
-    }
-
-    async fn wait_health(&self, resource: &str, id: &str, health: &str) {
-        self.kubelet
-            .wait_until(&format!("{resource} {id} {health}"), WAIT, |k| {
-                k.devices(resource)
-                    .iter()
-                    .any(|d| d.id == id && d.health == health)
-            })
-            .await
-            .unwrap_or_else(|e| panic!("{e:#}"));
-    }
-
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        self.task
-            .take()
-            .unwrap()
-            .await
-            .expect("join")
-            .expect("clean shutdown");
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -223,11 +223,7 @@ async fn jetpack6_and_7_are_hybrid_identity_from_nvml_health_from_both() {
         plugin.wait_health("tegra", HEALTHY).await;
 
         // Health from the files: a required node goes away and comes back.
-        let node = if board == Board::Thor {
-            "/dev/nvidiactl"
-        } else {
-            "/dev/nvmap"
-        };
+        let node = board.required_node();
         host.remove_node(node);
         plugin.wait_health("tegra", UNHEALTHY).await;
         host.restore_node(node);

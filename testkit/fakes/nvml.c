@@ -289,6 +289,24 @@ static nvmlReturn_t check_alive(nvmlDevice_t d)
     return is_lost(d) ? NVML_ERROR_GPU_IS_LOST : NVML_SUCCESS;
 }
 
+/* The device answers, and `what` is a query it supports. */
+static nvmlReturn_t check_query(nvmlDevice_t d, const char *what)
+{
+    nvmlReturn_t r = check_alive(d);
+    if (r != NVML_SUCCESS)
+        return r;
+    return unsupported(d, what) ? NVML_ERROR_NOT_SUPPORTED : NVML_SUCCESS;
+}
+
+/* A GPU (not a MIG device) that answers and offers MIG. */
+static nvmlReturn_t check_mig_parent(nvmlDevice_t d)
+{
+    nvmlReturn_t r = check_query(d, "mig");
+    if (r == NVML_SUCCESS && d->parent)
+        r = NVML_ERROR_NOT_SUPPORTED;
+    return r;
+}
+
 static nvmlReturn_t copy_string(char *dst, unsigned int len, const char *src)
 {
     if (!dst)
@@ -486,11 +504,9 @@ nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t d, unsigned int *node)
 
 nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned int *current, unsigned int *pending)
 {
-    nvmlReturn_t r = check_alive(d);
+    nvmlReturn_t r = check_mig_parent(d);
     if (r != NVML_SUCCESS)
         return r;
-    if (d->parent || unsupported(d, "mig"))
-        return NVML_ERROR_NOT_SUPPORTED;
     pthread_mutex_lock(&lock);
     reload_mig();
     *current = *pending = (unsigned int)d->mig_enabled;
@@ -500,11 +516,9 @@ nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned int *current, unsigne
 
 nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t d, unsigned int *count)
 {
-    nvmlReturn_t r = check_alive(d);
+    nvmlReturn_t r = check_mig_parent(d);
     if (r != NVML_SUCCESS)
         return r;
-    if (d->parent || unsupported(d, "mig"))
-        return NVML_ERROR_NOT_SUPPORTED;
     *count = MAX_MIG_PER_GPU;
     return NVML_SUCCESS;
 }
@@ -512,11 +526,9 @@ nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t d, unsigned int *count)
 /* The MIG devices of a GPU in mig.conf order; index beyond them: NOT_FOUND (as NVML). */
 nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t d, unsigned int index, nvmlDevice_t *mig)
 {
-    nvmlReturn_t r = check_alive(d);
+    nvmlReturn_t r = check_mig_parent(d);
     if (r != NVML_SUCCESS)
         return r;
-    if (d->parent || unsupported(d, "mig"))
-        return NVML_ERROR_NOT_SUPPORTED;
     if (index >= MAX_MIG_PER_GPU)
         return NVML_ERROR_INVALID_ARGUMENT;
     pthread_mutex_lock(&lock);
@@ -557,26 +569,26 @@ nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t mig, nvml
     return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t d, unsigned int *id)
+/* An instance id of a MIG device (whole GPUs have none). */
+static nvmlReturn_t instance_id(nvmlDevice_t d, int compute, unsigned int *id)
 {
     nvmlReturn_t r = check_alive(d);
     if (r != NVML_SUCCESS)
         return r;
     if (!d->parent)
         return NVML_ERROR_NOT_SUPPORTED;
-    *id = d->gi;
+    *id = compute ? d->ci : d->gi;
     return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t d, unsigned int *id)
+{
+    return instance_id(d, 0, id);
 }
 
 nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t d, unsigned int *id)
 {
-    nvmlReturn_t r = check_alive(d);
-    if (r != NVML_SUCCESS)
-        return r;
-    if (!d->parent)
-        return NVML_ERROR_NOT_SUPPORTED;
-    *id = d->ci;
-    return NVML_SUCCESS;
+    return instance_id(d, 1, id);
 }
 
 typedef struct {
@@ -607,11 +619,9 @@ typedef struct {
 
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t *u)
 {
-    nvmlReturn_t r = check_alive(d);
+    nvmlReturn_t r = check_query(d, "utilization");
     if (r != NVML_SUCCESS)
         return r;
-    if (unsupported(d, "utilization"))
-        return NVML_ERROR_NOT_SUPPORTED;
     u->gpu = 37;
     u->memory = 12;
     return NVML_SUCCESS;
@@ -620,22 +630,18 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t *u)
 nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t d, int sensor, unsigned int *temp)
 {
     (void)sensor;
-    nvmlReturn_t r = check_alive(d);
+    nvmlReturn_t r = check_query(d, "temperature");
     if (r != NVML_SUCCESS)
         return r;
-    if (unsupported(d, "temperature"))
-        return NVML_ERROR_NOT_SUPPORTED;
     *temp = 41;
     return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned int *milliwatts)
 {
-    nvmlReturn_t r = check_alive(d);
+    nvmlReturn_t r = check_query(d, "power");
     if (r != NVML_SUCCESS)
         return r;
-    if (unsupported(d, "power"))
-        return NVML_ERROR_NOT_SUPPORTED;
     *milliwatts = 61000;
     return NVML_SUCCESS;
 }
@@ -643,22 +649,18 @@ nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned int *milliwatts)
 nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t d, int type, unsigned int *mhz)
 {
     (void)type;
-    nvmlReturn_t r = check_alive(d);
+    nvmlReturn_t r = check_query(d, "clocks");
     if (r != NVML_SUCCESS)
         return r;
-    if (unsupported(d, "clocks"))
-        return NVML_ERROR_NOT_SUPPORTED;
     *mhz = 1410;
     return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t d, unsigned long long *types)
 {
-    nvmlReturn_t r = check_alive(d);
+    nvmlReturn_t r = check_query(d, "events");
     if (r != NVML_SUCCESS)
         return r;
-    if (unsupported(d, "events"))
-        return NVML_ERROR_NOT_SUPPORTED;
     *types = nvmlEventTypeXidCriticalError;
     return NVML_SUCCESS;
 }

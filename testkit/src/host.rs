@@ -339,6 +339,16 @@ impl Board {
         }
     }
 
+    /// A device node the platform table requires for health (its loss makes the GPU
+    /// unhealthy): `/dev/nvidiactl` on Thor (OpenRM), `/dev/nvmap` on nvgpu boards.
+    pub fn required_node(self) -> &'static str {
+        if self.openrm() {
+            "/dev/nvidiactl"
+        } else {
+            "/dev/nvmap"
+        }
+    }
+
     /// The GPU driver runs OpenRM (procfs `/proc/driver/nvidia` exists).
     pub fn openrm(self) -> bool {
         matches!(self, Board::Thor)
@@ -461,6 +471,16 @@ pub struct FakeMig {
 }
 
 impl FakeMig {
+    /// The usual mixed geometry of the tests: GPU 0 split into 3g.40gb (GPU instance 1) and
+    /// two 1g.10gb (5 and 6).
+    pub fn h100_mixed() -> Vec<FakeMig> {
+        vec![
+            FakeMig::h100(0, 1, "3g.40gb"),
+            FakeMig::h100(0, 5, "1g.10gb"),
+            FakeMig::h100(0, 6, "1g.10gb"),
+        ]
+    }
+
     /// An H100 80 GB MIG device: `1g.10gb` (9856 MiB), `2g.20gb` (20096 MiB), `3g.40gb`
     /// (40320 MiB) or `7g.80gb` (80896 MiB), NVIDIA's H100 profile sizes.
     pub fn h100(gpu: u32, gi: u32, profile: &'static str) -> FakeMig {
@@ -649,6 +669,15 @@ impl FakeHost {
                 g.name, g.uuid, g.minor
             ),
         );
+    }
+
+    /// A MIG server: two H100s ([`FakeGpu::two_h100`]) with MIG mode on for `enabled` (NVML
+    /// indices) holding `migs`.
+    pub fn mig_server(enabled: &[u32], migs: &[FakeMig]) -> (FakeHost, Vec<FakeGpu>) {
+        let gpus = FakeGpu::two_h100();
+        let host = FakeHost::discrete(&gpus);
+        host.set_mig(&gpus, enabled, migs);
+        (host, gpus)
     }
 
     /// A Jetson of `board` with its release's NVML where it ships one (JetPack 6 and 7),

@@ -74,18 +74,6 @@ pub const DRIVER_BINARIES: [&str; 4] = [
     "/usr/bin/nvidia-cuda-mps-control",
 ];
 
-/// Where distributions install the driver's libraries.
-pub const LIB_DIRS: [&str; 8] = [
-    "/usr/lib64",
-    "/usr/lib/x86_64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu/nvidia",
-    "/usr/lib",
-    "/lib64",
-    "/lib/x86_64-linux-gnu",
-    "/lib/aarch64-linux-gnu",
-];
-
 /// The GPUs under `root`'s procfs, in bus order; empty when the driver's procfs is absent.
 pub fn gpus(root: &HostRoot) -> Result<Vec<DriverGpu>> {
     let dir = root.path(GPUS_DIR);

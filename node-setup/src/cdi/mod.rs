@@ -23,7 +23,7 @@ mod yaml;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use edgegpu_platform::host::{CONTAINER_CSV_DIR, NV_TEGRA_RELEASE};
+use edgegpu_platform::host::{CONTAINER_CSV_DIR, DRIVER_LIB_DIRS, NV_TEGRA_RELEASE};
 
 use crate::error::{exit_code, Result, SetupError};
 use crate::fsops;
@@ -315,7 +315,7 @@ impl EditsBuilder {
     /// The driver's libraries (and their soname links), programs and firmware of `version`.
     fn add_driver_files(&mut self, root: &HostRoot, version: &str, notes: &mut Vec<String>) {
         let mut libs = 0;
-        for dir in driver::LIB_DIRS {
+        for dir in DRIVER_LIB_DIRS {
             for lib in driver::DRIVER_LIBS {
                 let file = format!("{dir}/{lib}.so.{version}");
                 if !root.path(&file).is_file() {
@@ -335,7 +335,7 @@ impl EditsBuilder {
         if libs == 0 {
             notes.push(format!(
                 "no driver library of version {version} found in {}",
-                driver::LIB_DIRS.join(", ")
+                DRIVER_LIB_DIRS.join(", ")
             ));
         }
         for program in driver::DRIVER_BINARIES {

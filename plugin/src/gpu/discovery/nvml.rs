@@ -10,30 +10,19 @@ use anyhow::Context;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 
+use edgegpu_platform::host::DRIVER_LIB_DIRS;
+
 use super::{under_root, Gpu, MigDevice};
 use crate::gpu::nvml_raw;
 
 /// The soname NVIDIA's tools open (the unversioned `libnvidia-ml.so` is only in -dev packages).
 const NVML_SONAME: &str = "libnvidia-ml.so.1";
 
-/// Library directories searched under a non-`/` root, in go-nvlib's order, plus the JetPack 6
-/// `nvidia/` directory and Yocto's `/usr/lib`.
-const ROOT_LIB_DIRS: &[&str] = &[
-    "/usr/lib64",
-    "/usr/lib/x86_64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu/nvidia",
-    "/usr/lib",
-    "/lib64",
-    "/lib/x86_64-linux-gnu",
-    "/lib/aarch64-linux-gnu",
-];
-
 /// Where to load NVML from: the root's lib dirs first (when root is not `/`), then the soname.
 fn candidates(root: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     if root != Path::new("/") {
-        for dir in ROOT_LIB_DIRS {
+        for dir in DRIVER_LIB_DIRS {
             let p = under_root(root, dir).join(NVML_SONAME);
             if p.exists() {
                 out.push(p);
