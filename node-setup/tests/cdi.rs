@@ -596,3 +596,18 @@ fn output_format_follows_the_flag_or_the_extension() {
         assert!(help.contains(word), "{word} not in --help:\n{help}");
     }
 }
+
+#[test]
+fn an_image_roots_var_run_link_is_followed_inside_the_root() {
+    let host = jetson(Board::Nano);
+    host.mkdir("/run");
+    host.symlink_raw("/var/run", "/run");
+    let out = generate(host.root(), &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(host.path("/run/cdi/nvidia.yaml").is_file());
+    assert!(
+        text(&out.stdout).contains(&host.path("/run/cdi/nvidia.yaml").display().to_string()),
+        "{}",
+        text(&out.stdout)
+    );
+}

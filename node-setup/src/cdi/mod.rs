@@ -401,6 +401,16 @@ fn parent(path: &str) -> String {
 /// `host_path` with every symlink resolved inside `root` (an absolute target is taken
 /// relative to the root, as on the booted system); `None` when it dangles or loops.
 pub fn resolve_in_root(root: &HostRoot, host_path: &str) -> Option<String> {
+    resolve(root, host_path, false)
+}
+
+/// [`resolve_in_root`] for a path that may not exist yet (a file to create): the existing part
+/// is resolved, the rest appended as it is.
+pub fn resolve_for_write(root: &HostRoot, host_path: &str) -> Option<String> {
+    resolve(root, host_path, true)
+}
+
+fn resolve(root: &HostRoot, host_path: &str, missing_ok: bool) -> Option<String> {
     let mut resolved: Vec<String> = Vec::new();
     let mut pending: Vec<String> = host_path
         .split('/')
@@ -420,7 +430,14 @@ pub fn resolve_in_root(root: &HostRoot, host_path: &str) -> Option<String> {
         }
         resolved.push(component);
         let current = format!("/{}", resolved.join("/"));
-        let meta = std::fs::symlink_metadata(root.path(&current)).ok()?;
+        let meta = match std::fs::symlink_metadata(root.path(&current)) {
+            Ok(m) => m,
+            Err(_) if missing_ok => {
+                resolved.extend(pending.drain(..).rev());
+                break;
+            }
+            Err(_) => return None,
+        };
         if meta.file_type().is_symlink() {
             hops += 1;
             if hops > 40 {
@@ -468,9 +485,15 @@ pub fn run(
     let target = match output {
         Some(p) => p.to_path_buf(),
         None => {
-            let host =
-                resolve_in_root(root, "/var/run/cdi").unwrap_or_else(|| "/var/run/cdi".into());
-            root.path(&host).join("nvidia.yaml")
+            // `/var/run` is a link to `/run` on most systems: follow it inside the root (an
+            // image's absolute link must not lead to this machine's `/run`).
+            let host = resolve_for_write(root, DEFAULT_OUTPUT).ok_or_else(|| {
+                SetupError::Refused(format!(
+                    "{DEFAULT_OUTPUT} under {} is a symlink loop",
+                    root.root().display()
+                ))
+            })?;
+            root.path(&host)
         }
     };
     if let Some(dir) = target.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -527,4 +550,34 @@ pub fn run(
         let _ = writeln!(out, "  note: {note}");
     }
     Ok(exit_code::OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn symlinks_resolve_inside_the_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = HostRoot::new(dir.path());
+        std::fs::create_dir_all(dir.path().join("run")).unwrap();
+        std::fs::create_dir_all(dir.path().join("var")).unwrap();
+        // An image's absolute link: inside the root it means <root>/run.
+        std::os::unix::fs::symlink("/run", dir.path().join("var/run")).unwrap();
+        assert_eq!(resolve_in_root(&root, "/var/run").as_deref(), Some("/run"));
+        assert_eq!(resolve_in_root(&root, "/var/run/cdi"), None);
+        assert_eq!(
+            resolve_for_write(&root, "/var/run/cdi/nvidia.yaml").as_deref(),
+            Some("/run/cdi/nvidia.yaml")
+        );
+        std::os::unix::fs::symlink("../lib/x", dir.path().join("run/link")).unwrap();
+        std::fs::create_dir_all(dir.path().join("lib")).unwrap();
+        std::fs::write(dir.path().join("lib/x"), "").unwrap();
+        assert_eq!(
+            resolve_in_root(&root, "/var/run/link").as_deref(),
+            Some("/lib/x")
+        );
+        std::os::unix::fs::symlink("loop", dir.path().join("run/loop")).unwrap();
+        assert_eq!(resolve_in_root(&root, "/run/loop"), None);
+    }
 }
