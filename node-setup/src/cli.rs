@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::detect::ModeRequest;
 
 /// `--version` text: version, commit and target, set by build-support/version.rs.
-pub const VERSION: &str = env!("EDGEGPU_LONG_VERSION");
+const VERSION: &str = env!("EDGEGPU_LONG_VERSION");
 
 const AFTER_HELP: &str = "\
 Modes (auto picks one from what is installed under --root and prints why):

@@ -12,9 +12,21 @@ use crate::plan::{self, Plan};
 use crate::restart::{self, ServiceManager};
 use crate::RuntimeSpec;
 
-/// Write to the output, ignoring a closed pipe (`| head`).
+/// Writes to the output. A reader that went away (`| head`) is no failure of the command,
+/// whose effect does not depend on its output; other write errors are logged.
+fn emit(out: &mut dyn Write, text: std::fmt::Arguments) {
+    if let Err(e) = out.write_fmt(text) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            tracing::warn!(error = %e, "writing the output failed");
+        }
+    }
+}
+
+/// One line of output (see [`emit`]).
 macro_rules! say {
-    ($out:expr, $($arg:tt)*) => {{ let _ = writeln!($out, $($arg)*); }};
+    ($out:expr, $($arg:tt)*) => {
+        emit($out, format_args!("{}\n", format_args!($($arg)*)))
+    };
 }
 
 pub fn options(cli: &Cli) -> plan::Options {
@@ -136,10 +148,9 @@ fn apply(
                 c.host_path.clone()
             };
             say!(out, "# {shown}: {}", c.purpose);
-            let _ = write!(
+            emit(
                 out,
-                "{}",
-                diff(&c.host_path, c.old.as_deref(), Some(&c.new))
+                format_args!("{}", diff(&c.host_path, c.old.as_deref(), Some(&c.new))),
             );
         }
         return Ok(exit_code::OK);
@@ -250,10 +261,12 @@ fn revert(
             steps.len()
         );
         for s in &steps {
-            let _ = write!(
+            emit(
                 out,
-                "{}",
-                diff(&s.path, s.current.as_deref(), s.restore.as_deref())
+                format_args!(
+                    "{}",
+                    diff(&s.path, s.current.as_deref(), s.restore.as_deref())
+                ),
             );
         }
         return Ok(exit_code::OK);

@@ -5,9 +5,9 @@ use std::fmt;
 use std::io::Read;
 
 use crate::error::{Result, SetupError};
+use crate::formats::k3s_yaml;
+use crate::formats::unit::{self, UnitFile};
 use crate::host::HostRoot;
-use crate::k3s_config;
-use crate::unit::{self, UnitFile};
 
 /// Where systemd looks for units, highest priority first.
 pub const UNIT_DIRS: [&str; 3] = [
@@ -19,9 +19,9 @@ const K3S_BINARIES: [&str; 3] = ["/usr/local/bin/k3s", "/opt/bin/k3s", "/usr/bin
 const BIN_DIRS: [&str; 4] = ["/usr/bin", "/usr/local/bin", "/usr/sbin", "/bin"];
 pub const DOCKER_DAEMON_JSON: &str = "/etc/docker/daemon.json";
 pub const CONTAINERD_CONFIG: &str = "/etc/containerd/config.toml";
-pub const K3S_TEMPLATE_DIR: &str = "/var/lib/rancher/k3s/agent/etc/containerd";
+const K3S_TEMPLATE_DIR: &str = "/var/lib/rancher/k3s/agent/etc/containerd";
 /// k3s uses `config-v3.toml.tmpl` first, then `config.toml.tmpl` (reference §3.1).
-pub const K3S_TEMPLATES: [(&str, i64); 2] = [("config-v3.toml.tmpl", 3), ("config.toml.tmpl", 2)];
+const K3S_TEMPLATES: [(&str, i64); 2] = [("config-v3.toml.tmpl", 3), ("config.toml.tmpl", 2)];
 
 /// A k3s release number such as `v1.29.3+k3s1`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -73,7 +73,7 @@ impl K3sVersion {
     }
 
     /// k3s ships containerd 2.0 (config version 3) from v1.31.6 / v1.32.2.
-    pub fn uses_containerd2(self) -> bool {
+    fn uses_containerd2(self) -> bool {
         match (self.major, self.minor) {
             (1, 31) => self.patch >= 6,
             (1, 32) => self.patch >= 2,
@@ -117,7 +117,7 @@ pub struct Inventory {
     pub k3s_binary: Option<String>,
     pub k3s_version: Option<(K3sVersion, String)>,
     pub k3s_units: Vec<K3sUnit>,
-    pub k3s_docker_setting: Option<k3s_config::Setting>,
+    pub k3s_docker_setting: Option<k3s_yaml::Setting>,
     /// Existing k3s templates, in k3s's order of preference: (path, config version).
     pub k3s_templates: Vec<(String, i64)>,
     pub docker: Option<String>,
@@ -222,7 +222,7 @@ impl Inventory {
             },
         };
         inv.k3s_docker_setting =
-            k3s_config::effective(host, "docker", None)?.filter(|s| s.value == "true");
+            k3s_yaml::effective(host, "docker", None)?.filter(|s| s.value == "true");
         for (name, version) in K3S_TEMPLATES {
             let path = format!("{K3S_TEMPLATE_DIR}/{name}");
             if host.exists(&path) {
@@ -324,7 +324,7 @@ impl Inventory {
 
 /// Reads the k3s release number embedded in the binary (`v1.29.3+k3s1`), scanning it in
 /// blocks so a 70 MB binary never sits in memory at once.
-pub fn version_from_binary(host: &HostRoot, bin: &str) -> Result<Option<K3sVersion>> {
+fn version_from_binary(host: &HostRoot, bin: &str) -> Result<Option<K3sVersion>> {
     const MARK: &[u8] = b"+k3s";
     const OVERLAP: usize = 32;
     let path = host.resolve(bin)?;

@@ -37,10 +37,17 @@ pub fn atomic_write(path: &Path, contents: &[u8], new_mode: u32) -> io::Result<(
         std::process::id()
     ));
     let result = write_temp_and_rename(&tmp, path, dir, contents, existing.as_ref(), new_mode);
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    } else {
-        WRITES.fetch_add(1, Ordering::SeqCst);
+    match &result {
+        Ok(()) => {
+            WRITES.fetch_add(1, Ordering::SeqCst);
+        }
+        Err(_) => {
+            // The write's own error is what the caller needs; a temp file we could not
+            // remove is logged (the next run removes it).
+            if let Err(e) = remove_if_exists(&tmp) {
+                tracing::warn!(file = %tmp.display(), error = %e, "could not remove a temporary file");
+            }
+        }
     }
     result
 }
@@ -54,7 +61,7 @@ fn write_temp_and_rename(
     new_mode: u32,
 ) -> io::Result<()> {
     // A stale temp file from a killed run would make create_new fail.
-    let _ = std::fs::remove_file(tmp);
+    remove_if_exists(tmp)?;
     let mut file = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -95,6 +102,32 @@ pub fn create_dirs(dir: &Path) -> io::Result<Vec<PathBuf>> {
         }
     }
     Ok(missing)
+}
+
+/// Removes `path` if it exists (without counting it as a write: only temporary files and
+/// our own state go through here). Returns whether it existed.
+pub fn remove_if_exists(path: &Path) -> io::Result<bool> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Removes directory `dir` if it is empty; a missing or non-empty directory is left as it
+/// is (something else may have put files there).
+pub fn remove_dir_if_empty(dir: &Path) -> io::Result<()> {
+    match std::fs::remove_dir(dir) {
+        Ok(()) => Ok(()),
+        Err(e)
+            if e.kind() == io::ErrorKind::NotFound
+                || e.raw_os_error() == Some(nix::libc::ENOTEMPTY)
+                || e.raw_os_error() == Some(nix::libc::EEXIST) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Removes `path` and fsyncs its directory.

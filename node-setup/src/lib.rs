@@ -2,25 +2,22 @@
 //! on one node. Plan first, then write atomically with backups; `check` and `revert`.
 //!
 //! Module map: [`detect`] (what is installed, which mode), [`plan`] (compute every change
-//! in memory), [`ops`] (write / revert), [`unit`], [`daemon_json`], [`containerd`],
-//! [`k3s_config`] (the three file formats and k3s's config), [`state`] (manifest and
-//! backups), [`restart`] (systemctl, injectable), [`fsops`] (atomic writes), [`host`]
-//! (the `--root` tree).
+//! in memory), [`ops`] (write / revert), [`formats`] (one module per file format: systemd
+//! unit, daemon.json, containerd TOML, k3s YAML), [`state`] (manifest and backups),
+//! [`restart`] (systemctl, injectable), [`fsops`] (atomic writes), [`host`] (the `--root`
+//! tree), [`commands`] (what each command prints).
 
 pub mod cli;
 pub mod commands;
-pub mod containerd;
-pub mod daemon_json;
 pub mod detect;
 pub mod error;
+pub mod formats;
 pub mod fsops;
 pub mod host;
-pub mod k3s_config;
 pub mod ops;
 pub mod plan;
 pub mod restart;
 pub mod state;
-pub mod unit;
 
 pub use error::{exit_code, SetupError};
 
@@ -43,7 +40,10 @@ pub fn run(
     match commands::run(cli, manager, out) {
         Ok(code) => code,
         Err(e) => {
-            let _ = writeln!(err, "edgegpu-node-setup: error: {e}");
+            if let Err(write_error) = writeln!(err, "edgegpu-node-setup: error: {e}") {
+                // stderr itself is gone: the exit code is all that is left to say it.
+                tracing::debug!(error = %write_error, "could not print the error");
+            }
             e.exit_code()
         }
     }

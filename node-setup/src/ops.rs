@@ -191,32 +191,34 @@ fn write_all(
 }
 
 impl Undo<'_> {
-    /// Best effort: puts back everything a failed apply wrote, newest first.
+    /// Best effort: puts back everything a failed apply wrote, newest first. It goes on
+    /// after a failure (every file it can restore counts) and logs what it could not do.
     fn roll_back(&self, changes: &[FileChange]) {
-        roll_back_files(&changes[..self.written]);
+        for c in changes[..self.written].iter().rev() {
+            let result = match &c.old {
+                Some(old) => fsops::atomic_write(&c.write_path, old.as_bytes(), 0o644),
+                None => fsops::remove_file(&c.write_path),
+            };
+            log_rollback_failure(&c.write_path, result);
+        }
         let manifest = self.host.path(state::MANIFEST);
-        let _ = match self.previous_manifest {
+        let result = match self.previous_manifest {
             Some(text) => fsops::atomic_write(&manifest, text.as_bytes(), 0o600),
-            None => std::fs::remove_file(&manifest),
+            None => fsops::remove_if_exists(&manifest).map(drop),
         };
+        log_rollback_failure(&manifest, result);
         for b in &self.backups {
-            let _ = std::fs::remove_file(b);
+            log_rollback_failure(b, fsops::remove_if_exists(b).map(drop));
         }
         for d in self.dirs.iter().rev() {
-            let _ = std::fs::remove_dir(d);
+            log_rollback_failure(d, fsops::remove_dir_if_empty(d));
         }
     }
 }
 
-fn roll_back_files(done: &[FileChange]) {
-    for c in done.iter().rev() {
-        let result = match &c.old {
-            Some(old) => fsops::atomic_write(&c.write_path, old.as_bytes(), 0o644),
-            None => fsops::remove_file(&c.write_path),
-        };
-        if let Err(e) = result {
-            tracing::error!(file = %c.write_path.display(), error = %e, "could not roll back");
-        }
+fn log_rollback_failure(path: &Path, result: std::io::Result<()>) {
+    if let Err(e) = result {
+        tracing::error!(file = %path.display(), error = %e, "could not roll back");
     }
 }
 
@@ -298,18 +300,22 @@ pub fn revert(
     }
     for e in &manifest.entries {
         if let Some(b) = &e.backup {
-            let _ = std::fs::remove_file(host.path(b));
+            let path = host.path(b);
+            fsops::remove_if_exists(&path)
+                .map_err(io(format!("removing backup {}", path.display())))?;
         }
     }
-    fsops::remove_file(&host.path(state::MANIFEST)).map_err(io(format!(
-        "removing {}",
-        host.path(state::MANIFEST).display()
-    )))?;
-    let _ = std::fs::remove_dir(host.path(state::BACKUP_DIR));
-    let _ = std::fs::remove_dir(host.path(state::STATE_DIR));
-    for d in manifest.created_dirs.iter().rev() {
-        // Only if empty: something else may have put files there since.
-        let _ = std::fs::remove_dir(host.path(d));
+    let manifest_path = host.path(state::MANIFEST);
+    fsops::remove_file(&manifest_path)
+        .map_err(io(format!("removing {}", manifest_path.display())))?;
+    // Directories only if empty: something else may have put files there since.
+    let dirs = [state::BACKUP_DIR, state::STATE_DIR]
+        .into_iter()
+        .chain(manifest.created_dirs.iter().rev().map(String::as_str));
+    for d in dirs {
+        let path = host.path(d);
+        fsops::remove_dir_if_empty(&path)
+            .map_err(io(format!("removing directory {}", path.display())))?;
     }
     do_restarts(&mut report, &manifest.services, restarts)?;
     Ok(report)

@@ -5,21 +5,22 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::containerd::{self, Flavor};
-use crate::daemon_json;
 use crate::detect::{
     Choice, ContainerdTarget, Inventory, Mode, ModeRequest, Role, DOCKER_DAEMON_JSON, UNIT_DIRS,
 };
 use crate::error::{Result, SetupError};
+use crate::formats::containerd::{self, Flavor};
+use crate::formats::unit::{self, UnitFile};
+use crate::formats::{daemon_json, k3s_yaml, Edit};
 use crate::host::HostRoot;
-use crate::k3s_config;
 use crate::restart::Service;
-use crate::unit::{self, UnitFile};
 use crate::RuntimeSpec;
 
 /// Our k3s drop-in; `99-` so that it sorts after the usual ones (later wins).
-pub const K3S_DROP_IN: &str = "/etc/rancher/k3s/config.yaml.d/99-edgegpu-nvidia-runtime.yaml";
-pub const K3S_MANIFESTS_DIR: &str = "/var/lib/rancher/k3s/server/manifests";
+const K3S_DROP_IN: &str = "/etc/rancher/k3s/config.yaml.d/99-edgegpu-nvidia-runtime.yaml";
+/// Used when k3s has no systemd unit to add `--docker` to (OpenRC, custom service).
+const K3S_DOCKER_DROP_IN: &str = "/etc/rancher/k3s/config.yaml.d/99-edgegpu-docker.yaml";
+const K3S_MANIFESTS_DIR: &str = "/var/lib/rancher/k3s/server/manifests";
 /// RuntimeClasses k3s ≥ v1.29.0 deploys itself (`runtimes.yaml`).
 const K3S_RUNTIME_CLASSES: [&str; 2] = ["nvidia", "nvidia-experimental"];
 
@@ -157,22 +158,22 @@ impl Builder<'_> {
         &self.opts.host
     }
 
-    /// Records the check and, if the content differs, the change.
+    /// Records the check and the edit's notes and, if the content differs, the change.
     fn file(
         &mut self,
         host_path: &str,
         old: Option<String>,
-        new: Option<String>,
+        edit: Edit,
         what: String,
         services: Vec<Service>,
     ) -> Result<()> {
-        let ok = new.is_none();
+        self.plan.notes.extend(edit.notes);
         self.plan.checks.push(CheckItem {
             file: host_path.to_string(),
             what: what.clone(),
-            ok,
+            ok: edit.new.is_none(),
         });
-        if let Some(new) = new {
+        if let Some(new) = edit.new {
             // Restart only what reads a file that changes.
             self.plan.services.extend(services);
             let write_path = self.host().resolve(host_path)?;
@@ -205,16 +206,18 @@ impl Builder<'_> {
     /// k3s configuration already says so.
     fn k3s_default_setting(&mut self) -> Result<()> {
         let name = self.opts.spec.name.clone();
-        let current = k3s_config::effective(self.host(), "default-runtime", None)?;
+        let current = k3s_yaml::effective(self.host(), "default-runtime", None)?;
         let ours = self.host().read(K3S_DROP_IN)?;
-        let content = format!(
-            "# Written by edgegpu-node-setup: containers run with the NVIDIA runtime by default.\n# Undo with `edgegpu-node-setup revert`.\ndefault-runtime: {name}\n"
+        let content = k3s_yaml::drop_in(
+            "containers run with the NVIDIA runtime by default",
+            "default-runtime",
+            &name,
         );
-        let new = match &current {
-            Some(s) if s.value == name => None,
+        let edit = match &current {
+            Some(s) if s.value == name => Edit::unchanged(),
             _ => {
                 // Our drop-in must be the one k3s reads last for this key.
-                let after = k3s_config::effective(
+                let after = k3s_yaml::effective(
                     self.host(),
                     "default-runtime",
                     Some((K3S_DROP_IN, &content)),
@@ -225,13 +228,13 @@ impl Builder<'_> {
                         format!("sets default-runtime: {} and is read after {K3S_DROP_IN}; remove that line first", s.value),
                     ));
                 }
-                Some(content)
+                Edit::replace(ours.as_deref(), content)
             }
         };
         self.file(
             K3S_DROP_IN,
             ours,
-            new,
+            edit,
             format!("k3s default-runtime is '{name}'"),
             self.k3s_units(),
         )?;
@@ -268,12 +271,12 @@ impl Builder<'_> {
             "# Written by edgegpu-node-setup: lets pods select the NVIDIA runtime with runtimeClassName: {name}\napiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata:\n  name: {name}\nhandler: {name}\n"
         );
         let old = self.host().read(&path)?;
-        let new = (old.as_deref() != Some(content.as_str())).then_some(content);
+        let edit = Edit::replace(old.as_deref(), content);
         // k3s's deploy controller watches the folder: no restart needed.
         self.file(
             &path,
             old,
-            new,
+            edit,
             format!("RuntimeClass '{name}' manifest"),
             Vec::new(),
         )
@@ -298,8 +301,9 @@ impl Builder<'_> {
         };
         let old = self.host().read(&path)?;
         let file = self.host().resolve(&path)?;
+        let base_owns_default = containerd::base_owns_default(old.as_deref(), flavor);
         let edit = containerd::edit(&file, old.as_deref(), &spec, flavor)?;
-        if old.is_none() && edit.text.is_some() {
+        if old.is_none() && edit.new.is_some() {
             if let Some((v, _)) = &self.inv.k3s_version {
                 if !v.has_base_template() {
                     return Err(SetupError::Refused(format!(
@@ -308,8 +312,8 @@ impl Builder<'_> {
                 }
             }
         }
-        self.plan.notes.extend(edit.notes);
-        let what = if spec.set_default && !edit.default_needs_k3s_setting {
+        let default_needs_k3s_setting = spec.set_default && base_owns_default;
+        let what = if spec.set_default && !default_needs_k3s_setting {
             format!(
                 "containerd runtime '{}' → {} and the default",
                 spec.name, spec.path
@@ -329,11 +333,11 @@ impl Builder<'_> {
                 .collect(),
             Flavor::K3sTemplate { .. } => self.k3s_units(),
         };
-        self.file(&path, old, edit.text, what, services)?;
+        self.file(&path, old, edit, what, services)?;
         match flavor {
             Flavor::System => {}
             Flavor::K3sTemplate { .. } => {
-                if edit.default_needs_k3s_setting {
+                if default_needs_k3s_setting {
                     if let Some((v, _)) = &self.inv.k3s_version {
                         if !v.has_default_runtime() {
                             return Err(SetupError::Refused(format!(
@@ -365,15 +369,15 @@ impl Builder<'_> {
                 });
             } else if self.inv.k3s_units.is_empty() {
                 // No systemd unit to edit (OpenRC, custom service): k3s's own config file.
-                let path = "/etc/rancher/k3s/config.yaml.d/99-edgegpu-docker.yaml";
-                let old = self.host().read(path)?;
-                let content = "# Written by edgegpu-node-setup: k3s runs containers through docker.\ndocker: true\n".to_string();
-                let new = (old.as_deref() != Some(content.as_str())).then_some(content);
+                let old = self.host().read(K3S_DOCKER_DROP_IN)?;
+                let content =
+                    k3s_yaml::drop_in("k3s runs containers through docker", "docker", "true");
+                let edit = Edit::replace(old.as_deref(), content);
                 let services = self.k3s_units();
                 self.file(
-                    path,
+                    K3S_DOCKER_DROP_IN,
                     old,
-                    new,
+                    edit,
                     "k3s uses docker (docker: true)".into(),
                     services,
                 )?;
@@ -383,8 +387,8 @@ impl Builder<'_> {
                 let old = self.host().read(&u.exec_file)?.unwrap_or_default();
                 let file = self.host().resolve(&u.exec_file)?;
                 let parsed = UnitFile::parse(&file, &old)?;
-                let new = if self.inv.k3s_docker_setting.is_some() {
-                    None
+                let edit = if self.inv.k3s_docker_setting.is_some() {
+                    Edit::unchanged()
                 } else {
                     unit::add_k3s_docker_flag(&parsed)?
                 };
@@ -397,7 +401,7 @@ impl Builder<'_> {
                     self.file(
                         &u.exec_file,
                         Some(old),
-                        new,
+                        edit,
                         format!("k3s {role} ExecStart has --docker"),
                         vec![Service::DaemonReload, Service::K3s(u.name.clone())],
                     )?;
@@ -406,7 +410,7 @@ impl Builder<'_> {
         }
         let old = self.host().read(DOCKER_DAEMON_JSON)?;
         let file = self.host().resolve(DOCKER_DAEMON_JSON)?;
-        let new = daemon_json::edit(&file, old.as_deref(), &spec)?;
+        let edit = daemon_json::edit(&file, old.as_deref(), &spec)?;
         let what = if spec.set_default {
             format!(
                 "docker runtime '{}' → {} and default-runtime",
@@ -415,7 +419,7 @@ impl Builder<'_> {
         } else {
             format!("docker runtime '{}' → {}", spec.name, spec.path)
         };
-        self.file(DOCKER_DAEMON_JSON, old, new, what, vec![Service::Docker])?;
+        self.file(DOCKER_DAEMON_JSON, old, edit, what, vec![Service::Docker])?;
         if self.inv.docker.is_none() {
             self.plan
                 .notes
@@ -425,7 +429,7 @@ impl Builder<'_> {
     }
 
     /// dockerd refuses to start when an option is given both as a flag and in daemon.json
-    /// (reference §1): look for `--default-runtime` in docker.service and its drop-ins.
+    /// (moby daemon/config `findConfigurationConflicts`): look for `--default-runtime` in docker.service and its drop-ins.
     fn refuse_dockerd_flag_conflict(&self) -> Result<()> {
         let mut files = Vec::new();
         for dir in UNIT_DIRS {
@@ -442,7 +446,8 @@ impl Builder<'_> {
             let path = self.host().resolve(&f)?;
             let parsed = UnitFile::parse(&path, &text)?;
             for value in parsed.values("Service", "ExecStart") {
-                let words = unit::split_words(value).unwrap_or_default();
+                let words = unit::split_words(value)
+                    .map_err(|_| SetupError::invalid(&path, "unterminated quote in ExecStart="))?;
                 if words.iter().any(|w| {
                     w.text == "--default-runtime" || w.text.starts_with("--default-runtime=")
                 }) {

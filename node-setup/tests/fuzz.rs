@@ -7,12 +7,13 @@ mod common;
 use std::path::Path;
 
 use common::fixture;
-use edgegpu_node_setup::containerd::{self, Flavor};
 use edgegpu_node_setup::detect::ModeRequest;
+use edgegpu_node_setup::formats::containerd::{self, Flavor};
+use edgegpu_node_setup::formats::daemon_json;
+use edgegpu_node_setup::formats::unit::{add_k3s_docker_flag, UnitFile};
 use edgegpu_node_setup::host::HostRoot;
 use edgegpu_node_setup::ops::{self, Restarts};
-use edgegpu_node_setup::unit::{add_k3s_docker_flag, UnitFile};
-use edgegpu_node_setup::{daemon_json, plan, RuntimeSpec};
+use edgegpu_node_setup::{plan, RuntimeSpec};
 use edgegpu_testkit::nodehost::NodeHost;
 use proptest::prelude::*;
 
@@ -93,11 +94,12 @@ fn check_unit(text: &str) {
     let Ok(unit) = UnitFile::parse(Path::new("k3s.service"), text) else {
         return;
     };
-    if let Ok(Some(new)) = add_k3s_docker_flag(&unit) {
+    if let Ok(Some(new)) = add_k3s_docker_flag(&unit).map(|e| e.new) {
         let again = UnitFile::parse(Path::new("k3s.service"), &new).expect("our output parses");
         assert!(
             add_k3s_docker_flag(&again)
                 .expect("our output edits")
+                .new
                 .is_none(),
             "second edit changes:\n{new}"
         );
@@ -105,21 +107,24 @@ fn check_unit(text: &str) {
 }
 
 fn check_json(text: &str) {
-    if let Ok(Some(new)) = daemon_json::edit(Path::new("d.json"), Some(text), &spec()) {
+    if let Ok(Some(new)) =
+        daemon_json::edit(Path::new("d.json"), Some(text), &spec()).map(|e| e.new)
+    {
         let v: serde_json::Value = serde_json::from_str(&new).expect("our output is JSON");
         assert_eq!(v["default-runtime"], "nvidia");
         assert!(daemon_json::edit(Path::new("d.json"), Some(&new), &spec())
             .unwrap()
+            .new
             .is_none());
     }
 }
 
 fn check_toml(text: &str, flavor: Flavor) {
     if let Ok(edit) = containerd::edit(Path::new("c.toml"), Some(text), &spec(), flavor) {
-        if let Some(new) = edit.text {
+        if let Some(new) = edit.new {
             let again = containerd::edit(Path::new("c.toml"), Some(&new), &spec(), flavor)
                 .expect("our output parses");
-            assert!(again.text.is_none(), "second edit changes:\n{new}");
+            assert!(again.new.is_none(), "second edit changes:\n{new}");
         }
     }
 }

@@ -8,8 +8,8 @@
 use crate::error::Result;
 use crate::host::HostRoot;
 
-pub const CONFIG_FILE: &str = "/etc/rancher/k3s/config.yaml";
-pub const DROP_IN_DIR: &str = "/etc/rancher/k3s/config.yaml.d";
+const CONFIG_FILE: &str = "/etc/rancher/k3s/config.yaml";
+const DROP_IN_DIR: &str = "/etc/rancher/k3s/config.yaml.d";
 
 /// A scalar setting and the file that set it last.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,23 +18,25 @@ pub struct Setting {
     pub file: String,
 }
 
+/// config.yaml first, then the drop-ins by name: the order k3s applies them.
+fn sort_like_k3s(files: &mut [String]) {
+    files.sort_by(|a, b| (a != CONFIG_FILE, a.as_str()).cmp(&(b != CONFIG_FILE, b.as_str())));
+}
+
 /// The config files in the order k3s applies them.
-pub fn files(host: &HostRoot) -> Result<Vec<String>> {
+fn files(host: &HostRoot) -> Result<Vec<String>> {
     let mut files = Vec::new();
     if host.exists(CONFIG_FILE) {
         files.push(CONFIG_FILE.to_string());
     }
     files.extend(host.list_dir(DROP_IN_DIR, ".yaml")?);
     files.extend(host.list_dir(DROP_IN_DIR, ".yml")?);
-    files.sort_by(|a, b| {
-        // config.yaml first, then the drop-ins by name.
-        (a != CONFIG_FILE, a.as_str()).cmp(&(b != CONFIG_FILE, b.as_str()))
-    });
+    sort_like_k3s(&mut files);
     Ok(files)
 }
 
 /// Top-level scalar value of `key` in one YAML text.
-pub fn scalar(text: &str, key: &str) -> Option<String> {
+fn scalar(text: &str, key: &str) -> Option<String> {
     let mut found = None;
     for line in text.lines() {
         if line.starts_with([' ', '\t', '#', '-']) {
@@ -64,9 +66,7 @@ pub fn effective(
     if let Some((path, _)) = extra {
         if !files.iter().any(|f| f == path) {
             files.push(path.to_string());
-            files.sort_by(|a, b| {
-                (a != CONFIG_FILE, a.as_str()).cmp(&(b != CONFIG_FILE, b.as_str()))
-            });
+            sort_like_k3s(&mut files);
         }
     }
     let mut last = None;
@@ -80,4 +80,11 @@ pub fn effective(
         }
     }
     Ok(last)
+}
+
+/// Content of a drop-in of ours that sets one `key: value`, with a comment saying why.
+pub fn drop_in(why: &str, key: &str, value: &str) -> String {
+    format!(
+        "# Written by edgegpu-node-setup: {why}.\n# Undo with `edgegpu-node-setup revert`.\n{key}: {value}\n"
+    )
 }

@@ -5,10 +5,12 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
+use super::Edit;
 use crate::error::{Result, SetupError};
 use crate::RuntimeSpec;
 
-/// Runtime names dockerd reserves for itself.
+/// Runtime names dockerd reserves for itself (moby daemon/config: `runtime name 'runc' is
+/// reserved`).
 pub const DOCKER_BUILTIN_RUNTIMES: [&str; 2] = ["runc", "io.containerd.runc.v2"];
 
 /// Parsed daemon.json plus what is needed to write it back in the same style.
@@ -65,7 +67,7 @@ impl DaemonJson {
     }
 
     /// Whether `runtimes.<name>` runs `path` the way we configure it.
-    pub fn runtime_configured(&self, spec: &RuntimeSpec) -> bool {
+    fn runtime_configured(&self, spec: &RuntimeSpec) -> bool {
         let Some(entry) = self
             .root
             .get("runtimes")
@@ -80,12 +82,12 @@ impl DaemonJson {
             && entry.get("runtimeArgs").map_or(true, |a| a.is_array())
     }
 
-    pub fn default_runtime(&self) -> Option<&str> {
+    fn default_runtime(&self) -> Option<&str> {
         self.root.get("default-runtime").and_then(|d| d.as_str())
     }
 
     /// Applies the change in memory; true if anything changed.
-    pub fn merge(&mut self, spec: &RuntimeSpec) -> bool {
+    fn merge(&mut self, spec: &RuntimeSpec) -> bool {
         let mut changed = false;
         if !self.runtime_configured(spec) {
             let runtimes = self
@@ -111,7 +113,7 @@ impl DaemonJson {
 
     /// Pretty-printed with the indentation the file used (default two spaces), ending
     /// in a newline.
-    pub fn render(&self) -> String {
+    fn render(&self) -> String {
         use serde::Serialize;
         let mut out = Vec::new();
         let formatter = serde_json::ser::PrettyFormatter::with_indent(self.indent.as_bytes());
@@ -135,11 +137,11 @@ fn detect_indent(text: &str) -> String {
         .to_string()
 }
 
-/// Plans the daemon.json edit: `Ok(None)` when already configured.
-pub fn edit(file: &Path, text: Option<&str>, spec: &RuntimeSpec) -> Result<Option<String>> {
+/// Plans the daemon.json edit; no change when already configured.
+pub fn edit(file: &Path, text: Option<&str>, spec: &RuntimeSpec) -> Result<Edit> {
     let mut doc = DaemonJson::parse(file, text.unwrap_or(""))?;
     if !doc.merge(spec) {
-        return Ok(None);
+        return Ok(Edit::unchanged());
     }
     let rendered = doc.render();
     // Round-trip our own output before it may be written.
@@ -152,5 +154,5 @@ pub fn edit(file: &Path, text: Option<&str>, spec: &RuntimeSpec) -> Result<Optio
             "internal error: merged JSON does not round-trip",
         ));
     }
-    Ok(Some(rendered))
+    Ok(Edit::replace(text, rendered))
 }

@@ -5,12 +5,14 @@ use std::path::Path;
 
 use toml_edit::{DocumentMut, InlineTable, Item, Table, Value};
 
+use super::Edit;
 use crate::error::{line_column, Result, SetupError};
 use crate::RuntimeSpec;
 
-/// Runtime names k3s registers by itself when it finds the binary (reference §3.2); the
-/// `base` template emits their tables, so a template must never declare them again.
-pub const K3S_AUTODETECTED_RUNTIMES: [&str; 3] = ["nvidia", "nvidia-experimental", "nvidia-cdi"];
+/// Runtime names k3s registers by itself when it finds the binary on its PATH
+/// (k3s pkg/agent/containerd/runtimes.go); the `base` template emits their tables, so a
+/// template must never declare them again.
+const K3S_AUTODETECTED_RUNTIMES: [&str; 3] = ["nvidia", "nvidia-experimental", "nvidia-cdi"];
 
 /// The runc v2 shim: NVIDIA's runtime is runc-compatible and runs under it.
 const RUNC_V2: &str = "io.containerd.runc.v2";
@@ -32,15 +34,16 @@ pub enum Flavor {
     K3sTemplate { version: i64 },
 }
 
-/// Result of planning an edit.
-#[derive(Debug, Default)]
-pub struct Edit {
-    /// New file content; `None` when nothing needs to change.
-    pub text: Option<String>,
-    /// The default runtime cannot be set in this file (a `base` template emits the table
-    /// that holds it): k3s's `default-runtime` setting must do it instead.
-    pub default_needs_k3s_setting: bool,
-    pub notes: Vec<String>,
+impl Flavor {
+    /// The config version of a file without a `version` key, and of a missing or empty
+    /// file (which we write with an explicit version).
+    fn implied_versions(self) -> (i64, i64) {
+        match self {
+            // NVIDIA's rule: no `version` key means 1; a new file is written as 2.
+            Flavor::System => (1, 2),
+            Flavor::K3sTemplate { version } => (version, version),
+        }
+    }
 }
 
 /// What a file already provides.
@@ -51,12 +54,43 @@ pub struct Status {
     pub default: bool,
 }
 
-/// CRI plugin key for a config version (reference §2.1).
-pub fn cri_plugin(version: i64) -> &'static str {
-    match version {
-        1 => "cri",
-        2 => "io.containerd.grpc.v1.cri",
-        _ => "io.containerd.cri.v1.runtime",
+/// Key paths of the CRI plugin's `containerd` table, which differ only in the plugin's
+/// name per config version: `cri` (1), `io.containerd.grpc.v1.cri` (2),
+/// `io.containerd.cri.v1.runtime` (3) (containerd docs/cri/config.md, docs/PLUGINS.md).
+#[derive(Debug, Clone, Copy)]
+struct CriKeys {
+    plugin: &'static str,
+}
+
+impl CriKeys {
+    fn for_version(version: i64) -> CriKeys {
+        let plugin = match version {
+            1 => "cri",
+            2 => "io.containerd.grpc.v1.cri",
+            _ => "io.containerd.cri.v1.runtime",
+        };
+        CriKeys { plugin }
+    }
+
+    /// `plugins.<cri>.containerd`: holds `default_runtime_name` and `runtimes`.
+    fn containerd(self) -> [&'static str; 3] {
+        ["plugins", self.plugin, "containerd"]
+    }
+
+    /// `plugins.<cri>.containerd.runtimes.<name>`.
+    fn runtime(self, name: &str) -> [&str; 5] {
+        ["plugins", self.plugin, "containerd", "runtimes", name]
+    }
+
+    /// `plugins.<cri>.containerd.runtimes.<name>.options.<key>`.
+    fn runtime_option<'a>(self, name: &'a str, key: &'a str) -> [&'a str; 7] {
+        let [a, b, c, d, e] = self.runtime(name);
+        [a, b, c, d, e, "options", key]
+    }
+
+    /// `plugins."<cri>".containerd`, as a person would write the table header.
+    fn containerd_header(self) -> String {
+        format!("plugins.\"{}\".containerd", self.plugin)
     }
 }
 
@@ -252,29 +286,35 @@ fn get<'a>(item: &'a Item, path: &[&str]) -> Option<&'a Item> {
 
 /// Inspects a (stripped) document.
 fn status(doc: &DocumentMut, version: i64, spec: &RuntimeSpec) -> Status {
-    let cri = cri_plugin(version);
+    let keys = CriKeys::for_version(version);
     let root = doc.as_item();
-    let containerd = ["plugins", cri, "containerd"];
-    let binary = get(
-        root,
-        &[
-            "plugins",
-            cri,
-            "containerd",
-            "runtimes",
-            &spec.name,
-            "options",
-            "BinaryName",
-        ],
-    )
-    .and_then(|i| i.as_str());
-    let default = get(root, &containerd)
+    let binary = get(root, &keys.runtime_option(&spec.name, "BinaryName")).and_then(|i| i.as_str());
+    let default = get(root, &keys.containerd())
         .and_then(|c| get(c, &["default_runtime_name"]))
         .and_then(|i| i.as_str());
     Status {
         version,
         runtime: binary == Some(spec.path.as_str()),
         default: default == Some(spec.name.as_str()),
+    }
+}
+
+/// The config version `text` is read with: an empty file or a `base` template has the
+/// version its flavor implies, anything else its `version` key.
+fn file_version(
+    file: &Path,
+    text: &str,
+    stripped: &Stripped,
+    doc: &DocumentMut,
+    flavor: Flavor,
+) -> Result<i64> {
+    let (if_missing, empty_version) = flavor.implied_versions();
+    if text.trim().is_empty() {
+        Ok(empty_version)
+    } else if stripped.base_line.is_some() {
+        Ok(if_missing)
+    } else {
+        config_version(file, doc, if_missing)
     }
 }
 
@@ -289,17 +329,7 @@ pub fn inspect(
     let text = text.unwrap_or("");
     let stripped = strip_template(text);
     let doc = parse(file, &stripped.text, 0)?;
-    let (if_missing, empty_version) = match flavor {
-        Flavor::System => (1, 2),
-        Flavor::K3sTemplate { version } => (version, version),
-    };
-    let version = if text.trim().is_empty() {
-        empty_version
-    } else if stripped.base_line.is_some() {
-        if_missing
-    } else {
-        config_version(file, &doc, if_missing)?
-    };
+    let version = file_version(file, text, &stripped, &doc, flavor)?;
     let mut st = status(&doc, version, spec);
     if stripped.base_line.is_some() && K3S_AUTODETECTED_RUNTIMES.contains(&spec.name.as_str()) {
         st.runtime = true;
@@ -363,27 +393,21 @@ fn add_runtime(
     runtime: bool,
     default: bool,
 ) -> Result<bool> {
-    let cri = cri_plugin(version);
+    let keys = CriKeys::for_version(version);
     // SystemdCgroup must match the runc runtime or pods are unstable (nvidia-docker #1788).
-    let systemd_cgroup = get(
-        doc.as_item(),
-        &[
-            "plugins",
-            cri,
-            "containerd",
-            "runtimes",
-            "runc",
-            "options",
-            "SystemdCgroup",
-        ],
-    )
-    .and_then(|i| i.as_value())
-    .cloned();
+    let systemd_cgroup = get(doc.as_item(), &keys.runtime_option("runc", "SystemdCgroup"))
+        .and_then(|i| i.as_value())
+        .cloned();
     let mut changed = false;
     let plugins = child(file, doc.as_item_mut(), "plugins", "")?;
-    let cri_item = child(file, plugins, cri, "plugins")?;
-    let ctrd_path = format!("plugins.\"{cri}\".containerd");
-    let containerd = child(file, cri_item, "containerd", &format!("plugins.\"{cri}\""))?;
+    let cri_item = child(file, plugins, keys.plugin, "plugins")?;
+    let ctrd_path = keys.containerd_header();
+    let containerd = child(
+        file,
+        cri_item,
+        "containerd",
+        &format!("plugins.\"{}\"", keys.plugin),
+    )?;
     if runtime {
         let runtimes = child(file, containerd, "runtimes", &ctrd_path)?;
         let rt_path = format!("{ctrd_path}.runtimes.{}", spec.name);
@@ -401,7 +425,7 @@ fn add_runtime(
         }
     }
     if default {
-        let containerd = get_mut_path(doc, &["plugins", cri, "containerd"]);
+        let containerd = get_mut_path(doc, &keys.containerd());
         changed |= set(
             containerd,
             "default_runtime_name",
@@ -440,7 +464,8 @@ pub fn edit(file: &Path, text: Option<&str>, spec: &RuntimeSpec, flavor: Flavor)
     }
     // Whole-file parse first: syntax errors get the line numbers the user sees.
     let whole = parse(file, &stripped.text, 0)?;
-    let mut result = Edit::default();
+    let mut result = Edit::unchanged();
+    let base_owns_default = stripped.base_line.is_some() && spec.set_default;
     let out = if let Some(base) = stripped.base_line {
         let Flavor::K3sTemplate { version } = flavor else {
             unreachable!("System rejects template markup above")
@@ -453,8 +478,7 @@ pub fn edit(file: &Path, text: Option<&str>, spec: &RuntimeSpec, flavor: Flavor)
                 spec.name
             ));
         }
-        if spec.set_default {
-            result.default_needs_k3s_setting = true;
+        if base_owns_default {
             result.notes.push(
                 "the base template emits the table holding default_runtime_name; the default is set through k3s's default-runtime setting instead".into(),
             );
@@ -494,17 +518,9 @@ pub fn edit(file: &Path, text: Option<&str>, spec: &RuntimeSpec, flavor: Flavor)
         text
     } else {
         let mut doc = whole;
-        let (if_missing, empty_version) = match flavor {
-            Flavor::System => (1, 2),
-            Flavor::K3sTemplate { version } => (version, version),
-        };
         let empty = original.trim().is_empty();
-        let version = if empty {
-            empty_version
-        } else {
-            config_version(file, &doc, if_missing)?
-        };
-        let cri = cri_plugin(version);
+        let version = file_version(file, original, &stripped, &doc, flavor)?;
+        let keys = CriKeys::for_version(version);
         let templated = |path: &[&str]| {
             get(doc.as_item(), path)
                 .and_then(|i| i.as_str())
@@ -513,16 +529,9 @@ pub fn edit(file: &Path, text: Option<&str>, spec: &RuntimeSpec, flavor: Flavor)
         let by_template = stripped.originals().find(|l| {
             l.contains("default_runtime_name") || l.contains(&format!("runtimes.{}", spec.name))
         });
-        let key_templated = templated(&["plugins", cri, "containerd", "default_runtime_name"])
-            || templated(&[
-                "plugins",
-                cri,
-                "containerd",
-                "runtimes",
-                &spec.name,
-                "options",
-                "BinaryName",
-            ]);
+        let [p, c, d] = keys.containerd();
+        let key_templated = templated(&[p, c, d, "default_runtime_name"])
+            || templated(&keys.runtime_option(&spec.name, "BinaryName"));
         if by_template.is_some() || key_templated {
             return Err(SetupError::invalid(
                 file,
@@ -550,13 +559,26 @@ pub fn edit(file: &Path, text: Option<&str>, spec: &RuntimeSpec, flavor: Flavor)
     }
     // Validate our own output before it may be written.
     let status = inspect(file, Some(&out), spec, flavor)?;
-    let want_default = spec.set_default && !result.default_needs_k3s_setting;
+    let want_default = spec.set_default && !base_owns_default;
     if !status.runtime || (want_default && !status.default) {
         return Err(SetupError::invalid(
             file,
             "internal error: the edited configuration does not contain the runtime",
         ));
     }
-    result.text = Some(out);
+    result.new = Some(out);
     Ok(result)
+}
+
+/// Whether the default runtime of this k3s template is owned by k3s's `base` template (and
+/// so must be set through k3s's `default-runtime` setting rather than in the file). A
+/// missing or empty template counts: we would create it from the base.
+pub fn base_owns_default(text: Option<&str>, flavor: Flavor) -> bool {
+    match flavor {
+        Flavor::System => false,
+        Flavor::K3sTemplate { .. } => {
+            let text = text.unwrap_or("");
+            text.trim().is_empty() || strip_template(text).base_line.is_some()
+        }
+    }
 }
