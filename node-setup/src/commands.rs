@@ -84,6 +84,23 @@ fn describe(plan: &Plan, out: &mut dyn Write) {
     for n in &plan.notes {
         say!(out, "note: {n}");
     }
+    for e in &plan.effective {
+        say!(
+            out,
+            "effective: {}: default runtime '{}' ({}); runtime '{}' {}",
+            e.engine,
+            e.default_runtime.value,
+            e.default_runtime.source,
+            plan.spec.name,
+            match &e.runtime_binary {
+                Some(b) => format!("runs {} ({})", b.value, b.source),
+                None => "is not registered".to_string(),
+            }
+        );
+    }
+    for b in &plan.blockers {
+        say!(out, "blocked: {b}");
+    }
 }
 
 /// Unified diff of one planned change.
@@ -188,6 +205,10 @@ struct CheckJson<'a> {
     runtime_present: bool,
     items: &'a [plan::CheckItem],
     notes: &'a [String],
+    /// What each engine uses now, and where that is decided.
+    effective: &'a [plan::Effective],
+    /// Settings node-setup does not own that stop it, naming them.
+    blockers: &'a [String],
 }
 
 fn check(opts: &plan::Options, format: OutputFormat, out: &mut dyn Write) -> Result<u8> {
@@ -204,6 +225,8 @@ fn check(opts: &plan::Options, format: OutputFormat, out: &mut dyn Write) -> Res
                 runtime_present: plan.runtime_present,
                 items: &plan.checks,
                 notes: &plan.notes,
+                effective: &plan.effective,
+                blockers: &plan.blockers,
             };
             say!(
                 out,

@@ -10,6 +10,7 @@
 pub mod cli;
 pub mod commands;
 pub mod detect;
+pub mod effective;
 pub mod error;
 pub mod formats;
 pub mod fsops;

@@ -752,7 +752,10 @@ fn check_json_reports_every_item() {
     assert_eq!(v["mode"], "docker");
     assert!(v["reason"].as_str().unwrap().contains("v1.27.4"));
     let items = v["items"].as_array().unwrap();
-    assert_eq!(items.len(), 3, "{items:?}");
+    // Binary, unit, daemon.json, then docker's effective default and runtime.
+    assert_eq!(items.len(), 5, "{items:?}");
+    assert_eq!(v["effective"][0]["engine"], "docker");
+    assert_eq!(v["effective"][0]["default_runtime"]["value"], "runc");
     assert_eq!(items[1]["file"], UNIT);
     assert_eq!(items[1]["ok"], false);
     ok(&host, &["apply"]);

@@ -7,7 +7,8 @@ use std::path::Path;
 
 use common::{containerd_dump, containerd_major, fixture, real_tool};
 use edgegpu_node_setup::error::SetupError;
-use edgegpu_node_setup::formats::containerd::{base_owns_default, edit, inspect, Flavor};
+use edgegpu_node_setup::formats::containerd::{describe, inspect, Flavor};
+use edgegpu_node_setup::formats::Edit;
 use edgegpu_node_setup::RuntimeSpec;
 
 fn spec(name: &str, set_default: bool) -> RuntimeSpec {
@@ -16,6 +17,24 @@ fn spec(name: &str, set_default: bool) -> RuntimeSpec {
         path: "/usr/bin/nvidia-container-runtime".into(),
         set_default,
     }
+}
+
+fn edit(
+    file: &Path,
+    text: Option<&str>,
+    spec: &RuntimeSpec,
+    flavor: Flavor,
+) -> Result<Edit, SetupError> {
+    common::containerd_edit(file.to_str().unwrap(), text, spec, flavor)
+}
+
+/// A new or empty template, or one with the base line: k3s's setting owns the default.
+fn base_owns_default(text: Option<&str>, flavor: Flavor) -> bool {
+    text.map_or(true, |t| t.trim().is_empty())
+        || describe(Path::new("t"), text, flavor)
+            .unwrap()
+            .base_line
+            .is_some()
 }
 
 fn nvidia() -> RuntimeSpec {

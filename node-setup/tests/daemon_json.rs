@@ -6,7 +6,8 @@ use std::path::Path;
 
 use common::fixture;
 use edgegpu_node_setup::error::SetupError;
-use edgegpu_node_setup::formats::daemon_json::{edit, DaemonJson};
+use edgegpu_node_setup::formats::daemon_json::{self, DaemonJson, Want};
+use edgegpu_node_setup::formats::Edit;
 use edgegpu_node_setup::RuntimeSpec;
 use serde_json::Value;
 
@@ -16,6 +17,10 @@ fn spec(set_default: bool) -> RuntimeSpec {
         path: "/usr/bin/nvidia-container-runtime".into(),
         set_default,
     }
+}
+
+fn edit(file: &Path, text: Option<&str>, spec: &RuntimeSpec) -> Result<Edit, SetupError> {
+    daemon_json::edit(file, text, spec, Want::from_spec(spec))
 }
 
 fn keys(v: &Value) -> Vec<String> {

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use common::fixture;
 use edgegpu_node_setup::detect::ModeRequest;
-use edgegpu_node_setup::formats::containerd::{self, Flavor};
+use edgegpu_node_setup::formats::containerd::Flavor;
 use edgegpu_node_setup::formats::daemon_json;
 use edgegpu_node_setup::formats::unit::{add_k3s_docker_flag, UnitFile};
 use edgegpu_node_setup::host::HostRoot;
@@ -108,11 +108,11 @@ fn check_unit(text: &str) {
 
 fn check_json(text: &str) {
     if let Ok(Some(new)) =
-        daemon_json::edit(Path::new("d.json"), Some(text), &spec()).map(|e| e.new)
+        daemon_json::edit(Path::new("d.json"), Some(text), &spec(), daemon_json::Want::from_spec(&spec())).map(|e| e.new)
     {
         let v: serde_json::Value = serde_json::from_str(&new).expect("our output is JSON");
         assert_eq!(v["default-runtime"], "nvidia");
-        assert!(daemon_json::edit(Path::new("d.json"), Some(&new), &spec())
+        assert!(daemon_json::edit(Path::new("d.json"), Some(&new), &spec(), daemon_json::Want::from_spec(&spec()))
             .unwrap()
             .new
             .is_none());
@@ -120,9 +120,9 @@ fn check_json(text: &str) {
 }
 
 fn check_toml(text: &str, flavor: Flavor) {
-    if let Ok(edit) = containerd::edit(Path::new("c.toml"), Some(text), &spec(), flavor) {
+    if let Ok(edit) = common::containerd_edit("c.toml", Some(text), &spec(), flavor) {
         if let Some(new) = edit.new {
-            let again = containerd::edit(Path::new("c.toml"), Some(&new), &spec(), flavor)
+            let again = common::containerd_edit("c.toml", Some(&new), &spec(), flavor)
                 .expect("our output parses");
             assert!(again.new.is_none(), "second edit changes:\n{new}");
         }

@@ -4,6 +4,7 @@
 
 pub mod containerd;
 pub mod daemon_json;
+pub mod go_template;
 pub mod k3s_yaml;
 pub mod unit;
 

@@ -211,7 +211,7 @@ impl UnitFile {
     }
 
     /// 1-based (line, column) of byte `offset` inside the value of `a`.
-    fn position(&self, a: &Assignment, offset: usize) -> (usize, usize) {
+    pub fn position(&self, a: &Assignment, offset: usize) -> (usize, usize) {
         let mut value_pos = 0;
         for (idx, &(line, col, len)) in a.pieces.iter().enumerate() {
             if idx > 0 {

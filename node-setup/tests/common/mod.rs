@@ -162,3 +162,30 @@ pub fn containerd_major(tool: &Path) -> u32 {
         .and_then(|v| v.trim_start_matches('v').split('.').next()?.parse().ok())
         .unwrap_or(1)
 }
+
+/// What node-setup asks of a containerd file when nothing else on the host decides: the
+/// runtime is declared unless a k3s base template emits it (the names k3s detects), and
+/// the default is written unless k3s's own setting owns it.
+pub fn containerd_edit(
+    file: &str,
+    text: Option<&str>,
+    spec: &edgegpu_node_setup::RuntimeSpec,
+    flavor: edgegpu_node_setup::formats::containerd::Flavor,
+) -> edgegpu_node_setup::error::Result<edgegpu_node_setup::formats::Edit> {
+    use edgegpu_node_setup::formats::containerd::{describe, edit, DefaultRuntime, Flavor, Want};
+    let d = describe(Path::new(file), text, flavor)?;
+    let template = matches!(flavor, Flavor::K3sTemplate { .. });
+    let base = template && (text.map_or(true, |t| t.trim().is_empty()) || d.base_line.is_some());
+    let detected = ["nvidia", "nvidia-experimental", "nvidia-cdi"].contains(&spec.name.as_str());
+    let k3s_default = base || matches!(d.default, DefaultRuntime::FromK3sSetting { .. });
+    edit(
+        Path::new(file),
+        text,
+        flavor,
+        Want {
+            spec,
+            declare_runtime: !(base && detected),
+            set_default: spec.set_default && !k3s_default,
+        },
+    )
+}
