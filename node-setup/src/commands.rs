@@ -7,6 +7,7 @@ use serde::Serialize;
 use crate::cli::{Cli, Command, OutputFormat};
 use crate::error::{exit_code, Result};
 use crate::host::HostRoot;
+use crate::lock::RunLock;
 use crate::ops::{self, Report, Restarts};
 use crate::plan::{self, Plan};
 use crate::restart::{self, ServiceManager};
@@ -172,7 +173,18 @@ fn apply(
         }
         return Ok(exit_code::OK);
     }
-    let report = ops::apply(&plan, &opts.host, restarts)?;
+    // Write under the lock, from a plan made under it (another run may have changed
+    // the files since the first look).
+    let lock = RunLock::acquire(&opts.host, &mut |msg| say!(out, "{msg}"))?;
+    let plan = plan::build(opts, false)?;
+    if plan.changes.is_empty() {
+        say!(
+            out,
+            "already configured (by the run we waited for): nothing to change, no file written"
+        );
+        return Ok(exit_code::OK);
+    }
+    let report = ops::apply(&plan, &opts.host, restarts, &lock)?;
     for c in &plan.changes {
         say!(
             out,
@@ -269,6 +281,19 @@ fn revert(
     restarts: Restarts,
     out: &mut dyn Write,
 ) -> Result<u8> {
+    if !opts.host.exists(crate::state::MANIFEST) {
+        say!(
+            out,
+            "nothing to revert: no manifest at {}",
+            opts.host.path(crate::state::MANIFEST).display()
+        );
+        return Ok(exit_code::OK);
+    }
+    let lock = if dry_run {
+        None
+    } else {
+        Some(RunLock::acquire(&opts.host, &mut |msg| say!(out, "{msg}"))?)
+    };
     let Some((manifest, steps)) = ops::plan_revert(&opts.host, opts.force)? else {
         say!(
             out,
@@ -294,7 +319,10 @@ fn revert(
         }
         return Ok(exit_code::OK);
     }
-    let report = ops::revert(&opts.host, &manifest, &steps, restarts)?;
+    let Some(lock) = lock else {
+        unreachable!("a dry run returned above")
+    };
+    let report = ops::revert(&opts.host, &manifest, &steps, restarts, &lock)?;
     for s in &steps {
         say!(
             out,

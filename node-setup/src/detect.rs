@@ -4,7 +4,7 @@
 use std::fmt;
 use std::io::Read;
 
-use crate::effective::k3s::{Role, K3s};
+use crate::effective::k3s::{K3s, Role};
 use crate::effective::systemd::{Unit, UNIT_DIRS};
 use crate::effective::{Source, Sourced};
 use crate::error::{Result, SetupError};
@@ -107,7 +107,10 @@ impl K3sEngine {
         }
         if let Some(e) = k.setting(&["container-runtime-endpoint"]) {
             let socket = e.value.trim_start_matches("unix://");
-            let system = ["/run/containerd/containerd.sock", "/var/run/containerd/containerd.sock"];
+            let system = [
+                "/run/containerd/containerd.sock",
+                "/var/run/containerd/containerd.sock",
+            ];
             return if system.contains(&socket) {
                 K3sEngine::SystemContainerd(e)
             } else {
@@ -243,7 +246,11 @@ impl Inventory {
             (None, None) => {}
         }
         for (k, engine) in self.engines() {
-            let role = if k.role == Role::Server { "server" } else { "agent" };
+            let role = if k.role == Role::Server {
+                "server"
+            } else {
+                "agent"
+            };
             let Some(u) = &k.unit else {
                 out.push(format!("k3s {role} without a systemd unit"));
                 continue;
@@ -259,8 +266,9 @@ impl Inventory {
             }
             match &engine {
                 K3sEngine::Docker(src) => extra.push_str(&format!(", runs with --docker ({src})")),
-                K3sEngine::SystemContainerd(e) | K3sEngine::UnknownEndpoint(e) => extra
-                    .push_str(&format!(", container-runtime-endpoint {} ({})", e.value, e.source)),
+                K3sEngine::SystemContainerd(e) | K3sEngine::UnknownEndpoint(e) => extra.push_str(
+                    &format!(", container-runtime-endpoint {} ({})", e.value, e.source),
+                ),
                 K3sEngine::RequiresContainerdService(_) => {
                     extra.push_str(", requires containerd.service")
                 }
@@ -390,7 +398,8 @@ fn k3s_engine(inv: &Inventory) -> Result<Option<(K3sEngine, String)>> {
                 e.value
             )));
         }
-        let same_kind = |a: &K3sEngine, b: &K3sEngine| std::mem::discriminant(a) == std::mem::discriminant(b);
+        let same_kind =
+            |a: &K3sEngine, b: &K3sEngine| std::mem::discriminant(a) == std::mem::discriminant(b);
         match &found {
             Some((other, name)) if !same_kind(other, &engine) => {
                 return Err(SetupError::Refused(format!(
@@ -501,7 +510,10 @@ fn auto(inv: &Inventory) -> Result<(Mode, String)> {
             ));
         }
         if let Some(why) = uses_system_containerd(&engine, &unit) {
-            return Ok((Mode::Containerd(ContainerdTarget::System), format!("containerd mode: {why}")));
+            return Ok((
+                Mode::Containerd(ContainerdTarget::System),
+                format!("containerd mode: {why}"),
+            ));
         }
         let template = inv.k3s.iter().find_map(|k| {
             K3S_TEMPLATES

@@ -104,6 +104,30 @@ pub fn create_dirs(dir: &Path) -> io::Result<Vec<PathBuf>> {
     Ok(missing)
 }
 
+/// Removes the temporary files a killed run left in `dir` (ours are named
+/// `.<file>.edgegpu-tmp.<pid>`). Only called while holding the run lock, so no other
+/// run is writing them. Returns the files removed.
+pub fn remove_stale_temps(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut removed = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let ours = name.starts_with('.')
+            && name
+                .rsplit_once(".edgegpu-tmp.")
+                .is_some_and(|(_, pid)| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()));
+        if ours && remove_if_exists(&entry.path())? {
+            removed.push(entry.path());
+        }
+    }
+    Ok(removed)
+}
+
 /// Removes `path` if it exists (without counting it as a write: only temporary files and
 /// our own state go through here). Returns whether it existed.
 pub fn remove_if_exists(path: &Path) -> io::Result<bool> {

@@ -15,6 +15,7 @@ pub mod error;
 pub mod formats;
 pub mod fsops;
 pub mod host;
+pub mod lock;
 pub mod ops;
 pub mod plan;
 pub mod restart;

@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::detect::{Choice, ContainerdTarget, Inventory, K3sEngine, Mode, K3S_TEMPLATES};
 use crate::effective::containerd::{default_of, load_with_imports, Containerd, Loaded};
 use crate::effective::docker::Docker;
-use crate::effective::k3s::{Role, K3s};
+use crate::effective::k3s::{K3s, Role};
 use crate::effective::systemd::{Unit, DEFAULT_PATH};
 use crate::effective::{Source, Sourced};
 use crate::error::{Result, SetupError};
@@ -32,7 +32,10 @@ const K3S_RUNTIME_CLASSES: [&str; 2] = ["nvidia", "nvidia-experimental"];
 /// (k3s pkg/agent/containerd/runtimes.go).
 const K3S_DETECTED: [(&str, &str); 3] = [
     ("nvidia", "nvidia-container-runtime"),
-    ("nvidia-experimental", "nvidia-container-runtime-experimental"),
+    (
+        "nvidia-experimental",
+        "nvidia-container-runtime-experimental",
+    ),
     ("nvidia-cdi", "nvidia-container-runtime.cdi"),
 ];
 /// Searched by k3s for the NVIDIA runtimes besides its PATH (the GPU Operator's toolkit).
@@ -278,7 +281,11 @@ impl Builder<'_> {
             }
         }
         let v3 = self.inv.version().map_or(true, |v| v.uses_containerd2());
-        let (name, version) = if v3 { K3S_TEMPLATES[0] } else { K3S_TEMPLATES[1] };
+        let (name, version) = if v3 {
+            K3S_TEMPLATES[0]
+        } else {
+            K3S_TEMPLATES[1]
+        };
         Ok(Template {
             path: format!("{dir}/{name}"),
             version,
@@ -347,8 +354,8 @@ impl Builder<'_> {
             let t = self.template(k)?;
             let flavor = Flavor::K3sTemplate { version: t.version };
             let desc = containerd::describe(&self.host().path(&t.path), t.text.as_deref(), flavor)?;
-            let new_or_base = t.text.as_deref().map_or(true, |s| s.trim().is_empty())
-                || desc.base_line.is_some();
+            let new_or_base =
+                t.text.as_deref().map_or(true, |s| s.trim().is_empty()) || desc.base_line.is_some();
             let emits_detected = new_or_base || desc.extra_runtimes_loop.is_some();
             let by_k3s = emits_detected && self.k3s_registers(k)?;
             if by_k3s {
@@ -391,9 +398,13 @@ impl Builder<'_> {
                     declare_runtime: declare,
                     set_default: default_in_file,
                 };
-                let edit = containerd::edit(&self.host().path(&t.path), t.text.as_deref(), flavor, want)?;
+                let edit =
+                    containerd::edit(&self.host().path(&t.path), t.text.as_deref(), flavor, want)?;
                 let what = if default_in_file {
-                    format!("containerd runtime '{}' → {} and the default", spec.name, spec.path)
+                    format!(
+                        "containerd runtime '{}' → {} and the default",
+                        spec.name, spec.path
+                    )
                 } else {
                     format!("containerd runtime '{}' → {}", spec.name, spec.path)
                 };
@@ -528,7 +539,10 @@ impl Builder<'_> {
             want,
         )?;
         let what = if spec.set_default {
-            format!("containerd runtime '{}' → {} and the default", spec.name, spec.path)
+            format!(
+                "containerd runtime '{}' → {} and the default",
+                spec.name, spec.path
+            )
         } else {
             format!("containerd runtime '{}' → {}", spec.name, spec.path)
         };
@@ -540,7 +554,8 @@ impl Builder<'_> {
                     .filter(|(_, e)| {
                         matches!(
                             e,
-                            K3sEngine::SystemContainerd(_) | K3sEngine::RequiresContainerdService(_)
+                            K3sEngine::SystemContainerd(_)
+                                | K3sEngine::RequiresContainerdService(_)
                         )
                     })
                     .filter_map(|(k, _)| k.unit.as_ref().map(|u| Service::K3s(u.name.clone()))),
@@ -571,14 +586,18 @@ impl Builder<'_> {
         // JetPack's daemon.json names the runtime by its bare name, which dockerd looks
         // up on its PATH: fine when that finds --runtime-path.
         let basename = spec.path.rsplit('/').next().unwrap_or_default();
-        let bare_name_ok = self.first_on_path(DEFAULT_PATH, basename).as_deref() == Some(spec.path.as_str());
+        let bare_name_ok =
+            self.first_on_path(DEFAULT_PATH, basename).as_deref() == Some(spec.path.as_str());
         let want = daemon_json::Want {
             set_default: default_in_file,
             bare_name_ok,
         };
         let edit = daemon_json::edit(&file, old.as_deref(), &spec, want)?;
         let what = if spec.set_default {
-            format!("docker runtime '{}' → {} and default-runtime", spec.name, spec.path)
+            format!(
+                "docker runtime '{}' → {} and default-runtime",
+                spec.name, spec.path
+            )
         } else {
             format!("docker runtime '{}' → {}", spec.name, spec.path)
         };
@@ -618,7 +637,13 @@ impl Builder<'_> {
                 let content =
                     k3s_yaml::drop_in("k3s runs containers through docker", "docker", "true");
                 let edit = Edit::replace(old.as_deref(), content);
-                self.file(&path, old, edit, "k3s uses docker (docker: true)".into(), Vec::new())?;
+                self.file(
+                    &path,
+                    old,
+                    edit,
+                    "k3s uses docker (docker: true)".into(),
+                    Vec::new(),
+                )?;
                 continue;
             };
             let (exec_file, _, _) = u.exec_start()?;
@@ -626,7 +651,11 @@ impl Builder<'_> {
             let old = self.host().read(&exec_file)?.unwrap_or_default();
             let parsed = UnitFile::parse(&self.host().path(&exec_file), &old)?;
             let edit = unit::add_k3s_docker_flag(&parsed)?;
-            let role = if k.role == Role::Server { "server" } else { "agent" };
+            let role = if k.role == Role::Server {
+                "server"
+            } else {
+                "agent"
+            };
             self.file(
                 &exec_file,
                 Some(old),
@@ -652,7 +681,11 @@ impl Builder<'_> {
             Mode::Containerd(ContainerdTarget::System) => {
                 let unit = Unit::load(self.host(), "containerd.service")?;
                 let c = Containerd::read(self.host(), unit.as_ref())?;
-                found.push(effective_of_file("system containerd", c.cri_owner(), &self.spec().name));
+                found.push(effective_of_file(
+                    "system containerd",
+                    c.cri_owner(),
+                    &self.spec().name,
+                ));
             }
             Mode::Docker => found.push(self.effective_docker()?),
         }
@@ -727,7 +760,9 @@ impl Builder<'_> {
         };
         let mut runtime_binary = match desc.runtimes.get(&spec.name) {
             Some(d) => Some(Sourced::new(
-                d.binary.clone().unwrap_or_else(|| "(a template expression)".into()),
+                d.binary
+                    .clone()
+                    .unwrap_or_else(|| "(a template expression)".into()),
                 Source::file(&t.path, d.line),
             )),
             None if desc.base_line.is_some() || desc.extra_runtimes_loop.is_some() => detected(),
@@ -743,7 +778,9 @@ impl Builder<'_> {
             }
         }
         for f in &imported {
-            if let DefaultRuntime::Literal { .. } | DefaultRuntime::Unknown { .. } = f.description.default {
+            if let DefaultRuntime::Literal { .. } | DefaultRuntime::Unknown { .. } =
+                f.description.default
+            {
                 default_runtime = default_of(f);
             }
             if let Some(d) = f.description.runtimes.get(&spec.name) {
@@ -766,7 +803,10 @@ impl Builder<'_> {
         let d = Docker::read(self.host(), unit.as_ref())?;
         let path = d.daemon_json.value.clone();
         let text = self.host().read(&path)?;
-        let json = daemon_json::DaemonJson::parse(&self.host().path(&path), text.as_deref().unwrap_or(""))?;
+        let json = daemon_json::DaemonJson::parse(
+            &self.host().path(&path),
+            text.as_deref().unwrap_or(""),
+        )?;
         let line_of = |needle: &str| {
             text.as_deref()
                 .and_then(|t| t.lines().position(|l| l.contains(needle)))
@@ -774,21 +814,30 @@ impl Builder<'_> {
         };
         let default_runtime = match (&d.default_flag, json.default_runtime()) {
             (Some(f), _) => f.clone(),
-            (None, Some(v)) => Sourced::new(v.to_string(), Source::file(&path, line_of("\"default-runtime\""))),
+            (None, Some(v)) => Sourced::new(
+                v.to_string(),
+                Source::file(&path, line_of("\"default-runtime\"")),
+            ),
             (None, None) => Sourced::new(
                 "runc".into(),
-                Source::default(format!("dockerd's default (no default-runtime in {path} or its flags)")),
+                Source::default(format!(
+                    "dockerd's default (no default-runtime in {path} or its flags)"
+                )),
             ),
         };
         let basename = spec.path.rsplit('/').next().unwrap_or_default();
         let runtime_binary = match json.runtime_path(&spec.name) {
             Some(p) => {
                 let p = if !p.contains('/') && p == basename {
-                    self.first_on_path(DEFAULT_PATH, p).unwrap_or_else(|| p.to_string())
+                    self.first_on_path(DEFAULT_PATH, p)
+                        .unwrap_or_else(|| p.to_string())
                 } else {
                     p.to_string()
                 };
-                Some(Sourced::new(p, Source::file(&path, line_of(&format!("\"{}\"", spec.name)))))
+                Some(Sourced::new(
+                    p,
+                    Source::file(&path, line_of(&format!("\"{}\"", spec.name))),
+                ))
             }
             None => d
                 .runtime_flags

@@ -206,7 +206,8 @@ fn base_template_gets_only_new_tables_after_the_base_line() {
     assert_eq!(
         added,
         // (toml_edit reuses the quoting of the user's own table header for the key.)
-        "\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia-custom]\nruntime_type = \"io.containerd.runc.v2\"\n\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia-custom.options]\nBinaryName = \"/usr/bin/nvidia-container-runtime\"\n"
+        // SystemdCgroup comes from the same k3s data as the base's runc options.
+        "\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia-custom]\nruntime_type = \"io.containerd.runc.v2\"\n\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia-custom.options]\nBinaryName = \"/usr/bin/nvidia-container-runtime\"\nSystemdCgroup = {{ .SystemdCgroup }}\n"
     );
     // Tables the base emits are never declared: no header for containerd or runtimes.
     assert!(!added.contains(".containerd]") && !added.contains(".runtimes]"));

@@ -12,6 +12,7 @@ use edgegpu_node_setup::formats::containerd::Flavor;
 use edgegpu_node_setup::formats::daemon_json;
 use edgegpu_node_setup::formats::unit::{add_k3s_docker_flag, UnitFile};
 use edgegpu_node_setup::host::HostRoot;
+use edgegpu_node_setup::lock::RunLock;
 use edgegpu_node_setup::ops::{self, Restarts};
 use edgegpu_node_setup::{plan, RuntimeSpec};
 use edgegpu_testkit::nodehost::NodeHost;
@@ -107,15 +108,25 @@ fn check_unit(text: &str) {
 }
 
 fn check_json(text: &str) {
-    if let Ok(Some(new)) =
-        daemon_json::edit(Path::new("d.json"), Some(text), &spec(), daemon_json::Want::from_spec(&spec())).map(|e| e.new)
+    if let Ok(Some(new)) = daemon_json::edit(
+        Path::new("d.json"),
+        Some(text),
+        &spec(),
+        daemon_json::Want::from_spec(&spec()),
+    )
+    .map(|e| e.new)
     {
         let v: serde_json::Value = serde_json::from_str(&new).expect("our output is JSON");
         assert_eq!(v["default-runtime"], "nvidia");
-        assert!(daemon_json::edit(Path::new("d.json"), Some(&new), &spec(), daemon_json::Want::from_spec(&spec()))
-            .unwrap()
-            .new
-            .is_none());
+        assert!(daemon_json::edit(
+            Path::new("d.json"),
+            Some(&new),
+            &spec(),
+            daemon_json::Want::from_spec(&spec())
+        )
+        .unwrap()
+        .new
+        .is_none());
     }
 }
 
@@ -169,6 +180,10 @@ proptest! {
     }
 }
 
+fn lock(opts: &plan::Options) -> RunLock {
+    RunLock::acquire(&opts.host, &mut |_| {}).expect("lock")
+}
+
 /// Runs a full plan+apply on a host holding `file` = `text` next to other files; when
 /// the plan is refused, not one file may differ.
 fn apply_never_writes_on_refusal(file: &str, text: &str, mode: ModeRequest) {
@@ -193,7 +208,8 @@ fn apply_never_writes_on_refusal(file: &str, text: &str, mode: ModeRequest) {
     match plan::build(&opts, false) {
         Err(_) => assert_eq!(before, host.snapshot(), "a refused plan wrote something"),
         Ok(p) => {
-            ops::apply(&p, &opts.host, Restarts::Skip("test")).expect("an accepted plan applies");
+            ops::apply(&p, &opts.host, Restarts::Skip("test"), &lock(&opts))
+                .expect("an accepted plan applies");
         }
     }
 }

@@ -95,7 +95,10 @@ pub fn default_of(f: &Loaded) -> Sourced<String> {
         ),
         DefaultRuntime::Unset => Sourced::new(
             "runc".into(),
-            Source::default(format!("containerd's default (nothing sets default_runtime_name in {})", f.path)),
+            Source::default(format!(
+                "containerd's default (nothing sets default_runtime_name in {})",
+                f.path
+            )),
         ),
     }
 }
@@ -110,7 +113,11 @@ pub fn load_with_imports(host: &HostRoot, main: &str, flavor: Flavor) -> Result<
             continue;
         }
         let text = host.read(&path)?;
-        let file_flavor = if files.is_empty() { flavor } else { Flavor::System };
+        let file_flavor = if files.is_empty() {
+            flavor
+        } else {
+            Flavor::System
+        };
         let description = describe(&host.path(&path), text.as_deref(), file_flavor)?;
         let dir = path.rsplit_once('/').map_or("/", |(d, _)| d).to_string();
         for pattern in &description.imports {

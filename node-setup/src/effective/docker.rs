@@ -41,7 +41,10 @@ impl Docker {
                 Some((n, v)) => (n, Some(v.to_string())),
                 None => (a.text.as_str(), None),
             };
-            if !matches!(name, "--config-file" | "--default-runtime" | "--add-runtime") {
+            if !matches!(
+                name,
+                "--config-file" | "--default-runtime" | "--add-runtime"
+            ) {
                 continue;
             }
             let Some(value) = inline.or_else(|| words.next().map(|w| w.text.clone())) else {

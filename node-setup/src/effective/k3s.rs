@@ -67,10 +67,12 @@ impl K3s {
         let args = sub.map_or(Vec::new(), |i| words[i + 1..].to_vec());
         let config_file = match env.get("K3S_CONFIG_FILE").filter(|v| !v.value.is_empty()) {
             Some(v) => v.clone(),
-            None => flag_value(&args, &["config", "c"])
-                .unwrap_or_else(|| Sourced::new(DEFAULT_CONFIG_FILE.into(), Source::default(
-                    format!("k3s's default config file {DEFAULT_CONFIG_FILE}"),
-                ))),
+            None => flag_value(&args, &["config", "c"]).unwrap_or_else(|| {
+                Sourced::new(
+                    DEFAULT_CONFIG_FILE.into(),
+                    Source::default(format!("k3s's default config file {DEFAULT_CONFIG_FILE}")),
+                )
+            }),
         };
         if config_file.value.contains("://") {
             return Err(SetupError::Refused(format!(
@@ -232,11 +234,7 @@ fn flag_value(args: &[Arg], names: &[&str]) -> Option<Sourced<String>> {
         };
         if let Some(value) = value {
             let a = &args[i.min(args.len()) - 1];
-            let at = args
-                .iter()
-                .rev()
-                .find(|w| w.text == *word)
-                .unwrap_or(a);
+            let at = args.iter().rev().find(|w| w.text == *word).unwrap_or(a);
             found = Some(Sourced::new(
                 value,
                 Source::Flag {

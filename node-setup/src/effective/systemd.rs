@@ -185,11 +185,17 @@ impl Unit {
                 continue;
             };
             let words = split_words(&v.value).map_err(|_| {
-                SetupError::invalid(format!("{file}:{line}"), "unterminated quote in Environment=")
+                SetupError::invalid(
+                    format!("{file}:{line}"),
+                    "unterminated quote in Environment=",
+                )
             })?;
             for w in words {
                 if let Some((k, val)) = w.text.split_once('=') {
-                    env.insert(k.to_string(), Sourced::new(val.to_string(), v.source.clone()));
+                    env.insert(
+                        k.to_string(),
+                        Sourced::new(val.to_string(), v.source.clone()),
+                    );
                 }
             }
         }
@@ -351,9 +357,11 @@ pub fn parse_env_file(text: &str) -> Vec<(String, String, usize)> {
         }
         let value = value.trim();
         let value = match split_words(value) {
-            Ok(words) if value.starts_with(['"', '\'']) => {
-                words.into_iter().map(|w| w.text).collect::<Vec<_>>().join(" ")
-            }
+            Ok(words) if value.starts_with(['"', '\'']) => words
+                .into_iter()
+                .map(|w| w.text)
+                .collect::<Vec<_>>()
+                .join(" "),
             _ => value.to_string(),
         };
         out.push((key.to_string(), value, i + 1));

@@ -90,7 +90,6 @@ impl CriKeys {
     }
 }
 
-
 /// How one template line was replaced.
 #[derive(Debug, Clone)]
 enum TemplateLine {
@@ -202,7 +201,8 @@ fn skeleton(file: &Path, text: &str) -> Result<Skeleton> {
                     "{}{lead}\"{VALUE_PLACEHOLDER}{n}@@\"{nl}",
                     &line.text[..=eq]
                 ));
-                sk.lines.push(TemplateLine::Value(value.trim_start().to_string()));
+                sk.lines
+                    .push(TemplateLine::Value(value.trim_start().to_string()));
                 continue;
             }
         }
@@ -300,9 +300,9 @@ fn restore_template(file: &Path, text: &str, lines: &[TemplateLine]) -> Result<S
     Ok(out)
 }
 
-
 fn parse(file: &Path, text: &str, line_offset: usize) -> Result<DocumentMut> {
-    text.parse::<DocumentMut>().map_err(|e| malformed(file, text, &e, line_offset))
+    text.parse::<DocumentMut>()
+        .map_err(|e| malformed(file, text, &e, line_offset))
 }
 
 fn malformed(file: &Path, text: &str, e: &toml_edit::TomlError, line_offset: usize) -> SetupError {
@@ -367,8 +367,11 @@ pub struct Description {
     /// A table written after the base line that the base already emits (1-based line
     /// and table): containerd refuses a table declared twice.
     pub redeclares_base_table: Option<(usize, String)>,
-    /// Stood-in template lines that mention runtime `<name>`'s table: (name, line, text).
+    /// Stood-in template lines that mention runtimes: (1-based line, text).
     opaque_runtime_lines: Vec<(usize, String)>,
+    /// Table headers on stood-in template lines (inside a control structure or after a
+    /// printed value): (1-based line, key path).
+    hidden_tables: Vec<(usize, Vec<String>)>,
 }
 
 impl Description {
@@ -466,7 +469,12 @@ fn base_tables(version: i64) -> Vec<Vec<String>> {
 }
 
 /// Explicit table headers of a document, with their 1-based lines.
-fn explicit_tables(text: &str, item: &Item, path: &mut Vec<String>, out: &mut Vec<(Vec<String>, usize)>) {
+fn explicit_tables(
+    text: &str,
+    item: &Item,
+    path: &mut Vec<String>,
+    out: &mut Vec<(Vec<String>, usize)>,
+) {
     let Some(table) = item.as_table() else {
         return;
     };
@@ -489,44 +497,48 @@ pub fn describe(file: &Path, text: Option<&str>, flavor: Flavor) -> Result<Descr
     let version = file_version(file, text, sk.base_line.is_some(), root, flavor)?;
     let keys = CriKeys::for_version(version);
     let at = |i: usize| i + 1;
-    let default = match get(root, &keys.containerd()).and_then(|c| get(c, &["default_runtime_name"])) {
-        Some(item) => {
-            let line = span_line(&sk.text, item.span());
-            match item.as_str() {
-                Some(v) if v.starts_with(VALUE_PLACEHOLDER) => {
-                    let original = template_value(&sk, v).unwrap_or_default();
-                    if original.contains(".NodeConfig.DefaultRuntime") {
-                        DefaultRuntime::FromK3sSetting { line }
-                    } else {
-                        DefaultRuntime::Unknown { line, text: original }
+    let default =
+        match get(root, &keys.containerd()).and_then(|c| get(c, &["default_runtime_name"])) {
+            Some(item) => {
+                let line = span_line(&sk.text, item.span());
+                match item.as_str() {
+                    Some(v) if v.starts_with(VALUE_PLACEHOLDER) => {
+                        let original = template_value(&sk, v).unwrap_or_default();
+                        if original.contains(".NodeConfig.DefaultRuntime") {
+                            DefaultRuntime::FromK3sSetting { line }
+                        } else {
+                            DefaultRuntime::Unknown {
+                                line,
+                                text: original,
+                            }
+                        }
                     }
+                    Some(v) => DefaultRuntime::Literal {
+                        name: v.to_string(),
+                        line,
+                    },
+                    None => DefaultRuntime::Unknown {
+                        line,
+                        text: item.to_string().trim().to_string(),
+                    },
                 }
-                Some(v) => DefaultRuntime::Literal {
-                    name: v.to_string(),
-                    line,
-                },
-                None => DefaultRuntime::Unknown {
-                    line,
-                    text: item.to_string().trim().to_string(),
-                },
             }
-        }
-        None => {
-            let hidden = sk
-                .opaque
-                .iter()
-                .find(|(_, t)| t.contains("default_runtime_name"));
-            match (sk.default_from_k3s, hidden, sk.base_line) {
-                (Some(l), _, _) => DefaultRuntime::FromK3sSetting { line: at(l) },
-                (None, Some((l, t)), _) => DefaultRuntime::Unknown {
-                    line: at(*l),
-                    text: t.trim().to_string(),
-                },
-                (None, None, Some(l)) => DefaultRuntime::FromK3sSetting { line: at(l) },
-                (None, None, None) => DefaultRuntime::Unset,
+            None => {
+                let hidden = sk
+                    .opaque
+                    .iter()
+                    .find(|(_, t)| t.contains("default_runtime_name"));
+                match (sk.default_from_k3s, hidden, sk.base_line) {
+                    (Some(l), _, _) => DefaultRuntime::FromK3sSetting { line: at(l) },
+                    (None, Some((l, t)), _) => DefaultRuntime::Unknown {
+                        line: at(*l),
+                        text: t.trim().to_string(),
+                    },
+                    (None, None, Some(l)) => DefaultRuntime::FromK3sSetting { line: at(l) },
+                    (None, None, None) => DefaultRuntime::Unset,
+                }
             }
-        }
-    };
+        };
     let mut runtimes = BTreeMap::new();
     if let Some(table) = get(root, &keys.runtime("")[..4]).and_then(|r| r.as_table_like()) {
         for (name, rt) in table.iter() {
@@ -543,7 +555,11 @@ pub fn describe(file: &Path, text: Option<&str>, flavor: Flavor) -> Result<Descr
     }
     let imports = get(root, &["imports"])
         .and_then(|i| i.as_array())
-        .map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
         .unwrap_or_default();
     let mut redeclares_base_table = None;
     if let Some(base) = sk.base_line {
@@ -570,7 +586,36 @@ pub fn describe(file: &Path, text: Option<&str>, flavor: Flavor) -> Result<Descr
             .filter(|(_, t)| t.contains("runtimes"))
             .map(|(l, t)| (at(*l), t.clone()))
             .collect(),
+        hidden_tables: sk
+            .opaque
+            .iter()
+            .filter_map(|(l, t)| header_path(t).map(|p| (at(*l), p)))
+            .collect(),
     })
+}
+
+/// The key path of a `[table.header]` line (quotes removed); `None` for anything else or
+/// a header built by a template expression.
+fn header_path(line: &str) -> Option<Vec<String>> {
+    let t = line.trim();
+    let inner = t.strip_prefix('[')?.split(']').next()?;
+    if t.starts_with("[[") || inner.contains("{{") {
+        return None;
+    }
+    let mut parts = Vec::new();
+    let mut cur = String::new();
+    let mut quote: Option<char> = None;
+    for c in inner.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => cur.push(c),
+            (None, '"' | '\'') => quote = Some(c),
+            (None, '.') => parts.push(std::mem::take(&mut cur).trim().to_string()),
+            (None, c) => cur.push(c),
+        }
+    }
+    parts.push(cur.trim().to_string());
+    Some(parts)
 }
 
 /// The original template text behind a value placeholder.
@@ -670,7 +715,6 @@ fn set(table: &mut Item, key: &str, value: Value) -> bool {
     true
 }
 
-
 /// Adds the runtime table (copying the options of the runtime `copy_from`) and, if
 /// asked, the default to `doc`. Returns whether the document changed.
 fn add_runtime(
@@ -735,7 +779,9 @@ fn add_runtime(
         }
         let options = child(file, rt, "options", &rt_path)?;
         changed |= set(options, "BinaryName", Value::from(spec.path.as_str()));
-        let copied = source.iter().flat_map(|(_, o)| o.iter().map(|(k, v)| (k.as_str(), v)));
+        let copied = source
+            .iter()
+            .flat_map(|(_, o)| o.iter().map(|(k, v)| (k.as_str(), v)));
         for (k, v) in copied.chain(extra_options.iter().map(|(k, v)| (*k, v))) {
             let has = options.as_table_like().is_some_and(|t| t.contains_key(k));
             if !has {
@@ -759,7 +805,13 @@ fn add_runtime(
 /// times).
 fn edits_at_top_level(file: &Path, old: &str, new: &str) -> Result<()> {
     let lines = go_template::lines(new).map_err(|e| {
-        SetupError::invalid(file, format!("internal error: edited template does not lex: {}", e.message))
+        SetupError::invalid(
+            file,
+            format!(
+                "internal error: edited template does not lex: {}",
+                e.message
+            ),
+        )
     })?;
     let diff = similar::TextDiff::from_lines(old, new);
     for op in diff.ops() {
@@ -767,7 +819,9 @@ fn edits_at_top_level(file: &Path, old: &str, new: &str) -> Result<()> {
             if change.tag() != similar::ChangeTag::Insert {
                 continue;
             }
-            let Some(i) = change.new_index() else { continue };
+            let Some(i) = change.new_index() else {
+                continue;
+            };
             if let Some(line) = lines.get(i) {
                 if !line.at_top_level() {
                     return Err(SetupError::invalid(
@@ -853,7 +907,8 @@ pub fn edit(file: &Path, text: Option<&str>, flavor: Flavor, want: Want) -> Resu
         let (head, tail) = sk.text.split_at(split);
         let mut tail_doc = parse(file, tail, base + 1)?;
         let n = sk.lines.len();
-        sk.lines.push(TemplateLine::Value("{{ .SystemdCgroup }}".into()));
+        sk.lines
+            .push(TemplateLine::Value("{{ .SystemdCgroup }}".into()));
         let systemd_cgroup = Value::from(format!("{VALUE_PLACEHOLDER}{n}@@"));
         let declare_only = Want {
             set_default: false,
@@ -891,7 +946,9 @@ pub fn edit(file: &Path, text: Option<&str>, flavor: Flavor, want: Want) -> Resu
         };
         add_runtime(file, &mut doc, version, want, copy_from.as_deref(), &[])?;
         if version == 1 {
-            result.notes.push("config version 1 is legacy (containerd 1.x only)".into());
+            result
+                .notes
+                .push("config version 1 is legacy (containerd 1.x only)".into());
         }
         doc.to_string()
     };
@@ -901,6 +958,23 @@ pub fn edit(file: &Path, text: Option<&str>, flavor: Flavor, want: Want) -> Resu
     }
     if is_template {
         edits_at_top_level(file, original, &out)?;
+        // A table we add must not be one a control structure may emit as well.
+        let added: Vec<Vec<String>> = out
+            .lines()
+            .filter(|l| !original.lines().any(|o| o == *l))
+            .filter_map(header_path)
+            .collect();
+        if let Some((line, path)) = before
+            .hidden_tables
+            .iter()
+            .find(|(_, p)| added.iter().any(|a| a == p))
+        {
+            return Err(SetupError::Refused(format!(
+                "{}:{line}: the template declares [{}] inside a template control structure; adding to it there is impossible and declaring it again would make a table declared twice. Edit the template by hand (or move that table out of the {{{{ if }}}})",
+                file.display(),
+                path.join(".")
+            )));
+        }
     }
     // Validate our own output before it may be written.
     let after = describe(file, Some(&out), flavor)?;
@@ -908,7 +982,8 @@ pub fn edit(file: &Path, text: Option<&str>, flavor: Flavor, want: Want) -> Resu
         .runtimes
         .get(&spec.name)
         .is_some_and(|r| r.binary.as_deref() == Some(spec.path.as_str()));
-    let defaulted = matches!(&after.default, DefaultRuntime::Literal { name, .. } if *name == spec.name);
+    let defaulted =
+        matches!(&after.default, DefaultRuntime::Literal { name, .. } if *name == spec.name);
     if (want.declare_runtime && !declared) || (want.set_default && !defaulted) {
         return Err(SetupError::invalid(
             file,
@@ -926,4 +1001,3 @@ fn get_mut_path<'a>(doc: &'a mut DocumentMut, path: &[&str]) -> &'a mut Item {
             .expect("created by child()")
     })
 }
-

@@ -45,7 +45,10 @@ pub fn lex(text: &str) -> Result<Vec<Action>, LexError> {
     while let Some(rel) = text[i..].find("{{") {
         let start = i + rel;
         let mut j = start + 2;
-        if text[j..].starts_with("- ") || text[j..].starts_with("-\t") || text[j..].starts_with("-\n") {
+        if text[j..].starts_with("- ")
+            || text[j..].starts_with("-\t")
+            || text[j..].starts_with("-\n")
+        {
             j += 1;
         }
         let body_start = j;
@@ -95,7 +98,7 @@ pub fn lex(text: &str) -> Result<Vec<Action>, LexError> {
                 None => {
                     if b == b'"' || b == b'`' || b == b'\'' {
                         quote = Some(b);
-                    } else if text[j..].starts_with("}}") {
+                    } else if bytes[j..].starts_with(b"}}") {
                         break;
                     }
                 }
@@ -211,7 +214,9 @@ pub fn lines(text: &str) -> Result<Vec<Line<'_>>, LexError> {
                 _ => {}
             }
             action_reach = action_reach.max(a.end);
-            if depth < depth_start || (a.kind == ActionKind::Else && depth_start > 0 && depth == depth_start) {
+            if depth < depth_start
+                || (a.kind == ActionKind::Else && depth_start > 0 && depth == depth_start)
+            {
                 closes_outer = true;
             }
             // Actions may span lines; they belong to the line they start on.
