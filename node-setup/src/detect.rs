@@ -187,12 +187,12 @@ impl Inventory {
         };
         inv.docker = [crate::effective::docker::DEFAULT_DAEMON_JSON.to_string()]
             .into_iter()
-            .find(|p| host.exists(p))
+            .find(|p| host.exists(p) || host.is_symlink(p))
             .or_else(|| find_binary(host, "dockerd"))
             .or_else(|| find_unit(host, "docker.service"));
         inv.system_containerd = [crate::effective::containerd::DEFAULT_CONFIG.to_string()]
             .into_iter()
-            .find(|p| host.exists(p))
+            .find(|p| host.exists(p) || host.is_symlink(p))
             .or_else(|| find_binary(host, "containerd"))
             .or_else(|| find_unit(host, "containerd.service"));
         inv.k3s_server_dir = host.exists("/var/lib/rancher/k3s/server");

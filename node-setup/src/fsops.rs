@@ -117,7 +117,9 @@ pub fn remove_stale_temps(dir: &Path) -> io::Result<Vec<PathBuf>> {
     for entry in entries {
         let entry = entry?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        let ours = name.starts_with('.')
+        // Only files: a directory of that name is not something we ever write.
+        let ours = entry.file_type()?.is_file()
+            && name.starts_with('.')
             && name
                 .rsplit_once(".edgegpu-tmp.")
                 .is_some_and(|(_, pid)| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()));

@@ -372,6 +372,9 @@ pub struct Description {
     /// Table headers on stood-in template lines (inside a control structure or after a
     /// printed value): (1-based line, key path).
     hidden_tables: Vec<(usize, Vec<String>)>,
+    /// Tables declared (with a header or a key) outside control structures: (key path,
+    /// 1-based line).
+    visible_tables: Vec<(Vec<String>, usize)>,
 }
 
 impl Description {
@@ -562,14 +565,15 @@ pub fn describe(file: &Path, text: Option<&str>, flavor: Flavor) -> Result<Descr
         })
         .unwrap_or_default();
     let mut redeclares_base_table = None;
+    let mut tables = Vec::new();
+    explicit_tables(&sk.text, root, &mut Vec::new(), &mut tables);
+    let visible_tables = tables.clone();
     if let Some(base) = sk.base_line {
-        let mut tables = Vec::new();
-        explicit_tables(&sk.text, root, &mut Vec::new(), &mut tables);
         let emitted = base_tables(version);
         redeclares_base_table = tables
             .into_iter()
             .find(|(path, line)| *line > base + 1 && emitted.contains(path))
-            .map(|(path, line)| (line, path.join(".")));
+            .map(|(path, line)| (line, dotted(&path)));
     }
     Ok(Description {
         version,
@@ -586,6 +590,7 @@ pub fn describe(file: &Path, text: Option<&str>, flavor: Flavor) -> Result<Descr
             .filter(|(_, t)| t.contains("runtimes"))
             .map(|(l, t)| (at(*l), t.clone()))
             .collect(),
+        visible_tables,
         hidden_tables: sk
             .opaque
             .iter()
@@ -616,6 +621,20 @@ fn header_path(line: &str) -> Option<Vec<String>> {
     }
     parts.push(cur.trim().to_string());
     Some(parts)
+}
+
+/// A key path as a TOML header writes it (`plugins."io.containerd.grpc.v1.cri"`).
+fn dotted(path: &[String]) -> String {
+    path.iter()
+        .map(|k| {
+            if k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+                k.clone()
+            } else {
+                format!("\"{k}\"")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(".")
 }
 
 /// The original template text behind a value placeholder.
@@ -958,26 +977,22 @@ pub fn edit(file: &Path, text: Option<&str>, flavor: Flavor, want: Want) -> Resu
     }
     if is_template {
         edits_at_top_level(file, original, &out)?;
-        // A table we add must not be one a control structure may emit as well.
-        let added: Vec<Vec<String>> = out
-            .lines()
-            .filter(|l| !original.lines().any(|o| o == *l))
-            .filter_map(header_path)
-            .collect();
-        if let Some((line, path)) = before
-            .hidden_tables
-            .iter()
-            .find(|(_, p)| added.iter().any(|a| a == p))
-        {
-            return Err(SetupError::Refused(format!(
-                "{}:{line}: the template declares [{}] inside a template control structure; adding to it there is impossible and declaring it again would make a table declared twice. Edit the template by hand (or move that table out of the {{{{ if }}}})",
-                file.display(),
-                path.join(".")
-            )));
-        }
     }
     // Validate our own output before it may be written.
     let after = describe(file, Some(&out), flavor)?;
+    // A table we now write outside every control structure must not be one a control
+    // structure may emit as well (a table declared twice).
+    let visible = |d: &Description| d.visible_tables.clone();
+    let before_visible = visible(&before);
+    if let Some((line, path)) = before.hidden_tables.iter().find(|(_, p)| {
+        after.visible_tables.iter().any(|(v, _)| v == p) && !before_visible.iter().any(|(v, _)| v == p)
+    }) {
+        return Err(SetupError::Refused(format!(
+            "{}:{line}: the template declares [{}] inside a template control structure; node-setup cannot add to it there, and declaring it again would make a table declared twice. Edit the template by hand (or move that table out of the control structure)",
+            file.display(),
+            dotted(path)
+        )));
+    }
     let declared = after
         .runtimes
         .get(&spec.name)
