@@ -401,6 +401,11 @@ fn k3s_engine(inv: &Inventory) -> Result<Option<(K3sEngine, String)>> {
         let same_kind =
             |a: &K3sEngine, b: &K3sEngine| std::mem::discriminant(a) == std::mem::discriminant(b);
         match &found {
+            // A run that was interrupted while adding --docker to the units: finish it.
+            Some((K3sEngine::Docker(_), _)) if engine == K3sEngine::Embedded => {}
+            Some((K3sEngine::Embedded, _)) if matches!(engine, K3sEngine::Docker(_)) => {
+                found = Some((engine, k.name().to_string()));
+            }
             Some((other, name)) if !same_kind(other, &engine) => {
                 return Err(SetupError::Refused(format!(
                     "{name} and {} run containers differently ({other:?} / {engine:?}); configure them one at a time with --mode",

@@ -95,13 +95,20 @@ pub fn create_dirs(dir: &Path) -> io::Result<Vec<PathBuf>> {
         cur = d.parent();
     }
     missing.reverse();
-    for d in &missing {
-        std::fs::DirBuilder::new().mode(0o755).create(d)?;
+    let mut created = Vec::new();
+    for d in missing {
+        match std::fs::DirBuilder::new().mode(0o755).create(&d) {
+            Ok(()) => {}
+            // Made meanwhile by someone else (a run waiting for the lock): not ours.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && d.is_dir() => continue,
+            Err(e) => return Err(e),
+        }
         if let Some(parent) = d.parent() {
             File::open(parent)?.sync_all()?;
         }
+        created.push(d);
     }
-    Ok(missing)
+    Ok(created)
 }
 
 /// Removes the temporary files a killed run left in `dir` (ours are named
