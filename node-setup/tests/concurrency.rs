@@ -21,7 +21,11 @@ use edgegpu_testkit::process::binary_command;
 
 fn spawn(host: &NodeHost, args: &[&str]) -> Child {
     let mut cmd = binary_command(env!("CARGO_BIN_EXE_edgegpu-node-setup"));
-    for var in ["EDGEGPU_NODE_SETUP_MODE", "EDGEGPU_NO_SET_DEFAULT", "EDGEGPU_FORCE"] {
+    for var in [
+        "EDGEGPU_NODE_SETUP_MODE",
+        "EDGEGPU_NO_SET_DEFAULT",
+        "EDGEGPU_FORCE",
+    ] {
         cmd.env_remove(var);
     }
     cmd.arg("--root")
@@ -70,7 +74,10 @@ fn a_run_waits_for_the_lock_and_says_so() {
             break line;
         }
     };
-    assert!(waiting.contains("/var/lib/edgegpu/node-setup/lock"), "{waiting}");
+    assert!(
+        waiting.contains("/var/lib/edgegpu/node-setup/lock"),
+        "{waiting}"
+    );
     // Nothing written while it waits.
     std::thread::sleep(Duration::from_millis(200));
     assert!(!host.read("/etc/docker/daemon.json").contains("nvidia"));
@@ -105,7 +112,10 @@ fn a_plan_made_before_another_run_wrote_is_not_written() {
     let lock = RunLock::acquire(&opts.host, &mut |_| {}).unwrap();
     let err = ops::apply(&stale, &opts.host, Restarts::Skip("test"), &lock).unwrap_err();
     drop(lock);
-    assert!(err.to_string().contains("changed since it was planned"), "{err}");
+    assert!(
+        err.to_string().contains("changed since it was planned"),
+        "{err}"
+    );
     assert_eq!(
         content(&after_other),
         content(&host.snapshot()),
@@ -182,14 +192,15 @@ fn after_sigkill_at_any_moment_every_file_is_old_or_new() {
     ok(&reference, &["apply"]);
     let full_run = started.elapsed();
     let new = content(&reference.snapshot());
-    let written: Vec<&PathBuf> = new
-        .keys()
-        .filter(|p| old.get(*p) != new.get(*p))
-        .collect();
+    let written: Vec<&PathBuf> = new.keys().filter(|p| old.get(*p) != new.get(*p)).collect();
     assert!(written.len() >= 5, "{written:?}");
     // Kill points spread over the run; the first third is mostly the process starting.
     // Fewer under qemu-user (EDGEGPU_TEST_RUNNER), where each run is much slower.
-    let points = if std::env::var_os("EDGEGPU_TEST_RUNNER").is_some() { 24 } else { 64 };
+    let points = if std::env::var_os("EDGEGPU_TEST_RUNNER").is_some() {
+        24
+    } else {
+        64
+    };
     let mut interrupted = 0;
     let mut partial = 0;
     for i in 0..points {
@@ -199,7 +210,10 @@ fn after_sigkill_at_any_moment_every_file_is_old_or_new() {
             interrupted += 1;
         }
         let now = content(&host.snapshot());
-        let done = written.iter().filter(|p| now.get(**p) == new.get(**p)).count();
+        let done = written
+            .iter()
+            .filter(|p| now.get(**p) == new.get(**p))
+            .count();
         if done > 0 && done < written.len() {
             partial += 1;
         }

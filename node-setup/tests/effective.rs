@@ -34,9 +34,17 @@ fn refused(host: &NodeHost, args: &[&str], needles: &[&str]) -> Out {
     let mut apply: Vec<&str> = args.to_vec();
     apply.push("apply");
     let out = run(host, &apply);
-    assert_eq!(out.code, 3, "apply must refuse:\n{}\n{}", out.stdout, out.stderr);
+    assert_eq!(
+        out.code, 3,
+        "apply must refuse:\n{}\n{}",
+        out.stdout, out.stderr
+    );
     for n in needles {
-        assert!(out.stderr.contains(n), "refusal must name {n:?}:\n{}", out.stderr);
+        assert!(
+            out.stderr.contains(n),
+            "refusal must name {n:?}:\n{}",
+            out.stderr
+        );
     }
     assert_eq!(before, host.snapshot(), "a refusal writes nothing");
     let mut check: Vec<&str> = args.to_vec();
@@ -69,18 +77,28 @@ fn a_default_runtime_flag_on_the_command_line_beats_every_config_file() {
     refused(
         &host,
         &[],
-        &["/etc/systemd/system/k3s.service:", "--default-runtime", "runc"],
+        &[
+            "/etc/systemd/system/k3s.service:",
+            "--default-runtime",
+            "runc",
+        ],
     );
     let (code, v) = check_json(&host, &[]);
     assert_eq!(code, 1);
     assert_eq!(v["configured"], false);
     assert_eq!(v["effective"][0]["default_runtime"]["value"], "runc");
-    assert_eq!(v["effective"][0]["default_runtime"]["source"]["kind"], "flag");
+    assert_eq!(
+        v["effective"][0]["default_runtime"]["source"]["kind"],
+        "flag"
+    );
 }
 
 #[test]
 fn an_execstart_override_in_a_drop_in_is_what_k3s_runs() {
-    let host = k3s_host("v1.30.4+k3s1", &fixture("units/k3s-installer-server.service"));
+    let host = k3s_host(
+        "v1.30.4+k3s1",
+        &fixture("units/k3s-installer-server.service"),
+    );
     host.write(
         "/etc/systemd/system/k3s.service.d/20-runtime.conf",
         "[Service]\nExecStart=\nExecStart=/usr/local/bin/k3s server --default-runtime=crun\n",
@@ -88,10 +106,16 @@ fn an_execstart_override_in_a_drop_in_is_what_k3s_runs() {
     refused(
         &host,
         &[],
-        &["/etc/systemd/system/k3s.service.d/20-runtime.conf:3", "crun"],
+        &[
+            "/etc/systemd/system/k3s.service.d/20-runtime.conf:3",
+            "crun",
+        ],
     );
     // A drop-in of the same name in /etc hides the one in /usr/lib.
-    let host = k3s_host("v1.30.4+k3s1", &fixture("units/k3s-installer-server.service"));
+    let host = k3s_host(
+        "v1.30.4+k3s1",
+        &fixture("units/k3s-installer-server.service"),
+    );
     host.write(
         "/usr/lib/systemd/system/k3s.service.d/override.conf",
         "[Service]\nExecStart=\nExecStart=/usr/local/bin/k3s server --default-runtime=crun\n",
@@ -112,7 +136,10 @@ fn an_execstart_override_in_a_drop_in_is_what_k3s_runs() {
 
 #[test]
 fn check_fails_when_a_later_drop_in_takes_the_default_back() {
-    let host = k3s_host("v1.30.4+k3s1", &fixture("units/k3s-installer-server.service"));
+    let host = k3s_host(
+        "v1.30.4+k3s1",
+        &fixture("units/k3s-installer-server.service"),
+    );
     ok(&host, &["apply"]);
     assert_eq!(run(&host, &["check"]).code, 0);
     // Someone adds a runtime override in /run (a generator, a transient drop-in).
@@ -123,7 +150,8 @@ fn check_fails_when_a_later_drop_in_takes_the_default_back() {
     let out = run(&host, &["check"]);
     assert_eq!(out.code, 1, "{}", out.stdout);
     assert!(
-        out.stdout.contains("/run/systemd/system/k3s.service.d/50-debug.conf:3"),
+        out.stdout
+            .contains("/run/systemd/system/k3s.service.d/50-debug.conf:3"),
         "{}",
         out.stdout
     );
@@ -132,7 +160,10 @@ fn check_fails_when_a_later_drop_in_takes_the_default_back() {
 #[test]
 fn k3s_config_file_from_the_environment_file_gets_the_drop_in() {
     // K3S_CONFIG_FILE in the installer's env file, read through EnvironmentFile=.
-    let host = k3s_host("v1.30.4+k3s1", &fixture("units/k3s-installer-server.service"));
+    let host = k3s_host(
+        "v1.30.4+k3s1",
+        &fixture("units/k3s-installer-server.service"),
+    );
     host.write(
         "/etc/systemd/system/k3s.service.env",
         "K3S_TOKEN=secret\nK3S_CONFIG_FILE='/etc/k3s/site.yaml'\n",
@@ -172,7 +203,10 @@ fn k3s_config_file_from_the_environment_file_gets_the_drop_in() {
 
 #[test]
 fn config_drop_ins_apply_in_k3s_order_with_appends() {
-    let host = k3s_host("v1.30.4+k3s1", &fixture("units/k3s-installer-server.service"));
+    let host = k3s_host(
+        "v1.30.4+k3s1",
+        &fixture("units/k3s-installer-server.service"),
+    );
     // `key+:` appends; for a single-valued flag the last value wins.
     host.write(
         "/etc/rancher/k3s/config.yaml.d/zz-site.YML",
@@ -180,7 +214,10 @@ fn config_drop_ins_apply_in_k3s_order_with_appends() {
     );
     refused(&host, &[], &["zz-site.YML:2", "crun"]);
     // A drop-in that sorts before ours is overridden by ours: fine.
-    let host = k3s_host("v1.30.4+k3s1", &fixture("units/k3s-installer-server.service"));
+    let host = k3s_host(
+        "v1.30.4+k3s1",
+        &fixture("units/k3s-installer-server.service"),
+    );
     host.write(
         "/etc/rancher/k3s/config.yaml.d/10-site.yaml",
         "default-runtime: \"crun\"\n",
@@ -191,7 +228,10 @@ fn config_drop_ins_apply_in_k3s_order_with_appends() {
 
 #[test]
 fn malformed_k3s_config_is_refused_with_its_line() {
-    let host = k3s_host("v1.30.4+k3s1", &fixture("units/k3s-installer-server.service"));
+    let host = k3s_host(
+        "v1.30.4+k3s1",
+        &fixture("units/k3s-installer-server.service"),
+    );
     host.write(
         "/etc/rancher/k3s/config.yaml",
         "node-label:\n  - gpu=true\n default-runtime: nvidia\n",
@@ -209,7 +249,10 @@ fn malformed_k3s_config_is_refused_with_its_line() {
 
 #[test]
 fn a_container_runtime_endpoint_to_the_system_containerd_configures_it() {
-    let host = k3s_host("v1.30.4+k3s1", &fixture("units/k3s-installer-server.service"));
+    let host = k3s_host(
+        "v1.30.4+k3s1",
+        &fixture("units/k3s-installer-server.service"),
+    );
     host.write(
         "/etc/rancher/k3s/config.yaml",
         "container-runtime-endpoint: unix:///run/containerd/containerd.sock\n",
@@ -226,7 +269,10 @@ fn a_container_runtime_endpoint_to_the_system_containerd_configures_it() {
     assert!(!host.exists(DROP_IN));
     assert_eq!(run(&host, &["check"]).code, 0);
     // A socket we do not know: refused, naming it.
-    let host = k3s_host("v1.30.4+k3s1", &fixture("units/k3s-installer-server.service"));
+    let host = k3s_host(
+        "v1.30.4+k3s1",
+        &fixture("units/k3s-installer-server.service"),
+    );
     host.write(
         "/etc/rancher/k3s/config.yaml",
         "container-runtime-endpoint: /run/crio/crio.sock\n",
@@ -243,14 +289,20 @@ fn a_container_runtime_endpoint_to_the_system_containerd_configures_it() {
 
 #[test]
 fn a_data_dir_moves_the_templates() {
-    let host = k3s_host("v1.27.6+k3s1", &fixture("units/k3s-installer-server.service"));
+    let host = k3s_host(
+        "v1.27.6+k3s1",
+        &fixture("units/k3s-installer-server.service"),
+    );
     host.write("/etc/rancher/k3s/config.yaml", "data-dir: /data/k3s\n")
         .write(
             "/data/k3s/agent/etc/containerd/config.toml.tmpl",
             fixture("containerd/k3s-config-full.toml.tmpl"),
         );
     let out = ok(&host, &["--mode", "containerd", "apply"]);
-    assert!(out.contains("/data/k3s/agent/etc/containerd/config.toml.tmpl"), "{out}");
+    assert!(
+        out.contains("/data/k3s/agent/etc/containerd/config.toml.tmpl"),
+        "{out}"
+    );
     assert!(host
         .read("/data/k3s/agent/etc/containerd/config.toml.tmpl")
         .contains("default_runtime_name = \"nvidia\""));
@@ -279,14 +331,18 @@ fn containerd_imports_that_own_the_cri_plugin_are_edited() {
     );
     let cri = host.read("/etc/containerd/conf.d/10-cri.toml");
     assert!(cri.contains("default_runtime_name = \"nvidia\""), "{cri}");
-    assert!(cri.contains("SystemdCgroup = true"), "options copied from runc:\n{cri}");
+    assert!(
+        cri.contains("SystemdCgroup = true"),
+        "options copied from runc:\n{cri}"
+    );
     assert_eq!(run(&host, &["check"]).code, 0);
     // containerd itself agrees: the effective default is ours.
     if let Some(tool) = real_tool("containerd", "Debian package containerd") {
         let main = host.path("/etc/containerd/config.toml");
-        let text = std::fs::read_to_string(&main)
-            .unwrap()
-            .replace("/etc/containerd/conf.d", &host.path("/etc/containerd/conf.d").to_string_lossy());
+        let text = std::fs::read_to_string(&main).unwrap().replace(
+            "/etc/containerd/conf.d",
+            &host.path("/etc/containerd/conf.d").to_string_lossy(),
+        );
         let (good, dump) = containerd_dump(&tool, &text);
         assert!(good, "{dump}");
         assert!(dump.contains("default_runtime_name = \"nvidia\""), "{dump}");
@@ -308,9 +364,18 @@ fn the_nvidia_runtime_copies_the_options_of_the_actual_default_runtime() {
         .split("runtimes.nvidia]")
         .nth(1)
         .unwrap_or_else(|| panic!("{new}"));
-    assert!(table.contains("privileged_without_host_devices = false"), "{new}");
-    assert!(table.contains("SystemdCgroup = true"), "from 'default', not runc:\n{new}");
-    assert!(table.contains("BinaryName = \"/usr/bin/nvidia-container-runtime\""), "{new}");
+    assert!(
+        table.contains("privileged_without_host_devices = false"),
+        "{new}"
+    );
+    assert!(
+        table.contains("SystemdCgroup = true"),
+        "from 'default', not runc:\n{new}"
+    );
+    assert!(
+        table.contains("BinaryName = \"/usr/bin/nvidia-container-runtime\""),
+        "{new}"
+    );
 }
 
 #[test]
@@ -349,8 +414,10 @@ fn a_runtime_outside_k3s_search_path_is_registered_in_a_template() {
     host.k3s_binary(Some("v1.31.6+k3s1"))
         .write(
             UNIT,
-            fixture("units/k3s-installer-server.service")
-                .replace("Type=notify\n", "Type=notify\nEnvironment=PATH=/usr/local/bin:/bin\n"),
+            fixture("units/k3s-installer-server.service").replace(
+                "Type=notify\n",
+                "Type=notify\nEnvironment=PATH=/usr/local/bin:/bin\n",
+            ),
         )
         .nvidia_runtime();
     ok(&host, &["apply"]);
@@ -361,23 +428,37 @@ fn a_runtime_outside_k3s_search_path_is_registered_in_a_template() {
 
 #[test]
 fn a_stale_toolkit_binary_that_k3s_would_register_is_named() {
-    let host = k3s_host("v1.30.4+k3s1", &fixture("units/k3s-installer-server.service"));
-    host.executable("/usr/local/nvidia/toolkit/nvidia-container-runtime", "#!/bin/sh\n");
+    let host = k3s_host(
+        "v1.30.4+k3s1",
+        &fixture("units/k3s-installer-server.service"),
+    );
+    host.executable(
+        "/usr/local/nvidia/toolkit/nvidia-container-runtime",
+        "#!/bin/sh\n",
+    );
     refused(
         &host,
         &[],
-        &["/usr/local/nvidia/toolkit/nvidia-container-runtime", "--runtime-path"],
+        &[
+            "/usr/local/nvidia/toolkit/nvidia-container-runtime",
+            "--runtime-path",
+        ],
     );
 }
 
 #[test]
 fn mode_containerd_says_why_the_system_config_is_not_edited() {
-    let host = k3s_host("v1.30.4+k3s1", &fixture("units/k3s-installer-server.service"));
+    let host = k3s_host(
+        "v1.30.4+k3s1",
+        &fixture("units/k3s-installer-server.service"),
+    );
     host.write("/etc/containerd/config.toml", fixture("containerd/v2.toml"))
         .write("/etc/docker/daemon.json", "{}\n");
     let out = ok(&host, &["--mode", "containerd", "apply"]);
     assert!(
-        out.contains("not editing /etc/containerd/config.toml: k3s does not use the system containerd"),
+        out.contains(
+            "not editing /etc/containerd/config.toml: k3s does not use the system containerd"
+        ),
         "{out}"
     );
     assert_eq!(
@@ -385,12 +466,18 @@ fn mode_containerd_says_why_the_system_config_is_not_edited() {
         fixture("containerd/v2.toml")
     );
     // Auto picks what k3s uses and says why, whatever else is installed.
-    let host = k3s_host("v1.30.4+k3s1", &fixture("units/k3s-installer-server.service"));
+    let host = k3s_host(
+        "v1.30.4+k3s1",
+        &fixture("units/k3s-installer-server.service"),
+    );
     host.write("/etc/containerd/config.toml", fixture("containerd/v2.toml"))
         .write("/etc/docker/daemon.json", "{}\n");
     let out = ok(&host, &["apply"]);
     assert!(out.contains("mode: k3s-default-runtime"), "{out}");
-    assert!(out.contains("effective: k3s containerd (k3s.service)"), "{out}");
+    assert!(
+        out.contains("effective: k3s containerd (k3s.service)"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -404,7 +491,8 @@ fn duplicate_keys_in_daemon_json_are_refused_with_their_line() {
     let out = run(&host, &["apply"]);
     assert_eq!(out.code, 3);
     assert!(
-        out.stderr.contains("daemon.json:4:") && out.stderr.contains("duplicate key \"default-runtime\""),
+        out.stderr.contains("daemon.json:4:")
+            && out.stderr.contains("duplicate key \"default-runtime\""),
         "{}",
         out.stderr
     );
@@ -420,9 +508,16 @@ fn docker_flags_from_the_unit_environment_are_seen() {
             "/lib/systemd/system/docker.service",
             fixture("real-world/debian-docker.service"),
         )
-        .write("/etc/default/docker", fixture("real-world/debian-default-docker"))
+        .write(
+            "/etc/default/docker",
+            fixture("real-world/debian-default-docker"),
+        )
         .write("/etc/docker/daemon.json", "{}\n");
-    refused(&host, &[], &["/etc/default/docker:4", "--default-runtime", "runc"]);
+    refused(
+        &host,
+        &[],
+        &["/etc/default/docker:4", "--default-runtime", "runc"],
+    );
     // --config-file moves daemon.json.
     let host = NodeHost::new();
     host.nvidia_runtime()
@@ -451,8 +546,7 @@ fn jetpacks_runtime_entry_by_bare_name_is_kept() {
         fixture("real-world/jetpack-daemon.json"),
     );
     ok(&host, &["apply"]);
-    let v: serde_json::Value =
-        serde_json::from_str(&host.read("/etc/docker/daemon.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&host.read("/etc/docker/daemon.json")).unwrap();
     assert_eq!(v["runtimes"]["nvidia"]["path"], "nvidia-container-runtime");
     assert_eq!(v["default-runtime"], "nvidia");
     let (code, j) = check_json(&host, &[]);
@@ -476,7 +570,11 @@ fn symlinked_configs_are_edited_at_a_persistent_target_only() {
     host.nvidia_runtime()
         .write("/run/docker/daemon.json", "{}\n")
         .symlink("/etc/docker/daemon.json", "/run/docker/daemon.json");
-    refused(&host, &[], &["/run/docker/daemon.json", "regenerated at boot"]);
+    refused(
+        &host,
+        &[],
+        &["/run/docker/daemon.json", "regenerated at boot"],
+    );
     // A directory link with an absolute target stays inside the root.
     let host = NodeHost::new();
     host.nvidia_runtime()
@@ -490,8 +588,14 @@ fn symlinked_configs_are_edited_at_a_persistent_target_only() {
 
 #[test]
 fn a_base_line_with_a_comment_is_still_the_base() {
-    let host = k3s_host("v1.32.2+k3s1", &fixture("units/k3s-installer-server.service"));
-    host.write(TEMPLATE_V2, fixture("real-world/k3s-base-comment.toml.tmpl"));
+    let host = k3s_host(
+        "v1.32.2+k3s1",
+        &fixture("units/k3s-installer-server.service"),
+    );
+    host.write(
+        TEMPLATE_V2,
+        fixture("real-world/k3s-base-comment.toml.tmpl"),
+    );
     ok(&host, &["apply"]);
     assert_eq!(
         host.read(TEMPLATE_V2),
@@ -503,7 +607,10 @@ fn a_base_line_with_a_comment_is_still_the_base() {
 
 #[test]
 fn a_complete_template_looping_over_detected_runtimes_gets_no_second_table() {
-    let host = k3s_host("v1.27.6+k3s1", &fixture("units/k3s-installer-server.service"));
+    let host = k3s_host(
+        "v1.27.6+k3s1",
+        &fixture("units/k3s-installer-server.service"),
+    );
     host.write(TEMPLATE_V2, fixture("real-world/k3s-stock-range.toml.tmpl"));
     ok(&host, &["--mode", "containerd", "apply"]);
     let t = host.read(TEMPLATE_V2);
@@ -514,8 +621,14 @@ fn a_complete_template_looping_over_detected_runtimes_gets_no_second_table() {
 
 #[test]
 fn a_table_inside_a_control_structure_is_never_edited_or_redeclared() {
-    let host = k3s_host("v1.27.6+k3s1", &fixture("units/k3s-installer-server.service"));
-    host.write(TEMPLATE_V2, fixture("real-world/k3s-stock-if-containerd.toml.tmpl"));
+    let host = k3s_host(
+        "v1.27.6+k3s1",
+        &fixture("units/k3s-installer-server.service"),
+    );
+    host.write(
+        TEMPLATE_V2,
+        fixture("real-world/k3s-stock-if-containerd.toml.tmpl"),
+    );
     refused(
         &host,
         &["--mode", "containerd"],
@@ -525,8 +638,14 @@ fn a_table_inside_a_control_structure_is_never_edited_or_redeclared() {
 
 #[test]
 fn a_template_taking_the_default_from_k3s_gets_k3s_setting() {
-    let host = k3s_host("v1.30.4+k3s1", &fixture("units/k3s-installer-server.service"));
-    host.write(TEMPLATE_V2, fixture("real-world/k3s-default-from-setting.toml.tmpl"));
+    let host = k3s_host(
+        "v1.30.4+k3s1",
+        &fixture("units/k3s-installer-server.service"),
+    );
+    host.write(
+        TEMPLATE_V2,
+        fixture("real-world/k3s-default-from-setting.toml.tmpl"),
+    );
     ok(&host, &["apply"]);
     assert_eq!(
         host.read(TEMPLATE_V2),
@@ -538,7 +657,10 @@ fn a_template_taking_the_default_from_k3s_gets_k3s_setting() {
 
 #[test]
 fn a_template_drop_in_that_sets_another_default_fails_the_check() {
-    let host = k3s_host("v1.32.2+k3s1", &fixture("units/k3s-installer-server.service"));
+    let host = k3s_host(
+        "v1.32.2+k3s1",
+        &fixture("units/k3s-installer-server.service"),
+    );
     host.write(TEMPLATE_V3, fixture("real-world/kata-imports-base.toml.tmpl"))
         .write(
             "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/50-kata.toml",

@@ -627,7 +627,9 @@ fn header_path(line: &str) -> Option<Vec<String>> {
 fn dotted(path: &[String]) -> String {
     path.iter()
         .map(|k| {
-            if k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+            if k.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            {
                 k.clone()
             } else {
                 format!("\"{k}\"")
@@ -985,7 +987,8 @@ pub fn edit(file: &Path, text: Option<&str>, flavor: Flavor, want: Want) -> Resu
     let visible = |d: &Description| d.visible_tables.clone();
     let before_visible = visible(&before);
     if let Some((line, path)) = before.hidden_tables.iter().find(|(_, p)| {
-        after.visible_tables.iter().any(|(v, _)| v == p) && !before_visible.iter().any(|(v, _)| v == p)
+        after.visible_tables.iter().any(|(v, _)| v == p)
+            && !before_visible.iter().any(|(v, _)| v == p)
     }) {
         return Err(SetupError::Refused(format!(
             "{}:{line}: the template declares [{}] inside a template control structure; node-setup cannot add to it there, and declaring it again would make a table declared twice. Edit the template by hand (or move that table out of the control structure)",

