@@ -256,11 +256,11 @@ impl Inventory {
                 continue;
             };
             let mut extra = String::new();
-            if let Ok((file, unit, exec)) = u.exec_start() {
+            if let Ok((file, _, exec)) = u.exec_start() {
                 if file != u.path {
                     extra.push_str(&format!(", ExecStart from {file}"));
                 }
-                if exec.line_count() == 1 && unit.assignments.len() > 0 {
+                if exec.line_count() == 1 {
                     extra.push_str(", single-line ExecStart");
                 }
             }

@@ -1,11 +1,13 @@
 //! `edgegpu-node-setup`: wires the NVIDIA container runtime into k3s, containerd or docker
 //! on one node. Plan first, then write atomically with backups; `check` and `revert`.
 //!
-//! Module map: [`detect`] (what is installed, which mode), [`plan`] (compute every change
-//! in memory), [`ops`] (write / revert), [`formats`] (one module per file format: systemd
-//! unit, daemon.json, containerd TOML, k3s YAML), [`state`] (manifest and backups),
-//! [`restart`] (systemctl, injectable), [`fsops`] (atomic writes), [`host`] (the `--root`
-//! tree), [`commands`] (what each command prints).
+//! Module map: [`effective`] (what the services actually load: units with drop-ins, k3s's
+//! settings, containerd imports, dockerd flags), [`detect`] (what is installed, which
+//! mode), [`plan`] (compute every change in memory, and the effective runtime), [`ops`]
+//! (write / revert), [`formats`] (one module per file format: systemd unit, daemon.json,
+//! containerd TOML and k3s's Go templates, k3s YAML), [`state`] (manifest and backups),
+//! [`lock`] (one run at a time), [`restart`] (systemctl, injectable), [`fsops`] (atomic
+//! writes), [`host`] (the `--root` tree, symlinks), [`commands`] (what each command prints).
 
 pub mod cli;
 pub mod commands;

@@ -211,8 +211,9 @@ fn flag_value(args: &[Arg], names: &[&str]) -> Option<Sourced<String>> {
     let mut found = None;
     let mut i = 0;
     while i < args.len() {
-        let word = &args[i].text;
+        let at = &args[i];
         i += 1;
+        let word = at.text.as_str();
         let Some(flag) = word.strip_prefix("--").or_else(|| word.strip_prefix('-')) else {
             continue;
         };
@@ -233,8 +234,6 @@ fn flag_value(args: &[Arg], names: &[&str]) -> Option<Sourced<String>> {
             }
         };
         if let Some(value) = value {
-            let a = &args[i.min(args.len()) - 1];
-            let at = args.iter().rev().find(|w| w.text == *word).unwrap_or(a);
             found = Some(Sourced::new(
                 value,
                 Source::Flag {

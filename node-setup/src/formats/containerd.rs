@@ -19,7 +19,7 @@ use crate::error::{line_column, Result, SetupError};
 use crate::RuntimeSpec;
 
 /// The runc v2 shim: NVIDIA's runtime is runc-compatible and runs under it.
-pub const RUNC_V2: &str = "io.containerd.runc.v2";
+const RUNC_V2: &str = "io.containerd.runc.v2";
 
 /// Prefix of the comment that stands in for a Go-template line while the TOML is parsed.
 const PLACEHOLDER: &str = "#edgegpu-node-setup:template-line:";

@@ -129,7 +129,6 @@ fn kind_of(body: &str) -> ActionKind {
         "end" => ActionKind::End,
         "template" => {
             let name = body["template".len()..]
-                .trim()
                 .split_whitespace()
                 .next()
                 .unwrap_or("")

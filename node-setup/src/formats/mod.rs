@@ -30,9 +30,4 @@ impl Edit {
             notes: Vec::new(),
         }
     }
-
-    pub fn with_note(mut self, note: impl Into<String>) -> Edit {
-        self.notes.push(note.into());
-        self
-    }
 }
