@@ -140,8 +140,28 @@ fn check_toml(text: &str, flavor: Flavor) {
     }
 }
 
+/// The k3s YAML reader and the Go-template lexer take any text without panicking; a
+/// template they accept keeps its line count (every line stays where it was).
+fn check_yaml_and_template(text: &str) {
+    // Accepted or refused, both are fine here: only a panic is a failure.
+    let _ = edgegpu_node_setup::formats::k3s_yaml::parse(Path::new("c.yaml"), text);
+    if let Ok(lines) = edgegpu_node_setup::formats::go_template::lines(text) {
+        assert_eq!(lines.len(), text.split_inclusive('\n').count());
+    }
+}
+
 proptest! {
     #![proptest_config(config())]
+
+    #[test]
+    fn k3s_yaml_and_template_readers_never_panic(text in "\\PC{0,200}") {
+        check_yaml_and_template(&text);
+    }
+
+    #[test]
+    fn template_reader_handles_damaged_templates(text in mutated(TEMPLATES)) {
+        check_yaml_and_template(&text);
+    }
 
     #[test]
     fn unit_editor_never_panics_on_any_text(text in "\\PC{0,300}") {
