@@ -27,6 +27,26 @@ fn k3s_host(version: &str, unit: &str) -> NodeHost {
     host
 }
 
+/// k3s v1.30.4 from the installer's server unit, with the NVIDIA runtime.
+fn installer_host() -> NodeHost {
+    k3s_host(
+        "v1.30.4+k3s1",
+        &fixture("units/k3s-installer-server.service"),
+    )
+}
+
+/// `apply` succeeds and `check` then passes; returns apply's output.
+fn configured(host: &NodeHost, args: &[&str]) -> String {
+    let mut apply: Vec<&str> = args.to_vec();
+    apply.push("apply");
+    let out = ok(host, &apply);
+    let mut check: Vec<&str> = args.to_vec();
+    check.push("check");
+    let c = run(host, &check);
+    assert_eq!(c.code, 0, "check after apply:\n{}", c.stdout);
+    out
+}
+
 /// A refusal: exit 3, the message names `needle`, and not one file changed; `check`
 /// exits 1 and names it too.
 fn refused(host: &NodeHost, args: &[&str], needles: &[&str]) -> Out {
@@ -95,10 +115,7 @@ fn a_default_runtime_flag_on_the_command_line_beats_every_config_file() {
 
 #[test]
 fn an_execstart_override_in_a_drop_in_is_what_k3s_runs() {
-    let host = k3s_host(
-        "v1.30.4+k3s1",
-        &fixture("units/k3s-installer-server.service"),
-    );
+    let host = installer_host();
     host.write(
         "/etc/systemd/system/k3s.service.d/20-runtime.conf",
         "[Service]\nExecStart=\nExecStart=/usr/local/bin/k3s server --default-runtime=crun\n",
@@ -112,10 +129,7 @@ fn an_execstart_override_in_a_drop_in_is_what_k3s_runs() {
         ],
     );
     // A drop-in of the same name in /etc hides the one in /usr/lib.
-    let host = k3s_host(
-        "v1.30.4+k3s1",
-        &fixture("units/k3s-installer-server.service"),
-    );
+    let host = installer_host();
     host.write(
         "/usr/lib/systemd/system/k3s.service.d/override.conf",
         "[Service]\nExecStart=\nExecStart=/usr/local/bin/k3s server --default-runtime=crun\n",
@@ -136,12 +150,8 @@ fn an_execstart_override_in_a_drop_in_is_what_k3s_runs() {
 
 #[test]
 fn check_fails_when_a_later_drop_in_takes_the_default_back() {
-    let host = k3s_host(
-        "v1.30.4+k3s1",
-        &fixture("units/k3s-installer-server.service"),
-    );
-    ok(&host, &["apply"]);
-    assert_eq!(run(&host, &["check"]).code, 0);
+    let host = installer_host();
+    configured(&host, &[]);
     // Someone adds a runtime override in /run (a generator, a transient drop-in).
     host.write(
         "/run/systemd/system/k3s.service.d/50-debug.conf",
@@ -160,10 +170,7 @@ fn check_fails_when_a_later_drop_in_takes_the_default_back() {
 #[test]
 fn k3s_config_file_from_the_environment_file_gets_the_drop_in() {
     // K3S_CONFIG_FILE in the installer's env file, read through EnvironmentFile=.
-    let host = k3s_host(
-        "v1.30.4+k3s1",
-        &fixture("units/k3s-installer-server.service"),
-    );
+    let host = installer_host();
     host.write(
         "/etc/systemd/system/k3s.service.env",
         "K3S_TOKEN=secret\nK3S_CONFIG_FILE='/etc/k3s/site.yaml'\n",
@@ -195,18 +202,14 @@ fn k3s_config_file_from_the_environment_file_gets_the_drop_in() {
         ),
     ] {
         let host = k3s_host("v1.30.4+k3s1", &unit);
-        ok(&host, &["apply"]);
+        configured(&host, &[]);
         assert!(host.exists(file), "{file}");
-        assert_eq!(run(&host, &["check"]).code, 0);
     }
 }
 
 #[test]
 fn config_drop_ins_apply_in_k3s_order_with_appends() {
-    let host = k3s_host(
-        "v1.30.4+k3s1",
-        &fixture("units/k3s-installer-server.service"),
-    );
+    let host = installer_host();
     // `key+:` appends; for a single-valued flag the last value wins.
     host.write(
         "/etc/rancher/k3s/config.yaml.d/zz-site.YML",
@@ -214,24 +217,17 @@ fn config_drop_ins_apply_in_k3s_order_with_appends() {
     );
     refused(&host, &[], &["zz-site.YML:2", "crun"]);
     // A drop-in that sorts before ours is overridden by ours: fine.
-    let host = k3s_host(
-        "v1.30.4+k3s1",
-        &fixture("units/k3s-installer-server.service"),
-    );
+    let host = installer_host();
     host.write(
         "/etc/rancher/k3s/config.yaml.d/10-site.yaml",
         "default-runtime: \"crun\"\n",
     );
-    ok(&host, &["apply"]);
-    assert_eq!(run(&host, &["check"]).code, 0);
+    configured(&host, &[]);
 }
 
 #[test]
 fn malformed_k3s_config_is_refused_with_its_line() {
-    let host = k3s_host(
-        "v1.30.4+k3s1",
-        &fixture("units/k3s-installer-server.service"),
-    );
+    let host = installer_host();
     host.write(
         "/etc/rancher/k3s/config.yaml",
         "node-label:\n  - gpu=true\n default-runtime: nvidia\n",
@@ -249,10 +245,7 @@ fn malformed_k3s_config_is_refused_with_its_line() {
 
 #[test]
 fn a_container_runtime_endpoint_to_the_system_containerd_configures_it() {
-    let host = k3s_host(
-        "v1.30.4+k3s1",
-        &fixture("units/k3s-installer-server.service"),
-    );
+    let host = installer_host();
     host.write(
         "/etc/rancher/k3s/config.yaml",
         "container-runtime-endpoint: unix:///run/containerd/containerd.sock\n",
@@ -269,10 +262,7 @@ fn a_container_runtime_endpoint_to_the_system_containerd_configures_it() {
     assert!(!host.exists(DROP_IN));
     assert_eq!(run(&host, &["check"]).code, 0);
     // A socket we do not know: refused, naming it.
-    let host = k3s_host(
-        "v1.30.4+k3s1",
-        &fixture("units/k3s-installer-server.service"),
-    );
+    let host = installer_host();
     host.write(
         "/etc/rancher/k3s/config.yaml",
         "container-runtime-endpoint: /run/crio/crio.sock\n",
@@ -428,10 +418,7 @@ fn a_runtime_outside_k3s_search_path_is_registered_in_a_template() {
 
 #[test]
 fn a_stale_toolkit_binary_that_k3s_would_register_is_named() {
-    let host = k3s_host(
-        "v1.30.4+k3s1",
-        &fixture("units/k3s-installer-server.service"),
-    );
+    let host = installer_host();
     host.executable(
         "/usr/local/nvidia/toolkit/nvidia-container-runtime",
         "#!/bin/sh\n",
@@ -448,10 +435,7 @@ fn a_stale_toolkit_binary_that_k3s_would_register_is_named() {
 
 #[test]
 fn mode_containerd_says_why_the_system_config_is_not_edited() {
-    let host = k3s_host(
-        "v1.30.4+k3s1",
-        &fixture("units/k3s-installer-server.service"),
-    );
+    let host = installer_host();
     host.write("/etc/containerd/config.toml", fixture("containerd/v2.toml"))
         .write("/etc/docker/daemon.json", "{}\n");
     let out = ok(&host, &["--mode", "containerd", "apply"]);
@@ -466,10 +450,7 @@ fn mode_containerd_says_why_the_system_config_is_not_edited() {
         fixture("containerd/v2.toml")
     );
     // Auto picks what k3s uses and says why, whatever else is installed.
-    let host = k3s_host(
-        "v1.30.4+k3s1",
-        &fixture("units/k3s-installer-server.service"),
-    );
+    let host = installer_host();
     host.write("/etc/containerd/config.toml", fixture("containerd/v2.toml"))
         .write("/etc/docker/daemon.json", "{}\n");
     let out = ok(&host, &["apply"]);
@@ -638,10 +619,7 @@ fn a_table_inside_a_control_structure_is_never_edited_or_redeclared() {
 
 #[test]
 fn a_template_taking_the_default_from_k3s_gets_k3s_setting() {
-    let host = k3s_host(
-        "v1.30.4+k3s1",
-        &fixture("units/k3s-installer-server.service"),
-    );
+    let host = installer_host();
     host.write(
         TEMPLATE_V2,
         fixture("real-world/k3s-default-from-setting.toml.tmpl"),

@@ -351,13 +351,7 @@ fn every_real_world_input_gives_a_working_configuration() {
             containerd_case(&default, &[]),
         ));
     }
-    for (file, name) in [
-        ("units/k3s-installer-server.service", "k3s.service"),
-        ("units/k3s-installer-server-noflags.service", "k3s.service"),
-        ("units/k3s-installer-agent.service", "k3s-agent.service"),
-        ("units/metavirt-k3s.service", "k3s.service"),
-        ("units/metavirt-k3s-agent.service", "k3s-agent.service"),
-    ] {
+    for (file, name) in common::K3S_UNIT_FIXTURES {
         results.push((file.to_string(), unit_case(file, name)));
     }
     let passed = results.iter().filter(|(_, r)| r.is_ok()).count();

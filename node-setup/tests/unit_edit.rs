@@ -191,13 +191,7 @@ fn systemd_analyze_verify_accepts_every_rewritten_unit() {
     };
     let containerd_unit =
         "[Unit]\nDescription=containerd\n[Service]\nExecStart=/usr/bin/containerd\n";
-    for (file, name) in [
-        ("units/k3s-installer-server.service", "k3s.service"),
-        ("units/k3s-installer-server-noflags.service", "k3s.service"),
-        ("units/k3s-installer-agent.service", "k3s-agent.service"),
-        ("units/metavirt-k3s.service", "k3s.service"),
-        ("units/metavirt-k3s-agent.service", "k3s-agent.service"),
-    ] {
+    for (file, name) in common::K3S_UNIT_FIXTURES {
         let original = fixture(file);
         let extra = [("containerd.service", containerd_unit)];
         let (ok, out) = systemd_verify(&tool, name, &original, &extra);

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use super::{Source, Sourced};
 use crate::error::{Result, SetupError};
-use crate::formats::unit::{split_words, Assignment, UnitFile};
+use crate::formats::unit::{split_words, strip_exec_prefixes, Assignment, UnitFile};
 use crate::host::HostRoot;
 
 /// Where systemd's system manager looks for units, highest priority first (the subset
@@ -263,10 +263,7 @@ impl Unit {
             args.push(here(expand_braced(&w.text, env)));
         }
         if let Some(first) = args.first_mut() {
-            first.text = first
-                .text
-                .trim_start_matches(['-', '@', ':', '+', '!'])
-                .to_string();
+            first.text = strip_exec_prefixes(&first.text);
         }
         Ok(args)
     }

@@ -202,10 +202,7 @@ impl UnitFile {
             }
         })?;
         if let Some(first) = words.first_mut() {
-            first.text = first
-                .text
-                .trim_start_matches(['-', '@', ':', '+', '!'])
-                .to_string();
+            first.text = strip_exec_prefixes(&first.text);
         }
         Ok(words)
     }
@@ -224,6 +221,14 @@ impl UnitFile {
         }
         (a.line + 1, 1)
     }
+}
+
+/// The program of an `Exec*=` line without the `-@:+!` prefixes that change how systemd
+/// runs it (systemd.service(5)).
+pub fn strip_exec_prefixes(program: &str) -> String {
+    program
+        .trim_start_matches(['-', '@', ':', '+', '!'])
+        .to_string()
 }
 
 /// Splits the trailing backslash continuation off a physical line.

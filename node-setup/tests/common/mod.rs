@@ -62,6 +62,16 @@ pub fn fixture(rel: &str) -> String {
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("fixture {}: {e}", p.display()))
 }
 
+/// The k3s unit fixtures (the installer's and meta-virtualization's) and the name each
+/// is installed under.
+pub const K3S_UNIT_FIXTURES: [(&str, &str); 5] = [
+    ("units/k3s-installer-server.service", "k3s.service"),
+    ("units/k3s-installer-server-noflags.service", "k3s.service"),
+    ("units/k3s-installer-agent.service", "k3s-agent.service"),
+    ("units/metavirt-k3s.service", "k3s.service"),
+    ("units/metavirt-k3s-agent.service", "k3s-agent.service"),
+];
+
 /// A k3s host in docker mode: the installer's server and agent units, a daemon.json with
 /// other settings, and the nvidia runtime installed.
 pub fn docker_host() -> NodeHost {
