@@ -42,6 +42,8 @@ NEWEST_KUBERNETES = kubernetes_validate.latest_version()
 sys.path.insert(0, str(REPO / "deploy" / "lint"))
 import check_policy  # noqa: E402
 
+VERSION = check_policy.workspace_version(REPO)
+
 JETSON_CONFIG = """version: v1
 sharing:
   timeSlicing:
@@ -59,6 +61,15 @@ sharing:
       - name: nvidia.com/gpu
         replicas: 2
 """
+# Exactly the values Rancher adds to every chart it installs (the global.cattle block and
+# global.systemDefaultRegistry of Rancher's chart install action), with a system default
+# registry set as on an air-gapped Rancher.
+RANCHER_REGISTRY = "registry.example.com:5000"
+RANCHER_GLOBALS = {"global": {
+    "cattle": {"clusterId": "c-m-7x2k9", "clusterName": "edge-fleet", "systemDefaultRegistry": RANCHER_REGISTRY,
+               "systemProjectId": "p-abcde", "url": "https://rancher.example.com", "rkePathPrefix": "",
+               "rkeWindowsPathPrefix": ""},
+    "systemDefaultRegistry": RANCHER_REGISTRY}}
 ORIN_AFFINITY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
     {"matchExpressions": [{"key": "example.com/board", "operator": "In", "values": ["orin"]}]}]}}}
 
@@ -88,6 +99,12 @@ def pod(ds):
 
 def env(container):
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env") or []}
+
+
+def images(docs):
+    """Every container image of every workload, test Job included."""
+    return [c["image"] for d in docs if d["kind"] in ("DaemonSet", "Job")
+            for c in pod(d)["containers"] + (pod(d).get("initContainers") or [])]
 
 
 def schema_errors(docs):
@@ -223,6 +240,25 @@ class Matrix(unittest.TestCase):
         for ds in of_kind(docs, "DaemonSet").values():
             self.assertEqual(pod(ds)["affinity"], ORIN_AFFINITY, ds["metadata"]["name"])
 
+    def test_rancher_globals_prefix_every_image_with_the_system_default_registry(self):
+        docs = self.render_checked({**RANCHER_GLOBALS, "nodeSetup": {"enabled": True}})
+        found = images(docs)
+        self.assertEqual(len(found), 5, found)  # two plugins, node setup's two containers, the test
+        prefixed = re.compile(rf"^{re.escape(RANCHER_REGISTRY)}/ghcr\.io/edgegpu/[a-z-]+:{re.escape(VERSION)}$")
+        for image in found:
+            self.assertRegex(image, prefixed)
+        # Only global.systemDefaultRegistry (a parent chart's), and a repository that already
+        # names the registry (not prefixed twice).
+        values = {"global": {"systemDefaultRegistry": "mirror.local/"},
+                  "image": {"repository": "mirror.local/edgegpu/edgegpu-device-plugin"}}
+        self.assertEqual(sorted(set(images(render(values)))),
+                         [f"mirror.local/edgegpu/edgegpu-device-plugin:{VERSION}",
+                          f"mirror.local/ghcr.io/edgegpu/devicequery:{VERSION}"])
+
+    def test_parent_chart_globals_change_nothing(self):
+        docs = self.render_checked({"global": {"imageRegistry": "", "storageClass": "fast", "cattle": {}}})
+        self.assertEqual(docs, render({}))
+
     def test_other_release_and_namespace(self):
         docs = self.render_checked({}, release="gpu", namespace="gpu-system")
         self.assertEqual(sorted(of_kind(docs, "DaemonSet")),
@@ -332,8 +368,7 @@ class K3sHelmChart(unittest.TestCase):
 class Versions(unittest.TestCase):
     def test_chart_follows_the_workspace_version(self):
         chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-        version = check_policy.workspace_version(REPO)
-        self.assertEqual((chart["version"], chart["appVersion"]), (version, version))
+        self.assertEqual((chart["version"], chart["appVersion"]), (VERSION, VERSION))
 
 
 if __name__ == "__main__":

@@ -50,9 +50,29 @@ app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
 {{ include "edgegpu.releaseLabels" .root }}
 {{- end -}}
 
-{{/* repository:tag of an image block (tag "" = appVersion): dict "root" $ "image" <block>. */}}
+{{/*
+The registry in front of every image: Rancher's system default registry (Rancher sets
+global.cattle.systemDefaultRegistry and global.systemDefaultRegistry on every install; a
+parent chart may set global.systemDefaultRegistry), "" for none.
+*/}}
+{{- define "edgegpu.systemDefaultRegistry" -}}
+{{- $global := .Values.global | default dict -}}
+{{- dig "cattle" "systemDefaultRegistry" "" $global | default (get $global "systemDefaultRegistry") | default "" | trimSuffix "/" -}}
+{{- end -}}
+
+{{/*
+[registry/]repository:tag of an image block: dict "root" $ "image" <block>. Tag "" = appVersion
+(an integer tag, as NVIDIA's chart allows, is written as such). The system default registry
+is put in front, as Rancher's own charts do for air-gapped clusters, unless the repository
+already starts with it.
+*/}}
 {{- define "edgegpu.image" -}}
-{{- printf "%s:%s" .image.repository (.image.tag | default .root.Chart.AppVersion) -}}
+{{- $registry := include "edgegpu.systemDefaultRegistry" .root -}}
+{{- $repository := .image.repository -}}
+{{- if and $registry (not (hasPrefix (printf "%s/" $registry) $repository)) -}}
+{{- $repository = printf "%s/%s" $registry $repository -}}
+{{- end -}}
+{{- printf "%s:%s" $repository (.image.tag | default .root.Chart.AppVersion | toString) -}}
 {{- end -}}
 
 {{/*
