@@ -70,6 +70,41 @@ RANCHER_GLOBALS = {"global": {
                "systemProjectId": "p-abcde", "url": "https://rancher.example.com", "rkePathPrefix": "",
                "rkeWindowsPathPrefix": ""},
     "systemDefaultRegistry": RANCHER_REGISTRY}}
+# A values file shaped like `helm get values --all` of NVIDIA's nvidia-device-plugin chart with
+# its defaults (every top-level key it documents), the image already changed to edgegpu's:
+# what a user migrating brings along. Written from the value names of NVIDIA's chart.
+NVIDIA_TOLERATIONS = [{"key": "CriticalAddonsOnly", "operator": "Exists"},
+                      {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+NVIDIA_SHAPED_VALUES = {
+    "config": {"name": "", "map": {}, "default": "", "fallbackStrategies": ["named", "single"]},
+    "compatWithCPUManager": None, "migStrategy": None, "failOnInitError": None, "deviceListStrategy": None,
+    "deviceIDStrategy": None, "nvidiaDriverRoot": None, "gdrcopyEnabled": None, "gdsEnabled": None,
+    "mofedEnabled": None, "deviceDiscoveryStrategy": None,
+    "nameOverride": "", "fullnameOverride": "", "namespaceOverride": "", "selectorLabelsOverride": {},
+    "allowDefaultNamespace": False, "imagePullSecrets": [],
+    "image": {"repository": "ghcr.io/edgegpu/edgegpu-device-plugin", "pullPolicy": "IfNotPresent", "tag": ""},
+    "updateStrategy": {"type": "RollingUpdate"}, "podAnnotations": {}, "podSecurityContext": {},
+    "securityContext": {}, "resources": {}, "nodeSelector": {},
+    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "feature.node.kubernetes.io/pci-10de.present", "operator": "In",
+                               "values": ["true"]}]},
+        {"matchExpressions": [{"key": "feature.node.kubernetes.io/cpu-model.vendor_id", "operator": "In",
+                               "values": ["NVIDIA"]}]},
+        {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]}]}}},
+    "tolerations": NVIDIA_TOLERATIONS, "priorityClassName": "system-node-critical", "runtimeClassName": None,
+    "devicePlugin": {"enabled": True},
+    "gfd": {"enabled": False, "nameOverride": "gpu-feature-discovery", "namespaceOverride": "", "noTimestamp": None,
+            "sleepInterval": None, "securityContext": {"privileged": True}},
+    "nfd": {"nameOverride": "node-feature-discovery",
+            "master": {"serviceAccount": {"name": "node-feature-discovery", "create": True},
+                       "config": {"extraLabelNs": ["nvidia.com"]}},
+            "worker": {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "present",
+                                        "effect": "NoSchedule"}],
+                       "config": {"sources": {"pci": {"deviceClassWhitelist": ["02", "03"],
+                                                      "deviceLabelFields": ["vendor"]}}}}},
+    "mps": {"root": "/run/nvidia/mps", "enableHostPID": True},
+    "cdi": {"nvidiaHookPath": None, "featureFlags": None},
+}
 ORIN_AFFINITY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
     {"matchExpressions": [{"key": "example.com/board", "operator": "In", "values": ["orin"]}]}]}}}
 
@@ -259,6 +294,20 @@ class Matrix(unittest.TestCase):
         docs = self.render_checked({"global": {"imageRegistry": "", "storageClass": "fast", "cattle": {}}})
         self.assertEqual(docs, render({}))
 
+    def test_nvidia_shaped_values_install_as_the_defaults(self):
+        docs = self.render_checked(NVIDIA_SHAPED_VALUES)
+        self.assertEqual(docs, render({"tolerations": NVIDIA_TOLERATIONS}))
+        # NVIDIA's other accepted spellings: affinity "", an integer tag, and their
+        # namespaceOverride and config.fallbackStrategies, which are honoured.
+        values = {"affinity": "", "namespaceOverride": "gpu-system",
+                  "config": {"map": {"only": JETSON_CONFIG}, "fallbackStrategies": ["single"]}}
+        docs = self.render_checked(values, namespace="gpu-system")
+        self.assertEqual({d["metadata"].get("namespace") for d in docs if d["kind"] != "RuntimeClass"},
+                         {"gpu-system"})
+        self.assertEqual(len(of_kind(docs, "ConfigMap")), 2)
+        self.assertEqual(set(images(render({"image": {"tag": 7}}))),
+                         {"ghcr.io/edgegpu/edgegpu-device-plugin:7", f"ghcr.io/edgegpu/devicequery:{VERSION}"})
+
     def test_other_release_and_namespace(self):
         docs = self.render_checked({}, release="gpu", namespace="gpu-system")
         self.assertEqual(sorted(of_kind(docs, "DaemonSet")),
@@ -275,7 +324,7 @@ class BadValues(unittest.TestCase):
         ({"deviceListStrategy": "volume-mounts"}, "at '/deviceListStrategy': 'volume-mounts' does not match"),
         ({"deviceIDStrategy": "serial"}, "at '/deviceIDStrategy': value must be one of"),
         ({"failOnInitError": "yes"}, "at '/failOnInitError': got string, want null or boolean"),
-        ({"gfd": {"enabled": True}}, "at '': additional properties 'gfd' not allowed"),
+        ({"dcgmExporter": {"enabled": True}}, "at '': additional properties 'dcgmExporter' not allowed"),
         ({"devicePlugin": {"jetson": {"enable": False}}}, "at '/devicePlugin/jetson': additional properties 'enable'"),
         ({"resources": {"limits": {"memory": "lots"}}}, "at '/resources/limits/memory': 'lots' does not match"),
         ({"tolerations": [{"key": "x", "operator": "Maybe"}]}, "at '/tolerations/0/operator': value must be one of"),
@@ -287,7 +336,8 @@ class BadValues(unittest.TestCase):
         ({"devicePlugin": {"jetson": {"enabled": False}, "discrete": {"enabled": False}}},
          "devicePlugin.jetson.enabled and devicePlugin.discrete.enabled are both false"),
         ({"config": {"map": {"a": JETSON_CONFIG, "b": DISCRETE_CONFIG}}},
-         'config.map has 2 entries (a, b) and none is named "default": set config.default'),
+         "config.map has 2 entries (a, b), config.default is empty and no config.fallbackStrategies entry "
+         "(named, single) picks one (named: the entry \"default\", single: the only entry): set config.default"),
         ({"config": {"map": {"a": JETSON_CONFIG}, "default": "b"}},
          'the jetson plugin uses config "b", which is not in config.map (a)'),
         ({"config": {"default": "a"}}, 'config.default is "a" but config.map is empty'),
@@ -297,6 +347,28 @@ class BadValues(unittest.TestCase):
         ({"config": {"map": {"a": JETSON_CONFIG.replace("replicas: 4", "replicas: 1")}}},
          "config.map.a: sharing.timeSlicing.resources nvidia.com/gpu: replicas must be an integer >= 2"),
         ({"config": {"map": {"a": "version: v1\nsharing: [\n"}}}, "config.map.a is not YAML"),
+        ({"config": {"map": {"default": JETSON_CONFIG, "b": DISCRETE_CONFIG}, "fallbackStrategies": ["single"]}},
+         "config.map has 2 entries (b, default), config.default is empty and no config.fallbackStrategies entry "
+         "(single) picks one"),
+        ({"config": {"fallbackStrategies": ["first"]}}, "at '/config/fallbackStrategies/0': value must be one of"),
+        # NVIDIA's values at anything but their no-op value: refused with the reason.
+        ({"image": {"repository": "nvcr.io/nvidia/k8s-device-plugin", "tag": "v0.17.0"}},
+         'image.repository "nvcr.io/nvidia/k8s-device-plugin" is NVIDIA\'s device plugin'),
+        ({"image": {"tag": 0.17}}, "at '/image/tag': got number, want integer or string"),
+        ({"gfd": {"enabled": True}}, "gfd.enabled: this chart has no GPU feature discovery"),
+        ({"nfd": {"enabled": True}}, "nfd.enabled: this chart does not install Node Feature Discovery"),
+        ({"config": {"name": "plugin-configs"}}, 'config.name "plugin-configs": a ConfigMap of configs made outside'),
+        ({"nvidiaDriverRoot": "/run/nvidia/driver"}, 'nvidiaDriverRoot "/run/nvidia/driver": the discrete plugin'),
+        ({"deviceDiscoveryStrategy": "tegra"}, 'deviceDiscoveryStrategy "tegra": fixed per DaemonSet'),
+        ({"gdsEnabled": True}, "gdsEnabled: not implemented by the edgegpu device plugin"),
+        ({"securityContext": {"privileged": True}}, "securityContext: the chart sets the pods' security context"),
+        ({"podSecurityContext": {"runAsUser": 1000}}, "podSecurityContext: the chart sets the pods' security context"),
+        ({"selectorLabelsOverride": {"app": "gpu"}}, "selectorLabelsOverride: the DaemonSets' selectors are fixed"),
+        ({"devicePlugin": {"enableHostNetwork": True}}, "devicePlugin.enableHostNetwork: the plugin serves a unix"),
+        ({"cdi": {"nvidiaHookPath": "/usr/bin/nvidia-cdi-hook"}}, "cdi.nvidiaHookPath: the edgegpu plugin writes no CDI"),
+        ({"allowDefaultNamespace": False, "namespaceOverride": "default"},
+         "allowDefaultNamespace is false and the namespace is default"),
+        ({"affinity": "nodes-with-gpus"}, "at '/affinity': "),
     ]
 
     def test_each_is_rejected_with_its_message(self):

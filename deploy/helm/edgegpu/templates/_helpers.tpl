@@ -15,6 +15,11 @@ the names of the static manifests in deploy/, which deploy/generate.sh renders f
 {{- end -}}
 {{- end -}}
 
+{{/* The namespace of the chart's objects: namespaceOverride (NVIDIA's value), else the release's. */}}
+{{- define "edgegpu.namespace" -}}
+{{- .Values.namespaceOverride | default .Release.Namespace -}}
+{{- end -}}
+
 {{/*
 Labels only a Helm release carries (with app.kubernetes.io/instance, part of every selector).
 deploy/generate.sh removes exactly these three keys from the static manifests: a
@@ -110,15 +115,61 @@ nodeAffinity:
 {{- end -}}
 
 {{/*
+The default affinity of NVIDIA's chart (any node NFD or the GPU Operator labelled as having an
+NVIDIA GPU), which values exported from that chart carry. The built-in affinities select the
+same labels, split by kind of node, so this value means "no override" here.
+*/}}
+{{- define "edgegpu.nvidiaDefaultAffinity" -}}
+nodeAffinity:
+  requiredDuringSchedulingIgnoredDuringExecution:
+    nodeSelectorTerms:
+      - matchExpressions:
+          - {key: feature.node.kubernetes.io/pci-10de.present, operator: In, values: ["true"]}
+      - matchExpressions:
+          - {key: feature.node.kubernetes.io/cpu-model.vendor_id, operator: In, values: [NVIDIA]}
+      - matchExpressions:
+          - {key: nvidia.com/gpu.present, operator: In, values: ["true"]}
+{{- end -}}
+
+{{/* An affinity as JSON with its required node selector terms sorted (their order means nothing). */}}
+{{- define "edgegpu.canonicalAffinity" -}}
+{{- $copy := deepCopy . -}}
+{{- $required := dig "nodeAffinity" "requiredDuringSchedulingIgnoredDuringExecution" dict $copy -}}
+{{- if kindIs "slice" $required.nodeSelectorTerms -}}
+{{- $terms := list -}}
+{{- range $required.nodeSelectorTerms -}}
+{{- $terms = append $terms (toJson .) -}}
+{{- end -}}
+{{- $_ := set $required "nodeSelectorTerms" (sortAlpha $terms) -}}
+{{- end -}}
+{{- toJson $copy -}}
+{{- end -}}
+
+{{/*
+The top-level affinity as JSON when it replaces the built-in ones; "" when it is unset, "" (NVIDIA's
+chart allows that) or NVIDIA's default affinity.
+*/}}
+{{- define "edgegpu.affinityOverride" -}}
+{{- $affinity := .Values.affinity -}}
+{{- if and $affinity (kindIs "map" $affinity) -}}
+{{- $nvidia := include "edgegpu.nvidiaDefaultAffinity" . | fromYaml -}}
+{{- if ne (include "edgegpu.canonicalAffinity" $affinity) (include "edgegpu.canonicalAffinity" $nvidia) -}}
+{{- toJson $affinity -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
 The affinity a plugin DaemonSet gets, as YAML text: its own override, else the top-level one
 (validated: only with one DaemonSet enabled), else the built-in one. dict "root" $ "variant" v.
 */}}
 {{- define "edgegpu.plugin.affinity" -}}
 {{- $own := (index .root.Values.devicePlugin .variant).affinity -}}
+{{- $override := include "edgegpu.affinityOverride" .root -}}
 {{- if $own -}}
 {{- toYaml $own -}}
-{{- else if .root.Values.affinity -}}
-{{- toYaml .root.Values.affinity -}}
+{{- else if $override -}}
+{{- $override | fromJson | toYaml -}}
 {{- else -}}
 {{- include (printf "edgegpu.plugin.defaultAffinity.%s" .variant) .root -}}
 {{- end -}}
@@ -143,17 +194,22 @@ The affinity a plugin DaemonSet gets, as YAML text: its own override, else the t
 {{- end -}}
 
 {{/*
-The config.map entry a plugin DaemonSet uses ("" when config.map is empty): its own choice,
-else config.default, else the entry named "default", else the only entry. Whether the name
-exists is checked in validate.yaml.
+The config.map entry a plugin DaemonSet uses ("" when config.map is empty or none fits): its
+own choice, else config.default, else, as NVIDIA's config.fallbackStrategies say (both when
+unset), the entry named "default" (named) or the only entry (single). Whether the name exists
+is checked in validate.yaml.
 */}}
 {{- define "edgegpu.plugin.configEntry" -}}
 {{- $map := .root.Values.config.map -}}
 {{- $name := (index .root.Values.devicePlugin .variant).config | default .root.Values.config.default -}}
+{{- $fallbacks := .root.Values.config.fallbackStrategies -}}
+{{- if kindIs "invalid" $fallbacks -}}
+{{- $fallbacks = list "named" "single" -}}
+{{- end -}}
 {{- if and $map (not $name) -}}
-{{- if hasKey $map "default" -}}
+{{- if and (has "named" $fallbacks) (hasKey $map "default") -}}
 {{- $name = "default" -}}
-{{- else if eq (len $map) 1 -}}
+{{- else if and (has "single" $fallbacks) (eq (len $map) 1) -}}
 {{- $name = keys $map | first -}}
 {{- end -}}
 {{- end -}}
