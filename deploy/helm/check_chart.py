@@ -249,6 +249,21 @@ class Matrix(unittest.TestCase):
                          ["/usr/bin/edgegpu-node-setup", "check", "--root", "/host"])
         self.assertEqual(spec["volumes"], [{"name": "host-root", "hostPath": {"path": "/", "type": "Directory"}}])
 
+    def test_a_custom_gpu_taint_reaches_every_pod_that_runs_on_gpu_nodes(self):
+        tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                       {"key": "example.com/dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]
+        docs = self.render_checked({"tolerations": tolerations, "nodeSetup": {"enabled": True}})
+        workloads = [d for d in docs if d["kind"] in ("DaemonSet", "Job")]
+        self.assertEqual(len(workloads), 4)
+        for workload in workloads:
+            self.assertEqual(pod(workload)["tolerations"], tolerations, workload["metadata"]["name"])
+        # Their own lists still win; [] means none.
+        docs = render({"nodeSetup": {"enabled": True, "tolerations": []},
+                       "devicequery": {"tolerations": [{"key": "example.com/test", "operator": "Exists"}]}})
+        self.assertNotIn("tolerations", pod(of_kind(docs, "DaemonSet")["edgegpu-node-setup"]))
+        self.assertEqual(pod(of_kind(docs, "Job")["edgegpu-devicequery"])["tolerations"],
+                         [{"key": "example.com/test", "operator": "Exists"}])
+
     def test_node_setup_policy_catches_privilege_and_coverage(self):
         docs = render({"nodeSetup": {"enabled": True}})
         plugins = [d for d in docs if d["kind"] == "DaemonSet" and "node-setup" not in d["metadata"]["name"]]
