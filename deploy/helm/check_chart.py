@@ -290,6 +290,19 @@ class Matrix(unittest.TestCase):
         for ds in of_kind(docs, "DaemonSet").values():
             self.assertEqual(pod(ds)["affinity"], ORIN_AFFINITY, ds["metadata"]["name"])
 
+    def test_null_maps_render_as_absent(self):
+        values = {"podAnnotations": None, "resources": None, "nodeSetup": {"enabled": True, "resources": None},
+                  "devicePlugin": {"jetson": {"resources": None}}}
+        docs = render(values)
+        self.assertEqual(schema_errors(docs), [])
+        daemonsets = of_kind(docs, "DaemonSet")
+        self.assertNotIn("annotations", daemonsets["edgegpu-device-plugin-jetson"]["spec"]["template"]["metadata"])
+        self.assertNotIn("resources", pod(daemonsets["edgegpu-device-plugin-jetson"])["containers"][0])
+        self.assertIn("resources", pod(daemonsets["edgegpu-device-plugin-discrete"])["containers"][0])
+        node_setup = pod(daemonsets["edgegpu-node-setup"])
+        for container in node_setup["containers"] + node_setup["initContainers"]:
+            self.assertNotIn("resources", container, container["name"])
+
     def test_rancher_globals_prefix_every_image_with_the_system_default_registry(self):
         docs = self.render_checked({**RANCHER_GLOBALS, "nodeSetup": {"enabled": True}})
         found = images(docs)
@@ -360,7 +373,21 @@ class BadValues(unittest.TestCase):
         ({"config": {"map": {"a": "version: v1\nflags:\n  migStrategy: mixed\n"}}},
          'config.map.a: flags.migStrategy "mixed" is not supported'),
         ({"config": {"map": {"a": JETSON_CONFIG.replace("replicas: 4", "replicas: 1")}}},
-         "config.map.a: sharing.timeSlicing.resources nvidia.com/gpu: replicas must be an integer >= 2"),
+         "config.map.a: sharing.timeSlicing.resources nvidia.com/gpu: replicas must be a whole number >= 2, found 1"),
+        ({"config": {"map": {"a": JETSON_CONFIG.replace("replicas: 4", "replicas: 2.5")}}},
+         "config.map.a: sharing.timeSlicing.resources nvidia.com/gpu: replicas must be a whole number >= 2, found 2.5"),
+        ({"config": {"map": {"a": JETSON_CONFIG.replace("replicas: 4", 'replicas: "4"')}}},
+         "replicas must be a whole number >= 2, found 4"),
+        ({"config": {"map": {"a": "version: v1\nsharing:\n  timeSlicing:\n    resources: 5\n"}}},
+         "config.map.a: sharing.timeSlicing.resources must be a list of {name, replicas}, found 5"),
+        ({"config": {"map": {"a": "version: v1\nsharing:\n  timeSlicing:\n    resources:\n      - replicas: 4\n"}}},
+         "config.map.a: sharing.timeSlicing.resources[0] has no name"),
+        ({"config": {"map": {"a": "version: v1\nsharing:\n  timeSlicing:\n    resources: [gpu]\n"}}},
+         "config.map.a: sharing.timeSlicing.resources[0] must be a mapping with name and replicas"),
+        ({"config": {"map": {"a": "version: v1\nsharing: time-slicing\n"}}}, "config.map.a: sharing must be a mapping"),
+        ({"config": {"map": {"a": "version: v1\nsharing:\n  timeSlicing: [4]\n"}}},
+         "config.map.a: sharing.timeSlicing must be a mapping"),
+        ({"config": {"map": {"a": "version: v1\nflags: [none]\n"}}}, "config.map.a: flags must be a mapping"),
         ({"config": {"map": {"a": "version: v1\nsharing: [\n"}}}, "config.map.a is not YAML"),
         ({"config": {"map": {"default": JETSON_CONFIG, "b": DISCRETE_CONFIG}, "fallbackStrategies": ["single"]}},
          "config.map has 2 entries (b, default), config.default is empty and no config.fallbackStrategies entry "
