@@ -188,6 +188,18 @@ class Matrix(unittest.TestCase):
         key = lambda d: (d["kind"], d["metadata"]["name"])  # noqa: E731
         self.assertEqual(sorted(rendered, key=key), sorted(static, key=key))
 
+    def test_selectors_are_those_of_the_static_manifests_for_any_release(self):
+        # A selector is immutable: Helm can take over the kubectl-applied DaemonSets only if
+        # its selectors are theirs (docs/helm.md, "From the static manifests").
+        static = {d["metadata"]["name"]: d["spec"]["selector"]
+                  for d in yaml.safe_load_all((REPO / "deploy" / "device-plugin.yaml").read_text()) if d}
+        for release in ("edgegpu", "gpu"):
+            daemonsets = of_kind(render(release=release), "DaemonSet")
+            # Another release name prefixes the DaemonSets' names (gpu-edgegpu-device-plugin-jetson).
+            rendered = {n if release == "edgegpu" else n.removeprefix(f"{release}-"): ds["spec"]["selector"]
+                        for n, ds in daemonsets.items()}
+            self.assertEqual(rendered, static, release)
+
     def test_jetson_only(self):
         docs = self.render_checked({"devicePlugin": {"discrete": {"enabled": False}}})
         self.assertEqual(list(of_kind(docs, "DaemonSet")), ["edgegpu-device-plugin-jetson"])

@@ -21,7 +21,7 @@ the names of the static manifests in deploy/, which deploy/generate.sh renders f
 {{- end -}}
 
 {{/*
-Labels only a Helm release carries (with app.kubernetes.io/instance, part of every selector).
+Labels only a Helm release carries (with app.kubernetes.io/instance on objects and pods).
 deploy/generate.sh removes exactly these three keys from the static manifests: a
 kubectl-applied object must not claim to be managed by Helm.
 */}}
@@ -32,19 +32,23 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/*
 Selector labels of one component: dict "root" $ "name" <app name> "component" <"" or variant>.
-Also what a Service or PodMonitor for that component selects.
+Also what a Service or PodMonitor for that component selects. Deliberately without the
+release (app.kubernetes.io/instance): a DaemonSet's selector cannot change, and with the
+same selector as the static manifests (deploy/) a release can take over the DaemonSets that
+kubectl or k3s created (docs/helm.md, "From the static manifests"). Two releases in one
+namespace would select each other's pods, but two plugins on a node are wrong anyway.
 */}}
 {{- define "edgegpu.selectorLabels" -}}
 app.kubernetes.io/name: {{ .name }}
 {{- with .component }}
 app.kubernetes.io/component: {{ . }}
 {{- end }}
-app.kubernetes.io/instance: {{ .root.Release.Name }}
 {{- end -}}
 
-{{/* Pod template labels: the selector plus part-of. */}}
+{{/* Pod template labels: the selector plus the release and part-of. */}}
 {{- define "edgegpu.podLabels" -}}
 {{ include "edgegpu.selectorLabels" . }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/part-of: edgegpu
 {{- end -}}
 
