@@ -11,8 +11,8 @@ the one source of truth and the copies can never drift (CI runs this with --chec
                                       embedded as chartContent (air-gapped nodes need no repo)
 
 The static copies are the rendered text minus what only a Helm release carries: the labels
-helm.sh/chart, app.kubernetes.io/managed-by and app.kubernetes.io/instance, and the test hook's
-annotations. Lines are removed from helm's output (its comments stay); the result is then
+helm.sh/chart, app.kubernetes.io/managed-by and app.kubernetes.io/instance, and the annotations
+Helm acts on (the test hook's, the RuntimeClass's resource policy). Lines are removed from helm's output (its comments stay); the result is then
 checked to parse to exactly the rendered objects minus those keys.
 
 The chart archive is packed here rather than by `helm package`, whose archive carries the time
@@ -39,9 +39,9 @@ REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "deploy" / "helm" / "edgegpu"
 RELEASE = "edgegpu"
 HELM_ONLY_LABELS = ("helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance")
-HOOK_ANNOTATIONS = ("helm.sh/hook", "helm.sh/hook-delete-policy")
+HELM_ANNOTATIONS = ("helm.sh/hook", "helm.sh/hook-delete-policy", "helm.sh/resource-policy")
 REMOVED_KEY_LINE = re.compile(
-    r"^\s*(" + "|".join(re.escape(k) for k in HELM_ONLY_LABELS + HOOK_ANNOTATIONS) + r"):")
+    r"^\s*(" + "|".join(re.escape(k) for k in HELM_ONLY_LABELS + HELM_ANNOTATIONS) + r"):")
 HELMCHART_NAMESPACE = "kube-system"
 
 
@@ -66,11 +66,11 @@ def helm_template(helm, template, namespace):
 
 
 def without_release_keys(obj):
-    """The object as kubectl users get it: no Helm-only labels, no hook annotations."""
+    """The object as kubectl users get it: no Helm-only labels, no annotations for Helm."""
     if isinstance(obj, dict):
         out = {}
         for key, value in obj.items():
-            if key in HELM_ONLY_LABELS + HOOK_ANNOTATIONS:
+            if key in HELM_ONLY_LABELS + HELM_ANNOTATIONS:
                 continue
             value = without_release_keys(value)
             if key == "annotations" and value == {}:
