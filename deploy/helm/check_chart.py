@@ -258,9 +258,9 @@ class Matrix(unittest.TestCase):
         self.assertEqual(env(apply), {"EDGEGPU_NODE_SETUP_MODE": "k3s-default-runtime",
                                       "EDGEGPU_RUNTIME_PATH": "/usr/bin/nvidia-container-runtime",
                                       "EDGEGPU_NO_SET_DEFAULT": "true", "EDGEGPU_POD_RESTART": "false"})
-        check, = spec["containers"]
-        self.assertEqual(check["readinessProbe"]["exec"]["command"],
-                         ["/usr/bin/edgegpu-node-setup", "check", "--root", "/host"])
+        configured, = spec["containers"]
+        self.assertEqual(configured["command"], ["/bin/sh", "/usr/share/edgegpu/node-setup-pod.sh", "wait"])
+        self.assertNotIn("volumeMounts", configured)
         self.assertEqual(spec["volumes"], [{"name": "host-root", "hostPath": {"path": "/", "type": "Directory"}}])
 
     def test_a_custom_gpu_taint_reaches_every_pod_that_runs_on_gpu_nodes(self):
@@ -283,12 +283,22 @@ class Matrix(unittest.TestCase):
         plugins = [d for d in docs if d["kind"] == "DaemonSet" and "node-setup" not in d["metadata"]["name"]]
         node_setup = of_kind(docs, "DaemonSet")["edgegpu-node-setup"]
 
-        privileged = copy.deepcopy(node_setup)
-        pod(privileged)["containers"][0]["securityContext"]["privileged"] = True
-        problems = check_policy.check_objects(REPO, plugins + [privileged], {}, "test", configmap_required=False,
+        def problems_with(change):
+            changed = copy.deepcopy(node_setup)
+            change(pod(changed))
+            return check_policy.check_objects(REPO, plugins + [changed], {}, "test", configmap_required=False,
                                               runtime_class=False)
-        self.assertIn("DaemonSet edgegpu-node-setup container check: only the init container `apply` may be "
-                      "privileged", problems)
+
+        self.assertEqual(problems_with(lambda spec: None), [])
+        where = "DaemonSet edgegpu-node-setup container configured"
+        problems = problems_with(lambda spec: spec["containers"][0]["securityContext"].update(privileged=True))
+        self.assertIn(f"{where}: only the init container `apply` may be privileged", problems)
+        problems = problems_with(lambda spec: spec["containers"][0]["securityContext"].update(runAsUser=0))
+        self.assertTrue(any(p.startswith(f"{where}: must run as non-root") for p in problems), problems)
+        # A read-only host mount is not enough (it is not recursive).
+        problems = problems_with(lambda spec: spec["containers"][0].update(
+            volumeMounts=[{"name": "host-root", "mountPath": "/host", "readOnly": True}]))
+        self.assertTrue(any(p.startswith(f"{where}: must not mount the host (/host)") for p in problems), problems)
 
         jetson_only = copy.deepcopy(node_setup)
         terms = pod(jetson_only)["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
