@@ -29,6 +29,8 @@ import tempfile
 import unittest
 from pathlib import Path
 
+from xml.etree import ElementTree
+
 import yaml
 from kubernetes_validate import utils as kubernetes_validate
 
@@ -461,6 +463,13 @@ class Rancher(unittest.TestCase):
         # The release name Rancher fixes gives the documented names (and the static manifests').
         self.assertEqual(annotations["catalog.cattle.io/release-name"], "edgegpu")
 
+    def test_icon_is_an_svg_in_this_repository(self):
+        # Rancher reads a Git repository's non-HTTP chart icon from the repository (file://).
+        icon = yaml.safe_load((CHART / "Chart.yaml").read_text())["icon"]
+        self.assertTrue(icon.startswith("file://"), icon)
+        root = ElementTree.parse(REPO / icon.removeprefix("file://")).getroot()
+        self.assertEqual(root.tag, "{http://www.w3.org/2000/svg}svg")
+
     def test_questions_match_values_and_schema(self):
         values = yaml.safe_load((CHART / "values.yaml").read_text())
         questions = yaml.safe_load((CHART / "questions.yaml").read_text())["questions"]
@@ -472,10 +481,9 @@ class Rancher(unittest.TestCase):
                 for part in question["variable"].split("."):
                     self.assertIn(part, node, f"{question['variable']} is not in values.yaml")
                     node = node[part]
-                # Same default as values.yaml; where values.yaml says null (the plugin's own
-                # default) the form shows that default explicitly.
-                if node is not None:
-                    self.assertEqual(question["default"], node)
+                # Exactly values.yaml's default: Rancher submits what differs from values.yaml,
+                # so any other default would be set on every install through the form.
+                self.assertEqual(question["default"], node)
                 self.assertIn(question["type"], ("boolean", "string", "enum", "int"))
                 options = question.get("options") or [question["default"]]
                 for option in options:
