@@ -5,9 +5,10 @@
 #      validator has schemas for; the objects use APIs GA since 1.20) to the newest it has
 #   3. deploy/lint/check_policy.py: least privilege, host mounts, node selection, config wiring,
 #      versions (what a schema cannot see); deploy/lint's unit tests: each policy rule can fail,
-#      scripts/e2e-node.sh passes/fails/cleans up correctly against a simulated node, and the
+#      scripts/e2e-node.sh passes/fails/cleans up correctly against a simulated node, the
 #      image root filesystem script both Containerfiles share (deploy/image/) builds each
-#      image's exact tree
+#      image's exact tree, and deploy/generate.py packs only the chart's git-tracked files and
+#      judges the HelmChart by its files, not by gzip's bytes
 #   4. deploy/generate.py --check: the static manifests and the k3s files (plain manifests and the
 #      HelmChart with the packed chart) are what the Helm chart renders
 #   5. deploy/helm/check_chart.py: the Helm chart with a real helm 3 (lint --strict, a values
@@ -111,7 +112,8 @@ step "yamllint --strict ($((${#manifests[@]} + ${#other_yaml[@]})) files)" \
     "$VENV/bin/yamllint" --strict -c .yamllint "${manifests[@]}" "${other_yaml[@]}"
 step "kubernetes-validate --strict, Kubernetes ${versions[0]:-?} .. ${versions[${#versions[@]}-1]:-?}" validate_schemas
 step "deployment policy (deploy/lint/check_policy.py)" "$VENV/bin/python" deploy/lint/check_policy.py .
-step "deploy/lint unit tests (policy rules, e2e-node.sh on a simulated node, image rootfs)" "$VENV/bin/python" -m unittest discover -s deploy/lint -p 'test_*.py'
+step "deploy/lint unit tests (policy rules, e2e-node.sh on a simulated node, image rootfs, generate.py)" \
+    "$VENV/bin/python" -m unittest discover -s deploy/lint -p 'test_*.py'
 step "manifests generated from the Helm chart are current (deploy/generate.py --check)" \
     "$VENV/bin/python" deploy/generate.py --check --helm "$helm"
 step "Helm chart: lint, values matrix, bad values, Rancher, HelmChart (deploy/helm/check_chart.py)" \
