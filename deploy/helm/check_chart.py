@@ -3,14 +3,16 @@
 
   * `helm lint --strict`, with the default values and with every values set of the matrix;
   * `helm template` over the matrix (defaults, Jetson only, discrete only, time-slicing config,
-    MIG strategy and the plugin flags, nodeSetup on, a replaced affinity, another release name
+    MIG strategy and the plugin flags, nodeSetup on, a replaced affinity, a custom GPU taint,
+    Rancher's global values, a values file shaped like NVIDIA's chart's, another release name
     and namespace): every rendered object valid for the oldest (1.25) and newest Kubernetes
     kubernetes-validate bundles (strict: unknown fields are errors), deploy/lint/check_policy.py's
     rules on the rendered objects, and what each case changes, asserted;
-  * bad values stop `helm template` with the message a user would read (schema and cross-value
-    checks);
-  * Rancher: the catalog annotations Rancher's chart tooling requires, and questions.yaml naming
-    real values with their defaults and only options the schema accepts;
+  * bad values stop `helm template` with the message a user would read (schema, cross-value
+    and config-file checks, NVIDIA values edgegpu cannot honour);
+  * Rancher: the catalog annotations Rancher's chart tooling requires, the icon, and
+    questions.yaml naming real values with exactly their defaults and only options the schema
+    accepts;
   * the k3s HelmChart (deploy/k3s/helmchart/edgegpu.yaml) embeds exactly this chart: its
     chartContent, decoded and rendered by helm, gives what the chart directory gives.
 
