@@ -113,12 +113,15 @@ def strip_release_lines(rendered):
 
 
 def chart_files():
-    """The chart's files that git tracks, sorted (what a clone of the repository has)."""
+    """The chart's files that git tracks, sorted (what a clone of the repository has). Outside a
+    git checkout (an exported tree holds only committed files), every file of the chart."""
+    inside = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--is-inside-work-tree"], capture_output=True)
+    if inside.returncode != 0:
+        return sorted(p for p in CHART.rglob("*") if p.is_file())
     command = ["git", "-C", str(REPO), "ls-files", "-z", "--", CHART.relative_to(REPO).as_posix()]
     result = subprocess.run(command, capture_output=True)
     if result.returncode != 0:
-        sys.exit(f"generate: {' '.join(command)} failed (the chart is packed from a git checkout):\n"
-                 f"{result.stderr.decode(errors='replace')}")
+        sys.exit(f"generate: {' '.join(command)} failed:\n{result.stderr.decode(errors='replace')}")
     return sorted(REPO / name for name in result.stdout.decode().split("\0") if name)
 
 

@@ -60,27 +60,36 @@ class HelmChartCurrency(unittest.TestCase):
 
 
 class PackedFiles(unittest.TestCase):
-    def test_only_git_tracked_files_are_packed(self):
+    def packed(self, git):
+        """The chart files chart_files() picks, and the archive's names, in a scratch tree with a
+        committed-looking chart plus an editor's backup and a file never added."""
         with tempfile.TemporaryDirectory() as tmp:
             repo = Path(tmp)
             chart = repo / "deploy" / "helm" / "edgegpu"
             (chart / "templates").mkdir(parents=True)
             (chart / "Chart.yaml").write_text("apiVersion: v2\nname: edgegpu\nversion: 0.1.0\n")
             (chart / "templates" / "a.yaml").write_text("kind: ConfigMap\n")
-            subprocess.run(["git", "init", "-q", str(repo)], check=True)
-            subprocess.run(["git", "-C", str(repo), "add", "."], check=True)
-            (chart / "templates" / "a.yaml~").write_text("an editor's backup\n")
-            (chart / "notes.txt").write_text("not added\n")
+            if git:
+                subprocess.run(["git", "init", "-q", str(repo)], check=True)
+                subprocess.run(["git", "-C", str(repo), "add", "."], check=True)
+                (chart / "templates" / "a.yaml~").write_text("an editor's backup\n")
+                (chart / "notes.txt").write_text("not added\n")
             saved = generate.REPO, generate.CHART
             generate.REPO, generate.CHART = repo, chart
             try:
                 names = [p.relative_to(chart).as_posix() for p in generate.chart_files()]
                 with tarfile.open(fileobj=io.BytesIO(generate.chart_archive()), mode="r:gz") as tar:
-                    packed = tar.getnames()
+                    return names, tar.getnames()
             finally:
                 generate.REPO, generate.CHART = saved
-        self.assertEqual(names, ["Chart.yaml", "templates/a.yaml"])
-        self.assertEqual(packed, ["edgegpu/Chart.yaml", "edgegpu/templates/a.yaml"])
+
+    def test_only_git_tracked_files_are_packed(self):
+        self.assertEqual(self.packed(git=True),
+                         (["Chart.yaml", "templates/a.yaml"], ["edgegpu/Chart.yaml", "edgegpu/templates/a.yaml"]))
+
+    def test_an_exported_tree_packs_every_chart_file(self):
+        self.assertEqual(self.packed(git=False),
+                         (["Chart.yaml", "templates/a.yaml"], ["edgegpu/Chart.yaml", "edgegpu/templates/a.yaml"]))
 
 
 if __name__ == "__main__":
