@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::detect::ModeRequest;
 
 /// `--version` text: version, commit and target, set by build-support/version.rs.
-pub const VERSION: &str = env!("EDGEGPU_LONG_VERSION");
+const VERSION: &str = env!("EDGEGPU_LONG_VERSION");
 
 const AFTER_HELP: &str = "\
 Modes (auto picks one from what is installed under --root and prints why):
@@ -19,9 +19,15 @@ Modes (auto picks one from what is installed under --root and prints why):
   docker               adds --docker to k3s.service / k3s-agent.service ExecStart and merges
                        runtimes.<name> and default-runtime into /etc/docker/daemon.json.
 
+Decisions come from what the services actually load: units with their drop-ins and
+environment files, k3s's command line and config files (K3S_CONFIG_FILE, config.yaml.d),
+containerd's imports, dockerd's flags. When something node-setup does not own overrides the
+result, apply refuses naming that file, line or flag, and check fails naming it.
+
 Safety: everything is planned before anything is written; files are replaced atomically
 (mode, owner and symlinks kept) after a backup under <root>/var/lib/edgegpu/node-setup/;
-a second apply writes nothing; `revert` restores the originals.
+one run at a time (a lock there); a second apply writes nothing; `revert` restores the
+originals.
 
 Exit codes:
   0  success (check: the node is fully configured)
@@ -140,7 +146,8 @@ pub enum Command {
         #[arg(long)]
         dry_run: bool,
     },
-    /// Report what is configured and what is missing; exit 0 only when fully configured.
+    /// Report what is configured, what each engine actually uses (and which file, line or
+    /// flag decides it), and what is missing; exit 0 only when fully configured.
     #[command(after_help = AFTER_HELP)]
     Check {
         /// Output format.

@@ -7,14 +7,27 @@ use serde::Serialize;
 use crate::cli::{CdiCommand, Cli, Command, OutputFormat};
 use crate::error::{exit_code, Result};
 use crate::host::HostRoot;
+use crate::lock::RunLock;
 use crate::ops::{self, Report, Restarts};
 use crate::plan::{self, Plan};
 use crate::restart::{self, ServiceManager};
 use crate::RuntimeSpec;
 
-/// Write to the output, ignoring a closed pipe (`| head`).
+/// Writes to the output. A reader that went away (`| head`) is no failure of the command,
+/// whose effect does not depend on its output; other write errors are logged.
+fn emit(out: &mut dyn Write, text: std::fmt::Arguments) {
+    if let Err(e) = out.write_fmt(text) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            tracing::warn!(error = %e, "writing the output failed");
+        }
+    }
+}
+
+/// One line of output (see [`emit`]).
 macro_rules! say {
-    ($out:expr, $($arg:tt)*) => {{ let _ = writeln!($out, $($arg)*); }};
+    ($out:expr, $($arg:tt)*) => {
+        emit($out, format_args!("{}\n", format_args!($($arg)*)))
+    };
 }
 
 pub fn options(cli: &Cli) -> plan::Options {
@@ -74,6 +87,23 @@ fn describe(plan: &Plan, out: &mut dyn Write) {
     );
     for n in &plan.notes {
         say!(out, "note: {n}");
+    }
+    for e in &plan.effective {
+        say!(
+            out,
+            "effective: {}: default runtime '{}' ({}); runtime '{}' {}",
+            e.engine,
+            e.default_runtime.value,
+            e.default_runtime.source,
+            plan.spec.name,
+            match &e.runtime_binary {
+                Some(b) => format!("runs {} ({})", b.value, b.source),
+                None => "is not registered".to_string(),
+            }
+        );
+    }
+    for b in &plan.blockers {
+        say!(out, "blocked: {b}");
     }
 }
 
@@ -139,15 +169,25 @@ fn apply(
                 c.host_path.clone()
             };
             say!(out, "# {shown}: {}", c.purpose);
-            let _ = write!(
+            emit(
                 out,
-                "{}",
-                diff(&c.host_path, c.old.as_deref(), Some(&c.new))
+                format_args!("{}", diff(&c.host_path, c.old.as_deref(), Some(&c.new))),
             );
         }
         return Ok(exit_code::OK);
     }
-    let report = ops::apply(&plan, &opts.host, restarts)?;
+    // Write under the lock, from a plan made under it (another run may have changed
+    // the files since the first look).
+    let lock = RunLock::acquire(&opts.host, &mut |msg| say!(out, "{msg}"))?;
+    let plan = plan::build(opts, false)?;
+    if plan.changes.is_empty() {
+        say!(
+            out,
+            "already configured (by the run we waited for): nothing to change, no file written"
+        );
+        return Ok(exit_code::OK);
+    }
+    let report = ops::apply(&plan, &opts.host, restarts, &lock)?;
     for c in &plan.changes {
         say!(
             out,
@@ -180,6 +220,10 @@ struct CheckJson<'a> {
     runtime_present: bool,
     items: &'a [plan::CheckItem],
     notes: &'a [String],
+    /// What each engine uses now, and where that is decided.
+    effective: &'a [plan::Effective],
+    /// Settings node-setup does not own that stop it, naming them.
+    blockers: &'a [String],
 }
 
 fn check(opts: &plan::Options, format: OutputFormat, out: &mut dyn Write) -> Result<u8> {
@@ -196,6 +240,8 @@ fn check(opts: &plan::Options, format: OutputFormat, out: &mut dyn Write) -> Res
                 runtime_present: plan.runtime_present,
                 items: &plan.checks,
                 notes: &plan.notes,
+                effective: &plan.effective,
+                blockers: &plan.blockers,
             };
             say!(
                 out,
@@ -238,6 +284,19 @@ fn revert(
     restarts: Restarts,
     out: &mut dyn Write,
 ) -> Result<u8> {
+    if !opts.host.exists(crate::state::MANIFEST) {
+        say!(
+            out,
+            "nothing to revert: no manifest at {}",
+            opts.host.path(crate::state::MANIFEST).display()
+        );
+        return Ok(exit_code::OK);
+    }
+    let lock = if dry_run {
+        None
+    } else {
+        Some(RunLock::acquire(&opts.host, &mut |msg| say!(out, "{msg}"))?)
+    };
     let Some((manifest, steps)) = ops::plan_revert(&opts.host, opts.force)? else {
         say!(
             out,
@@ -253,15 +312,20 @@ fn revert(
             steps.len()
         );
         for s in &steps {
-            let _ = write!(
+            emit(
                 out,
-                "{}",
-                diff(&s.path, s.current.as_deref(), s.restore.as_deref())
+                format_args!(
+                    "{}",
+                    diff(&s.path, s.current.as_deref(), s.restore.as_deref())
+                ),
             );
         }
         return Ok(exit_code::OK);
     }
-    let report = ops::revert(&opts.host, &manifest, &steps, restarts)?;
+    let Some(lock) = lock else {
+        unreachable!("a dry run returned above")
+    };
+    let report = ops::revert(&opts.host, &manifest, &steps, restarts, &lock)?;
     for s in &steps {
         say!(
             out,

@@ -3,12 +3,23 @@
 //! this module maps it onto the disk, following symlinks *inside* the root.
 
 use std::io;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use crate::error::{Result, SetupError};
 
 /// Symlink chains longer than this are treated as loops (Linux uses 40 as well).
 const MAX_SYMLINK_HOPS: usize = 40;
+
+/// Where a host path leads once every symlink is followed.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    /// On-disk path (under the root).
+    pub disk: PathBuf,
+    /// Host-absolute path of the file itself.
+    pub host_path: String,
+    /// Whether a symlink was followed on the way.
+    pub via_symlink: bool,
+}
 
 #[derive(Debug, Clone)]
 pub struct HostRoot {
@@ -41,27 +52,53 @@ impl HostRoot {
         self.root.join(host_path.trim_start_matches('/'))
     }
 
-    /// On-disk path of the file that a write to `host_path` must replace: symlinks are
-    /// followed (an absolute link target is taken relative to the root, as it would be on
-    /// the booted image) so that the link itself stays in place.
-    pub fn resolve(&self, host_path: &str) -> Result<PathBuf> {
-        let mut current = PathBuf::from("/").join(host_path.trim_start_matches('/'));
-        for _ in 0..MAX_SYMLINK_HOPS {
-            let on_disk = self.path(&current.to_string_lossy());
+    /// Follows every symlink on the way to host-absolute `host_path`, component by
+    /// component and inside the root (an absolute link target is taken relative to the
+    /// root, as it would be on the booted image; `..` never climbs above it), so that a
+    /// write replaces the file the link points to and the link itself stays in place.
+    pub fn resolve_full(&self, host_path: &str) -> Result<Resolved> {
+        let mut pending: Vec<String> = components(host_path).into_iter().rev().collect();
+        let mut current = PathBuf::from("/");
+        let mut hops = 0;
+        let mut via_symlink = false;
+        while let Some(part) = pending.pop() {
+            if part == ".." {
+                current.pop();
+                continue;
+            }
+            let next = current.join(&part);
+            let on_disk = self.path(&next.to_string_lossy());
             match std::fs::symlink_metadata(&on_disk) {
                 Ok(meta) if meta.file_type().is_symlink() => {
+                    hops += 1;
+                    if hops > MAX_SYMLINK_HOPS {
+                        return Err(SetupError::Refused(format!(
+                            "{}: too many levels of symbolic links",
+                            self.path(host_path).display()
+                        )));
+                    }
+                    via_symlink = true;
                     let target = std::fs::read_link(&on_disk).map_err(|e| {
                         SetupError::io(format!("reading symlink {}", on_disk.display()), e)
                     })?;
-                    let next = if target.is_absolute() {
-                        target
-                    } else {
-                        current.parent().unwrap_or(Path::new("/")).join(target)
-                    };
-                    current = normalize(&next);
+                    let target = target.to_string_lossy();
+                    if target.starts_with('/') {
+                        current = PathBuf::from("/");
+                    }
+                    pending.extend(components(&target).into_iter().rev());
                 }
-                Ok(_) => return Ok(on_disk),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(on_disk),
+                Ok(_) => current = next,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    // The rest does not exist: it is taken as written.
+                    current = next;
+                    for rest in pending.drain(..).rev() {
+                        if rest == ".." {
+                            current.pop();
+                        } else {
+                            current.push(rest);
+                        }
+                    }
+                }
                 Err(e) => {
                     return Err(SetupError::io(
                         format!("inspecting {}", on_disk.display()),
@@ -70,10 +107,77 @@ impl HostRoot {
                 }
             }
         }
-        Err(SetupError::Refused(format!(
-            "{}: too many levels of symbolic links",
-            self.path(host_path).display()
-        )))
+        let host = current.to_string_lossy().into_owned();
+        Ok(Resolved {
+            disk: self.path(&host),
+            host_path: host,
+            via_symlink,
+        })
+    }
+
+    /// On-disk path of the file a write to `host_path` must replace (see
+    /// [`HostRoot::resolve_full`]).
+    pub fn resolve(&self, host_path: &str) -> Result<PathBuf> {
+        Ok(self.resolve_full(host_path)?.disk)
+    }
+
+    /// Resolves `host_path` for writing, refusing what a write could not make last: a
+    /// symlink whose target does not exist (we never create a file there), and a file on
+    /// a filesystem that is emptied at every boot.
+    pub fn resolve_for_write(&self, host_path: &str) -> Result<Resolved> {
+        let r = self.resolve_full(host_path)?;
+        let exists = std::fs::symlink_metadata(&r.disk).is_ok();
+        if r.via_symlink && !exists {
+            return Err(SetupError::Refused(format!(
+                "{host_path} is a symlink to {}, which does not exist: node-setup never creates a file at a dangling symlink's target. Create {} (or replace the link with a file) and run apply again",
+                r.host_path, r.host_path
+            )));
+        }
+        if let Some(why) = self.volatile(&r.host_path) {
+            let shown = if r.host_path == host_path {
+                host_path.to_string()
+            } else {
+                format!("{host_path} (a symlink to {})", r.host_path)
+            };
+            return Err(SetupError::Refused(format!(
+                "{shown} lives on {why}, which is regenerated at boot: the change would be lost at the next boot. Make the file persistent (or point the link at a persistent file) and run apply again"
+            )));
+        }
+        Ok(r)
+    }
+
+    /// Why `host_path` is on a filesystem that does not survive a reboot, if it is: the
+    /// tmpfs mount points of systemd (file-hierarchy(7)) and of Yocto images
+    /// (`/var/volatile`), and on the running system any tmpfs.
+    fn volatile(&self, host_path: &str) -> Option<String> {
+        for dir in ["/run", "/var/run", "/tmp", "/dev/shm", "/var/volatile"] {
+            if host_path == dir || host_path.starts_with(&format!("{dir}/")) {
+                return Some(format!("{dir} (a tmpfs)"));
+            }
+        }
+        if self.live {
+            let mut probe = Some(Path::new(host_path));
+            while let Some(p) = probe {
+                if let Ok(fs) = nix::sys::statfs::statfs(p) {
+                    return (fs.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
+                        .then(|| format!("a tmpfs ({})", p.display()));
+                }
+                probe = p.parent();
+            }
+        }
+        None
+    }
+
+    /// True when `host_path` is a directory (through symlinks).
+    pub fn is_dir(&self, host_path: &str) -> bool {
+        self.resolve(host_path).map(|p| p.is_dir()).unwrap_or(false)
+    }
+
+    /// True when `host_path` itself is a symlink (dangling or not).
+    pub fn is_symlink(&self, host_path: &str) -> bool {
+        std::fs::symlink_metadata(self.path(host_path))
+            .map(|m| m.file_type().is_symlink())
+            .unwrap_or(false)
     }
 
     /// Reads `host_path` (through symlinks). `Ok(None)` when the file does not exist.
@@ -138,17 +242,10 @@ pub fn read_optional(path: &Path) -> Result<Option<String>> {
     }
 }
 
-/// Lexically removes `.` and `..` (never above `/`).
-fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::from("/");
-    for c in path.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::Normal(n) => out.push(n),
-            _ => {}
-        }
-    }
-    out
+/// The names in a path, without `.` and empty parts (`..` kept).
+fn components(path: &str) -> Vec<String> {
+    path.split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .map(str::to_string)
+        .collect()
 }

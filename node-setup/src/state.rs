@@ -53,10 +53,6 @@ impl Manifest {
             })
     }
 
-    pub fn entry(&self, path: &str) -> Option<&Entry> {
-        self.entries.iter().find(|e| e.path == path)
-    }
-
     pub fn render(&self) -> String {
         let mut s = serde_json::to_string_pretty(self).expect("manifest serialises");
         s.push('\n');

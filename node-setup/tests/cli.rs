@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 
-use common::{containerd_dump, fixture, real_tool, systemd_verify};
+use common::{containerd_dump, fixture, ok, real_tool, run, run_env, systemd_verify};
 use edgegpu_testkit::nodehost::{NodeHost, Snapshot};
 use edgegpu_testkit::process::binary_command;
 
@@ -19,51 +19,6 @@ const RUNTIME_CLASS: &str =
 const MANIFEST: &str = "/var/lib/edgegpu/node-setup/manifest.json";
 const TEMPLATE_V3: &str = "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl";
 const TEMPLATE_V2: &str = "/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl";
-
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn run_env(host: &NodeHost, args: &[&str], env: &[(&str, &str)]) -> Out {
-    let mut cmd = binary_command(env!("CARGO_BIN_EXE_edgegpu-node-setup"));
-    for var in [
-        "EDGEGPU_ROOT",
-        "EDGEGPU_NODE_SETUP_MODE",
-        "EDGEGPU_RUNTIME_PATH",
-        "EDGEGPU_RUNTIME_NAME",
-        "EDGEGPU_NO_RESTART",
-        "EDGEGPU_NO_SET_DEFAULT",
-        "EDGEGPU_FORCE",
-        "EDGEGPU_K3S_VERSION",
-        "EDGEGPU_OUTPUT",
-    ] {
-        cmd.env_remove(var);
-    }
-    cmd.envs(env.iter().copied());
-    cmd.arg("--root").arg(host.root()).args(args);
-    let out = cmd.output().expect("run edgegpu-node-setup");
-    Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-fn run(host: &NodeHost, args: &[&str]) -> Out {
-    run_env(host, args, &[])
-}
-
-fn ok(host: &NodeHost, args: &[&str]) -> String {
-    let out = run(host, args);
-    assert_eq!(
-        out.code, 0,
-        "{args:?}\nstdout:\n{}\nstderr:\n{}",
-        out.stdout, out.stderr
-    );
-    out.stdout
-}
 
 /// Content and mode of every file (mtime left out: revert rewrites files).
 fn content(s: &Snapshot) -> BTreeMap<PathBuf, (Vec<u8>, u32)> {
@@ -752,7 +707,10 @@ fn check_json_reports_every_item() {
     assert_eq!(v["mode"], "docker");
     assert!(v["reason"].as_str().unwrap().contains("v1.27.4"));
     let items = v["items"].as_array().unwrap();
-    assert_eq!(items.len(), 3, "{items:?}");
+    // Binary, unit, daemon.json, then docker's effective default and runtime.
+    assert_eq!(items.len(), 5, "{items:?}");
+    assert_eq!(v["effective"][0]["engine"], "docker");
+    assert_eq!(v["effective"][0]["default_runtime"]["value"], "runc");
     assert_eq!(items[1]["file"], UNIT);
     assert_eq!(items[1]["ok"], false);
     ok(&host, &["apply"]);

@@ -136,9 +136,14 @@ impl DeviceListStrategy {
             "envvar" => Ok(Self::Envvar),
             "cdi-annotations" => Ok(Self::CdiAnnotations),
             "cdi-cri" => Ok(Self::CdiCri),
+            // NVIDIA's plugin answers Allocate with /dev/null mounts at
+            // /var/run/nvidia-container-devices/<id> (the kubelet and runtime mount them); the
+            // NVIDIA runtime reads them only with accept-nvidia-visible-devices-as-volume-mounts
+            // on, off by default. Not implemented here: CDI serves the same purpose.
             "volume-mounts" => anyhow::bail!(
-                "device list strategy `volume-mounts` is not supported (it needs CAP_SYS_ADMIN in \
-                 the plugin pod); use envvar, cdi-annotations or cdi-cri"
+                "device list strategy `volume-mounts` is not supported (the NVIDIA runtime honours it \
+                 only with accept-nvidia-visible-devices-as-volume-mounts, off by default); use \
+                 cdi-annotations or cdi-cri for GPUs a pod's environment cannot choose, or envvar"
             ),
             other => anyhow::bail!(
                 "unknown device list strategy `{other}`; expected envvar, cdi-annotations or cdi-cri"

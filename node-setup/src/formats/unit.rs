@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::Edit;
 use crate::error::{Result, SetupError};
 
 /// One `Key=Value` assignment, possibly spread over continuation lines.
@@ -201,16 +202,13 @@ impl UnitFile {
             }
         })?;
         if let Some(first) = words.first_mut() {
-            first.text = first
-                .text
-                .trim_start_matches(['-', '@', ':', '+', '!'])
-                .to_string();
+            first.text = strip_exec_prefixes(&first.text);
         }
         Ok(words)
     }
 
     /// 1-based (line, column) of byte `offset` inside the value of `a`.
-    fn position(&self, a: &Assignment, offset: usize) -> (usize, usize) {
+    pub fn position(&self, a: &Assignment, offset: usize) -> (usize, usize) {
         let mut value_pos = 0;
         for (idx, &(line, col, len)) in a.pieces.iter().enumerate() {
             if idx > 0 {
@@ -223,6 +221,14 @@ impl UnitFile {
         }
         (a.line + 1, 1)
     }
+}
+
+/// The program of an `Exec*=` line without the `-@:+!` prefixes that change how systemd
+/// runs it (systemd.service(5)).
+pub fn strip_exec_prefixes(program: &str) -> String {
+    program
+        .trim_start_matches(['-', '@', ':', '+', '!'])
+        .to_string()
 }
 
 /// Splits the trailing backslash continuation off a physical line.
@@ -304,12 +310,12 @@ pub fn k3s_subcommand(words: &[Word]) -> Option<usize> {
 
 /// Returns the unit text with `--docker` added after the k3s subcommand, keeping the
 /// layout: the installer's one-argument-per-line form gets a new `<TAB>'--docker' \` line,
-/// a single-line ExecStart gets ` --docker` after the subcommand. `Ok(None)` when the
+/// a single-line ExecStart gets ` --docker` after the subcommand. No change when the
 /// flag is already there.
-pub fn add_k3s_docker_flag(unit: &UnitFile) -> Result<Option<String>> {
+pub fn add_k3s_docker_flag(unit: &UnitFile) -> Result<Edit> {
     let words = unit.exec_start_words()?;
     if k3s_uses_docker(&words) {
-        return Ok(None);
+        return Ok(Edit::unchanged());
     }
     if let Some(w) = words.iter().find(|w| w.text.starts_with("--docker=")) {
         return Err(SetupError::invalid(
@@ -373,5 +379,8 @@ pub fn add_k3s_docker_flag(unit: &UnitFile) -> Result<Option<String>> {
             "could not add --docker without changing the rest of ExecStart= (unusual layout); edit it by hand",
         ));
     }
-    Ok(Some(text))
+    Ok(Edit {
+        new: Some(text),
+        notes: Vec::new(),
+    })
 }
