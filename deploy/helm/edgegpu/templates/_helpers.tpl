@@ -222,6 +222,10 @@ is checked in validate.yaml.
 
 {{/* Plugin flags set through values, as env entries (nothing for a null value). */}}
 {{- define "edgegpu.plugin.flagEnv" -}}
+{{- if .Values.migStrategy }}
+- name: MIG_STRATEGY
+  value: {{ .Values.migStrategy | quote }}
+{{- end }}
 {{- if typeIs "bool" .Values.failOnInitError }}
 - name: FAIL_ON_INIT_ERROR
   value: {{ .Values.failOnInitError | quote }}
