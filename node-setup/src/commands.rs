@@ -63,11 +63,15 @@ pub fn run(cli: Cli, manager: &mut dyn ServiceManager, out: &mut dyn Write) -> R
 }
 
 fn describe(plan: &Plan, out: &mut dyn Write) {
-    let c = &plan.choice;
-    say!(out, "mode: {}", c.mode.name());
-    say!(out, "  why: {}", c.reason);
-    for f in &c.findings {
-        say!(out, "  found: {f}");
+    match &plan.choice {
+        Some(c) => {
+            say!(out, "mode: {}", c.mode.name());
+            say!(out, "  why: {}", c.reason);
+            for f in &c.findings {
+                say!(out, "  found: {f}");
+            }
+        }
+        None => say!(out, "mode: none (see blocked)"),
     }
     say!(
         out,
@@ -96,9 +100,9 @@ fn describe(plan: &Plan, out: &mut dyn Write) {
             e.default_runtime.value,
             e.default_runtime.source,
             plan.spec.name,
-            match &e.runtime_binary {
-                Some(b) => format!("runs {} ({})", b.value, b.source),
-                None => "is not registered".to_string(),
+            match &e.runtime_binary.value {
+                Some(b) => format!("runs {b} ({})", e.runtime_binary.source),
+                None => format!("is not registered ({})", e.runtime_binary.source),
             }
         );
     }
@@ -213,8 +217,9 @@ fn apply(
 #[derive(Serialize)]
 struct CheckJson<'a> {
     configured: bool,
-    mode: &'a str,
-    reason: &'a str,
+    /// `null` when choosing the mode was refused (see `blockers`).
+    mode: Option<&'a str>,
+    reason: Option<&'a str>,
     findings: &'a [String],
     runtime: &'a RuntimeSpec,
     runtime_present: bool,
@@ -233,9 +238,9 @@ fn check(opts: &plan::Options, format: OutputFormat, out: &mut dyn Write) -> Res
         OutputFormat::Json => {
             let json = CheckJson {
                 configured,
-                mode: plan.choice.mode.name(),
-                reason: &plan.choice.reason,
-                findings: &plan.choice.findings,
+                mode: plan.choice.as_ref().map(|c| c.mode.name()),
+                reason: plan.choice.as_ref().map(|c| c.reason.as_str()),
+                findings: plan.choice.as_ref().map_or(&[], |c| &c.findings),
                 runtime: &plan.spec,
                 runtime_present: plan.runtime_present,
                 items: &plan.checks,

@@ -1,9 +1,13 @@
 //! The host tree we operate on: `/` on a live node, or a mounted image / test tree given by
 //! `--root`. Every path the tool knows is a host-absolute path (`/etc/docker/daemon.json`);
-//! this module maps it onto the disk, following symlinks *inside* the root.
+//! this module maps it onto the disk, following symlinks *inside* the root. A view of the
+//! host can carry planned file contents ([`HostRoot::with_files`]), so that what the
+//! services would load after a change is computed by the same code that reads the host.
 
+use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::error::{Result, SetupError};
 
@@ -17,14 +21,18 @@ pub struct Resolved {
     pub disk: PathBuf,
     /// Host-absolute path of the file itself.
     pub host_path: String,
-    /// Whether a symlink was followed on the way.
-    pub via_symlink: bool,
+    /// A symlink on the way whose target does not exist: (the link, where it points),
+    /// host paths. Whatever lies behind it would be created at a place nobody made.
+    pub dangling: Option<(String, String)>,
 }
 
 #[derive(Debug, Clone)]
 pub struct HostRoot {
     root: PathBuf,
     live: bool,
+    /// Planned contents by host path of the file itself (symlinks resolved): read as if
+    /// they were on disk.
+    planned: Arc<BTreeMap<String, String>>,
 }
 
 impl HostRoot {
@@ -35,7 +43,22 @@ impl HostRoot {
         let live = std::fs::canonicalize(&root)
             .map(|p| p == Path::new("/"))
             .unwrap_or(false);
-        HostRoot { root, live }
+        HostRoot {
+            root,
+            live,
+            planned: Arc::default(),
+        }
+    }
+
+    /// This host as it would be with `files` (host path of the file itself, content)
+    /// written: reads, listings and existence checks see the new contents.
+    pub fn with_files(&self, files: impl IntoIterator<Item = (String, String)>) -> HostRoot {
+        let mut planned = (*self.planned).clone();
+        planned.extend(files);
+        HostRoot {
+            planned: Arc::new(planned),
+            ..self.clone()
+        }
     }
 
     /// True when the tree is the running system (`--root /`).
@@ -57,11 +80,17 @@ impl HostRoot {
     /// root, as it would be on the booted image; `..` never climbs above it), so that a
     /// write replaces the file the link points to and the link itself stays in place.
     pub fn resolve_full(&self, host_path: &str) -> Result<Resolved> {
-        let mut pending: Vec<String> = components(host_path).into_iter().rev().collect();
+        // Components still to walk; `Some(link)` marks those that came from the target
+        // of a symlink (the link and its target, host paths).
+        let mut pending: Vec<(String, Option<(String, String)>)> = components(host_path)
+            .into_iter()
+            .rev()
+            .map(|c| (c, None))
+            .collect();
         let mut current = PathBuf::from("/");
         let mut hops = 0;
-        let mut via_symlink = false;
-        while let Some(part) = pending.pop() {
+        let mut dangling = None;
+        while let Some((part, from_link)) = pending.pop() {
             if part == ".." {
                 current.pop();
                 continue;
@@ -73,25 +102,37 @@ impl HostRoot {
                     hops += 1;
                     if hops > MAX_SYMLINK_HOPS {
                         return Err(SetupError::Refused(format!(
-                            "{}: too many levels of symbolic links",
-                            self.path(host_path).display()
+                            "{host_path}: too many levels of symbolic links"
                         )));
                     }
-                    via_symlink = true;
                     let target = std::fs::read_link(&on_disk).map_err(|e| {
-                        SetupError::io(format!("reading symlink {}", on_disk.display()), e)
+                        SetupError::io(format!("reading symlink {}", next.display()), e)
                     })?;
                     let target = target.to_string_lossy();
-                    if target.starts_with('/') {
-                        current = PathBuf::from("/");
-                    }
-                    pending.extend(components(&target).into_iter().rev());
+                    let base = if target.starts_with('/') {
+                        PathBuf::from("/")
+                    } else {
+                        current.clone()
+                    };
+                    let link = (
+                        next.to_string_lossy().into_owned(),
+                        normalize(&base, &target),
+                    );
+                    current = base;
+                    pending.extend(
+                        components(&target)
+                            .into_iter()
+                            .rev()
+                            .map(|c| (c, Some(link.clone()))),
+                    );
                 }
                 Ok(_) => current = next,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    // The rest does not exist: it is taken as written.
+                    // The rest does not exist: it is taken as written. Missing where a
+                    // link pointed: that link dangles.
+                    dangling = from_link;
                     current = next;
-                    for rest in pending.drain(..).rev() {
+                    for (rest, _) in pending.drain(..).rev() {
                         if rest == ".." {
                             current.pop();
                         } else {
@@ -99,19 +140,14 @@ impl HostRoot {
                         }
                     }
                 }
-                Err(e) => {
-                    return Err(SetupError::io(
-                        format!("inspecting {}", on_disk.display()),
-                        e,
-                    ))
-                }
+                Err(e) => return Err(SetupError::io(format!("inspecting {}", next.display()), e)),
             }
         }
         let host = current.to_string_lossy().into_owned();
         Ok(Resolved {
             disk: self.path(&host),
             host_path: host,
-            via_symlink,
+            dangling,
         })
     }
 
@@ -122,17 +158,10 @@ impl HostRoot {
     }
 
     /// Resolves `host_path` for writing, refusing what a write could not make last: a
-    /// symlink whose target does not exist (we never create a file there), and a file on
-    /// a filesystem that is emptied at every boot.
+    /// file on a filesystem that is emptied at every boot, and a file behind a symlink
+    /// whose target does not exist (we never create files or directories there).
     pub fn resolve_for_write(&self, host_path: &str) -> Result<Resolved> {
         let r = self.resolve_full(host_path)?;
-        let exists = std::fs::symlink_metadata(&r.disk).is_ok();
-        if r.via_symlink && !exists {
-            return Err(SetupError::Refused(format!(
-                "{host_path} is a symlink to {}, which does not exist: node-setup never creates a file at a dangling symlink's target. Create {} (or replace the link with a file) and run apply again",
-                r.host_path, r.host_path
-            )));
-        }
         if let Some(why) = self.volatile(&r.host_path) {
             let shown = if r.host_path == host_path {
                 host_path.to_string()
@@ -141,6 +170,16 @@ impl HostRoot {
             };
             return Err(SetupError::Refused(format!(
                 "{shown} lives on {why}, which is regenerated at boot: the change would be lost at the next boot. Make the file persistent (or point the link at a persistent file) and run apply again"
+            )));
+        }
+        if let Some((link, target)) = &r.dangling {
+            let what = if *link == host_path {
+                "file"
+            } else {
+                "file or directory"
+            };
+            return Err(SetupError::Refused(format!(
+                "{link} is a symlink to {target}, which does not exist: node-setup never creates a {what} at a dangling symlink's target. Create {target} (or replace the link) and run apply again"
             )));
         }
         Ok(r)
@@ -180,14 +219,34 @@ impl HostRoot {
             .unwrap_or(false)
     }
 
-    /// Reads `host_path` (through symlinks). `Ok(None)` when the file does not exist.
+    /// Reads `host_path` (through symlinks; planned contents first). `Ok(None)` when the
+    /// file does not exist. Errors name the host path.
     pub fn read(&self, host_path: &str) -> Result<Option<String>> {
-        let path = self.resolve(host_path)?;
-        read_optional(&path)
+        let r = self.resolve_full(host_path)?;
+        if let Some(text) = self.planned.get(&r.host_path) {
+            return Ok(Some(text.clone()));
+        }
+        read_optional(&r.disk).map_err(|e| match e {
+            SetupError::Malformed {
+                line,
+                column,
+                message,
+                ..
+            } => SetupError::Malformed {
+                file: PathBuf::from(host_path),
+                line,
+                column,
+                message,
+            },
+            SetupError::Io { source, .. } => SetupError::io(format!("reading {host_path}"), source),
+            other => other,
+        })
     }
 
     pub fn exists(&self, host_path: &str) -> bool {
-        self.resolve(host_path).map(|p| p.exists()).unwrap_or(false)
+        self.resolve_full(host_path)
+            .map(|r| self.planned.contains_key(&r.host_path) || r.disk.exists())
+            .unwrap_or(false)
     }
 
     /// True when `host_path` is a regular file with an execute bit (through symlinks).
@@ -201,23 +260,31 @@ impl HostRoot {
     }
 
     /// Host-absolute paths of the entries of directory `host_dir` whose names end with
-    /// `suffix`, sorted by name. Missing directory: empty.
+    /// `suffix` (planned files included), sorted by name. Missing directory: empty.
     pub fn list_dir(&self, host_dir: &str, suffix: &str) -> Result<Vec<String>> {
-        let dir = match self.resolve(host_dir) {
+        let dir = match self.resolve_full(host_dir) {
             Ok(d) => d,
             Err(_) => return Ok(Vec::new()),
         };
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(SetupError::io(format!("listing {}", dir.display()), e)),
+        let mut names: Vec<String> = match std::fs::read_dir(&dir.disk) {
+            Ok(entries) => entries
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(SetupError::io(format!("listing {host_dir}"), e)),
         };
-        let mut names: Vec<String> = entries
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.ends_with(suffix) && !n.starts_with('.'))
-            .collect();
+        let prefix = format!("{}/", dir.host_path.trim_end_matches('/'));
+        names.extend(
+            self.planned
+                .keys()
+                .filter_map(|p| p.strip_prefix(&prefix))
+                .filter(|n| !n.contains('/'))
+                .map(str::to_string),
+        );
+        names.retain(|n| n.ends_with(suffix) && !n.starts_with('.'));
         names.sort();
+        names.dedup();
         let base = host_dir.trim_end_matches('/');
         Ok(names.into_iter().map(|n| format!("{base}/{n}")).collect())
     }
@@ -240,6 +307,24 @@ pub fn read_optional(path: &Path) -> Result<Option<String>> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(SetupError::io(format!("reading {}", path.display()), e)),
     }
+}
+
+/// `target` (a link's target, relative to `base` unless absolute) as a host path, `.`
+/// and `..` folded.
+fn normalize(base: &Path, target: &str) -> String {
+    let mut out = if target.starts_with('/') {
+        PathBuf::from("/")
+    } else {
+        base.to_path_buf()
+    };
+    for c in components(target) {
+        if c == ".." {
+            out.pop();
+        } else {
+            out.push(c);
+        }
+    }
+    out.to_string_lossy().into_owned()
 }
 
 /// The names in a path, without `.` and empty parts (`..` kept).

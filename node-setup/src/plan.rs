@@ -1,19 +1,25 @@
 //! Planning: read every file involved, compute the new content in memory and the checks
 //! that `check` reports, from the effective configuration (see [`crate::effective`]).
-//! Nothing here writes; any error stops the run before a write.
+//! Then the effective configuration is computed again as it would be with the planned
+//! files written: unless every engine would use the runtime asked for, the plan is
+//! refused (`check`: blocked), naming what decides otherwise. Nothing here writes; any
+//! error stops the run before a write.
 
+use std::path::Path;
 use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::detect::{Choice, ContainerdTarget, Inventory, K3sEngine, Mode, K3S_TEMPLATES};
-use crate::effective::containerd::{default_of, load_with_imports, Containerd, Loaded};
+use crate::detect::{
+    Choice, ContainerdTarget, Inventory, K3sEngine, K3sVersion, Mode, K3S_TEMPLATES,
+};
+use crate::effective::containerd::{effective_cri, load_with_imports, Containerd, Loaded};
 use crate::effective::docker::Docker;
 use crate::effective::k3s::{K3s, Role};
 use crate::effective::systemd::{Unit, DEFAULT_PATH};
 use crate::effective::{Source, Sourced};
 use crate::error::{Result, SetupError};
-use crate::formats::containerd::{self, DefaultRuntime, Description, Flavor, Want};
+use crate::formats::containerd::{self, DefaultRuntime, Flavor, Want};
 use crate::formats::unit::{self, UnitFile};
 use crate::formats::{daemon_json, k3s_yaml, Edit};
 use crate::host::HostRoot;
@@ -40,6 +46,10 @@ const K3S_DETECTED: [(&str, &str); 3] = [
 ];
 /// Searched by k3s for the NVIDIA runtimes besides its PATH (the GPU Operator's toolkit).
 const K3S_EXTRA_SEARCH_DIRS: [&str; 1] = ["/usr/local/nvidia/toolkit"];
+/// The first k3s release whose base template imports `<template>.d/*.toml` itself: k3s
+/// PR #13680 was merged into the main branch in February 2026, after v1.35 branched
+/// (backports to older minors unverified).
+const K3S_BASE_IMPORTS_DROP_INS: K3sVersion = K3sVersion::new(1, 36, 0);
 
 /// Everything `plan` needs to know.
 #[derive(Debug, Clone)]
@@ -80,13 +90,18 @@ pub struct Effective {
     /// e.g. "k3s containerd (k3s.service)", "system containerd", "docker".
     pub engine: String,
     pub default_runtime: Sourced<String>,
-    /// The binary the runtime named `--runtime-name` runs, if the engine has it.
-    pub runtime_binary: Option<Sourced<String>>,
+    /// The binary the runtime named `--runtime-name` runs (`null`: not registered), and
+    /// what decides that.
+    pub runtime_binary: Sourced<Option<String>>,
+    /// Settings that stop the engine from starting at all, naming them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub conflicts: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
 pub struct Plan {
-    pub choice: Choice,
+    /// The mode and why; `None` when choosing it was refused (`check` only).
+    pub choice: Option<Choice>,
     pub spec: RuntimeSpec,
     pub runtime_present: bool,
     pub changes: Vec<FileChange>,
@@ -96,13 +111,35 @@ pub struct Plan {
     pub notes: Vec<String>,
     /// What the engines use now (before any change).
     pub effective: Vec<Effective>,
-    /// Settings node-setup does not own that stop it (check: reported; apply: refused).
+    /// What stops node-setup from configuring the host (check: reported; apply:
+    /// refused), each naming the file, line or flag to change.
     pub blockers: Vec<String>,
 }
 
 impl Plan {
     pub fn configured(&self) -> bool {
         self.blockers.is_empty() && self.checks.iter().all(|c| c.ok)
+    }
+
+    fn new(spec: &RuntimeSpec, runtime_present: bool, choice: Option<Choice>) -> Plan {
+        Plan {
+            choice,
+            spec: spec.clone(),
+            runtime_present,
+            changes: Vec::new(),
+            checks: vec![CheckItem {
+                file: spec.path.clone(),
+                what: format!(
+                    "runtime binary for '{}' exists and is executable",
+                    spec.name
+                ),
+                ok: runtime_present,
+            }],
+            services: Vec::new(),
+            notes: Vec::new(),
+            effective: Vec::new(),
+            blockers: Vec::new(),
+        }
     }
 }
 
@@ -113,9 +150,21 @@ struct Builder<'a> {
 }
 
 /// Builds the plan. With `for_check`, a missing runtime binary is a failed check instead
-/// of an error, and a setting that stops node-setup is a blocker instead of an error.
+/// of an error, and whatever stops node-setup (a refusal) is a blocker instead of an
+/// error; only files that cannot be read or parsed stay errors.
 pub fn build(opts: &Options, for_check: bool) -> Result<Plan> {
     validate_spec(&opts.spec)?;
+    match build_for_host(opts, for_check) {
+        Err(SetupError::Refused(why)) if for_check => {
+            let mut plan = Plan::new(&opts.spec, opts.host.is_executable(&opts.spec.path), None);
+            plan.blockers.push(why);
+            Ok(plan)
+        }
+        other => other,
+    }
+}
+
+fn build_for_host(opts: &Options, for_check: bool) -> Result<Plan> {
     let inv = Inventory::scan(&opts.host, opts.k3s_version.as_deref())?;
     let choice = crate::detect::choose(&inv, opts.mode)?;
     if choice.mode == Mode::Docker
@@ -138,24 +187,7 @@ pub fn build(opts: &Options, for_check: bool) -> Result<Plan> {
     let mut b = Builder {
         opts,
         inv: &inv,
-        plan: Plan {
-            choice: choice.clone(),
-            spec: opts.spec.clone(),
-            runtime_present,
-            changes: Vec::new(),
-            checks: vec![CheckItem {
-                file: opts.spec.path.clone(),
-                what: format!(
-                    "runtime binary for '{}' exists and is executable",
-                    opts.spec.name
-                ),
-                ok: runtime_present,
-            }],
-            services: Vec::new(),
-            notes: Vec::new(),
-            effective: Vec::new(),
-            blockers: Vec::new(),
-        },
+        plan: Plan::new(&opts.spec, runtime_present, Some(choice.clone())),
     };
     let planned = match &choice.mode {
         Mode::K3sDefaultRuntime | Mode::Containerd(ContainerdTarget::K3sTemplate) => {
@@ -164,14 +196,49 @@ pub fn build(opts: &Options, for_check: bool) -> Result<Plan> {
         Mode::Containerd(ContainerdTarget::System) => b.system_containerd(),
         Mode::Docker => b.docker(),
     };
-    match planned {
+    let planning_refused = match planned {
         Err(SetupError::Refused(why)) if for_check => {
             b.plan.changes.clear();
             b.plan.blockers.push(why);
+            true
         }
-        other => other?,
+        other => {
+            other?;
+            false
+        }
+    };
+    let now = View {
+        host: &opts.host,
+        inv: &inv,
+        spec: &opts.spec,
+    };
+    b.plan.effective = now.effective(&choice.mode)?;
+    b.report_effective();
+    if !planning_refused {
+        // What the engines would use with the planned files written.
+        let host = opts.host.with_files(
+            b.plan
+                .changes
+                .iter()
+                .map(|c| (c.target.clone(), c.new.clone())),
+        );
+        let inv = Inventory::scan(&host, opts.k3s_version.as_deref())?;
+        let after = View {
+            host: &host,
+            inv: &inv,
+            spec: &opts.spec,
+        };
+        let problems = after.problems(&choice.mode)?;
+        if !problems.is_empty() {
+            if !for_check {
+                return Err(SetupError::Refused(format!(
+                    "{}\nnothing was written",
+                    problems.join("\n")
+                )));
+            }
+            b.plan.blockers.extend(problems);
+        }
     }
-    b.report_effective()?;
     Ok(b.plan)
 }
 
@@ -203,6 +270,38 @@ struct Template {
     text: Option<String>,
 }
 
+impl Template {
+    /// The directory of drop-ins k3s's base template imports (k3s PR #13680):
+    /// `config-v3.toml.d` next to `config-v3.toml.tmpl`, `config.toml.d` next to
+    /// `config.toml.tmpl`.
+    fn drop_in_dir(&self) -> String {
+        format!("{}.d", self.path.trim_end_matches(".tmpl"))
+    }
+}
+
+/// The distinct executables named `name` in `dirs`, in order (a second path to a file
+/// already found, through a symlink, is left out).
+fn executables_in<'d>(
+    host: &HostRoot,
+    dirs: impl IntoIterator<Item = &'d str>,
+    name: &str,
+) -> Vec<String> {
+    let mut found: Vec<String> = Vec::new();
+    let mut files = Vec::new();
+    for dir in dirs {
+        let candidate = format!("{}/{name}", dir.trim_end_matches('/'));
+        if !dir.starts_with('/') || !host.is_executable(&candidate) {
+            continue;
+        }
+        let file = host.resolve(&candidate).ok();
+        if !files.contains(&file) {
+            files.push(file);
+            found.push(candidate);
+        }
+    }
+    found
+}
+
 impl Builder<'_> {
     fn host(&self) -> &HostRoot {
         &self.opts.host
@@ -210,6 +309,15 @@ impl Builder<'_> {
 
     fn spec(&self) -> &RuntimeSpec {
         &self.opts.spec
+    }
+
+    /// The host as it is now.
+    fn now(&self) -> View<'_> {
+        View {
+            host: &self.opts.host,
+            inv: self.inv,
+            spec: &self.opts.spec,
+        }
     }
 
     /// Records the check and the edit's notes and, if the content differs, the change.
@@ -253,75 +361,11 @@ impl Builder<'_> {
             .collect()
     }
 
-    /// k3s services that render their own containerd config, one per template dir.
-    fn k3s_services(&self) -> Vec<&'_ K3s> {
-        let mut seen = Vec::new();
-        let mut out = Vec::new();
-        for k in &self.inv.k3s {
-            let key = (k.template_dir(), k.drop_in_dir());
-            if !seen.contains(&key) {
-                seen.push(key);
-                out.push(k);
-            }
-        }
-        out
-    }
-
-    /// The template k3s uses (the first that exists), or the one we would create.
-    fn template(&self, k: &K3s) -> Result<Template> {
-        let dir = k.template_dir();
-        for (name, version) in K3S_TEMPLATES {
-            let path = format!("{dir}/{name}");
-            if let Some(text) = self.host().read(&path)? {
-                return Ok(Template {
-                    path,
-                    version,
-                    text: Some(text),
-                });
-            }
-        }
-        let v3 = self.inv.version().map_or(true, |v| v.uses_containerd2());
-        let (name, version) = if v3 {
-            K3S_TEMPLATES[0]
-        } else {
-            K3S_TEMPLATES[1]
-        };
-        Ok(Template {
-            path: format!("{dir}/{name}"),
-            version,
-            text: None,
-        })
-    }
-
-    /// The binaries k3s finds for runtime `--runtime-name` on its own (k3s looks the
-    /// NVIDIA runtimes' binaries up on its PATH, plus the GPU Operator's toolkit
-    /// directory), distinct files only, in PATH order. Empty for other names.
-    fn k3s_detects(&self, k: &K3s) -> Vec<String> {
-        let Some((_, binary)) = K3S_DETECTED.iter().find(|(n, _)| *n == self.spec().name) else {
-            return Vec::new();
-        };
-        let path = k.path();
-        let mut found: Vec<String> = Vec::new();
-        let mut files = Vec::new();
-        for dir in path.value.split(':').chain(K3S_EXTRA_SEARCH_DIRS) {
-            let candidate = format!("{}/{binary}", dir.trim_end_matches('/'));
-            if !dir.starts_with('/') || !self.host().is_executable(&candidate) {
-                continue;
-            }
-            let file = self.host().resolve(&candidate).ok();
-            if !files.contains(&file) {
-                files.push(file);
-                found.push(candidate);
-            }
-        }
-        found
-    }
-
     /// Whether k3s registers `--runtime-name` with `--runtime-path` by itself; refuses
     /// when it would register it with another binary (a template cannot declare the
     /// same runtime again).
     fn k3s_registers(&self, k: &K3s) -> Result<bool> {
-        let found = self.k3s_detects(k);
+        let found = self.now().k3s_detects(k);
         let spec_file = self.host().resolve(&self.spec().path).ok();
         let same = |p: &String| p == &self.spec().path || self.host().resolve(p).ok() == spec_file;
         match found.as_slice() {
@@ -345,17 +389,49 @@ impl Builder<'_> {
         }
     }
 
+    /// What a template with the base line declares that the base (or k3s's newer base)
+    /// declares too: refused, since k3s would not start.
+    fn base_conflicts(&mut self, t: &Template, desc: &containerd::Description) -> Result<()> {
+        if let Some((line, what)) = &desc.redeclares_base_table {
+            return Err(SetupError::Refused(format!(
+                "{}:{line}: the template declares [{what}], which the base template already emits: containerd refuses a table (or key) declared twice and k3s would not start. Remove it (the base has it) and run apply again",
+                t.path
+            )));
+        }
+        if let Some(line) = desc.imports_before_base {
+            let why = format!(
+                "{}:{line}: the template sets imports before the base line; k3s releases whose base imports {}/*.toml itself (k3s PR #13680, from {K3S_BASE_IMPORTS_DROP_INS}) then declare imports twice and containerd does not start",
+                t.path,
+                t.drop_in_dir()
+            );
+            match self.inv.version() {
+                Some(v) if v < K3S_BASE_IMPORTS_DROP_INS => self.plan.notes.push(format!(
+                    "{why}: move the imported files into {} before upgrading k3s",
+                    t.drop_in_dir()
+                )),
+                _ => {
+                    return Err(SetupError::Refused(format!(
+                        "{why}. Remove that line (the base imports {} already) and run apply again",
+                        t.drop_in_dir()
+                    )))
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// k3s's own containerd: the runtime is registered by k3s itself or declared in its
     /// template, and made the default in the template or through k3s's `default-runtime`.
     fn k3s_containerd(&mut self) -> Result<()> {
         let spec = self.spec().clone();
-        let services: Vec<K3s> = self.k3s_services().into_iter().cloned().collect();
+        let services: Vec<K3s> = self.now().k3s_services().into_iter().cloned().collect();
         for k in &services {
-            let t = self.template(k)?;
+            let t = self.now().template(k)?;
             let flavor = Flavor::K3sTemplate { version: t.version };
-            let desc = containerd::describe(&self.host().path(&t.path), t.text.as_deref(), flavor)?;
+            let desc = containerd::describe(Path::new(&t.path), t.text.as_deref(), flavor)?;
             let new_or_base =
                 t.text.as_deref().map_or(true, |s| s.trim().is_empty()) || desc.base_line.is_some();
+            self.base_conflicts(&t, &desc)?;
             let emits_detected = new_or_base || desc.extra_runtimes_loop.is_some();
             let by_k3s = emits_detected && self.k3s_registers(k)?;
             if by_k3s {
@@ -398,8 +474,7 @@ impl Builder<'_> {
                     declare_runtime: declare,
                     set_default: default_in_file,
                 };
-                let edit =
-                    containerd::edit(&self.host().path(&t.path), t.text.as_deref(), flavor, want)?;
+                let edit = containerd::edit(Path::new(&t.path), t.text.as_deref(), flavor, want)?;
                 let what = if default_in_file {
                     format!(
                         "containerd runtime '{}' → {} and the default",
@@ -432,33 +507,18 @@ impl Builder<'_> {
     }
 
     /// `default-runtime: <name>` through our drop-in in the `.d` directory of the config
-    /// file k3s reads, unless k3s's effective setting already says so. Refuses when a
-    /// command-line flag or a config file read after ours sets something else.
+    /// file k3s reads, unless k3s's effective setting already says so. (A flag or a file
+    /// read after ours that says otherwise is found by the check of the planned result.)
     fn k3s_default_setting(&mut self, k: &K3s) -> Result<()> {
         let name = self.spec().name.clone();
         let path = format!("{}/{K3S_DROP_IN}", k.drop_in_dir());
-        let current = k.setting(&["default-runtime"]);
         let ours = self.host().read(&path)?;
         let content = k3s_yaml::drop_in(
             "containers run with the NVIDIA runtime by default",
             "default-runtime",
             &name,
         );
-        let entries = k3s_yaml::parse(&self.host().path(&path), &content)?;
-        let after = k.setting_with(&["default-runtime"], Some((&path, &entries)));
-        if let Some(s) = after.filter(|s| s.value != name) {
-            let fix = match &s.source {
-                Source::Flag { .. } => "command-line flags beat every k3s config file; remove the flag (or set it to the NVIDIA runtime)",
-                _ => "that file is read after ours; remove that line",
-            };
-            return Err(SetupError::Refused(format!(
-                "{}: sets default-runtime: {} for {}, which overrides {path}: {fix}, then run apply again",
-                s.source,
-                s.value,
-                k.name()
-            )));
-        }
-        let edit = match &current {
+        let edit = match k.setting(&["default-runtime"]) {
             Some(s) if s.value == name => Edit::unchanged(),
             _ => Edit::replace(ours.as_deref(), content),
         };
@@ -469,15 +529,7 @@ impl Builder<'_> {
             edit,
             format!("k3s default-runtime is '{name}'"),
             services,
-        )?;
-        if let Some(v) = self.inv.version() {
-            if !v.has_default_runtime() {
-                self.plan.notes.push(format!(
-                    "k3s {v} may not know the default-runtime setting (added in v1.29.0, backported to some 1.25-1.28 releases)"
-                ));
-            }
-        }
-        Ok(())
+        )
     }
 
     /// A RuntimeClass so pods can ask for the runtime by name (servers only; k3s ≥ v1.29
@@ -533,7 +585,7 @@ impl Builder<'_> {
             set_default: spec.set_default,
         };
         let edit = containerd::edit(
-            &self.host().path(&owner.path),
+            Path::new(&owner.path),
             owner.text.as_deref(),
             Flavor::System,
             want,
@@ -568,32 +620,25 @@ impl Builder<'_> {
         let spec = self.spec().clone();
         let unit = Unit::load(self.host(), "docker.service")?;
         let d = Docker::read(self.host(), unit.as_ref())?;
-        let default_in_file = match (&d.default_flag, spec.set_default) {
-            (_, false) => false,
-            (Some(f), true) if f.value == spec.name => false,
-            (Some(f), true) => {
-                return Err(SetupError::Refused(format!(
-                    "{}: dockerd is started with --default-runtime {}; setting default-runtime in daemon.json as well would stop dockerd (a setting given both as a flag and in the file). Remove the flag (or set it to {}), or pass --no-set-default",
-                    f.source, f.value, spec.name
-                )))
-            }
-            (None, true) => true,
-        };
+        // A --default-runtime flag decides, and the same setting in daemon.json would
+        // stop dockerd: then the default is not written (the planned result says
+        // whether the flag's value is the one asked for).
+        let default_in_file = spec.set_default && d.default_flag.is_none();
         self.k3s_uses_docker()?;
         let path = d.daemon_json.value.clone();
         let old = self.host().read(&path)?;
-        let file = self.host().path(&path);
         // JetPack's daemon.json names the runtime by its bare name, which dockerd looks
         // up on its PATH: fine when that finds --runtime-path.
         let basename = spec.path.rsplit('/').next().unwrap_or_default();
-        let bare_name_ok =
-            self.first_on_path(DEFAULT_PATH, basename).as_deref() == Some(spec.path.as_str());
+        let bare_name_ok = executables_in(self.host(), DEFAULT_PATH.split(':'), basename)
+            .first()
+            .is_some_and(|p| *p == spec.path);
         let want = daemon_json::Want {
             set_default: default_in_file,
             bare_name_ok,
         };
-        let edit = daemon_json::edit(&file, old.as_deref(), &spec, want)?;
-        let what = if spec.set_default {
+        let edit = daemon_json::edit(Path::new(&path), old.as_deref(), &spec, want)?;
+        let what = if default_in_file {
             format!(
                 "docker runtime '{}' → {} and default-runtime",
                 spec.name, spec.path
@@ -608,13 +653,6 @@ impl Builder<'_> {
                 .push("docker was not found under the root; daemon.json is prepared for it".into());
         }
         Ok(())
-    }
-
-    /// The first `dir/name` on a `:`-separated PATH that is executable under the root.
-    fn first_on_path(&self, path: &str, name: &str) -> Option<String> {
-        path.split(':')
-            .map(|d| format!("{}/{name}", d.trim_end_matches('/')))
-            .find(|p| self.host().is_executable(p))
     }
 
     /// k3s must talk to docker (cri-dockerd) for docker's default runtime to matter:
@@ -649,7 +687,7 @@ impl Builder<'_> {
             let (exec_file, _, _) = u.exec_start()?;
             let exec_file = exec_file.to_string();
             let old = self.host().read(&exec_file)?.unwrap_or_default();
-            let parsed = UnitFile::parse(&self.host().path(&exec_file), &old)?;
+            let parsed = UnitFile::parse(Path::new(&exec_file), &old)?;
             let edit = unit::add_k3s_docker_flag(&parsed)?;
             let role = if k.role == Role::Server {
                 "server"
@@ -669,28 +707,9 @@ impl Builder<'_> {
 
     /// What each engine uses now, added to the checks: `check` never says "configured"
     /// while the effective default runtime (or the runtime's binary) is another.
-    fn report_effective(&mut self) -> Result<()> {
-        let mut found = Vec::new();
-        match &self.plan.choice.mode {
-            Mode::K3sDefaultRuntime | Mode::Containerd(ContainerdTarget::K3sTemplate) => {
-                let services: Vec<K3s> = self.k3s_services().into_iter().cloned().collect();
-                for k in &services {
-                    found.push(self.effective_k3s(k)?);
-                }
-            }
-            Mode::Containerd(ContainerdTarget::System) => {
-                let unit = Unit::load(self.host(), "containerd.service")?;
-                let c = Containerd::read(self.host(), unit.as_ref())?;
-                found.push(effective_of_file(
-                    "system containerd",
-                    c.cri_owner(),
-                    &self.spec().name,
-                ));
-            }
-            Mode::Docker => found.push(self.effective_docker()?),
-        }
+    fn report_effective(&mut self) {
         let spec = self.spec().clone();
-        for e in &found {
+        for e in self.plan.effective.clone() {
             if spec.set_default {
                 self.plan.checks.push(CheckItem {
                     file: e.default_runtime.source.to_string(),
@@ -701,12 +720,13 @@ impl Builder<'_> {
                     ok: e.default_runtime.value == spec.name,
                 });
             }
-            let (file, now) = match &e.runtime_binary {
-                Some(b) => (b.source.to_string(), b.value.clone()),
-                None => (e.engine.clone(), "not registered".into()),
-            };
+            let now = e
+                .runtime_binary
+                .value
+                .clone()
+                .unwrap_or_else(|| "not registered".into());
             self.plan.checks.push(CheckItem {
-                file,
+                file: e.runtime_binary.source.to_string(),
                 what: format!(
                     "{}: runtime '{}' runs {} (now: {now})",
                     e.engine, spec.name, spec.path
@@ -714,15 +734,156 @@ impl Builder<'_> {
                 ok: now == spec.path,
             });
         }
-        self.plan.effective = found;
-        Ok(())
+    }
+}
+
+/// One state of the host (as it is, or with the planned files written) and what is
+/// installed on it: computes what each engine would use.
+struct View<'a> {
+    host: &'a HostRoot,
+    inv: &'a Inventory,
+    spec: &'a RuntimeSpec,
+}
+
+impl View<'_> {
+    /// k3s services that render their own containerd config, one per template dir.
+    fn k3s_services(&self) -> Vec<&K3s> {
+        let mut seen = Vec::new();
+        let mut out = Vec::new();
+        for k in &self.inv.k3s {
+            let key = (k.template_dir(), k.drop_in_dir());
+            if !seen.contains(&key) {
+                seen.push(key);
+                out.push(k);
+            }
+        }
+        out
+    }
+
+    /// The template k3s uses (the first that exists), or the one we would create.
+    fn template(&self, k: &K3s) -> Result<Template> {
+        let dir = k.template_dir();
+        for (name, version) in K3S_TEMPLATES {
+            let path = format!("{dir}/{name}");
+            if let Some(text) = self.host.read(&path)? {
+                return Ok(Template {
+                    path,
+                    version,
+                    text: Some(text),
+                });
+            }
+        }
+        let v3 = self.inv.version().map_or(true, |v| v.uses_containerd2());
+        let (name, version) = if v3 {
+            K3S_TEMPLATES[0]
+        } else {
+            K3S_TEMPLATES[1]
+        };
+        Ok(Template {
+            path: format!("{dir}/{name}"),
+            version,
+            text: None,
+        })
+    }
+
+    /// The binaries k3s finds for runtime `--runtime-name` on its own (k3s looks the
+    /// NVIDIA runtimes' binaries up on its PATH, plus the GPU Operator's toolkit
+    /// directory), distinct files only, in PATH order. Empty for other names.
+    fn k3s_detects(&self, k: &K3s) -> Vec<String> {
+        let Some((_, binary)) = K3S_DETECTED.iter().find(|(n, _)| *n == self.spec.name) else {
+            return Vec::new();
+        };
+        let path = k.path();
+        let dirs = path.value.split(':').chain(K3S_EXTRA_SEARCH_DIRS);
+        executables_in(self.host, dirs, binary)
+    }
+
+    /// What each engine of `mode` uses.
+    fn effective(&self, mode: &Mode) -> Result<Vec<Effective>> {
+        match mode {
+            Mode::K3sDefaultRuntime | Mode::Containerd(ContainerdTarget::K3sTemplate) => self
+                .k3s_services()
+                .into_iter()
+                .map(|k| self.effective_k3s(k))
+                .collect(),
+            Mode::Containerd(ContainerdTarget::System) => {
+                let unit = Unit::load(self.host, "containerd.service")?;
+                let c = Containerd::read(self.host, unit.as_ref())?;
+                let (default_runtime, runtime_binary) =
+                    effective_cri(&c.files, &self.spec.name, None);
+                Ok(vec![Effective {
+                    engine: "system containerd".into(),
+                    default_runtime,
+                    runtime_binary,
+                    conflicts: Vec::new(),
+                }])
+            }
+            Mode::Docker => Ok(vec![self.effective_docker()?]),
+        }
+    }
+
+    /// Why the engines of `mode` would not run containers with the runtime asked for,
+    /// each naming what decides it and what to change; empty when they would.
+    fn problems(&self, mode: &Mode) -> Result<Vec<String>> {
+        let spec = self.spec;
+        let mut out = Vec::new();
+        for e in self.effective(mode)? {
+            out.extend(e.conflicts.iter().cloned());
+            let default = &e.default_runtime;
+            if spec.set_default && default.value != spec.name {
+                let fix = match &default.source {
+                    Source::Flag { .. } => format!(
+                        "a command-line flag beats every config file; remove the flag (or set it to {})",
+                        spec.name
+                    ),
+                    Source::File { .. } => format!(
+                        "that file is read after what node-setup writes; remove that setting (or set it to {})",
+                        spec.name
+                    ),
+                    Source::Replaced { .. } => replaced_fix(spec),
+                    Source::Default { .. } => "node-setup cannot set it here".to_string(),
+                };
+                out.push(format!(
+                    "{}: {} would use default runtime '{}', not '{}': {fix}; or pass --no-set-default to only register the runtime",
+                    default.source, e.engine, default.value, spec.name
+                ));
+            }
+            let binary = &e.runtime_binary;
+            match (&binary.value, &binary.source) {
+                (Some(path), _) if *path == spec.path => {}
+                (Some(path), source) => out.push(format!(
+                    "{source}: in {} runtime '{}' runs {path}, not --runtime-path {}; change that (or pass --runtime-path {path})",
+                    e.engine, spec.name, spec.path
+                )),
+                (None, source @ Source::Replaced { .. }) => out.push(format!(
+                    "{source}: {} would not know runtime '{}': {}",
+                    e.engine,
+                    spec.name,
+                    replaced_fix(spec)
+                )),
+                (None, source) => out.push(format!(
+                    "{}: runtime '{}' would not be registered ({source})",
+                    e.engine, spec.name
+                )),
+            }
+        }
+        if *mode == Mode::Docker {
+            // k3s must run its containers through docker for docker's default to matter.
+            for (k, engine) in self.inv.engines() {
+                if !matches!(engine, K3sEngine::Docker(_)) {
+                    out.push(format!(
+                        "{}: k3s would still not run containers through docker (--docker)",
+                        k.unit.as_ref().map_or("k3s", |u| u.path.as_str())
+                    ));
+                }
+            }
+        }
+        Ok(out)
     }
 
     fn effective_k3s(&self, k: &K3s) -> Result<Effective> {
-        let spec = self.spec();
+        let spec = self.spec;
         let t = self.template(k)?;
-        let flavor = Flavor::K3sTemplate { version: t.version };
-        let engine = format!("k3s containerd ({})", k.name());
         let setting = || {
             k.setting(&["default-runtime"]).unwrap_or_else(|| {
                 Sourced::new(
@@ -735,88 +896,109 @@ impl Builder<'_> {
             })
         };
         let detected = || {
-            self.k3s_detects(k).first().map(|p| {
-                Sourced::new(
-                    p.clone(),
-                    Source::default(format!(
-                        "k3s finds it on its PATH ({}) and registers it",
-                        k.path().source
-                    )),
-                )
-            })
-        };
-        if t.text.is_none() {
-            return Ok(Effective {
-                engine,
-                default_runtime: setting(),
-                runtime_binary: detected(),
-            });
+            match self.k3s_detects(k).first() {
+            Some(p) => Sourced::new(
+                Some(p.clone()),
+                Source::default(format!(
+                    "k3s finds it on its PATH ({}) and registers it",
+                    k.path().source
+                )),
+            ),
+            None => Sourced::new(
+                None,
+                Source::default(format!(
+                    "k3s does not register runtime '{}' by itself (not a name it detects, or its binary is not on its PATH {})",
+                    spec.name,
+                    k.path().value
+                )),
+            ),
         }
-        let files = load_with_imports(self.host(), &t.path, flavor)?;
-        let desc: &Description = &files[0].description;
-        let mut default_runtime = match &desc.default {
-            DefaultRuntime::FromK3sSetting { .. } => setting(),
-            _ => default_of(&files[0]),
         };
-        let mut runtime_binary = match desc.runtimes.get(&spec.name) {
-            Some(d) => Some(Sourced::new(
-                d.binary
-                    .clone()
-                    .unwrap_or_else(|| "(a template expression)".into()),
-                Source::file(&t.path, d.line),
-            )),
-            None if desc.base_line.is_some() || desc.extra_runtimes_loop.is_some() => detected(),
-            None => None,
+        let (mut default_runtime, mut runtime_binary, uses_base, mut imported) = match &t.text {
+            None => (setting(), detected(), true, Vec::new()),
+            Some(text) => {
+                let files = load_with_imports(
+                    self.host,
+                    &t.path,
+                    Flavor::K3sTemplate { version: t.version },
+                )?;
+                let desc = &files[0].description;
+                let uses_base = desc.base_line.is_some() || text.trim().is_empty();
+                let (in_file, declared) = effective_cri(&files[..1], &spec.name, None);
+                let default = match &desc.default {
+                    DefaultRuntime::FromK3sSetting { .. } => setting(),
+                    _ => in_file,
+                };
+                let binary = match desc.runtimes.get(&spec.name) {
+                    Some(d) => Sourced::new(
+                        Some(
+                            d.binary
+                                .clone()
+                                .unwrap_or_else(|| "(a template expression)".into()),
+                        ),
+                        Source::file(&t.path, d.line),
+                    ),
+                    None if uses_base || desc.extra_runtimes_loop.is_some() => detected(),
+                    None => declared,
+                };
+                (default, binary, uses_base, files[1..].to_vec())
+            }
         };
-        // Files the template imports (and k3s's template drop-in directory, which
-        // newer k3s imports itself) override what the template renders.
-        let mut imported: Vec<Loaded> = files[1..].to_vec();
-        let drop_in_dir = format!("{}.d", t.path.trim_end_matches(".tmpl"));
-        for f in self.host().list_dir(&drop_in_dir, ".toml")? {
-            if !imported.iter().any(|l| l.path == f) {
-                imported.extend(load_with_imports(self.host(), &f, Flavor::System)?);
+        // Files the template imports, and (when k3s's base is used) the template drop-in
+        // directory the base imports (k3s PR #13680), load after it and override it.
+        if uses_base {
+            for f in self.host.list_dir(&t.drop_in_dir(), ".toml")? {
+                if !imported.iter().any(|l: &Loaded| l.path == f) {
+                    imported.extend(load_with_imports(self.host, &f, Flavor::System)?);
+                }
             }
         }
-        for f in &imported {
-            if let DefaultRuntime::Literal { .. } | DefaultRuntime::Unknown { .. } =
-                f.description.default
-            {
-                default_runtime = default_of(f);
-            }
-            if let Some(d) = f.description.runtimes.get(&spec.name) {
-                runtime_binary = Some(Sourced::new(
-                    d.binary.clone().unwrap_or_default(),
-                    Source::file(&f.path, d.line),
-                ));
-            }
-        }
+        (default_runtime, runtime_binary) = effective_cri(
+            &imported,
+            &spec.name,
+            Some((default_runtime, runtime_binary)),
+        );
         Ok(Effective {
-            engine,
+            engine: format!("k3s containerd ({})", k.name()),
             default_runtime,
             runtime_binary,
+            conflicts: Vec::new(),
         })
     }
 
     fn effective_docker(&self) -> Result<Effective> {
-        let spec = self.spec();
-        let unit = Unit::load(self.host(), "docker.service")?;
-        let d = Docker::read(self.host(), unit.as_ref())?;
+        let spec = self.spec;
+        let unit = Unit::load(self.host, "docker.service")?;
+        let d = Docker::read(self.host, unit.as_ref())?;
         let path = d.daemon_json.value.clone();
-        let text = self.host().read(&path)?;
-        let json = daemon_json::DaemonJson::parse(
-            &self.host().path(&path),
-            text.as_deref().unwrap_or(""),
-        )?;
-        let line_of = |needle: &str| {
+        let text = self.host.read(&path)?;
+        let json = daemon_json::DaemonJson::parse(Path::new(&path), text.as_deref().unwrap_or(""))?;
+        let line_of = |key: &str| {
+            let needle = format!("\"{key}\"");
             text.as_deref()
-                .and_then(|t| t.lines().position(|l| l.contains(needle)))
+                .and_then(|t| t.lines().position(|l| l.contains(&needle)))
                 .map_or(0, |i| i + 1)
         };
+        // dockerd refuses to start when a setting is given as a flag and in daemon.json,
+        // equal values included (moby daemon/config; `runtimes` merge since 19.03).
+        let conflicts = d
+            .flags
+            .iter()
+            .filter(|f| f.value != "runtimes" && json.root.contains_key(&f.value))
+            .map(|f| {
+                format!(
+                    "{} and {path}:{}: dockerd would not start: '{}' is given both as a flag and in the configuration file. Remove one of them",
+                    f.source,
+                    line_of(&f.value),
+                    f.value
+                )
+            })
+            .collect();
         let default_runtime = match (&d.default_flag, json.default_runtime()) {
             (Some(f), _) => f.clone(),
             (None, Some(v)) => Sourced::new(
                 v.to_string(),
-                Source::file(&path, line_of("\"default-runtime\"")),
+                Source::file(&path, line_of("default-runtime")),
             ),
             (None, None) => Sourced::new(
                 "runc".into(),
@@ -828,41 +1010,41 @@ impl Builder<'_> {
         let basename = spec.path.rsplit('/').next().unwrap_or_default();
         let runtime_binary = match json.runtime_path(&spec.name) {
             Some(p) => {
+                // JetPack names the binary bare; dockerd looks it up on its PATH.
                 let p = if !p.contains('/') && p == basename {
-                    self.first_on_path(DEFAULT_PATH, p)
+                    executables_in(self.host, DEFAULT_PATH.split(':'), p)
+                        .into_iter()
+                        .next()
                         .unwrap_or_else(|| p.to_string())
                 } else {
                     p.to_string()
                 };
-                Some(Sourced::new(
-                    p,
-                    Source::file(&path, line_of(&format!("\"{}\"", spec.name))),
-                ))
+                Sourced::new(Some(p), Source::file(&path, line_of(&spec.name)))
             }
-            None => d
-                .runtime_flags
-                .iter()
-                .find(|f| f.value.0 == spec.name)
-                .map(|f| Sourced::new(f.value.1.clone(), f.source.clone())),
+            None => match d.runtime_flags.iter().find(|f| f.value.0 == spec.name) {
+                Some(f) => Sourced::new(Some(f.value.1.clone()), f.source.clone()),
+                None => Sourced::new(
+                    None,
+                    Source::default(format!(
+                        "no runtime '{}' in {path} or dockerd's --add-runtime flags",
+                        spec.name
+                    )),
+                ),
+            },
         };
         Ok(Effective {
             engine: "docker".into(),
             default_runtime,
             runtime_binary,
+            conflicts,
         })
     }
 }
 
-/// What one containerd file (the owner of the CRI plugin table) decides.
-fn effective_of_file(engine: &str, f: &Loaded, name: &str) -> Effective {
-    Effective {
-        engine: engine.to_string(),
-        default_runtime: default_of(f),
-        runtime_binary: f.description.runtimes.get(name).map(|d| {
-            Sourced::new(
-                d.binary.clone().unwrap_or_else(|| "(no BinaryName)".into()),
-                Source::file(&f.path, d.line),
-            )
-        }),
-    }
+/// What to do about a file that replaces the CRI plugin table without the setting.
+fn replaced_fix(spec: &RuntimeSpec) -> String {
+    format!(
+        "containerd before 2.1 replaces the whole CRI plugin table with the one of the file it imports last, so what came before it is lost; set default_runtime_name = \"{}\" and declare runtime '{}' in that file too, or remove its CRI plugin table",
+        spec.name, spec.name
+    )
 }

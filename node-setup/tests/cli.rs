@@ -218,7 +218,7 @@ fn a_later_drop_in_that_overrides_the_default_is_refused() {
     let out = run(&host, &["apply"]);
     assert_eq!(out.code, 3, "{}", out.stderr);
     assert!(
-        out.stderr.contains("zz-site.yaml") && out.stderr.contains("default-runtime: crun"),
+        out.stderr.contains("zz-site.yaml:1") && out.stderr.contains("default runtime 'crun'"),
         "{}",
         out.stderr
     );

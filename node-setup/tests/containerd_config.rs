@@ -7,7 +7,7 @@ use std::path::Path;
 
 use common::{containerd_dump, containerd_major, fixture, real_tool};
 use edgegpu_node_setup::error::SetupError;
-use edgegpu_node_setup::formats::containerd::{describe, inspect, Flavor};
+use edgegpu_node_setup::formats::containerd::{describe, DefaultRuntime, Flavor};
 use edgegpu_node_setup::formats::Edit;
 use edgegpu_node_setup::RuntimeSpec;
 
@@ -35,6 +35,19 @@ fn base_owns_default(text: Option<&str>, flavor: Flavor) -> bool {
             .unwrap()
             .base_line
             .is_some()
+}
+
+/// What a plain config says for the NVIDIA runtime: (version, its table runs
+/// /usr/bin/nvidia-container-runtime, it is the default).
+fn status(text: &str) -> (i64, bool, bool) {
+    let d = describe(Path::new("c.toml"), Some(text), Flavor::System).unwrap();
+    let spec = nvidia();
+    let runtime = d
+        .runtimes
+        .get(&spec.name)
+        .is_some_and(|r| r.binary.as_deref() == Some(spec.path.as_str()));
+    let default = matches!(&d.default, DefaultRuntime::Literal { name, .. } if *name == spec.name);
+    (d.version, runtime, default)
 }
 
 fn nvidia() -> RuntimeSpec {
@@ -81,8 +94,7 @@ fn version_2_config_gains_runtime_and_default_keeping_comments() {
     let ours = new.find("runtimes.nvidia]").unwrap();
     let registry = new.find(".registry]").unwrap();
     assert!(runc < ours && ours < registry, "{new}");
-    let st = inspect(Path::new("x"), Some(&new), &nvidia(), Flavor::System).unwrap();
-    assert!(st.runtime && st.default && st.version == 2);
+    assert_eq!(status(&new), (2, true, true));
 }
 
 #[test]
@@ -105,8 +117,7 @@ fn version_3_config_uses_the_cri_runtime_plugin_and_copies_systemd_cgroup() {
     assert_lines_kept(&old, &new, &["      default_runtime_name = 'runc'"]);
     assert!(new.contains("[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia.options]\nBinaryName = \"/usr/bin/nvidia-container-runtime\"\nSystemdCgroup = false\n"), "{new}");
     assert!(new.contains("default_runtime_name = \"nvidia\""));
-    let st = inspect(Path::new("x"), Some(&new), &nvidia(), Flavor::System).unwrap();
-    assert!(st.runtime && st.default && st.version == 3);
+    assert_eq!(status(&new), (3, true, true));
 }
 
 #[test]
@@ -115,8 +126,7 @@ fn a_missing_or_empty_config_becomes_version_2() {
         let e = edit(Path::new("c.toml"), text, &nvidia(), Flavor::System).unwrap();
         let new = e.new.unwrap();
         assert!(new.starts_with("version = 2\n"), "{new}");
-        let st = inspect(Path::new("c.toml"), Some(&new), &nvidia(), Flavor::System).unwrap();
-        assert!(st.runtime && st.default && st.version == 2);
+        assert_eq!(status(&new), (2, true, true));
     }
 }
 
@@ -249,10 +259,12 @@ fn full_template_is_edited_and_every_template_line_restored() {
     assert!(new.contains("default_runtime_name = \"nvidia\""));
     assert!(new
         .contains("runtimes.nvidia.options]\nBinaryName = \"/usr/bin/nvidia-container-runtime\""));
-    // The conditional block around the registry stays around the registry.
-    let if_line = new.find("{{ if .PrivateRegistryConfig }}").unwrap();
+    // The conditional block around the registry stays around the registry alone; the
+    // new tables come after everything the template had.
+    let block = "{{ if .PrivateRegistryConfig }}\n[plugins.\"io.containerd.grpc.v1.cri\".registry]\n  config_path = \"{{ .NodeConfig.AgentConfig.ImageServiceSocket }}\"\n{{ end }}\n";
+    let end_of_block = new.find(block).map(|i| i + block.len());
     let ours = new.find("runtimes.nvidia]").unwrap();
-    assert!(ours < if_line, "{new}");
+    assert!(end_of_block.is_some_and(|e| e < ours), "{new}");
 }
 
 #[test]
@@ -356,8 +368,8 @@ fn inline_tables_are_extended_inline() {
     let text = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\nruntimes = { runc = { runtime_type = \"io.containerd.runc.v2\" } }\n";
     let e = edit(Path::new("c.toml"), Some(text), &nvidia(), Flavor::System).unwrap();
     let new = e.new.unwrap();
-    let st = inspect(Path::new("c.toml"), Some(&new), &nvidia(), Flavor::System).unwrap();
-    assert!(st.runtime && st.default, "{new}");
+    let (_, runtime, default) = status(&new);
+    assert!(runtime && default, "{new}");
 }
 
 #[test]

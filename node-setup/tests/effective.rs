@@ -634,7 +634,7 @@ fn a_template_taking_the_default_from_k3s_gets_k3s_setting() {
 }
 
 #[test]
-fn a_template_drop_in_that_sets_another_default_fails_the_check() {
+fn a_template_drop_in_that_sets_another_default_is_refused() {
     let host = k3s_host(
         "v1.32.2+k3s1",
         &fixture("units/k3s-installer-server.service"),
@@ -644,12 +644,390 @@ fn a_template_drop_in_that_sets_another_default_fails_the_check() {
             "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/50-kata.toml",
             "version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd]\n  default_runtime_name = 'kata'\n",
         );
-    ok(&host, &["apply"]);
-    let out = run(&host, &["check"]);
-    assert_eq!(out.code, 1, "{}", out.stdout);
-    assert!(
-        out.stdout.contains("config-v3.toml.d/50-kata.toml:3"),
-        "{}",
-        out.stdout
+    refused(
+        &host,
+        &[],
+        &["config-v3.toml.d/50-kata.toml:3", "default runtime 'kata'"],
     );
+}
+
+/// The k3s installer's agent unit, k3s v1.30.4, the NVIDIA runtime.
+fn installer_agent_host() -> NodeHost {
+    let host = NodeHost::new();
+    host.k3s_binary(Some("v1.30.4+k3s1"))
+        .write(
+            "/etc/systemd/system/k3s-agent.service",
+            fixture("units/k3s-installer-agent.service"),
+        )
+        .nvidia_runtime();
+    host
+}
+
+/// A complete version-3 template (no base line) whose default is runc.
+const FULL_V3_RUNC: &str = "version = 3\n\n[plugins.'io.containerd.cri.v1.runtime'.containerd]\n  default_runtime_name = \"runc\"\n\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n";
+
+#[test]
+fn k3s_data_dir_from_the_environment_moves_the_templates() {
+    // The installer copies every K3S_* variable into <unit>.env; --data-dir reads
+    // K3S_DATA_DIR (k3s pkg/cli/cmds/agent.go, server.go).
+    let host = installer_agent_host();
+    host.write(
+        "/etc/systemd/system/k3s-agent.service.env",
+        "K3S_URL=https://server:6443\nK3S_DATA_DIR=/data/k3s\n",
+    )
+    .write(
+        "/data/k3s/agent/etc/containerd/config-v3.toml.tmpl",
+        FULL_V3_RUNC,
+    );
+    let c = run(&host, &["check"]);
+    assert_eq!(c.code, 1, "{}", c.stdout);
+    assert!(
+        c.stdout
+            .contains("/data/k3s/agent/etc/containerd/config-v3.toml.tmpl:4"),
+        "the template k3s renders decides:\n{}",
+        c.stdout
+    );
+    let out = configured(&host, &[]);
+    assert!(out.contains("mode: containerd"), "{out}");
+    let t = host.read("/data/k3s/agent/etc/containerd/config-v3.toml.tmpl");
+    assert!(t.contains("default_runtime_name = \"nvidia\""), "{t}");
+    assert!(!host.exists(TEMPLATE_V3));
+    // A data dir on the command line or in a config file beats the variable.
+    let host = installer_agent_host();
+    host.write(
+        "/etc/systemd/system/k3s-agent.service.env",
+        "K3S_DATA_DIR=/data/k3s\n",
+    )
+    .write("/etc/rancher/k3s/config.yaml", "data-dir: /srv/k3s\n")
+    .write(
+        "/srv/k3s/agent/etc/containerd/config-v3.toml.tmpl",
+        FULL_V3_RUNC,
+    );
+    configured(&host, &[]);
+    assert!(host
+        .read("/srv/k3s/agent/etc/containerd/config-v3.toml.tmpl")
+        .contains("default_runtime_name = \"nvidia\""));
+}
+
+#[test]
+fn yaml_1_1_booleans_in_k3s_config_turn_docker_on() {
+    // k3s reads its config with gopkg.in/yaml.v2, which resolves these plain scalars
+    // to true (k3s pkg/configfilearg/parser.go).
+    for word in ["yes", "on", "Y", "True"] {
+        let host = installer_host();
+        host.write("/etc/docker/daemon.json", "{}\n")
+            .executable("/usr/sbin/dockerd", "")
+            .write("/etc/rancher/k3s/config.yaml", format!("docker: {word}\n"));
+        let out = configured(&host, &[]);
+        assert!(out.contains("mode: docker"), "docker: {word}\n{out}");
+        assert!(
+            out.contains("/etc/rancher/k3s/config.yaml:1"),
+            "names where docker is turned on:\n{out}"
+        );
+        assert_eq!(
+            host.read(UNIT),
+            fixture("units/k3s-installer-server.service"),
+            "k3s already uses docker: no --docker added"
+        );
+        assert!(host
+            .read("/etc/docker/daemon.json")
+            .contains("\"default-runtime\": \"nvidia\""));
+    }
+    // Quoted, it is the string "yes", which k3s's flag parser does not take for true.
+    let host = installer_host();
+    host.write("/etc/docker/daemon.json", "{}\n")
+        .write("/etc/rancher/k3s/config.yaml", "docker: \"no\"\n");
+    let out = ok(&host, &["apply"]);
+    assert!(out.contains("mode: k3s-default-runtime"), "{out}");
+}
+
+#[test]
+fn a_table_the_base_already_emits_is_a_blocker_for_apply_and_check() {
+    let host = k3s_host(
+        "v1.32.2+k3s1",
+        &fixture("units/k3s-installer-server.service"),
+    );
+    host.write(
+        TEMPLATE_V3,
+        "{{ template \"base\" . }}\n[plugins.'io.containerd.cri.v1.runtime'.cni]\n  bin_dir = \"/opt/cni/bin\"\n  conf_dir = \"/etc/cni/net.d\"\n",
+    );
+    let out = refused(
+        &host,
+        &[],
+        &[
+            "config-v3.toml.tmpl:2",
+            "plugins.\"io.containerd.cri.v1.runtime\".cni",
+        ],
+    );
+    assert!(out.stderr.contains("declared twice"), "{}", out.stderr);
+    let (code, v) = check_json(&host, &[]);
+    assert_eq!(code, 1);
+    assert!(
+        v["blockers"][0]
+            .as_str()
+            .is_some_and(|b| b.contains("config-v3.toml.tmpl:2")),
+        "{v}"
+    );
+}
+
+#[test]
+fn a_template_drop_in_that_overrides_the_default_is_refused() {
+    // The base imports <template>.d/*.toml (k3s PR #13680): what a drop-in there sets
+    // overrides what the template renders.
+    let site = "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/50-site.toml";
+    let crun = "version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd]\n  default_runtime_name = \"crun\"\n";
+    // With a base-only template.
+    let host = k3s_host(
+        "v1.32.2+k3s1",
+        &fixture("units/k3s-installer-server.service"),
+    );
+    host.write(TEMPLATE_V3, "{{ template \"base\" . }}\n")
+        .write(site, crun);
+    refused(&host, &[], &["50-site.toml:3", "crun"]);
+    // With no template at all (k3s's built-in one).
+    let host = k3s_host(
+        "v1.32.2+k3s1",
+        &fixture("units/k3s-installer-server.service"),
+    );
+    host.write(site, crun);
+    refused(&host, &[], &["50-site.toml:3", "crun"]);
+}
+
+#[test]
+fn a_dockerd_flag_and_daemon_json_setting_the_same_default_are_refused() {
+    // dockerd refuses a setting given both as a flag and in the file, equal values
+    // included (moby daemon/config: "specified both as a flag and in the configuration
+    // file").
+    let json = "{\n  \"default-runtime\": \"nvidia\",\n  \"runtimes\": {\n    \"nvidia\": {\n      \"path\": \"/usr/bin/nvidia-container-runtime\",\n      \"runtimeArgs\": []\n    }\n  }\n}\n";
+    let host = NodeHost::new();
+    host.nvidia_runtime()
+        .executable("/usr/bin/dockerd", "")
+        .write(
+            "/lib/systemd/system/docker.service",
+            fixture("real-world/debian-docker.service"),
+        )
+        .write(
+            "/etc/systemd/system/docker.service.d/nvidia.conf",
+            "[Service]\nExecStart=\nExecStart=/usr/bin/dockerd -H fd:// --default-runtime=nvidia\n",
+        )
+        .write("/etc/docker/daemon.json", json);
+    refused(
+        &host,
+        &[],
+        &[
+            "/etc/systemd/system/docker.service.d/nvidia.conf:3 (flag --default-runtime)",
+            "/etc/docker/daemon.json:2",
+            "both as a flag and in the configuration file",
+        ],
+    );
+    if let Some(tool) = real_tool("dockerd", "Debian package docker.io") {
+        let (good, text) = common::dockerd_validate(&tool, json, &["--default-runtime=nvidia"]);
+        assert!(!good, "dockerd itself refuses it:\n{text}");
+        assert!(
+            text.contains("as a flag and in the configuration file"),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn a_template_edit_keeps_conditional_lines_in_their_table() {
+    // The runtime is not on k3s's PATH, so it is declared in the template, after a
+    // kata table whose last key is emitted by {{- if }} ... {{- end -}}.
+    let host = NodeHost::new();
+    let runtime = "/opt/nv/nvidia-container-runtime";
+    host.k3s_binary(Some("v1.30.4+k3s1"))
+        .write(UNIT, fixture("units/k3s-installer-server.service"))
+        .executable(runtime, "#!/bin/sh\n")
+        .write(
+            TEMPLATE_V3,
+            fixture("real-world/k3s-kata-snapshotter-if.toml.tmpl"),
+        );
+    configured(&host, &["--runtime-path", runtime]);
+    let t = host.read(TEMPLATE_V3);
+    assert!(
+        t.starts_with(&fixture("real-world/k3s-kata-snapshotter-if.toml.tmpl")),
+        "the template's own lines come first, unchanged:\n{t}"
+    );
+    let data = common::K3sData {
+        detected: &[],
+        default_runtime: Some("nvidia"),
+        systemd_cgroup: true,
+    };
+    let Some(rendered) = common::render_k3s_template(&t, 3, &data) else {
+        return;
+    };
+    let rendered = rendered.unwrap();
+    let doc: toml_edit::DocumentMut = rendered
+        .parse()
+        .unwrap_or_else(|e| panic!("{e}\n{rendered}"));
+    let runtimes = &doc["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"];
+    assert_eq!(
+        runtimes["kata"]["snapshotter"].as_str(),
+        Some("overlayfs"),
+        "kata keeps its snapshotter:\n{rendered}"
+    );
+    assert!(
+        runtimes["nvidia"]["options"].get("snapshotter").is_none(),
+        "{rendered}"
+    );
+    assert_eq!(
+        runtimes["nvidia"]["options"]["BinaryName"].as_str(),
+        Some(runtime),
+        "{rendered}"
+    );
+    if let Some(tool) = real_tool("containerd", "Debian package containerd") {
+        let (good, dump) = containerd_dump(&tool, &rendered);
+        assert!(good, "{dump}\n{rendered}");
+    }
+}
+
+#[test]
+fn a_symlinked_directory_on_the_way_to_a_new_file_is_followed() {
+    // /var/lib/rancher or /etc/rancher moved to another disk (Jetson NVMe, read-only
+    // root images): the new file goes where the link leads.
+    let host = installer_host();
+    std::fs::create_dir_all(host.path("/data/rancher-etc")).unwrap();
+    host.symlink("/etc/rancher", "/data/rancher-etc");
+    configured(&host, &[]);
+    assert!(host
+        .read("/data/rancher-etc/k3s/config.yaml.d/99-edgegpu-nvidia-runtime.yaml")
+        .contains("default-runtime: nvidia"));
+    assert!(host.is_symlink("/etc/rancher"));
+    ok(&host, &["revert"]);
+    assert!(host.is_symlink("/etc/rancher") && host.exists("/data/rancher-etc"));
+    // The drop-in directory itself a link.
+    let host = installer_host();
+    std::fs::create_dir_all(host.path("/data/k3s.yaml.d")).unwrap();
+    host.symlink("/etc/rancher/k3s/config.yaml.d", "/data/k3s.yaml.d");
+    configured(&host, &[]);
+    assert!(host.exists("/data/k3s.yaml.d/99-edgegpu-nvidia-runtime.yaml"));
+    // A directory link whose target is missing: refused, naming the link, nothing made.
+    let host = installer_host();
+    host.symlink("/etc/rancher", "/data/rancher-etc");
+    refused(
+        &host,
+        &[],
+        &["/etc/rancher is a symlink to /data/rancher-etc, which does not exist"],
+    );
+    assert!(!host.exists("/data"));
+    // A link into /run: the tmpfs is the reason given, even before its target exists.
+    let host = NodeHost::new();
+    host.nvidia_runtime()
+        .symlink("/etc/docker/daemon.json", "/run/docker/daemon.json");
+    refused(
+        &host,
+        &[],
+        &["/run/docker/daemon.json", "regenerated at boot"],
+    );
+}
+
+#[test]
+fn single_quoted_strings_written_by_containerd_2_count_as_configured() {
+    let text = "version = 3\n\n[plugins.'io.containerd.cri.v1.runtime'.containerd]\n  default_runtime_name = 'nvidia'\n\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia]\n  runtime_type = 'io.containerd.runc.v2'\n\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia.options]\n  BinaryName = '/usr/bin/nvidia-container-runtime'\n";
+    let host = NodeHost::new();
+    host.executable("/usr/bin/containerd", "")
+        .nvidia_runtime()
+        .write("/etc/containerd/config.toml", text);
+    let c = run(&host, &["check"]);
+    assert_eq!(c.code, 0, "{}", c.stdout);
+    let out = ok(&host, &["apply", "--dry-run"]);
+    assert!(out.contains("already configured"), "{out}");
+    assert_eq!(host.read("/etc/containerd/config.toml"), text);
+}
+
+#[test]
+fn refusals_while_choosing_the_mode_are_check_blockers_in_json() {
+    let host = installer_host();
+    host.write(
+        "/etc/rancher/k3s/config.yaml",
+        "container-runtime-endpoint: unix:///run/crio/crio.sock\n",
+    );
+    let (code, v) = check_json(&host, &[]);
+    assert_eq!(code, 1, "{v}");
+    assert_eq!(v["configured"], false);
+    let b = v["blockers"][0].as_str().unwrap_or_default();
+    assert!(
+        b.contains("/run/crio/crio.sock") && b.contains("/etc/rancher/k3s/config.yaml:1"),
+        "{v}"
+    );
+    let out = run(&host, &["check"]);
+    assert_eq!(out.code, 1);
+    assert!(out.stdout.contains("blocked: "), "{}", out.stdout);
+    // A --mode that does not match the host.
+    let host = NodeHost::new();
+    host.nvidia_runtime()
+        .write("/etc/docker/daemon.json", "{}\n");
+    let (code, v) = check_json(&host, &["--mode", "k3s-default-runtime"]);
+    assert_eq!(code, 1, "{v}");
+    assert!(
+        v["blockers"][0]
+            .as_str()
+            .is_some_and(|b| b.contains("k3s is not installed")),
+        "{v}"
+    );
+}
+
+#[test]
+fn k3s_reads_the_config_file_of_the_first_config_flag_only() {
+    // k3s pkg/configfilearg: the first `--config`/`-c` (with or without `=`) names the
+    // file; `-config` or `--c` do not.
+    for (args, file) in [
+        (
+            vec!["--config", "/srv/a.yaml", "--config", "/srv/b.yaml"],
+            "/srv/a.yaml.d/99-edgegpu-nvidia-runtime.yaml",
+        ),
+        (
+            vec!["-c=/srv/a.yaml", "-c", "/srv/b.yaml"],
+            "/srv/a.yaml.d/99-edgegpu-nvidia-runtime.yaml",
+        ),
+        (vec!["-config", "/srv/a.yaml"], DROP_IN),
+        (vec!["--c=/srv/a.yaml"], DROP_IN),
+    ] {
+        let host = k3s_host("v1.30.4+k3s1", &installer_unit(&args));
+        configured(&host, &[]);
+        assert!(host.exists(file), "{args:?}: {file}");
+    }
+}
+
+#[test]
+fn a_nested_mapping_under_a_key_node_setup_does_not_read_is_ignored() {
+    let host = installer_host();
+    host.write(
+        "/etc/rancher/k3s/config.yaml",
+        "etcd-s3-config:\n  bucket: backups\n  region: eu\nnode-label:\n  - gpu=true\n",
+    );
+    configured(&host, &[]);
+    // Under a key it reads, it is still refused with its line.
+    let host = installer_host();
+    host.write(
+        "/etc/rancher/k3s/config.yaml",
+        "default-runtime:\n  name: nvidia\n",
+    );
+    let out = run(&host, &["apply"]);
+    assert_eq!(out.code, 3, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("/etc/rancher/k3s/config.yaml:2:"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn the_nvidia_runtime_copies_runc_when_the_default_is_not_runc_type() {
+    let host = NodeHost::new();
+    host.executable("/usr/bin/containerd", "")
+        .nvidia_runtime()
+        .write(
+            "/etc/containerd/config.toml",
+            "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  default_runtime_name = \"kata\"\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.kata]\n  runtime_type = \"io.containerd.kata.v2\"\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.kata.options]\n  ConfigPath = \"/opt/kata/configuration.toml\"\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n  SystemdCgroup = true\n",
+        );
+    ok(&host, &["apply"]);
+    let new = host.read("/etc/containerd/config.toml");
+    let table = new
+        .split("runtimes.nvidia.options]")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{new}"));
+    assert!(table.contains("SystemdCgroup = true"), "from runc:\n{new}");
+    assert!(!table.contains("ConfigPath"), "nothing from kata:\n{new}");
 }

@@ -147,6 +147,14 @@ const TEMPLATE_CASES: &[TemplateCase] = &[
         expect: Expect::Configure,
     },
     TemplateCase {
+        fixture: "real-world/k3s-kata-snapshotter-if.toml.tmpl",
+        file: "config-v3.toml.tmpl",
+        version: 3,
+        k3s: "v1.32.2+k3s1",
+        args: &["--runtime-name", "gpu"],
+        expect: Expect::Configure,
+    },
+    TemplateCase {
         fixture: "containerd/k3s-config-full.toml.tmpl",
         file: "config.toml.tmpl",
         version: 2,

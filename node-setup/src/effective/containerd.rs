@@ -5,6 +5,8 @@
 //! plugin table replaces the same plugin's table read earlier, so the last file that has
 //! the CRI plugin decides every CRI setting, the runtimes and the default included.
 
+use std::path::Path;
+
 use super::systemd::Unit;
 use super::{Source, Sourced};
 use crate::error::Result;
@@ -70,18 +72,64 @@ impl Containerd {
         self.files
             .iter()
             .rev()
-            .find(|f| f.description.declares_cri)
+            .find(|f| f.description.cri_table.is_some())
             .unwrap_or(&self.files[0])
-    }
-
-    /// The default runtime and where it is set.
-    pub fn default_runtime(&self) -> Sourced<String> {
-        default_of(self.cri_owner())
     }
 }
 
+/// The default runtime and the binary of runtime `name` after loading `files` in order,
+/// starting from `start` (what came before them; `None`: containerd's own defaults).
+/// A file with the CRI plugin table decides both; one that leaves either unset counts as
+/// resetting it, as containerd before 2.1 does (an imported plugin table replaces the
+/// earlier one; 2.1 merges them, so this is the outcome to plan for).
+pub fn effective_cri(
+    files: &[Loaded],
+    name: &str,
+    start: Option<(Sourced<String>, Sourced<Option<String>>)>,
+) -> (Sourced<String>, Sourced<Option<String>>) {
+    let mut before_any = start.is_none();
+    let (mut default, mut binary) = start.unwrap_or_else(|| {
+        (
+            Sourced::new(
+                "runc".into(),
+                Source::default("containerd's default (no file sets default_runtime_name)"),
+            ),
+            Sourced::new(
+                None,
+                Source::default(format!("no containerd file declares runtime '{name}'")),
+            ),
+        )
+    });
+    for f in files {
+        let Some(cri_line) = f.description.cri_table else {
+            continue;
+        };
+        let replaced = Source::Replaced {
+            file: f.path.clone(),
+            line: cri_line,
+        };
+        default = match (&f.description.default, before_any) {
+            (DefaultRuntime::Unset, false) => Sourced::new("runc".into(), replaced.clone()),
+            _ => default_of(f),
+        };
+        binary = match (f.description.runtimes.get(name), before_any) {
+            (Some(d), _) => Sourced::new(
+                Some(d.binary.clone().unwrap_or_else(|| "(no BinaryName)".into())),
+                Source::file(&f.path, d.line),
+            ),
+            (None, true) => Sourced::new(
+                None,
+                Source::default(format!("{} declares no runtime '{name}'", f.path)),
+            ),
+            (None, false) => Sourced::new(None, replaced),
+        };
+        before_any = false;
+    }
+    (default, binary)
+}
+
 /// The default runtime one file decides (containerd's default `runc` when it says none).
-pub fn default_of(f: &Loaded) -> Sourced<String> {
+fn default_of(f: &Loaded) -> Sourced<String> {
     match &f.description.default {
         DefaultRuntime::Literal { name, line } => {
             Sourced::new(name.clone(), Source::file(&f.path, *line))
@@ -118,7 +166,7 @@ pub fn load_with_imports(host: &HostRoot, main: &str, flavor: Flavor) -> Result<
         } else {
             Flavor::System
         };
-        let description = describe(&host.path(&path), text.as_deref(), file_flavor)?;
+        let description = describe(Path::new(&path), text.as_deref(), file_flavor)?;
         let dir = path.rsplit_once('/').map_or("/", |(d, _)| d).to_string();
         for pattern in &description.imports {
             let absolute = if pattern.starts_with('/') {

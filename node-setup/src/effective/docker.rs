@@ -19,6 +19,9 @@ pub struct Docker {
     pub default_flag: Option<Sourced<String>>,
     /// `--add-runtime name=path` flags.
     pub runtime_flags: Vec<Sourced<(String, String)>>,
+    /// The name (without `--`) of every long flag on the command line: a daemon.json key
+    /// of the same name stops dockerd.
+    pub flags: Vec<Sourced<String>>,
 }
 
 impl Docker {
@@ -34,6 +37,7 @@ impl Docker {
             ),
             default_flag: None,
             runtime_flags: Vec::new(),
+            flags: Vec::new(),
         };
         let mut words = args.iter().skip(1);
         while let Some(a) = words.next() {
@@ -41,6 +45,11 @@ impl Docker {
                 Some((n, v)) => (n, Some(v.to_string())),
                 None => (a.text.as_str(), None),
             };
+            if let Some(long) = name.strip_prefix("--").filter(|n| !n.is_empty()) {
+                docker
+                    .flags
+                    .push(Sourced::new(long.to_string(), flag_source(a, name)));
+            }
             if !matches!(
                 name,
                 "--config-file" | "--default-runtime" | "--add-runtime"

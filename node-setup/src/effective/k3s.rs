@@ -1,9 +1,13 @@
 //! k3s's effective settings for one k3s service, the way k3s computes them
 //! (k3s pkg/configfilearg/parser.go, pkg/cli/cmds): the config file is `$K3S_CONFIG_FILE`
-//! if set, else `--config`/`-c`, else `/etc/rancher/k3s/config.yaml`; that file (if it
-//! exists) and then `<file>.d/*.yaml|*.yml` in name order are applied, a later value
-//! replacing an earlier one and `key+:` appending; the resulting flags are inserted before
-//! the command line's own, so a flag on the command line beats every config file.
+//! if set, else the first `--config`/`-c` on the command line, else
+//! `/etc/rancher/k3s/config.yaml`; that file (if it exists) and then
+//! `<file>.d/*.yaml|*.yml` in name order are applied, a later value replacing an earlier
+//! one and `key+:` appending; the resulting flags are inserted before the command line's
+//! own, so a flag on the command line beats every config file, and any flag beats the
+//! flag's environment variable (`K3S_DATA_DIR` for `--data-dir`).
+
+use std::path::Path;
 
 use super::systemd::{Arg, Environment, Unit, DEFAULT_PATH};
 use super::{Source, Sourced};
@@ -26,6 +30,16 @@ pub enum Role {
 /// Flags read as booleans: given without `=value` they mean true, and they never take
 /// the next word as their value (Go's flag package).
 const BOOL_FLAGS: [&str; 1] = ["docker"];
+
+/// The settings node-setup reads; a value of another shape under one of these keys
+/// stops it (k3s ignores config keys that are no flag of its, so other keys do not).
+const READ_KEYS: [&str; 5] = [
+    "default-runtime",
+    "docker",
+    "container-runtime-endpoint",
+    "data-dir",
+    "d",
+];
 
 /// The settings of one k3s service.
 #[derive(Debug, Clone)]
@@ -67,7 +81,7 @@ impl K3s {
         let args = sub.map_or(Vec::new(), |i| words[i + 1..].to_vec());
         let config_file = match env.get("K3S_CONFIG_FILE").filter(|v| !v.value.is_empty()) {
             Some(v) => v.clone(),
-            None => flag_value(&args, &["config", "c"]).unwrap_or_else(|| {
+            None => config_flag(words.get(1..).unwrap_or_default()).unwrap_or_else(|| {
                 Sourced::new(
                     DEFAULT_CONFIG_FILE.into(),
                     Source::default(format!("k3s's default config file {DEFAULT_CONFIG_FILE}")),
@@ -91,7 +105,17 @@ impl K3s {
         };
         for file in k3s.config_files(host)? {
             let text = host.read(&file)?.unwrap_or_default();
-            for e in k3s_yaml::parse(&host.path(&file), &text)? {
+            for e in k3s_yaml::parse(Path::new(&file), &text)? {
+                if let (Some((line, what)), true) =
+                    (e.unsupported, READ_KEYS.contains(&e.key.as_str()))
+                {
+                    return Err(SetupError::Malformed {
+                        file: file.into(),
+                        line,
+                        column: 1,
+                        message: format!("{what} as the value of {}: k3s takes a string", e.key),
+                    });
+                }
                 k3s.entries.push((file.clone(), e));
             }
         }
@@ -120,43 +144,20 @@ impl K3s {
         format!("{}.d", self.config_file.value)
     }
 
-    /// The effective value of a string flag (any of `names`, e.g. `data-dir` and `d`).
+    /// The effective value of a string flag (any of `names`, e.g. `data-dir` and `d`):
+    /// the command line, else the config files in k3s's order (a repeated flag keeps its
+    /// last value, appended or not).
     pub fn setting(&self, names: &[&str]) -> Option<Sourced<String>> {
-        self.setting_with(names, None)
-    }
-
-    /// Like [`K3s::setting`], as if config file `extra.0` held `extra.1` (a drop-in we
-    /// are about to write; it takes its place among the drop-ins by name).
-    pub fn setting_with(
-        &self,
-        names: &[&str],
-        extra: Option<(&str, &[Entry])>,
-    ) -> Option<Sourced<String>> {
-        let mut entries: Vec<(&str, &Entry)> = self
+        let from_files = self
             .entries
             .iter()
-            .filter(|(f, _)| extra.map_or(true, |(p, _)| p != f))
-            .map(|(f, e)| (f.as_str(), e))
-            .collect();
-        if let Some((path, added)) = extra {
-            // config.yaml first, then drop-ins by name (k3s's order).
-            let at = entries
-                .iter()
-                .position(|(f, _)| *f != self.config_file.value && *f > path)
-                .unwrap_or(entries.len());
-            let new: Vec<(&str, &Entry)> = added.iter().map(|e| (path, e)).collect();
-            entries.splice(at..at, new);
-        }
-        let mut found = None;
-        for (file, e) in entries {
-            if names.contains(&e.key.as_str()) {
-                // A repeated flag keeps its last value, appended or not.
-                if let Some(v) = e.values.last() {
-                    found = Some(Sourced::new(v.clone(), Source::file(file, e.line)));
-                }
-            }
-        }
-        flag_value(&self.args, names).or(found)
+            .rev()
+            .filter(|(_, e)| names.contains(&e.key.as_str()))
+            .find_map(|(file, e)| {
+                let v = e.values.last()?;
+                Some(Sourced::new(v.clone(), Source::file(file, e.line)))
+            });
+        flag_value(&self.args, names).or(from_files)
     }
 
     /// A boolean flag: `Some(true)` when set to a true value.
@@ -166,14 +167,21 @@ impl K3s {
             .filter(|s| s.value)
     }
 
-    /// `--data-dir` / `-d`, or k3s's default.
+    /// `--data-dir` / `-d`, else `$K3S_DATA_DIR`, else k3s's default.
     pub fn data_dir(&self) -> Sourced<String> {
-        self.setting(&["data-dir", "d"]).unwrap_or_else(|| {
-            Sourced::new(
-                DEFAULT_DATA_DIR.into(),
-                Source::default(format!("k3s's default data dir {DEFAULT_DATA_DIR}")),
-            )
-        })
+        self.setting(&["data-dir", "d"])
+            .or_else(|| {
+                self.env
+                    .get("K3S_DATA_DIR")
+                    .filter(|v| !v.value.is_empty())
+                    .cloned()
+            })
+            .unwrap_or_else(|| {
+                Sourced::new(
+                    DEFAULT_DATA_DIR.into(),
+                    Source::default(format!("k3s's default data dir {DEFAULT_DATA_DIR}")),
+                )
+            })
     }
 
     /// Directory of k3s's containerd templates.
@@ -200,9 +208,33 @@ impl K3s {
     }
 }
 
-/// Go's strconv.ParseBool, which k3s's flag parser uses.
+/// Go's strconv.ParseBool, which k3s's flag parser uses (config-file values arrive as
+/// yaml.v2 gives them: see [`k3s_yaml`]).
 fn parse_bool(v: &str) -> bool {
     matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True")
+}
+
+/// The config file named on the command line: the first `--config` / `-c` (with the
+/// value after `=` or as the next word), as k3s's configfilearg finds it before any
+/// flag parsing (so `-config` and `--c` do not count there).
+fn config_flag(words: &[Arg]) -> Option<Sourced<String>> {
+    words.iter().enumerate().find_map(|(i, a)| {
+        let (flag, value) = ["--config", "-c"].iter().find_map(|f| {
+            if a.text == *f {
+                Some((*f, words.get(i + 1)?.text.clone()))
+            } else {
+                Some((*f, a.text.strip_prefix(f)?.strip_prefix('=')?.to_string()))
+            }
+        })?;
+        Some(Sourced::new(
+            value,
+            Source::Flag {
+                file: a.file.clone(),
+                line: a.line,
+                flag: flag.to_string(),
+            },
+        ))
+    })
 }
 
 /// The last value of flag `names` on a command line: `--name=v`, `--name v`, `-name v`

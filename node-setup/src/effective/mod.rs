@@ -24,6 +24,10 @@ pub enum Source {
         line: usize,
         flag: String,
     },
+    /// A containerd file that replaces the whole CRI plugin table of the files loaded
+    /// before it (containerd before 2.1, `imports`) without setting this (1-based line
+    /// of its CRI plugin table).
+    Replaced { file: String, line: usize },
     /// Nothing sets it: the program's built-in default.
     Default { what: String },
 }
@@ -46,6 +50,10 @@ impl fmt::Display for Source {
         match self {
             Source::File { file, line } => write!(f, "{file}:{line}"),
             Source::Flag { file, line, flag } => write!(f, "{file}:{line} (flag {flag})"),
+            Source::Replaced { file, line } => write!(
+                f,
+                "{file}:{line} (its CRI plugin table replaces the earlier ones before containerd 2.1)"
+            ),
             Source::Default { what } => write!(f, "{what}"),
         }
     }

@@ -78,12 +78,6 @@ impl CriKeys {
         ["plugins", self.plugin, "containerd", "runtimes", name]
     }
 
-    /// `plugins.<cri>.containerd.runtimes.<name>.options.<key>`.
-    fn runtime_option<'a>(self, name: &'a str, key: &'a str) -> [&'a str; 7] {
-        let [a, b, c, d, e] = self.runtime(name);
-        [a, b, c, d, e, "options", key]
-    }
-
     /// `plugins."<cri>".containerd`, as a person would write the table header.
     fn containerd_header(self) -> String {
         format!("plugins.\"{}\".containerd", self.plugin)
@@ -342,8 +336,17 @@ pub enum DefaultRuntime {
 pub struct Declared {
     /// `options.BinaryName`; `None` when absent or set by a template expression.
     pub binary: Option<String>,
+    /// `runtime_type`; `None` when absent or set by a template expression.
+    pub runtime_type: Option<String>,
     /// 1-based line of the table (0 when unknown).
     pub line: usize,
+}
+
+impl Declared {
+    /// Runs under the runc shim (as the NVIDIA runtime does), as far as the file says.
+    fn is_runc_type(&self) -> bool {
+        self.runtime_type.as_deref().map_or(true, |t| t == RUNC_V2)
+    }
 }
 
 /// What a containerd config or k3s template decides about runtimes.
@@ -358,14 +361,17 @@ pub struct Description {
     /// 1-based line of a `{{ range }}` over k3s's detected runtimes: the template emits
     /// a table for each runtime k3s finds, as the base does.
     pub extra_runtimes_loop: Option<usize>,
-    /// Whether the file has a table (or keys) of the CRI plugin: with containerd
-    /// `imports`, the last file that has it decides the whole CRI plugin (before
-    /// containerd 2.1 an imported plugin table replaces the earlier one).
-    pub declares_cri: bool,
+    /// 1-based line of the file's CRI plugin table (or first key of it), if it has one:
+    /// with containerd `imports`, the last file that has it decides the whole CRI plugin
+    /// (before containerd 2.1 an imported plugin table replaces the earlier one).
+    pub cri_table: Option<usize>,
     /// Top-level `imports`.
     pub imports: Vec<String>,
-    /// A table written after the base line that the base already emits (1-based line
-    /// and table): containerd refuses a table declared twice.
+    /// 1-based line of a top-level `imports` before the base line: k3s releases whose
+    /// base imports `<template>.d` themselves (k3s PR #13680) then declare it twice.
+    pub imports_before_base: Option<usize>,
+    /// A table written after the base line, or a top-level key before it, that the base
+    /// already emits (1-based line and table or key): containerd refuses either twice.
     pub redeclares_base_table: Option<(usize, String)>,
     /// Stood-in template lines that mention runtimes: (1-based line, text).
     opaque_runtime_lines: Vec<(usize, String)>,
@@ -394,17 +400,23 @@ impl Description {
             .map(|(l, t)| (*l, t.as_str()))
     }
 
-    /// The runtime whose options a new runtime copies (NVIDIA's rule: the default
-    /// runtime, else `runc`, else `crun`), among the tables written in the file.
-    fn options_source(&self) -> Option<&str> {
+    /// The runtime whose table a new runtime copies, among the tables written in the
+    /// file: the first of the default runtime (unless it is an NVIDIA one), `runc`,
+    /// `crun` (NVIDIA's toolkit: pkg/config/engine GetLowLevelRuntimes) that runs under
+    /// the runc shim. The toolkit copies the first that exists whatever its type; a kata
+    /// default's options mean nothing to runc, so node-setup falls back to runc instead.
+    fn options_source(&self, new_runtime: &str) -> Option<&str> {
         let default = match &self.default {
-            DefaultRuntime::Literal { name, .. } => Some(name.as_str()),
+            DefaultRuntime::Literal { name, .. } if !name.starts_with("nvidia") => {
+                Some(name.as_str())
+            }
             _ => None,
         };
         default
             .into_iter()
             .chain(["runc", "crun"])
-            .find(|n| self.runtimes.contains_key(*n))
+            .filter(|n| *n != new_runtime)
+            .find(|n| self.runtimes.get(*n).is_some_and(Declared::is_runc_type))
     }
 }
 
@@ -450,25 +462,128 @@ fn span_line(text: &str, span: Option<std::ops::Range<usize>>) -> usize {
     span.map_or(0, |s| line_column(text, s.start).0)
 }
 
-/// Tables the k3s `base` template emits for a config version (k3s
-/// pkg/agent/templates/templates_linux.go): the CRI plugin, its `containerd` table,
-/// `runc` and its options. Runtimes k3s detects come on top.
-fn base_tables(version: i64) -> Vec<Vec<String>> {
-    let keys = CriKeys::for_version(version);
-    let mut tables: Vec<Vec<&str>> = vec![
-        vec!["plugins", keys.plugin],
-        keys.containerd().to_vec(),
-        keys.runtime("runc").to_vec(),
-        keys.runtime_option("runc", "").to_vec()[..6].to_vec(),
+/// Top-level keys the k3s `base` template starts with (k3s pkg/agent/templates): a key
+/// of the same name before the base line is a key given twice.
+const BASE_TOP_LEVEL_KEYS: [&str; 3] = ["version", "root", "state"];
+
+/// Every table the k3s `base` template may emit for a config version, from k3s
+/// pkg/agent/templates (templates.go, templates_linux.go) across the releases that have
+/// the base (September 2023 on); `*` stands for any one key (a registry host). Which of
+/// them a node gets depends on k3s's settings (snapshotter, registries.yaml, rootless,
+/// --default-runtime), so a template may declare none of them again. The runtimes k3s
+/// finds on its PATH come on top; plan checks those against the binaries.
+fn base_tables(version: i64) -> Vec<Vec<&'static str>> {
+    let mut tables: Vec<Vec<&'static str>> = vec![
+        vec!["grpc"],
+        vec!["plugins", "io.containerd.internal.v1.opt"],
+        vec!["plugins", "io.containerd.grpc.v1.cri"],
+        vec!["plugins", "io.containerd.service.v1.tasks-service"],
+        vec!["plugins", "io.containerd.nri.v1.nri"],
+        vec!["plugins", "io.containerd.snapshotter.v1.stargz"],
+        vec![
+            "plugins",
+            "io.containerd.snapshotter.v1.stargz",
+            "cri_keychain",
+        ],
+        vec!["plugins", "io.containerd.snapshotter.v1.stargz", "registry"],
+        vec![
+            "plugins",
+            "io.containerd.snapshotter.v1.stargz",
+            "registry",
+            "mirrors",
+        ],
+        vec![
+            "plugins",
+            "io.containerd.snapshotter.v1.stargz",
+            "registry",
+            "mirrors",
+            "*",
+        ],
+        vec![
+            "plugins",
+            "io.containerd.snapshotter.v1.stargz",
+            "registry",
+            "mirrors",
+            "*",
+            "rewrite",
+        ],
+        vec![
+            "plugins",
+            "io.containerd.snapshotter.v1.stargz",
+            "registry",
+            "configs",
+            "*",
+            "auth",
+        ],
+        vec![
+            "plugins",
+            "io.containerd.snapshotter.v1.stargz",
+            "registry",
+            "configs",
+            "*",
+            "tls",
+        ],
+        vec!["plugins", "io.containerd.snapshotter.v1.nix"],
+        vec![
+            "plugins",
+            "io.containerd.snapshotter.v1.nix",
+            "image_service",
+        ],
     ];
+    // Where the CRI settings live: one plugin in version 2, split in version 3.
+    let (runtime, images) = if version >= 3 {
+        (
+            "io.containerd.cri.v1.runtime",
+            "io.containerd.cri.v1.images",
+        )
+    } else {
+        ("io.containerd.grpc.v1.cri", "io.containerd.grpc.v1.cri")
+    };
+    tables.extend([
+        vec!["plugins", runtime],
+        vec!["plugins", runtime, "containerd"],
+        vec!["plugins", runtime, "containerd", "runtimes", "runc"],
+        vec![
+            "plugins",
+            runtime,
+            "containerd",
+            "runtimes",
+            "runc",
+            "options",
+        ],
+        vec![
+            "plugins",
+            runtime,
+            "containerd",
+            "runtimes",
+            "runhcs-wcow-process",
+        ],
+        vec!["plugins", runtime, "cni"],
+        vec!["plugins", images, "registry"],
+        vec!["plugins", images, "registry", "configs", "*", "auth"],
+    ]);
     if version >= 3 {
-        tables.push(vec!["plugins", "io.containerd.cri.v1.images"]);
-        tables.push(vec!["plugins", "io.containerd.grpc.v1.cri"]);
+        tables.extend([
+            vec!["plugins", images],
+            vec!["plugins", images, "pinned_images"],
+        ]);
+    } else {
+        // Releases before `config_path` wrote the mirrors into the CRI plugin.
+        tables.extend([
+            vec!["plugins", images, "registry", "mirrors"],
+            vec!["plugins", images, "registry", "mirrors", "*"],
+            vec!["plugins", images, "registry", "mirrors", "*", "rewrite"],
+            vec!["plugins", images, "registry", "configs", "*", "tls"],
+        ]);
     }
     tables
-        .into_iter()
-        .map(|t| t.into_iter().map(String::from).collect())
-        .collect()
+}
+
+/// Whether table `path` is one of `patterns` (`*` matching any one key).
+fn emitted_by_base(patterns: &[Vec<&str>], path: &[String]) -> bool {
+    patterns
+        .iter()
+        .any(|p| p.len() == path.len() && p.iter().zip(path).all(|(p, k)| *p == "*" || *p == k))
 }
 
 /// Explicit table headers of a document, with their 1-based lines.
@@ -549,11 +664,22 @@ pub fn describe(file: &Path, text: Option<&str>, flavor: Flavor) -> Result<Descr
                 .and_then(|b| b.as_str())
                 .filter(|b| !b.starts_with(VALUE_PLACEHOLDER))
                 .map(String::from);
+            let runtime_type = get(rt, &["runtime_type"])
+                .and_then(|t| t.as_str())
+                .filter(|t| !t.starts_with(VALUE_PLACEHOLDER))
+                .map(String::from);
             let line = match rt {
                 Item::Table(t) => span_line(&sk.text, t.span()),
                 other => span_line(&sk.text, other.span()),
             };
-            runtimes.insert(name.to_string(), Declared { binary, line });
+            runtimes.insert(
+                name.to_string(),
+                Declared {
+                    binary,
+                    runtime_type,
+                    line,
+                },
+            );
         }
     }
     let imports = get(root, &["imports"])
@@ -565,15 +691,31 @@ pub fn describe(file: &Path, text: Option<&str>, flavor: Flavor) -> Result<Descr
         })
         .unwrap_or_default();
     let mut redeclares_base_table = None;
+    let mut imports_before_base = None;
     let mut tables = Vec::new();
     explicit_tables(&sk.text, root, &mut Vec::new(), &mut tables);
     let visible_tables = tables.clone();
-    if let Some(base) = sk.base_line {
+    if sk.base_line.is_some() {
+        let top_level: Vec<(&str, &Item)> = root
+            .as_table()
+            .map(|t| t.iter().filter(|(_, v)| v.is_value()).collect())
+            .unwrap_or_default();
+        let line_of = |item: &Item| span_line(&sk.text, item.span());
+        redeclares_base_table = top_level
+            .iter()
+            .find(|(k, _)| BASE_TOP_LEVEL_KEYS.contains(k))
+            .map(|(k, v)| (line_of(v), k.to_string()));
+        imports_before_base = top_level
+            .iter()
+            .find(|(k, _)| *k == "imports")
+            .map(|(_, v)| line_of(v));
         let emitted = base_tables(version);
-        redeclares_base_table = tables
-            .into_iter()
-            .find(|(path, line)| *line > base + 1 && emitted.contains(path))
-            .map(|(path, line)| (line, dotted(&path)));
+        redeclares_base_table = redeclares_base_table.or_else(|| {
+            tables
+                .into_iter()
+                .find(|(path, _)| emitted_by_base(&emitted, path))
+                .map(|(path, line)| (line, dotted(&path)))
+        });
     }
     Ok(Description {
         version,
@@ -581,8 +723,16 @@ pub fn describe(file: &Path, text: Option<&str>, flavor: Flavor) -> Result<Descr
         default,
         runtimes,
         extra_runtimes_loop: sk.extra_runtimes_loop.map(at),
-        declares_cri: get(root, &["plugins", keys.plugin]).is_some(),
+        cri_table: get(root, &["plugins", keys.plugin]).map(|t| match t {
+            Item::Table(t) if t.span().is_some() => span_line(&sk.text, t.span()),
+            // Declared through sub-tables only: the first of them.
+            _ => visible_tables
+                .iter()
+                .find(|(p, _)| p.len() > 1 && p[1] == keys.plugin)
+                .map_or(0, |(_, l)| *l),
+        }),
         imports,
+        imports_before_base,
         redeclares_base_table,
         opaque_runtime_lines: sk
             .opaque
@@ -652,34 +802,6 @@ fn template_value(sk: &Skeleton, placeholder: &str) -> Option<String> {
     }
 }
 
-/// What is a [`Description`]'s answer for `spec`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Status {
-    pub version: i64,
-    /// The runtime's table is written in the file with `spec.path`.
-    pub runtime: bool,
-    /// `default_runtime_name = "<spec.name>"` is written in the file.
-    pub default: bool,
-}
-
-/// Reads the status of a containerd config or k3s template without changing it.
-pub fn inspect(
-    file: &Path,
-    text: Option<&str>,
-    spec: &RuntimeSpec,
-    flavor: Flavor,
-) -> Result<Status> {
-    let d = describe(file, text, flavor)?;
-    Ok(Status {
-        version: d.version,
-        runtime: d
-            .runtimes
-            .get(&spec.name)
-            .is_some_and(|r| r.binary.as_deref() == Some(spec.path.as_str())),
-        default: matches!(&d.default, DefaultRuntime::Literal { name, .. } if *name == spec.name),
-    })
-}
-
 /// What an edit must achieve.
 #[derive(Debug, Clone, Copy)]
 pub struct Want<'a> {
@@ -717,12 +839,21 @@ fn child<'a>(file: &Path, parent: &'a mut Item, key: &str, path: &str) -> Result
     Ok(item)
 }
 
+/// Whether two values say the same thing: strings by content (containerd 2 writes
+/// `'nvidia'` where others write `"nvidia"`), anything else by its TOML text.
+fn same_value(a: &Value, b: &Value) -> bool {
+    match (a.as_str(), b.as_str()) {
+        (Some(a), Some(b)) => a == b,
+        _ => a.to_string().trim() == b.to_string().trim(),
+    }
+}
+
 /// Sets `key` to `value` unless it already has it; keeps the old value's comments.
 fn set(table: &mut Item, key: &str, value: Value) -> bool {
     let table = table.as_table_like_mut().expect("checked by child()");
     if let Some(old) = table.get_mut(key) {
         if let Some(old_value) = old.as_value() {
-            if old_value.to_string().trim() == value.to_string().trim() {
+            if same_value(old_value, &value) {
                 return false;
             }
             let decor = old_value.decor().clone();
@@ -751,14 +882,8 @@ fn add_runtime(
     // The new runtime behaves like the default one (NVIDIA's toolkit copies its table):
     // a missing SystemdCgroup = true gives unstable pods (nvidia-docker #1788).
     let source = copy_from
-        .filter(|n| *n != spec.name)
         .and_then(|n| get(doc.as_item(), &keys.runtime(n)))
         .and_then(|t| t.as_table_like())
-        .filter(|t| {
-            t.get("runtime_type")
-                .and_then(|v| v.as_str())
-                .map_or(true, |v| v == RUNC_V2 || v.starts_with(VALUE_PLACEHOLDER))
-        })
         .map(|t| {
             let options: Vec<(String, Value)> = t
                 .get("options")
@@ -821,6 +946,148 @@ fn add_runtime(
     Ok(changed)
 }
 
+/// Marks where the tables an edit adds to a template begin, until the template lines
+/// are restored ([`guard_new_tables`]).
+const NEW_TABLES_MARK: &str = "#edgegpu-node-setup:new-tables";
+
+/// Written between a template line that ends in a right trim marker (`-}}`, which eats
+/// the line breaks after it) and the tables an edit adds after it, so that the first new
+/// header still starts a line when Go renders the template. It renders as nothing.
+const TRIM_GUARD: &str = "{{/* edgegpu-node-setup: keeps the next table on its own line */}}";
+
+/// Moves the tables an edit created behind every table of the template, and behind the
+/// template lines that end it. toml_edit puts a new table right after its sibling tables
+/// and keeps the lines after the last key as the document's trailing text; either way a
+/// template line that emits keys for the table before it (`{{- if }}` ... `{{- end }}`)
+/// would end up in the new table when Go renders it.
+fn place_new_tables_last(doc: &mut DocumentMut) {
+    fn last_position(t: &Table) -> usize {
+        t.iter()
+            .filter_map(|(_, v)| v.as_table())
+            .map(last_position)
+            .fold(t.position().unwrap_or(0), usize::max)
+    }
+    /// Numbers the new tables that print a header; returns the first one's position.
+    fn number(t: &mut Table, next: &mut usize, first: &mut Option<usize>) {
+        let hidden = t.is_implicit() && t.get_values().is_empty();
+        let printed = !t.is_dotted() && !hidden;
+        if t.position().is_none() && printed {
+            *next += 1;
+            t.set_position(*next);
+            first.get_or_insert(*next);
+        }
+        for (_, v) in t.iter_mut() {
+            if let Some(child) = v.as_table_mut() {
+                number(child, next, first);
+            }
+        }
+    }
+    fn at(t: &mut Table, position: usize) -> Option<&mut Table> {
+        if t.position() == Some(position) {
+            return Some(t);
+        }
+        t.iter_mut()
+            .filter_map(|(_, v)| v.as_table_mut())
+            .find_map(|c| at(c, position))
+    }
+    let mut next = last_position(doc.as_table());
+    let mut first = None;
+    // The root (top-level keys, no header) keeps its place.
+    for (_, v) in doc.as_table_mut().iter_mut() {
+        if let Some(t) = v.as_table_mut() {
+            number(t, &mut next, &mut first);
+        }
+    }
+    let Some(first) = first else {
+        return;
+    };
+    let trailing = doc.trailing().as_str().unwrap_or_default().to_string();
+    doc.set_trailing("");
+    if let Some(t) = at(doc.as_table_mut(), first) {
+        t.decor_mut()
+            .set_prefix(format!("{trailing}{NEW_TABLES_MARK}\n\n"));
+    }
+}
+
+/// Replaces the mark [`place_new_tables_last`] left by [`TRIM_GUARD`] where the line
+/// before it trims the line break, and removes it everywhere else.
+fn guard_new_tables(text: &str) -> String {
+    let mark = format!("{NEW_TABLES_MARK}\n");
+    let Some(at) = text.find(&mark) else {
+        return text.to_string();
+    };
+    let (before, after) = (&text[..at], &text[at + mark.len()..]);
+    if before.trim_end().ends_with("-}}") {
+        format!("{before}{TRIM_GUARD}\n{after}")
+    } else {
+        format!("{before}{after}")
+    }
+}
+
+/// A template line (0-based index, text) and the table header in effect before it.
+type LineInTable<'a> = (usize, &'a str, Option<&'a str>);
+
+/// The template lines of `text` (lines with actions, or inside a control structure)
+/// that render something, each with the table header in effect before it: what Go
+/// renders there lands in that table.
+fn template_line_tables(text: &str) -> Result<Vec<LineInTable<'_>>, go_template::LexError> {
+    let mut header = None;
+    let mut out = Vec::new();
+    for line in go_template::lines(text)? {
+        let plain = line.actions.is_empty() && line.at_top_level();
+        if plain {
+            if line.text.trim_start().starts_with('[') {
+                header = Some(line.text.trim());
+            }
+            continue;
+        }
+        let renders_nothing = line.at_top_level()
+            && line.actions.iter().all(|a| a.kind == ActionKind::Comment)
+            && line.literal().trim().is_empty();
+        if !renders_nothing {
+            out.push((line.index, line.text, header));
+        }
+    }
+    Ok(out)
+}
+
+/// Checks that every template line renders under the same table header after the edit
+/// as before it (lines the edit adds, such as `SystemdCgroup = {{ .SystemdCgroup }}`,
+/// are skipped).
+fn template_lines_keep_their_tables(file: &Path, old: &str, new: &str) -> Result<()> {
+    let lex = |e: go_template::LexError| {
+        SetupError::invalid(
+            file,
+            format!("internal error: template does not lex: {}", e.message),
+        )
+    };
+    let before = template_line_tables(old).map_err(lex)?;
+    let after = template_line_tables(new).map_err(lex)?;
+    let mut rest = after.iter();
+    for (line, text, was) in &before {
+        let Some((_, _, now)) = rest.find(|(_, t, _)| t == text) else {
+            return Err(SetupError::invalid(
+                file,
+                format!(
+                    "internal error: template line {} was lost while editing",
+                    line + 1
+                ),
+            ));
+        };
+        if now != was {
+            return Err(SetupError::Refused(format!(
+                "{}:{}: node-setup's edit would put this template line ({}) under {} instead of {}; edit the template by hand",
+                file.display(),
+                line + 1,
+                text.trim(),
+                now.unwrap_or("the top level"),
+                was.unwrap_or("the top level")
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Checks that every line an edit changed or added lies outside every control structure
 /// of the template (an edit inside `{{ if }}` or `{{ range }}` would render zero or many
 /// times).
@@ -872,12 +1139,6 @@ pub fn edit(file: &Path, text: Option<&str>, flavor: Flavor, want: Want) -> Resu
     let mut sk = prepare(file, &source, flavor)?;
     let before = describe(file, Some(&source), flavor)?;
     let spec = want.spec;
-    if let Some((line, table)) = &before.redeclares_base_table {
-        return Err(SetupError::Refused(format!(
-            "{}:{line}: the template declares [{table}], which the base template already emits: containerd refuses a table declared twice and k3s would not start. Remove that table (the base has it) and run apply again",
-            file.display()
-        )));
-    }
     let has_runtime = before
         .runtimes
         .get(&spec.name)
@@ -943,14 +1204,12 @@ pub fn edit(file: &Path, text: Option<&str>, flavor: Flavor, want: Want) -> Resu
             None,
             &[("SystemdCgroup", systemd_cgroup)],
         )?;
+        place_new_tables_last(&mut tail_doc);
         let mut text = head.to_string();
         if !text.ends_with('\n') {
             text.push('\n');
         }
-        if tail.trim().is_empty() {
-            // A blank line between the base and our tables, as a person would write it.
-            text.push('\n');
-        }
+        // (The new tables start with a blank line: see place_new_tables_last.)
         text.push_str(&tail_doc.to_string());
         text
     } else {
@@ -960,12 +1219,15 @@ pub fn edit(file: &Path, text: Option<&str>, flavor: Flavor, want: Want) -> Resu
             // Without a version key containerd would read the file as version 1.
             doc.insert("version", Item::Value(Value::from(version)));
         }
-        let copy_from = before.options_source().map(String::from);
+        let copy_from = before.options_source(&spec.name).map(String::from);
         let want = Want {
             declare_runtime: declare,
             ..want
         };
         add_runtime(file, &mut doc, version, want, copy_from.as_deref(), &[])?;
+        if is_template {
+            place_new_tables_last(&mut doc);
+        }
         if version == 1 {
             result
                 .notes
@@ -973,12 +1235,13 @@ pub fn edit(file: &Path, text: Option<&str>, flavor: Flavor, want: Want) -> Resu
         }
         doc.to_string()
     };
-    let out = restore_template(file, &out, &sk.lines)?;
+    let out = guard_new_tables(&restore_template(file, &out, &sk.lines)?);
     if out == original {
         return Ok(result);
     }
     if is_template {
         edits_at_top_level(file, original, &out)?;
+        template_lines_keep_their_tables(file, &source, &out)?;
     }
     // Validate our own output before it may be written.
     let after = describe(file, Some(&out), flavor)?;

@@ -45,23 +45,28 @@ pub fn lex(text: &str) -> Result<Vec<Action>, LexError> {
     while let Some(rel) = text[i..].find("{{") {
         let start = i + rel;
         let mut j = start + 2;
-        if text[j..].starts_with("- ")
-            || text[j..].starts_with("-\t")
-            || text[j..].starts_with("-\n")
-        {
+        // A trim marker is `-` followed by a space (Go: hasLeftTrimMarker).
+        if text[j..].starts_with('-') && text[j + 1..].starts_with(is_go_space) {
             j += 1;
         }
         let body_start = j;
         let end;
-        if text[j..].trim_start().starts_with("/*") {
-            let open = j + text[j..].find("/*").unwrap_or(0);
+        // A comment opens right after the delimiter (and its trim marker), nowhere else.
+        let comment_at = if j > start + 2 { j + 1 } else { j };
+        if text[comment_at..].starts_with("/*") {
+            let open = comment_at;
             let close = text[open + 2..].find("*/").ok_or(LexError {
                 offset: start,
                 message: "unclosed comment".into(),
             })?;
             let after = open + 2 + close + 2;
+            // Then `}}`, or a right trim marker (a space and `-`) and `}}`.
             let rest = &text[after..];
-            let skip = rest.len() - rest.trim_start_matches([' ', '-']).len();
+            let skip = if rest.starts_with(is_go_space) && rest[1..].starts_with("-}}") {
+                2
+            } else {
+                0
+            };
             if !rest[skip..].starts_with("}}") {
                 return Err(LexError {
                     offset: start,
@@ -77,6 +82,24 @@ pub fn lex(text: &str) -> Result<Vec<Action>, LexError> {
             });
             i = end;
             continue;
+        }
+        let inside = text[j..].trim_start_matches(is_go_space);
+        if inside.starts_with('/') {
+            return Err(LexError {
+                offset: start,
+                message: "unexpected \"/\" in command".into(),
+            });
+        }
+        // `{{-` without a space starts a number (Go: `{{-3}}` prints -3).
+        if let Some(after_minus) = inside.strip_prefix('-') {
+            let digits = after_minus.strip_prefix('.').unwrap_or(after_minus);
+            if !digits.starts_with(|c: char| c.is_ascii_digit()) {
+                return Err(LexError {
+                    offset: start,
+                    message: "bad number syntax after '-' (a trim marker needs a space: `{{- `)"
+                        .into(),
+                });
+            }
         }
         let mut quote: Option<u8> = None;
         loop {
@@ -119,6 +142,11 @@ pub fn lex(text: &str) -> Result<Vec<Action>, LexError> {
         i = end;
     }
     Ok(actions)
+}
+
+/// Go's text/template isSpace: the characters that may follow a trim marker.
+fn is_go_space(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\r' | '\n')
 }
 
 fn kind_of(body: &str) -> ActionKind {

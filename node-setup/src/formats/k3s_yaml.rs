@@ -2,12 +2,14 @@
 //! mapping of long flag names (without `--`) to a scalar or a list. A key ending in `+`
 //! appends to the value of earlier files (k3s pkg/configfilearg/parser.go). Read with a
 //! real YAML parser (yaml-rust2) so quoting, flow lists and comments are understood, and
-//! each key keeps its line for messages.
+//! each key keeps its line for messages. k3s decodes with gopkg.in/yaml.v2 (YAML 1.1), so
+//! an unquoted `yes`/`on`/`y` is the boolean true and reaches k3s's flag parser as
+//! `true`: plain scalars get the same reading here.
 
 use std::path::Path;
 
 use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
-use yaml_rust2::scanner::Marker;
+use yaml_rust2::scanner::{Marker, TScalarStyle};
 
 use crate::error::{Result, SetupError};
 
@@ -22,23 +24,45 @@ pub struct Entry {
     pub values: Vec<String>,
     /// 1-based line of the key.
     pub line: usize,
+    /// A value that is not a string or a list of strings (a nested mapping, an alias):
+    /// its 1-based line and what it is. k3s ignores flags it does not know, so this only
+    /// matters for a key that is read.
+    pub unsupported: Option<(usize, &'static str)>,
+}
+
+/// The string yaml.v2 gives a plain (unquoted) scalar: its YAML 1.1 booleans become
+/// `true` / `false` (gopkg.in/yaml.v2 resolve.go), anything else stays as written.
+fn yaml_v2_plain(text: String) -> String {
+    match text.as_str() {
+        "y" | "Y" | "yes" | "Yes" | "YES" | "true" | "True" | "TRUE" | "on" | "On" | "ON" => {
+            "true".into()
+        }
+        "n" | "N" | "no" | "No" | "NO" | "false" | "False" | "FALSE" | "off" | "Off" | "OFF" => {
+            "false".into()
+        }
+        _ => text,
+    }
 }
 
 /// Collects the top-level mapping's keys and their scalar or list values.
 #[derive(Default)]
 struct Collector {
+    /// Open mappings and lists (the top-level mapping is 1).
     depth: usize,
     /// Key waiting for its value (at depth 1).
     key: Option<(String, usize)>,
     /// Value being collected when it is a list.
     list: Option<Vec<String>>,
+    /// Inside a value that is not a string or list of strings: the depth where it
+    /// started, its line and what it is.
+    skipping: Option<(usize, usize, &'static str)>,
     entries: Vec<Entry>,
-    /// Line of the first thing that is not a k3s setting (a nested mapping, an alias).
-    unsupported: Option<(usize, &'static str)>,
+    /// Line of something that makes the file no k3s config at all (not a mapping).
+    not_a_mapping: Option<(usize, &'static str)>,
 }
 
 impl Collector {
-    fn push(&mut self, values: Vec<String>) {
+    fn push(&mut self, values: Vec<String>, unsupported: Option<(usize, &'static str)>) {
         if let Some((key, line)) = self.key.take() {
             let (key, append) = match key.strip_suffix('+') {
                 Some(k) => (k.to_string(), true),
@@ -49,8 +73,45 @@ impl Collector {
                 append,
                 values,
                 line,
+                unsupported,
             });
         }
+    }
+
+    /// A collection opens at `line`: a list value, or something node-setup skips.
+    fn open(&mut self, line: usize, list: bool) {
+        self.depth += 1;
+        if self.skipping.is_some() || self.depth == 1 {
+            return;
+        }
+        if list && self.depth == 2 && self.key.is_some() && self.list.is_none() {
+            self.list = Some(Vec::new());
+        } else {
+            let what = if list {
+                "a nested list"
+            } else {
+                "a nested mapping"
+            };
+            self.skipping = Some((self.depth, line, what));
+        }
+    }
+
+    fn close(&mut self) {
+        match self.skipping {
+            Some((depth, line, what)) if depth == self.depth => {
+                self.skipping = None;
+                self.list = None;
+                self.push(Vec::new(), Some((line, what)));
+            }
+            Some(_) => {}
+            None if self.depth == 2 => {
+                if let Some(items) = self.list.take() {
+                    self.push(items, None);
+                }
+            }
+            None => {}
+        }
+        self.depth = self.depth.saturating_sub(1);
     }
 }
 
@@ -58,44 +119,38 @@ impl MarkedEventReceiver for Collector {
     fn on_event(&mut self, ev: Event, mark: Marker) {
         let line = mark.line();
         match ev {
-            Event::Scalar(..) | Event::SequenceStart(..) if self.depth == 0 => {
-                self.unsupported
+            Event::Scalar(..) | Event::SequenceStart(..) | Event::Alias(_) if self.depth == 0 => {
+                self.not_a_mapping
                     .get_or_insert((line, "a document that is not a mapping"));
             }
-            Event::MappingStart(..) => {
-                self.depth += 1;
-                if self.depth > 1 {
-                    self.unsupported.get_or_insert((line, "a nested mapping"));
-                }
-            }
-            Event::MappingEnd => {
-                if self.depth == 2 {
-                    self.key = None;
-                }
-                self.depth = self.depth.saturating_sub(1);
-            }
-            Event::SequenceStart(..) if self.depth == 1 && self.list.is_none() => {
-                self.list = Some(Vec::new());
-            }
-            Event::SequenceStart(..) => {
-                self.unsupported.get_or_insert((line, "a nested list"));
-            }
-            Event::SequenceEnd => {
-                if let Some(items) = self.list.take() {
-                    self.push(items);
-                }
-            }
-            Event::Scalar(text, ..) if self.depth == 1 => {
-                if let Some(items) = &mut self.list {
-                    items.push(text);
-                } else if self.key.is_none() {
-                    self.key = Some((text, line));
+            Event::MappingStart(..) => self.open(line, false),
+            Event::SequenceStart(..) => self.open(line, true),
+            Event::MappingEnd | Event::SequenceEnd => self.close(),
+            _ if self.skipping.is_some() => {}
+            Event::Scalar(text, style, ..) => {
+                let text = if style == TScalarStyle::Plain {
+                    yaml_v2_plain(text)
                 } else {
-                    self.push(vec![text]);
+                    text
+                };
+                match (&mut self.list, self.depth) {
+                    (Some(items), 2) => items.push(text),
+                    (None, 1) if self.key.is_none() => self.key = Some((text, line)),
+                    (None, 1) => self.push(vec![text], None),
+                    _ => {}
                 }
+            }
+            Event::Alias(_) if self.depth == 1 && self.key.is_some() => {
+                self.push(Vec::new(), Some((line, "an alias")));
+            }
+            Event::Alias(_) if self.list.is_some() => {
+                // The whole list is unusable: skip to its end.
+                self.list = None;
+                self.skipping = Some((self.depth, line, "an alias"));
             }
             Event::Alias(_) => {
-                self.unsupported.get_or_insert((line, "an alias"));
+                self.not_a_mapping
+                    .get_or_insert((line, "an alias as a key"));
             }
             _ => {}
         }
@@ -115,7 +170,7 @@ pub fn parse(file: &Path, text: &str) -> Result<Vec<Entry>> {
             column: e.marker().col() + 1,
             message: format!("invalid YAML: {}", e.info()),
         })?;
-    if let Some((line, what)) = collector.unsupported {
+    if let Some((line, what)) = collector.not_a_mapping {
         return Err(SetupError::Malformed {
             file: file.to_path_buf(),
             line,

@@ -293,20 +293,9 @@ fn k3s_renderer() -> Option<PathBuf> {
         .clone()
 }
 
-/// Renders k3s template `text` like k3s does: Go's text/template with our stand-in for
-/// k3s's base template (config version `version`) and data shaped like k3s's. `None`
-/// when Go is missing (and not required); `Some(Err(..))` when rendering fails.
-pub fn render_k3s_template(
-    text: &str,
-    version: i64,
-    data: &K3sData,
-) -> Option<Result<String, String>> {
-    let renderer = k3s_renderer()?;
-    let dir = tempfile::tempdir().unwrap();
-    let tmpl = dir.path().join("config.toml.tmpl");
-    std::fs::write(&tmpl, text).unwrap();
-    let base = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("tests/k3s_render/base-v{version}.toml.tmpl"));
+/// k3s's template data for `data` as the JSON the renderer reads (the shape of k3s's
+/// `ContainerdConfig`, fields the templates use).
+pub fn k3s_data_json(data: &K3sData) -> serde_json::Value {
     let runtimes: serde_json::Map<String, serde_json::Value> = data
         .detected
         .iter()
@@ -317,14 +306,18 @@ pub fn render_k3s_template(
             )
         })
         .collect();
-    let json = serde_json::json!({
+    serde_json::json!({
         "Program": "k3s",
         "SystemdCgroup": data.systemd_cgroup,
         "ExtraRuntimes": runtimes,
         "NodeConfig": {
             "DefaultRuntime": data.default_runtime.unwrap_or(""),
             "Containerd": {
+                "Root": "/var/lib/rancher/k3s/agent/containerd",
+                "State": "/run/k3s/containerd",
+                "Address": "/run/k3s/containerd/containerd.sock",
                 "Opt": "/var/lib/rancher/k3s/agent/containerd",
+                "Template": "/var/lib/rancher/k3s/agent/etc/containerd",
                 "Registry": "/var/lib/rancher/k3s/agent/etc/containerd/certs.d"
             },
             "AgentConfig": {
@@ -334,9 +327,34 @@ pub fn render_k3s_template(
                 "CNIConfDir": "/var/lib/rancher/k3s/agent/etc/cni/net.d"
             }
         }
-    });
+    })
+}
+
+/// Renders k3s template `text` like k3s does: Go's text/template with our stand-in for
+/// k3s's base template (config version `version`) and data shaped like k3s's. `None`
+/// when Go is missing (and not required); `Some(Err(..))` when rendering fails.
+pub fn render_k3s_template(
+    text: &str,
+    version: i64,
+    data: &K3sData,
+) -> Option<Result<String, String>> {
+    render_k3s_template_json(text, version, &k3s_data_json(data))
+}
+
+/// [`render_k3s_template`] with the data given as JSON (see [`k3s_data_json`]).
+pub fn render_k3s_template_json(
+    text: &str,
+    version: i64,
+    data: &serde_json::Value,
+) -> Option<Result<String, String>> {
+    let renderer = k3s_renderer()?;
+    let dir = tempfile::tempdir().unwrap();
+    let tmpl = dir.path().join("config.toml.tmpl");
+    std::fs::write(&tmpl, text).unwrap();
+    let base = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("tests/k3s_render/base-v{version}.toml.tmpl"));
     let data_file = dir.path().join("data.json");
-    std::fs::write(&data_file, json.to_string()).unwrap();
+    std::fs::write(&data_file, data.to_string()).unwrap();
     let out = Command::new(renderer)
         .arg(&tmpl)
         .arg(&base)

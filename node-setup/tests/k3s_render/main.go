@@ -20,16 +20,18 @@ type ContainerdRuntimeConfig struct {
 }
 
 type Containerd struct {
-	Address  string
-	Log      string
-	Root     string
-	State    string
-	Config   string
-	Opt      string
-	Template string
-	Registry string
-	SELinux  bool
-	Debug    bool
+	Address       string
+	Log           string
+	Root          string
+	State         string
+	Config        string
+	Opt           string
+	Template      string
+	BlockIOConfig string
+	RDTConfig     string
+	Registry      string
+	SELinux       bool
+	Debug         bool
 }
 
 type AgentConfig struct {
@@ -53,9 +55,28 @@ type Mirror struct {
 	Rewrites  map[string]string
 }
 
+type AuthConfig struct {
+	Username      string
+	Password      string
+	Auth          string
+	IdentityToken string
+}
+
+type TLSConfig struct {
+	CAFile             string
+	CertFile           string
+	KeyFile            string
+	InsecureSkipVerify bool
+}
+
+type RegistryConfig struct {
+	Auth *AuthConfig
+	TLS  *TLSConfig
+}
+
 type Registry struct {
 	Mirrors map[string]Mirror
-	Configs map[string]json.RawMessage
+	Configs map[string]RegistryConfig
 }
 
 type ContainerdConfig struct {
