@@ -183,15 +183,28 @@ fn apply(
     // Write under the lock, from a plan made under it (another run may have changed
     // the files since the first look).
     let lock = RunLock::acquire(&opts.host, &mut |msg| say!(out, "{msg}"))?;
-    let plan = plan::build(opts, false)?;
-    if plan.changes.is_empty() {
-        say!(
-            out,
-            "already configured (by the run we waited for): nothing to change, no file written"
-        );
-        return Ok(exit_code::OK);
-    }
-    let report = ops::apply(&plan, &opts.host, restarts, &lock)?;
+    let plan = match plan::build(opts, false) {
+        Ok(plan) if !plan.changes.is_empty() => plan,
+        Ok(_) => {
+            lock.release_unused(&opts.host);
+            say!(
+                out,
+                "already configured (by the run we waited for): nothing to change, no file written"
+            );
+            return Ok(exit_code::OK);
+        }
+        Err(e) => {
+            lock.release_unused(&opts.host);
+            return Err(e);
+        }
+    };
+    let report = match ops::apply(&plan, &opts.host, restarts, &lock) {
+        Ok(report) => report,
+        Err(e) => {
+            lock.release_unused(&opts.host);
+            return Err(e);
+        }
+    };
     for c in &plan.changes {
         say!(
             out,
@@ -303,6 +316,10 @@ fn revert(
         Some(RunLock::acquire(&opts.host, &mut |msg| say!(out, "{msg}"))?)
     };
     let Some((manifest, steps)) = ops::plan_revert(&opts.host, opts.force)? else {
+        // The run we waited for reverted everything.
+        if let Some(lock) = lock {
+            lock.release_unused(&opts.host);
+        }
         say!(
             out,
             "nothing to revert: no manifest at {}",

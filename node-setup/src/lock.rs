@@ -84,6 +84,24 @@ impl RunLock {
         }
     }
 
+    /// After a run that wrote nothing: on a host that has no manifest (nothing applied),
+    /// removes the lock file and the directories made for it, so that a refused or
+    /// idle run leaves the tree as it found it. Best effort: what cannot be removed is
+    /// logged and left for the next run.
+    pub fn release_unused(self, host: &HostRoot) {
+        if host.exists(state::MANIFEST) {
+            return;
+        }
+        if let Err(e) = self.remove_file() {
+            tracing::warn!(error = %e, "could not remove the lock file");
+        }
+        for d in self.created_dirs.iter().rev() {
+            if let Err(e) = fsops::remove_dir_if_empty(&host.path(d)) {
+                tracing::warn!(dir = d, error = %e, "could not remove a state directory");
+            }
+        }
+    }
+
     /// Removes the lock file (revert, as the last part of the state), still holding it.
     pub fn remove_file(&self) -> Result<()> {
         let _held = &self.file;

@@ -53,12 +53,15 @@ fn io(context: String) -> impl FnOnce(std::io::Error) -> SetupError {
 }
 
 /// Refuses early when a directory we must write into is not writable.
-fn preflight(dirs: impl IntoIterator<Item = std::path::PathBuf>) -> Result<()> {
+fn preflight(host: &HostRoot, dirs: impl IntoIterator<Item = std::path::PathBuf>) -> Result<()> {
     for dir in dirs {
         if !fsops::dir_writable(&dir) {
+            let shown = dir.strip_prefix(host.root()).map_or_else(
+                |_| dir.display().to_string(),
+                |p| format!("/{}", p.display()),
+            );
             return Err(SetupError::Refused(format!(
-                "cannot write in {}: permission denied (run as root); nothing was written",
-                dir.display()
+                "cannot write in {shown}: permission denied (run as root); nothing was written"
             )));
         }
     }
@@ -108,6 +111,7 @@ pub fn apply(plan: &Plan, host: &HostRoot, restarts: Restarts, lock: &RunLock) -
         }
     }
     preflight(
+        host,
         plan.changes
             .iter()
             .filter_map(|c| c.write_path.parent().map(Path::to_path_buf))
@@ -117,7 +121,7 @@ pub fn apply(plan: &Plan, host: &HostRoot, restarts: Restarts, lock: &RunLock) -
         if c.write_path.is_dir() {
             return Err(SetupError::Refused(format!(
                 "{} is a directory; nothing was written",
-                c.write_path.display()
+                c.target
             )));
         }
     }
@@ -304,20 +308,18 @@ pub fn plan_revert(host: &HostRoot, force: bool) -> Result<Option<(Manifest, Vec
     };
     let mut steps = Vec::new();
     for e in manifest.entries.iter().rev() {
-        let disk = host.path(&e.path);
-        let current = read_optional(&disk)?;
+        let current = read_optional(&host.path(&e.path))?;
         let digest = current.as_deref().map(|c| fsops::digest(c.as_bytes()));
         if digest.as_deref() != Some(e.written.as_str()) && !force {
             return Err(SetupError::Refused(format!(
                 "{} changed after apply; not reverting anything (pass --force to restore the original anyway)",
-                disk.display()
+                e.path
             )));
         }
         let restore = match &e.backup {
             Some(b) => Some(read_optional(&host.path(b))?.ok_or_else(|| {
                 SetupError::Refused(format!(
-                    "backup {} of {} is missing; not reverting anything",
-                    host.path(b).display(),
+                    "backup {b} of {} is missing; not reverting anything",
                     e.path
                 ))
             })?),
@@ -349,6 +351,7 @@ pub fn revert(
             .chain([host.path(state::STATE_DIR), host.path(state::BACKUP_DIR)]),
     )?;
     preflight(
+        host,
         steps
             .iter()
             .filter_map(|s| host.path(&s.path).parent().map(Path::to_path_buf)),

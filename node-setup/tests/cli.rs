@@ -566,19 +566,19 @@ fn malformed_files_stop_the_run_before_any_write() {
             DAEMON_JSON,
             fixture("docker/malformed.json"),
             "docker",
-            "daemon.json:5:3: ",
+            "error: /etc/docker/daemon.json:5:3: ",
         ),
         (
             "/etc/containerd/config.toml",
             fixture("containerd/malformed.toml"),
             "containerd",
-            "config.toml:5:26: ",
+            "error: /etc/containerd/config.toml:5:26: ",
         ),
         (
             AGENT_UNIT,
             "[Service]\nExecStart=/usr/local/bin/k3s agent '--docker\n".to_string(),
             "docker",
-            "k3s-agent.service:2:",
+            "error: /etc/systemd/system/k3s-agent.service:2:",
         ),
     ] {
         let host = NodeHost::new();
@@ -595,6 +595,9 @@ fn malformed_files_stop_the_run_before_any_write() {
         let out = run(&host, &["--mode", mode, "apply"]);
         assert_eq!(out.code, 3, "{file}: {}", out.stderr);
         assert!(out.stderr.contains(location), "{file}: {}", out.stderr);
+        // Paths are the host's, as the operator knows them, not the --root tree's.
+        let root = host.root().to_string_lossy();
+        assert!(!out.stderr.contains(root.as_ref()), "{}", out.stderr);
         assert_eq!(before, host.snapshot(), "{file}: nothing may be written");
         assert_eq!(run(&host, &["--mode", mode, "check"]).code, 3);
     }
@@ -665,7 +668,9 @@ fn revert_refuses_a_file_changed_after_apply_unless_forced() {
     let out = run(&host, &["revert"]);
     assert_eq!(out.code, 3);
     assert!(
-        out.stderr.contains("changed after apply") && out.stderr.contains("--force"),
+        out.stderr
+            .contains("error: /etc/docker/daemon.json changed after apply")
+            && out.stderr.contains("--force"),
         "{}",
         out.stderr
     );

@@ -50,15 +50,16 @@ fn temp_files(s: &Snapshot) -> Vec<&PathBuf> {
         .collect()
 }
 
-#[test]
-fn a_run_waits_for_the_lock_and_says_so() {
-    let host = docker_host();
-    let holder = {
-        std::fs::create_dir_all(host.path("/var/lib/edgegpu/node-setup")).unwrap();
-        let f = std::fs::File::create(host.path(LOCK)).unwrap();
-        nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).unwrap()
-    };
-    let mut child = spawn(&host, &["apply"]);
+/// Holds the run lock of `host` (as another run would) until dropped.
+fn hold_lock(host: &NodeHost) -> nix::fcntl::Flock<std::fs::File> {
+    std::fs::create_dir_all(host.path("/var/lib/edgegpu/node-setup")).unwrap();
+    let f = std::fs::File::create(host.path(LOCK)).unwrap();
+    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).unwrap()
+}
+
+/// Starts `apply` and returns once it says it waits for the lock, with that line.
+fn apply_waiting(host: &NodeHost) -> (Child, String) {
+    let mut child = spawn(host, &["apply"]);
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -66,14 +67,21 @@ fn a_run_waits_for_the_lock_and_says_so() {
             let _ = tx.send(line.unwrap_or_default());
         }
     });
-    let waiting = loop {
+    loop {
         let line = rx
             .recv_timeout(Duration::from_secs(20))
             .expect("the waiting run prints a line");
         if line.contains("waiting for another edgegpu-node-setup run") {
-            break line;
+            return (child, line);
         }
-    };
+    }
+}
+
+#[test]
+fn a_run_waits_for_the_lock_and_says_so() {
+    let host = docker_host();
+    let holder = hold_lock(&host);
+    let (mut child, waiting) = apply_waiting(&host);
     assert!(
         waiting.contains("/var/lib/edgegpu/node-setup/lock"),
         "{waiting}"
@@ -85,6 +93,27 @@ fn a_run_waits_for_the_lock_and_says_so() {
     let status = child.wait().unwrap();
     assert!(status.success());
     assert!(host.read("/etc/docker/daemon.json").contains("nvidia"));
+}
+
+#[test]
+fn a_run_refused_under_the_lock_leaves_no_state_behind() {
+    let host = docker_host();
+    let holder = hold_lock(&host);
+    let (child, _) = apply_waiting(&host);
+    // While it waits, daemon.json becomes one it must refuse.
+    host.write(
+        "/etc/docker/daemon.json",
+        "{\"default-runtime\": \"runc\", \"default-runtime\": \"crun\"}\n",
+    );
+    drop(holder);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let left: Vec<PathBuf> = host
+        .snapshot()
+        .into_keys()
+        .filter(|p| p.starts_with("var/lib/edgegpu"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
 }
 
 fn options(host: &NodeHost, set_default: bool) -> plan::Options {

@@ -5,6 +5,7 @@
 //! systemd.exec(5) (`Environment=`, `EnvironmentFile=`, command lines).
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use super::{Source, Sourced};
 use crate::error::{Result, SetupError};
@@ -62,10 +63,10 @@ impl Unit {
         if text.trim().is_empty() {
             return Ok(None);
         }
-        let mut files = vec![(path.clone(), UnitFile::parse(&host.path(&path), &text)?)];
+        let mut files = vec![(path.clone(), UnitFile::parse(Path::new(&path), &text)?)];
         for drop_in in drop_ins(host, name)? {
             let text = host.read(&drop_in)?.unwrap_or_default();
-            let parsed = UnitFile::parse(&host.path(&drop_in), &text)?;
+            let parsed = UnitFile::parse(Path::new(&drop_in), &text)?;
             files.push((drop_in, parsed));
         }
         Ok(Some(Unit {
