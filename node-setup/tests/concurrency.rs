@@ -1,6 +1,7 @@
 //! Runs on one host are serialized by a lock in the state directory; a plan is written
 //! only onto the files it was made from; what a killed run leaves is cleaned up by the
-//! next; and after SIGKILL at any moment every file is old or new, never partial.
+//! next; and after SIGKILL at every rename and fsync of every write (injected by strace,
+//! so each point is hit on every run) every file is old or new, never partial.
 
 mod common;
 
@@ -8,7 +9,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{docker_host, ok, run};
 use edgegpu_node_setup::detect::ModeRequest;
@@ -67,12 +68,21 @@ fn apply_waiting(host: &NodeHost) -> (Child, String) {
             let _ = tx.send(line.unwrap_or_default());
         }
     });
-    loop {
-        let line = rx
-            .recv_timeout(Duration::from_secs(20))
-            .expect("the waiting run prints a line");
-        if line.contains("waiting for another edgegpu-node-setup run") {
-            return (child, line);
+    let waiting = loop {
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(line) if line.contains("waiting for another edgegpu-node-setup run") => {
+                break Some(line)
+            }
+            Ok(_) => {}
+            Err(_) => break None,
+        }
+    };
+    match waiting {
+        Some(line) => (child, line),
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the waiting run never said it waits for the lock");
         }
     }
 }
@@ -198,76 +208,138 @@ fn concurrent_runs_are_serialized_and_revert_restores_the_original() {
     assert_eq!(original, content(&host.snapshot()));
 }
 
-/// Kills `apply` with SIGKILL after `delay` and returns whether it was still running.
-fn kill_after(host: &NodeHost, delay: Duration) -> bool {
-    let mut child = spawn(host, &["apply"]);
-    let start = Instant::now();
-    while start.elapsed() < delay {
-        std::hint::spin_loop();
+/// The system calls where a kill is injected: the commit point of every atomic write
+/// (rename; `renameat` where the C library or qemu-user uses it) and its fsyncs (after
+/// the temporary file is written, and of the directory after the rename).
+const KILL_POINTS: [&str; 2] = ["rename,renameat,renameat2", "fsync,fdatasync"];
+
+/// Runs `apply` under strace, killed with SIGKILL on entering the `n`th call of
+/// `syscalls` (before it runs). Returns true when apply ran to the end instead (fewer
+/// calls than `n`).
+fn apply_killed_at(
+    strace: &std::path::Path,
+    host: &NodeHost,
+    args: &[&str],
+    syscalls: &str,
+    n: usize,
+) -> bool {
+    let node_setup = binary_command(env!("CARGO_BIN_EXE_edgegpu-node-setup"));
+    let status = std::process::Command::new(strace)
+        .args(["-f", "-qq", "-o", "/dev/null", "-e"])
+        .arg(format!("inject={syscalls}:signal=KILL:when={n}"))
+        .arg(node_setup.get_program())
+        .args(node_setup.get_args())
+        .arg("--root")
+        .arg(host.root())
+        .args(args)
+        .arg("apply")
+        .env_remove("EDGEGPU_NODE_SETUP_MODE")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("run strace");
+    status.success()
+}
+
+/// SIGKILL at every write's commit point and fsync, in turn (deterministic: strace
+/// injects the signal at the nth call): every file is its old or its new content, at
+/// least one kill lands between two files, the next apply finishes the job and leaves
+/// no temporary file, and revert restores the original. Returns the number of kills.
+fn killed_at_every_write(make_host: impl Fn() -> NodeHost, args: &[&str]) -> usize {
+    let Some(strace) = common::real_tool("strace", "Debian package strace") else {
+        return 0;
+    };
+    let reference = make_host();
+    let old = content(&reference.snapshot());
+    let mut apply: Vec<&str> = args.to_vec();
+    apply.push("apply");
+    ok(&reference, &apply);
+    let new = content(&reference.snapshot());
+    let written: Vec<&PathBuf> = new
+        .keys()
+        .filter(|p| old.get(*p) != new.get(*p) && !p.starts_with("var/lib/edgegpu"))
+        .collect();
+    assert!(written.len() >= 2, "{written:?}");
+    let mut kills = 0;
+    let mut between = 0;
+    for syscalls in KILL_POINTS {
+        let mut done_before = 0;
+        for n in 1.. {
+            let host = make_host();
+            let finished = apply_killed_at(&strace, &host, args, syscalls, n);
+            let now = content(&host.snapshot());
+            for path in old.keys().chain(new.keys()) {
+                if path.to_string_lossy().contains("/backups/") || path.ends_with("lock") {
+                    continue;
+                }
+                let here = now.get(path);
+                assert!(
+                    here == old.get(path)
+                        || here == new.get(path)
+                        || path.to_string_lossy().contains(".edgegpu-tmp."),
+                    "killed at {syscalls} #{n}: {} is neither old nor new",
+                    path.display()
+                );
+            }
+            let done = written
+                .iter()
+                .filter(|p| now.get(**p) == new.get(**p))
+                .count();
+            assert!(
+                done >= done_before,
+                "{syscalls} #{n}: writes went backwards"
+            );
+            done_before = done;
+            if done > 0 && done < written.len() {
+                between += 1;
+            }
+            // The next run finishes the job; revert then restores the original.
+            ok(&host, &apply);
+            let after = host.snapshot();
+            assert!(temp_files(&after).is_empty(), "{:?}", temp_files(&after));
+            let mut check: Vec<&str> = args.to_vec();
+            check.push("check");
+            assert_eq!(run(&host, &check).code, 0, "{syscalls} #{n}");
+            ok(&host, &["revert"]);
+            assert_eq!(old, content(&host.snapshot()), "{syscalls} #{n}");
+            if finished {
+                assert_eq!(
+                    done,
+                    written.len(),
+                    "{syscalls}: a run that finished wrote all"
+                );
+                break;
+            }
+            kills += 1;
+        }
     }
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let alive = matches!(child.try_wait(), Ok(None));
-    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
-    child.wait().unwrap();
-    alive
+    assert!(between > 0, "no kill landed between two written files");
+    eprintln!(
+        "{kills} kills at every rename and fsync, {between} between two of the {} files written",
+        written.len()
+    );
+    kills
 }
 
 #[test]
-fn after_sigkill_at_any_moment_every_file_is_old_or_new() {
-    // The files apply writes, before and after a complete run.
-    let reference = docker_host();
-    let old = content(&reference.snapshot());
-    let started = Instant::now();
-    ok(&reference, &["apply"]);
-    let full_run = started.elapsed();
-    let new = content(&reference.snapshot());
-    let written: Vec<&PathBuf> = new.keys().filter(|p| old.get(*p) != new.get(*p)).collect();
-    assert!(written.len() >= 5, "{written:?}");
-    // Kill points spread over the run; the first third is mostly the process starting.
-    // Fewer under qemu-user (EDGEGPU_TEST_RUNNER), where each run is much slower.
-    let points = if std::env::var_os("EDGEGPU_TEST_RUNNER").is_some() {
-        24
-    } else {
-        64
+fn after_sigkill_at_any_write_every_file_is_old_or_new() {
+    // docker mode: two units and daemon.json.
+    let kills = killed_at_every_write(docker_host, &[]);
+    // k3s's own containerd with the runtime off k3s's PATH: the template and the
+    // default-runtime drop-in.
+    let runtime = "/opt/nvidia/bin/nvidia-container-runtime";
+    let k3s_host = || {
+        let host = NodeHost::new();
+        host.k3s_binary(Some("v1.31.6+k3s1"))
+            .write(
+                "/etc/systemd/system/k3s.service",
+                common::fixture("units/k3s-installer-server.service"),
+            )
+            .executable(runtime, "#!/bin/sh\n");
+        host
     };
-    let mut interrupted = 0;
-    let mut partial = 0;
-    for i in 0..points {
-        let host = docker_host();
-        let delay = full_run.mul_f64(0.2 + 0.9 * i as f64 / points as f64);
-        if kill_after(&host, delay) {
-            interrupted += 1;
-        }
-        let now = content(&host.snapshot());
-        let done = written
-            .iter()
-            .filter(|p| now.get(**p) == new.get(**p))
-            .count();
-        if done > 0 && done < written.len() {
-            partial += 1;
-        }
-        for path in old.keys().chain(new.keys()) {
-            if path.to_string_lossy().contains("/backups/") || path.ends_with("lock") {
-                continue;
-            }
-            let here = now.get(path);
-            assert!(
-                here == old.get(path) || here == new.get(path),
-                "kill after {delay:?}: {} is neither old nor new",
-                path.display()
-            );
-        }
-        // The next run finishes the job and leaves no temporary file; revert restores
-        // the original.
-        ok(&host, &["apply"]);
-        let done = host.snapshot();
-        assert!(temp_files(&done).is_empty(), "{:?}", temp_files(&done));
-        assert_eq!(run(&host, &["check"]).code, 0);
-        ok(&host, &["revert"]);
-        assert_eq!(old, content(&host.snapshot()), "kill after {delay:?}");
+    let kills = kills + killed_at_every_write(k3s_host, &["--runtime-path", runtime]);
+    if common::real_tool("strace", "Debian package strace").is_some() {
+        assert!(kills >= 20, "{kills}");
     }
-    assert!(interrupted > 0, "no kill landed while apply ran");
-    eprintln!(
-        "{interrupted}/{points} kills landed while apply was running, {partial} between two writes (full run {full_run:?})"
-    );
 }
