@@ -5,7 +5,7 @@ use std::fmt;
 use std::io::Read;
 
 use crate::effective::k3s::{K3s, Role};
-use crate::effective::systemd::{Unit, UNIT_DIRS};
+use crate::effective::systemd::{find_unit_file, Unit};
 use crate::effective::{Source, Sourced};
 use crate::error::{Result, SetupError};
 use crate::host::HostRoot;
@@ -139,11 +139,9 @@ pub struct Inventory {
     pub existing: Vec<String>,
 }
 
+/// The unit file of `name` when one is installed (not masked).
 fn find_unit(host: &HostRoot, name: &str) -> Option<String> {
-    UNIT_DIRS
-        .iter()
-        .map(|d| format!("{d}/{name}"))
-        .find(|p| host.exists(p))
+    find_unit_file(host, name).filter(|p| host.exists(p))
 }
 
 fn find_binary(host: &HostRoot, name: &str) -> Option<String> {

@@ -20,7 +20,15 @@ fn spec(set_default: bool) -> RuntimeSpec {
 }
 
 fn edit(file: &Path, text: Option<&str>, spec: &RuntimeSpec) -> Result<Edit, SetupError> {
-    daemon_json::edit(file, text, spec, Want::from_spec(spec))
+    daemon_json::edit(
+        file,
+        text,
+        spec,
+        Want {
+            set_default: spec.set_default,
+            bare_name_ok: false,
+        },
+    )
 }
 
 fn keys(v: &Value) -> Vec<String> {

@@ -112,7 +112,10 @@ fn check_json(text: &str) {
         Path::new("d.json"),
         Some(text),
         &spec(),
-        daemon_json::Want::from_spec(&spec()),
+        daemon_json::Want {
+            set_default: spec().set_default,
+            bare_name_ok: false,
+        },
     )
     .map(|e| e.new)
     {
@@ -122,7 +125,10 @@ fn check_json(text: &str) {
             Path::new("d.json"),
             Some(&new),
             &spec(),
-            daemon_json::Want::from_spec(&spec())
+            daemon_json::Want {
+                set_default: spec().set_default,
+                bare_name_ok: false,
+            }
         )
         .unwrap()
         .new

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use super::{Source, Sourced};
 use crate::error::{Result, SetupError};
-use crate::formats::unit::{split_words, strip_exec_prefixes, Assignment, UnitFile};
+use crate::formats::unit::{exec_start_of, split_words, strip_exec_prefixes, Assignment, UnitFile};
 use crate::host::HostRoot;
 
 /// Where systemd's system manager looks for units, highest priority first (the subset
@@ -24,6 +24,15 @@ pub const UNIT_DIRS: [&str; 5] = [
 
 /// `$PATH` the system manager gives services that do not set one (systemd.exec(5)).
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The unit file systemd loads for `name`: the first in [`UNIT_DIRS`] (a symlink there,
+/// even to /dev/null, hides the ones below it).
+pub fn find_unit_file(host: &HostRoot, name: &str) -> Option<String> {
+    UNIT_DIRS
+        .iter()
+        .map(|d| format!("{d}/{name}"))
+        .find(|p| host.exists(p) || host.is_symlink(p))
+}
 
 /// One word of a command line and the file line it comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,11 +61,7 @@ impl Unit {
     /// Loads `name` from the first unit directory that has it, with its drop-ins. `None`
     /// when there is no such unit or it is masked (linked to /dev/null or empty).
     pub fn load(host: &HostRoot, name: &str) -> Result<Option<Unit>> {
-        let Some(path) = UNIT_DIRS
-            .iter()
-            .map(|d| format!("{d}/{name}"))
-            .find(|p| host.exists(p) || host.is_symlink(p))
-        else {
+        let Some(path) = find_unit_file(host, name) else {
             return Ok(None);
         };
         let text = host.read(&path)?.unwrap_or_default();
@@ -124,21 +129,16 @@ impl Unit {
     /// The file holding the `ExecStart=` systemd runs, and that assignment. A service
     /// that is not `Type=oneshot` has exactly one.
     pub fn exec_start(&self) -> Result<(&str, &UnitFile, &Assignment)> {
-        let mut effective = Vec::new();
-        for found in self.assignments("Service", "ExecStart") {
-            if found.2.value.trim().is_empty() {
-                effective.clear();
-            } else {
-                effective.push(found);
-            }
-        }
-        match effective.as_slice() {
-            [one] => Ok(*one),
-            [] => Err(SetupError::invalid(
+        let found = self
+            .assignments("Service", "ExecStart")
+            .map(|(path, unit, a)| ((path, unit), a));
+        match exec_start_of(found) {
+            Ok(((path, unit), a)) => Ok((path, unit, a)),
+            Err(None) => Err(SetupError::invalid(
                 &self.path,
                 "no ExecStart= in [Service] (unit and drop-ins)",
             )),
-            [_, (path, _, second), ..] => Err(SetupError::Malformed {
+            Err(Some(((path, _), second))) => Err(SetupError::Malformed {
                 file: path.into(),
                 line: second.line + 1,
                 column: 1,

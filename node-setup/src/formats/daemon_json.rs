@@ -172,16 +172,6 @@ pub struct Want {
     pub bare_name_ok: bool,
 }
 
-impl Want {
-    /// Register the runtime and, per `spec.set_default`, make it the default.
-    pub fn from_spec(spec: &RuntimeSpec) -> Want {
-        Want {
-            set_default: spec.set_default,
-            bare_name_ok: false,
-        }
-    }
-}
-
 /// Plans the daemon.json edit; no change when already configured.
 pub fn edit(file: &Path, text: Option<&str>, spec: &RuntimeSpec, want: Want) -> Result<Edit> {
     let mut doc = DaemonJson::parse(file, text.unwrap_or(""))?;

@@ -151,35 +151,20 @@ impl UnitFile {
         out
     }
 
-    /// Values of `key` in `section`, in file order.
-    pub fn values<'a>(&'a self, section: &'a str, key: &'a str) -> impl Iterator<Item = &'a str> {
-        self.assignments
-            .iter()
-            .filter(move |a| a.section == section && a.key == key)
-            .map(|a| a.value.as_str())
-    }
-
-    /// The effective `ExecStart=` of `[Service]` (an empty assignment resets the list).
+    /// The effective `ExecStart=` of `[Service]` in this file alone.
     pub fn exec_start(&self) -> Result<&Assignment> {
-        let mut effective: Vec<&Assignment> = Vec::new();
-        for a in self
+        let found = self
             .assignments
             .iter()
             .filter(|a| a.section == "Service" && a.key == "ExecStart")
-        {
-            if a.value.trim().is_empty() {
-                effective.clear();
-            } else {
-                effective.push(a);
-            }
-        }
-        match effective.as_slice() {
-            [one] => Ok(one),
-            [] => Err(SetupError::invalid(
+            .map(|a| ((), a));
+        match exec_start_of(found) {
+            Ok(((), one)) => Ok(one),
+            Err(None) => Err(SetupError::invalid(
                 &self.file,
                 "no ExecStart= in [Service]",
             )),
-            [_, second, ..] => Err(SetupError::Malformed {
+            Err(Some(((), second))) => Err(SetupError::Malformed {
                 file: self.file.clone(),
                 line: second.line + 1,
                 column: 1,
@@ -220,6 +205,29 @@ impl UnitFile {
             value_pos += len;
         }
         (a.line + 1, 1)
+    }
+}
+
+/// The `ExecStart=` systemd runs among `ExecStart=` assignments in the order they apply
+/// (across a unit and its drop-ins, each tagged with where it is): an empty one clears
+/// the list, and a service that is not `Type=oneshot` has exactly one. `Err(None)`: there
+/// is none; `Err(Some(second))`: a second one without a reset (systemd refuses the unit).
+pub fn exec_start_of<'a, T>(
+    assignments: impl IntoIterator<Item = (T, &'a Assignment)>,
+) -> std::result::Result<(T, &'a Assignment), Option<(T, &'a Assignment)>> {
+    let mut effective = Vec::new();
+    for (at, a) in assignments {
+        if a.value.trim().is_empty() {
+            effective.clear();
+        } else {
+            effective.push((at, a));
+        }
+    }
+    let mut effective = effective.into_iter();
+    match (effective.next(), effective.next()) {
+        (Some(one), None) => Ok(one),
+        (None, _) => Err(None),
+        (Some(_), second) => Err(second),
     }
 }
 
