@@ -31,10 +31,10 @@ originals.
 
 Exit codes:
   0  success (check: the node is fully configured)
-  1  check: the node is not fully configured
+  1  check: the node is not fully configured, or something blocks it (`blocked:`)
   2  invalid command line
   3  refused: malformed file, missing runtime binary, conflicting setting, nothing to
-     configure (nothing was written)
+     configure (nothing was written); check: a file cannot be read or parsed
   4  failed: a write or a service restart failed
 
 Typical use on a k3s host:  sudo edgegpu-node-setup apply

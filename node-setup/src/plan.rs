@@ -411,8 +411,7 @@ impl Builder<'_> {
                 )),
                 _ => {
                     return Err(SetupError::Refused(format!(
-                        "{why}. Remove that line (the base imports {} already) and run apply again",
-                        t.drop_in_dir()
+                        "{why}. Remove that line (put the imported files into that directory) and run apply again"
                     )))
                 }
             }
