@@ -473,110 +473,58 @@ const BASE_TOP_LEVEL_KEYS: [&str; 3] = ["version", "root", "state"];
 /// --default-runtime), so a template may declare none of them again. The runtimes k3s
 /// finds on its PATH come on top; plan checks those against the binaries.
 fn base_tables(version: i64) -> Vec<Vec<&'static str>> {
-    let mut tables: Vec<Vec<&'static str>> = vec![
-        vec!["grpc"],
-        vec!["plugins", "io.containerd.internal.v1.opt"],
-        vec!["plugins", "io.containerd.grpc.v1.cri"],
-        vec!["plugins", "io.containerd.service.v1.tasks-service"],
-        vec!["plugins", "io.containerd.nri.v1.nri"],
-        vec!["plugins", "io.containerd.snapshotter.v1.stargz"],
-        vec![
-            "plugins",
-            "io.containerd.snapshotter.v1.stargz",
-            "cri_keychain",
-        ],
-        vec!["plugins", "io.containerd.snapshotter.v1.stargz", "registry"],
-        vec![
-            "plugins",
-            "io.containerd.snapshotter.v1.stargz",
-            "registry",
-            "mirrors",
-        ],
-        vec![
-            "plugins",
-            "io.containerd.snapshotter.v1.stargz",
-            "registry",
-            "mirrors",
-            "*",
-        ],
-        vec![
-            "plugins",
-            "io.containerd.snapshotter.v1.stargz",
-            "registry",
-            "mirrors",
-            "*",
-            "rewrite",
-        ],
-        vec![
-            "plugins",
-            "io.containerd.snapshotter.v1.stargz",
-            "registry",
-            "configs",
-            "*",
-            "auth",
-        ],
-        vec![
-            "plugins",
-            "io.containerd.snapshotter.v1.stargz",
-            "registry",
-            "configs",
-            "*",
-            "tls",
-        ],
-        vec!["plugins", "io.containerd.snapshotter.v1.nix"],
-        vec![
-            "plugins",
-            "io.containerd.snapshotter.v1.nix",
-            "image_service",
-        ],
+    // Key paths, one key per word.
+    const ALWAYS: [&str; 15] = [
+        "grpc",
+        "plugins io.containerd.internal.v1.opt",
+        "plugins io.containerd.grpc.v1.cri",
+        "plugins io.containerd.service.v1.tasks-service",
+        "plugins io.containerd.nri.v1.nri",
+        "plugins io.containerd.snapshotter.v1.stargz",
+        "plugins io.containerd.snapshotter.v1.stargz cri_keychain",
+        "plugins io.containerd.snapshotter.v1.stargz registry",
+        "plugins io.containerd.snapshotter.v1.stargz registry mirrors",
+        "plugins io.containerd.snapshotter.v1.stargz registry mirrors *",
+        "plugins io.containerd.snapshotter.v1.stargz registry mirrors * rewrite",
+        "plugins io.containerd.snapshotter.v1.stargz registry configs * auth",
+        "plugins io.containerd.snapshotter.v1.stargz registry configs * tls",
+        "plugins io.containerd.snapshotter.v1.nix",
+        "plugins io.containerd.snapshotter.v1.nix image_service",
     ];
-    // Where the CRI settings live: one plugin in version 2, split in version 3.
-    let (runtime, images) = if version >= 3 {
-        (
-            "io.containerd.cri.v1.runtime",
-            "io.containerd.cri.v1.images",
-        )
-    } else {
-        ("io.containerd.grpc.v1.cri", "io.containerd.grpc.v1.cri")
-    };
-    tables.extend([
-        vec!["plugins", runtime],
-        vec!["plugins", runtime, "containerd"],
-        vec!["plugins", runtime, "containerd", "runtimes", "runc"],
-        vec![
-            "plugins",
-            runtime,
-            "containerd",
-            "runtimes",
-            "runc",
-            "options",
-        ],
-        vec![
-            "plugins",
-            runtime,
-            "containerd",
-            "runtimes",
-            "runhcs-wcow-process",
-        ],
-        vec!["plugins", runtime, "cni"],
-        vec!["plugins", images, "registry"],
-        vec!["plugins", images, "registry", "configs", "*", "auth"],
-    ]);
-    if version >= 3 {
-        tables.extend([
-            vec!["plugins", images],
-            vec!["plugins", images, "pinned_images"],
-        ]);
-    } else {
+    // The CRI settings: one plugin in version 2, split into runtime and images in 3.
+    const CRI_V2: [&str; 12] = [
+        "plugins io.containerd.grpc.v1.cri containerd",
+        "plugins io.containerd.grpc.v1.cri containerd runtimes runc",
+        "plugins io.containerd.grpc.v1.cri containerd runtimes runc options",
+        "plugins io.containerd.grpc.v1.cri containerd runtimes runhcs-wcow-process",
+        "plugins io.containerd.grpc.v1.cri cni",
+        "plugins io.containerd.grpc.v1.cri registry",
+        "plugins io.containerd.grpc.v1.cri registry configs * auth",
         // Releases before `config_path` wrote the mirrors into the CRI plugin.
-        tables.extend([
-            vec!["plugins", images, "registry", "mirrors"],
-            vec!["plugins", images, "registry", "mirrors", "*"],
-            vec!["plugins", images, "registry", "mirrors", "*", "rewrite"],
-            vec!["plugins", images, "registry", "configs", "*", "tls"],
-        ]);
-    }
-    tables
+        "plugins io.containerd.grpc.v1.cri registry configs * tls",
+        "plugins io.containerd.grpc.v1.cri registry mirrors",
+        "plugins io.containerd.grpc.v1.cri registry mirrors *",
+        "plugins io.containerd.grpc.v1.cri registry mirrors * rewrite",
+        "plugins io.containerd.grpc.v1.cri",
+    ];
+    const CRI_V3: [&str; 10] = [
+        "plugins io.containerd.cri.v1.runtime",
+        "plugins io.containerd.cri.v1.runtime containerd",
+        "plugins io.containerd.cri.v1.runtime containerd runtimes runc",
+        "plugins io.containerd.cri.v1.runtime containerd runtimes runc options",
+        "plugins io.containerd.cri.v1.runtime containerd runtimes runhcs-wcow-process",
+        "plugins io.containerd.cri.v1.runtime cni",
+        "plugins io.containerd.cri.v1.images",
+        "plugins io.containerd.cri.v1.images pinned_images",
+        "plugins io.containerd.cri.v1.images registry",
+        "plugins io.containerd.cri.v1.images registry configs * auth",
+    ];
+    let cri: &[&str] = if version >= 3 { &CRI_V3 } else { &CRI_V2 };
+    ALWAYS
+        .iter()
+        .chain(cri)
+        .map(|t| t.split(' ').collect())
+        .collect()
 }
 
 /// Whether table `path` is one of `patterns` (`*` matching any one key).
