@@ -492,7 +492,7 @@ fn base_tables(version: i64) -> Vec<Vec<&'static str>> {
         "plugins io.containerd.snapshotter.v1.nix image_service",
     ];
     // The CRI settings: one plugin in version 2, split into runtime and images in 3.
-    const CRI_V2: [&str; 12] = [
+    const CRI_V2: [&str; 11] = [
         "plugins io.containerd.grpc.v1.cri containerd",
         "plugins io.containerd.grpc.v1.cri containerd runtimes runc",
         "plugins io.containerd.grpc.v1.cri containerd runtimes runc options",
@@ -500,12 +500,11 @@ fn base_tables(version: i64) -> Vec<Vec<&'static str>> {
         "plugins io.containerd.grpc.v1.cri cni",
         "plugins io.containerd.grpc.v1.cri registry",
         "plugins io.containerd.grpc.v1.cri registry configs * auth",
-        // Releases before `config_path` wrote the mirrors into the CRI plugin.
+        // Releases before `config_path` wrote mirrors and TLS into the CRI plugin.
         "plugins io.containerd.grpc.v1.cri registry configs * tls",
         "plugins io.containerd.grpc.v1.cri registry mirrors",
         "plugins io.containerd.grpc.v1.cri registry mirrors *",
         "plugins io.containerd.grpc.v1.cri registry mirrors * rewrite",
-        "plugins io.containerd.grpc.v1.cri",
     ];
     const CRI_V3: [&str; 10] = [
         "plugins io.containerd.cri.v1.runtime",
