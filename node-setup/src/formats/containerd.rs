@@ -1229,3 +1229,26 @@ fn get_mut_path<'a>(doc: &'a mut DocumentMut, path: &[&str]) -> &'a mut Item {
             .expect("created by child()")
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The last guard of a template edit: a template line that would render under another
+    /// table than before is refused, naming its line (the placement of new tables makes
+    /// this unreachable through `edit`, which is why it is checked here directly).
+    #[test]
+    fn a_template_line_moved_under_another_table_is_refused() {
+        let old = "[a]\nx = 1\n{{- if .X }}\ny = 2\n{{- end }}\n";
+        let moved = "[a]\nx = 1\n\n[b]\nz = 3\n{{- if .X }}\ny = 2\n{{- end }}\n";
+        let err = template_lines_keep_their_tables(Path::new("t"), old, moved).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with("t:3: ") && msg.contains("under [b] instead of [a]"),
+            "{msg}"
+        );
+        // Lines added by the edit (a new table after the template's own lines) are fine.
+        let added = format!("{old}\n[b]\nz = {{{{ .SystemdCgroup }}}}\n");
+        template_lines_keep_their_tables(Path::new("t"), old, &added).unwrap();
+    }
+}
