@@ -217,8 +217,11 @@ fn every_jetson_generation_from_its_csv_lists() {
     }
 }
 
+/// The summary `cdi generate` prints after writing the spec (into a scratch file).
 fn report_of(root: &Path) -> String {
-    text(&generate(root, &["--output", "/dev/null"]).stdout)
+    let out = tempfile::tempdir().unwrap();
+    let spec = out.path().join("nvidia.yaml");
+    text(&generate(root, &["--output", spec.to_str().unwrap()]).stdout)
 }
 
 fn glob_match(pattern: &str, path: &str) -> bool {
@@ -610,4 +613,26 @@ fn an_image_roots_var_run_link_is_followed_inside_the_root() {
         "{}",
         text(&out.stdout)
     );
+}
+
+#[test]
+fn an_output_that_is_not_a_regular_file_is_refused_and_left_alone() {
+    let host = jetson(Board::Orin);
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("spec.fifo");
+    let made = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+    let out = generate(host.root(), &["--output", fifo.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("is not a regular file"),
+        "{}",
+        text(&out.stderr)
+    );
+    use std::os::unix::fs::FileTypeExt;
+    let kind = std::fs::symlink_metadata(&fifo).unwrap().file_type();
+    assert!(kind.is_fifo(), "the FIFO was replaced");
 }

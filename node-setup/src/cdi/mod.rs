@@ -496,6 +496,17 @@ pub fn run(
             root.path(&host)
         }
     };
+    // The write replaces the path with a new file: never do that to a device, FIFO or directory
+    // (`--output /dev/null` would otherwise turn the host's /dev/null into a regular file).
+    if let Ok(meta) = std::fs::metadata(&target) {
+        if !meta.is_file() {
+            return Err(SetupError::Refused(format!(
+                "{} exists and is not a regular file; cdi generate writes a spec file there \
+                 (use --output - for standard output)",
+                target.display()
+            )));
+        }
+    }
     if let Some(dir) = target.parent().filter(|d| !d.as_os_str().is_empty()) {
         fsops::create_dirs(dir)
             .map_err(|e| SetupError::io(format!("creating {}", dir.display()), e))?;
