@@ -230,6 +230,7 @@ fn apply_never_writes_on_refusal(file: &str, text: &str, mode: ModeRequest) {
         spec: spec(),
         force: false,
         k3s_version: None,
+        cdi: false,
     };
     match plan::build(&opts, false) {
         Err(_) => assert_eq!(before, host.snapshot(), "a refused plan wrote something"),
