@@ -332,7 +332,8 @@ fn check(opts: &plan::Options, format: OutputFormat, out: &mut dyn Write) -> Res
                 "{}",
                 match (configured, plan.cdi.is_some()) {
                     (true, _) => "node is fully configured",
-                    (false, false) => "node is NOT fully configured (run: edgegpu-node-setup apply)",
+                    (false, false) =>
+                        "node is NOT fully configured (run: edgegpu-node-setup apply)",
                     (false, true) =>
                         "node is NOT fully configured (run: edgegpu-node-setup apply --cdi)",
                 }

@@ -933,7 +933,12 @@ impl View<'_> {
     /// Files the template imports (`imported`, in load order), and, when k3s's base is
     /// used, the template drop-in directory the base imports (k3s PR #13680): they load
     /// after the template and override it.
-    fn add_drop_ins(&self, t: &Template, uses_base: bool, imported: &mut Vec<Loaded>) -> Result<()> {
+    fn add_drop_ins(
+        &self,
+        t: &Template,
+        uses_base: bool,
+        imported: &mut Vec<Loaded>,
+    ) -> Result<()> {
         if uses_base {
             for f in self.host.list_dir(&t.drop_in_dir(), ".toml")? {
                 if !imported.iter().any(|l: &Loaded| l.path == f) {

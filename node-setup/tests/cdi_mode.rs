@@ -77,8 +77,15 @@ fn round_trip(host: &NodeHost) -> (String, NodeHostFiles) {
     assert!(check.contains("node is fully configured"), "{check}");
     let files = NodeHostFiles(content(&after));
     let reverted = ok(host, &["revert"]);
-    assert!(reverted.contains("restored") || reverted.contains("removed"), "{reverted}");
-    assert_eq!(content(&before), content(&host.snapshot()), "revert restores the tree");
+    assert!(
+        reverted.contains("restored") || reverted.contains("removed"),
+        "{reverted}"
+    );
+    assert_eq!(
+        content(&before),
+        content(&host.snapshot()),
+        "revert restores the tree"
+    );
     (applied, files)
 }
 
@@ -101,7 +108,11 @@ fn refused(host: &NodeHost, args: &[&str], needles: &[&str]) -> String {
     let out = run_cdi(host, &apply);
     assert_eq!(out.code, 3, "must refuse:\n{}\n{}", out.stdout, out.stderr);
     for n in needles {
-        assert!(out.stderr.contains(n), "refusal must name {n:?}:\n{}", out.stderr);
+        assert!(
+            out.stderr.contains(n),
+            "refusal must name {n:?}:\n{}",
+            out.stderr
+        );
     }
     assert_eq!(before, host.snapshot(), "a refusal writes nothing");
     let mut check = args.to_vec();
@@ -120,7 +131,10 @@ fn containerd_reads_cdi(config: &str) {
     if let Some(tool) = cdi_validator("containerd") {
         let (ok, out) = containerd_dump(&tool, config);
         assert!(ok, "containerd 1.7 rejects:\n{out}\n---\n{config}");
-        assert!(out.contains("enable_cdi = true"), "CDI not on in the dump:\n{out}\n---\n{config}");
+        assert!(
+            out.contains("enable_cdi = true"),
+            "CDI not on in the dump:\n{out}\n---\n{config}"
+        );
         let dirs = out
             .lines()
             .find(|l| l.trim_start().starts_with("cdi_spec_dirs"))
@@ -145,10 +159,15 @@ fn k3s_on_containerd_2_has_cdi_already_and_nothing_is_written() {
     let host = k3s_host("v1.32.2+k3s1");
     let before = host.snapshot();
     let out = ok_cdi(&host, &["apply"]);
-    assert!(out.contains("already configured: nothing to change"), "{out}");
+    assert!(
+        out.contains("already configured: nothing to change"),
+        "{out}"
+    );
     assert!(
         out.contains("k3s v1.32.2 ships containerd 2, whose enable_cdi defaults to true")
-            && out.contains("nothing to write in /var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl"),
+            && out.contains(
+                "nothing to write in /var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl"
+            ),
         "{out}"
     );
     assert!(out.contains("--device-list-strategy cdi-cri"), "{out}");
@@ -157,17 +176,29 @@ fn k3s_on_containerd_2_has_cdi_already_and_nothing_is_written() {
     let check = run_cdi(&host, &["check"]);
     assert_eq!(check.code, 1, "{}", check.stdout);
     assert!(
-        check.stdout.contains("[missing] /etc/cdi or /var/run/cdi: a CDI spec of kind nvidia.com/gpu"),
+        check
+            .stdout
+            .contains("[missing] /etc/cdi or /var/run/cdi: a CDI spec of kind nvidia.com/gpu"),
         "{}",
         check.stdout
     );
-    assert!(check.stdout.contains("edgegpu-node-setup cdi generate"), "{}", check.stdout);
+    assert!(
+        check.stdout.contains("edgegpu-node-setup cdi generate"),
+        "{}",
+        check.stdout
+    );
     generated_spec(&host);
     let check = ok_cdi(&host, &["check"]);
-    assert!(check.contains("cdi: spec of kind nvidia.com/gpu: /var/run/cdi/nvidia.yaml"), "{check}");
+    assert!(
+        check.contains("cdi: spec of kind nvidia.com/gpu: /var/run/cdi/nvidia.yaml"),
+        "{check}"
+    );
     assert!(check.contains("node is fully configured"), "{check}");
     // The same host with a template that keeps the base: still nothing to write.
-    host.write(TEMPLATE_V3, fixture("containerd/k3s-config-v3-base.toml.tmpl"));
+    host.write(
+        TEMPLATE_V3,
+        fixture("containerd/k3s-config-v3-base.toml.tmpl"),
+    );
     let out = ok_cdi(&host, &["apply"]);
     assert!(out.contains("already configured"), "{out}");
 }
@@ -207,14 +238,27 @@ fn a_full_v2_template_gets_enable_cdi_in_its_cri_table() {
         generated_spec(&host);
         host.write(TEMPLATE_V2, fixture(t));
         let (applied, files) = round_trip(&host);
-        assert!(applied.contains(&format!("wrote {TEMPLATE_V2}")), "{t}: {applied}");
-        assert!(applied.contains("systemctl try-restart k3s.service"), "{applied}");
+        assert!(
+            applied.contains(&format!("wrote {TEMPLATE_V2}")),
+            "{t}: {applied}"
+        );
+        assert!(
+            applied.contains("systemctl try-restart k3s.service"),
+            "{applied}"
+        );
         let new = files.read(TEMPLATE_V2);
-        for data in [K3sData::default(), K3sData { detected: &[], ..K3sData::default() }] {
+        for data in [
+            K3sData::default(),
+            K3sData {
+                detected: &[],
+                ..K3sData::default()
+            },
+        ] {
             let Some(rendered) = render_k3s_template(&new, 2, &data) else {
                 return;
             };
-            let rendered = rendered.unwrap_or_else(|e| panic!("{t}: Go cannot render:\n{e}\n---\n{new}"));
+            let rendered =
+                rendered.unwrap_or_else(|e| panic!("{t}: Go cannot render:\n{e}\n---\n{new}"));
             containerd_reads_cdi(&rendered);
         }
     }
@@ -228,8 +272,14 @@ fn a_full_v3_template_that_turns_cdi_off_is_turned_on() {
     host.write(TEMPLATE_V3, template);
     let (_, files) = round_trip(&host);
     let new = files.read(TEMPLATE_V3);
-    assert!(new.contains("  enable_cdi = true # site policy?\n"), "{new}");
-    assert!(new.contains("cdi_spec_dirs = ['/etc/cdi', \"/var/run/cdi\"]"), "{new}");
+    assert!(
+        new.contains("  enable_cdi = true # site policy?\n"),
+        "{new}"
+    );
+    assert!(
+        new.contains("cdi_spec_dirs = ['/etc/cdi', \"/var/run/cdi\"]"),
+        "{new}"
+    );
     // containerd 1.x cannot load a version-3 config: Go renders it and the rendered TOML
     // has the settings in the CRI runtime plugin's table.
     let Some(rendered) = render_k3s_template(&new, 3, &K3sData::default()) else {
@@ -258,7 +308,10 @@ fn a_template_expression_deciding_cdi_is_refused() {
     refused(
         &host,
         &[],
-        &[&format!("{TEMPLATE_V2}:3: enable_cdi is decided by a template expression"), "{{ .EnableCDI }}"],
+        &[
+            &format!("{TEMPLATE_V2}:3: enable_cdi is decided by a template expression"),
+            "{{ .EnableCDI }}",
+        ],
     );
 }
 
@@ -267,11 +320,17 @@ fn a_template_drop_in_that_turns_cdi_off_is_named() {
     let host = k3s_host("v1.32.2+k3s1");
     generated_spec(&host);
     let drop_in = "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.d/50-site.toml";
-    host.write(drop_in, "version = 3\n[plugins.'io.containerd.cri.v1.runtime']\n  enable_cdi = false\n");
+    host.write(
+        drop_in,
+        "version = 3\n[plugins.'io.containerd.cri.v1.runtime']\n  enable_cdi = false\n",
+    );
     refused(
         &host,
         &[],
-        &[&format!("{drop_in}:3: k3s containerd (k3s.service) would not have CDI enabled"), "set it to true"],
+        &[
+            &format!("{drop_in}:3: k3s containerd (k3s.service) would not have CDI enabled"),
+            "set it to true",
+        ],
     );
 }
 
@@ -283,7 +342,10 @@ fn system_containerd_v2_gets_enable_cdi_and_containerd_reads_it() {
         .executable("/usr/bin/containerd", "");
     generated_spec(&host);
     let (applied, files) = round_trip(&host);
-    assert!(applied.contains("systemctl try-restart containerd.service"), "{applied}");
+    assert!(
+        applied.contains("systemctl try-restart containerd.service"),
+        "{applied}"
+    );
     let new = files.read(CONTAINERD);
     let old = fixture("containerd/v2.toml");
     assert_eq!(new, old.replace("enable_cdi = false", "enable_cdi = true"));
@@ -299,7 +361,10 @@ fn system_containerd_v2_gets_enable_cdi_and_containerd_reads_it() {
     let (_, files) = round_trip(&host);
     let new = files.read(CONTAINERD);
     assert!(new.contains("  enable_cdi = true\n"), "{new}");
-    assert!(new.contains("cdi_spec_dirs = [\"/etc/cdi\", \"/var/run/cdi\"]"), "{new}");
+    assert!(
+        new.contains("cdi_spec_dirs = [\"/etc/cdi\", \"/var/run/cdi\"]"),
+        "{new}"
+    );
     containerd_reads_cdi(&new);
 
     let host = NodeHost::new();
@@ -321,7 +386,9 @@ fn system_containerd_release_decides_the_default() {
     let out = ok_cdi(&host, &["apply"]);
     assert!(out.contains("already configured"), "{out}");
     assert!(
-        out.contains("containerd.io 2.0.4 (2.0.4-1 in /var/lib/dpkg/status): enable_cdi defaults to true"),
+        out.contains(
+            "containerd.io 2.0.4 (2.0.4-1 in /var/lib/dpkg/status): enable_cdi defaults to true"
+        ),
         "{out}"
     );
     ok_cdi(&host, &["check"]);
@@ -334,7 +401,10 @@ fn system_containerd_release_decides_the_default() {
     let host = NodeHost::new();
     host.write(
         CONTAINERD,
-        fixture("containerd/v3.toml").replace("enable_selinux = false", "enable_selinux = false\n    enable_cdi = false"),
+        fixture("containerd/v3.toml").replace(
+            "enable_selinux = false",
+            "enable_selinux = false\n    enable_cdi = false",
+        ),
     );
     generated_spec(&host);
     let (_, files) = round_trip(&host);
@@ -363,7 +433,10 @@ fn the_imported_file_that_owns_the_cri_table_is_the_one_edited() {
     );
     generated_spec(&host);
     let (applied, files) = round_trip(&host);
-    assert!(applied.contains("/etc/containerd/conf.d/50-site.toml is imported by"), "{applied}");
+    assert!(
+        applied.contains("/etc/containerd/conf.d/50-site.toml is imported by"),
+        "{applied}"
+    );
     assert!(files
         .read("/etc/containerd/conf.d/50-site.toml")
         .contains("enable_cdi = true"));
@@ -374,16 +447,22 @@ fn an_nvidia_default_runtime_is_reported_not_changed() {
     let host = NodeHost::new();
     host.write(
         CONTAINERD,
-        fixture("containerd/v2.toml").replace("default_runtime_name = \"runc\"", "default_runtime_name = \"nvidia\""),
+        fixture("containerd/v2.toml").replace(
+            "default_runtime_name = \"runc\"",
+            "default_runtime_name = \"nvidia\"",
+        ),
     );
     generated_spec(&host);
     let out = ok_cdi(&host, &["apply"]);
     assert!(
-        out.contains("system containerd: the default runtime is 'nvidia' (/etc/containerd/config.toml:16)")
-            && out.contains("NVIDIA_VISIBLE_DEVICES=all"),
+        out.contains(
+            "system containerd: the default runtime is 'nvidia' (/etc/containerd/config.toml:16)"
+        ) && out.contains("NVIDIA_VISIBLE_DEVICES=all"),
         "{out}"
     );
-    assert!(host.read(CONTAINERD).contains("default_runtime_name = \"nvidia\""));
+    assert!(host
+        .read(CONTAINERD)
+        .contains("default_runtime_name = \"nvidia\""));
 }
 
 fn docker_host(version: Option<&str>, daemon_json: &str) -> NodeHost {
@@ -419,12 +498,22 @@ fn docker_gets_features_cdi_merged_and_dockerd_validates_it() {
         "{\n    \"features\": {\"buildkit\": true},\n    \"log-driver\": \"journald\"\n}\n",
     );
     let (applied, files) = round_trip(&host);
-    assert!(applied.contains("systemctl try-restart docker.service"), "{applied}");
+    assert!(
+        applied.contains("systemctl try-restart docker.service"),
+        "{applied}"
+    );
     let new = files.read(DAEMON_JSON);
     let v: serde_json::Value = serde_json::from_str(&new).unwrap();
-    assert_eq!(v["features"], serde_json::json!({"buildkit": true, "cdi": true}), "{new}");
+    assert_eq!(
+        v["features"],
+        serde_json::json!({"buildkit": true, "cdi": true}),
+        "{new}"
+    );
     assert_eq!(v["log-driver"], "journald");
-    assert!(new.starts_with("{\n    \"features\""), "order and indent kept:\n{new}");
+    assert!(
+        new.starts_with("{\n    \"features\""),
+        "order and indent kept:\n{new}"
+    );
     dockerd_accepts(&new);
 
     // cdi-spec-dirs without /var/run/cdi get it.
@@ -435,7 +524,10 @@ fn docker_gets_features_cdi_merged_and_dockerd_validates_it() {
     let (_, files) = round_trip(&host);
     let new = files.read(DAEMON_JSON);
     let v: serde_json::Value = serde_json::from_str(&new).unwrap();
-    assert_eq!(v["cdi-spec-dirs"], serde_json::json!(["/etc/cdi", "/var/run/cdi"]));
+    assert_eq!(
+        v["cdi-spec-dirs"],
+        serde_json::json!(["/etc/cdi", "/var/run/cdi"])
+    );
     dockerd_accepts(&new);
 
     // Version unknown: written, with a note.
@@ -476,7 +568,10 @@ fn dockerd_flags_decide_before_daemon_json() {
     refused(
         &unit("--feature cdi=false"),
         &[],
-        &["/etc/default/docker:1 (flag --feature): docker would not have CDI enabled", "remove the flag"],
+        &[
+            "/etc/default/docker:1 (flag --feature): docker would not have CDI enabled",
+            "remove the flag",
+        ],
     );
     refused(
         &unit("--cdi-spec-dir /etc/cdi"),
@@ -490,6 +585,18 @@ fn dockerd_flags_decide_before_daemon_json() {
         &host,
         &[],
         &["(flag --feature) and /etc/docker/daemon.json:1: dockerd would not start: 'features' is given both as a flag"],
+    );
+    // Another feature as a flag (Docker 28.0/28.1: CDI not yet on by default):
+    // daemon.json may not get `features`.
+    let host = unit("--feature containerd-snapshotter");
+    dpkg(&host, "docker-ce", "5:28.0.4-1~debian.12~bookworm");
+    refused(
+        &host,
+        &[],
+        &[
+            "/etc/default/docker:1 (flag --feature): dockerd gets --feature flags",
+            "Add --feature cdi",
+        ],
     );
     // --feature cdi alone: nothing to write, and daemon.json gets no features key.
     let host = unit("--feature cdi");
@@ -514,7 +621,11 @@ fn k3s_default_runtime_mode_does_not_mix_with_cdi() {
     let host = k3s_host("v1.32.2+k3s1");
     let out = run_cdi(&host, &["--mode", "k3s-default-runtime", "apply"]);
     assert_eq!(out.code, 3);
-    assert!(out.stderr.contains("use --mode containerd"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("use --mode containerd"),
+        "{}",
+        out.stderr
+    );
 }
 
 #[test]
@@ -531,8 +642,14 @@ fn check_json_reports_cdi_per_engine() {
     let e = &v["effective"][0];
     assert_eq!(e["engine"], "system containerd");
     assert_eq!(e["enabled"]["value"], false);
-    assert_eq!(e["enabled"]["source"], serde_json::json!({"kind": "file", "file": CONTAINERD, "line": 12}));
-    assert_eq!(e["spec_dirs"]["value"], serde_json::json!(["/etc/cdi", "/var/run/cdi"]));
+    assert_eq!(
+        e["enabled"]["source"],
+        serde_json::json!({"kind": "file", "file": CONTAINERD, "line": 12})
+    );
+    assert_eq!(
+        e["spec_dirs"]["value"],
+        serde_json::json!(["/etc/cdi", "/var/run/cdi"])
+    );
     // The NVIDIA-runtime mode's JSON keeps its shape.
     let legacy = run(&host, &["check", "--output", "json"]);
     let v: serde_json::Value = serde_json::from_str(&legacy.stdout).unwrap();
@@ -548,8 +665,17 @@ fn cdi_mode_is_documented_in_help() {
         .output()
         .unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
-    for needle in ["--cdi", "EDGEGPU_CDI", "enable_cdi", "features.cdi", "cdi-cri"] {
-        assert!(help.contains(needle), "{needle} missing from --help:\n{help}");
+    for needle in [
+        "--cdi",
+        "EDGEGPU_CDI",
+        "enable_cdi",
+        "features.cdi",
+        "cdi-cri",
+    ] {
+        assert!(
+            help.contains(needle),
+            "{needle} missing from --help:\n{help}"
+        );
     }
 }
 
@@ -572,5 +698,89 @@ fn the_cdi_validators_can_fail() {
         assert!(dockerd_validate_flag(&tool, json, &[]).0);
         let (valid, out) = dockerd_validate_flag(&tool, json, &["--cdi-spec-dir", "/x"]);
         assert!(!valid && out.contains("cdi-spec-dirs"), "{out}");
+    }
+}
+
+mod editor {
+    use std::path::Path;
+
+    use edgegpu_node_setup::formats::containerd::{describe, edit_cdi, CdiWant, Flavor, Setting};
+
+    const WANT: CdiWant = CdiWant {
+        enable: true,
+        spec_dir: Some("/var/run/cdi"),
+    };
+
+    fn edited(text: &str, flavor: Flavor) -> String {
+        edit_cdi(Path::new("c.toml"), Some(text), flavor, WANT)
+            .unwrap()
+            .new
+            .unwrap()
+    }
+
+    #[test]
+    fn an_inline_cri_table_is_extended_inline() {
+        let text = "version = 2\n[plugins]\n\"io.containerd.grpc.v1.cri\" = { sandbox_image = \"pause\" }\n";
+        let new = edited(text, Flavor::System);
+        let line = new.lines().nth(2).unwrap();
+        assert!(
+            line.starts_with("\"io.containerd.grpc.v1.cri\" = { sandbox_image = \"pause\"")
+                && line.ends_with("enable_cdi = true }"),
+            "{new}"
+        );
+        super::containerd_reads_cdi(&new);
+    }
+
+    #[test]
+    fn version_1_uses_the_cri_plugin_table() {
+        let new = edited(
+            "[plugins.cri]\n  sandbox_image = \"pause\"\n",
+            Flavor::System,
+        );
+        assert!(
+            new.contains("[plugins.cri]\n  sandbox_image = \"pause\"\n  enable_cdi = true\n"),
+            "{new}"
+        );
+    }
+
+    #[test]
+    fn values_containerd_would_not_decode_are_refused_with_their_line() {
+        for (text, what) in [
+            ("version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  enable_cdi = \"yes\"\n", "line 3: enable_cdi must be true or false"),
+            ("version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  cdi_spec_dirs = \"/etc/cdi\"\n", "line 3: cdi_spec_dirs must be a list of directories"),
+        ] {
+            let err = edit_cdi(Path::new("c.toml"), Some(text), Flavor::System, WANT)
+                .unwrap_err()
+                .to_string();
+            assert!(err.starts_with("c.toml: ") && err.contains(what), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_setting_inside_a_control_structure_is_refused() {
+        let text = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n{{- if .X }}\n  enable_cdi = false\n{{- end }}\n";
+        let flavor = Flavor::K3sTemplate { version: 2 };
+        let d = describe(Path::new("t"), Some(text), flavor).unwrap();
+        assert!(
+            matches!(d.enable_cdi, Some(Setting::Unknown { line: 4, .. })),
+            "{:?}",
+            d.enable_cdi
+        );
+        let err = edit_cdi(Path::new("t"), Some(text), flavor, WANT)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with(
+                "t:4: enable_cdi is decided by a template expression or inside a control structure"
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_file_that_already_says_it_is_left_alone() {
+        let text = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  enable_cdi = true\n  cdi_spec_dirs = ['/var/run/cdi']\n";
+        let e = edit_cdi(Path::new("c.toml"), Some(text), Flavor::System, WANT).unwrap();
+        assert_eq!(e.new, None);
     }
 }

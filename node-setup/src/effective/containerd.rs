@@ -174,7 +174,9 @@ pub fn effective_cdi(files: &[Loaded], start: Option<Cdi>, defaults: &Cdi) -> Cd
                 Sourced::new(*value, Source::file(&f.path, *line))
             }
             // Only rendering can tell: counted as off, naming the line.
-            Some(Setting::Unknown { line, .. }) => Sourced::new(false, Source::file(&f.path, *line)),
+            Some(Setting::Unknown { line, .. }) => {
+                Sourced::new(false, Source::file(&f.path, *line))
+            }
             None if before_any => defaults.enabled.clone(),
             None => Sourced::new(defaults.enabled.value, replaced.clone()),
         };

@@ -83,9 +83,10 @@ impl Docker {
                 None => (a.text.as_str(), None),
             };
             if let Some(long) = name.strip_prefix("--").filter(|n| !n.is_empty()) {
-                docker
-                    .flags
-                    .push(Sourced::new(config_key(long).to_string(), flag_source(a, name)));
+                docker.flags.push(Sourced::new(
+                    config_key(long).to_string(),
+                    flag_source(a, name),
+                ));
             }
             if !matches!(
                 name,

@@ -80,7 +80,7 @@ pub fn installed(host: &HostRoot, packages: &[&str]) -> Result<Option<Installed>
             let (Some(package), Some(version)) = (field("Package"), field("Version")) else {
                 continue;
             };
-            let installed = field("Status").map_or(false, |s| s.ends_with(" installed"));
+            let installed = field("Status").is_some_and(|s| s.ends_with(" installed"));
             if !installed || !packages.contains(&package) {
                 continue;
             }

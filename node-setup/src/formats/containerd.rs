@@ -17,9 +17,9 @@ use super::go_template::{self, ActionKind};
 use super::Edit;
 
 mod cdi;
-pub use cdi::{edit_cdi, CdiWant, Setting};
 use crate::error::{line_column, Result, SetupError};
 use crate::RuntimeSpec;
+pub use cdi::{edit_cdi, CdiWant, Setting};
 
 /// The runc v2 shim: NVIDIA's runtime is runc-compatible and runs under it.
 const RUNC_V2: &str = "io.containerd.runc.v2";

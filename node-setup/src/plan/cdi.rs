@@ -17,9 +17,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::{
-    docker_conflicts, finish_plan, json_line, Builder, CheckItem, Options, Plan, View,
-};
+use super::{docker_conflicts, finish_plan, json_line, Builder, CheckItem, Options, Plan, View};
 use crate::detect::{Choice, ContainerdTarget, Inventory, K3sEngine, Mode, ModeRequest};
 use crate::effective::containerd::{effective_cdi, load_with_imports, Cdi, Containerd, Loaded};
 use crate::effective::docker::Docker;
@@ -101,10 +99,18 @@ impl Specs {
                 let Ok(Some(text)) = host.read(&f) else {
                     continue;
                 };
-                // JSON is YAML: one parser reads both.
-                let kind = yaml_rust2::YamlLoader::load_from_str(&text)
-                    .ok()
-                    .and_then(|docs| docs.first().and_then(|d| d["kind"].as_str().map(String::from)));
+                let kind = if f.ends_with(".json") {
+                    serde_json::from_str::<serde_json::Value>(&text)
+                        .ok()
+                        .and_then(|v| v["kind"].as_str().map(String::from))
+                } else {
+                    yaml_rust2::YamlLoader::load_from_str(&text)
+                        .ok()
+                        .and_then(|docs| {
+                            docs.first()
+                                .and_then(|d| d["kind"].as_str().map(String::from))
+                        })
+                };
                 if kind.as_deref() == Some(crate::cdi::spec::KIND) {
                     found.push(f);
                 }
@@ -143,9 +149,10 @@ fn choose(inv: &Inventory, request: ModeRequest) -> Result<Choice> {
     }
     let mut choice = crate::detect::choose(inv, request)?;
     if choice.mode == Mode::K3sDefaultRuntime {
-        let version = inv
-            .version()
-            .map_or_else(|| "version unknown, assumed current".to_string(), |v| format!("{v}"));
+        let version = inv.version().map_or_else(
+            || "version unknown, assumed current".to_string(),
+            |v| format!("{v}"),
+        );
         choice.mode = Mode::Containerd(ContainerdTarget::K3sTemplate);
         choice.reason = format!(
             "k3s ({version}) runs its own containerd: CDI mode on it, through k3s's template (never the generated config.toml)"
@@ -434,9 +441,18 @@ impl Builder<'_> {
             inv: self.inv,
         }
         .docker_cdi(&d, &json, old.as_deref(), release.as_ref())?;
+        // With --feature flags (Docker 28+) daemon.json may not say `features` at all:
+        // dockerd refuses a setting given both ways. (`--feature cdi=false` itself is
+        // named by the check of the planned result.)
+        let cdi_flag = d.feature_flag("cdi").is_some();
+        if let (false, false, Some(flag)) = (now.enabled.value, cdi_flag, d.feature_flags.first()) {
+            return Err(SetupError::Refused(format!(
+                "{}: dockerd gets --feature flags, so node-setup cannot add features.cdi to {path} (dockerd refuses a setting given as a flag and in the file). Add --feature cdi to those flags",
+                flag.source
+            )));
+        }
         let want = daemon_json::CdiWant {
-            // A --feature flag decides alone: daemon.json may not say `features` then.
-            enable: d.feature_flag("cdi").is_none() && !now.enabled.value,
+            enable: !cdi_flag && !now.enabled.value,
             spec_dir: self.missing_spec_dir(&now, &path),
         };
         let edit = daemon_json::edit_cdi(Path::new(&path), old.as_deref(), want)?;
@@ -638,7 +654,10 @@ impl CdiView<'_> {
         };
         let spec_dirs = match (d.cdi_spec_dir_flags.first(), json.cdi_spec_dirs(file)?) {
             (Some(first), _) => Sourced::new(
-                d.cdi_spec_dir_flags.iter().map(|f| f.value.clone()).collect(),
+                d.cdi_spec_dir_flags
+                    .iter()
+                    .map(|f| f.value.clone())
+                    .collect(),
                 first.source.clone(),
             ),
             (None, Some(dirs)) => {

@@ -416,15 +416,16 @@ pub fn dockerd_validate(tool: &Path, daemon_json: &str, flags: &[&str]) -> (bool
 pub fn cdi_validator(name: &str) -> Option<PathBuf> {
     let dir = std::env::var_os("EDGEGPU_CDI_VALIDATORS")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../.tools/cdi-validators")
-        });
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.tools/cdi-validators"));
     let tool = dir.join(name);
     if tool.is_file() {
         return Some(tool);
     }
     if std::env::var(REQUIRE_REAL_TOOLS).as_deref() == Ok("1") {
-        panic!("{} is required ({REQUIRE_REAL_TOOLS}=1) but missing; scripts/setup.sh fetches it", tool.display());
+        panic!(
+            "{} is required ({REQUIRE_REAL_TOOLS}=1) but missing; scripts/setup.sh fetches it",
+            tool.display()
+        );
     }
     eprintln!("SKIP real-tool check: {} not found (scripts/setup.sh fetches it; set {REQUIRE_REAL_TOOLS}=1 to make this fatal)", tool.display());
     None
@@ -448,7 +449,10 @@ pub fn dockerd_validate_flag(tool: &Path, daemon_json: &str, flags: &[&str]) -> 
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    (out.status.success() && text.contains("configuration OK"), text)
+    (
+        out.status.success() && text.contains("configuration OK"),
+        text,
+    )
 }
 
 /// Writes the CDI spec `cdi generate` (the real binary) makes for a Jetson AGX Orin into

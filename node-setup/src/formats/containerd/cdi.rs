@@ -27,13 +27,11 @@ pub enum Setting<T> {
     Unknown { line: usize, text: String },
 }
 
+/// `enable_cdi` and `cdi_spec_dirs` of one file.
+pub(super) type Settings = (Option<Setting<bool>>, Option<Setting<Vec<String>>>);
+
 /// `enable_cdi` and `cdi_spec_dirs` as `root` (a parsed skeleton of `file`) says them.
-pub(super) fn read(
-    file: &Path,
-    sk: &Skeleton,
-    root: &Item,
-    keys: CriKeys,
-) -> Result<(Option<Setting<bool>>, Option<Setting<Vec<String>>>)> {
+pub(super) fn read(file: &Path, sk: &Skeleton, root: &Item, keys: CriKeys) -> Result<Settings> {
     let cri = get(root, &["plugins", keys.plugin]);
     let key = |name: &str| cri.and_then(|c| get(c, &[name]));
     // The template text behind a value stood in for.
@@ -147,7 +145,9 @@ pub fn edit_cdi(file: &Path, text: Option<&str>, flavor: Flavor, want: CdiWant) 
     let plugins = child(file, doc.as_item_mut(), "plugins", "")?;
     let cri = child(file, plugins, keys.plugin, "plugins")?;
     if want.enable {
-        let new = cri.as_table_like().map_or(true, |t| !t.contains_key("enable_cdi"));
+        let new = cri
+            .as_table_like()
+            .map_or(true, |t| !t.contains_key("enable_cdi"));
         set(cri, "enable_cdi", Value::from(true));
         if new {
             indent_like_siblings(cri, "enable_cdi");
