@@ -647,7 +647,13 @@ impl Builder<'_> {
         } else {
             format!("containerd runtime '{}' → {}", spec.name, spec.path)
         };
-        let services = std::iter::once(Service::Containerd)
+        let services = self.system_containerd_services();
+        self.file(&owner.path, owner.text.clone(), edit, what, services)
+    }
+
+    /// Restarting the system containerd: containerd, then the k3s units that use it.
+    fn system_containerd_services(&self) -> Vec<Service> {
+        std::iter::once(Service::Containerd)
             .chain(
                 self.inv
                     .engines()
@@ -661,8 +667,7 @@ impl Builder<'_> {
                     })
                     .filter_map(|(k, _)| k.unit.as_ref().map(|u| Service::K3s(u.name.clone()))),
             )
-            .collect();
-        self.file(&owner.path, owner.text.clone(), edit, what, services)
+            .collect()
     }
 
     fn docker(&mut self) -> Result<()> {

@@ -24,6 +24,17 @@ pub struct Loaded {
     pub description: Description,
 }
 
+impl Loaded {
+    /// When the file has the CRI plugin table: what a setting it leaves out comes from
+    /// (its table replaces the earlier ones before containerd 2.1).
+    fn replaces_cri(&self) -> Option<Source> {
+        self.description.cri_table.map(|line| Source::Replaced {
+            file: self.path.clone(),
+            line,
+        })
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Containerd {
     /// The main config file and why that one.
@@ -101,12 +112,8 @@ pub fn effective_cri(
         )
     });
     for f in files {
-        let Some(cri_line) = f.description.cri_table else {
+        let Some(replaced) = f.replaces_cri() else {
             continue;
-        };
-        let replaced = Source::Replaced {
-            file: f.path.clone(),
-            line: cri_line,
         };
         default = match (&f.description.default, before_any) {
             (DefaultRuntime::Unset, false) => Sourced::new("runc".into(), replaced.clone()),
@@ -162,12 +169,8 @@ pub fn effective_cdi(files: &[Loaded], start: Option<Cdi>, defaults: &Cdi) -> Cd
     let mut before_any = start.is_none();
     let mut cdi = start.unwrap_or_else(|| defaults.clone());
     for f in files {
-        let Some(cri_line) = f.description.cri_table else {
+        let Some(replaced) = f.replaces_cri() else {
             continue;
-        };
-        let replaced = Source::Replaced {
-            file: f.path.clone(),
-            line: cri_line,
         };
         cdi.enabled = match &f.description.enable_cdi {
             Some(Setting::Literal { value, line }) => {

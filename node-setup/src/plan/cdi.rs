@@ -384,21 +384,7 @@ impl Builder<'_> {
             Flavor::System,
             want,
         )?;
-        let services = std::iter::once(Service::Containerd)
-            .chain(
-                self.inv
-                    .engines()
-                    .into_iter()
-                    .filter(|(_, e)| {
-                        matches!(
-                            e,
-                            K3sEngine::SystemContainerd(_)
-                                | K3sEngine::RequiresContainerdService(_)
-                        )
-                    })
-                    .filter_map(|(k, _)| k.unit.as_ref().map(|u| Service::K3s(u.name.clone()))),
-            )
-            .collect();
+        let services = self.system_containerd_services();
         self.file(
             &owner.path,
             owner.text.clone(),
