@@ -922,15 +922,7 @@ impl View<'_> {
             }
         }
         if *mode == Mode::Docker {
-            // k3s must run its containers through docker for docker's default to matter.
-            for (k, engine) in self.inv.engines() {
-                if !matches!(engine, K3sEngine::Docker(_)) {
-                    out.push(format!(
-                        "{}: k3s would still not run containers through docker (--docker)",
-                        k.unit.as_ref().map_or("k3s", |u| u.path.as_str())
-                    ));
-                }
-            }
+            out.extend(k3s_not_on_docker(self.inv));
         }
         Ok(out)
     }
@@ -1085,6 +1077,21 @@ impl View<'_> {
             conflicts,
         })
     }
+}
+
+/// The k3s services that would not run their containers through docker: in docker mode
+/// docker's settings only matter for k3s with `--docker`.
+fn k3s_not_on_docker(inv: &Inventory) -> Vec<String> {
+    inv.engines()
+        .into_iter()
+        .filter(|(_, engine)| !matches!(engine, K3sEngine::Docker(_)))
+        .map(|(k, _)| {
+            format!(
+                "{}: k3s would still not run containers through docker (--docker)",
+                k.unit.as_ref().map_or("k3s", |u| u.path.as_str())
+            )
+        })
+        .collect()
 }
 
 /// The 1-based line of daemon.json `text` where `"key"` first appears (0: nowhere).

@@ -17,8 +17,11 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::{docker_conflicts, finish_plan, json_line, Builder, CheckItem, Options, Plan, View};
-use crate::detect::{Choice, ContainerdTarget, Inventory, K3sEngine, Mode, ModeRequest};
+use super::{
+    docker_conflicts, finish_plan, json_line, k3s_not_on_docker, Builder, CheckItem, Options, Plan,
+    View,
+};
+use crate::detect::{Choice, ContainerdTarget, Inventory, Mode, ModeRequest};
 use crate::effective::containerd::{effective_cdi, load_with_imports, Cdi, Containerd, Loaded};
 use crate::effective::docker::Docker;
 use crate::effective::k3s::K3s;
@@ -685,15 +688,7 @@ impl CdiView<'_> {
             }
         }
         if *mode == Mode::Docker {
-            // k3s must run its containers through docker for docker's CDI to matter.
-            for (k, engine) in self.inv.engines() {
-                if !matches!(engine, K3sEngine::Docker(_)) {
-                    out.push(format!(
-                        "{}: k3s would still not run containers through docker (--docker)",
-                        k.unit.as_ref().map_or("k3s", |u| u.path.as_str())
-                    ));
-                }
-            }
+            out.extend(k3s_not_on_docker(self.inv));
         }
         Ok(out)
     }
