@@ -13,7 +13,8 @@ cd "$(dirname "$0")/.."
 
 export PATH="$PWD/.tools/venv/bin:$PATH"
 export CARGO_TERM_COLOR=never
-# Tests that check our output with real tools (systemd-analyze, containerd) must not silently skip here.
+# Tests that check our output with real tools (systemd-analyze, containerd, dockerd, Go's
+# text/template from .tools/venv) must not silently skip here.
 export EDGEGPU_REQUIRE_REAL_TOOLS=1
 MSRV=1.75
 AARCH64_SYSROOT=/usr/aarch64-linux-gnu

@@ -4,17 +4,30 @@ use std::io::Write;
 
 use serde::Serialize;
 
-use crate::cli::{Cli, Command, OutputFormat};
+use crate::cli::{CdiCommand, Cli, Command, OutputFormat};
 use crate::error::{exit_code, Result};
 use crate::host::HostRoot;
+use crate::lock::RunLock;
 use crate::ops::{self, Report, Restarts};
 use crate::plan::{self, Plan};
 use crate::restart::{self, ServiceManager};
 use crate::RuntimeSpec;
 
-/// Write to the output, ignoring a closed pipe (`| head`).
+/// Writes to the output. A reader that went away (`| head`) is no failure of the command,
+/// whose effect does not depend on its output; other write errors are logged.
+fn emit(out: &mut dyn Write, text: std::fmt::Arguments) {
+    if let Err(e) = out.write_fmt(text) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            tracing::warn!(error = %e, "writing the output failed");
+        }
+    }
+}
+
+/// One line of output (see [`emit`]).
 macro_rules! say {
-    ($out:expr, $($arg:tt)*) => {{ let _ = writeln!($out, $($arg)*); }};
+    ($out:expr, $($arg:tt)*) => {
+        emit($out, format_args!("{}\n", format_args!($($arg)*)))
+    };
 }
 
 pub fn options(cli: &Cli) -> plan::Options {
@@ -29,6 +42,7 @@ pub fn options(cli: &Cli) -> plan::Options {
         },
         force: g.force,
         k3s_version: g.k3s_version.clone(),
+        cdi: g.cdi,
     }
 }
 
@@ -43,34 +57,84 @@ pub fn run(cli: Cli, manager: &mut dyn ServiceManager, out: &mut dyn Write) -> R
         Command::Apply { dry_run } => apply(&opts, dry_run, restarts, out),
         Command::Check { output } => check(&opts, output, out),
         Command::Revert { dry_run } => revert(&opts, dry_run, restarts, out),
+        Command::Cdi {
+            command: CdiCommand::Generate { output, format },
+        } => crate::cdi::run(&opts.host, output.as_deref(), format, out),
     }
 }
 
 fn describe(plan: &Plan, out: &mut dyn Write) {
-    let c = &plan.choice;
-    say!(out, "mode: {}", c.mode.name());
-    say!(out, "  why: {}", c.reason);
-    for f in &c.findings {
-        say!(out, "  found: {f}");
-    }
-    say!(
-        out,
-        "runtime: {} = {} ({}){}",
-        plan.spec.name,
-        plan.spec.path,
-        if plan.runtime_present {
-            "present"
-        } else {
-            "MISSING"
-        },
-        if plan.spec.set_default {
-            ", as the default"
-        } else {
-            ""
+    let cdi = if plan.cdi.is_some() { ", CDI" } else { "" };
+    match &plan.choice {
+        Some(c) => {
+            say!(out, "mode: {}{cdi}", c.mode.name());
+            say!(out, "  why: {}", c.reason);
+            for f in &c.findings {
+                say!(out, "  found: {f}");
+            }
         }
-    );
+        None => say!(out, "mode: none{cdi} (see blocked)"),
+    }
+    match &plan.cdi {
+        Some(specs) if specs.found.is_empty() => say!(
+            out,
+            "cdi: no spec of kind {} in {} (MISSING)",
+            crate::cdi::spec::KIND,
+            specs.dirs.join(" or ")
+        ),
+        Some(specs) => say!(
+            out,
+            "cdi: spec of kind {}: {}",
+            crate::cdi::spec::KIND,
+            specs.found.join(", ")
+        ),
+        None => say!(
+            out,
+            "runtime: {} = {} ({}){}",
+            plan.spec.name,
+            plan.spec.path,
+            if plan.runtime_present {
+                "present"
+            } else {
+                "MISSING"
+            },
+            if plan.spec.set_default {
+                ", as the default"
+            } else {
+                ""
+            }
+        ),
+    }
     for n in &plan.notes {
         say!(out, "note: {n}");
+    }
+    for e in &plan.effective {
+        say!(
+            out,
+            "effective: {}: default runtime '{}' ({}); runtime '{}' {}",
+            e.engine,
+            e.default_runtime.value,
+            e.default_runtime.source,
+            plan.spec.name,
+            match &e.runtime_binary.value {
+                Some(b) => format!("runs {b} ({})", e.runtime_binary.source),
+                None => format!("is not registered ({})", e.runtime_binary.source),
+            }
+        );
+    }
+    for e in &plan.effective_cdi {
+        say!(
+            out,
+            "effective: {}: CDI {} ({}); spec dirs {} ({})",
+            e.engine,
+            if e.enabled.value { "on" } else { "off" },
+            e.enabled.source,
+            e.spec_dirs.value.join(", "),
+            e.spec_dirs.source
+        );
+    }
+    for b in &plan.blockers {
+        say!(out, "blocked: {b}");
     }
 }
 
@@ -136,15 +200,38 @@ fn apply(
                 c.host_path.clone()
             };
             say!(out, "# {shown}: {}", c.purpose);
-            let _ = write!(
+            emit(
                 out,
-                "{}",
-                diff(&c.host_path, c.old.as_deref(), Some(&c.new))
+                format_args!("{}", diff(&c.host_path, c.old.as_deref(), Some(&c.new))),
             );
         }
         return Ok(exit_code::OK);
     }
-    let report = ops::apply(&plan, &opts.host, restarts)?;
+    // Write under the lock, from a plan made under it (another run may have changed
+    // the files since the first look).
+    let lock = RunLock::acquire(&opts.host, &mut |msg| say!(out, "{msg}"))?;
+    let plan = match plan::build(opts, false) {
+        Ok(plan) if !plan.changes.is_empty() => plan,
+        Ok(_) => {
+            lock.release_unused(&opts.host);
+            say!(
+                out,
+                "already configured (by the run we waited for): nothing to change, no file written"
+            );
+            return Ok(exit_code::OK);
+        }
+        Err(e) => {
+            lock.release_unused(&opts.host);
+            return Err(e);
+        }
+    };
+    let report = match ops::apply(&plan, &opts.host, restarts, &lock) {
+        Ok(report) => report,
+        Err(e) => {
+            lock.release_unused(&opts.host);
+            return Err(e);
+        }
+    };
     for c in &plan.changes {
         say!(
             out,
@@ -170,13 +257,33 @@ fn apply(
 #[derive(Serialize)]
 struct CheckJson<'a> {
     configured: bool,
-    mode: &'a str,
-    reason: &'a str,
+    /// `null` when choosing the mode was refused (see `blockers`).
+    mode: Option<&'a str>,
+    /// CDI mode (`--cdi`): `runtime` is left out, `cdi_specs` says what was found.
+    cdi: bool,
+    reason: Option<&'a str>,
     findings: &'a [String],
-    runtime: &'a RuntimeSpec,
-    runtime_present: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    runtime: Option<&'a RuntimeSpec>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    runtime_present: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cdi_specs: Option<&'a plan::cdi::Specs>,
     items: &'a [plan::CheckItem],
     notes: &'a [String],
+    /// What each engine uses now, and where that is decided.
+    effective: EffectiveJson<'a>,
+    /// Settings node-setup does not own that stop it, naming them.
+    blockers: &'a [String],
+}
+
+/// Per engine: the default runtime and the runtime's binary, or (CDI mode) whether CDI
+/// is on and the spec dirs.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum EffectiveJson<'a> {
+    Runtime(&'a [plan::Effective]),
+    Cdi(&'a [plan::cdi::EffectiveCdi]),
 }
 
 fn check(opts: &plan::Options, format: OutputFormat, out: &mut dyn Write) -> Result<u8> {
@@ -184,15 +291,24 @@ fn check(opts: &plan::Options, format: OutputFormat, out: &mut dyn Write) -> Res
     let configured = plan.configured();
     match format {
         OutputFormat::Json => {
+            let cdi = plan.cdi.is_some();
             let json = CheckJson {
                 configured,
-                mode: plan.choice.mode.name(),
-                reason: &plan.choice.reason,
-                findings: &plan.choice.findings,
-                runtime: &plan.spec,
-                runtime_present: plan.runtime_present,
+                mode: plan.choice.as_ref().map(|c| c.mode.name()),
+                cdi,
+                reason: plan.choice.as_ref().map(|c| c.reason.as_str()),
+                findings: plan.choice.as_ref().map_or(&[], |c| &c.findings),
+                runtime: (!cdi).then_some(&plan.spec),
+                runtime_present: (!cdi).then_some(plan.runtime_present),
+                cdi_specs: plan.cdi.as_ref(),
                 items: &plan.checks,
                 notes: &plan.notes,
+                effective: if cdi {
+                    EffectiveJson::Cdi(&plan.effective_cdi)
+                } else {
+                    EffectiveJson::Runtime(&plan.effective)
+                },
+                blockers: &plan.blockers,
             };
             say!(
                 out,
@@ -214,10 +330,12 @@ fn check(opts: &plan::Options, format: OutputFormat, out: &mut dyn Write) -> Res
             say!(
                 out,
                 "{}",
-                if configured {
-                    "node is fully configured"
-                } else {
-                    "node is NOT fully configured (run: edgegpu-node-setup apply)"
+                match (configured, plan.cdi.is_some()) {
+                    (true, _) => "node is fully configured",
+                    (false, false) =>
+                        "node is NOT fully configured (run: edgegpu-node-setup apply)",
+                    (false, true) =>
+                        "node is NOT fully configured (run: edgegpu-node-setup apply --cdi)",
                 }
             );
         }
@@ -235,7 +353,24 @@ fn revert(
     restarts: Restarts,
     out: &mut dyn Write,
 ) -> Result<u8> {
+    if !opts.host.exists(crate::state::MANIFEST) {
+        say!(
+            out,
+            "nothing to revert: no manifest at {}",
+            opts.host.path(crate::state::MANIFEST).display()
+        );
+        return Ok(exit_code::OK);
+    }
+    let lock = if dry_run {
+        None
+    } else {
+        Some(RunLock::acquire(&opts.host, &mut |msg| say!(out, "{msg}"))?)
+    };
     let Some((manifest, steps)) = ops::plan_revert(&opts.host, opts.force)? else {
+        // The run we waited for reverted everything.
+        if let Some(lock) = lock {
+            lock.release_unused(&opts.host);
+        }
         say!(
             out,
             "nothing to revert: no manifest at {}",
@@ -250,15 +385,20 @@ fn revert(
             steps.len()
         );
         for s in &steps {
-            let _ = write!(
+            emit(
                 out,
-                "{}",
-                diff(&s.path, s.current.as_deref(), s.restore.as_deref())
+                format_args!(
+                    "{}",
+                    diff(&s.path, s.current.as_deref(), s.restore.as_deref())
+                ),
             );
         }
         return Ok(exit_code::OK);
     }
-    let report = ops::revert(&opts.host, &manifest, &steps, restarts)?;
+    let Some(lock) = lock else {
+        unreachable!("a dry run returned above")
+    };
+    let report = ops::revert(&opts.host, &manifest, &steps, restarts, &lock)?;
     for s in &steps {
         say!(
             out,

@@ -25,12 +25,22 @@ pub mod node;
 pub mod resource;
 pub mod shutdown;
 
+use std::sync::Arc;
+
 pub use allocate::GpuResource;
 pub use cli::Cli;
-pub use kubelet::lifecycle::{serve, LifecycleOptions};
-pub use node::{build_gpu_resource, build_resource};
+pub use kubelet::lifecycle::{serve, serve_all, LifecycleOptions};
+pub use node::{build_gpu_resource, build_gpu_resources, build_resource, NodeResources};
 
-/// Runs the plugin as the command line describes, until SIGTERM/SIGINT.
+/// Why a round of serving ended.
+enum RoundEnd {
+    Shutdown,
+    Rebuild(&'static str),
+}
+
+/// Runs the plugin as the command line describes, until SIGTERM/SIGINT. A SIGHUP or a changed
+/// MIG geometry ends the round: every resource is stopped (sockets removed), discovery runs
+/// again and the resources it finds are served and registered anew.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let mut signals = shutdown::ShutdownSignals::install()?;
     tracing::info!(
@@ -38,12 +48,43 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         cli::VERSION,
         cli.resource_name
     );
-    let resource = tokio::select! {
-        resource = build_resource(&cli.root, &cli.resource_name, &cli.gpu) => resource?,
-        _ = signals.recv() => return Ok(()),
-    };
-    serve(resource, cli.lifecycle_options(), async move {
-        signals.recv().await
-    })
-    .await
+    loop {
+        let node = tokio::select! {
+            node = build_gpu_resources(&cli.root, &cli.resource_name, &cli.gpu) => node?,
+            _ = signals.recv() => return Ok(()),
+        };
+        let NodeResources {
+            resources,
+            mut reconfigured,
+        } = node;
+        let resources: Vec<Arc<dyn resource::Resource>> = resources
+            .into_iter()
+            .map(|r| r as Arc<dyn resource::Resource>)
+            .collect();
+        let (end_tx, mut end_rx) = tokio::sync::mpsc::channel::<RoundEnd>(1);
+        let signals_ref = &mut signals;
+        let stop = async {
+            let end = tokio::select! {
+                shutdown = signals_ref.shutdown_or_hangup() => if shutdown {
+                    RoundEnd::Shutdown
+                } else {
+                    RoundEnd::Rebuild("SIGHUP")
+                },
+                _ = async {
+                    // No MIG watch (its sender is gone): nothing will ever change.
+                    if reconfigured.wait_for(|c| *c).await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                } => RoundEnd::Rebuild("the MIG geometry changed"),
+            };
+            let _ = end_tx.send(end).await;
+        };
+        serve_all(resources, cli.lifecycle_options(), stop).await?;
+        match end_rx.recv().await {
+            Some(RoundEnd::Rebuild(why)) => {
+                tracing::info!("Rebuilding the resources: {why}");
+            }
+            Some(RoundEnd::Shutdown) | None => return Ok(()),
+        }
+    }
 }

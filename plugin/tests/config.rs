@@ -400,7 +400,7 @@ const NVIDIA_SHAPED: &[(&str, &str, Expected)] = &[
         &[("deviceListStrategy", "[\"envvar\"]"), ("migStrategy", "\"none\"")],
     ),
     (
-        "mixed MIG strategy (same as none without MIG mode)",
+        "mixed MIG strategy",
         "version: v1\nflags:\n  migStrategy: mixed\n  failOnInitError: true\n  plugin:\n    deviceListStrategy: envvar\n    deviceIDStrategy: uuid\n",
         &[("migStrategy", "\"mixed\"")],
     ),

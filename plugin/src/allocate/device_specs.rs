@@ -12,10 +12,14 @@ use std::sync::{Arc, RwLock};
 
 use inotify::{Inotify, WatchMask, Watches};
 
+use edgegpu_platform::csv;
 use edgegpu_platform::host::CONTAINER_CSV_DIR;
+use edgegpu_platform::procfs::{
+    caps_node, mig_capability_keys, parse_mig_minors, CAPS_DEV_DIR, MIG_MINORS,
+};
 use edgegpu_platform::{Generation, UNKNOWN_GENERATION_CONTAINER_NODES};
 
-use crate::gpu::{next_burst, under_root, watch_dir_for};
+use crate::gpu::{next_burst, under_root, watch_dir_for, AbortOnDrop};
 
 /// Control nodes of the discrete driver, returned when present.
 const DISCRETE_CONTROL_NODES: &[&str] = &[
@@ -25,8 +29,8 @@ const DISCRETE_CONTROL_NODES: &[&str] = &[
     "/dev/nvidia-modeset",
 ];
 
-/// The `dev` entries of the runtime's CSV files under `root` (`dev, /dev/nvmap`; old files
-/// use bare names: `dev, nvhost-gpu`). Unreadable files are skipped with a warning.
+/// The `dev` entries of the runtime's CSV files under `root` (`edgegpu_platform::csv`; r32's
+/// bare names included). Unreadable or malformed files are skipped with a warning.
 fn csv_device_patterns(root: &Path) -> Vec<String> {
     let dir = under_root(root, CONTAINER_CSV_DIR);
     let Ok(entries) = std::fs::read_dir(&dir) else {
@@ -39,86 +43,37 @@ fn csv_device_patterns(root: &Path) -> Vec<String> {
     files.sort();
     let mut out = Vec::new();
     for file in files {
-        let text = match std::fs::read_to_string(&file) {
-            Ok(t) => t,
-            Err(e) => {
-                tracing::warn!(file = %file.display(), "cannot read runtime CSV file: {e}");
-                continue;
+        let parsed = std::fs::read_to_string(&file)
+            .map_err(|e| e.to_string())
+            .and_then(|t| csv::parse(&t).map_err(|e| format!("line {}: {}", e.line, e.message)));
+        match parsed {
+            Ok(entries) => {
+                for e in entries.into_iter().filter(|e| e.kind == csv::Kind::Dev) {
+                    if !out.contains(&e.pattern) {
+                        out.push(e.pattern);
+                    }
+                }
             }
-        };
-        for line in text.lines() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let Some((kind, path)) = line.split_once(',') else {
-                continue;
-            };
-            if kind.trim() != "dev" {
-                continue;
-            }
-            let path = path.trim();
-            let path = if path.starts_with('/') {
-                path.to_string()
-            } else {
-                format!("/dev/{path}")
-            };
-            if !out.contains(&path) {
-                out.push(path);
-            }
+            Err(e) => tracing::warn!(file = %file.display(), "cannot use runtime CSV file: {e}"),
         }
     }
     out
 }
 
-/// `*` and `?` matching of one path component.
-fn component_matches(pattern: &str, name: &str) -> bool {
-    fn go(p: &[u8], n: &[u8]) -> bool {
-        match (p.first(), n.first()) {
-            (None, None) => true,
-            (Some(b'*'), _) => go(&p[1..], n) || (!n.is_empty() && go(p, &n[1..])),
-            (Some(b'?'), Some(_)) => go(&p[1..], &n[1..]),
-            (Some(a), Some(b)) if a == b => go(&p[1..], &n[1..]),
-            _ => false,
-        }
-    }
-    go(pattern.as_bytes(), name.as_bytes())
-}
-
 /// Expands a host path pattern under `root`; returns host paths (root prefix removed) of
-/// existing entries that are not directories, sorted.
+/// existing entries that are not directories, sorted per glob component.
 fn expand(root: &Path, pattern: &str) -> Vec<String> {
-    let mut current: Vec<String> = vec![String::new()];
-    for component in pattern.split('/').filter(|c| !c.is_empty()) {
-        let mut next = Vec::new();
-        for prefix in &current {
-            if component.contains(['*', '?']) {
-                let dir = under_root(root, if prefix.is_empty() { "/" } else { prefix });
-                let Ok(entries) = std::fs::read_dir(dir) else {
-                    continue;
-                };
-                let mut names: Vec<String> = entries
-                    .filter_map(|e| e.ok()?.file_name().into_string().ok())
-                    .collect();
-                names.sort();
-                for name in names {
-                    if component_matches(component, &name) {
-                        next.push(format!("{prefix}/{name}"));
-                    }
-                }
-            } else {
-                next.push(format!("{prefix}/{component}"));
-            }
-        }
-        current = next;
-    }
-    current
+    let list = |dir: &str| -> Vec<String> {
+        std::fs::read_dir(under_root(root, dir))
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .collect()
+    };
+    csv::expand(pattern, list)
         .into_iter()
-        .filter(|p| !p.is_empty())
-        .filter(|p| {
-            // Follows links (e.g. /dev/dri/by-path entries); a dangling link is skipped.
-            std::fs::metadata(under_root(root, p)).is_ok_and(|m| !m.is_dir())
-        })
+        // Follows links (e.g. /dev/dri/by-path entries); a dangling link is skipped.
+        .filter(|p| std::fs::metadata(under_root(root, p)).is_ok_and(|m| !m.is_dir()))
         .collect()
 }
 
@@ -141,6 +96,45 @@ pub fn discrete_device_paths(root: &Path, minors: &[u32]) -> Vec<String> {
     collect(root, &patterns)
 }
 
+/// A MIG device: its GPU instance and compute instance on the GPU `/dev/nvidia<gpu_minor>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MigInstance {
+    pub gpu_minor: u32,
+    pub gpu_instance: u32,
+    pub compute_instance: u32,
+}
+
+/// The `/dev/nvidia-caps` nodes (GPU instance and compute instance access) of each of
+/// `instances`, from the driver's `mig-minors` (NVIDIA's plugin does the same,
+/// `internal/rm/nvml_devices.go`). Per instance, `Err` says what is missing.
+fn mig_device_paths(root: &Path, instances: &[MigInstance]) -> Vec<Result<Vec<String>, String>> {
+    if instances.is_empty() {
+        return Vec::new();
+    }
+    let file = under_root(root, MIG_MINORS);
+    let minors = std::fs::read_to_string(&file)
+        .map_err(|e| format!("cannot read {}: {e}", file.display()))
+        .and_then(|text| parse_mig_minors(&text).map_err(|e| format!("{}: {e}", file.display())));
+    let nodes_of = |i: &MigInstance| -> Result<Vec<String>, String> {
+        let minors = minors.as_ref().map_err(Clone::clone)?;
+        let mut out = Vec::new();
+        for key in mig_capability_keys(i.gpu_minor, i.gpu_instance, i.compute_instance) {
+            let minor = minors
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map(|(_, m)| *m)
+                .ok_or_else(|| format!("{} has no `{key}`", file.display()))?;
+            let node = caps_node(minor);
+            if std::fs::metadata(under_root(root, &node)).is_err() {
+                return Err(format!("{node} does not exist"));
+            }
+            out.push(node);
+        }
+        Ok(out)
+    };
+    instances.iter().map(nodes_of).collect()
+}
+
 fn collect(root: &Path, patterns: &[String]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for p in patterns {
@@ -155,7 +149,15 @@ fn collect(root: &Path, patterns: &[String]) -> Vec<String> {
 
 /// Which nodes a host's GPUs may need.
 #[derive(Debug, Clone)]
-pub enum Candidates {
+pub struct Candidates {
+    pub gpus: GpuNodes,
+    /// The MIG devices served (their `/dev/nvidia-caps` nodes).
+    pub mig: Vec<MigInstance>,
+}
+
+/// The nodes of the GPUs themselves.
+#[derive(Debug, Clone)]
+pub enum GpuNodes {
     /// A Jetson of this generation (`None`: unknown generation).
     Tegra(Option<&'static Generation>),
     /// Discrete GPUs with these minor numbers.
@@ -164,17 +166,26 @@ pub enum Candidates {
 
 impl Candidates {
     /// The nodes present now (blocking).
-    fn scan(&self, root: &Path) -> Vec<String> {
-        match self {
-            Candidates::Tegra(generation) => tegra_device_paths(root, *generation),
-            Candidates::Discrete(minors) => discrete_device_paths(root, minors),
-        }
+    fn scan(&self, root: &Path) -> Snapshot {
+        let nodes = match &self.gpus {
+            GpuNodes::Tegra(generation) => tegra_device_paths(root, *generation),
+            GpuNodes::Discrete(minors) => discrete_device_paths(root, minors),
+        };
+        let mig = self
+            .mig
+            .iter()
+            .copied()
+            .zip(mig_device_paths(root, &self.mig))
+            .collect();
+        Snapshot { nodes, mig }
     }
 
-    /// Directories whose changes can change [`Candidates::scan`] (blocking).
+    /// Directories whose changes can change [`Candidates::scan`] (blocking). The driver's
+    /// `mig-minors` (procfs, no inotify) is fixed while the driver is loaded; a reload
+    /// recreates the nodes, and that is seen.
     fn watch_dirs(&self, root: &Path) -> Vec<PathBuf> {
-        let mut patterns: Vec<String> = match self {
-            Candidates::Tegra(generation) => {
+        let mut patterns: Vec<String> = match &self.gpus {
+            GpuNodes::Tegra(generation) => {
                 let nodes =
                     generation.map_or(UNKNOWN_GENERATION_CONTAINER_NODES, |g| g.container_nodes);
                 let mut p: Vec<String> = nodes.iter().map(|s| s.to_string()).collect();
@@ -183,8 +194,11 @@ impl Candidates {
                 p.push(format!("{CONTAINER_CSV_DIR}/*.csv"));
                 p
             }
-            Candidates::Discrete(_) => vec!["/dev/nvidiactl".to_string()],
+            GpuNodes::Discrete(_) => vec!["/dev/nvidiactl".to_string()],
         };
+        if !self.mig.is_empty() {
+            patterns.push(format!("{CAPS_DEV_DIR}/nvidia-cap*"));
+        }
         patterns.sort();
         patterns.dedup();
         let mut dirs = Vec::new();
@@ -206,34 +220,64 @@ impl Candidates {
     }
 }
 
-/// The device nodes present on the host, kept current by inotify.
+/// The nodes present at one moment (host paths).
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    nodes: Vec<String>,
+    /// Per MIG device watched: its `/dev/nvidia-caps` nodes, or what is missing.
+    mig: Vec<(MigInstance, Result<Vec<String>, String>)>,
+}
+
+impl Snapshot {
+    /// Every GPU node present (a Jetson's nodes).
+    pub fn all(&self) -> &[String] {
+        &self.nodes
+    }
+
+    /// The nodes for discrete GPUs with `minors`: the control nodes and their own.
+    pub fn discrete(&self, minors: &[u32]) -> Vec<String> {
+        let own: Vec<String> = minors.iter().map(|m| format!("/dev/nvidia{m}")).collect();
+        self.nodes
+            .iter()
+            .filter(|p| DISCRETE_CONTROL_NODES.contains(&p.as_str()) || own.contains(p))
+            .cloned()
+            .collect()
+    }
+
+    /// A MIG device's `/dev/nvidia-caps` nodes; `Err` says what is missing.
+    pub fn mig(&self, instance: MigInstance) -> Result<&[String], String> {
+        match self.mig.iter().find(|(i, _)| *i == instance) {
+            Some((_, Ok(nodes))) => Ok(nodes),
+            Some((_, Err(e))) => Err(e.clone()),
+            None => Err(format!("{instance:?} is not among the MIG devices watched")),
+        }
+    }
+}
+
+/// The device nodes present on the host, kept current by inotify. Dropping it ends the watch.
 pub struct DeviceNodes {
-    present: RwLock<Arc<Vec<String>>>,
+    current: Arc<RwLock<Arc<Snapshot>>>,
+    _watch: AbortOnDrop,
 }
 
 impl DeviceNodes {
-    /// Scans now and starts watching; the watch ends when the returned value is dropped.
-    pub async fn watch(root: PathBuf, candidates: Candidates) -> anyhow::Result<Arc<DeviceNodes>> {
+    /// Scans now and starts watching.
+    pub async fn watch(root: PathBuf, candidates: Candidates) -> anyhow::Result<DeviceNodes> {
         let inotify = Inotify::init()?;
         let scanner = Arc::new((root, candidates));
-        let present = rescan(&scanner, inotify.watches()).await?;
-        let nodes = Arc::new(DeviceNodes {
-            present: RwLock::new(Arc::new(present)),
-        });
+        let first = rescan(&scanner, inotify.watches()).await?;
+        let current = Arc::new(RwLock::new(Arc::new(first)));
         let mut events = inotify.into_event_stream([0u8; 1024])?;
-        let weak = Arc::downgrade(&nodes);
-        tokio::spawn(async move {
+        let weak = Arc::downgrade(&current);
+        let task = tokio::spawn(async move {
             while let Some(burst) = next_burst(&mut events).await {
                 if let Err(e) = burst {
                     tracing::warn!("inotify error watching GPU device nodes: {e}; the list is no longer updated");
                     break;
                 }
-                let Some(nodes) = weak.upgrade() else { break };
+                let Some(current) = weak.upgrade() else { break };
                 match rescan(&scanner, events.watches()).await {
-                    Ok(present) => {
-                        *nodes.present.write().unwrap_or_else(|p| p.into_inner()) =
-                            Arc::new(present)
-                    }
+                    Ok(now) => *current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(now),
                     Err(e) => {
                         tracing::warn!(
                             "scanning GPU device nodes failed: {e}; the list is no longer updated"
@@ -243,22 +287,15 @@ impl DeviceNodes {
                 }
             }
         });
-        Ok(nodes)
+        Ok(DeviceNodes {
+            current,
+            _watch: AbortOnDrop::new(&task),
+        })
     }
 
-    /// The nodes present (host paths).
-    pub fn present(&self) -> Arc<Vec<String>> {
-        Arc::clone(&self.present.read().unwrap_or_else(|p| p.into_inner()))
-    }
-
-    /// The nodes for discrete GPUs with `minors`: the control nodes and their own.
-    pub fn discrete(&self, minors: &[u32]) -> Vec<String> {
-        let own: Vec<String> = minors.iter().map(|m| format!("/dev/nvidia{m}")).collect();
-        self.present()
-            .iter()
-            .filter(|p| DISCRETE_CONTROL_NODES.contains(&p.as_str()) || own.contains(p))
-            .cloned()
-            .collect()
+    /// The nodes present now.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        Arc::clone(&self.current.read().unwrap_or_else(|p| p.into_inner()))
     }
 }
 
@@ -266,7 +303,7 @@ impl DeviceNodes {
 async fn rescan(
     scanner: &Arc<(PathBuf, Candidates)>,
     mut watches: Watches,
-) -> Result<Vec<String>, tokio::task::JoinError> {
+) -> Result<Snapshot, tokio::task::JoinError> {
     let scanner = Arc::clone(scanner);
     tokio::task::spawn_blocking(move || {
         let (root, candidates) = &*scanner;
@@ -283,18 +320,4 @@ async fn rescan(
         candidates.scan(root)
     })
     .await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn glob_components() {
-        assert!(component_matches("card*", "card0"));
-        assert!(component_matches("igpu*", "igpu-0000:01:00.0"));
-        assert!(component_matches("renderD1?8", "renderD128"));
-        assert!(!component_matches("card*", "renderD128"));
-        assert!(component_matches("*", "x"));
-    }
 }

@@ -1,9 +1,11 @@
-//! What a pod receives: the advertised device IDs (GPUs or time-slicing replicas), the
-//! answer to `Allocate` (strategies in [`strategy`], `/dev` nodes in [`device_specs`]) and to
-//! `GetPreferredAllocation` ([`sharing`]). Reads the `gpu` side; the `gpu` side never reads
-//! this module.
+//! What a pod receives: the advertised device IDs (whole GPUs or MIG devices, or
+//! time-slicing replicas of them), the answer to `Allocate` (strategies in [`strategy`],
+//! `/dev` nodes in [`device_specs`]) and to `GetPreferredAllocation` ([`sharing`]). Which
+//! resources the node serves under each MIG strategy is [`mig`]. Reads the `gpu` side; the
+//! `gpu` side never reads this module.
 
 pub mod device_specs;
+pub mod mig;
 pub mod sharing;
 pub mod strategy;
 
@@ -17,24 +19,80 @@ use edgegpu_kubelet_api::v1beta1::{
 use tokio::sync::watch;
 use tonic::Status;
 
-use crate::config::Config;
+use crate::config::{Config, DeviceIdStrategy};
 use crate::gpu::health::HealthTable;
-use crate::gpu::{Gpu, Platform};
+use crate::gpu::{Gpu, MigDevice, Platform};
 use crate::resource::Resource;
 use sharing::Replication;
 
-/// The GPUs of this node as one extended resource.
+/// One allocatable device: a whole GPU, or a MIG device of one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unit {
+    /// Position of the GPU (the MIG device's parent) in the node's GPU list.
+    pub gpu: usize,
+    pub mig: Option<MigDevice>,
+}
+
+impl Unit {
+    /// A MIG device's GPU instance and compute instance on its GPU's device node.
+    pub fn mig_instance(&self, gpus: &[Gpu]) -> Option<device_specs::MigInstance> {
+        self.mig.as_ref().map(|m| device_specs::MigInstance {
+            gpu_minor: gpus[self.gpu].device_minor(),
+            gpu_instance: m.gpu_instance,
+            compute_instance: m.compute_instance,
+        })
+    }
+
+    /// The device's ID under `strategy`: GPU/MIG UUID (`tegra` on Jetson) or NVIDIA's index
+    /// (`0`, MIG `0:1`).
+    pub fn id(&self, gpus: &[Gpu], strategy: DeviceIdStrategy) -> String {
+        let gpu = &gpus[self.gpu];
+        match (&self.mig, strategy) {
+            (None, DeviceIdStrategy::Uuid) => gpu.uuid.clone(),
+            (None, DeviceIdStrategy::Index) => gpu.index.to_string(),
+            (Some(m), DeviceIdStrategy::Uuid) => m.uuid.clone(),
+            (Some(m), DeviceIdStrategy::Index) => m.nvidia_index(gpu),
+        }
+    }
+
+    /// The device's name in the CDI spec `edgegpu-node-setup cdi generate` writes (kind
+    /// `nvidia.com/gpu`): on Jetson the iGPU is `0` (as in `nvidia-ctk cdi generate
+    /// --mode=csv`); a GPU its ID (UUID or index, both are in the spec); a MIG device
+    /// `<gpu index>:gi<G>:ci<C>` (the names the driver's procfs gives; MIG UUIDs are not there).
+    pub fn cdi_name(
+        &self,
+        gpus: &[Gpu],
+        platform: Option<&Platform>,
+        strategy: DeviceIdStrategy,
+    ) -> String {
+        let gpu = &gpus[self.gpu];
+        match (&self.mig, platform) {
+            (Some(m), _) => format!(
+                "{}:gi{}:ci{}",
+                gpu.index, m.gpu_instance, m.compute_instance
+            ),
+            (None, Some(Platform::Tegra { .. })) => "0".into(),
+            (None, _) => self.id(gpus, strategy),
+        }
+    }
+}
+
+/// Some devices of this node as one extended resource.
 pub struct GpuResource {
     pub(crate) name: String,
     pub(crate) config: Config,
     /// `None` when no GPU was found and `--fail-on-init-error=false`.
     pub(crate) platform: Option<Platform>,
+    /// Every GPU of the node (units refer to them by position).
     pub(crate) gpus: Vec<Gpu>,
-    /// Per physical GPU: its ID under `--device-id-strategy` (`GPU-…`/`tegra` or the index).
+    /// The devices this resource serves.
+    pub(crate) units: Vec<Unit>,
+    /// Per unit: its ID under `--device-id-strategy`.
     pub(crate) base_ids: Vec<String>,
     pub(crate) replication: Option<Replication>,
     pub(crate) table: Arc<HealthTable>,
     /// The `/dev` nodes for `--pass-device-specs` (`None` when it is off).
+    /// Shared by the node's resources.
     pub(crate) device_nodes: Option<Arc<device_specs::DeviceNodes>>,
 }
 
@@ -53,17 +111,23 @@ impl GpuResource {
         self.platform.as_ref()
     }
 
+    /// Every GPU of the node.
     pub fn gpus(&self) -> &[Gpu] {
         &self.gpus
     }
 
-    /// The CDI device name part for a GPU: on Tegra `nvidia-ctk cdi generate --mode=csv`
-    /// names the one device `0`; on NVML hosts the ID strategy's value.
+    /// The devices this resource serves.
+    pub fn units(&self) -> &[Unit] {
+        &self.units
+    }
+
+    /// The CDI device name part of unit `physical`.
     pub(crate) fn cdi_id(&self, physical: usize) -> String {
-        match self.platform {
-            Some(Platform::Tegra { .. }) => "0".into(),
-            _ => self.base_ids[physical].clone(),
-        }
+        self.units[physical].cdi_name(
+            &self.gpus,
+            self.platform.as_ref(),
+            self.config.device_id_strategy,
+        )
     }
 }
 
@@ -218,17 +282,43 @@ fn allocate(res: &GpuResource, ids: &[String]) -> Result<ContainerAllocateRespon
     );
 
     if let Some(nodes) = &res.device_nodes {
-        let paths = match &res.platform {
-            Some(Platform::Tegra { .. }) => nodes.present().to_vec(),
+        // The nodes were found by the watch; Allocate reads no file.
+        let present = nodes.snapshot();
+        let mut paths = match &res.platform {
+            Some(Platform::Tegra { .. }) => present.all().to_vec(),
             Some(Platform::Nvml) => {
-                let minors: Vec<u32> = physical
+                let mut minors: Vec<u32> = physical
                     .iter()
-                    .map(|p| res.gpus[*p].minor.unwrap_or(res.gpus[*p].index))
+                    .map(|p| res.gpus[res.units[*p].gpu].device_minor())
                     .collect();
-                nodes.discrete(&minors)
+                minors.dedup();
+                present.discrete(&minors)
             }
             None => Vec::new(),
         };
+        // MIG devices: their GPU instance and compute instance access nodes.
+        for p in &physical {
+            let unit = &res.units[*p];
+            let (Some(m), Some(instance)) = (&unit.mig, unit.mig_instance(&res.gpus)) else {
+                continue;
+            };
+            match present.mig(instance) {
+                Ok(nodes) => {
+                    for n in nodes {
+                        if !paths.contains(n) {
+                            paths.push(n.clone());
+                        }
+                    }
+                }
+                Err(e) => {
+                    return Err(Status::failed_precondition(format!(
+                        "MIG device {} of '{}': {e}",
+                        m.uuid,
+                        res.name()
+                    )))
+                }
+            }
+        }
         response.devices = paths
             .into_iter()
             .map(|p| DeviceSpec {

@@ -31,7 +31,9 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::yaml::{self, Node, Value};
-use super::{AllocationPolicy, DeviceIdStrategy, DeviceListStrategy, DiscoveryStrategy};
+use super::{
+    AllocationPolicy, DeviceIdStrategy, DeviceListStrategy, DiscoveryStrategy, MigStrategy,
+};
 
 /// NVIDIA's resource-name prefix, added to names given without it.
 const RESOURCE_PREFIX: &str = "nvidia.com/";
@@ -64,16 +66,6 @@ pub struct FileFlags {
     pub device_list_strategy: Option<Vec<DeviceListStrategy>>,
     pub device_id_strategy: Option<DeviceIdStrategy>,
     pub shared_devices_allocation_policy: Option<AllocationPolicy>,
-}
-
-/// `flags.migStrategy`. edgegpu advertises whole GPUs: on GPUs without MIG mode, which is
-/// every Jetson and most discrete GPUs, all three mean the same (NVIDIA's too).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MigStrategy {
-    None,
-    Single,
-    Mixed,
 }
 
 /// `imex:`: IMEX channels to hand every GPU container (NVIDIA's README, "IMEX Support").
@@ -340,21 +332,13 @@ impl Reader {
                 ));
             }
         }
+        // NVIDIA's message for a value it does not know (`validateFlags`), not `choice`'s.
         let mig_strategy = match f.get("migStrategy") {
             Some(v) => match string(v, "flags.migStrategy")?.as_deref() {
                 None => None,
                 Some("none") => Some(MigStrategy::None),
-                Some(s @ ("single" | "mixed")) => {
-                    self.note(format!(
-                        "{}: flags.migStrategy `{s}`: edgegpu advertises whole GPUs (MIG devices are not advertised); on GPUs without MIG mode this is the same as `none`",
-                        at(v)
-                    ));
-                    Some(if s == "single" {
-                        MigStrategy::Single
-                    } else {
-                        MigStrategy::Mixed
-                    })
-                }
+                Some("single") => Some(MigStrategy::Single),
+                Some("mixed") => Some(MigStrategy::Mixed),
                 Some(other) => return fail(v, format!("unknown MIG strategy: {other}")),
             },
             None => None,

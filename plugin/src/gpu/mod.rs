@@ -1,12 +1,14 @@
-//! Everything that faces the hardware: what a GPU is ([`Gpu`], [`Platform`]), how the GPUs of
-//! this host are found ([`discovery`], per platform) and how their health is watched
-//! ([`health`], per platform). Jetson facts come from one table per generation, the
-//! `edgegpu-platform` crate. Nothing here knows about the kubelet or about allocation.
+//! Everything that faces the hardware: what a GPU is ([`Gpu`], [`MigDevice`], [`Platform`]),
+//! how the GPUs of this host are found ([`discovery`], per platform) and how their health is
+//! watched ([`health`], per platform). Jetson facts come from one table per generation, the
+//! `edgegpu-platform` crate; [`nvml_raw`] holds the two NVML MIG calls nvml-wrapper lacks.
+//! Nothing here knows about the kubelet or about allocation.
 
 pub mod discovery;
 pub mod health;
+pub mod nvml_raw;
 
-pub use discovery::{under_root, Gpu, Platform};
+pub use discovery::{under_root, Gpu, MigDevice, Platform};
 
 /// The directory to watch for changes of `full` (a path under `root`): its parent, or the
 /// nearest ancestor that exists, not above `root`. Blocking (stat calls).
@@ -38,4 +40,21 @@ where
     }
     while let Some(Some(Ok(_))) = events.next().now_or_never() {}
     Some(Ok(()))
+}
+
+/// Aborts a background task when dropped: a watch that must end with its owner, not at its
+/// next event (a SIGHUP or MIG rebuild drops the old resources while their directories stay
+/// quiet).
+pub struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl AbortOnDrop {
+    pub fn new<T>(task: &tokio::task::JoinHandle<T>) -> Self {
+        AbortOnDrop(task.abort_handle())
+    }
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }

@@ -146,6 +146,56 @@ pub async fn serve(
     }
 }
 
+/// Serves every resource of `resources` on its own socket (NVIDIA's one gRPC server per
+/// resource), each with its own lifecycle, until `shutdown` completes; then stops them all.
+/// The first error of any of them ends every one and is returned.
+pub async fn serve_all(
+    resources: Vec<Arc<dyn Resource>>,
+    opts: LifecycleOptions,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let (stop, _) = watch::channel(false);
+    let mut tasks = tokio::task::JoinSet::new();
+    for resource in resources {
+        let mut stopped = stop.subscribe();
+        let opts = opts.clone();
+        tasks.spawn(async move {
+            serve(resource, opts, async move {
+                // Err: the sender is gone, which also means stop.
+                let _ = stopped.wait_for(|s| *s).await;
+            })
+            .await
+        });
+    }
+    let mut first_error = None;
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            done = tasks.join_next() => match done {
+                None => break,
+                Some(Ok(Ok(()))) => {}
+                Some(Ok(Err(e))) => { first_error = Some(e); break; }
+                Some(Err(e)) => { first_error = Some(anyhow::anyhow!("a resource's lifecycle task failed: {e}")); break; }
+            },
+        }
+    }
+    stop.send_replace(true);
+    while let Some(done) = tasks.join_next().await {
+        match done {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                first_error.get_or_insert(e);
+            }
+            Err(e) => {
+                first_error
+                    .get_or_insert(anyhow::anyhow!("a resource's lifecycle task failed: {e}"));
+            }
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
 /// Starts the next generation, retrying with backoff while its sockets cannot be bound —
 /// e.g. the kubelet is still deleting every socket in the directory after a restart, or
 /// the directory is being recreated. Exiting instead would leave the node at

@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use clap::Parser;
 use edgegpu_kubelet_api::v1beta1::{ContainerAllocateResponse, Device, HEALTHY};
-use edgegpu_plugin::{build_gpu_resource, GpuResource};
-use edgegpu_plugin::{serve, Cli};
+use edgegpu_plugin::resource::Resource;
+use edgegpu_plugin::{build_gpu_resource, build_gpu_resources, GpuResource};
+use edgegpu_plugin::{serve, serve_all, Cli};
 use edgegpu_testkit::kubelet::FakeKubelet;
 use tempfile::TempDir;
 use tokio::sync::oneshot;
@@ -24,9 +25,22 @@ pub struct Plugin {
     pub kubelet: FakeKubelet,
     pub resource: Arc<GpuResource>,
     pub name: String,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<anyhow::Result<()>>>,
+    serving: Serving,
     _dir: TempDir,
+}
+
+/// A running `serve`/`serve_all` task and the way to stop it.
+struct Serving {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Serving {
+    /// Stops serving and checks that it shut down cleanly.
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        self.task.await.expect("join").expect("clean shutdown");
+    }
 }
 
 /// Parses `args` like the binary does (plus `--root` and a temporary plugin directory).
@@ -75,8 +89,7 @@ impl Plugin {
             kubelet,
             resource,
             name,
-            stop: Some(stop),
-            task: Some(task),
+            serving: Serving { stop, task },
             _dir: dir,
         }
     }
@@ -108,14 +121,8 @@ impl Plugin {
     }
 
     /// Stops the plugin and checks that it shut down cleanly.
-    pub async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        self.task
-            .take()
-            .unwrap()
-            .await
-            .expect("join")
-            .expect("clean shutdown");
+    pub async fn stop(self) {
+        self.serving.stop().await;
     }
 }
 
@@ -137,4 +144,61 @@ pub fn spec_paths(r: &ContainerAllocateResponse) -> Vec<String> {
     let mut v: Vec<String> = r.devices.iter().map(|d| d.host_path.clone()).collect();
     v.sort();
     v
+}
+
+/// Every resource of a node served to a fake kubelet.
+pub struct Node {
+    pub kubelet: FakeKubelet,
+    pub resources: Vec<Arc<GpuResource>>,
+    serving: Serving,
+    _dir: tempfile::TempDir,
+}
+
+impl Node {
+    pub async fn start(root: &std::path::Path, args: &[&str]) -> anyhow::Result<Node> {
+        let dir = tempfile::Builder::new().prefix("dp-").tempdir()?;
+        let kubelet = FakeKubelet::start(dir.path()).await?;
+        let cli = cli(root, dir.path(), args);
+        let node = build_gpu_resources(&cli.root, &cli.resource_name, &cli.gpu).await?;
+        let served: Vec<Arc<dyn Resource>> = node
+            .resources
+            .iter()
+            .map(|r| r.clone() as Arc<dyn Resource>)
+            .collect();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(serve_all(served, cli.lifecycle_options(), async move {
+            let _ = stopped.await;
+        }));
+        for r in &node.resources {
+            kubelet.wait_for_registration(r.name(), WAIT).await?;
+        }
+        Ok(Node {
+            kubelet,
+            resources: node.resources,
+            serving: Serving { stop, task },
+            _dir: dir,
+        })
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.resources
+            .iter()
+            .map(|r| r.name().to_string())
+            .collect()
+    }
+
+    pub async fn wait_health(&self, resource: &str, id: &str, health: &str) {
+        self.kubelet
+            .wait_until(&format!("{resource} {id} {health}"), WAIT, |k| {
+                k.devices(resource)
+                    .iter()
+                    .any(|d| d.id == id && d.health == health)
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{e:#}"));
+    }
+
+    pub async fn stop(self) {
+        self.serving.stop().await;
+    }
 }

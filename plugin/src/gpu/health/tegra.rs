@@ -11,11 +11,11 @@ use std::sync::Arc;
 
 use inotify::{Inotify, WatchMask, Watches};
 
-use super::HealthTable;
+use super::Target;
 use edgegpu_platform::host::DEVFREQ_CLASS;
 use edgegpu_platform::{is_gpu_of_node_name, Generation};
 
-use crate::gpu::{next_burst, under_root, watch_dir_for};
+use crate::gpu::{next_burst, under_root, watch_dir_for, AbortOnDrop};
 
 /// What is checked for one Jetson GPU (host paths, root prefix removed).
 #[derive(Debug, Clone, PartialEq)]
@@ -31,8 +31,13 @@ fn host_path(root: &Path, p: &Path) -> Option<String> {
 }
 
 /// Finds the GPU's sysfs files: generic `/sys/class/devfreq/*` scan first (jetson_stats
-/// `jtop/core/gpu.py` does the same), then the generation's known paths.
-fn find_sysfs_files(root: &Path, generation: Option<&Generation>) -> Vec<String> {
+/// `jtop/core/gpu.py` does the same), then the generation's known paths (those of the running
+/// L4T release first).
+fn find_sysfs_files(
+    root: &Path,
+    generation: Option<&Generation>,
+    l4t_major: Option<u32>,
+) -> Vec<String> {
     let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
     let mut files = Vec::new();
     if let Ok(entries) = std::fs::read_dir(under_root(&root, DEVFREQ_CLASS)) {
@@ -70,7 +75,7 @@ fn find_sysfs_files(root: &Path, generation: Option<&Generation>) -> Vec<String>
         }
     }
     if files.is_empty() {
-        let known = generation.map_or(&[][..], |g| g.sysfs.known_dirs);
+        let known = generation.map_or_else(Vec::new, |g| g.known_dirs_for(l4t_major));
         for dir in known {
             let freq = format!("{}/cur_freq", dir.devfreq);
             if under_root(&root, &freq).is_file() {
@@ -87,9 +92,10 @@ fn find_sysfs_files(root: &Path, generation: Option<&Generation>) -> Vec<String>
 
 impl TegraHealthSpec {
     /// What to check on this host: the generation's required nodes (none when it is
-    /// unknown: sysfs only) and the GPU's sysfs files found under `root`.
-    pub fn for_host(root: &Path, generation: Option<&Generation>) -> Self {
-        let sysfs_files = find_sysfs_files(root, generation);
+    /// unknown: sysfs only) and the GPU's sysfs files found under `root`; `l4t_major` is the
+    /// running L4T release, when known.
+    pub fn for_host(root: &Path, generation: Option<&Generation>, l4t_major: Option<u32>) -> Self {
+        let sysfs_files = find_sysfs_files(root, generation, l4t_major);
         if sysfs_files.is_empty() {
             tracing::warn!("GPU sysfs load/frequency files not found under {}; health checks only cover device nodes", root.display());
         }
@@ -164,35 +170,43 @@ fn watch_all(watches: &mut Watches, dirs: &[PathBuf], unwatched: &mut Vec<PathBu
     }
 }
 
-/// Checks now, then re-checks on every inotify event until the table is dropped.
-/// `physical` is the GPU's index in the table. The checks read sysfs and stat device nodes,
+/// Monitor name in health reasons.
+const SOURCE: &str = "tegra";
+
+/// Checks now, then re-checks on every inotify event until the returned guard is dropped or,
+/// at the next event, every target's table is gone. `targets` are the slots the Jetson GPU
+/// backs (one, or its MIG devices on Thor). The checks read sysfs and stat device nodes,
 /// which can block (a sysfs `show` handler runs driver code), so they run on the blocking
 /// pool; the runtime thread only waits for inotify events.
 pub async fn spawn(
     root: PathBuf,
     spec: TegraHealthSpec,
-    table: &Arc<HealthTable>,
-    physical: usize,
-) -> anyhow::Result<()> {
+    targets: Vec<Target>,
+) -> anyhow::Result<AbortOnDrop> {
     let inotify = Inotify::init()?;
     let checker = Arc::new(Checker { root, spec });
     // The first check comes after the watches exist, so no change can fall in between.
-    let (outcome, mut unwatched) = checker.recheck(inotify.watches(), Vec::new()).await?;
-    table.report(physical, outcome);
+    let (first, mut unwatched) = checker.recheck(inotify.watches(), Vec::new()).await?;
+    for t in &targets {
+        t.report(SOURCE, first.clone());
+    }
     let mut stream = inotify.into_event_stream([0u8; 4096])?;
-    let weak = Arc::downgrade(table);
     tracing::info!(nodes = ?checker.spec.required_nodes, sysfs = ?checker.spec.sysfs_files, "Tegra health checks started (inotify)");
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         while let Some(burst) = next_burst(&mut stream).await {
             if let Err(e) = burst {
                 tracing::warn!("inotify error in Tegra health watch: {e}; health checks stopped");
                 break;
             }
-            let Some(table) = weak.upgrade() else { break };
+            if !targets.iter().any(|t| t.table.strong_count() > 0) {
+                break;
+            }
             match checker.recheck(stream.watches(), unwatched).await {
                 Ok((outcome, still_unwatched)) => {
                     unwatched = still_unwatched;
-                    table.report(physical, outcome);
+                    for t in &targets {
+                        t.report(SOURCE, outcome.clone());
+                    }
                 }
                 Err(e) => {
                     tracing::warn!("Tegra health check failed to run: {e}; health checks stopped");
@@ -201,7 +215,7 @@ pub async fn spawn(
             }
         }
     });
-    Ok(())
+    Ok(AbortOnDrop::new(&task))
 }
 
 /// What one health check needs, shared with the blocking pool.
