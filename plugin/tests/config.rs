@@ -53,6 +53,56 @@ fn nvidia_shaped_yaml_and_json_parse() {
     assert_eq!(f.time_slicing.unwrap().resources[0].replicas, 2);
 }
 
+/// The entries deploy/helm/check_chart.py (`test_config_entries_the_plugin_accepts`) renders
+/// as config.map entries: the chart's own checks must let through what the plugin reads.
+#[test]
+fn entries_the_helm_chart_lets_through_are_read() {
+    let entries: &[(&str, Option<MigStrategy>, Option<&str>)] = &[
+        ("", None, None),
+        ("# nothing set yet\n", None, None),
+        ("{}", None, None),
+        ("version: null\n", None, None),
+        ("flags:\n  plugin:\n    deviceIDStrategy: index\n", None, None),
+        ("version: v1\nflags:\n  migStrategy: single\n", Some(MigStrategy::Single), None),
+        ("version: v1\nflags:\n  migStrategy: mixed\n", Some(MigStrategy::Mixed), None),
+        (
+            "Version: v1\nFlags:\n  MigStrategy: mixed\n  FailOnInitError: yes\n",
+            Some(MigStrategy::Mixed),
+            None,
+        ),
+        (
+            "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: gpu\n      replicas: 3\n",
+            None,
+            Some("nvidia.com/gpu"),
+        ),
+        (
+            "Sharing:\n  TimeSlicing:\n    resources:\n    - name: mig-1g.5gb\n      replicas: 2\n",
+            None,
+            Some("nvidia.com/mig-1g.5gb"),
+        ),
+        (
+            r#"{"sharing": {"timeSlicing": {"resources": [{"name": "gpu", "replicas": 2}]}}}"#,
+            None,
+            Some("nvidia.com/gpu"),
+        ),
+    ];
+    for (text, mig, shared) in entries {
+        let f = ConfigFile::parse(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+        assert_eq!(f.flags.mig_strategy, *mig, "{text:?}");
+        let names: Vec<&str> = f
+            .time_slicing
+            .iter()
+            .flat_map(|t| &t.resources)
+            .map(|r| r.name.as_str())
+            .collect();
+        assert_eq!(
+            names,
+            shared.iter().copied().collect::<Vec<_>>(),
+            "{text:?}"
+        );
+    }
+}
+
 /// (file contents, expected line, words the message must contain)
 const BAD: &[(&str, usize, &[&str])] = &[
     // NVIDIA's parse errors, at the line of the value at fault.
