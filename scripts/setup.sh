@@ -4,7 +4,8 @@
 #     (linker and sysroot for the aarch64 test binaries and the fake driver libraries),
 #     containerd and systemd (real-tool checks of node-setup's output: `containerd config dump`,
 #     `systemd-analyze verify`), python3-venv.
-#   - PyPI (into .tools/venv): ziglang + cargo-zigbuild (release cross-builds pinned to glibc 2.17).
+#   - PyPI (into .tools/venv): ziglang + cargo-zigbuild (release cross-builds pinned to glibc 2.17),
+#     prometheus-client (its exposition-format parser checks the plugin's /metrics output).
 #   - rustup: the 1.75 toolchain (MSRV check) and the cross targets.
 # Usage: scripts/setup.sh            (everything)
 set -euo pipefail
@@ -13,7 +14,7 @@ cd "$(dirname "$0")/.."
 MSRV=1.75
 TARGETS=(aarch64-unknown-linux-gnu aarch64-unknown-linux-musl x86_64-unknown-linux-musl)
 APT_PACKAGES=(qemu-user-static gcc-aarch64-linux-gnu libc6-dev-arm64-cross containerd systemd python3-venv)
-PY_PACKAGES=(ziglang cargo-zigbuild)
+PY_PACKAGES=(ziglang cargo-zigbuild prometheus-client)
 VENV=.tools/venv
 
 log() { printf '==> %s\n' "$*"; }

@@ -167,7 +167,8 @@ mod tests {
 
     #[test]
     fn meminfo_values() {
-        let text = "MemTotal:        7994548 kB\nNvMapMemUsed:     123456 kB\nHugePages_Total:       0\n";
+        let text =
+            "MemTotal:        7994548 kB\nNvMapMemUsed:     123456 kB\nHugePages_Total:       0\n";
         assert_eq!(meminfo_bytes(text, "MemTotal"), Some(7_994_548 * 1024));
         assert_eq!(meminfo_bytes(text, "NvMapMemUsed"), Some(123_456 * 1024));
         assert_eq!(meminfo_bytes(text, "HugePages_Total"), Some(0));

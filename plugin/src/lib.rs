@@ -8,8 +8,10 @@
 //! - [`allocate`]: what a pod receives — device IDs and replicas, Allocate strategies, device
 //!   specs, preferred allocation. Reads `gpu`; `gpu` never reads it.
 //!
-//! [`node`] wires `gpu` and `allocate` into the served resource; [`cli`], [`config`],
-//! [`logging`] and [`shutdown`] are the program around it.
+//! [`node`] wires `gpu` and `allocate` into the served resource. Two readers look at all
+//! three sides and nothing looks at them: [`metrics`] (Prometheus' `/metrics`) and [`labels`]
+//! (the node's GPU labels). [`cli`], [`config`], [`logging`] and [`shutdown`] are the program
+//! around it.
 
 // `tonic::Status` (176 bytes) is the error type of every gRPC handler and of the
 // `Resource` contract by design; boxing it would only add allocations on error paths.
@@ -20,7 +22,9 @@ pub mod cli;
 pub mod config;
 pub mod gpu;
 pub mod kubelet;
+pub mod labels;
 pub mod logging;
+pub mod metrics;
 pub mod node;
 pub mod resource;
 pub mod shutdown;
@@ -38,12 +42,55 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         cli::VERSION,
         cli.resource_name
     );
+    // A bad or busy metrics address ends the plugin before discovery, with its message.
+    let metrics_listener = match cli.metrics_address()? {
+        Some(addr) => Some(metrics::server::bind(addr).await?),
+        None => None,
+    };
     let resource = tokio::select! {
-        resource = build_resource(&cli.root, &cli.resource_name, &cli.gpu) => resource?,
+        resource = build_gpu_resource(&cli.root, &cli.resource_name, &cli.gpu) => resource?,
         _ = signals.recv() => return Ok(()),
     };
-    serve(resource, cli.lifecycle_options(), async move {
-        signals.recv().await
+    if let Some(path) = cli.feature_file() {
+        write_feature_file(path, &resource);
+    }
+    let options = cli.lifecycle_options();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    if let Some(listener) = metrics_listener {
+        let source = metrics::MetricsSource::new(
+            resource.clone(),
+            options.stats.clone(),
+            cli.pod_resources_socket(),
+            cli.node_name(),
+        );
+        let mut stopped = stopped.clone();
+        tokio::spawn(metrics::server::serve(
+            listener,
+            std::sync::Arc::new(source),
+            async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            },
+        ));
+    }
+    serve(resource, options, async move {
+        signals.recv().await;
+        stop.send_replace(true);
     })
     .await
+}
+
+/// Writes the NFD feature file; a failure is logged, never fatal (labels are a convenience,
+/// the GPUs are served either way).
+fn write_feature_file(path: &std::path::Path, resource: &GpuResource) {
+    let labels = labels::for_resource(resource);
+    match labels::feature_file::write(path, &labels) {
+        Ok(true) => {
+            tracing::info!(file = %path.display(), labels = labels.iter().count(), "Node Feature Discovery feature file written")
+        }
+        Ok(false) => tracing::info!(
+            "{} does not exist (Node Feature Discovery not installed); no feature file written",
+            path.parent().unwrap_or(path).display()
+        ),
+        Err(e) => tracing::warn!("{e:#}"),
+    }
 }

@@ -97,7 +97,7 @@ pub async fn build_gpu_resource(
     if !config.health_checks {
         tracing::info!("health checks disabled (--health-checks=false or DP_DISABLE_HEALTHCHECKS)");
     } else {
-        match (&platform, nvml) {
+        match (&platform, &nvml) {
             (Some(Platform::Tegra { detection, .. }), _) => {
                 let spec = health::tegra::TegraHealthSpec::for_host(root, detection.generation);
                 health::tegra::spawn(root.to_path_buf(), spec, &table, 0)?;
@@ -105,7 +105,7 @@ pub async fn build_gpu_resource(
             (Some(Platform::Nvml), Some(nvml)) => {
                 let uuids = gpus.iter().map(|g| g.uuid.clone()).collect();
                 health::nvml::spawn(
-                    nvml,
+                    nvml.clone(),
                     uuids,
                     &table,
                     config.extra_ignored_xids.clone(),
@@ -125,5 +125,7 @@ pub async fn build_gpu_resource(
         base_ids,
         replication,
         table,
+        allocations: Default::default(),
+        nvml,
     }))
 }

@@ -6,4 +6,5 @@ pub mod fakelib;
 pub mod host;
 pub mod kubelet;
 pub mod nodehost;
+pub mod pod_resources;
 pub mod process;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use edgegpu_kubelet_api::v1beta1::{ContainerAllocateResponse, Device, HEALTHY};
+use edgegpu_plugin::kubelet::stats::KubeletStats;
 use edgegpu_plugin::{build_gpu_resource, GpuResource};
 use edgegpu_plugin::{serve, Cli};
 use edgegpu_testkit::kubelet::FakeKubelet;
@@ -24,6 +25,8 @@ pub struct Plugin {
     pub kubelet: FakeKubelet,
     pub resource: Arc<GpuResource>,
     pub name: String,
+    /// The lifecycle's registration counters.
+    pub stats: Arc<KubeletStats>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<anyhow::Result<()>>>,
     _dir: TempDir,
@@ -60,13 +63,11 @@ impl Plugin {
             .expect("GPU resource");
         let name = resource.name().to_string();
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(serve(
-            resource.clone(),
-            cli.lifecycle_options(),
-            async move {
-                let _ = stopped.await;
-            },
-        ));
+        let options = cli.lifecycle_options();
+        let stats = options.stats.clone();
+        let task = tokio::spawn(serve(resource.clone(), options, async move {
+            let _ = stopped.await;
+        }));
         kubelet
             .wait_for_registration(&name, WAIT)
             .await
@@ -75,6 +76,7 @@ impl Plugin {
             kubelet,
             resource,
             name,
+            stats,
             stop: Some(stop),
             task: Some(task),
             _dir: dir,

@@ -50,7 +50,8 @@ pub enum Platform {
 pub struct Discovered {
     pub platform: Platform,
     pub gpus: Vec<Gpu>,
-    /// Kept loaded for health checks (only for [`Platform::Nvml`]).
+    /// Kept loaded for health checks ([`Platform::Nvml`]), and on a Jetson whose GPU has no
+    /// sysfs `load` file (Thor, OpenRM) for its utilisation in the metrics.
     pub nvml: Option<Arc<::nvml_wrapper::Nvml>>,
 }
 
@@ -66,16 +67,22 @@ impl std::fmt::Debug for Discovered {
 
 impl Discovered {
     /// The Jetson's one integrated GPU, found by `detection` (and named by NVML on
-    /// JetPack 6+, where NVML sees it).
-    fn tegra(detection: TegraDetection, nvml_name: Option<String>) -> Discovered {
+    /// JetPack 6+, where NVML sees it). NVML stays loaded only where sysfs cannot tell the
+    /// GPU's load (the generation has no `load` file): everything else comes from sysfs.
+    fn tegra(
+        detection: TegraDetection,
+        nvml_name: Option<String>,
+        nvml: Option<::nvml_wrapper::Nvml>,
+    ) -> Discovered {
         let gpu = tegra_gpu(&detection, nvml_name.as_deref());
+        let sysfs_has_load = detection.generation.map_or(true, |g| g.sysfs.load_file);
         Discovered {
             platform: Platform::Tegra {
                 detection,
                 nvml_name,
             },
             gpus: vec![gpu],
-            nvml: None,
+            nvml: nvml.filter(|_| !sysfs_has_load).map(Arc::new),
         }
     }
 
@@ -148,7 +155,11 @@ pub fn discover(root: &Path, strategy: DiscoveryStrategy) -> Result<Discovered, 
                     // `NVIDIA Thor`); serve it as Tegra (device nodes, sysfs health).
                     let detection = probe_tegra(root);
                     tracing::info!(name = %gpus[0].name, "NVML reports an integrated GPU; treating it as the Tegra GPU");
-                    return Ok(Discovered::tegra(detection, Some(gpus[0].name.clone())));
+                    return Ok(Discovered::tegra(
+                        detection,
+                        Some(gpus[0].name.clone()),
+                        Some(nvml),
+                    ));
                 }
                 return Ok(Discovered {
                     platform: Platform::Nvml,
@@ -171,5 +182,5 @@ pub fn discover(root: &Path, strategy: DiscoveryStrategy) -> Result<Discovered, 
             Some(nvml) => format!("NVML: {nvml}. Tegra: no signal matched ({looked_for})"),
         }));
     }
-    Ok(Discovered::tegra(detection, None))
+    Ok(Discovered::tegra(detection, None, None))
 }

@@ -19,12 +19,24 @@ pub struct Advertised {
     pub numa_node: Option<i64>,
 }
 
+/// One physical GPU's health now and how often it changed (for the plugin's metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HealthCounts {
+    pub healthy: bool,
+    /// Healthy → unhealthy transitions since start.
+    pub became_unhealthy: u64,
+    /// Unhealthy → healthy transitions since start.
+    pub became_healthy: u64,
+}
+
 /// Health of the physical GPUs, published as the advertised device list.
 pub struct HealthTable {
     resource: String,
     advertised: Vec<Advertised>,
     /// `None` = healthy; `Some(reason)` = unhealthy because of `reason`.
     state: Mutex<Vec<Option<String>>>,
+    /// Transition counts per physical GPU.
+    counts: Mutex<Vec<HealthCounts>>,
     /// Physical GPU IDs, for log lines.
     names: Vec<String>,
     tx: watch::Sender<Vec<Device>>,
@@ -33,12 +45,20 @@ pub struct HealthTable {
 impl HealthTable {
     pub fn new(resource: &str, physical_ids: Vec<String>, advertised: Vec<Advertised>) -> Self {
         let state = vec![None; physical_ids.len()];
+        let counts = vec![
+            HealthCounts {
+                healthy: true,
+                ..HealthCounts::default()
+            };
+            physical_ids.len()
+        ];
         let initial = Self::render(&advertised, &state);
         let (tx, _) = watch::channel(initial);
         Self {
             resource: resource.to_string(),
             advertised,
             state: Mutex::new(state),
+            counts: Mutex::new(counts),
             names: physical_ids,
             tx,
         }
@@ -75,6 +95,11 @@ impl HealthTable {
         self.state.lock().unwrap()[physical].clone()
     }
 
+    /// Each physical GPU's health and transition counts.
+    pub fn counts(&self) -> Vec<HealthCounts> {
+        self.counts.lock().unwrap().clone()
+    }
+
     /// Records the outcome of a check; logs and publishes only real transitions.
     pub fn report(&self, physical: usize, outcome: Result<(), String>) {
         let mut state = self.state.lock().unwrap();
@@ -96,6 +121,15 @@ impl HealthTable {
         let health_changed = state[physical].is_some() != new.is_some();
         state[physical] = new;
         if health_changed {
+            let mut counts = self.counts.lock().unwrap();
+            let c = &mut counts[physical];
+            c.healthy = state[physical].is_none();
+            if c.healthy {
+                c.became_healthy += 1;
+            } else {
+                c.became_unhealthy += 1;
+            }
+            drop(counts);
             let list = Self::render(&self.advertised, &state);
             self.tx.send_replace(list);
         }
