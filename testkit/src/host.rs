@@ -657,16 +657,21 @@ impl FakeHost {
             if self.board.is_none() {
                 self.write(&format!("/dev/nvidia{}", g.minor), "");
             }
+            let bus = g.pci_bus_id.to_ascii_lowercase();
+            let bus = match bus.split_once(':') {
+                Some((d, rest)) if d.len() > 4 => format!("{}:{rest}", &d[d.len() - 4..]),
+                _ => bus,
+            };
             if let Some(n) = g.sysfs_numa_node {
-                let bus = g.pci_bus_id.to_ascii_lowercase();
-                let bus = match bus.split_once(':') {
-                    Some((d, rest)) if d.len() > 4 => format!("{}:{rest}", &d[d.len() - 4..]),
-                    _ => bus,
-                };
                 self.write(
                     &format!("/sys/bus/pci/devices/{bus}/numa_node"),
                     format!("{n}\n"),
                 );
+            }
+            // The PCI identity of a discrete GPU: NVIDIA's vendor id, a 3D controller.
+            if self.board.is_none() && bus != "-" {
+                self.write(&format!("/sys/bus/pci/devices/{bus}/vendor"), "0x10de\n");
+                self.write(&format!("/sys/bus/pci/devices/{bus}/class"), "0x030200\n");
             }
         }
         if self.board.is_none() {
