@@ -22,7 +22,9 @@ use edgegpu_plugin::resource::Resource;
 use edgegpu_plugin::{serve, LifecycleOptions};
 use edgegpu_testkit::host::{Board, FakeHost};
 use edgegpu_testkit::kubelet::{dial_plugin, FakeKubelet};
-use edgegpu_testkit::process::binary_command;
+use edgegpu_testkit::process::{
+    binary_command, context_switches, status_field, thread_status_files,
+};
 use tokio::sync::{oneshot, watch};
 
 const GPU: &str = "nvidia.com/gpu";
@@ -134,29 +136,6 @@ fn summary(mut samples: Vec<Duration>) -> String {
         pick(0.99),
         samples[samples.len() - 1]
     )
-}
-
-/// Sum of voluntary + involuntary context switches of the given /proc status files.
-fn context_switches(status_files: &[String]) -> u64 {
-    status_files
-        .iter()
-        .filter_map(|f| std::fs::read_to_string(f).ok())
-        .flat_map(|s| {
-            s.lines()
-                .filter(|l| l.contains("ctxt_switches:"))
-                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-                .collect::<Vec<_>>()
-        })
-        .sum()
-}
-
-fn status_field(pid: u32, field: &str) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with(field))
-        .map(|l| l[field.len()..].trim().to_string())
-        .unwrap_or_else(|| "?".into())
 }
 
 async fn start_to_registered(rounds: usize) {
@@ -306,11 +285,7 @@ async fn binary_footprint(seconds: u64) {
     );
     tokio::time::sleep(Duration::from_secs(1)).await;
     let pid = child.id();
-    let tasks: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .flatten()
-        .map(|e| format!("{}/status", e.path().display()))
-        .collect();
+    let tasks = thread_status_files(pid);
     let before = context_switches(&tasks);
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     let after = context_switches(&tasks);

@@ -8,7 +8,9 @@
 //! directory, starts the testkit's fake kubelet and the real plugin (command-line parsing,
 //! GPU discovery, `serve`) in this process, and prints what a node operator wants to know:
 //! what was detected and why, the registration, the advertised devices, the Allocate answer
-//! a pod would get, and a health loss and recovery. Then it shuts down and exits 0.
+//! a pod would get, the node labels, a Prometheus scrape of `/metrics` with that pod
+//! attributed (through a fake pod-resources API), and a health loss and recovery. Then it
+//! shuts down and exits 0.
 //! Plugin flags after a second `--` replace the default `--pass-device-specs`.
 
 use std::process::ExitCode;
@@ -17,10 +19,12 @@ use std::time::Duration;
 use clap::Parser;
 use edgegpu_kubelet_api::v1beta1::{Device, HEALTHY, UNHEALTHY};
 use edgegpu_plugin::gpu::discovery::Platform;
-use edgegpu_plugin::{build_gpu_resource, GpuResource};
+use edgegpu_plugin::metrics::{self, MetricsSource};
+use edgegpu_plugin::{build_gpu_resource, labels, GpuResource};
 use edgegpu_plugin::{serve, Cli};
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost};
 use edgegpu_testkit::kubelet::FakeKubelet;
+use edgegpu_testkit::pod_resources::FakePodResources;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -192,6 +196,25 @@ async fn simulate(args: Args) -> anyhow::Result<()> {
         Some(board) => FakeHost::jetson(board),
         None => FakeHost::discrete(&FakeGpu::two_on_two_numa_nodes()),
     };
+    // Something for the scrape to show: a busy GPU.
+    match args.board {
+        Some(board) if board.load_file().is_some() => host.set_gpu_load(420),
+        Some(_) => {}
+        None => {
+            for gpu in 0..2 {
+                host.set_nvml_telemetry(
+                    gpu,
+                    &[
+                        ("gpu_util", 42),
+                        ("sm_clock", 1410),
+                        ("mem_clock", 1215),
+                        ("temp", 55),
+                        ("power_mw", 182_000),
+                    ],
+                );
+            }
+        }
+    }
     let title = match args.board {
         Some(b) => format!("simulated {} (L4T {})", b.model(), b.l4t()),
         None => "simulated discrete-GPU server (2 GPUs, 2 NUMA nodes, fake NVML)".into(),
@@ -220,13 +243,11 @@ async fn simulate(args: Args) -> anyhow::Result<()> {
     show_detection(&resource);
 
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(serve(
-        resource.clone(),
-        cli.lifecycle_options(),
-        async move {
-            let _ = stopped.await;
-        },
-    ));
+    let options = cli.lifecycle_options();
+    let stats = options.stats.clone();
+    let server = tokio::spawn(serve(resource.clone(), options, async move {
+        let _ = stopped.await;
+    }));
     let name = resource.name().to_string();
     let info = kubelet.wait_for_registration(&name, WAIT).await?;
     println!("Registration (fake kubelet, API v1beta1)");
@@ -285,6 +306,19 @@ async fn simulate(args: Args) -> anyhow::Result<()> {
     }
     println!();
 
+    show_labels(&resource);
+    let pod_resources =
+        FakePodResources::start(&plugin_dir.path().join("pod-resources.sock")).await?;
+    let ids: Vec<&str> = chosen.iter().map(String::as_str).collect();
+    pod_resources.assign("default", "cuda-sample", "main", &name, &ids);
+    show_scrape(MetricsSource::new(
+        resource.clone(),
+        stats,
+        Some(pod_resources.socket().to_path_buf()),
+        "sim-node".into(),
+    ))
+    .await?;
+
     if resource.config().health_checks {
         show_health(
             &host,
@@ -298,6 +332,45 @@ async fn simulate(args: Args) -> anyhow::Result<()> {
     let _ = stop.send(());
     server.await??;
     println!("Shut down cleanly (socket removed).");
+    Ok(())
+}
+
+/// The node labels the plugin writes for NFD and the labeller puts on the Node.
+fn show_labels(resource: &GpuResource) {
+    println!("Node labels (NFD feature file / edgegpu-labeller; docs/labels.md)");
+    for (key, value) in labels::for_resource(resource).iter() {
+        println!("  {key}={value}");
+    }
+    println!();
+}
+
+/// Serves /metrics on a loopback port and shows one scrape, as Prometheus gets it.
+async fn show_scrape(source: MetricsSource) -> anyhow::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = metrics::server::bind("127.0.0.1:0".parse()?).await?;
+    let addr = listener.local_addr()?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(metrics::server::serve(
+        listener,
+        std::sync::Arc::new(source),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: sim-node\r\nConnection: close\r\n\r\n")
+        .await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    let _ = stop.send(());
+    server.await?;
+    let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    println!("Metrics (GET http://{addr}/metrics; the pod above holds the GPU; # HELP/# TYPE lines left out)");
+    for line in body.lines().filter(|l| !l.starts_with('#')) {
+        println!("  {line}");
+    }
+    println!();
     Ok(())
 }
 

@@ -203,7 +203,7 @@ async fn nano_series_follow_the_files() {
     let util = series(&s, "DCGM_FI_DEV_GPU_UTIL")[0];
     assert_eq!(
         gpu_labels(util),
-        ("0", "tegra", "nvidia0", "NVIDIA Tegra T210", "node-1")
+        ("0", "tegra", "nvidia0", "NVIDIA Tegra X1", "node-1")
     );
     assert!(!util.labels.contains_key("pod"));
 

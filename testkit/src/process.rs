@@ -24,3 +24,38 @@ pub fn binary_command(path: impl AsRef<Path>) -> Command {
         None => Command::new(path.as_ref()),
     }
 }
+
+/// A field of `/proc/<pid>/status` (`VmRSS:` → `6412 kB`), or `?`.
+pub fn status_field(pid: u32, field: &str) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with(field))
+        .map(|l| l[field.len()..].trim().to_string())
+        .unwrap_or_else(|| "?".into())
+}
+
+/// Sum of voluntary + involuntary context switches of the given /proc status files.
+pub fn context_switches(status_files: &[String]) -> u64 {
+    status_files
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .flat_map(|s| {
+            s.lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
+}
+
+/// The `/proc/<pid>/task/*/status` files of every thread of `pid`.
+pub fn thread_status_files(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| format!("{}/status", e.path().display()))
+                .collect()
+        })
+        .unwrap_or_default()
+}

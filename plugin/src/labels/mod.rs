@@ -155,18 +155,10 @@ fn compute(f: &Facts<'_>) -> NodeLabels {
         },
     );
     let (memory_bytes, capability, cuda) = match platform {
-        Platform::Tegra {
-            detection,
-            nvml_name,
-        } => {
+        Platform::Tegra { detection, .. } => {
             labels.set(GPU_KIND, "jetson");
             let generation = detection.generation;
-            // The product as CUDA or NVML names the GPU (`Orin`, `Orin (nvgpu)`).
-            let product = nvml_name
-                .as_deref()
-                .or(generation.and_then(|g| g.cuda.device_name))
-                .unwrap_or(&first.name);
-            labels.set("nvidia.com/gpu.product", product);
+            labels.set("nvidia.com/gpu.product", platform.model_name(first));
             if let Some(model) = &detection.model {
                 labels.set("edgegpu.io/jetson.board", model);
             }
@@ -201,7 +193,7 @@ fn compute(f: &Facts<'_>) -> NodeLabels {
         }
         Platform::Nvml => {
             labels.set(GPU_KIND, "discrete");
-            labels.set("nvidia.com/gpu.product", &first.name);
+            labels.set("nvidia.com/gpu.product", platform.model_name(first));
             let device = f
                 .nvml
                 .and_then(|n| n.device_by_uuid(first.uuid.as_str()).ok());

@@ -142,7 +142,12 @@ impl MetricsSource {
                     ("gpu", g.index.to_string()),
                     ("UUID", g.uuid.clone()),
                     ("device", format!("nvidia{}", g.minor.unwrap_or(g.index))),
-                    ("modelName", g.name.clone()),
+                    (
+                        "modelName",
+                        res.platform()
+                            .map_or(g.name.as_str(), |p| p.model_name(g))
+                            .to_string(),
+                    ),
                     ("Hostname", self.hostname.clone()),
                 ]
             })

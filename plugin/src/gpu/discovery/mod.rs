@@ -46,6 +46,24 @@ pub enum Platform {
     Nvml,
 }
 
+impl Platform {
+    /// The GPU's name as NVML or CUDA gives it (dcgm-exporter's `modelName`, GFD's
+    /// `gpu.product`): NVML's where NVML sees the GPU, else on a Jetson the CUDA device name
+    /// of its generation (`Orin`), else the name discovery gave it.
+    pub fn model_name<'a>(&'a self, gpu: &'a Gpu) -> &'a str {
+        match self {
+            Platform::Tegra {
+                detection,
+                nvml_name,
+            } => nvml_name
+                .as_deref()
+                .or(detection.generation.and_then(|g| g.cuda.device_name))
+                .unwrap_or(&gpu.name),
+            Platform::Nvml => &gpu.name,
+        }
+    }
+}
+
 /// The result of discovery.
 pub struct Discovered {
     pub platform: Platform,
