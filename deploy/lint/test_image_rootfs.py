@@ -174,7 +174,11 @@ class ContainerfileTest(unittest.TestCase):
                 call = re.search(r"sh /assemble-rootfs\.sh ((?:[^\\\n]|\\\n)*)", text)
                 self.assertIsNotNone(call, "no assemble-rootfs.sh call")
                 args = call.group(1).replace("\\\n", " ").split()
-                self.assertEqual(args[2:], [f'"/dist/{image}-$rust_target"', "/rootfs", image])
+                # The plugin image also carries edgegpu-labeller (docs/labels.md), and copies it in.
+                extra = ['"/dist/edgegpu-labeller-$rust_target"'] if image == "edgegpu-device-plugin" else []
+                self.assertEqual(args[2:], [f'"/dist/{image}-$rust_target"', "/rootfs", image, *extra])
+                if extra:
+                    self.assertIn("dist/edgegpu-labeller-*-unknown-linux-gnu", text)
                 self.assertIn(f'ENTRYPOINT ["/usr/bin/{image}"]', text)
 
 

@@ -23,7 +23,7 @@ use edgegpu_plugin::{serve, LifecycleOptions};
 use edgegpu_testkit::host::{Board, FakeHost};
 use edgegpu_testkit::kubelet::{dial_plugin, FakeKubelet};
 use edgegpu_testkit::process::{
-    binary_command, context_switches, status_field, thread_status_files,
+    binary_command, context_switches, cpu_time_us, status_field, thread_status_files,
 };
 use tokio::sync::{oneshot, watch};
 
@@ -181,17 +181,7 @@ async fn restart_to_reregistered(rounds: usize) {
 
 /// CPU time (user + system) a thread used so far, from /proc (clock ticks → µs).
 fn thread_cpu_us(tid: i32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap_or_default();
-    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = fields.get(11).and_then(|f| f.parse().ok()).unwrap_or(0)
-        + fields.get(12).and_then(|f| f.parse().ok()).unwrap_or(0);
-    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .unwrap_or(100) as u64;
-    ticks * 1_000_000 / hz
+    cpu_time_us(&format!("/proc/self/task/{tid}/stat"))
 }
 
 async fn allocate_latency(callers: usize, calls_each: usize, shared_connection: bool) {

@@ -23,7 +23,7 @@ use edgegpu_testkit::host::{Board, FakeGpu, FakeHost};
 use edgegpu_testkit::kubelet::FakeKubelet;
 use edgegpu_testkit::pod_resources::FakePodResources;
 use edgegpu_testkit::process::{
-    binary_command, context_switches, status_field, thread_status_files,
+    binary_command, context_switches, cpu_time_us, status_field, thread_status_files,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -31,16 +31,7 @@ const WAIT: Duration = Duration::from_secs(30);
 
 /// CPU time (user + system) of a whole process (`self` or a pid), in microseconds.
 fn cpu_us(process: &str) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{process}/stat")).unwrap_or_default();
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = fields.get(11).and_then(|f| f.parse().ok()).unwrap_or(0)
-        + fields.get(12).and_then(|f| f.parse().ok()).unwrap_or(0);
-    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .unwrap_or(100) as u64;
-    ticks * 1_000_000 / hz
+    cpu_time_us(&format!("/proc/{process}/stat"))
 }
 
 fn summary(mut samples: Vec<Duration>) -> String {

@@ -10,7 +10,7 @@
 //!
 //! [`node`] wires `gpu` and `allocate` into the served resource. Two readers look at all
 //! three sides and nothing looks at them: [`metrics`] (Prometheus' `/metrics`) and [`labels`]
-//! (the node's GPU labels). [`cli`], [`config`], [`logging`] and [`shutdown`] are the program
+//! (the node's GPU labels). [`cli`], [`config`], [`logging`], [`runtime`] and [`shutdown`] are the program
 //! around it.
 
 // `tonic::Status` (176 bytes) is the error type of every gRPC handler and of the
@@ -27,6 +27,7 @@ pub mod logging;
 pub mod metrics;
 pub mod node;
 pub mod resource;
+pub mod runtime;
 pub mod shutdown;
 
 pub use allocate::GpuResource;

@@ -143,13 +143,7 @@ async fn jetpack6_names_the_product_as_nvml_does() {
 
 #[tokio::test]
 async fn discrete_labels_and_time_slicing() {
-    let config = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(
-        config.path(),
-        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n",
-    )
-    .unwrap();
-    let config_flag = format!("--config={}", config.path().display());
+    let (_config, config_flag) = gpu_common::time_slicing_config(4);
     let host = FakeHost::discrete(&FakeGpu::two_on_two_numa_nodes());
     let labels = labels_of(&host, &["--discovery=nvml", &config_flag]).await;
     assert_eq!(

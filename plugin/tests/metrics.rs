@@ -76,6 +76,12 @@ fn close(a: f64, b: f64) -> bool {
     (a - b).abs() < 1e-9 * b.abs().max(1.0)
 }
 
+/// The metrics of the plugin built for `host` with `args`.
+async fn metrics_of(host: &FakeHost, args: &[&str], socket: Option<&Path>) -> MetricsSource {
+    let resource = gpu_common::resource(host.root(), args).await.unwrap();
+    source(&resource, socket)
+}
+
 fn source(resource: &Arc<GpuResource>, socket: Option<&Path>) -> MetricsSource {
     MetricsSource::new(
         resource.clone(),
@@ -170,10 +176,7 @@ fn rail(samples: &[Sample], label: &str) -> (f64, String) {
 #[tokio::test]
 async fn nano_series_follow_the_files() {
     let host = FakeHost::jetson(Board::Nano);
-    let resource = gpu_common::resource(host.root(), &["--discovery=tegra"])
-        .await
-        .unwrap();
-    let src = source(&resource, None);
+    let src = metrics_of(&host, &["--discovery=tegra"], None).await;
     host.set_gpu_load(455);
     let s = scrape(&src).await;
     assert_eq!(one(&s, "DCGM_FI_DEV_GPU_UTIL"), 45.5);
@@ -227,10 +230,7 @@ async fn nano_series_follow_the_files() {
 #[tokio::test]
 async fn orin_and_xavier_series_follow_the_files() {
     let host = FakeHost::jetson(Board::Orin);
-    let resource = gpu_common::resource(host.root(), &["--discovery=tegra"])
-        .await
-        .unwrap();
-    let src = source(&resource, None);
+    let src = metrics_of(&host, &["--discovery=tegra"], None).await;
     host.set_gpu_load(125);
     let s = scrape(&src).await;
     assert_eq!(one(&s, "DCGM_FI_DEV_GPU_UTIL"), 12.5);
@@ -254,10 +254,7 @@ async fn orin_and_xavier_series_follow_the_files() {
 
     // Xavier on r35: load, clock and GPU-therm; no rails in its table entry or its root.
     let host = FakeHost::jetson(Board::Xavier);
-    let resource = gpu_common::resource(host.root(), &["--discovery=tegra"])
-        .await
-        .unwrap();
-    let s = scrape(&source(&resource, None)).await;
+    let s = scrape(&metrics_of(&host, &["--discovery=tegra"], None).await).await;
     assert_eq!(one(&s, "DCGM_FI_DEV_GPU_UTIL"), 0.0);
     assert_eq!(one(&s, "DCGM_FI_DEV_GPU_TEMP"), 43.0);
     absent(&s, "edgegpu_power_rail_watts");
@@ -268,10 +265,7 @@ async fn orin_and_xavier_series_follow_the_files() {
 async fn thor_without_and_with_nvml() {
     // JetPack 7 without NVML reachable: no load file, no known GPU zone, no rails.
     let host = FakeHost::jetson(Board::Thor);
-    let resource = gpu_common::resource(host.root(), &["--discovery=tegra"])
-        .await
-        .unwrap();
-    let s = scrape(&source(&resource, None)).await;
+    let s = scrape(&metrics_of(&host, &["--discovery=tegra"], None).await).await;
     absent(&s, "DCGM_FI_DEV_GPU_UTIL");
     absent(&s, "DCGM_FI_DEV_GPU_TEMP");
     absent(&s, "DCGM_FI_DEV_POWER_USAGE");
@@ -293,8 +287,7 @@ async fn thor_without_and_with_nvml() {
     let host =
         FakeHost::jetson(Board::Thor).with_nvml("/usr/lib/aarch64-linux-gnu/nvidia", &[thor]);
     host.set_nvml_telemetry(0, &[("gpu_util", 33), ("temp", 58)]);
-    let resource = gpu_common::resource(host.root(), &[]).await.unwrap();
-    let src = source(&resource, None);
+    let src = metrics_of(&host, &[], None).await;
     let s = scrape(&src).await;
     assert_eq!(one(&s, "DCGM_FI_DEV_GPU_UTIL"), 33.0);
     assert_eq!(one(&s, "DCGM_FI_DEV_GPU_TEMP"), 58.0);
@@ -326,10 +319,7 @@ async fn discrete_series_follow_nvml() {
     );
     // GPU 1 answers only its temperature (and memory, which NVML always has here).
     host.set_nvml_telemetry(1, &[("temp", 40)]);
-    let resource = gpu_common::resource(host.root(), &["--discovery=nvml"])
-        .await
-        .unwrap();
-    let src = source(&resource, None);
+    let src = metrics_of(&host, &["--discovery=nvml"], None).await;
     let s = scrape(&src).await;
     let of = |name: &str, gpu: &str| -> Option<f64> {
         series(&s, name)
@@ -396,13 +386,7 @@ fn pods_of<'a>(samples: &'a [Sample], name: &str) -> Vec<(&'a str, &'a str, &'a 
 #[tokio::test]
 async fn pod_labels_follow_the_pod_resources_api() {
     let host = FakeHost::jetson(Board::Orin);
-    let config = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(
-        config.path(),
-        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n",
-    )
-    .unwrap();
-    let config_flag = format!("--config={}", config.path().display());
+    let (_config, config_flag) = gpu_common::time_slicing_config(4);
     let resource = gpu_common::resource(host.root(), &["--discovery=tegra", &config_flag])
         .await
         .unwrap();

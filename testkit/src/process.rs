@@ -59,3 +59,19 @@ pub fn thread_status_files(pid: u32) -> Vec<String> {
         })
         .unwrap_or_default()
 }
+
+/// User + system CPU time in microseconds of the `/proc/.../stat` file `stat_path` (a process's
+/// `/proc/<pid>/stat`, a thread's `/proc/self/task/<tid>/stat`). Clock-tick resolution.
+pub fn cpu_time_us(stat_path: &str) -> u64 {
+    let stat = std::fs::read_to_string(stat_path).unwrap_or_default();
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields.get(11).and_then(|f| f.parse().ok()).unwrap_or(0)
+        + fields.get(12).and_then(|f| f.parse().ok()).unwrap_or(0);
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as u64;
+    ticks * 1_000_000 / hz
+}

@@ -45,6 +45,19 @@ pub fn cli(root: &Path, dir: &Path, args: &[&str]) -> Cli {
     Cli::try_parse_from(argv).expect("valid command line")
 }
 
+/// A `version: v1` config file sharing `nvidia.com/gpu` as `replicas` time-slices, and the
+/// `--config=` flag naming it (the file lives as long as the returned handle).
+pub fn time_slicing_config(replicas: u32) -> (tempfile::NamedTempFile, String) {
+    let config = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        config.path(),
+        format!("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: {replicas}\n"),
+    )
+    .unwrap();
+    let flag = format!("--config={}", config.path().display());
+    (config, flag)
+}
+
 /// Builds the resource for `root` with `args` (no kubelet).
 pub async fn resource(root: &Path, args: &[&str]) -> anyhow::Result<Arc<GpuResource>> {
     let dir = tempfile::tempdir()?;
