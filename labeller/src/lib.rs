@@ -200,6 +200,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         );
         return Ok(());
     }
+    if args.kind_only && wanted.iter().all(|(_, value)| value.is_none()) {
+        // Most nodes of a cluster: nothing to set, so no API request at all.
+        tracing::info!(node = %args.node_name, "No GPU found: no label to set");
+        if args.wait {
+            signals.recv().await;
+        }
+        return Ok(());
+    }
     let give_up =
         (!args.wait).then(|| tokio::time::Instant::now() + Duration::from_secs(args.timeout));
     let mut delay = RETRY_FIRST;

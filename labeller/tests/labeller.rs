@@ -103,11 +103,13 @@ async fn kind_only_labels_a_jetson_and_keeps_hand_set_values() {
     assert_eq!(api.labels(NODE)["edgegpu.io/gpu"], "discrete");
     assert_eq!(api.requests().len(), 1);
 
-    // A node without a GPU gets nothing.
+    // A node without a GPU gets nothing, and does not even ask the API server.
     let api = FakeApiServer::start(NODE, &[]).await;
     let out = run(labeller(FakeHost::empty().root(), &api, &["--kind-only"])).await;
     assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("No GPU found"), "{}", stderr(&out));
     assert!(api.labels(NODE).is_empty());
+    assert!(api.requests().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
