@@ -10,9 +10,7 @@ use std::time::{Duration, Instant};
 
 use edgegpu_testkit::apiserver::FakeApiServer;
 use edgegpu_testkit::host::{Board, FakeHost};
-use edgegpu_testkit::process::{
-    binary_command, context_switches, status_field, thread_status_files,
-};
+use edgegpu_testkit::process::{binary_command, terminate, Footprint};
 
 const NODE: &str = "node-1";
 
@@ -50,25 +48,16 @@ async fn run(kind_only: bool, idle_seconds: u64) {
     let labelled = t0.elapsed();
     tokio::time::sleep(Duration::from_secs(1)).await;
     let pid = child.id();
-    let tasks = thread_status_files(pid);
-    let before = context_switches(&tasks);
-    tokio::time::sleep(Duration::from_secs(idle_seconds)).await;
-    let after = context_switches(&tasks);
+    let footprint = Footprint::measure(pid, Duration::from_secs(idle_seconds)).await;
     println!(
-        "labeller{}: start -> labelled {labelled:.2?}; then sleeping: VmRSS {} (RssAnon {}, RssFile {}; VmHWM {}), {} thread(s), {} context switches in {idle_seconds} s",
-        if kind_only { " --kind-only" } else { " (full set)" },
-        status_field(pid, "VmRSS:"),
-        status_field(pid, "RssAnon:"),
-        status_field(pid, "RssFile:"),
-        status_field(pid, "VmHWM:"),
-        tasks.len(),
-        after - before,
+        "labeller{}: start -> labelled {labelled:.2?}; then sleeping: {footprint}",
+        if kind_only {
+            " --kind-only"
+        } else {
+            " (full set)"
+        },
     );
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
+    terminate(pid);
     child.wait().unwrap();
 }
 

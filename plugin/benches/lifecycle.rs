@@ -23,7 +23,7 @@ use edgegpu_plugin::{serve, LifecycleOptions};
 use edgegpu_testkit::host::{Board, FakeHost};
 use edgegpu_testkit::kubelet::{dial_plugin, FakeKubelet};
 use edgegpu_testkit::process::{
-    binary_command, context_switches, cpu_time_us, status_field, thread_status_files,
+    binary_command, context_switches, cpu_time_us, terminate, Footprint,
 };
 use tokio::sync::{oneshot, watch};
 
@@ -275,19 +275,8 @@ async fn binary_footprint(seconds: u64) {
     );
     tokio::time::sleep(Duration::from_secs(1)).await;
     let pid = child.id();
-    let tasks = thread_status_files(pid);
-    let before = context_switches(&tasks);
-    tokio::time::sleep(Duration::from_secs(seconds)).await;
-    let after = context_switches(&tasks);
-    println!(
-        "binary steady state: VmRSS {} (RssAnon {}, RssFile {}; VmHWM {}), {} thread(s), {} context switches in {seconds} s idle",
-        status_field(pid, "VmRSS:"),
-        status_field(pid, "RssAnon:"),
-        status_field(pid, "RssFile:"),
-        status_field(pid, "VmHWM:"),
-        tasks.len(),
-        after - before
-    );
+    let footprint = Footprint::measure(pid, Duration::from_secs(seconds)).await;
+    println!("binary steady state: {footprint}");
     let own = std::fs::read_dir(dir.path())
         .unwrap()
         .flatten()
@@ -295,11 +284,7 @@ async fn binary_footprint(seconds: u64) {
         .find(|p| p.file_name().is_some_and(|n| n != "kubelet.sock"))
         .unwrap();
     let t0 = Instant::now();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
+    terminate(pid);
     let status = child.wait().unwrap();
     println!(
         "binary: SIGTERM -> exit {:.2?} (status {status}, own socket removed: {})",

@@ -22,9 +22,7 @@ use edgegpu_plugin::{build_gpu_resource, Cli};
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost};
 use edgegpu_testkit::kubelet::FakeKubelet;
 use edgegpu_testkit::pod_resources::FakePodResources;
-use edgegpu_testkit::process::{
-    binary_command, context_switches, cpu_time_us, status_field, thread_status_files,
-};
+use edgegpu_testkit::process::{binary_command, cpu_time_us, terminate, Footprint};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -185,25 +183,12 @@ async fn binary(metrics: bool, idle_seconds: u64) {
         );
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let tasks = thread_status_files(pid);
-    let before = context_switches(&tasks);
-    tokio::time::sleep(Duration::from_secs(idle_seconds)).await;
-    let after = context_switches(&tasks);
+    let footprint = Footprint::measure(pid, Duration::from_secs(idle_seconds)).await;
     println!(
-        "binary, metrics {:<3}: VmRSS {} (RssAnon {}, RssFile {}; VmHWM {}), {} thread(s), {} context switches in {idle_seconds} s idle{scrape_line}",
-        if metrics { "on" } else { "off" },
-        status_field(pid, "VmRSS:"),
-        status_field(pid, "RssAnon:"),
-        status_field(pid, "RssFile:"),
-        status_field(pid, "VmHWM:"),
-        tasks.len(),
-        after - before,
+        "binary, metrics {:<3}: {footprint}{scrape_line}",
+        if metrics { "on" } else { "off" }
     );
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
+    terminate(pid);
     child.wait().unwrap();
 }
 

@@ -75,3 +75,58 @@ pub fn cpu_time_us(stat_path: &str) -> u64 {
         .unwrap_or(100) as u64;
     ticks * 1_000_000 / hz
 }
+
+/// A running process's memory and idle wake-ups, as the benchmarks print them.
+#[derive(Debug, Clone)]
+pub struct Footprint {
+    pub vm_rss: String,
+    pub rss_anon: String,
+    pub rss_file: String,
+    pub vm_hwm: String,
+    pub threads: usize,
+    /// Context switches of all its threads during the idle window.
+    pub context_switches: u64,
+    pub idle: std::time::Duration,
+}
+
+impl Footprint {
+    /// Counts the context switches of process `pid` while it idles for `idle`, then reads its
+    /// memory figures.
+    pub async fn measure(pid: u32, idle: std::time::Duration) -> Footprint {
+        let tasks = thread_status_files(pid);
+        let before = context_switches(&tasks);
+        tokio::time::sleep(idle).await;
+        let after = context_switches(&tasks);
+        Footprint {
+            vm_rss: status_field(pid, "VmRSS:"),
+            rss_anon: status_field(pid, "RssAnon:"),
+            rss_file: status_field(pid, "RssFile:"),
+            vm_hwm: status_field(pid, "VmHWM:"),
+            threads: tasks.len(),
+            context_switches: after - before,
+            idle,
+        }
+    }
+}
+
+impl std::fmt::Display for Footprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "VmRSS {} (RssAnon {}, RssFile {}; VmHWM {}), {} thread(s), {} context switches in {:?} idle",
+            self.vm_rss,
+            self.rss_anon,
+            self.rss_file,
+            self.vm_hwm,
+            self.threads,
+            self.context_switches,
+            self.idle
+        )
+    }
+}
+
+/// Sends SIGTERM to process `pid`.
+pub fn terminate(pid: u32) {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("a pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+}
