@@ -12,12 +12,14 @@ the one source of truth and the copies can never drift (CI runs this with --chec
                                       embedded as chartContent (air-gapped nodes need no repo)
 
 The static copies are the rendered text minus what only a Helm release carries: the labels
-helm.sh/chart, app.kubernetes.io/managed-by and app.kubernetes.io/instance, and the test hook's
-annotations. Lines are removed from helm's output (its comments stay); the result is then
+helm.sh/chart, app.kubernetes.io/managed-by and app.kubernetes.io/instance, and the annotations
+Helm acts on (the test hook's, the RuntimeClass's resource policy). Lines are removed from helm's output (its comments stay); the result is then
 checked to parse to exactly the rendered objects minus those keys.
 
 The chart archive is packed here rather than by `helm package`, whose archive carries the time
-of packaging: sorted entries, fixed owner, mode and time, so the same chart gives the same bytes.
+of packaging: the chart's git-tracked files only (a stray or unadded file never ships), sorted,
+with fixed owner, mode and time. The HelmChart counts as current when its archive holds the same
+files (names, modes, contents): gzip's bytes depend on the zlib build, so they are not compared.
 
 Usage: deploy/generate.py [--check] [--helm PATH]
   --check   write nothing; exit 1 (with a diff) if any output is missing or stale
@@ -40,10 +42,11 @@ REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "deploy" / "helm" / "edgegpu"
 RELEASE = "edgegpu"
 HELM_ONLY_LABELS = ("helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance")
-HOOK_ANNOTATIONS = ("helm.sh/hook", "helm.sh/hook-delete-policy")
+HELM_ANNOTATIONS = ("helm.sh/hook", "helm.sh/hook-delete-policy", "helm.sh/resource-policy")
 REMOVED_KEY_LINE = re.compile(
-    r"^\s*(" + "|".join(re.escape(k) for k in HELM_ONLY_LABELS + HOOK_ANNOTATIONS) + r"):")
+    r"^\s*(" + "|".join(re.escape(k) for k in HELM_ONLY_LABELS + HELM_ANNOTATIONS) + r"):")
 HELMCHART_NAMESPACE = "kube-system"
+HELMCHART = "deploy/k3s/helmchart/edgegpu.yaml"
 
 
 def header(*lines):
@@ -67,11 +70,11 @@ def helm_template(helm, template, namespace):
 
 
 def without_release_keys(obj):
-    """The object as kubectl users get it: no Helm-only labels, no hook annotations."""
+    """The object as kubectl users get it: no Helm-only labels, no annotations for Helm."""
     if isinstance(obj, dict):
         out = {}
         for key, value in obj.items():
-            if key in HELM_ONLY_LABELS + HOOK_ANNOTATIONS:
+            if key in HELM_ONLY_LABELS + HELM_ANNOTATIONS:
                 continue
             value = without_release_keys(value)
             if key == "annotations" and value == {}:
@@ -110,12 +113,25 @@ def strip_release_lines(rendered):
     return text
 
 
+def chart_files():
+    """The chart's files that git tracks, sorted (what a clone of the repository has). Outside a
+    git checkout (an exported tree holds only committed files), every file of the chart."""
+    inside = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--is-inside-work-tree"], capture_output=True)
+    if inside.returncode != 0:
+        return sorted(p for p in CHART.rglob("*") if p.is_file())
+    command = ["git", "-C", str(REPO), "ls-files", "-z", "--", CHART.relative_to(REPO).as_posix()]
+    result = subprocess.run(command, capture_output=True)
+    if result.returncode != 0:
+        sys.exit(f"generate: {' '.join(command)} failed:\n{result.stderr.decode(errors='replace')}")
+    return sorted(REPO / name for name in result.stdout.decode().split("\0") if name)
+
+
 def chart_archive():
     """The chart as `helm package` lays it out (edgegpu/...), byte-for-byte reproducible."""
     buffer = io.BytesIO()
     with gzip.GzipFile(filename="", mode="wb", fileobj=buffer, mtime=0, compresslevel=9) as gz:
         with tarfile.open(fileobj=gz, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-            for path in sorted(p for p in CHART.rglob("*") if p.is_file()):
+            for path in chart_files():
                 info = tarfile.TarInfo(f"{CHART.name}/{path.relative_to(CHART).as_posix()}")
                 data = path.read_bytes()
                 info.size, info.mode, info.mtime = len(data), 0o644, 0
@@ -163,6 +179,54 @@ def helmchart_resource():
     )
 
 
+def archive_members(chart_content):
+    """What a chartContent (base64 of a gzipped tar) holds: each member's metadata and bytes."""
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(chart_content)), mode="r:gz") as tar:
+        return [(m.name, m.type, m.mode, m.uid, m.gid, m.mtime, tar.extractfile(m).read() if m.isfile() else None)
+                for m in tar.getmembers()]
+
+
+def split_helmchart(text):
+    """A HelmChart's text before chartContent, and chartContent's base64 without line breaks."""
+    head, _, content = text.partition("  chartContent: |-\n")
+    return head, "".join(content.split())
+
+
+def same_helmchart(current, wanted):
+    """True when CURRENT has WANTED's text and an archive with the same members (any gzip bytes)."""
+    (current_head, current_content), (wanted_head, wanted_content) = split_helmchart(current), split_helmchart(wanted)
+    if current_head != wanted_head:
+        return False
+    try:
+        return archive_members(current_content) == archive_members(wanted_content)
+    except (ValueError, OSError, tarfile.TarError):  # not base64 / gzip / tar: stale
+        return False
+
+
+def archive_differences(current, wanted):
+    """Lines saying how CURRENT's HelmChart differs from WANTED's: its text, or which chart files."""
+    (current_head, current_content), (wanted_head, wanted_content) = split_helmchart(current), split_helmchart(wanted)
+    if current_head != wanted_head:
+        yield from difflib.unified_diff(current_head.splitlines(), wanted_head.splitlines(), "a", "b", lineterm="")
+    try:
+        have = {m[0]: m for m in archive_members(current_content)}
+    except (ValueError, OSError, tarfile.TarError) as error:
+        yield f"chartContent does not decode: {error}"
+        return
+    want = {m[0]: m for m in archive_members(wanted_content)}
+    for member in sorted(set(have) | set(want)):
+        if have.get(member) != want.get(member):
+            yield f"chartContent: {member} {'missing' if member not in have else 'extra' if member not in want else 'differs'}"
+
+
+def up_to_date(name, current, wanted):
+    if current is None:
+        return False
+    if name == HELMCHART:
+        return same_helmchart(current, wanted)
+    return current == wanted
+
+
 def outputs(helm):
     # The plugin DaemonSets, the node labeller (RBAC + DaemonSet) that labels GPU nodes for them,
     # and the metrics Service: one file, so `kubectl apply -f deploy/` and k3s auto-deploy get all.
@@ -181,7 +245,7 @@ def outputs(helm):
         # fight over it (removing either file deletes it). docs/deploy.md, section 3.3.
         "deploy/k3s/edgegpu-device-plugin.yaml": K3S_HEADER + plugin,
         "deploy/k3s/edgegpu-devicequery-job.yaml": K3S_HEADER + job,
-        "deploy/k3s/helmchart/edgegpu.yaml": helmchart_resource(),
+        HELMCHART: helmchart_resource(),
     }
 
 
@@ -195,17 +259,21 @@ def main():
     for name, text in wanted.items():
         path = REPO / name
         current = path.read_text(encoding="utf-8") if path.exists() else None
-        if args.check:
-            if current != text:
-                sys.stderr.writelines(difflib.unified_diff(
-                    (current or "").splitlines(True), text.splitlines(True), f"a/{name}", f"b/{name}", n=2))
-                print(f"generate: {name} is stale or missing: run deploy/generate.sh", file=sys.stderr)
-                status = 1
-        elif current != text:
+        if up_to_date(name, current, text):
+            continue
+        if not args.check:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.with_suffix(".tmp").write_text(text, encoding="utf-8")
             path.with_suffix(".tmp").replace(path)
             print(f"wrote {name}")
+            continue
+        if name == HELMCHART and current is not None:
+            sys.stderr.writelines(f"  {line}\n" for line in archive_differences(current, text))
+        else:
+            sys.stderr.writelines(difflib.unified_diff(
+                (current or "").splitlines(True), text.splitlines(True), f"a/{name}", f"b/{name}", n=2))
+        print(f"generate: {name} is stale or missing: run deploy/generate.sh", file=sys.stderr)
+        status = 1
     # A stray file in deploy/k3s/ would be installed on every node by the Yocto layer.
     for path in sorted((REPO / "deploy" / "k3s").rglob("*.yaml")):
         name = path.relative_to(REPO).as_posix()

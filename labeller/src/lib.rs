@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use edgegpu_plugin::config::GpuArgs;
-use edgegpu_plugin::labels::{self, GPU_KIND, KEYS};
+use edgegpu_plugin::labels::{self, GPU_KIND, KEYS, MIG_PROFILE_PREFIX};
 use edgegpu_plugin::logging::LogFormat;
 use serde_json::{Map, Value};
 
@@ -119,17 +119,42 @@ fn valid_node_name(name: &str) -> bool {
         })
 }
 
-/// The wanted value of every key this run manages: `Some` sets it, `None` removes it.
-fn wanted(args: &Args) -> anyhow::Result<Vec<(&'static str, Option<String>)>> {
+/// What one run sets on the Node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wanted {
+    /// The wanted value of every key this run manages: `Some` sets it, `None` removes it.
+    pub values: Vec<(String, Option<String>)>,
+    /// Keys under this prefix that are not in `values` are removed too (the MIG profiles'
+    /// keys, which change with the MIG geometry); `None` for `--kind-only`.
+    pub owned_prefix: Option<&'static str>,
+}
+
+fn wanted(args: &Args) -> anyhow::Result<Wanted> {
     if args.kind_only {
         let kind = kind::detect(&args.root);
-        return Ok(vec![(GPU_KIND, kind.map(|k| k.label_value().to_string()))]);
+        return Ok(Wanted {
+            values: vec![(
+                GPU_KIND.to_string(),
+                kind.map(|k| k.label_value().to_string()),
+            )],
+            owned_prefix: None,
+        });
     }
     let computed = labels::for_host(&args.root, &args.resource_name, &args.gpu)?;
-    Ok(KEYS
+    let mut values: Vec<(String, Option<String>)> = KEYS
         .iter()
-        .map(|key| (*key, computed.get(key).map(str::to_string)))
-        .collect())
+        .map(|key| (key.to_string(), computed.get(key).map(str::to_string)))
+        .collect();
+    values.extend(
+        computed
+            .iter()
+            .filter(|(key, _)| !KEYS.contains(key))
+            .map(|(key, value)| (key.to_string(), Some(value.to_string()))),
+    );
+    Ok(Wanted {
+        values,
+        owned_prefix: Some(MIG_PROFILE_PREFIX),
+    })
 }
 
 /// The merge patch from the Node's `current` labels to `wanted`: only what changes. The kind
@@ -137,12 +162,19 @@ fn wanted(args: &Args) -> anyhow::Result<Vec<(&'static str, Option<String>)>> {
 /// keeps whatever it has).
 pub fn patch(
     current: &std::collections::BTreeMap<String, String>,
-    wanted: &[(&'static str, Option<String>)],
+    wanted: &Wanted,
 ) -> Map<String, Value> {
     let mut patch = Map::new();
-    for (key, value) in wanted {
-        let now = current.get(*key);
-        if *key == GPU_KIND {
+    if let Some(prefix) = wanted.owned_prefix {
+        for key in current.keys().filter(|k| k.starts_with(prefix)) {
+            if !wanted.values.iter().any(|(k, _)| k == key) {
+                patch.insert(key.clone(), Value::Null);
+            }
+        }
+    }
+    for (key, value) in &wanted.values {
+        let now = current.get(key);
+        if key == GPU_KIND {
             if let (None, Some(v)) = (now, value) {
                 patch.insert(key.to_string(), Value::String(v.clone()));
             }
@@ -163,10 +195,7 @@ pub fn patch(
 }
 
 /// One attempt: read the Node, patch what differs.
-async fn label_once(
-    args: &Args,
-    wanted: &[(&'static str, Option<String>)],
-) -> anyhow::Result<Map<String, Value>> {
+async fn label_once(args: &Args, wanted: &Wanted) -> anyhow::Result<Map<String, Value>> {
     let url = match &args.api_server {
         Some(url) => url.clone(),
         None => api::in_cluster_url().ok_or_else(|| {
@@ -200,7 +229,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    if args.kind_only && wanted.iter().all(|(_, value)| value.is_none()) {
+    if args.kind_only && wanted.values.iter().all(|(_, value)| value.is_none()) {
         // Most nodes of a cluster: nothing to set, so no API request at all.
         tracing::info!(node = %args.node_name, "No GPU found: no label to set");
         if args.wait {
@@ -278,25 +307,60 @@ mod tests {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-        let wanted = vec![
-            (GPU_KIND, Some("jetson".to_string())),
-            ("nvidia.com/gpu.count", Some("1".to_string())),
-            ("nvidia.com/gpu.product", Some("Orin".to_string())),
-            ("nvidia.com/gpu.memory", None),
-            ("nvidia.com/gpu.family", None),
-        ];
-        let p = patch(&current, &wanted);
+        let wanted = |values: &[(&str, Option<&str>)], owned_prefix| Wanted {
+            values: values
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.map(str::to_string)))
+                .collect(),
+            owned_prefix,
+        };
+        let full = wanted(
+            &[
+                (GPU_KIND, Some("jetson")),
+                ("nvidia.com/gpu.count", Some("1")),
+                ("nvidia.com/gpu.product", Some("Orin")),
+                ("nvidia.com/gpu.memory", None),
+                ("nvidia.com/gpu.family", None),
+            ],
+            Some(MIG_PROFILE_PREFIX),
+        );
+        let p = patch(&current, &full);
         // The hand-set kind stays; the same count is not sent; memory is removed.
         assert_eq!(
             Value::Object(p),
             serde_json::json!({"nvidia.com/gpu.product": "Orin", "nvidia.com/gpu.memory": null})
         );
-        let p = patch(&BTreeMap::new(), &[(GPU_KIND, Some("jetson".into()))]);
+        let p = patch(
+            &BTreeMap::new(),
+            &wanted(&[(GPU_KIND, Some("jetson"))], None),
+        );
         assert_eq!(
             Value::Object(p),
             serde_json::json!({"edgegpu.io/gpu": "jetson"})
         );
         // Nothing found never removes the kind.
-        assert!(patch(&current, &[(GPU_KIND, None)]).is_empty());
+        assert!(patch(&current, &wanted(&[(GPU_KIND, None)], None)).is_empty());
+
+        // A MIG profile that is gone is removed; one still there is kept; --kind-only
+        // leaves MIG keys alone.
+        let mut with_mig = current.clone();
+        for (k, v) in [
+            ("nvidia.com/mig-1g.10gb.count", "4"),
+            ("nvidia.com/mig-3g.40gb.count", "1"),
+        ] {
+            with_mig.insert(k.to_string(), v.to_string());
+        }
+        let mixed = wanted(
+            &[
+                ("nvidia.com/gpu.count", Some("1")),
+                ("nvidia.com/mig-1g.10gb.count", Some("7")),
+            ],
+            Some(MIG_PROFILE_PREFIX),
+        );
+        assert_eq!(
+            Value::Object(patch(&with_mig, &mixed)),
+            serde_json::json!({"nvidia.com/mig-1g.10gb.count": "7", "nvidia.com/mig-3g.40gb.count": null})
+        );
+        assert!(patch(&with_mig, &wanted(&[(GPU_KIND, Some("discrete"))], None)).is_empty());
     }
 }

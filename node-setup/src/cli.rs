@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::detect::ModeRequest;
 
 /// `--version` text: version, commit and target, set by build-support/version.rs.
-pub const VERSION: &str = env!("EDGEGPU_LONG_VERSION");
+const VERSION: &str = env!("EDGEGPU_LONG_VERSION");
 
 const AFTER_HELP: &str = "\
 Modes (auto picks one from what is installed under --root and prints why):
@@ -19,16 +19,22 @@ Modes (auto picks one from what is installed under --root and prints why):
   docker               adds --docker to k3s.service / k3s-agent.service ExecStart and merges
                        runtimes.<name> and default-runtime into /etc/docker/daemon.json.
 
+Decisions come from what the services actually load: units with their drop-ins and
+environment files, k3s's command line and config files (K3S_CONFIG_FILE, config.yaml.d),
+containerd's imports, dockerd's flags. When something node-setup does not own overrides the
+result, apply refuses naming that file, line or flag, and check fails naming it.
+
 Safety: everything is planned before anything is written; files are replaced atomically
 (mode, owner and symlinks kept) after a backup under <root>/var/lib/edgegpu/node-setup/;
-a second apply writes nothing; `revert` restores the originals.
+one run at a time (a lock there); a second apply writes nothing; `revert` restores the
+originals.
 
 Exit codes:
   0  success (check: the node is fully configured)
-  1  check: the node is not fully configured
+  1  check: the node is not fully configured, or something blocks it (`blocked:`)
   2  invalid command line
   3  refused: malformed file, missing runtime binary, conflicting setting, nothing to
-     configure (nothing was written)
+     configure (nothing was written); check: a file cannot be read or parsed
   4  failed: a write or a service restart failed
 
 Typical use on a k3s host:  sudo edgegpu-node-setup apply
@@ -140,7 +146,8 @@ pub enum Command {
         #[arg(long)]
         dry_run: bool,
     },
-    /// Report what is configured and what is missing; exit 0 only when fully configured.
+    /// Report what is configured, what each engine actually uses (and which file, line or
+    /// flag decides it), and what is missing; exit 0 only when fully configured.
     #[command(after_help = AFTER_HELP)]
     Check {
         /// Output format.
@@ -153,6 +160,39 @@ pub enum Command {
         /// Print what would be restored as unified diffs and write nothing.
         #[arg(long)]
         dry_run: bool,
+    },
+    /// Container Device Interface (CDI) specs for the GPUs of this host.
+    Cdi {
+        #[command(subcommand)]
+        command: CdiCommand,
+    },
+}
+
+const CDI_AFTER_HELP: &str = "\
+Sources (read under --root; see docs/cdi.md):
+  Jetson        L4T's container CSV lists in
+                /etc/nvidia-container-runtime/host-files-for-container.d/*.csv: dev, lib, sym
+                and dir entries that exist on the host (globs expanded); devices 0 and all
+                (and the GPU's UUID where the driver publishes one, e.g. Thor).
+  NVIDIA driver /proc/driver/nvidia/gpus/*/information (UUID, bus, minor), MIG instances
+                from /proc/driver/nvidia/capabilities and /proc/driver/nvidia-caps/mig-minors,
+                driver libraries of the version in /proc/driver/nvidia/version; devices by
+                index, by UUID, MIG <gpu>:gi<G>:ci<C>, and all.
+Hooks only where /usr/bin/nvidia-cdi-hook or /usr/bin/nvidia-ctk exists. Nothing is written
+when an input is bad or missing (exit code 3).";
+
+#[derive(Debug, Subcommand)]
+pub enum CdiCommand {
+    /// Write the CDI spec (kind nvidia.com/gpu) for this host's GPUs, atomically.
+    #[command(after_help = CDI_AFTER_HELP)]
+    Generate {
+        /// Where to write the spec (a path on this machine; `-` for standard output)
+        /// [default: /var/run/cdi/nvidia.yaml under --root].
+        #[arg(long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Output format [default: json for a .json output file, else yaml].
+        #[arg(long, value_enum)]
+        format: Option<crate::cdi::Format>,
     },
 }
 

@@ -4,17 +4,30 @@ use std::io::Write;
 
 use serde::Serialize;
 
-use crate::cli::{Cli, Command, OutputFormat};
+use crate::cli::{CdiCommand, Cli, Command, OutputFormat};
 use crate::error::{exit_code, Result};
 use crate::host::HostRoot;
+use crate::lock::RunLock;
 use crate::ops::{self, Report, Restarts};
 use crate::plan::{self, Plan};
 use crate::restart::{self, ServiceManager};
 use crate::RuntimeSpec;
 
-/// Write to the output, ignoring a closed pipe (`| head`).
+/// Writes to the output. A reader that went away (`| head`) is no failure of the command,
+/// whose effect does not depend on its output; other write errors are logged.
+fn emit(out: &mut dyn Write, text: std::fmt::Arguments) {
+    if let Err(e) = out.write_fmt(text) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            tracing::warn!(error = %e, "writing the output failed");
+        }
+    }
+}
+
+/// One line of output (see [`emit`]).
 macro_rules! say {
-    ($out:expr, $($arg:tt)*) => {{ let _ = writeln!($out, $($arg)*); }};
+    ($out:expr, $($arg:tt)*) => {
+        emit($out, format_args!("{}\n", format_args!($($arg)*)))
+    };
 }
 
 pub fn options(cli: &Cli) -> plan::Options {
@@ -43,15 +56,22 @@ pub fn run(cli: Cli, manager: &mut dyn ServiceManager, out: &mut dyn Write) -> R
         Command::Apply { dry_run } => apply(&opts, dry_run, restarts, out),
         Command::Check { output } => check(&opts, output, out),
         Command::Revert { dry_run } => revert(&opts, dry_run, restarts, out),
+        Command::Cdi {
+            command: CdiCommand::Generate { output, format },
+        } => crate::cdi::run(&opts.host, output.as_deref(), format, out),
     }
 }
 
 fn describe(plan: &Plan, out: &mut dyn Write) {
-    let c = &plan.choice;
-    say!(out, "mode: {}", c.mode.name());
-    say!(out, "  why: {}", c.reason);
-    for f in &c.findings {
-        say!(out, "  found: {f}");
+    match &plan.choice {
+        Some(c) => {
+            say!(out, "mode: {}", c.mode.name());
+            say!(out, "  why: {}", c.reason);
+            for f in &c.findings {
+                say!(out, "  found: {f}");
+            }
+        }
+        None => say!(out, "mode: none (see blocked)"),
     }
     say!(
         out,
@@ -71,6 +91,23 @@ fn describe(plan: &Plan, out: &mut dyn Write) {
     );
     for n in &plan.notes {
         say!(out, "note: {n}");
+    }
+    for e in &plan.effective {
+        say!(
+            out,
+            "effective: {}: default runtime '{}' ({}); runtime '{}' {}",
+            e.engine,
+            e.default_runtime.value,
+            e.default_runtime.source,
+            plan.spec.name,
+            match &e.runtime_binary.value {
+                Some(b) => format!("runs {b} ({})", e.runtime_binary.source),
+                None => format!("is not registered ({})", e.runtime_binary.source),
+            }
+        );
+    }
+    for b in &plan.blockers {
+        say!(out, "blocked: {b}");
     }
 }
 
@@ -136,15 +173,38 @@ fn apply(
                 c.host_path.clone()
             };
             say!(out, "# {shown}: {}", c.purpose);
-            let _ = write!(
+            emit(
                 out,
-                "{}",
-                diff(&c.host_path, c.old.as_deref(), Some(&c.new))
+                format_args!("{}", diff(&c.host_path, c.old.as_deref(), Some(&c.new))),
             );
         }
         return Ok(exit_code::OK);
     }
-    let report = ops::apply(&plan, &opts.host, restarts)?;
+    // Write under the lock, from a plan made under it (another run may have changed
+    // the files since the first look).
+    let lock = RunLock::acquire(&opts.host, &mut |msg| say!(out, "{msg}"))?;
+    let plan = match plan::build(opts, false) {
+        Ok(plan) if !plan.changes.is_empty() => plan,
+        Ok(_) => {
+            lock.release_unused(&opts.host);
+            say!(
+                out,
+                "already configured (by the run we waited for): nothing to change, no file written"
+            );
+            return Ok(exit_code::OK);
+        }
+        Err(e) => {
+            lock.release_unused(&opts.host);
+            return Err(e);
+        }
+    };
+    let report = match ops::apply(&plan, &opts.host, restarts, &lock) {
+        Ok(report) => report,
+        Err(e) => {
+            lock.release_unused(&opts.host);
+            return Err(e);
+        }
+    };
     for c in &plan.changes {
         say!(
             out,
@@ -170,13 +230,18 @@ fn apply(
 #[derive(Serialize)]
 struct CheckJson<'a> {
     configured: bool,
-    mode: &'a str,
-    reason: &'a str,
+    /// `null` when choosing the mode was refused (see `blockers`).
+    mode: Option<&'a str>,
+    reason: Option<&'a str>,
     findings: &'a [String],
     runtime: &'a RuntimeSpec,
     runtime_present: bool,
     items: &'a [plan::CheckItem],
     notes: &'a [String],
+    /// What each engine uses now, and where that is decided.
+    effective: &'a [plan::Effective],
+    /// Settings node-setup does not own that stop it, naming them.
+    blockers: &'a [String],
 }
 
 fn check(opts: &plan::Options, format: OutputFormat, out: &mut dyn Write) -> Result<u8> {
@@ -186,13 +251,15 @@ fn check(opts: &plan::Options, format: OutputFormat, out: &mut dyn Write) -> Res
         OutputFormat::Json => {
             let json = CheckJson {
                 configured,
-                mode: plan.choice.mode.name(),
-                reason: &plan.choice.reason,
-                findings: &plan.choice.findings,
+                mode: plan.choice.as_ref().map(|c| c.mode.name()),
+                reason: plan.choice.as_ref().map(|c| c.reason.as_str()),
+                findings: plan.choice.as_ref().map_or(&[], |c| &c.findings),
                 runtime: &plan.spec,
                 runtime_present: plan.runtime_present,
                 items: &plan.checks,
                 notes: &plan.notes,
+                effective: &plan.effective,
+                blockers: &plan.blockers,
             };
             say!(
                 out,
@@ -235,7 +302,24 @@ fn revert(
     restarts: Restarts,
     out: &mut dyn Write,
 ) -> Result<u8> {
+    if !opts.host.exists(crate::state::MANIFEST) {
+        say!(
+            out,
+            "nothing to revert: no manifest at {}",
+            opts.host.path(crate::state::MANIFEST).display()
+        );
+        return Ok(exit_code::OK);
+    }
+    let lock = if dry_run {
+        None
+    } else {
+        Some(RunLock::acquire(&opts.host, &mut |msg| say!(out, "{msg}"))?)
+    };
     let Some((manifest, steps)) = ops::plan_revert(&opts.host, opts.force)? else {
+        // The run we waited for reverted everything.
+        if let Some(lock) = lock {
+            lock.release_unused(&opts.host);
+        }
         say!(
             out,
             "nothing to revert: no manifest at {}",
@@ -250,15 +334,20 @@ fn revert(
             steps.len()
         );
         for s in &steps {
-            let _ = write!(
+            emit(
                 out,
-                "{}",
-                diff(&s.path, s.current.as_deref(), s.restore.as_deref())
+                format_args!(
+                    "{}",
+                    diff(&s.path, s.current.as_deref(), s.restore.as_deref())
+                ),
             );
         }
         return Ok(exit_code::OK);
     }
-    let report = ops::revert(&opts.host, &manifest, &steps, restarts)?;
+    let Some(lock) = lock else {
+        unreachable!("a dry run returned above")
+    };
+    let report = ops::revert(&opts.host, &manifest, &steps, restarts, &lock)?;
     for s in &steps {
         say!(
             out,

@@ -4,23 +4,18 @@
 use std::fmt;
 use std::io::Read;
 
+use crate::effective::k3s::{K3s, Role};
+use crate::effective::systemd::{find_unit_file, Unit};
+use crate::effective::{Source, Sourced};
 use crate::error::{Result, SetupError};
 use crate::host::HostRoot;
-use crate::k3s_config;
-use crate::unit::{self, UnitFile};
 
-/// Where systemd looks for units, highest priority first.
-pub const UNIT_DIRS: [&str; 3] = [
-    "/etc/systemd/system",
-    "/lib/systemd/system",
-    "/usr/lib/systemd/system",
-];
+const K3S_UNITS: [&str; 2] = ["k3s.service", "k3s-agent.service"];
 const K3S_BINARIES: [&str; 3] = ["/usr/local/bin/k3s", "/opt/bin/k3s", "/usr/bin/k3s"];
 const BIN_DIRS: [&str; 4] = ["/usr/bin", "/usr/local/bin", "/usr/sbin", "/bin"];
-pub const DOCKER_DAEMON_JSON: &str = "/etc/docker/daemon.json";
-pub const CONTAINERD_CONFIG: &str = "/etc/containerd/config.toml";
-pub const K3S_TEMPLATE_DIR: &str = "/var/lib/rancher/k3s/agent/etc/containerd";
-/// k3s uses `config-v3.toml.tmpl` first, then `config.toml.tmpl` (reference §3.1).
+/// k3s renders its containerd config from `config-v3.toml.tmpl` if it exists, else
+/// `config.toml.tmpl` (config versions 3 and 2), else from its built-in template
+/// (k3s pkg/agent/containerd/config_linux.go).
 pub const K3S_TEMPLATES: [(&str, i64); 2] = [("config-v3.toml.tmpl", 3), ("config.toml.tmpl", 2)];
 
 /// A k3s release number such as `v1.29.3+k3s1`.
@@ -89,60 +84,64 @@ impl fmt::Display for K3sVersion {
     }
 }
 
-/// Server or agent, from the unit's subcommand.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    Server,
-    Agent,
+/// How one k3s service runs its containers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum K3sEngine {
+    /// `--docker`: cri-dockerd and docker, whose default runtime decides.
+    Docker(Source),
+    /// `--container-runtime-endpoint` to the system containerd's socket.
+    SystemContainerd(Sourced<String>),
+    /// `--container-runtime-endpoint` to a socket node-setup does not know.
+    UnknownEndpoint(Sourced<String>),
+    /// The unit requires containerd.service (meta-virtualization's layout, where the
+    /// image's containerd serves k3s).
+    RequiresContainerdService(String),
+    /// k3s's own containerd, configured from its templates.
+    Embedded,
 }
 
-#[derive(Debug, Clone)]
-pub struct K3sUnit {
-    pub host_path: String,
-    pub name: String,
-    pub role: Role,
-    pub uses_docker: bool,
-    /// `Requires=`/`After=containerd.service`: meta-virtualization's layout, where the
-    /// system containerd serves k3s.
-    pub wants_system_containerd: bool,
-    /// One `ExecStart=` line (meta-virtualization) rather than the installer's layout.
-    pub single_line: bool,
-    /// The file whose `ExecStart=` systemd uses: the unit, or a drop-in overriding it.
-    pub exec_file: String,
-    pub binary: String,
+impl K3sEngine {
+    pub fn of(k: &K3s) -> K3sEngine {
+        if let Some(d) = k.enabled("docker") {
+            return K3sEngine::Docker(d.source);
+        }
+        if let Some(e) = k.setting(&["container-runtime-endpoint"]) {
+            let socket = e.value.trim_start_matches("unix://");
+            let system = [
+                "/run/containerd/containerd.sock",
+                "/var/run/containerd/containerd.sock",
+            ];
+            return if system.contains(&socket) {
+                K3sEngine::SystemContainerd(e)
+            } else {
+                K3sEngine::UnknownEndpoint(e)
+            };
+        }
+        if let Some(u) = &k.unit {
+            if u.depends_on("containerd.service") {
+                return K3sEngine::RequiresContainerdService(u.path.clone());
+            }
+        }
+        K3sEngine::Embedded
+    }
 }
 
 #[derive(Debug, Default)]
 pub struct Inventory {
     pub k3s_binary: Option<String>,
     pub k3s_version: Option<(K3sVersion, String)>,
-    pub k3s_units: Vec<K3sUnit>,
-    pub k3s_docker_setting: Option<k3s_config::Setting>,
-    /// Existing k3s templates, in k3s's order of preference: (path, config version).
-    pub k3s_templates: Vec<(String, i64)>,
+    /// Each k3s service: one per systemd unit found, or (no unit) k3s's config files.
+    pub k3s: Vec<K3s>,
     pub docker: Option<String>,
     pub system_containerd: Option<String>,
     pub k3s_server_dir: bool,
+    /// Paths (under the root) of the k3s templates that exist.
+    pub existing: Vec<String>,
 }
 
+/// The unit file of `name` when one is installed (not masked).
 fn find_unit(host: &HostRoot, name: &str) -> Option<String> {
-    UNIT_DIRS
-        .iter()
-        .map(|d| format!("{d}/{name}"))
-        .find(|p| host.exists(p))
-}
-
-/// Drop-ins of unit `name` (`<dir>/<name>.d/*.conf`) in the order systemd applies them:
-/// by file name, a name in a higher-priority directory hiding the same name below it.
-fn drop_ins(host: &HostRoot, name: &str) -> Result<Vec<String>> {
-    let mut by_name: std::collections::BTreeMap<String, String> = Default::default();
-    for dir in UNIT_DIRS.iter().rev() {
-        for path in host.list_dir(&format!("{dir}/{name}.d"), ".conf")? {
-            let file = path.rsplit('/').next().unwrap_or_default().to_string();
-            by_name.insert(file, path);
-        }
-    }
-    Ok(by_name.into_values().collect())
+    find_unit_file(host, name).filter(|p| host.exists(p))
 }
 
 fn find_binary(host: &HostRoot, name: &str) -> Option<String> {
@@ -155,58 +154,21 @@ fn find_binary(host: &HostRoot, name: &str) -> Option<String> {
 impl Inventory {
     pub fn scan(host: &HostRoot, k3s_version_override: Option<&str>) -> Result<Inventory> {
         let mut inv = Inventory::default();
-        for name in ["k3s.service", "k3s-agent.service"] {
-            let Some(path) = find_unit(host, name) else {
-                continue;
-            };
-            let text = host.read(&path)?.unwrap_or_default();
-            if text.trim().is_empty() {
-                // Masked (linked to /dev/null) or empty: systemd will not start it.
-                continue;
+        for name in K3S_UNITS {
+            if let Some(unit) = Unit::load(host, name)? {
+                inv.k3s.push(K3s::read(host, Some(unit))?);
             }
-            let unit_file = UnitFile::parse(&host.resolve(&path)?, &text)?;
-            // A drop-in that sets ExecStart= replaces the unit's: edit the file that wins.
-            let mut exec_file = path.clone();
-            let mut exec_unit = unit_file.clone();
-            for drop_in in drop_ins(host, name)? {
-                let text = host.read(&drop_in)?.unwrap_or_default();
-                let parsed = UnitFile::parse(&host.resolve(&drop_in)?, &text)?;
-                if parsed
-                    .values("Service", "ExecStart")
-                    .any(|v| !v.trim().is_empty())
-                {
-                    exec_file = drop_in;
-                    exec_unit = parsed;
-                }
-            }
-            let words = exec_unit.exec_start_words()?;
-            let role = match unit::k3s_subcommand(&words).map(|i| words[i].text.as_str()) {
-                Some("agent") => Role::Agent,
-                _ => Role::Server,
-            };
-            let deps: Vec<&str> = ["Requires", "After", "BindsTo", "Wants"]
-                .iter()
-                .flat_map(|k| unit_file.values("Unit", k))
-                .collect();
-            inv.k3s_units.push(K3sUnit {
-                host_path: path,
-                name: name.to_string(),
-                role,
-                uses_docker: unit::k3s_uses_docker(&words),
-                wants_system_containerd: deps
-                    .iter()
-                    .any(|d| d.split_whitespace().any(|u| u == "containerd.service")),
-                single_line: exec_unit.exec_start()?.line_count() == 1,
-                exec_file,
-                binary: words.first().map(|w| w.text.clone()).unwrap_or_default(),
-            });
         }
         inv.k3s_binary = inv
-            .k3s_units
+            .k3s
             .iter()
-            .map(|u| u.binary.clone())
+            .filter_map(|k| k.binary.clone())
             .chain(K3S_BINARIES.iter().map(|s| s.to_string()))
             .find(|p| p.starts_with('/') && host.exists(p));
+        if inv.k3s.is_empty() && inv.k3s_binary.is_some() {
+            // k3s without a systemd unit (OpenRC, a custom service): its config files.
+            inv.k3s.push(K3s::read(host, None)?);
+        }
         inv.k3s_version = match k3s_version_override {
             Some(v) => Some((
                 K3sVersion::parse(v).ok_or_else(|| {
@@ -221,44 +183,51 @@ impl Inventory {
                 None => None,
             },
         };
-        inv.k3s_docker_setting =
-            k3s_config::effective(host, "docker", None)?.filter(|s| s.value == "true");
-        for (name, version) in K3S_TEMPLATES {
-            let path = format!("{K3S_TEMPLATE_DIR}/{name}");
-            if host.exists(&path) {
-                inv.k3s_templates.push((path, version));
-            }
-        }
-        inv.docker = [DOCKER_DAEMON_JSON.to_string()]
+        inv.docker = [crate::effective::docker::DEFAULT_DAEMON_JSON.to_string()]
             .into_iter()
-            .find(|p| host.exists(p))
+            .find(|p| host.exists(p) || host.is_symlink(p))
             .or_else(|| find_binary(host, "dockerd"))
             .or_else(|| find_unit(host, "docker.service"));
-        inv.system_containerd = [CONTAINERD_CONFIG.to_string()]
+        inv.system_containerd = [crate::effective::containerd::DEFAULT_CONFIG.to_string()]
             .into_iter()
-            .find(|p| host.exists(p))
+            .find(|p| host.exists(p) || host.is_symlink(p))
             .or_else(|| find_binary(host, "containerd"))
             .or_else(|| find_unit(host, "containerd.service"));
         inv.k3s_server_dir = host.exists("/var/lib/rancher/k3s/server");
+        for k in &inv.k3s {
+            for (n, _) in K3S_TEMPLATES {
+                let p = format!("{}/{n}", k.template_dir());
+                if host.exists(&p) {
+                    inv.existing.push(p);
+                }
+            }
+        }
         Ok(inv)
     }
 
-    pub fn has_k3s(&self) -> bool {
-        self.k3s_binary.is_some() || !self.k3s_units.is_empty()
+    fn host_has(&self, path: &str) -> bool {
+        self.existing.iter().any(|p| p == path)
     }
 
-    pub fn k3s_uses_docker(&self) -> bool {
-        self.k3s_units.iter().any(|u| u.uses_docker) || self.k3s_docker_setting.is_some()
+    pub fn has_k3s(&self) -> bool {
+        !self.k3s.is_empty()
     }
 
     /// A k3s server runs here (its auto-deploy manifests folder is read on this node).
     pub fn is_k3s_server(&self) -> bool {
-        self.k3s_units.iter().any(|u| u.role == Role::Server)
-            || (self.k3s_units.is_empty() && self.k3s_server_dir)
+        self.k3s
+            .iter()
+            .any(|k| k.unit.is_some() && k.role == Role::Server)
+            || (self.k3s.iter().all(|k| k.unit.is_none()) && self.k3s_server_dir)
     }
 
-    fn version(&self) -> Option<K3sVersion> {
+    pub fn version(&self) -> Option<K3sVersion> {
         self.k3s_version.as_ref().map(|(v, _)| *v)
+    }
+
+    /// The engines of the k3s services, with the service's name.
+    pub fn engines(&self) -> Vec<(&K3s, K3sEngine)> {
+        self.k3s.iter().map(|k| (k, K3sEngine::of(k))).collect()
     }
 
     /// What was found, one line each, for the explanation.
@@ -274,43 +243,42 @@ impl Inventory {
             }
             (None, None) => {}
         }
-        for u in &self.k3s_units {
-            let from = if u.exec_file != u.host_path {
-                format!(", ExecStart from {}", u.exec_file)
+        for (k, engine) in self.engines() {
+            let role = if k.role == Role::Server {
+                "server"
             } else {
-                String::new()
+                "agent"
             };
-            out.push(format!(
-                "{} ({} {}, {} layout{}{}{from})",
-                u.host_path,
-                "k3s",
-                if u.role == Role::Server {
-                    "server"
-                } else {
-                    "agent"
-                },
-                if u.single_line {
-                    "single-line ExecStart"
-                } else {
-                    "installer"
-                },
-                if u.uses_docker {
-                    ", runs with --docker"
-                } else {
-                    ""
-                },
-                if u.wants_system_containerd {
-                    ", requires containerd.service"
-                } else {
-                    ""
-                },
-            ));
-        }
-        if let Some(s) = &self.k3s_docker_setting {
-            out.push(format!("docker: true in {}", s.file));
-        }
-        for (t, v) in &self.k3s_templates {
-            out.push(format!("k3s containerd template {t} (config version {v})"));
+            let Some(u) = &k.unit else {
+                out.push(format!("k3s {role} without a systemd unit"));
+                continue;
+            };
+            let mut extra = String::new();
+            if let Ok((file, _, exec)) = u.exec_start() {
+                if file != u.path {
+                    extra.push_str(&format!(", ExecStart from {file}"));
+                }
+                if exec.line_count() == 1 {
+                    extra.push_str(", single-line ExecStart");
+                }
+            }
+            match &engine {
+                K3sEngine::Docker(src) => extra.push_str(&format!(", runs with --docker ({src})")),
+                K3sEngine::SystemContainerd(e) | K3sEngine::UnknownEndpoint(e) => extra.push_str(
+                    &format!(", container-runtime-endpoint {} ({})", e.value, e.source),
+                ),
+                K3sEngine::RequiresContainerdService(_) => {
+                    extra.push_str(", requires containerd.service")
+                }
+                K3sEngine::Embedded => {}
+            }
+            if k.config_file.value != crate::effective::k3s::DEFAULT_CONFIG_FILE {
+                extra.push_str(&format!(
+                    ", config file {} ({})",
+                    k.config_file.value, k.config_file.source
+                ));
+            }
+            out.push(format!("{} (k3s {role}{extra})", u.path));
         }
         if let Some(d) = &self.docker {
             out.push(format!("docker ({d})"));
@@ -324,7 +292,7 @@ impl Inventory {
 
 /// Reads the k3s release number embedded in the binary (`v1.29.3+k3s1`), scanning it in
 /// blocks so a 70 MB binary never sits in memory at once.
-pub fn version_from_binary(host: &HostRoot, bin: &str) -> Result<Option<K3sVersion>> {
+fn version_from_binary(host: &HostRoot, bin: &str) -> Result<Option<K3sVersion>> {
     const MARK: &[u8] = b"+k3s";
     const OVERLAP: usize = 32;
     let path = host.resolve(bin)?;
@@ -378,10 +346,10 @@ pub enum Mode {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ContainerdTarget {
-    /// `/etc/containerd/config.toml` of the system containerd.
+    /// The system containerd's config (with its imports).
     System,
-    /// A k3s template (existing or to be created) and the config version it renders.
-    K3sTemplate { path: String, version: i64 },
+    /// k3s's own containerd: its templates in the data dir.
+    K3sTemplate,
 }
 
 impl Mode {
@@ -408,7 +376,7 @@ pub struct Choice {
 pub enum ModeRequest {
     /// Pick from what is installed (explained in the output).
     Auto,
-    /// k3s config.yaml.d drop-in `default-runtime` (k3s ≥ v1.29.0) plus a RuntimeClass.
+    /// k3s config.yaml.d drop-in `default-runtime` (k3s >= v1.29.0) plus a RuntimeClass.
     K3sDefaultRuntime,
     /// containerd TOML: the system config.toml, or k3s's config*.toml.tmpl.
     Containerd,
@@ -416,39 +384,78 @@ pub enum ModeRequest {
     Docker,
 }
 
-fn containerd_target(inv: &Inventory) -> Result<(ContainerdTarget, String)> {
-    let uses_system = inv.k3s_units.iter().any(|u| u.wants_system_containerd);
-    if !inv.has_k3s() || uses_system {
-        let why = if uses_system {
-            "the k3s unit requires containerd.service (meta-virtualization layout), so the system containerd serves k3s: editing /etc/containerd/config.toml"
-        } else {
-            "no k3s: editing the system containerd's /etc/containerd/config.toml"
-        };
-        return Ok((ContainerdTarget::System, why.into()));
+/// The engine every k3s service uses, or a refusal when they differ or one is unknown.
+fn k3s_engine(inv: &Inventory) -> Result<Option<(K3sEngine, String)>> {
+    let mut found: Option<(K3sEngine, String)> = None;
+    for (k, engine) in inv.engines() {
+        if let K3sEngine::UnknownEndpoint(e) = &engine {
+            return Err(SetupError::Refused(format!(
+                "{}: {} uses the CRI socket {} (container-runtime-endpoint), which is neither k3s's containerd nor the system containerd: node-setup cannot tell which runtime serves it. Configure that runtime by hand, or remove the setting",
+                e.source,
+                k.name(),
+                e.value
+            )));
+        }
+        let same_kind =
+            |a: &K3sEngine, b: &K3sEngine| std::mem::discriminant(a) == std::mem::discriminant(b);
+        match &found {
+            // A run that was interrupted while adding --docker to the units: finish it.
+            Some((K3sEngine::Docker(_), _)) if engine == K3sEngine::Embedded => {}
+            Some((K3sEngine::Embedded, _)) if matches!(engine, K3sEngine::Docker(_)) => {
+                found = Some((engine, k.name().to_string()));
+            }
+            Some((other, name)) if !same_kind(other, &engine) => {
+                return Err(SetupError::Refused(format!(
+                    "{name} and {} run containers differently ({other:?} / {engine:?}); configure them one at a time with --mode",
+                    k.name()
+                )));
+            }
+            Some(_) => {}
+            None => found = Some((engine, k.name().to_string())),
+        }
     }
-    if let Some((path, version)) = inv.k3s_templates.first() {
+    Ok(found)
+}
+
+/// Why k3s uses the system containerd, when it does.
+fn uses_system_containerd(engine: &K3sEngine, unit: &str) -> Option<String> {
+    match engine {
+        K3sEngine::SystemContainerd(e) => Some(format!(
+            "{unit} uses the system containerd's socket {} ({}): editing the system containerd's config",
+            e.value, e.source
+        )),
+        K3sEngine::RequiresContainerdService(path) => Some(format!(
+            "{path} requires containerd.service (meta-virtualization layout), so the system containerd serves k3s: editing the system containerd's config"
+        )),
+        _ => None,
+    }
+}
+
+fn containerd_target(inv: &Inventory) -> Result<(ContainerdTarget, String)> {
+    let Some((engine, unit)) = k3s_engine(inv)? else {
         return Ok((
-            ContainerdTarget::K3sTemplate {
-                path: path.clone(),
-                version: *version,
-            },
-            format!("k3s renders its containerd config from the existing template {path}; editing it (never the generated config.toml)"),
+            ContainerdTarget::System,
+            "no k3s: editing the system containerd's config".into(),
+        ));
+    };
+    if let K3sEngine::Docker(src) = &engine {
+        return Err(SetupError::Refused(format!(
+            "--mode containerd: {unit} runs with docker ({src}), so containerd's default runtime does not apply; use --mode docker (or remove the docker setting)"
+        )));
+    }
+    if let Some(why) = uses_system_containerd(&engine, &unit) {
+        return Ok((ContainerdTarget::System, why));
+    }
+    let mut why = format!(
+        "{unit} runs its own containerd (no container-runtime-endpoint): editing its template (never the generated config.toml)"
+    );
+    if inv.system_containerd.is_some() {
+        why.push_str(&format!(
+            "; not editing {}: k3s does not use the system containerd",
+            crate::effective::containerd::DEFAULT_CONFIG
         ));
     }
-    let v3 = inv.version().map_or(true, |v| v.uses_containerd2());
-    let (name, version) = if v3 {
-        K3S_TEMPLATES[0]
-    } else {
-        K3S_TEMPLATES[1]
-    };
-    let path = format!("{K3S_TEMPLATE_DIR}/{name}");
-    Ok((
-        ContainerdTarget::K3sTemplate { path: path.clone(), version },
-        format!(
-            "k3s {} uses config version {version}: a new template {path} starting from the base template",
-            inv.version().map_or("(version unknown, assumed current)".to_string(), |v| v.to_string())
-        ),
-    ))
+    Ok((ContainerdTarget::K3sTemplate, why))
 }
 
 /// Picks the mode (or checks the requested one against the host).
@@ -469,6 +476,20 @@ pub fn choose(inv: &Inventory, request: ModeRequest) -> Result<Choice> {
                     "--mode k3s-default-runtime: k3s is not installed under this root".into(),
                 ));
             }
+            match k3s_engine(inv)? {
+                Some((K3sEngine::Docker(src), unit)) => {
+                    return Err(SetupError::Refused(format!(
+                        "--mode k3s-default-runtime: {unit} runs with docker ({src}); k3s's default-runtime only applies to its own containerd. Use --mode docker"
+                    )))
+                }
+                Some((e, unit)) if uses_system_containerd(&e, &unit).is_some() => {
+                    return Err(SetupError::Refused(format!(
+                        "--mode k3s-default-runtime: {}; k3s's default-runtime does not apply to it. Use --mode containerd",
+                        uses_system_containerd(&e, &unit).unwrap_or_default()
+                    )))
+                }
+                _ => {}
+            }
             (
                 Mode::K3sDefaultRuntime,
                 "--mode k3s-default-runtime".to_string(),
@@ -484,22 +505,30 @@ pub fn choose(inv: &Inventory, request: ModeRequest) -> Result<Choice> {
 }
 
 fn auto(inv: &Inventory) -> Result<(Mode, String)> {
-    if inv.has_k3s() {
-        if inv.k3s_uses_docker() {
+    if let Some((engine, unit)) = k3s_engine(inv)? {
+        if let K3sEngine::Docker(src) = &engine {
             return Ok((
                 Mode::Docker,
-                "k3s runs with --docker, so docker's default runtime decides: docker mode".into(),
+                format!("{unit} runs with docker ({src}), so docker's default runtime decides: docker mode"),
             ));
         }
-        if inv.k3s_units.iter().any(|u| u.wants_system_containerd)
-            && inv.system_containerd.is_some()
-        {
-            let (t, why) = containerd_target(inv)?;
-            return Ok((Mode::Containerd(t), format!("containerd mode: {why}")));
+        if let Some(why) = uses_system_containerd(&engine, &unit) {
+            return Ok((
+                Mode::Containerd(ContainerdTarget::System),
+                format!("containerd mode: {why}"),
+            ));
         }
-        if !inv.k3s_templates.is_empty() {
-            let (t, why) = containerd_target(inv)?;
-            return Ok((Mode::Containerd(t), format!("containerd mode: {why}")));
+        let template = inv.k3s.iter().find_map(|k| {
+            K3S_TEMPLATES
+                .iter()
+                .map(|(n, _)| format!("{}/{n}", k.template_dir()))
+                .find(|p| inv.host_has(p))
+        });
+        if let Some(path) = template {
+            return Ok((
+                Mode::Containerd(ContainerdTarget::K3sTemplate),
+                format!("containerd mode: k3s renders its containerd config from the existing template {path}; editing it (never the generated config.toml)"),
+            ));
         }
         return Ok(match inv.version() {
             Some(v) if v.has_default_runtime() => (
@@ -510,10 +539,10 @@ fn auto(inv: &Inventory) -> Result<(Mode, String)> {
                 Mode::Docker,
                 format!("k3s {v} predates the default-runtime setting (v1.29.0) and docker is installed: docker mode (the Wind River procedure)"),
             ),
-            Some(v) => {
-                let (t, why) = containerd_target(inv)?;
-                (Mode::Containerd(t), format!("k3s {v} predates the default-runtime setting (v1.29.0): containerd mode: {why}"))
-            }
+            Some(v) => (
+                Mode::Containerd(ContainerdTarget::K3sTemplate),
+                format!("k3s {v} predates the default-runtime setting (v1.29.0): containerd mode on k3s's template"),
+            ),
             None => (
                 Mode::K3sDefaultRuntime,
                 "k3s version unknown, assumed current (set --k3s-version or --mode to override): k3s-default-runtime mode".into(),

@@ -8,8 +8,7 @@ pub mod exit_code {
     pub const OK: u8 = 0;
     /// `check` only: something is missing (the node is not fully configured).
     pub const NOT_CONFIGURED: u8 = 1;
-    /// Invalid command line (clap's own code).
-    pub const USAGE: u8 = 2;
+    // 2 is clap's code for an invalid command line.
     /// The host cannot be configured as asked: a malformed file, a missing runtime binary,
     /// nothing to configure, a conflicting setting. Nothing was written.
     pub const REFUSED: u8 = 3;

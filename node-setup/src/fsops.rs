@@ -37,10 +37,17 @@ pub fn atomic_write(path: &Path, contents: &[u8], new_mode: u32) -> io::Result<(
         std::process::id()
     ));
     let result = write_temp_and_rename(&tmp, path, dir, contents, existing.as_ref(), new_mode);
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    } else {
-        WRITES.fetch_add(1, Ordering::SeqCst);
+    match &result {
+        Ok(()) => {
+            WRITES.fetch_add(1, Ordering::SeqCst);
+        }
+        Err(_) => {
+            // The write's own error is what the caller needs; a temp file we could not
+            // remove is logged (the next run removes it).
+            if let Err(e) = remove_if_exists(&tmp) {
+                tracing::warn!(file = %tmp.display(), error = %e, "could not remove a temporary file");
+            }
+        }
     }
     result
 }
@@ -54,7 +61,7 @@ fn write_temp_and_rename(
     new_mode: u32,
 ) -> io::Result<()> {
     // A stale temp file from a killed run would make create_new fail.
-    let _ = std::fs::remove_file(tmp);
+    remove_if_exists(tmp)?;
     let mut file = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -88,13 +95,72 @@ pub fn create_dirs(dir: &Path) -> io::Result<Vec<PathBuf>> {
         cur = d.parent();
     }
     missing.reverse();
-    for d in &missing {
-        std::fs::DirBuilder::new().mode(0o755).create(d)?;
+    let mut created = Vec::new();
+    for d in missing {
+        match std::fs::DirBuilder::new().mode(0o755).create(&d) {
+            Ok(()) => {}
+            // Made meanwhile by someone else (a run waiting for the lock): not ours.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && d.is_dir() => continue,
+            Err(e) => return Err(e),
+        }
         if let Some(parent) = d.parent() {
             File::open(parent)?.sync_all()?;
         }
+        created.push(d);
     }
-    Ok(missing)
+    Ok(created)
+}
+
+/// Removes the temporary files a killed run left in `dir` (ours are named
+/// `.<file>.edgegpu-tmp.<pid>`). Only called while holding the run lock, so no other
+/// run is writing them. Returns the files removed.
+pub fn remove_stale_temps(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut removed = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        // Only files: a directory of that name is not something we ever write.
+        let ours = entry.file_type()?.is_file()
+            && name.starts_with('.')
+            && name
+                .rsplit_once(".edgegpu-tmp.")
+                .is_some_and(|(_, pid)| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()));
+        if ours && remove_if_exists(&entry.path())? {
+            removed.push(entry.path());
+        }
+    }
+    Ok(removed)
+}
+
+/// Removes `path` if it exists (without counting it as a write: only temporary files and
+/// our own state go through here). Returns whether it existed.
+pub fn remove_if_exists(path: &Path) -> io::Result<bool> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Removes directory `dir` if it is empty; a missing or non-empty directory is left as it
+/// is (something else may have put files there).
+pub fn remove_dir_if_empty(dir: &Path) -> io::Result<()> {
+    match std::fs::remove_dir(dir) {
+        Ok(()) => Ok(()),
+        Err(e)
+            if e.kind() == io::ErrorKind::NotFound
+                || e.raw_os_error() == Some(nix::libc::ENOTEMPTY)
+                || e.raw_os_error() == Some(nix::libc::EEXIST) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Removes `path` and fsyncs its directory.

@@ -1,19 +1,38 @@
 //! The host tree we operate on: `/` on a live node, or a mounted image / test tree given by
 //! `--root`. Every path the tool knows is a host-absolute path (`/etc/docker/daemon.json`);
-//! this module maps it onto the disk, following symlinks *inside* the root.
+//! this module maps it onto the disk, following symlinks *inside* the root. A view of the
+//! host can carry planned file contents ([`HostRoot::with_files`]), so that what the
+//! services would load after a change is computed by the same code that reads the host.
 
+use std::collections::BTreeMap;
 use std::io;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::error::{Result, SetupError};
 
 /// Symlink chains longer than this are treated as loops (Linux uses 40 as well).
 const MAX_SYMLINK_HOPS: usize = 40;
 
+/// Where a host path leads once every symlink is followed.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    /// On-disk path (under the root).
+    pub disk: PathBuf,
+    /// Host-absolute path of the file itself.
+    pub host_path: String,
+    /// A symlink on the way whose target does not exist: (the link, where it points),
+    /// host paths. Whatever lies behind it would be created at a place nobody made.
+    pub dangling: Option<(String, String)>,
+}
+
 #[derive(Debug, Clone)]
 pub struct HostRoot {
     root: PathBuf,
     live: bool,
+    /// Planned contents by host path of the file itself (symlinks resolved): read as if
+    /// they were on disk.
+    planned: Arc<BTreeMap<String, String>>,
 }
 
 impl HostRoot {
@@ -24,7 +43,22 @@ impl HostRoot {
         let live = std::fs::canonicalize(&root)
             .map(|p| p == Path::new("/"))
             .unwrap_or(false);
-        HostRoot { root, live }
+        HostRoot {
+            root,
+            live,
+            planned: Arc::default(),
+        }
+    }
+
+    /// This host as it would be with `files` (host path of the file itself, content)
+    /// written: reads, listings and existence checks see the new contents.
+    pub fn with_files(&self, files: impl IntoIterator<Item = (String, String)>) -> HostRoot {
+        let mut planned = (*self.planned).clone();
+        planned.extend(files);
+        HostRoot {
+            planned: Arc::new(planned),
+            ..self.clone()
+        }
     }
 
     /// True when the tree is the running system (`--root /`).
@@ -41,49 +75,178 @@ impl HostRoot {
         self.root.join(host_path.trim_start_matches('/'))
     }
 
-    /// On-disk path of the file that a write to `host_path` must replace: symlinks are
-    /// followed (an absolute link target is taken relative to the root, as it would be on
-    /// the booted image) so that the link itself stays in place.
-    pub fn resolve(&self, host_path: &str) -> Result<PathBuf> {
-        let mut current = PathBuf::from("/").join(host_path.trim_start_matches('/'));
-        for _ in 0..MAX_SYMLINK_HOPS {
-            let on_disk = self.path(&current.to_string_lossy());
+    /// Follows every symlink on the way to host-absolute `host_path`, component by
+    /// component and inside the root (an absolute link target is taken relative to the
+    /// root, as it would be on the booted image; `..` never climbs above it), so that a
+    /// write replaces the file the link points to and the link itself stays in place.
+    pub fn resolve_full(&self, host_path: &str) -> Result<Resolved> {
+        // Components still to walk; `Some(link)` marks those that came from the target
+        // of a symlink (the link and its target, host paths).
+        let mut pending: Vec<(String, Option<(String, String)>)> = components(host_path)
+            .into_iter()
+            .rev()
+            .map(|c| (c, None))
+            .collect();
+        let mut current = PathBuf::from("/");
+        let mut hops = 0;
+        let mut dangling = None;
+        while let Some((part, from_link)) = pending.pop() {
+            if part == ".." {
+                current.pop();
+                continue;
+            }
+            let next = current.join(&part);
+            let on_disk = self.path(&next.to_string_lossy());
             match std::fs::symlink_metadata(&on_disk) {
                 Ok(meta) if meta.file_type().is_symlink() => {
+                    hops += 1;
+                    if hops > MAX_SYMLINK_HOPS {
+                        return Err(SetupError::Refused(format!(
+                            "{host_path}: too many levels of symbolic links"
+                        )));
+                    }
                     let target = std::fs::read_link(&on_disk).map_err(|e| {
-                        SetupError::io(format!("reading symlink {}", on_disk.display()), e)
+                        SetupError::io(format!("reading symlink {}", next.display()), e)
                     })?;
-                    let next = if target.is_absolute() {
-                        target
+                    let target = target.to_string_lossy();
+                    let base = if target.starts_with('/') {
+                        PathBuf::from("/")
                     } else {
-                        current.parent().unwrap_or(Path::new("/")).join(target)
+                        current.clone()
                     };
-                    current = normalize(&next);
+                    let link = (
+                        next.to_string_lossy().into_owned(),
+                        normalize(&base, &target),
+                    );
+                    current = base;
+                    pending.extend(
+                        components(&target)
+                            .into_iter()
+                            .rev()
+                            .map(|c| (c, Some(link.clone()))),
+                    );
                 }
-                Ok(_) => return Ok(on_disk),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(on_disk),
-                Err(e) => {
-                    return Err(SetupError::io(
-                        format!("inspecting {}", on_disk.display()),
-                        e,
-                    ))
+                Ok(_) => current = next,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    // The rest does not exist: it is taken as written. Missing where a
+                    // link pointed: that link dangles.
+                    dangling = from_link;
+                    current = next;
+                    for (rest, _) in pending.drain(..).rev() {
+                        if rest == ".." {
+                            current.pop();
+                        } else {
+                            current.push(rest);
+                        }
+                    }
                 }
+                Err(e) => return Err(SetupError::io(format!("inspecting {}", next.display()), e)),
             }
         }
-        Err(SetupError::Refused(format!(
-            "{}: too many levels of symbolic links",
-            self.path(host_path).display()
-        )))
+        let host = current.to_string_lossy().into_owned();
+        Ok(Resolved {
+            disk: self.path(&host),
+            host_path: host,
+            dangling,
+        })
     }
 
-    /// Reads `host_path` (through symlinks). `Ok(None)` when the file does not exist.
+    /// On-disk path of the file a write to `host_path` must replace (see
+    /// [`HostRoot::resolve_full`]).
+    pub fn resolve(&self, host_path: &str) -> Result<PathBuf> {
+        Ok(self.resolve_full(host_path)?.disk)
+    }
+
+    /// Resolves `host_path` for writing, refusing what a write could not make last: a
+    /// file on a filesystem that is emptied at every boot, and a file behind a symlink
+    /// whose target does not exist (we never create files or directories there).
+    pub fn resolve_for_write(&self, host_path: &str) -> Result<Resolved> {
+        let r = self.resolve_full(host_path)?;
+        if let Some(why) = self.volatile(&r.host_path) {
+            let shown = if r.host_path == host_path {
+                host_path.to_string()
+            } else {
+                format!("{host_path} (a symlink to {})", r.host_path)
+            };
+            return Err(SetupError::Refused(format!(
+                "{shown} lives on {why}, which is regenerated at boot: the change would be lost at the next boot. Make the file persistent (or point the link at a persistent file) and run apply again"
+            )));
+        }
+        if let Some((link, target)) = &r.dangling {
+            let what = if *link == host_path {
+                "file"
+            } else {
+                "file or directory"
+            };
+            return Err(SetupError::Refused(format!(
+                "{link} is a symlink to {target}, which does not exist: node-setup never creates a {what} at a dangling symlink's target. Create {target} (or replace the link) and run apply again"
+            )));
+        }
+        Ok(r)
+    }
+
+    /// Why `host_path` is on a filesystem that does not survive a reboot, if it is: the
+    /// tmpfs mount points of systemd (file-hierarchy(7)) and of Yocto images
+    /// (`/var/volatile`), and on the running system any tmpfs.
+    fn volatile(&self, host_path: &str) -> Option<String> {
+        for dir in ["/run", "/var/run", "/tmp", "/dev/shm", "/var/volatile"] {
+            if host_path == dir || host_path.starts_with(&format!("{dir}/")) {
+                return Some(format!("{dir} (a tmpfs)"));
+            }
+        }
+        if self.live {
+            let mut probe = Some(Path::new(host_path));
+            while let Some(p) = probe {
+                if let Ok(fs) = nix::sys::statfs::statfs(p) {
+                    return (fs.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
+                        .then(|| format!("a tmpfs ({})", p.display()));
+                }
+                probe = p.parent();
+            }
+        }
+        None
+    }
+
+    /// True when `host_path` is a directory (through symlinks).
+    pub fn is_dir(&self, host_path: &str) -> bool {
+        self.resolve(host_path).map(|p| p.is_dir()).unwrap_or(false)
+    }
+
+    /// True when `host_path` itself is a symlink (dangling or not).
+    pub fn is_symlink(&self, host_path: &str) -> bool {
+        std::fs::symlink_metadata(self.path(host_path))
+            .map(|m| m.file_type().is_symlink())
+            .unwrap_or(false)
+    }
+
+    /// Reads `host_path` (through symlinks; planned contents first). `Ok(None)` when the
+    /// file does not exist. Errors name the host path.
     pub fn read(&self, host_path: &str) -> Result<Option<String>> {
-        let path = self.resolve(host_path)?;
-        read_optional(&path)
+        let r = self.resolve_full(host_path)?;
+        if let Some(text) = self.planned.get(&r.host_path) {
+            return Ok(Some(text.clone()));
+        }
+        read_optional(&r.disk).map_err(|e| match e {
+            SetupError::Malformed {
+                line,
+                column,
+                message,
+                ..
+            } => SetupError::Malformed {
+                file: PathBuf::from(host_path),
+                line,
+                column,
+                message,
+            },
+            SetupError::Io { source, .. } => SetupError::io(format!("reading {host_path}"), source),
+            other => other,
+        })
     }
 
     pub fn exists(&self, host_path: &str) -> bool {
-        self.resolve(host_path).map(|p| p.exists()).unwrap_or(false)
+        self.resolve_full(host_path)
+            .map(|r| self.planned.contains_key(&r.host_path) || r.disk.exists())
+            .unwrap_or(false)
     }
 
     /// True when `host_path` is a regular file with an execute bit (through symlinks).
@@ -97,23 +260,31 @@ impl HostRoot {
     }
 
     /// Host-absolute paths of the entries of directory `host_dir` whose names end with
-    /// `suffix`, sorted by name. Missing directory: empty.
+    /// `suffix` (planned files included), sorted by name. Missing directory: empty.
     pub fn list_dir(&self, host_dir: &str, suffix: &str) -> Result<Vec<String>> {
-        let dir = match self.resolve(host_dir) {
+        let dir = match self.resolve_full(host_dir) {
             Ok(d) => d,
             Err(_) => return Ok(Vec::new()),
         };
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(SetupError::io(format!("listing {}", dir.display()), e)),
+        let mut names: Vec<String> = match std::fs::read_dir(&dir.disk) {
+            Ok(entries) => entries
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(SetupError::io(format!("listing {host_dir}"), e)),
         };
-        let mut names: Vec<String> = entries
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.ends_with(suffix) && !n.starts_with('.'))
-            .collect();
+        let prefix = format!("{}/", dir.host_path.trim_end_matches('/'));
+        names.extend(
+            self.planned
+                .keys()
+                .filter_map(|p| p.strip_prefix(&prefix))
+                .filter(|n| !n.contains('/'))
+                .map(str::to_string),
+        );
+        names.retain(|n| n.ends_with(suffix) && !n.starts_with('.'));
         names.sort();
+        names.dedup();
         let base = host_dir.trim_end_matches('/');
         Ok(names.into_iter().map(|n| format!("{base}/{n}")).collect())
     }
@@ -138,17 +309,28 @@ pub fn read_optional(path: &Path) -> Result<Option<String>> {
     }
 }
 
-/// Lexically removes `.` and `..` (never above `/`).
-fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::from("/");
-    for c in path.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::Normal(n) => out.push(n),
-            _ => {}
+/// `target` (a link's target, relative to `base` unless absolute) as a host path, `.`
+/// and `..` folded.
+fn normalize(base: &Path, target: &str) -> String {
+    let mut out = if target.starts_with('/') {
+        PathBuf::from("/")
+    } else {
+        base.to_path_buf()
+    };
+    for c in components(target) {
+        if c == ".." {
+            out.pop();
+        } else {
+            out.push(c);
         }
     }
-    out
+    out.to_string_lossy().into_owned()
+}
+
+/// The names in a path, without `.` and empty parts (`..` kept).
+fn components(path: &str) -> Vec<String> {
+    path.split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .map(str::to_string)
+        .collect()
 }

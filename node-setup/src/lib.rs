@@ -1,26 +1,28 @@
 //! `edgegpu-node-setup`: wires the NVIDIA container runtime into k3s, containerd or docker
 //! on one node. Plan first, then write atomically with backups; `check` and `revert`.
 //!
-//! Module map: [`detect`] (what is installed, which mode), [`plan`] (compute every change
-//! in memory), [`ops`] (write / revert), [`unit`], [`daemon_json`], [`containerd`],
-//! [`k3s_config`] (the three file formats and k3s's config), [`state`] (manifest and
-//! backups), [`restart`] (systemctl, injectable), [`fsops`] (atomic writes), [`host`]
-//! (the `--root` tree).
+//! Module map: [`cdi`] (`cdi generate`: CDI specs for every platform), [`effective`] (what the services actually load: units with drop-ins, k3s's
+//! settings, containerd imports, dockerd flags), [`detect`] (what is installed, which
+//! mode), [`plan`] (compute every change in memory, and the effective runtime), [`ops`]
+//! (write / revert), [`formats`] (one module per file format: systemd unit, daemon.json,
+//! containerd TOML and k3s's Go templates, k3s YAML), [`state`] (manifest and backups),
+//! [`lock`] (one run at a time), [`restart`] (systemctl, injectable), [`fsops`] (atomic
+//! writes), [`host`] (the `--root` tree, symlinks), [`commands`] (what each command prints).
 
+pub mod cdi;
 pub mod cli;
 pub mod commands;
-pub mod containerd;
-pub mod daemon_json;
 pub mod detect;
+pub mod effective;
 pub mod error;
+pub mod formats;
 pub mod fsops;
 pub mod host;
-pub mod k3s_config;
+pub mod lock;
 pub mod ops;
 pub mod plan;
 pub mod restart;
 pub mod state;
-pub mod unit;
 
 pub use error::{exit_code, SetupError};
 
@@ -43,7 +45,10 @@ pub fn run(
     match commands::run(cli, manager, out) {
         Ok(code) => code,
         Err(e) => {
-            let _ = writeln!(err, "edgegpu-node-setup: error: {e}");
+            if let Err(write_error) = writeln!(err, "edgegpu-node-setup: error: {e}") {
+                // stderr itself is gone: the exit code is all that is left to say it.
+                tracing::debug!(error = %write_error, "could not print the error");
+            }
             e.exit_code()
         }
     }

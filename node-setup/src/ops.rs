@@ -5,6 +5,7 @@ use std::path::Path;
 use crate::error::{Result, SetupError};
 use crate::fsops;
 use crate::host::{read_optional, HostRoot};
+use crate::lock::RunLock;
 use crate::plan::{FileChange, Plan};
 use crate::restart::{self, ServiceManager};
 use crate::state::{self, Entry, Manifest};
@@ -52,26 +53,65 @@ fn io(context: String) -> impl FnOnce(std::io::Error) -> SetupError {
 }
 
 /// Refuses early when a directory we must write into is not writable.
-fn preflight(dirs: impl IntoIterator<Item = std::path::PathBuf>) -> Result<()> {
+fn preflight(host: &HostRoot, dirs: impl IntoIterator<Item = std::path::PathBuf>) -> Result<()> {
     for dir in dirs {
         if !fsops::dir_writable(&dir) {
+            let shown = dir.strip_prefix(host.root()).map_or_else(
+                |_| dir.display().to_string(),
+                |p| format!("/{}", p.display()),
+            );
             return Err(SetupError::Refused(format!(
-                "cannot write in {}: permission denied (run as root); nothing was written",
-                dir.display()
+                "cannot write in {shown}: permission denied (run as root); nothing was written"
             )));
         }
     }
     Ok(())
 }
 
-/// Writes the plan: backups and manifest first, then the files; on a write error the files
-/// already written are put back. Then restarts.
-pub fn apply(plan: &Plan, host: &HostRoot, restarts: Restarts) -> Result<Report> {
+/// Removes what a killed run left half-written in the directories this run writes to.
+fn clean_stale_temps(dirs: impl IntoIterator<Item = std::path::PathBuf>) -> Result<()> {
+    let mut seen = Vec::new();
+    for dir in dirs {
+        if seen.contains(&dir) {
+            continue;
+        }
+        for f in fsops::remove_stale_temps(&dir)
+            .map_err(io(format!("cleaning temporary files in {}", dir.display())))?
+        {
+            tracing::warn!(file = %f.display(), "removed a temporary file left by an interrupted run");
+        }
+        seen.push(dir);
+    }
+    Ok(())
+}
+
+/// Writes the plan (the caller holds `lock` and planned under it): backups and manifest
+/// first, then the files; on a write error the files already written are put back.
+/// Then restarts.
+pub fn apply(plan: &Plan, host: &HostRoot, restarts: Restarts, lock: &RunLock) -> Result<Report> {
     let mut report = Report::default();
     if plan.changes.is_empty() {
         return Ok(report);
     }
+    clean_stale_temps(
+        plan.changes
+            .iter()
+            .filter_map(|c| c.write_path.parent().map(Path::to_path_buf))
+            .chain([host.path(state::STATE_DIR), host.path(state::BACKUP_DIR)]),
+    )?;
+    // Every file must still be what the plan was computed from: a change made since
+    // (by hand, or by a run that did not wait for the lock) would be lost.
+    for c in &plan.changes {
+        let now = read_optional(&c.write_path)?;
+        if now != c.old {
+            return Err(SetupError::Refused(format!(
+                "{} changed since it was planned; nothing was written. Run apply again",
+                c.host_path
+            )));
+        }
+    }
     preflight(
+        host,
         plan.changes
             .iter()
             .filter_map(|c| c.write_path.parent().map(Path::to_path_buf))
@@ -81,12 +121,17 @@ pub fn apply(plan: &Plan, host: &HostRoot, restarts: Restarts) -> Result<Report>
         if c.write_path.is_dir() {
             return Err(SetupError::Refused(format!(
                 "{} is a directory; nothing was written",
-                c.write_path.display()
+                c.target
             )));
         }
     }
     let previous = read_optional(&host.path(state::MANIFEST))?;
     let mut manifest = Manifest::load(host)?.unwrap_or_default();
+    for d in &lock.created_dirs {
+        if !manifest.created_dirs.contains(d) {
+            manifest.created_dirs.push(d.clone());
+        }
+    }
     manifest.format = 1;
     manifest.tool = env!("CARGO_PKG_VERSION").to_string();
     let mut backups = Vec::new();
@@ -116,13 +161,14 @@ pub fn apply(plan: &Plan, host: &HostRoot, restarts: Restarts) -> Result<Report>
     let mut undo = Undo {
         host,
         previous_manifest: previous.as_deref(),
+        manifest_written: None,
         backups: Vec::new(),
         dirs: Vec::new(),
         written: 0,
     };
     let result = write_all(plan, host, &mut manifest, &backups, &mut undo);
     if let Err(e) = result {
-        undo.roll_back(&plan.changes);
+        undo.roll_back(&plan.changes, lock);
         return Err(e);
     }
     report.written = plan.changes.iter().map(|c| c.host_path.clone()).collect();
@@ -134,6 +180,8 @@ pub fn apply(plan: &Plan, host: &HostRoot, restarts: Restarts) -> Result<Report>
 struct Undo<'a> {
     host: &'a HostRoot,
     previous_manifest: Option<&'a str>,
+    /// Digest of the manifest this run wrote, if it got that far.
+    manifest_written: Option<String>,
     backups: Vec<std::path::PathBuf>,
     dirs: Vec<std::path::PathBuf>,
     /// Number of plan changes written so far.
@@ -177,8 +225,10 @@ fn write_all(
         }
     }
     let manifest_path = host.path(state::MANIFEST);
-    fsops::atomic_write(&manifest_path, manifest.render().as_bytes(), 0o600)
+    let rendered = manifest.render();
+    fsops::atomic_write(&manifest_path, rendered.as_bytes(), 0o600)
         .map_err(io(format!("writing {}", manifest_path.display())))?;
+    undo.manifest_written = Some(fsops::digest(rendered.as_bytes()));
     for c in &plan.changes {
         fsops::atomic_write(&c.write_path, c.new.as_bytes(), 0o644).map_err(io(format!(
             "writing {} (every file written before it was put back)",
@@ -191,32 +241,53 @@ fn write_all(
 }
 
 impl Undo<'_> {
-    /// Best effort: puts back everything a failed apply wrote, newest first.
-    fn roll_back(&self, changes: &[FileChange]) {
-        roll_back_files(&changes[..self.written]);
+    /// Best effort: puts back everything a failed apply wrote, newest first. It goes on
+    /// after a failure (every file it can restore counts) and logs what it could not do.
+    fn roll_back(&self, changes: &[FileChange], lock: &RunLock) {
+        for c in changes[..self.written].iter().rev() {
+            let result = match &c.old {
+                Some(old) => fsops::atomic_write(&c.write_path, old.as_bytes(), 0o644),
+                None => fsops::remove_file(&c.write_path),
+            };
+            log_rollback_failure(&c.write_path, result);
+        }
+        // Put the manifest back only if it is still the one this run wrote: never undo
+        // another run's record.
         let manifest = self.host.path(state::MANIFEST);
-        let _ = match self.previous_manifest {
-            Some(text) => fsops::atomic_write(&manifest, text.as_bytes(), 0o600),
-            None => std::fs::remove_file(&manifest),
+        let on_disk = read_optional(&manifest).ok().flatten();
+        let ours = match (&self.manifest_written, &on_disk) {
+            (Some(written), Some(text)) => *written == fsops::digest(text.as_bytes()),
+            _ => false,
         };
+        if ours {
+            let result = match self.previous_manifest {
+                Some(text) => fsops::atomic_write(&manifest, text.as_bytes(), 0o600),
+                None => fsops::remove_if_exists(&manifest).map(drop),
+            };
+            log_rollback_failure(&manifest, result);
+        }
         for b in &self.backups {
-            let _ = std::fs::remove_file(b);
+            log_rollback_failure(b, fsops::remove_if_exists(b).map(drop));
         }
         for d in self.dirs.iter().rev() {
-            let _ = std::fs::remove_dir(d);
+            log_rollback_failure(d, fsops::remove_dir_if_empty(d));
+        }
+        if self.previous_manifest.is_none() {
+            // No earlier apply: the state directory held only what this run made.
+            if let Err(e) = lock.remove_file() {
+                tracing::error!(error = %e, "could not roll back");
+            }
+            for d in lock.created_dirs.iter().rev() {
+                let path = self.host.path(d);
+                log_rollback_failure(&path, fsops::remove_dir_if_empty(&path));
+            }
         }
     }
 }
 
-fn roll_back_files(done: &[FileChange]) {
-    for c in done.iter().rev() {
-        let result = match &c.old {
-            Some(old) => fsops::atomic_write(&c.write_path, old.as_bytes(), 0o644),
-            None => fsops::remove_file(&c.write_path),
-        };
-        if let Err(e) = result {
-            tracing::error!(file = %c.write_path.display(), error = %e, "could not roll back");
-        }
+fn log_rollback_failure(path: &Path, result: std::io::Result<()>) {
+    if let Err(e) = result {
+        tracing::error!(file = %path.display(), error = %e, "could not roll back");
     }
 }
 
@@ -237,20 +308,18 @@ pub fn plan_revert(host: &HostRoot, force: bool) -> Result<Option<(Manifest, Vec
     };
     let mut steps = Vec::new();
     for e in manifest.entries.iter().rev() {
-        let disk = host.path(&e.path);
-        let current = read_optional(&disk)?;
+        let current = read_optional(&host.path(&e.path))?;
         let digest = current.as_deref().map(|c| fsops::digest(c.as_bytes()));
         if digest.as_deref() != Some(e.written.as_str()) && !force {
             return Err(SetupError::Refused(format!(
                 "{} changed after apply; not reverting anything (pass --force to restore the original anyway)",
-                disk.display()
+                e.path
             )));
         }
         let restore = match &e.backup {
             Some(b) => Some(read_optional(&host.path(b))?.ok_or_else(|| {
                 SetupError::Refused(format!(
-                    "backup {} of {} is missing; not reverting anything",
-                    host.path(b).display(),
+                    "backup {b} of {} is missing; not reverting anything",
                     e.path
                 ))
             })?),
@@ -265,15 +334,24 @@ pub fn plan_revert(host: &HostRoot, force: bool) -> Result<Option<(Manifest, Vec
     Ok(Some((manifest, steps)))
 }
 
-/// Restores the originals, removes what apply created, then the state directory.
+/// Restores the originals, removes what apply created, then the state directory (the
+/// lock file included: the caller holds `lock`).
 pub fn revert(
     host: &HostRoot,
     manifest: &Manifest,
     steps: &[RevertStep],
     restarts: Restarts,
+    lock: &RunLock,
 ) -> Result<Report> {
     let mut report = Report::default();
+    clean_stale_temps(
+        steps
+            .iter()
+            .filter_map(|s| host.path(&s.path).parent().map(Path::to_path_buf))
+            .chain([host.path(state::STATE_DIR), host.path(state::BACKUP_DIR)]),
+    )?;
     preflight(
+        host,
         steps
             .iter()
             .filter_map(|s| host.path(&s.path).parent().map(Path::to_path_buf)),
@@ -298,18 +376,23 @@ pub fn revert(
     }
     for e in &manifest.entries {
         if let Some(b) = &e.backup {
-            let _ = std::fs::remove_file(host.path(b));
+            let path = host.path(b);
+            fsops::remove_if_exists(&path)
+                .map_err(io(format!("removing backup {}", path.display())))?;
         }
     }
-    fsops::remove_file(&host.path(state::MANIFEST)).map_err(io(format!(
-        "removing {}",
-        host.path(state::MANIFEST).display()
-    )))?;
-    let _ = std::fs::remove_dir(host.path(state::BACKUP_DIR));
-    let _ = std::fs::remove_dir(host.path(state::STATE_DIR));
-    for d in manifest.created_dirs.iter().rev() {
-        // Only if empty: something else may have put files there since.
-        let _ = std::fs::remove_dir(host.path(d));
+    let manifest_path = host.path(state::MANIFEST);
+    fsops::remove_file(&manifest_path)
+        .map_err(io(format!("removing {}", manifest_path.display())))?;
+    lock.remove_file()?;
+    // Directories only if empty: something else may have put files there since.
+    let dirs = [state::BACKUP_DIR, state::STATE_DIR]
+        .into_iter()
+        .chain(manifest.created_dirs.iter().rev().map(String::as_str));
+    for d in dirs {
+        let path = host.path(d);
+        fsops::remove_dir_if_empty(&path)
+            .map_err(io(format!("removing directory {}", path.display())))?;
     }
     do_restarts(&mut report, &manifest.services, restarts)?;
     Ok(report)

@@ -1,33 +1,61 @@
 //! Planning: read every file involved, compute the new content in memory and the checks
-//! that `check` reports. Nothing here writes; any error stops the run before a write.
+//! that `check` reports, from the effective configuration (see [`crate::effective`]).
+//! Then the effective configuration is computed again as it would be with the planned
+//! files written: unless every engine would use the runtime asked for, the plan is
+//! refused (`check`: blocked), naming what decides otherwise. Nothing here writes; any
+//! error stops the run before a write.
 
+use std::path::Path;
 use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::containerd::{self, Flavor};
-use crate::daemon_json;
 use crate::detect::{
-    Choice, ContainerdTarget, Inventory, Mode, ModeRequest, Role, DOCKER_DAEMON_JSON, UNIT_DIRS,
+    Choice, ContainerdTarget, Inventory, K3sEngine, K3sVersion, Mode, K3S_TEMPLATES,
 };
+use crate::effective::containerd::{effective_cri, load_with_imports, Containerd, Loaded};
+use crate::effective::docker::Docker;
+use crate::effective::k3s::{K3s, Role};
+use crate::effective::systemd::{Unit, DEFAULT_PATH};
+use crate::effective::{Source, Sourced};
 use crate::error::{Result, SetupError};
+use crate::formats::containerd::{self, DefaultRuntime, Flavor, Want};
+use crate::formats::unit::{self, UnitFile};
+use crate::formats::{daemon_json, k3s_yaml, Edit};
 use crate::host::HostRoot;
-use crate::k3s_config;
 use crate::restart::Service;
-use crate::unit::{self, UnitFile};
 use crate::RuntimeSpec;
 
-/// Our k3s drop-in; `99-` so that it sorts after the usual ones (later wins).
-pub const K3S_DROP_IN: &str = "/etc/rancher/k3s/config.yaml.d/99-edgegpu-nvidia-runtime.yaml";
-pub const K3S_MANIFESTS_DIR: &str = "/var/lib/rancher/k3s/server/manifests";
+/// Our k3s drop-in (in the `.d` directory of the config file k3s reads); `99-` so that
+/// it sorts after the usual ones (later wins).
+const K3S_DROP_IN: &str = "99-edgegpu-nvidia-runtime.yaml";
+/// Used when k3s has no systemd unit to add `--docker` to (OpenRC, custom service).
+const K3S_DOCKER_DROP_IN: &str = "99-edgegpu-docker.yaml";
+const K3S_MANIFESTS_DIR: &str = "/var/lib/rancher/k3s/server/manifests";
 /// RuntimeClasses k3s ≥ v1.29.0 deploys itself (`runtimes.yaml`).
 const K3S_RUNTIME_CLASSES: [&str; 2] = ["nvidia", "nvidia-experimental"];
+/// Runtimes k3s registers by itself when it finds their binary, and that binary's name
+/// (k3s pkg/agent/containerd/runtimes.go).
+const K3S_DETECTED: [(&str, &str); 3] = [
+    ("nvidia", "nvidia-container-runtime"),
+    (
+        "nvidia-experimental",
+        "nvidia-container-runtime-experimental",
+    ),
+    ("nvidia-cdi", "nvidia-container-runtime.cdi"),
+];
+/// Searched by k3s for the NVIDIA runtimes besides its PATH (the GPU Operator's toolkit).
+const K3S_EXTRA_SEARCH_DIRS: [&str; 1] = ["/usr/local/nvidia/toolkit"];
+/// The first k3s release whose base template imports `<template>.d/*.toml` itself: k3s
+/// PR #13680 was merged into the main branch in February 2026, after v1.35 branched
+/// (backports to older minors unverified).
+const K3S_BASE_IMPORTS_DROP_INS: K3sVersion = K3sVersion::new(1, 36, 0);
 
 /// Everything `plan` needs to know.
 #[derive(Debug, Clone)]
 pub struct Options {
     pub host: HostRoot,
-    pub mode: ModeRequest,
+    pub mode: crate::detect::ModeRequest,
     pub spec: RuntimeSpec,
     /// Allow a default runtime whose binary is missing.
     pub force: bool,
@@ -56,9 +84,24 @@ pub struct CheckItem {
     pub ok: bool,
 }
 
+/// The runtime an engine will actually use, and where that is decided.
+#[derive(Debug, Clone, Serialize)]
+pub struct Effective {
+    /// e.g. "k3s containerd (k3s.service)", "system containerd", "docker".
+    pub engine: String,
+    pub default_runtime: Sourced<String>,
+    /// The binary the runtime named `--runtime-name` runs (`null`: not registered), and
+    /// what decides that.
+    pub runtime_binary: Sourced<Option<String>>,
+    /// Settings that stop the engine from starting at all, naming them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub conflicts: Vec<String>,
+}
+
 #[derive(Debug, Clone)]
 pub struct Plan {
-    pub choice: Choice,
+    /// The mode and why; `None` when choosing it was refused (`check` only).
+    pub choice: Option<Choice>,
     pub spec: RuntimeSpec,
     pub runtime_present: bool,
     pub changes: Vec<FileChange>,
@@ -66,11 +109,37 @@ pub struct Plan {
     /// Services to restart when the changes are written, in any order (see restart).
     pub services: Vec<Service>,
     pub notes: Vec<String>,
+    /// What the engines use now (before any change).
+    pub effective: Vec<Effective>,
+    /// What stops node-setup from configuring the host (check: reported; apply:
+    /// refused), each naming the file, line or flag to change.
+    pub blockers: Vec<String>,
 }
 
 impl Plan {
     pub fn configured(&self) -> bool {
-        self.checks.iter().all(|c| c.ok)
+        self.blockers.is_empty() && self.checks.iter().all(|c| c.ok)
+    }
+
+    fn new(spec: &RuntimeSpec, runtime_present: bool, choice: Option<Choice>) -> Plan {
+        Plan {
+            choice,
+            spec: spec.clone(),
+            runtime_present,
+            changes: Vec::new(),
+            checks: vec![CheckItem {
+                file: spec.path.clone(),
+                what: format!(
+                    "runtime binary for '{}' exists and is executable",
+                    spec.name
+                ),
+                ok: runtime_present,
+            }],
+            services: Vec::new(),
+            notes: Vec::new(),
+            effective: Vec::new(),
+            blockers: Vec::new(),
+        }
     }
 }
 
@@ -81,9 +150,21 @@ struct Builder<'a> {
 }
 
 /// Builds the plan. With `for_check`, a missing runtime binary is a failed check instead
-/// of an error.
+/// of an error, and whatever stops node-setup (a refusal) is a blocker instead of an
+/// error; only files that cannot be read or parsed stay errors.
 pub fn build(opts: &Options, for_check: bool) -> Result<Plan> {
     validate_spec(&opts.spec)?;
+    match build_for_host(opts, for_check) {
+        Err(SetupError::Refused(why)) if for_check => {
+            let mut plan = Plan::new(&opts.spec, opts.host.is_executable(&opts.spec.path), None);
+            plan.blockers.push(why);
+            Ok(plan)
+        }
+        other => other,
+    }
+}
+
+fn build_for_host(opts: &Options, for_check: bool) -> Result<Plan> {
     let inv = Inventory::scan(&opts.host, opts.k3s_version.as_deref())?;
     let choice = crate::detect::choose(&inv, opts.mode)?;
     if choice.mode == Mode::Docker
@@ -106,27 +187,57 @@ pub fn build(opts: &Options, for_check: bool) -> Result<Plan> {
     let mut b = Builder {
         opts,
         inv: &inv,
-        plan: Plan {
-            choice: choice.clone(),
-            spec: opts.spec.clone(),
-            runtime_present,
-            changes: Vec::new(),
-            checks: vec![CheckItem {
-                file: opts.spec.path.clone(),
-                what: format!(
-                    "runtime binary for '{}' exists and is executable",
-                    opts.spec.name
-                ),
-                ok: runtime_present,
-            }],
-            services: Vec::new(),
-            notes: Vec::new(),
-        },
+        plan: Plan::new(&opts.spec, runtime_present, Some(choice.clone())),
     };
-    match &choice.mode {
-        Mode::K3sDefaultRuntime => b.k3s_default_runtime()?,
-        Mode::Containerd(target) => b.containerd(target)?,
-        Mode::Docker => b.docker()?,
+    let planned = match &choice.mode {
+        Mode::K3sDefaultRuntime | Mode::Containerd(ContainerdTarget::K3sTemplate) => {
+            b.k3s_containerd()
+        }
+        Mode::Containerd(ContainerdTarget::System) => b.system_containerd(),
+        Mode::Docker => b.docker(),
+    };
+    let planning_refused = match planned {
+        Err(SetupError::Refused(why)) if for_check => {
+            b.plan.changes.clear();
+            b.plan.blockers.push(why);
+            true
+        }
+        other => {
+            other?;
+            false
+        }
+    };
+    let now = View {
+        host: &opts.host,
+        inv: &inv,
+        spec: &opts.spec,
+    };
+    b.plan.effective = now.effective(&choice.mode)?;
+    b.report_effective();
+    if !planning_refused {
+        // What the engines would use with the planned files written.
+        let host = opts.host.with_files(
+            b.plan
+                .changes
+                .iter()
+                .map(|c| (c.target.clone(), c.new.clone())),
+        );
+        let inv = Inventory::scan(&host, opts.k3s_version.as_deref())?;
+        let after = View {
+            host: &host,
+            inv: &inv,
+            spec: &opts.spec,
+        };
+        let problems = after.problems(&choice.mode)?;
+        if !problems.is_empty() {
+            if !for_check {
+                return Err(SetupError::Refused(format!(
+                    "{}\nnothing was written",
+                    problems.join("\n")
+                )));
+            }
+            b.plan.blockers.extend(problems);
+        }
     }
     Ok(b.plan)
 }
@@ -152,38 +263,86 @@ fn validate_spec(spec: &RuntimeSpec) -> Result<()> {
     Ok(())
 }
 
+/// A k3s template: its path, the config version its base renders, whether it exists.
+struct Template {
+    path: String,
+    version: i64,
+    text: Option<String>,
+}
+
+impl Template {
+    /// The directory of drop-ins k3s's base template imports (k3s PR #13680):
+    /// `config-v3.toml.d` next to `config-v3.toml.tmpl`, `config.toml.d` next to
+    /// `config.toml.tmpl`.
+    fn drop_in_dir(&self) -> String {
+        format!("{}.d", self.path.trim_end_matches(".tmpl"))
+    }
+}
+
+/// The distinct executables named `name` in `dirs`, in order (a second path to a file
+/// already found, through a symlink, is left out).
+fn executables_in<'d>(
+    host: &HostRoot,
+    dirs: impl IntoIterator<Item = &'d str>,
+    name: &str,
+) -> Vec<String> {
+    let mut found: Vec<String> = Vec::new();
+    let mut files = Vec::new();
+    for dir in dirs {
+        let candidate = format!("{}/{name}", dir.trim_end_matches('/'));
+        if !dir.starts_with('/') || !host.is_executable(&candidate) {
+            continue;
+        }
+        let file = host.resolve(&candidate).ok();
+        if !files.contains(&file) {
+            files.push(file);
+            found.push(candidate);
+        }
+    }
+    found
+}
+
 impl Builder<'_> {
     fn host(&self) -> &HostRoot {
         &self.opts.host
     }
 
-    /// Records the check and, if the content differs, the change.
+    fn spec(&self) -> &RuntimeSpec {
+        &self.opts.spec
+    }
+
+    /// The host as it is now.
+    fn now(&self) -> View<'_> {
+        View {
+            host: &self.opts.host,
+            inv: self.inv,
+            spec: &self.opts.spec,
+        }
+    }
+
+    /// Records the check and the edit's notes and, if the content differs, the change.
     fn file(
         &mut self,
         host_path: &str,
         old: Option<String>,
-        new: Option<String>,
+        edit: Edit,
         what: String,
         services: Vec<Service>,
     ) -> Result<()> {
-        let ok = new.is_none();
+        self.plan.notes.extend(edit.notes);
         self.plan.checks.push(CheckItem {
             file: host_path.to_string(),
             what: what.clone(),
-            ok,
+            ok: edit.new.is_none(),
         });
-        if let Some(new) = new {
+        if let Some(new) = edit.new {
             // Restart only what reads a file that changes.
             self.plan.services.extend(services);
-            let write_path = self.host().resolve(host_path)?;
-            let target = write_path
-                .strip_prefix(self.host().root())
-                .map(|p| format!("/{}", p.display()))
-                .unwrap_or_else(|_| host_path.to_string());
+            let resolved = self.host().resolve_for_write(host_path)?;
             self.plan.changes.push(FileChange {
                 host_path: host_path.to_string(),
-                target,
-                write_path,
+                target: resolved.host_path,
+                write_path: resolved.disk,
                 old,
                 new,
                 purpose: what,
@@ -195,67 +354,194 @@ impl Builder<'_> {
     /// Restarting k3s: every k3s unit found.
     fn k3s_units(&self) -> Vec<Service> {
         self.inv
-            .k3s_units
+            .k3s
             .iter()
+            .filter_map(|k| k.unit.as_ref())
             .map(|u| Service::K3s(u.name.clone()))
             .collect()
     }
 
-    /// `default-runtime: <name>` through our config.yaml.d drop-in, unless the effective
-    /// k3s configuration already says so.
-    fn k3s_default_setting(&mut self) -> Result<()> {
-        let name = self.opts.spec.name.clone();
-        let current = k3s_config::effective(self.host(), "default-runtime", None)?;
-        let ours = self.host().read(K3S_DROP_IN)?;
-        let content = format!(
-            "# Written by edgegpu-node-setup: containers run with the NVIDIA runtime by default.\n# Undo with `edgegpu-node-setup revert`.\ndefault-runtime: {name}\n"
-        );
-        let new = match &current {
-            Some(s) if s.value == name => None,
+    /// Whether k3s registers `--runtime-name` with `--runtime-path` by itself; refuses
+    /// when it would register it with another binary (a template cannot declare the
+    /// same runtime again).
+    fn k3s_registers(&self, k: &K3s) -> Result<bool> {
+        let found = self.now().k3s_detects(k);
+        let spec_file = self.host().resolve(&self.spec().path).ok();
+        let same = |p: &String| p == &self.spec().path || self.host().resolve(p).ok() == spec_file;
+        match found.as_slice() {
+            [] => Ok(false),
+            [one] if same(one) => Ok(true),
             _ => {
-                // Our drop-in must be the one k3s reads last for this key.
-                let after = k3s_config::effective(
-                    self.host(),
-                    "default-runtime",
-                    Some((K3S_DROP_IN, &content)),
-                )?;
-                if let Some(s) = after.filter(|s| s.value != name) {
-                    return Err(SetupError::invalid(
-                        self.host().path(&s.file),
-                        format!("sets default-runtime: {} and is read after {K3S_DROP_IN}; remove that line first", s.value),
-                    ));
-                }
-                Some(content)
+                let others: Vec<&String> = found.iter().filter(|p| !same(p)).collect();
+                let path = k.path();
+                Err(SetupError::Refused(format!(
+                    "k3s registers runtime '{}' by itself with the first {} it finds on its PATH ({}: {}) or in {}; it finds {}, not --runtime-path {}. Remove the other binary (a leftover of the GPU Operator's toolkit?), or pass --runtime-path {} (or another --runtime-name)",
+                    self.spec().name,
+                    found[0].rsplit('/').next().unwrap_or_default(),
+                    path.source,
+                    path.value,
+                    K3S_EXTRA_SEARCH_DIRS.join(", "),
+                    others.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" and "),
+                    self.spec().path,
+                    others[0]
+                )))
             }
-        };
-        self.file(
-            K3S_DROP_IN,
-            ours,
-            new,
-            format!("k3s default-runtime is '{name}'"),
-            self.k3s_units(),
-        )?;
-        if let Some((v, _)) = &self.inv.k3s_version {
-            if !v.has_default_runtime() {
-                self.plan.notes.push(format!(
-                    "k3s {v} may not know the default-runtime setting (added in v1.29.0, backported to some 1.25-1.28 releases)"
-                ));
+        }
+    }
+
+    /// What a template with the base line declares that the base (or k3s's newer base)
+    /// declares too: refused, since k3s would not start.
+    fn base_conflicts(&mut self, t: &Template, desc: &containerd::Description) -> Result<()> {
+        if let Some((line, what)) = &desc.redeclares_base_table {
+            return Err(SetupError::Refused(format!(
+                "{}:{line}: the template declares [{what}], which the base template already emits: containerd refuses a table (or key) declared twice and k3s would not start. Remove it (the base has it) and run apply again",
+                t.path
+            )));
+        }
+        if let Some(line) = desc.imports_before_base {
+            let why = format!(
+                "{}:{line}: the template sets imports before the base line; k3s releases whose base imports {}/*.toml itself (k3s PR #13680, from {K3S_BASE_IMPORTS_DROP_INS}) then declare imports twice and containerd does not start",
+                t.path,
+                t.drop_in_dir()
+            );
+            match self.inv.version() {
+                Some(v) if v < K3S_BASE_IMPORTS_DROP_INS => self.plan.notes.push(format!(
+                    "{why}: move the imported files into {} before upgrading k3s",
+                    t.drop_in_dir()
+                )),
+                _ => {
+                    return Err(SetupError::Refused(format!(
+                        "{why}. Remove that line (put the imported files into that directory) and run apply again"
+                    )))
+                }
             }
         }
         Ok(())
     }
 
+    /// k3s's own containerd: the runtime is registered by k3s itself or declared in its
+    /// template, and made the default in the template or through k3s's `default-runtime`.
+    fn k3s_containerd(&mut self) -> Result<()> {
+        let spec = self.spec().clone();
+        let services: Vec<K3s> = self.now().k3s_services().into_iter().cloned().collect();
+        for k in &services {
+            let t = self.now().template(k)?;
+            let flavor = Flavor::K3sTemplate { version: t.version };
+            let desc = containerd::describe(Path::new(&t.path), t.text.as_deref(), flavor)?;
+            let new_or_base =
+                t.text.as_deref().map_or(true, |s| s.trim().is_empty()) || desc.base_line.is_some();
+            self.base_conflicts(&t, &desc)?;
+            let emits_detected = new_or_base || desc.extra_runtimes_loop.is_some();
+            let by_k3s = emits_detected && self.k3s_registers(k)?;
+            if by_k3s {
+                if let Some(d) = desc.runtimes.get(&spec.name) {
+                    return Err(SetupError::Refused(format!(
+                        "{}:{}: the template declares runtime '{}', which k3s also declares (it finds the binary on its PATH): containerd refuses a table declared twice. Remove that table and run apply again",
+                        t.path, d.line, spec.name
+                    )));
+                }
+                self.plan.notes.push(format!(
+                    "k3s registers runtime '{}' itself ({} is on its PATH); not declaring it again",
+                    spec.name, spec.path
+                ));
+            } else if !new_or_base || desc.runtimes.contains_key(&spec.name) {
+                // A full template declares the runtimes itself.
+            } else {
+                self.plan.notes.push(format!(
+                    "k3s does not register runtime '{}' with {} by itself (not one of its names, or not on its PATH {}): declaring it in {}",
+                    spec.name, spec.path, k.path().value, t.path
+                ));
+            }
+            let default_via_k3s = spec.set_default
+                && (new_or_base || matches!(desc.default, DefaultRuntime::FromK3sSetting { .. }));
+            let default_in_file = spec.set_default && !default_via_k3s;
+            let declare = !by_k3s;
+            let changes_file = t.text.is_some() || declare;
+            if t.text.is_none() && declare {
+                if let Some(v) = self.inv.version() {
+                    if !v.has_base_template() {
+                        return Err(SetupError::Refused(format!(
+                            "k3s {v} predates {{{{ template \"base\" . }}}} (v1.24.17, v1.25.13, v1.26.8, v1.27.5, v1.28.1): a new {} would have to copy k3s's whole config. Use --mode docker or upgrade k3s",
+                            t.path
+                        )));
+                    }
+                }
+            }
+            if changes_file {
+                let want = Want {
+                    spec: &spec,
+                    declare_runtime: declare,
+                    set_default: default_in_file,
+                };
+                let edit = containerd::edit(Path::new(&t.path), t.text.as_deref(), flavor, want)?;
+                let what = if default_in_file {
+                    format!(
+                        "containerd runtime '{}' → {} and the default",
+                        spec.name, spec.path
+                    )
+                } else {
+                    format!("containerd runtime '{}' → {}", spec.name, spec.path)
+                };
+                let services = self.k3s_units();
+                self.file(&t.path, t.text.clone(), edit, what, services)?;
+            }
+            if default_via_k3s {
+                if new_or_base {
+                    self.plan.notes.push(
+                        "the base template emits the table holding default_runtime_name; the default is set through k3s's default-runtime setting instead".into(),
+                    );
+                }
+                if let Some(v) = self.inv.version() {
+                    if !v.has_default_runtime() {
+                        return Err(SetupError::Refused(format!(
+                            "k3s {v}: the base template owns default_runtime_name and this k3s has no default-runtime setting (v1.29.0+). Pass --no-set-default (pods then use runtimeClassName: {}) or use --mode docker",
+                            spec.name
+                        )));
+                    }
+                }
+                self.k3s_default_setting(k)?;
+            }
+        }
+        self.runtime_class()
+    }
+
+    /// `default-runtime: <name>` through our drop-in in the `.d` directory of the config
+    /// file k3s reads, unless k3s's effective setting already says so. (A flag or a file
+    /// read after ours that says otherwise is found by the check of the planned result.)
+    fn k3s_default_setting(&mut self, k: &K3s) -> Result<()> {
+        let name = self.spec().name.clone();
+        let path = format!("{}/{K3S_DROP_IN}", k.drop_in_dir());
+        let ours = self.host().read(&path)?;
+        let content = k3s_yaml::drop_in(
+            "containers run with the NVIDIA runtime by default",
+            "default-runtime",
+            &name,
+        );
+        let edit = match k.setting(&["default-runtime"]) {
+            Some(s) if s.value == name => Edit::unchanged(),
+            _ => Edit::replace(ours.as_deref(), content),
+        };
+        let services = self.k3s_units();
+        self.file(
+            &path,
+            ours,
+            edit,
+            format!("k3s default-runtime is '{name}'"),
+            services,
+        )
+    }
+
     /// A RuntimeClass so pods can ask for the runtime by name (servers only; k3s ≥ v1.29
     /// deploys its own for the names it detects).
     fn runtime_class(&mut self) -> Result<()> {
-        let name = self.opts.spec.name.clone();
+        let name = self.spec().name.clone();
         if !self.inv.is_k3s_server() {
             self.plan
                 .notes
                 .push("agent node: the RuntimeClass is deployed from a server".into());
             return Ok(());
         }
-        if let Some((v, _)) = &self.inv.k3s_version {
+        if let Some(v) = self.inv.version() {
             if v.has_default_runtime() && K3S_RUNTIME_CLASSES.contains(&name.as_str()) {
                 self.plan.notes.push(format!(
                     "k3s {v} deploys RuntimeClass '{name}' itself (runtimes.yaml); not adding another"
@@ -268,48 +554,42 @@ impl Builder<'_> {
             "# Written by edgegpu-node-setup: lets pods select the NVIDIA runtime with runtimeClassName: {name}\napiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata:\n  name: {name}\nhandler: {name}\n"
         );
         let old = self.host().read(&path)?;
-        let new = (old.as_deref() != Some(content.as_str())).then_some(content);
+        let edit = Edit::replace(old.as_deref(), content);
         // k3s's deploy controller watches the folder: no restart needed.
         self.file(
             &path,
             old,
-            new,
+            edit,
             format!("RuntimeClass '{name}' manifest"),
             Vec::new(),
         )
     }
 
-    fn k3s_default_runtime(&mut self) -> Result<()> {
-        if self.opts.spec.set_default {
-            self.k3s_default_setting()?;
+    /// The system containerd: the file that owns the CRI plugin table (the main config,
+    /// or the last import that has the table) gets the runtime and the default.
+    fn system_containerd(&mut self) -> Result<()> {
+        let spec = self.spec().clone();
+        let unit = Unit::load(self.host(), "containerd.service")?;
+        let c = Containerd::read(self.host(), unit.as_ref())?;
+        let owner = c.cri_owner().clone();
+        if owner.path != c.config.value {
+            self.plan.notes.push(format!(
+                "{} is imported by {} and has the CRI plugin table, which replaces the earlier one (containerd imports): editing {}",
+                owner.path, c.config.value, owner.path
+            ));
         }
-        self.runtime_class()
-    }
-
-    fn containerd(&mut self, target: &ContainerdTarget) -> Result<()> {
-        let spec = self.opts.spec.clone();
-        let (path, flavor) = match target {
-            ContainerdTarget::System => {
-                (crate::detect::CONTAINERD_CONFIG.to_string(), Flavor::System)
-            }
-            ContainerdTarget::K3sTemplate { path, version } => {
-                (path.clone(), Flavor::K3sTemplate { version: *version })
-            }
+        let want = Want {
+            spec: &spec,
+            declare_runtime: true,
+            set_default: spec.set_default,
         };
-        let old = self.host().read(&path)?;
-        let file = self.host().resolve(&path)?;
-        let edit = containerd::edit(&file, old.as_deref(), &spec, flavor)?;
-        if old.is_none() && edit.text.is_some() {
-            if let Some((v, _)) = &self.inv.k3s_version {
-                if !v.has_base_template() {
-                    return Err(SetupError::Refused(format!(
-                        "k3s {v} predates {{{{ template \"base\" . }}}} (v1.24.17, v1.25.13, v1.26.8, v1.27.5, v1.28.1): a new {path} would have to copy k3s's whole config. Use --mode docker or upgrade k3s"
-                    )));
-                }
-            }
-        }
-        self.plan.notes.extend(edit.notes);
-        let what = if spec.set_default && !edit.default_needs_k3s_setting {
+        let edit = containerd::edit(
+            Path::new(&owner.path),
+            owner.text.as_deref(),
+            Flavor::System,
+            want,
+        )?;
+        let what = if spec.set_default {
             format!(
                 "containerd runtime '{}' → {} and the default",
                 spec.name, spec.path
@@ -317,97 +597,47 @@ impl Builder<'_> {
         } else {
             format!("containerd runtime '{}' → {}", spec.name, spec.path)
         };
-        let services = match flavor {
-            Flavor::System => std::iter::once(Service::Containerd)
-                .chain(
-                    self.inv
-                        .k3s_units
-                        .iter()
-                        .filter(|u| u.wants_system_containerd)
-                        .map(|u| Service::K3s(u.name.clone())),
-                )
-                .collect(),
-            Flavor::K3sTemplate { .. } => self.k3s_units(),
-        };
-        self.file(&path, old, edit.text, what, services)?;
-        match flavor {
-            Flavor::System => {}
-            Flavor::K3sTemplate { .. } => {
-                if edit.default_needs_k3s_setting {
-                    if let Some((v, _)) = &self.inv.k3s_version {
-                        if !v.has_default_runtime() {
-                            return Err(SetupError::Refused(format!(
-                                "k3s {v}: the base template owns default_runtime_name and this k3s has no default-runtime setting (v1.29.0+). Pass --no-set-default (pods then use runtimeClassName: {}) or use --mode docker",
-                                spec.name
-                            )));
-                        }
-                    }
-                    self.k3s_default_setting()?;
-                }
-                self.runtime_class()?;
-            }
-        }
-        Ok(())
+        let services = std::iter::once(Service::Containerd)
+            .chain(
+                self.inv
+                    .engines()
+                    .into_iter()
+                    .filter(|(_, e)| {
+                        matches!(
+                            e,
+                            K3sEngine::SystemContainerd(_)
+                                | K3sEngine::RequiresContainerdService(_)
+                        )
+                    })
+                    .filter_map(|(k, _)| k.unit.as_ref().map(|u| Service::K3s(u.name.clone()))),
+            )
+            .collect();
+        self.file(&owner.path, owner.text.clone(), edit, what, services)
     }
 
     fn docker(&mut self) -> Result<()> {
-        let spec = self.opts.spec.clone();
-        if spec.set_default {
-            self.refuse_dockerd_flag_conflict()?;
-        }
-        // k3s must talk to docker (cri-dockerd) for docker's default runtime to matter.
-        if self.inv.has_k3s() {
-            if let Some(s) = &self.inv.k3s_docker_setting {
-                self.plan.checks.push(CheckItem {
-                    file: s.file.clone(),
-                    what: "k3s uses docker (docker: true)".into(),
-                    ok: true,
-                });
-            } else if self.inv.k3s_units.is_empty() {
-                // No systemd unit to edit (OpenRC, custom service): k3s's own config file.
-                let path = "/etc/rancher/k3s/config.yaml.d/99-edgegpu-docker.yaml";
-                let old = self.host().read(path)?;
-                let content = "# Written by edgegpu-node-setup: k3s runs containers through docker.\ndocker: true\n".to_string();
-                let new = (old.as_deref() != Some(content.as_str())).then_some(content);
-                let services = self.k3s_units();
-                self.file(
-                    path,
-                    old,
-                    new,
-                    "k3s uses docker (docker: true)".into(),
-                    services,
-                )?;
-            }
-            let units = self.inv.k3s_units.clone();
-            for u in &units {
-                let old = self.host().read(&u.exec_file)?.unwrap_or_default();
-                let file = self.host().resolve(&u.exec_file)?;
-                let parsed = UnitFile::parse(&file, &old)?;
-                let new = if self.inv.k3s_docker_setting.is_some() {
-                    None
-                } else {
-                    unit::add_k3s_docker_flag(&parsed)?
-                };
-                let role = if u.role == Role::Server {
-                    "server"
-                } else {
-                    "agent"
-                };
-                if self.inv.k3s_docker_setting.is_none() {
-                    self.file(
-                        &u.exec_file,
-                        Some(old),
-                        new,
-                        format!("k3s {role} ExecStart has --docker"),
-                        vec![Service::DaemonReload, Service::K3s(u.name.clone())],
-                    )?;
-                }
-            }
-        }
-        let old = self.host().read(DOCKER_DAEMON_JSON)?;
-        let file = self.host().resolve(DOCKER_DAEMON_JSON)?;
-        let new = daemon_json::edit(&file, old.as_deref(), &spec)?;
-        let what = if spec.set_default {
+        let spec = self.spec().clone();
+        let unit = Unit::load(self.host(), "docker.service")?;
+        let d = Docker::read(self.host(), unit.as_ref())?;
+        // A --default-runtime flag decides, and the same setting in daemon.json would
+        // stop dockerd: then the default is not written (the planned result says
+        // whether the flag's value is the one asked for).
+        let default_in_file = spec.set_default && d.default_flag.is_none();
+        self.k3s_uses_docker()?;
+        let path = d.daemon_json.value.clone();
+        let old = self.host().read(&path)?;
+        // JetPack's daemon.json names the runtime by its bare name, which dockerd looks
+        // up on its PATH: fine when that finds --runtime-path.
+        let basename = spec.path.rsplit('/').next().unwrap_or_default();
+        let bare_name_ok = executables_in(self.host(), DEFAULT_PATH.split(':'), basename)
+            .first()
+            .is_some_and(|p| *p == spec.path);
+        let want = daemon_json::Want {
+            set_default: default_in_file,
+            bare_name_ok,
+        };
+        let edit = daemon_json::edit(Path::new(&path), old.as_deref(), &spec, want)?;
+        let what = if default_in_file {
             format!(
                 "docker runtime '{}' → {} and default-runtime",
                 spec.name, spec.path
@@ -415,7 +645,7 @@ impl Builder<'_> {
         } else {
             format!("docker runtime '{}' → {}", spec.name, spec.path)
         };
-        self.file(DOCKER_DAEMON_JSON, old, new, what, vec![Service::Docker])?;
+        self.file(&path, old, edit, what, vec![Service::Docker])?;
         if self.inv.docker.is_none() {
             self.plan
                 .notes
@@ -424,35 +654,396 @@ impl Builder<'_> {
         Ok(())
     }
 
-    /// dockerd refuses to start when an option is given both as a flag and in daemon.json
-    /// (reference §1): look for `--default-runtime` in docker.service and its drop-ins.
-    fn refuse_dockerd_flag_conflict(&self) -> Result<()> {
-        let mut files = Vec::new();
-        for dir in UNIT_DIRS {
-            files.push(format!("{dir}/docker.service"));
-            files.extend(
-                self.host()
-                    .list_dir(&format!("{dir}/docker.service.d"), ".conf")?,
-            );
-        }
-        for f in files {
-            let Some(text) = self.host().read(&f)? else {
+    /// k3s must talk to docker (cri-dockerd) for docker's default runtime to matter:
+    /// `--docker` after the subcommand of each k3s unit's effective ExecStart, or (no
+    /// unit) `docker: true` in a drop-in.
+    fn k3s_uses_docker(&mut self) -> Result<()> {
+        let services: Vec<K3s> = self.inv.k3s.clone();
+        for k in &services {
+            if let Some(s) = k.enabled("docker") {
+                self.plan.checks.push(CheckItem {
+                    file: s.source.to_string(),
+                    what: format!("{} uses docker (--docker)", k.name()),
+                    ok: true,
+                });
+                continue;
+            }
+            let Some(u) = &k.unit else {
+                let path = format!("{}/{K3S_DOCKER_DROP_IN}", k.drop_in_dir());
+                let old = self.host().read(&path)?;
+                let content =
+                    k3s_yaml::drop_in("k3s runs containers through docker", "docker", "true");
+                let edit = Edit::replace(old.as_deref(), content);
+                self.file(
+                    &path,
+                    old,
+                    edit,
+                    "k3s uses docker (docker: true)".into(),
+                    Vec::new(),
+                )?;
                 continue;
             };
-            let path = self.host().resolve(&f)?;
-            let parsed = UnitFile::parse(&path, &text)?;
-            for value in parsed.values("Service", "ExecStart") {
-                let words = unit::split_words(value).unwrap_or_default();
-                if words.iter().any(|w| {
-                    w.text == "--default-runtime" || w.text.starts_with("--default-runtime=")
-                }) {
-                    return Err(SetupError::invalid(
-                        path,
-                        "dockerd is started with --default-runtime; setting default-runtime in daemon.json as well would stop dockerd. Remove the flag or pass --no-set-default",
+            let (exec_file, _, _) = u.exec_start()?;
+            let exec_file = exec_file.to_string();
+            let old = self.host().read(&exec_file)?.unwrap_or_default();
+            let parsed = UnitFile::parse(Path::new(&exec_file), &old)?;
+            let edit = unit::add_k3s_docker_flag(&parsed)?;
+            let role = if k.role == Role::Server {
+                "server"
+            } else {
+                "agent"
+            };
+            self.file(
+                &exec_file,
+                Some(old),
+                edit,
+                format!("k3s {role} ExecStart has --docker"),
+                vec![Service::DaemonReload, Service::K3s(u.name.clone())],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// What each engine uses now, added to the checks: `check` never says "configured"
+    /// while the effective default runtime (or the runtime's binary) is another.
+    fn report_effective(&mut self) {
+        let spec = self.spec().clone();
+        for e in self.plan.effective.clone() {
+            if spec.set_default {
+                self.plan.checks.push(CheckItem {
+                    file: e.default_runtime.source.to_string(),
+                    what: format!(
+                        "{}: effective default runtime is '{}' (now: '{}')",
+                        e.engine, spec.name, e.default_runtime.value
+                    ),
+                    ok: e.default_runtime.value == spec.name,
+                });
+            }
+            let now = e
+                .runtime_binary
+                .value
+                .clone()
+                .unwrap_or_else(|| "not registered".into());
+            self.plan.checks.push(CheckItem {
+                file: e.runtime_binary.source.to_string(),
+                what: format!(
+                    "{}: runtime '{}' runs {} (now: {now})",
+                    e.engine, spec.name, spec.path
+                ),
+                ok: now == spec.path,
+            });
+        }
+    }
+}
+
+/// One state of the host (as it is, or with the planned files written) and what is
+/// installed on it: computes what each engine would use.
+struct View<'a> {
+    host: &'a HostRoot,
+    inv: &'a Inventory,
+    spec: &'a RuntimeSpec,
+}
+
+impl View<'_> {
+    /// k3s services that render their own containerd config, one per template dir.
+    fn k3s_services(&self) -> Vec<&K3s> {
+        let mut seen = Vec::new();
+        let mut out = Vec::new();
+        for k in &self.inv.k3s {
+            let key = (k.template_dir(), k.drop_in_dir());
+            if !seen.contains(&key) {
+                seen.push(key);
+                out.push(k);
+            }
+        }
+        out
+    }
+
+    /// The template k3s uses (the first that exists), or the one we would create.
+    fn template(&self, k: &K3s) -> Result<Template> {
+        let dir = k.template_dir();
+        for (name, version) in K3S_TEMPLATES {
+            let path = format!("{dir}/{name}");
+            if let Some(text) = self.host.read(&path)? {
+                return Ok(Template {
+                    path,
+                    version,
+                    text: Some(text),
+                });
+            }
+        }
+        let v3 = self.inv.version().map_or(true, |v| v.uses_containerd2());
+        let (name, version) = if v3 {
+            K3S_TEMPLATES[0]
+        } else {
+            K3S_TEMPLATES[1]
+        };
+        Ok(Template {
+            path: format!("{dir}/{name}"),
+            version,
+            text: None,
+        })
+    }
+
+    /// The binaries k3s finds for runtime `--runtime-name` on its own (k3s looks the
+    /// NVIDIA runtimes' binaries up on its PATH, plus the GPU Operator's toolkit
+    /// directory), distinct files only, in PATH order. Empty for other names.
+    fn k3s_detects(&self, k: &K3s) -> Vec<String> {
+        let Some((_, binary)) = K3S_DETECTED.iter().find(|(n, _)| *n == self.spec.name) else {
+            return Vec::new();
+        };
+        let path = k.path();
+        let dirs = path.value.split(':').chain(K3S_EXTRA_SEARCH_DIRS);
+        executables_in(self.host, dirs, binary)
+    }
+
+    /// What each engine of `mode` uses.
+    fn effective(&self, mode: &Mode) -> Result<Vec<Effective>> {
+        match mode {
+            Mode::K3sDefaultRuntime | Mode::Containerd(ContainerdTarget::K3sTemplate) => self
+                .k3s_services()
+                .into_iter()
+                .map(|k| self.effective_k3s(k))
+                .collect(),
+            Mode::Containerd(ContainerdTarget::System) => {
+                let unit = Unit::load(self.host, "containerd.service")?;
+                let c = Containerd::read(self.host, unit.as_ref())?;
+                let (default_runtime, runtime_binary) =
+                    effective_cri(&c.files, &self.spec.name, None);
+                Ok(vec![Effective {
+                    engine: "system containerd".into(),
+                    default_runtime,
+                    runtime_binary,
+                    conflicts: Vec::new(),
+                }])
+            }
+            Mode::Docker => Ok(vec![self.effective_docker()?]),
+        }
+    }
+
+    /// Why the engines of `mode` would not run containers with the runtime asked for,
+    /// each naming what decides it and what to change; empty when they would.
+    fn problems(&self, mode: &Mode) -> Result<Vec<String>> {
+        let spec = self.spec;
+        let mut out = Vec::new();
+        for e in self.effective(mode)? {
+            out.extend(e.conflicts.iter().cloned());
+            let default = &e.default_runtime;
+            if spec.set_default && default.value != spec.name {
+                let fix = match &default.source {
+                    Source::Flag { .. } => format!(
+                        "a command-line flag beats every config file; remove the flag (or set it to {})",
+                        spec.name
+                    ),
+                    Source::File { .. } => format!(
+                        "that file is read after what node-setup writes; remove that setting (or set it to {})",
+                        spec.name
+                    ),
+                    Source::Replaced { .. } => replaced_fix(spec),
+                    Source::Default { .. } => "node-setup cannot set it here".to_string(),
+                };
+                out.push(format!(
+                    "{}: {} would use default runtime '{}', not '{}': {fix}; or pass --no-set-default to only register the runtime",
+                    default.source, e.engine, default.value, spec.name
+                ));
+            }
+            let binary = &e.runtime_binary;
+            match (&binary.value, &binary.source) {
+                (Some(path), _) if *path == spec.path => {}
+                (Some(path), source) => out.push(format!(
+                    "{source}: in {} runtime '{}' runs {path}, not --runtime-path {}; change that (or pass --runtime-path {path})",
+                    e.engine, spec.name, spec.path
+                )),
+                (None, source @ Source::Replaced { .. }) => out.push(format!(
+                    "{source}: {} would not know runtime '{}': {}",
+                    e.engine,
+                    spec.name,
+                    replaced_fix(spec)
+                )),
+                (None, source) => out.push(format!(
+                    "{}: runtime '{}' would not be registered ({source})",
+                    e.engine, spec.name
+                )),
+            }
+        }
+        if *mode == Mode::Docker {
+            // k3s must run its containers through docker for docker's default to matter.
+            for (k, engine) in self.inv.engines() {
+                if !matches!(engine, K3sEngine::Docker(_)) {
+                    out.push(format!(
+                        "{}: k3s would still not run containers through docker (--docker)",
+                        k.unit.as_ref().map_or("k3s", |u| u.path.as_str())
                     ));
                 }
             }
         }
-        Ok(())
+        Ok(out)
     }
+
+    fn effective_k3s(&self, k: &K3s) -> Result<Effective> {
+        let spec = self.spec;
+        let t = self.template(k)?;
+        let setting = || {
+            k.setting(&["default-runtime"]).unwrap_or_else(|| {
+                Sourced::new(
+                    "runc".into(),
+                    Source::default(format!(
+                        "containerd's default (no default-runtime for {} and no default_runtime_name in its template)",
+                        k.name()
+                    )),
+                )
+            })
+        };
+        let detected = || {
+            match self.k3s_detects(k).first() {
+            Some(p) => Sourced::new(
+                Some(p.clone()),
+                Source::default(format!(
+                    "k3s finds it on its PATH ({}) and registers it",
+                    k.path().source
+                )),
+            ),
+            None => Sourced::new(
+                None,
+                Source::default(format!(
+                    "k3s does not register runtime '{}' by itself (not a name it detects, or its binary is not on its PATH {})",
+                    spec.name,
+                    k.path().value
+                )),
+            ),
+        }
+        };
+        let (mut default_runtime, mut runtime_binary, uses_base, mut imported) = match &t.text {
+            None => (setting(), detected(), true, Vec::new()),
+            Some(text) => {
+                let files = load_with_imports(
+                    self.host,
+                    &t.path,
+                    Flavor::K3sTemplate { version: t.version },
+                )?;
+                let desc = &files[0].description;
+                let uses_base = desc.base_line.is_some() || text.trim().is_empty();
+                let (in_file, declared) = effective_cri(&files[..1], &spec.name, None);
+                let default = match &desc.default {
+                    DefaultRuntime::FromK3sSetting { .. } => setting(),
+                    _ => in_file,
+                };
+                let binary = match desc.runtimes.get(&spec.name) {
+                    Some(d) => Sourced::new(
+                        Some(
+                            d.binary
+                                .clone()
+                                .unwrap_or_else(|| "(a template expression)".into()),
+                        ),
+                        Source::file(&t.path, d.line),
+                    ),
+                    None if uses_base || desc.extra_runtimes_loop.is_some() => detected(),
+                    None => declared,
+                };
+                (default, binary, uses_base, files[1..].to_vec())
+            }
+        };
+        // Files the template imports, and (when k3s's base is used) the template drop-in
+        // directory the base imports (k3s PR #13680), load after it and override it.
+        if uses_base {
+            for f in self.host.list_dir(&t.drop_in_dir(), ".toml")? {
+                if !imported.iter().any(|l: &Loaded| l.path == f) {
+                    imported.extend(load_with_imports(self.host, &f, Flavor::System)?);
+                }
+            }
+        }
+        (default_runtime, runtime_binary) = effective_cri(
+            &imported,
+            &spec.name,
+            Some((default_runtime, runtime_binary)),
+        );
+        Ok(Effective {
+            engine: format!("k3s containerd ({})", k.name()),
+            default_runtime,
+            runtime_binary,
+            conflicts: Vec::new(),
+        })
+    }
+
+    fn effective_docker(&self) -> Result<Effective> {
+        let spec = self.spec;
+        let unit = Unit::load(self.host, "docker.service")?;
+        let d = Docker::read(self.host, unit.as_ref())?;
+        let path = d.daemon_json.value.clone();
+        let text = self.host.read(&path)?;
+        let json = daemon_json::DaemonJson::parse(Path::new(&path), text.as_deref().unwrap_or(""))?;
+        let line_of = |key: &str| {
+            let needle = format!("\"{key}\"");
+            text.as_deref()
+                .and_then(|t| t.lines().position(|l| l.contains(&needle)))
+                .map_or(0, |i| i + 1)
+        };
+        // dockerd refuses to start when a setting is given as a flag and in daemon.json,
+        // equal values included (moby daemon/config; `runtimes` merge since 19.03).
+        let conflicts = d
+            .flags
+            .iter()
+            .filter(|f| f.value != "runtimes" && json.root.contains_key(&f.value))
+            .map(|f| {
+                format!(
+                    "{} and {path}:{}: dockerd would not start: '{}' is given both as a flag and in the configuration file. Remove one of them",
+                    f.source,
+                    line_of(&f.value),
+                    f.value
+                )
+            })
+            .collect();
+        let default_runtime = match (&d.default_flag, json.default_runtime()) {
+            (Some(f), _) => f.clone(),
+            (None, Some(v)) => Sourced::new(
+                v.to_string(),
+                Source::file(&path, line_of("default-runtime")),
+            ),
+            (None, None) => Sourced::new(
+                "runc".into(),
+                Source::default(format!(
+                    "dockerd's default (no default-runtime in {path} or its flags)"
+                )),
+            ),
+        };
+        let basename = spec.path.rsplit('/').next().unwrap_or_default();
+        let runtime_binary = match json.runtime_path(&spec.name) {
+            Some(p) => {
+                // JetPack names the binary bare; dockerd looks it up on its PATH.
+                let p = if !p.contains('/') && p == basename {
+                    executables_in(self.host, DEFAULT_PATH.split(':'), p)
+                        .into_iter()
+                        .next()
+                        .unwrap_or_else(|| p.to_string())
+                } else {
+                    p.to_string()
+                };
+                Sourced::new(Some(p), Source::file(&path, line_of(&spec.name)))
+            }
+            None => match d.runtime_flags.iter().find(|f| f.value.0 == spec.name) {
+                Some(f) => Sourced::new(Some(f.value.1.clone()), f.source.clone()),
+                None => Sourced::new(
+                    None,
+                    Source::default(format!(
+                        "no runtime '{}' in {path} or dockerd's --add-runtime flags",
+                        spec.name
+                    )),
+                ),
+            },
+        };
+        Ok(Effective {
+            engine: "docker".into(),
+            default_runtime,
+            runtime_binary,
+            conflicts,
+        })
+    }
+}
+
+/// What to do about a file that replaces the CRI plugin table without the setting.
+fn replaced_fix(spec: &RuntimeSpec) -> String {
+    format!(
+        "containerd before 2.1 replaces the whole CRI plugin table with the one of the file it imports last, so what came before it is lost; set default_runtime_name = \"{}\" and declare runtime '{}' in that file too, or remove its CRI plugin table",
+        spec.name, spec.name
+    )
 }

@@ -39,22 +39,17 @@ pub struct Entry {
 
 impl Manifest {
     pub fn load(host: &HostRoot) -> Result<Option<Manifest>> {
-        let path = host.path(MANIFEST);
-        let Some(text) = crate::host::read_optional(&path)? else {
+        let Some(text) = host.read(MANIFEST)? else {
             return Ok(None);
         };
         serde_json::from_str(&text)
             .map(Some)
             .map_err(|e| SetupError::Malformed {
-                file: path,
+                file: MANIFEST.into(),
                 line: e.line(),
                 column: e.column(),
                 message: format!("invalid manifest: {e}"),
             })
-    }
-
-    pub fn entry(&self, path: &str) -> Option<&Entry> {
-        self.entries.iter().find(|e| e.path == path)
     }
 
     pub fn render(&self) -> String {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 
-use common::{containerd_dump, fixture, real_tool, systemd_verify};
+use common::{containerd_dump, fixture, ok, real_tool, run, run_env, systemd_verify};
 use edgegpu_testkit::nodehost::{NodeHost, Snapshot};
 use edgegpu_testkit::process::binary_command;
 
@@ -19,51 +19,6 @@ const RUNTIME_CLASS: &str =
 const MANIFEST: &str = "/var/lib/edgegpu/node-setup/manifest.json";
 const TEMPLATE_V3: &str = "/var/lib/rancher/k3s/agent/etc/containerd/config-v3.toml.tmpl";
 const TEMPLATE_V2: &str = "/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl";
-
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn run_env(host: &NodeHost, args: &[&str], env: &[(&str, &str)]) -> Out {
-    let mut cmd = binary_command(env!("CARGO_BIN_EXE_edgegpu-node-setup"));
-    for var in [
-        "EDGEGPU_ROOT",
-        "EDGEGPU_NODE_SETUP_MODE",
-        "EDGEGPU_RUNTIME_PATH",
-        "EDGEGPU_RUNTIME_NAME",
-        "EDGEGPU_NO_RESTART",
-        "EDGEGPU_NO_SET_DEFAULT",
-        "EDGEGPU_FORCE",
-        "EDGEGPU_K3S_VERSION",
-        "EDGEGPU_OUTPUT",
-    ] {
-        cmd.env_remove(var);
-    }
-    cmd.envs(env.iter().copied());
-    cmd.arg("--root").arg(host.root()).args(args);
-    let out = cmd.output().expect("run edgegpu-node-setup");
-    Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-fn run(host: &NodeHost, args: &[&str]) -> Out {
-    run_env(host, args, &[])
-}
-
-fn ok(host: &NodeHost, args: &[&str]) -> String {
-    let out = run(host, args);
-    assert_eq!(
-        out.code, 0,
-        "{args:?}\nstdout:\n{}\nstderr:\n{}",
-        out.stdout, out.stderr
-    );
-    out.stdout
-}
 
 /// Content and mode of every file (mtime left out: revert rewrites files).
 fn content(s: &Snapshot) -> BTreeMap<PathBuf, (Vec<u8>, u32)> {
@@ -263,7 +218,7 @@ fn a_later_drop_in_that_overrides_the_default_is_refused() {
     let out = run(&host, &["apply"]);
     assert_eq!(out.code, 3, "{}", out.stderr);
     assert!(
-        out.stderr.contains("zz-site.yaml") && out.stderr.contains("default-runtime: crun"),
+        out.stderr.contains("zz-site.yaml:1") && out.stderr.contains("default runtime 'crun'"),
         "{}",
         out.stderr
     );
@@ -611,19 +566,19 @@ fn malformed_files_stop_the_run_before_any_write() {
             DAEMON_JSON,
             fixture("docker/malformed.json"),
             "docker",
-            "daemon.json:5:3: ",
+            "error: /etc/docker/daemon.json:5:3: ",
         ),
         (
             "/etc/containerd/config.toml",
             fixture("containerd/malformed.toml"),
             "containerd",
-            "config.toml:5:26: ",
+            "error: /etc/containerd/config.toml:5:26: ",
         ),
         (
             AGENT_UNIT,
             "[Service]\nExecStart=/usr/local/bin/k3s agent '--docker\n".to_string(),
             "docker",
-            "k3s-agent.service:2:",
+            "error: /etc/systemd/system/k3s-agent.service:2:",
         ),
     ] {
         let host = NodeHost::new();
@@ -640,6 +595,9 @@ fn malformed_files_stop_the_run_before_any_write() {
         let out = run(&host, &["--mode", mode, "apply"]);
         assert_eq!(out.code, 3, "{file}: {}", out.stderr);
         assert!(out.stderr.contains(location), "{file}: {}", out.stderr);
+        // Paths are the host's, as the operator knows them, not the --root tree's.
+        let root = host.root().to_string_lossy();
+        assert!(!out.stderr.contains(root.as_ref()), "{}", out.stderr);
         assert_eq!(before, host.snapshot(), "{file}: nothing may be written");
         assert_eq!(run(&host, &["--mode", mode, "check"]).code, 3);
     }
@@ -710,7 +668,9 @@ fn revert_refuses_a_file_changed_after_apply_unless_forced() {
     let out = run(&host, &["revert"]);
     assert_eq!(out.code, 3);
     assert!(
-        out.stderr.contains("changed after apply") && out.stderr.contains("--force"),
+        out.stderr
+            .contains("error: /etc/docker/daemon.json changed after apply")
+            && out.stderr.contains("--force"),
         "{}",
         out.stderr
     );
@@ -752,7 +712,10 @@ fn check_json_reports_every_item() {
     assert_eq!(v["mode"], "docker");
     assert!(v["reason"].as_str().unwrap().contains("v1.27.4"));
     let items = v["items"].as_array().unwrap();
-    assert_eq!(items.len(), 3, "{items:?}");
+    // Binary, unit, daemon.json, then docker's effective default and runtime.
+    assert_eq!(items.len(), 5, "{items:?}");
+    assert_eq!(v["effective"][0]["engine"], "docker");
+    assert_eq!(v["effective"][0]["default_runtime"]["value"], "runc");
     assert_eq!(items[1]["file"], UNIT);
     assert_eq!(items[1]["ok"], false);
     ok(&host, &["apply"]);

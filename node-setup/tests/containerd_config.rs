@@ -6,8 +6,9 @@ mod common;
 use std::path::Path;
 
 use common::{containerd_dump, containerd_major, fixture, real_tool};
-use edgegpu_node_setup::containerd::{edit, inspect, Flavor};
 use edgegpu_node_setup::error::SetupError;
+use edgegpu_node_setup::formats::containerd::{describe, DefaultRuntime, Flavor};
+use edgegpu_node_setup::formats::Edit;
 use edgegpu_node_setup::RuntimeSpec;
 
 fn spec(name: &str, set_default: bool) -> RuntimeSpec {
@@ -16,6 +17,37 @@ fn spec(name: &str, set_default: bool) -> RuntimeSpec {
         path: "/usr/bin/nvidia-container-runtime".into(),
         set_default,
     }
+}
+
+fn edit(
+    file: &Path,
+    text: Option<&str>,
+    spec: &RuntimeSpec,
+    flavor: Flavor,
+) -> Result<Edit, SetupError> {
+    common::containerd_edit(file.to_str().unwrap(), text, spec, flavor)
+}
+
+/// A new or empty template, or one with the base line: k3s's setting owns the default.
+fn base_owns_default(text: Option<&str>, flavor: Flavor) -> bool {
+    text.map_or(true, |t| t.trim().is_empty())
+        || describe(Path::new("t"), text, flavor)
+            .unwrap()
+            .base_line
+            .is_some()
+}
+
+/// What a plain config says for the NVIDIA runtime: (version, its table runs
+/// /usr/bin/nvidia-container-runtime, it is the default).
+fn status(text: &str) -> (i64, bool, bool) {
+    let d = describe(Path::new("c.toml"), Some(text), Flavor::System).unwrap();
+    let spec = nvidia();
+    let runtime = d
+        .runtimes
+        .get(&spec.name)
+        .is_some_and(|r| r.binary.as_deref() == Some(spec.path.as_str()));
+    let default = matches!(&d.default, DefaultRuntime::Literal { name, .. } if *name == spec.name);
+    (d.version, runtime, default)
 }
 
 fn nvidia() -> RuntimeSpec {
@@ -38,7 +70,7 @@ fn edited(file: &str, spec: &RuntimeSpec, flavor: Flavor) -> String {
     let old = fixture(file);
     edit(Path::new(file), Some(&old), spec, flavor)
         .unwrap()
-        .text
+        .new
         .expect("a change")
 }
 
@@ -62,8 +94,7 @@ fn version_2_config_gains_runtime_and_default_keeping_comments() {
     let ours = new.find("runtimes.nvidia]").unwrap();
     let registry = new.find(".registry]").unwrap();
     assert!(runc < ours && ours < registry, "{new}");
-    let st = inspect(Path::new("x"), Some(&new), &nvidia(), Flavor::System).unwrap();
-    assert!(st.runtime && st.default && st.version == 2);
+    assert_eq!(status(&new), (2, true, true));
 }
 
 #[test]
@@ -86,18 +117,16 @@ fn version_3_config_uses_the_cri_runtime_plugin_and_copies_systemd_cgroup() {
     assert_lines_kept(&old, &new, &["      default_runtime_name = 'runc'"]);
     assert!(new.contains("[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia.options]\nBinaryName = \"/usr/bin/nvidia-container-runtime\"\nSystemdCgroup = false\n"), "{new}");
     assert!(new.contains("default_runtime_name = \"nvidia\""));
-    let st = inspect(Path::new("x"), Some(&new), &nvidia(), Flavor::System).unwrap();
-    assert!(st.runtime && st.default && st.version == 3);
+    assert_eq!(status(&new), (3, true, true));
 }
 
 #[test]
 fn a_missing_or_empty_config_becomes_version_2() {
     for text in [None, Some(""), Some("\n  \n")] {
         let e = edit(Path::new("c.toml"), text, &nvidia(), Flavor::System).unwrap();
-        let new = e.text.unwrap();
+        let new = e.new.unwrap();
         assert!(new.starts_with("version = 2\n"), "{new}");
-        let st = inspect(Path::new("c.toml"), Some(&new), &nvidia(), Flavor::System).unwrap();
-        assert!(st.runtime && st.default && st.version == 2);
+        assert_eq!(status(&new), (2, true, true));
     }
 }
 
@@ -128,9 +157,9 @@ fn every_edit_is_idempotent() {
         let once = edited(file, &sp, flavor);
         let again = edit(Path::new(file), Some(&once), &sp, flavor).unwrap();
         assert!(
-            again.text.is_none(),
+            again.new.is_none(),
             "{file}: second edit changed:\n{:?}",
-            again.text
+            again.new
         );
     }
 }
@@ -150,10 +179,13 @@ fn base_template_with_a_k3s_detected_name_needs_no_table_and_defers_the_default(
         )
         .unwrap();
         assert!(
-            e.text.is_none(),
+            e.new.is_none(),
             "{file}: k3s emits runtimes.nvidia itself; re-declaring it breaks containerd"
         );
-        assert!(e.default_needs_k3s_setting);
+        assert!(base_owns_default(
+            Some(&old),
+            Flavor::K3sTemplate { version: 3 }
+        ));
     }
     // No template yet: none is created just to hold the base line.
     let e = edit(
@@ -163,7 +195,8 @@ fn base_template_with_a_k3s_detected_name_needs_no_table_and_defers_the_default(
         Flavor::K3sTemplate { version: 3 },
     )
     .unwrap();
-    assert!(e.text.is_none() && e.default_needs_k3s_setting);
+    assert!(e.new.is_none());
+    assert!(base_owns_default(None, Flavor::K3sTemplate { version: 3 }));
 }
 
 #[test]
@@ -177,17 +210,21 @@ fn base_template_gets_only_new_tables_after_the_base_line() {
         Flavor::K3sTemplate { version: 3 },
     )
     .unwrap();
-    let new = e.text.unwrap();
+    let new = e.new.unwrap();
     assert!(new.starts_with(&old), "appended only:\n{new}");
     let added = &new[old.len()..];
     assert_eq!(
         added,
         // (toml_edit reuses the quoting of the user's own table header for the key.)
-        "\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia-custom]\nruntime_type = \"io.containerd.runc.v2\"\n\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia-custom.options]\nBinaryName = \"/usr/bin/nvidia-container-runtime\"\n"
+        // SystemdCgroup comes from the same k3s data as the base's runc options.
+        "\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia-custom]\nruntime_type = \"io.containerd.runc.v2\"\n\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia-custom.options]\nBinaryName = \"/usr/bin/nvidia-container-runtime\"\nSystemdCgroup = {{ .SystemdCgroup }}\n"
     );
     // Tables the base emits are never declared: no header for containerd or runtimes.
     assert!(!added.contains(".containerd]") && !added.contains(".runtimes]"));
-    assert!(e.default_needs_k3s_setting);
+    assert!(base_owns_default(
+        Some(&old),
+        Flavor::K3sTemplate { version: 3 }
+    ));
     // A new template for a custom name starts from the base line (config.toml.tmpl: v2).
     let e = edit(
         Path::new("t"),
@@ -196,7 +233,7 @@ fn base_template_gets_only_new_tables_after_the_base_line() {
         Flavor::K3sTemplate { version: 2 },
     )
     .unwrap();
-    let new = e.text.unwrap();
+    let new = e.new.unwrap();
     assert!(new.starts_with("{{ template \"base\" . }}\n\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia-custom]"), "{new}");
 }
 
@@ -222,10 +259,12 @@ fn full_template_is_edited_and_every_template_line_restored() {
     assert!(new.contains("default_runtime_name = \"nvidia\""));
     assert!(new
         .contains("runtimes.nvidia.options]\nBinaryName = \"/usr/bin/nvidia-container-runtime\""));
-    // The conditional block around the registry stays around the registry.
-    let if_line = new.find("{{ if .PrivateRegistryConfig }}").unwrap();
+    // The conditional block around the registry stays around the registry alone; the
+    // new tables come after everything the template had.
+    let block = "{{ if .PrivateRegistryConfig }}\n[plugins.\"io.containerd.grpc.v1.cri\".registry]\n  config_path = \"{{ .NodeConfig.AgentConfig.ImageServiceSocket }}\"\n{{ end }}\n";
+    let end_of_block = new.find(block).map(|i| i + block.len());
     let ours = new.find("runtimes.nvidia]").unwrap();
-    assert!(ours < if_line, "{new}");
+    assert!(end_of_block.is_some_and(|e| e < ours), "{new}");
 }
 
 #[test]
@@ -328,9 +367,9 @@ fn a_non_table_where_a_table_is_needed_is_refused() {
 fn inline_tables_are_extended_inline() {
     let text = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\nruntimes = { runc = { runtime_type = \"io.containerd.runc.v2\" } }\n";
     let e = edit(Path::new("c.toml"), Some(text), &nvidia(), Flavor::System).unwrap();
-    let new = e.text.unwrap();
-    let st = inspect(Path::new("c.toml"), Some(&new), &nvidia(), Flavor::System).unwrap();
-    assert!(st.runtime && st.default, "{new}");
+    let new = e.new.unwrap();
+    let (_, runtime, default) = status(&new);
+    assert!(runtime && default, "{new}");
 }
 
 #[test]
@@ -377,7 +416,7 @@ fn containerd_config_dump_accepts_generated_configs() {
     // A new file written from nothing loads too.
     let new = edit(Path::new("c"), None, &nvidia(), Flavor::System)
         .unwrap()
-        .text
+        .new
         .unwrap();
     let (ok, out) = containerd_dump(&tool, &new);
     assert!(

@@ -7,12 +7,14 @@ mod common;
 use std::path::Path;
 
 use common::fixture;
-use edgegpu_node_setup::containerd::{self, Flavor};
 use edgegpu_node_setup::detect::ModeRequest;
+use edgegpu_node_setup::formats::containerd::Flavor;
+use edgegpu_node_setup::formats::daemon_json;
+use edgegpu_node_setup::formats::unit::{add_k3s_docker_flag, UnitFile};
 use edgegpu_node_setup::host::HostRoot;
+use edgegpu_node_setup::lock::RunLock;
 use edgegpu_node_setup::ops::{self, Restarts};
-use edgegpu_node_setup::unit::{add_k3s_docker_flag, UnitFile};
-use edgegpu_node_setup::{daemon_json, plan, RuntimeSpec};
+use edgegpu_node_setup::{plan, RuntimeSpec};
 use edgegpu_testkit::nodehost::NodeHost;
 use proptest::prelude::*;
 
@@ -93,11 +95,12 @@ fn check_unit(text: &str) {
     let Ok(unit) = UnitFile::parse(Path::new("k3s.service"), text) else {
         return;
     };
-    if let Ok(Some(new)) = add_k3s_docker_flag(&unit) {
+    if let Ok(Some(new)) = add_k3s_docker_flag(&unit).map(|e| e.new) {
         let again = UnitFile::parse(Path::new("k3s.service"), &new).expect("our output parses");
         assert!(
             add_k3s_docker_flag(&again)
                 .expect("our output edits")
+                .new
                 .is_none(),
             "second edit changes:\n{new}"
         );
@@ -105,27 +108,66 @@ fn check_unit(text: &str) {
 }
 
 fn check_json(text: &str) {
-    if let Ok(Some(new)) = daemon_json::edit(Path::new("d.json"), Some(text), &spec()) {
+    if let Ok(Some(new)) = daemon_json::edit(
+        Path::new("d.json"),
+        Some(text),
+        &spec(),
+        daemon_json::Want {
+            set_default: spec().set_default,
+            bare_name_ok: false,
+        },
+    )
+    .map(|e| e.new)
+    {
         let v: serde_json::Value = serde_json::from_str(&new).expect("our output is JSON");
         assert_eq!(v["default-runtime"], "nvidia");
-        assert!(daemon_json::edit(Path::new("d.json"), Some(&new), &spec())
-            .unwrap()
-            .is_none());
+        assert!(daemon_json::edit(
+            Path::new("d.json"),
+            Some(&new),
+            &spec(),
+            daemon_json::Want {
+                set_default: spec().set_default,
+                bare_name_ok: false,
+            }
+        )
+        .unwrap()
+        .new
+        .is_none());
     }
 }
 
 fn check_toml(text: &str, flavor: Flavor) {
-    if let Ok(edit) = containerd::edit(Path::new("c.toml"), Some(text), &spec(), flavor) {
-        if let Some(new) = edit.text {
-            let again = containerd::edit(Path::new("c.toml"), Some(&new), &spec(), flavor)
+    if let Ok(edit) = common::containerd_edit("c.toml", Some(text), &spec(), flavor) {
+        if let Some(new) = edit.new {
+            let again = common::containerd_edit("c.toml", Some(&new), &spec(), flavor)
                 .expect("our output parses");
-            assert!(again.text.is_none(), "second edit changes:\n{new}");
+            assert!(again.new.is_none(), "second edit changes:\n{new}");
         }
+    }
+}
+
+/// The k3s YAML reader and the Go-template lexer take any text without panicking; a
+/// template they accept keeps its line count (every line stays where it was).
+fn check_yaml_and_template(text: &str) {
+    // Accepted or refused, both are fine here: only a panic is a failure.
+    let _ = edgegpu_node_setup::formats::k3s_yaml::parse(Path::new("c.yaml"), text);
+    if let Ok(lines) = edgegpu_node_setup::formats::go_template::lines(text) {
+        assert_eq!(lines.len(), text.split_inclusive('\n').count());
     }
 }
 
 proptest! {
     #![proptest_config(config())]
+
+    #[test]
+    fn k3s_yaml_and_template_readers_never_panic(text in "\\PC{0,200}") {
+        check_yaml_and_template(&text);
+    }
+
+    #[test]
+    fn template_reader_handles_damaged_templates(text in mutated(TEMPLATES)) {
+        check_yaml_and_template(&text);
+    }
 
     #[test]
     fn unit_editor_never_panics_on_any_text(text in "\\PC{0,300}") {
@@ -164,6 +206,10 @@ proptest! {
     }
 }
 
+fn lock(opts: &plan::Options) -> RunLock {
+    RunLock::acquire(&opts.host, &mut |_| {}).expect("lock")
+}
+
 /// Runs a full plan+apply on a host holding `file` = `text` next to other files; when
 /// the plan is refused, not one file may differ.
 fn apply_never_writes_on_refusal(file: &str, text: &str, mode: ModeRequest) {
@@ -188,7 +234,8 @@ fn apply_never_writes_on_refusal(file: &str, text: &str, mode: ModeRequest) {
     match plan::build(&opts, false) {
         Err(_) => assert_eq!(before, host.snapshot(), "a refused plan wrote something"),
         Ok(p) => {
-            ops::apply(&p, &opts.host, Restarts::Skip("test")).expect("an accepted plan applies");
+            ops::apply(&p, &opts.host, Restarts::Skip("test"), &lock(&opts))
+                .expect("an accepted plan applies");
         }
     }
 }

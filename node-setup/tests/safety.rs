@@ -11,6 +11,7 @@ use common::{containerd_host, docker_host};
 use edgegpu_node_setup::cli::Cli;
 use edgegpu_node_setup::detect::ModeRequest;
 use edgegpu_node_setup::host::HostRoot;
+use edgegpu_node_setup::lock::RunLock;
 use edgegpu_node_setup::ops::{self, Restarts};
 use edgegpu_node_setup::restart::{restart, restart_blocked, Service, ServiceManager};
 use edgegpu_node_setup::{fsops, plan, RuntimeSpec};
@@ -32,6 +33,10 @@ impl ServiceManager for Recorder {
             _ => Ok(()),
         }
     }
+}
+
+fn lock(opts: &plan::Options) -> RunLock {
+    RunLock::acquire(&opts.host, &mut |_| {}).expect("lock")
 }
 
 fn options(host: &NodeHost, mode: ModeRequest) -> plan::Options {
@@ -136,14 +141,21 @@ fn apply_runs_the_injected_restarts_after_writing() {
     let opts = options(&host, ModeRequest::Auto);
     let plan = plan::build(&opts, false).unwrap();
     let mut rec = Recorder::default();
-    let report = ops::apply(&plan, &opts.host, Restarts::Run(&mut rec)).unwrap();
+    let report = ops::apply(&plan, &opts.host, Restarts::Run(&mut rec), &lock(&opts)).unwrap();
     assert_eq!(report.written.len(), 3);
     assert_eq!(rec.calls.len(), 4);
     assert_eq!(rec.calls[0], "daemon-reload");
     // Revert restarts the same services, in the same order.
     let (manifest, steps) = ops::plan_revert(&opts.host, false).unwrap().unwrap();
     let mut rec2 = Recorder::default();
-    ops::revert(&opts.host, &manifest, &steps, Restarts::Run(&mut rec2)).unwrap();
+    ops::revert(
+        &opts.host,
+        &manifest,
+        &steps,
+        Restarts::Run(&mut rec2),
+        &lock(&opts),
+    )
+    .unwrap();
     assert_eq!(rec.calls, rec2.calls);
 }
 
@@ -168,7 +180,7 @@ fn a_failed_write_puts_every_file_back() {
         .with_file_name(format!(".{name}.edgegpu-tmp.{}", std::process::id()));
     std::fs::create_dir(&blocker).unwrap();
     std::fs::write(blocker.join("keep"), "x").unwrap();
-    let err = ops::apply(&plan, &opts.host, Restarts::Skip("test")).unwrap_err();
+    let err = ops::apply(&plan, &opts.host, Restarts::Skip("test"), &lock(&opts)).unwrap_err();
     assert_eq!(err.exit_code(), 4);
     assert!(err.to_string().contains("put back"), "{err}");
     std::fs::remove_dir_all(&blocker).unwrap();
@@ -189,7 +201,7 @@ fn a_second_apply_performs_zero_writes() {
     let opts = options(&host, ModeRequest::Auto);
     let plan = plan::build(&opts, false).unwrap();
     let before = fsops::write_count();
-    ops::apply(&plan, &opts.host, Restarts::Skip("test")).unwrap();
+    ops::apply(&plan, &opts.host, Restarts::Skip("test"), &lock(&opts)).unwrap();
     // 3 files + 3 backups + manifest.
     assert!(fsops::write_count() - before >= 7);
     let snapshot = host.snapshot();
@@ -197,7 +209,7 @@ fn a_second_apply_performs_zero_writes() {
     assert!(again.changes.is_empty());
     assert!(again.configured());
     let count = fsops::write_count();
-    let report = ops::apply(&again, &opts.host, Restarts::Skip("test")).unwrap();
+    let report = ops::apply(&again, &opts.host, Restarts::Skip("test"), &lock(&opts)).unwrap();
     assert!(report.written.is_empty());
     assert_eq!(fsops::write_count(), count, "no write at all");
     assert_eq!(snapshot, host.snapshot(), "mtime unchanged");

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use common::{fixture, real_tool, systemd_verify};
 use edgegpu_node_setup::error::SetupError;
-use edgegpu_node_setup::unit::{add_k3s_docker_flag, UnitFile};
+use edgegpu_node_setup::formats::unit::{add_k3s_docker_flag, UnitFile};
 
 fn words(text: &str) -> Vec<String> {
     UnitFile::parse(Path::new("k3s.service"), text)
@@ -21,7 +21,7 @@ fn words(text: &str) -> Vec<String> {
 
 fn add_docker(text: &str) -> String {
     let unit = UnitFile::parse(Path::new("k3s.service"), text).unwrap();
-    add_k3s_docker_flag(&unit).unwrap().expect("a change")
+    add_k3s_docker_flag(&unit).unwrap().new.expect("a change")
 }
 
 /// Old lines minus new lines and new minus old (as multisets).
@@ -123,10 +123,10 @@ fn flags_after_the_subcommand_on_the_same_line_stay_in_place() {
 fn a_unit_that_already_has_docker_is_left_alone() {
     let with = add_docker(&fixture("units/k3s-installer-server.service"));
     let unit = UnitFile::parse(Path::new("k3s.service"), &with).unwrap();
-    assert!(add_k3s_docker_flag(&unit).unwrap().is_none());
+    assert!(add_k3s_docker_flag(&unit).unwrap().new.is_none());
     let single = "[Service]\nExecStart=/usr/local/bin/k3s agent --docker\n";
     let unit = UnitFile::parse(Path::new("k3s.service"), single).unwrap();
-    assert!(add_k3s_docker_flag(&unit).unwrap().is_none());
+    assert!(add_k3s_docker_flag(&unit).unwrap().new.is_none());
 }
 
 #[test]
@@ -191,13 +191,7 @@ fn systemd_analyze_verify_accepts_every_rewritten_unit() {
     };
     let containerd_unit =
         "[Unit]\nDescription=containerd\n[Service]\nExecStart=/usr/bin/containerd\n";
-    for (file, name) in [
-        ("units/k3s-installer-server.service", "k3s.service"),
-        ("units/k3s-installer-server-noflags.service", "k3s.service"),
-        ("units/k3s-installer-agent.service", "k3s-agent.service"),
-        ("units/metavirt-k3s.service", "k3s.service"),
-        ("units/metavirt-k3s-agent.service", "k3s-agent.service"),
-    ] {
+    for (file, name) in common::K3S_UNIT_FIXTURES {
         let original = fixture(file);
         let extra = [("containerd.service", containerd_unit)];
         let (ok, out) = systemd_verify(&tool, name, &original, &extra);

@@ -97,6 +97,21 @@ pub fn meminfo_bytes(meminfo: &str, key: &str) -> Option<u64> {
     })
 }
 
+/// Where distributions put the NVIDIA driver's user-space libraries (`libnvidia-ml.so.1`,
+/// `libcuda.so.*`): go-nvlib's search list (`/usr/lib64`, `/usr/lib/{x86_64,aarch64}-linux-gnu`,
+/// `/lib64`, `/lib/{x86_64,aarch64}-linux-gnu`), plus JetPack 6+'s `nvidia/` directory and
+/// Yocto's `/usr/lib`.
+pub const DRIVER_LIB_DIRS: &[&str] = &[
+    "/usr/lib64",
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu/nvidia",
+    "/usr/lib",
+    "/lib64",
+    "/lib/x86_64-linux-gnu",
+    "/lib/aarch64-linux-gnu",
+];
+
 /// Parses a chip id written in decimal (`35`) or with a C prefix (`0x23`), as tools do.
 pub fn parse_chip_id(text: &str) -> Option<u32> {
     let t = text.trim();

@@ -8,7 +8,9 @@
 //!
 //! No I/O happens here: the crate only describes; callers read the host under their own root.
 
+pub mod csv;
 pub mod host;
+pub mod procfs;
 mod table;
 
 pub use table::GENERATIONS;
@@ -24,6 +26,8 @@ pub struct Generation {
     pub name: &'static str,
     /// The modules built on this SoC (part numbers of `/proc/device-tree/compatible`).
     pub modules: &'static [Module],
+    /// L4T major releases that support this generation, ascending.
+    pub l4t_majors: &'static [u32],
     /// How a host of this generation is recognised.
     pub detect: Detect,
     /// What CUDA reports for the integrated GPU.
@@ -87,16 +91,63 @@ pub struct Capability {
 pub struct Nvml {
     /// How NVML names the integrated GPU.
     pub name: NameMatch,
-    /// First L4T major release that ships a real `libnvidia-ml.so.1`.
-    pub since_l4t: u32,
-    /// `nvmlDeviceGetMemoryInfo` answers (not `NOT_SUPPORTED`).
+    /// What the driver's NVML answers, per L4T major release that ships a real
+    /// `libnvidia-ml.so.1` (ascending; releases before the first have none).
+    pub releases: &'static [NvmlAnswers],
+}
+
+/// The kernel driver behind the integrated GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuDriver {
+    /// NVIDIA's Tegra `nvgpu` driver (`/dev/nvhost-*`, `/dev/nvgpu/igpu0/*`).
+    Nvgpu,
+    /// The open GPU kernel modules (OpenRM: `/dev/nvidia0`, `/dev/nvidiactl`, procfs
+    /// `/proc/driver/nvidia`).
+    OpenRm,
+}
+
+/// What one release's NVML answers for the integrated GPU: `true` = a value, `false` =
+/// `NVML_ERROR_NOT_SUPPORTED`. Identity (count, handle, name) always answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NvmlAnswers {
+    /// L4T major release these answers are from.
+    pub l4t_major: u32,
+    /// The driver NVML sits on in this release.
+    pub driver: GpuDriver,
+    /// `nvmlDeviceGetUUID`.
+    pub uuid: bool,
+    /// `nvmlDeviceGetMemoryInfo`.
     pub memory_info: bool,
-    /// `nvmlDeviceGetPciInfo` answers.
+    /// `nvmlDeviceGetPciInfo`.
     pub pci_info: bool,
-    /// `nvmlDeviceGetUtilizationRates` answers.
+    /// `nvmlDeviceGetUtilizationRates`.
     pub utilization: bool,
-    /// The driver offers MIG on this GPU.
+    /// `nvmlDeviceGetTemperature` (GPU sensor).
+    pub temperature: bool,
+    /// `nvmlDeviceGetPowerUsage`.
+    pub power: bool,
+    /// `nvmlDeviceGetClockInfo`.
+    pub clocks: bool,
+    /// Critical XID events can be registered (`nvmlDeviceRegisterEvents`).
+    pub xid_events: bool,
+    /// `nvmlDeviceGetMigMode` answers: the driver offers MIG on this GPU.
     pub mig: bool,
+}
+
+impl Nvml {
+    /// First L4T major release with a real NVML.
+    pub fn since_l4t(&self) -> u32 {
+        self.releases.first().map_or(u32::MAX, |r| r.l4t_major)
+    }
+
+    /// What NVML answers on L4T major release `l4t_major` (the latest entry not newer than
+    /// it); `None` before NVML shipped.
+    pub fn answers(&self, l4t_major: u32) -> Option<&NvmlAnswers> {
+        self.releases
+            .iter()
+            .rev()
+            .find(|r| r.l4t_major <= l4t_major)
+    }
 }
 
 /// A rule matching a device name.
@@ -129,6 +180,8 @@ pub struct GpuSysfs {
 
 /// One known GPU location: its `load` file (if the driver has one) and its devfreq directory.
 pub struct KnownGpuDir {
+    /// L4T major releases whose kernel puts the GPU here.
+    pub l4t_majors: &'static [u32],
     pub load: Option<&'static str>,
     pub devfreq: &'static str,
 }
@@ -165,6 +218,23 @@ impl Generation {
         GENERATIONS
             .iter()
             .find(|g| g.detect.l4t_majors_only_here.contains(&major))
+    }
+
+    /// What NVML answers for the integrated GPU on L4T major release `l4t_major`; `None`
+    /// where that release ships no real NVML.
+    pub fn nvml_answers(&self, l4t_major: u32) -> Option<&NvmlAnswers> {
+        self.nvml.as_ref()?.answers(l4t_major)
+    }
+
+    /// The known GPU sysfs locations of L4T major release `l4t_major` first, then the others.
+    pub fn known_dirs_for(&self, l4t_major: Option<u32>) -> Vec<&KnownGpuDir> {
+        let (mut first, rest): (Vec<&KnownGpuDir>, Vec<&KnownGpuDir>) = self
+            .sysfs
+            .known_dirs
+            .iter()
+            .partition(|d| l4t_major.is_some_and(|m| d.l4t_majors.contains(&m)));
+        first.extend(rest);
+        first
     }
 
     /// The compute capability CUDA `cuda` (major, minor) reports for this GPU.
@@ -292,7 +362,78 @@ mod tests {
             for node in g.required_nodes {
                 assert!(g.container_nodes.contains(node), "{g:?}: {node}");
             }
+            assert!(
+                !g.l4t_majors.is_empty() && g.l4t_majors.windows(2).all(|w| w[0] < w[1]),
+                "{g:?}: l4t_majors empty or not ascending"
+            );
+            // A release that names the generation alone is one it runs.
+            for major in g.detect.l4t_majors_only_here {
+                assert!(g.l4t_majors.contains(major), "{g:?}: r{major}");
+            }
+            // Every known sysfs location belongs to releases of this generation.
+            for dir in g.sysfs.known_dirs {
+                assert!(!dir.l4t_majors.is_empty(), "{g:?}: {}", dir.devfreq);
+                for major in dir.l4t_majors {
+                    assert!(
+                        g.l4t_majors.contains(major),
+                        "{g:?}: {} r{major}",
+                        dir.devfreq
+                    );
+                }
+            }
+            // NVML answers are per release the generation runs, ascending, from the first.
+            if let Some(nvml) = &g.nvml {
+                assert!(!nvml.releases.is_empty(), "{g:?}");
+                assert!(
+                    nvml.releases
+                        .windows(2)
+                        .all(|w| w[0].l4t_major < w[1].l4t_major),
+                    "{g:?}: NVML releases not ascending"
+                );
+                for r in nvml.releases {
+                    assert!(
+                        g.l4t_majors.contains(&r.l4t_major),
+                        "{g:?}: r{}",
+                        r.l4t_major
+                    );
+                }
+            }
         }
+    }
+
+    #[test]
+    fn nvml_answers_per_release() {
+        let orin = Generation::by_compatible("tegra234").unwrap();
+        assert_eq!(orin.nvml_answers(35), None, "JetPack 5 has no real NVML");
+        let r36 = orin.nvml_answers(36).unwrap();
+        assert!(r36.uuid && !r36.memory_info && !r36.pci_info && !r36.utilization);
+        assert_eq!(r36.driver, GpuDriver::Nvgpu);
+        assert_eq!(orin.nvml_answers(39).unwrap().l4t_major, 39);
+        let thor = Generation::by_compatible("tegra264").unwrap();
+        let r38 = thor.nvml_answers(38).unwrap();
+        assert!(r38.utilization && r38.pci_info && r38.mig && !r38.memory_info);
+        assert_eq!(r38.driver, GpuDriver::OpenRm);
+        assert_eq!(thor.nvml.as_ref().unwrap().since_l4t(), 38);
+        let nano = Generation::by_compatible("tegra210").unwrap();
+        assert_eq!(nano.nvml_answers(32), None);
+    }
+
+    #[test]
+    fn known_dirs_of_the_running_release_come_first() {
+        let orin = Generation::by_compatible("tegra234").unwrap();
+        let r35: Vec<&str> = orin
+            .known_dirs_for(Some(35))
+            .iter()
+            .map(|d| d.devfreq)
+            .collect();
+        assert_eq!(r35[0], "/sys/devices/17000000.ga10b/devfreq_dev");
+        let r39: Vec<&str> = orin
+            .known_dirs_for(Some(39))
+            .iter()
+            .map(|d| d.devfreq)
+            .collect();
+        assert_eq!(r39[0], "/sys/class/devfreq/17000000.gpu");
+        assert_eq!(orin.known_dirs_for(None).len(), 2);
     }
 
     #[test]
@@ -302,7 +443,10 @@ mod tests {
         assert_eq!(Generation::by_chip_id(0x21).unwrap().soc, "T210");
         assert_eq!(Generation::by_chip_id(7), None);
         assert_eq!(Generation::by_l4t_major(38).unwrap().soc, "T264");
-        assert_eq!(Generation::by_l4t_major(36), None);
+        assert_eq!(Generation::by_l4t_major(36).unwrap().soc, "T234");
+        // r35 (Xavier and Orin) and r39 (Orin and Thor) name no generation alone.
+        assert_eq!(Generation::by_l4t_major(35), None);
+        assert_eq!(Generation::by_l4t_major(39), None);
         assert_eq!(Generation::by_compatible("tegra124"), None);
         assert_eq!(orin.compute_capability((12, 6)), Some((8, 7)));
         let thor = Generation::by_compatible("tegra264").unwrap();

@@ -10,12 +10,16 @@
 //!   only) and jetson_stats `jtop/core/thor_gpu.py` (the `gpu-gpc-0` devfreq node).
 //! - `cuda.device_name`: `cuDeviceGetName` as NVIDIA's deviceQuery sample prints it on the
 //!   boards (Orin's in docs/devicequery.md, Nano's in devicequery/tests/golden/).
+//! - `l4t_majors`: the Jetson Linux release notes' supported-module lists (r32: Nano/TX1/TX2/
+//!   Xavier; r35: Xavier, Orin; r36: Orin; r38: Thor; r39: Thor and Orin).
 //! - `nvml`: NVIDIA go-nvlib `pkg/nvlib/info/property-extractor.go` (`IsIntegratedGPUName`) and
-//!   the JetPack 6 / 7 release notes (NVML on Jetson, supported queries, MIG on Thor).
+//!   the JetPack 6 / 7 release notes (NVML on Jetson, supported queries, MIG on Thor); per
+//!   release in docs/platforms.md with the facts not confirmed on hardware marked.
 //! - `container_nodes`: the `dev` lines of L4T's container CSV files
 //!   (`/etc/nvidia-container-runtime/host-files-for-container.d/l4t.csv` on r32,
-//!   `devices.csv` on r36) and meta-tegra's `tegra-configs-container-csv`; Thor's OpenRM nodes
-//!   from the r38 CSV files.
+//!   `devices.csv` on r36) and meta-tegra's `recipes-bsp/tegra-binaries/tegra-configs/
+//!   devices.csv` (which adds `nvidia-uvm*` and `nvidia1` for r39); Thor's OpenRM nodes from
+//!   the r38 CSV files.
 //! - `required_nodes`: the nodes `libcuda` opens (nvgpu: `nvhost-ctrl-gpu`, `nvhost-gpu`,
 //!   `nvhost-as-gpu`, `nvmap`; OpenRM: `nvidia0`, `nvidiactl`).
 //! - `sysfs`: nvgpu's `os/linux/sysfs.c` (`load`), the devfreq nodes of each L4T kernel, and
@@ -28,8 +32,8 @@
 //!   `VDD_CPU_GPU_CV` and `VDD_GPU_SOC` are shared rails).
 
 use crate::{
-    Capability, Cuda, Detect, Generation, GpuSysfs, KnownGpuDir, Module, NameMatch, Nvml,
-    PowerRails,
+    Capability, Cuda, Detect, Generation, GpuDriver, GpuSysfs, KnownGpuDir, Module, NameMatch,
+    Nvml, NvmlAnswers, PowerRails,
 };
 
 /// Device nodes of the nvgpu driver that CUDA cannot work without.
@@ -57,6 +61,37 @@ const L4T_R32_NODES: &[&str] = &[
     "/dev/tegra_dc_1",
 ];
 
+/// NVML on nvgpu (Orin, JetPack 6 and 7.2): identity only.
+const NVGPU_NVML_IDENTITY_ONLY: NvmlAnswers = NvmlAnswers {
+    l4t_major: 0,
+    driver: GpuDriver::Nvgpu,
+    uuid: true,
+    memory_info: false,
+    pci_info: false,
+    utilization: false,
+    temperature: false,
+    power: false,
+    clocks: false,
+    xid_events: false,
+    mig: false,
+};
+
+/// NVML on OpenRM (Thor, JetPack 7): identity, PCI (the iGPU sits at `0000:01:00.0`),
+/// utilisation and MIG; memory, clocks, power and temperature are NotSupported.
+const THOR_OPENRM_NVML: NvmlAnswers = NvmlAnswers {
+    l4t_major: 0,
+    driver: GpuDriver::OpenRm,
+    uuid: true,
+    memory_info: false,
+    pci_info: true,
+    utilization: true,
+    temperature: false,
+    power: false,
+    clocks: false,
+    xid_events: false,
+    mig: true,
+};
+
 /// GPU thermal zone of the r32 / r35 device trees.
 const GPU_THERM: &[&str] = &["GPU-therm"];
 
@@ -77,6 +112,7 @@ pub static GENERATIONS: &[Generation] = &[
                 sku_products: &[],
             },
         ],
+        l4t_majors: &[32],
         detect: Detect {
             compatible: "tegra210",
             chip_id: 0x21,
@@ -98,6 +134,7 @@ pub static GENERATIONS: &[Generation] = &[
             of_node_names: &["gpu"],
             load_file: true,
             known_dirs: &[KnownGpuDir {
+                l4t_majors: &[32],
                 load: Some("/sys/devices/gpu.0/load"),
                 devfreq: "/sys/devices/gpu.0/devfreq/57000000.gpu",
             }],
@@ -132,6 +169,7 @@ pub static GENERATIONS: &[Generation] = &[
                 sku_products: &[],
             },
         ],
+        l4t_majors: &[32],
         detect: Detect {
             compatible: "tegra186",
             chip_id: 0x18,
@@ -154,6 +192,7 @@ pub static GENERATIONS: &[Generation] = &[
             of_node_names: &["gp10b"],
             load_file: true,
             known_dirs: &[KnownGpuDir {
+                l4t_majors: &[32],
                 load: Some("/sys/devices/17000000.gp10b/load"),
                 devfreq: "/sys/devices/17000000.gp10b/devfreq/17000000.gp10b",
             }],
@@ -177,6 +216,7 @@ pub static GENERATIONS: &[Generation] = &[
                 sku_products: &[],
             },
         ],
+        l4t_majors: &[32, 35],
         detect: Detect {
             compatible: "tegra194",
             chip_id: 0x19,
@@ -216,6 +256,7 @@ pub static GENERATIONS: &[Generation] = &[
             of_node_names: &["gv11b"],
             load_file: true,
             known_dirs: &[KnownGpuDir {
+                l4t_majors: &[32, 35],
                 load: Some("/sys/devices/17000000.gv11b/load"),
                 devfreq: "/sys/devices/17000000.gv11b/devfreq/17000000.gv11b",
             }],
@@ -243,10 +284,11 @@ pub static GENERATIONS: &[Generation] = &[
                 ],
             },
         ],
+        l4t_majors: &[35, 36, 39],
         detect: Detect {
             compatible: "tegra234",
             chip_id: 0x23,
-            l4t_majors_only_here: &[],
+            l4t_majors_only_here: &[36],
             marker_file: None,
         },
         cuda: Cuda {
@@ -259,11 +301,19 @@ pub static GENERATIONS: &[Generation] = &[
         },
         nvml: Some(Nvml {
             name: NameMatch::Contains("(nvgpu)"),
-            since_l4t: 36,
-            memory_info: false,
-            pci_info: false,
-            utilization: false,
-            mig: false,
+            releases: &[
+                // JetPack 6: `nvidia-smi -L` names the GPU and its UUID; everything else is
+                // N/A or NotSupported.
+                NvmlAnswers {
+                    l4t_major: 36,
+                    ..NVGPU_NVML_IDENTITY_ONLY
+                },
+                // JetPack 7.2 on Orin: NVML loads, identity answers, the rest NotSupported.
+                NvmlAnswers {
+                    l4t_major: 39,
+                    ..NVGPU_NVML_IDENTITY_ONLY
+                },
+            ],
         }),
         container_nodes: &[
             "/dev/nvgpu/igpu0/*",
@@ -284,6 +334,7 @@ pub static GENERATIONS: &[Generation] = &[
             "/dev/nvhost-tsg-gpu",
             "/dev/nvmap",
             "/dev/nvidia0",
+            "/dev/nvidia1",
             "/dev/nvidiactl",
             "/dev/nvidia-modeset",
             "/dev/nvidia-uvm",
@@ -302,13 +353,15 @@ pub static GENERATIONS: &[Generation] = &[
             of_node_names: &["ga10b", "gpu"],
             load_file: true,
             known_dirs: &[
-                // r36 (JetPack 6)
+                // r36 (JetPack 6) and r39 (JetPack 7.2, same nvgpu layout)
                 KnownGpuDir {
+                    l4t_majors: &[36, 39],
                     load: Some("/sys/devices/platform/bus@0/17000000.gpu/load"),
                     devfreq: "/sys/class/devfreq/17000000.gpu",
                 },
                 // r35 (JetPack 5)
                 KnownGpuDir {
+                    l4t_majors: &[35],
                     load: Some("/sys/devices/17000000.ga10b/load"),
                     devfreq: "/sys/devices/17000000.ga10b/devfreq_dev",
                 },
@@ -341,6 +394,7 @@ pub static GENERATIONS: &[Generation] = &[
             product: "Jetson AGX Thor",
             sku_products: &[],
         }],
+        l4t_majors: &[38, 39],
         detect: Detect {
             compatible: "tegra264",
             chip_id: 0x26,
@@ -364,11 +418,16 @@ pub static GENERATIONS: &[Generation] = &[
         },
         nvml: Some(Nvml {
             name: NameMatch::Exact("NVIDIA Thor"),
-            since_l4t: 38,
-            memory_info: false,
-            pci_info: true,
-            utilization: true,
-            mig: true,
+            releases: &[
+                NvmlAnswers {
+                    l4t_major: 38,
+                    ..THOR_OPENRM_NVML
+                },
+                NvmlAnswers {
+                    l4t_major: 39,
+                    ..THOR_OPENRM_NVML
+                },
+            ],
         }),
         container_nodes: &[
             "/dev/nvidia0",
@@ -389,6 +448,7 @@ pub static GENERATIONS: &[Generation] = &[
             // OpenRM has no nvgpu `load` file; utilisation comes from NVML.
             load_file: false,
             known_dirs: &[KnownGpuDir {
+                l4t_majors: &[38, 39],
                 load: None,
                 devfreq: "/sys/class/devfreq/gpu-gpc-0",
             }],

@@ -4,7 +4,8 @@
 //!   channel ListAndWatch streams from (target ≤ 100 ms);
 //! - NVML XID latency through the fake libnvidia-ml (its event wait polls every 10 ms);
 //! - Allocate cost with `--pass-device-specs` (reads the CSV files and globs /dev each time);
-//! - discovery time per simulated board.
+//! - discovery time per simulated board (files only, and hybrid with NVML on JetPack 6+), a
+//!   discrete server and a MIG server.
 //!
 //! `cargo bench -p edgegpu-plugin --bench gpu_health`
 
@@ -16,18 +17,22 @@ use clap::Parser;
 use edgegpu_kubelet_api::v1beta1::{ContainerAllocateRequest, Device, HEALTHY, UNHEALTHY};
 use edgegpu_plugin::resource::Resource;
 use edgegpu_plugin::Cli;
-use edgegpu_plugin::{build_gpu_resource, GpuResource};
-use edgegpu_testkit::host::{Board, FakeGpu, FakeHost};
+use edgegpu_plugin::{build_gpu_resource, build_gpu_resources, GpuResource};
+use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
 use tokio::sync::watch;
 
-async fn resource(root: &Path, args: &[&str]) -> Arc<GpuResource> {
+fn cli(root: &Path, args: &[&str]) -> Cli {
     let mut argv = vec![
         "edgegpu-device-plugin".to_string(),
         "--root".into(),
         root.display().to_string(),
     ];
     argv.extend(args.iter().map(|s| s.to_string()));
-    let cli = Cli::try_parse_from(argv).unwrap();
+    Cli::try_parse_from(argv).unwrap()
+}
+
+async fn resource(root: &Path, args: &[&str]) -> Arc<GpuResource> {
+    let cli = cli(root, args);
     build_gpu_resource(&cli.root, &cli.resource_name, &cli.gpu)
         .await
         .unwrap()
@@ -156,6 +161,7 @@ async fn allocate_cost() {
 }
 
 async fn discovery_time() {
+    // Files only (--discovery tegra), every generation.
     for board in Board::ALL {
         let mut samples = Vec::new();
         for _ in 0..20 {
@@ -167,6 +173,21 @@ async fn discovery_time() {
         }
         report(&format!("discovery (tegra) {}", board.name()), samples);
     }
+    // JetPack 6+: auto, NVML loaded (a fresh copy per root) and the hybrid Tegra probe.
+    for board in Board::ALL.into_iter().filter(|b| b.nvml().is_some()) {
+        let mut samples = Vec::new();
+        for _ in 0..20 {
+            let host = FakeHost::jetson_with_nvml(board);
+            let t = Instant::now();
+            let res = resource(host.root(), &["--discovery=auto", "--health-checks=false"]).await;
+            samples.push(t.elapsed());
+            drop(res);
+        }
+        report(
+            &format!("discovery (auto, hybrid incl. dlopen) {}", board.name()),
+            samples,
+        );
+    }
     let mut samples = Vec::new();
     for _ in 0..20 {
         let host = FakeHost::discrete(&FakeGpu::two_on_two_numa_nodes());
@@ -176,6 +197,25 @@ async fn discovery_time() {
         drop(res);
     }
     report("discovery (nvml, fake, 2 GPUs incl. dlopen)", samples);
+    let mut samples = Vec::new();
+    for _ in 0..20 {
+        let (host, _) = FakeHost::mig_server(&[0], &FakeMig::h100_mixed());
+        let t = Instant::now();
+        let node = build_gpu_resources(
+            host.root(),
+            "nvidia.com/gpu",
+            &cli(
+                host.root(),
+                &["--mig-strategy=mixed", "--health-checks=false"],
+            )
+            .gpu,
+        )
+        .await
+        .unwrap();
+        samples.push(t.elapsed());
+        drop(node);
+    }
+    report("discovery (nvml, MIG mixed: 3 resources)", samples);
 }
 
 fn main() {

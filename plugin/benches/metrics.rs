@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use edgegpu_plugin::kubelet::stats::KubeletStats;
 use edgegpu_plugin::metrics::MetricsSource;
-use edgegpu_plugin::{build_gpu_resource, Cli};
+use edgegpu_plugin::{build_gpu_resources, Cli};
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost};
 use edgegpu_testkit::kubelet::FakeKubelet;
 use edgegpu_testkit::pod_resources::FakePodResources;
@@ -51,11 +51,11 @@ async fn source_for(host: &FakeHost, args: &[&str], pods: Option<&Path>) -> Metr
     ];
     argv.extend(args.iter().map(|s| s.to_string()));
     let cli = Cli::try_parse_from(argv).unwrap();
-    let resource = build_gpu_resource(&cli.root, &cli.resource_name, &cli.gpu)
+    let node = build_gpu_resources(&cli.root, &cli.resource_name, &cli.gpu)
         .await
         .unwrap();
     MetricsSource::new(
-        resource,
+        node.resources,
         Arc::new(KubeletStats::default()),
         pods.map(Path::to_path_buf),
         "bench-node".into(),

@@ -36,8 +36,17 @@ pub struct GpuArgs {
     )]
     pub discovery: Option<DiscoveryStrategy>,
 
-    /// Advertised device IDs: `uuid` (GPU-…; `tegra` on Jetson) or `index` (`0`, `1`, …).
-    /// [default: uuid]
+    /// MIG devices (A100/H100-class GPUs, Jetson Thor), NVIDIA's semantics: `none` serves
+    /// every GPU whole as nvidia.com/gpu; `single` serves the MIG devices as nvidia.com/gpu
+    /// (every MIG-enabled GPU must hold MIG devices of one profile, and no GPU may be without
+    /// MIG); `mixed` serves GPUs without MIG as nvidia.com/gpu and each MIG profile as its
+    /// own resource nvidia.com/mig-<profile> (e.g. nvidia.com/mig-1g.10gb), one socket each.
+    /// [default: none]
+    #[arg(long, env = "MIG_STRATEGY", value_enum)]
+    pub mig_strategy: Option<MigStrategy>,
+
+    /// Advertised device IDs: `uuid` (GPU-…, MIG-…; `tegra` on Jetson) or `index` (`0`, `1`,
+    /// MIG `<gpu>:<mig>`). [default: uuid]
     #[arg(long, env = "DEVICE_ID_STRATEGY", value_enum)]
     pub device_id_strategy: Option<DeviceIdStrategy>,
 
@@ -95,6 +104,15 @@ pub enum DiscoveryStrategy {
     Nvml,
 }
 
+/// `--mig-strategy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MigStrategy {
+    None,
+    Single,
+    Mixed,
+}
+
 /// `--device-id-strategy`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -118,9 +136,14 @@ impl DeviceListStrategy {
             "envvar" => Ok(Self::Envvar),
             "cdi-annotations" => Ok(Self::CdiAnnotations),
             "cdi-cri" => Ok(Self::CdiCri),
+            // NVIDIA's plugin answers Allocate with /dev/null mounts at
+            // /var/run/nvidia-container-devices/<id> (the kubelet and runtime mount them); the
+            // NVIDIA runtime reads them only with accept-nvidia-visible-devices-as-volume-mounts
+            // on, off by default. Not implemented here: CDI serves the same purpose.
             "volume-mounts" => anyhow::bail!(
-                "device list strategy `volume-mounts` is not supported (it needs CAP_SYS_ADMIN in \
-                 the plugin pod); use envvar, cdi-annotations or cdi-cri"
+                "device list strategy `volume-mounts` is not supported (the NVIDIA runtime honours it \
+                 only with accept-nvidia-visible-devices-as-volume-mounts, off by default); use \
+                 cdi-annotations or cdi-cri for GPUs a pod's environment cannot choose, or envvar"
             ),
             other => anyhow::bail!(
                 "unknown device list strategy `{other}`; expected envvar, cdi-annotations or cdi-cri"
@@ -161,6 +184,7 @@ pub enum AllocationPolicy {
 pub struct Config {
     pub config_file: Option<PathBuf>,
     pub discovery: DiscoveryStrategy,
+    pub mig_strategy: MigStrategy,
     pub device_id_strategy: DeviceIdStrategy,
     pub device_list_strategy: Vec<DeviceListStrategy>,
     pub pass_device_specs: bool,
@@ -178,6 +202,7 @@ impl Default for Config {
         Self {
             config_file: None,
             discovery: DiscoveryStrategy::Auto,
+            mig_strategy: MigStrategy::None,
             device_id_strategy: DeviceIdStrategy::Uuid,
             device_list_strategy: vec![DeviceListStrategy::Envvar],
             pass_device_specs: false,
@@ -255,6 +280,10 @@ impl GpuArgs {
                 .discovery
                 .or(flags.device_discovery_strategy)
                 .unwrap_or(defaults.discovery),
+            mig_strategy: self
+                .mig_strategy
+                .or(flags.mig_strategy)
+                .unwrap_or(defaults.mig_strategy),
             device_id_strategy: self
                 .device_id_strategy
                 .or(plugin.device_id_strategy)
@@ -348,9 +377,7 @@ pub struct FileFlags {
     /// edgegpu extension.
     pub health_recovery_seconds: Option<u64>,
     pub plugin: Option<FilePluginFlags>,
-    /// Only `none` is supported (MIG devices are not advertised).
-    #[serde(default, deserialize_with = "mig_strategy_none")]
-    pub mig_strategy: Option<String>,
+    pub mig_strategy: Option<MigStrategy>,
     // Accepted for compatibility with NVIDIA's ConfigMaps, not used by edgegpu.
     pub nvidia_driver_root: Option<String>,
     pub nvidia_dev_root: Option<String>,
@@ -382,16 +409,6 @@ impl FileFlags {
             .filter(|(_, is_set)| *is_set)
             .map(|(k, _)| k)
             .collect()
-    }
-}
-
-fn mig_strategy_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    let value = Option::<String>::deserialize(d)?;
-    match value.as_deref() {
-        None | Some("none") => Ok(value),
-        Some(other) => Err(serde::de::Error::custom(format!(
-            "migStrategy `{other}` is not supported; only `none` (MIG devices are not advertised)"
-        ))),
     }
 }
 
@@ -645,6 +662,37 @@ mod tests {
             flags.plugin.unwrap().ignored_keys(),
             vec!["flags.plugin.nvidiaCTKPath"]
         );
+    }
+
+    #[test]
+    fn mig_strategy_from_file_flag_and_default() {
+        let f = ConfigFile::parse("version: v1\nflags:\n  migStrategy: mixed\n").unwrap();
+        assert_eq!(f.flags.unwrap().mig_strategy, Some(MigStrategy::Mixed));
+        let err = ConfigFile::parse("version: v1\nflags:\n  migStrategy: some\n").unwrap_err();
+        assert_eq!(err.line, Some(3), "{err}");
+        assert!(err.message.contains("some"), "{err}");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.yaml");
+        std::fs::write(&file, "version: v1\nflags:\n  migStrategy: single\n").unwrap();
+        let args = GpuArgs {
+            config_file: Some(file.clone()),
+            ..GpuArgs::default()
+        };
+        let no_env = |_: &str| None;
+        assert_eq!(
+            args.resolve_with_env(no_env).unwrap().mig_strategy,
+            MigStrategy::Single
+        );
+        let args = GpuArgs {
+            config_file: Some(file),
+            mig_strategy: Some(MigStrategy::None),
+            ..GpuArgs::default()
+        };
+        assert_eq!(
+            args.resolve_with_env(no_env).unwrap().mig_strategy,
+            MigStrategy::None
+        );
+        assert_eq!(Config::default().mig_strategy, MigStrategy::None);
     }
 
     #[test]

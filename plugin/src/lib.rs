@@ -30,12 +30,22 @@ pub mod resource;
 pub mod runtime;
 pub mod shutdown;
 
+use std::sync::Arc;
+
 pub use allocate::GpuResource;
 pub use cli::Cli;
-pub use kubelet::lifecycle::{serve, LifecycleOptions};
-pub use node::{build_gpu_resource, build_resource};
+pub use kubelet::lifecycle::{serve, serve_all, LifecycleOptions};
+pub use node::{build_gpu_resource, build_gpu_resources, build_resource, NodeResources};
 
-/// Runs the plugin as the command line describes, until SIGTERM/SIGINT.
+/// Why a round of serving ended.
+enum RoundEnd {
+    Shutdown,
+    Rebuild(&'static str),
+}
+
+/// Runs the plugin as the command line describes, until SIGTERM/SIGINT. A SIGHUP or a changed
+/// MIG geometry ends the round: every resource is stopped (sockets removed), discovery runs
+/// again and the resources it finds are served and registered anew.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let mut signals = shutdown::ShutdownSignals::install()?;
     tracing::info!(
@@ -44,46 +54,92 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         cli.resource_name
     );
     // A bad or busy metrics address ends the plugin before discovery, with its message.
-    let metrics_listener = match cli.metrics_address()? {
+    let mut metrics_listener = match cli.metrics_address()? {
         Some(addr) => Some(metrics::server::bind(addr).await?),
         None => None,
     };
-    let resource = tokio::select! {
-        resource = build_gpu_resource(&cli.root, &cli.resource_name, &cli.gpu) => resource?,
-        _ = signals.recv() => return Ok(()),
-    };
-    if let Some(path) = cli.feature_file() {
-        write_feature_file(path, &resource);
-    }
+    // One set of options (and registration counters) for every round.
     let options = cli.lifecycle_options();
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    if let Some(listener) = metrics_listener {
-        let source = metrics::MetricsSource::new(
-            resource.clone(),
-            options.stats.clone(),
-            cli.pod_resources_socket(),
-            cli.node_name(),
-        );
-        let mut stopped = stopped.clone();
-        tokio::spawn(metrics::server::serve(
-            listener,
-            std::sync::Arc::new(source),
-            async move {
-                let _ = stopped.wait_for(|s| *s).await;
-            },
-        ));
-    }
-    serve(resource, options, async move {
-        signals.recv().await;
-        stop.send_replace(true);
-    })
-    .await
+    let mut metrics_source: Option<Arc<metrics::MetricsSource>> = None;
+    let (metrics_stop, metrics_stopped) = tokio::sync::watch::channel(false);
+    let result = loop {
+        let node = tokio::select! {
+            node = build_gpu_resources(&cli.root, &cli.resource_name, &cli.gpu) => node,
+            _ = signals.recv() => break Ok(()),
+        };
+        let NodeResources {
+            resources,
+            mut reconfigured,
+        } = match node {
+            Ok(node) => node,
+            Err(e) => break Err(e),
+        };
+        if let Some(path) = cli.feature_file() {
+            write_feature_file(path, &resources);
+        }
+        // The metrics endpoint outlives the rounds: it starts with the first and describes
+        // the resources of the current one.
+        match (&metrics_source, metrics_listener.take()) {
+            (Some(source), _) => source.replace(resources.clone()),
+            (None, Some(listener)) => {
+                let source = Arc::new(metrics::MetricsSource::new(
+                    resources.clone(),
+                    options.stats.clone(),
+                    cli.pod_resources_socket(),
+                    cli.node_name(),
+                ));
+                let mut stopped = metrics_stopped.clone();
+                tokio::spawn(metrics::server::serve(
+                    listener,
+                    source.clone(),
+                    async move {
+                        let _ = stopped.wait_for(|s| *s).await;
+                    },
+                ));
+                metrics_source = Some(source);
+            }
+            (None, None) => {}
+        }
+        let resources: Vec<Arc<dyn resource::Resource>> = resources
+            .into_iter()
+            .map(|r| r as Arc<dyn resource::Resource>)
+            .collect();
+        let (end_tx, mut end_rx) = tokio::sync::mpsc::channel::<RoundEnd>(1);
+        let signals_ref = &mut signals;
+        let stop = async {
+            let end = tokio::select! {
+                shutdown = signals_ref.shutdown_or_hangup() => if shutdown {
+                    RoundEnd::Shutdown
+                } else {
+                    RoundEnd::Rebuild("SIGHUP")
+                },
+                _ = async {
+                    // No MIG watch (its sender is gone): nothing will ever change.
+                    if reconfigured.wait_for(|c| *c).await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                } => RoundEnd::Rebuild("the MIG geometry changed"),
+            };
+            let _ = end_tx.send(end).await;
+        };
+        if let Err(e) = serve_all(resources, options.clone(), stop).await {
+            break Err(e);
+        }
+        match end_rx.recv().await {
+            Some(RoundEnd::Rebuild(why)) => {
+                tracing::info!("Rebuilding the resources: {why}");
+            }
+            Some(RoundEnd::Shutdown) | None => break Ok(()),
+        }
+    };
+    metrics_stop.send_replace(true);
+    result
 }
 
 /// Writes the NFD feature file; a failure is logged, never fatal (labels are a convenience,
 /// the GPUs are served either way).
-fn write_feature_file(path: &std::path::Path, resource: &GpuResource) {
-    let labels = labels::for_resource(resource);
+fn write_feature_file(path: &std::path::Path, resources: &[Arc<GpuResource>]) {
+    let labels = labels::for_resources(resources);
     match labels::feature_file::write(path, &labels) {
         Ok(true) => {
             tracing::info!(file = %path.display(), labels = labels.iter().count(), "Node Feature Discovery feature file written")

@@ -19,6 +19,7 @@ fn four_gpus() -> Vec<FakeGpu> {
             nvml_numa_node: (i % 2) as i32,
             sysfs_numa_node: None,
             minor: i,
+            unsupported: "",
         })
         .collect()
 }

@@ -12,12 +12,9 @@ async fn auto_discovery_without_nvml_falls_through_to_tegra() {
     let host = FakeHost::jetson(Board::Xavier);
     let res = gpu_common::resource(host.root(), &[]).await.expect("auto");
     match res.platform() {
-        Some(Platform::Tegra {
-            detection,
-            nvml_name,
-        }) => {
+        Some(Platform::Tegra { detection, nvml }) => {
             assert_eq!(detection.generation.map(|g| g.soc), Some("T194"));
-            assert_eq!(nvml_name, &None);
+            assert_eq!(nvml, &None);
         }
         other => panic!("expected Tegra, got {other:?}"),
     }
@@ -30,11 +27,7 @@ async fn auto_on_every_jetson_serves_tegra_with_specs() {
         let plugin = Plugin::start(host.root(), &["--pass-device-specs=true"]).await;
         assert_eq!(ids(&plugin.devices()), vec!["tegra"], "{board:?}");
         let r = plugin.allocate(&["tegra"]).await.expect("allocate");
-        let key_node = if board == Board::Thor {
-            "/dev/nvidia0"
-        } else {
-            "/dev/nvmap"
-        };
+        let key_node = board.required_node();
         assert!(
             spec_paths(&r).contains(&key_node.to_string()),
             "{board:?}: {:?}",

@@ -23,11 +23,7 @@ async fn jetson_device_node_loss_and_recovery() {
         let host = FakeHost::jetson(board);
         let plugin = Plugin::start(host.root(), &["--discovery=tegra"]).await;
         plugin.wait_health("tegra", HEALTHY).await;
-        let node = if board == Board::Thor {
-            "/dev/nvidiactl"
-        } else {
-            "/dev/nvmap"
-        };
+        let node = board.required_node();
         host.remove_node(node);
         plugin.wait_health("tegra", UNHEALTHY).await;
         // The plugin refuses to allocate it and says why (the kubelet would not even ask).

@@ -8,7 +8,7 @@ mod gpu_common;
 use std::collections::BTreeMap;
 
 use clap::Parser;
-use edgegpu_plugin::labels::{self, feature_file, value, NodeLabels, KEYS};
+use edgegpu_plugin::labels::{self, feature_file, value, NodeLabels};
 use edgegpu_plugin::Cli;
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost};
 
@@ -27,15 +27,15 @@ fn expect(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 }
 
 async fn labels_of(host: &FakeHost, args: &[&str]) -> NodeLabels {
-    let resource = gpu_common::resource(host.root(), args).await.unwrap();
-    let from_plugin = labels::for_resource(&resource);
+    let resources = gpu_common::resources(host.root(), args).await.unwrap();
+    let from_plugin = labels::for_resources(&resources);
     // The labeller computes them without serving: the same labels.
     let dir = tempfile::tempdir().unwrap();
     let cli = gpu_common::cli(host.root(), dir.path(), args);
     let from_labeller = labels::for_host(&cli.root, &cli.resource_name, &cli.gpu).unwrap();
     assert_eq!(from_plugin, from_labeller);
     for (key, v) in from_plugin.iter() {
-        assert!(KEYS.contains(&key), "{key}");
+        assert!(labels::is_managed(key), "{key}");
         assert!(value::is_valid(v), "{key}={v:?}");
     }
     from_plugin
@@ -177,10 +177,10 @@ async fn no_gpu_no_labels() {
 #[tokio::test]
 async fn the_feature_file() {
     let host = FakeHost::jetson(Board::Orin);
-    let resource = gpu_common::resource(host.root(), &["--discovery=tegra"])
+    let resources = gpu_common::resources(host.root(), &["--discovery=tegra"])
         .await
         .unwrap();
-    let labels = labels::for_resource(&resource);
+    let labels = labels::for_resources(&resources);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("edgegpu");
     assert!(feature_file::write(&path, &labels).unwrap());

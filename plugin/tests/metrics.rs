@@ -84,7 +84,7 @@ async fn metrics_of(host: &FakeHost, args: &[&str], socket: Option<&Path>) -> Me
 
 fn source(resource: &Arc<GpuResource>, socket: Option<&Path>) -> MetricsSource {
     MetricsSource::new(
-        resource.clone(),
+        vec![resource.clone()],
         Arc::new(KubeletStats::default()),
         socket.map(Path::to_path_buf),
         "node-1".into(),
@@ -274,23 +274,15 @@ async fn thor_without_and_with_nvml() {
     // The bandwidth manager's devfreq node is the EMC clock.
     assert_eq!(one(&s, "DCGM_FI_DEV_MEM_CLOCK"), 4266.0);
 
-    // With NVML (`NVIDIA Thor`): utilisation and temperature from NVML, the rest from sysfs.
-    let thor = FakeGpu {
-        uuid: "GPU-7e3b0c11-0000-4000-8000-00000000a264".into(),
-        name: "NVIDIA Thor".into(),
-        memory_bytes: 0,
-        pci_bus_id: "00000000:01:00.0".into(),
-        nvml_numa_node: -1,
-        sysfs_numa_node: None,
-        minor: 0,
-    };
-    let host =
-        FakeHost::jetson(Board::Thor).with_nvml("/usr/lib/aarch64-linux-gnu/nvidia", &[thor]);
-    host.set_nvml_telemetry(0, &[("gpu_util", 33), ("temp", 58)]);
+    // With its release's NVML (`NVIDIA Thor`, JetPack 7): utilisation from NVML, the clock
+    // from sysfs. The platform table says r38's NVML answers NotSupported for temperature,
+    // clocks and power, so they are not asked even where the fake has a value.
+    let host = FakeHost::jetson_with_nvml(Board::Thor);
+    host.set_nvml_telemetry(0, &[("gpu_util", 33), ("temp", 58), ("sm_clock", 999)]);
     let src = metrics_of(&host, &[], None).await;
     let s = scrape(&src).await;
     assert_eq!(one(&s, "DCGM_FI_DEV_GPU_UTIL"), 33.0);
-    assert_eq!(one(&s, "DCGM_FI_DEV_GPU_TEMP"), 58.0);
+    absent(&s, "DCGM_FI_DEV_GPU_TEMP");
     assert_eq!(one(&s, "DCGM_FI_DEV_SM_CLOCK"), 306.0);
     assert_eq!(
         series(&s, "DCGM_FI_DEV_GPU_UTIL")[0].labels["modelName"],
@@ -299,7 +291,6 @@ async fn thor_without_and_with_nvml() {
     host.set_nvml_telemetry(0, &[("gpu_util", 97)]);
     let s = scrape(&src).await;
     assert_eq!(one(&s, "DCGM_FI_DEV_GPU_UTIL"), 97.0);
-    absent(&s, "DCGM_FI_DEV_GPU_TEMP");
 }
 
 #[tokio::test]
@@ -505,13 +496,14 @@ async fn the_plugins_own_health() {
     let host = FakeHost::jetson(Board::Orin);
     let plugin = Plugin::start(host.root(), &["--discovery=tegra"]).await;
     let src = MetricsSource::new(
-        plugin.resource.clone(),
+        vec![plugin.resource.clone()],
         plugin.stats.clone(),
         None,
         "node-1".into(),
     );
+    let stats = plugin.stats.resource("nvidia.com/gpu");
     // The kubelet records the registration before the plugin sees Register's answer.
-    wait_for(|| plugin.stats.registrations() == 1).await;
+    wait_for(|| stats.registrations() == 1).await;
     let s = scrape(&src).await;
     let with = |s: &[Sample], name: &str, key: &str, value: &str| -> f64 {
         series(s, name)
@@ -572,7 +564,7 @@ async fn the_plugins_own_health() {
         })
         .await
         .unwrap();
-    wait_for(|| plugin.stats.registrations() == 2).await;
+    wait_for(|| stats.registrations() == 2).await;
     let s = scrape(&src).await;
     assert_eq!(one(&s, "edgegpu_registrations_total"), 2.0);
     assert_eq!(

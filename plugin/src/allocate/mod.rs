@@ -1,9 +1,11 @@
-//! What a pod receives: the advertised device IDs (GPUs or time-slicing replicas), the
-//! answer to `Allocate` (strategies in [`strategy`], `/dev` nodes in [`device_specs`]) and to
-//! `GetPreferredAllocation` ([`sharing`]). Reads the `gpu` side; the `gpu` side never reads
-//! this module.
+//! What a pod receives: the advertised device IDs (whole GPUs or MIG devices, or
+//! time-slicing replicas of them), the answer to `Allocate` (strategies in [`strategy`],
+//! `/dev` nodes in [`device_specs`]) and to `GetPreferredAllocation` ([`sharing`]). Which
+//! resources the node serves under each MIG strategy is [`mig`]. Reads the `gpu` side; the
+//! `gpu` side never reads this module.
 
 pub mod device_specs;
+pub mod mig;
 pub mod sharing;
 pub mod strategy;
 
@@ -19,26 +21,72 @@ use edgegpu_kubelet_api::v1beta1::{
 use tokio::sync::watch;
 use tonic::Status;
 
-use crate::config::Config;
+use crate::config::{Config, DeviceIdStrategy};
 use crate::gpu::health::{Advertised, HealthCounts, HealthTable};
-use crate::gpu::{Gpu, Platform};
+use crate::gpu::{Gpu, MigDevice, Platform};
 use crate::resource::Resource;
 use sharing::Replication;
 
-/// The GPUs of this node as one extended resource.
+/// One allocatable device: a whole GPU, or a MIG device of one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unit {
+    /// Position of the GPU (the MIG device's parent) in the node's GPU list.
+    pub gpu: usize,
+    pub mig: Option<MigDevice>,
+}
+
+impl Unit {
+    /// The device's ID under `strategy`: GPU/MIG UUID (`tegra` on Jetson) or NVIDIA's index
+    /// (`0`, MIG `0:1`).
+    pub fn id(&self, gpus: &[Gpu], strategy: DeviceIdStrategy) -> String {
+        let gpu = &gpus[self.gpu];
+        match (&self.mig, strategy) {
+            (None, DeviceIdStrategy::Uuid) => gpu.uuid.clone(),
+            (None, DeviceIdStrategy::Index) => gpu.index.to_string(),
+            (Some(m), DeviceIdStrategy::Uuid) => m.uuid.clone(),
+            (Some(m), DeviceIdStrategy::Index) => m.nvidia_index(gpu),
+        }
+    }
+
+    /// The device's name in the CDI spec `edgegpu-node-setup cdi generate` writes (kind
+    /// `nvidia.com/gpu`): on Jetson the iGPU is `0` (as in `nvidia-ctk cdi generate
+    /// --mode=csv`); a GPU its ID (UUID or index, both are in the spec); a MIG device
+    /// `<gpu index>:gi<G>:ci<C>` (the names the driver's procfs gives; MIG UUIDs are not there).
+    pub fn cdi_name(
+        &self,
+        gpus: &[Gpu],
+        platform: Option<&Platform>,
+        strategy: DeviceIdStrategy,
+    ) -> String {
+        let gpu = &gpus[self.gpu];
+        match (&self.mig, platform) {
+            (Some(m), _) => format!(
+                "{}:gi{}:ci{}",
+                gpu.index, m.gpu_instance, m.compute_instance
+            ),
+            (None, Some(Platform::Tegra { .. })) => "0".into(),
+            (None, _) => self.id(gpus, strategy),
+        }
+    }
+}
+
+/// Some devices of this node as one extended resource.
 pub struct GpuResource {
     pub(crate) name: String,
     pub(crate) config: Config,
     pub(crate) root: PathBuf,
     /// `None` when no GPU was found and `--fail-on-init-error=false`.
     pub(crate) platform: Option<Platform>,
+    /// Every GPU of the node (units refer to them by position).
     pub(crate) gpus: Vec<Gpu>,
-    /// Per physical GPU: its ID under `--device-id-strategy` (`GPU-…`/`tegra` or the index).
+    /// The devices this resource serves.
+    pub(crate) units: Vec<Unit>,
+    /// Per unit: its ID under `--device-id-strategy`.
     pub(crate) base_ids: Vec<String>,
     pub(crate) replication: Option<Replication>,
     pub(crate) table: Arc<HealthTable>,
     pub(crate) allocations: AllocationCounts,
-    /// NVML, where discovery kept it loaded (discrete GPUs; Jetsons without a sysfs load).
+    /// NVML, where discovery kept it loaded (discrete GPUs, hybrid Jetsons).
     pub(crate) nvml: Option<Arc<nvml_wrapper::Nvml>>,
 }
 
@@ -76,27 +124,29 @@ impl GpuResource {
         self.platform.as_ref()
     }
 
+    /// Every GPU of the node.
     pub fn gpus(&self) -> &[Gpu] {
         &self.gpus
     }
 
-    /// Per physical GPU, its ID under `--device-id-strategy` (`GPU-…`/`tegra`, or the index).
+    /// Per unit, its ID under `--device-id-strategy` (`GPU-…`/`MIG-…`/`tegra`, or the index).
     pub fn base_ids(&self) -> &[String] {
         &self.base_ids
     }
 
-    /// The advertised device IDs (GPUs or their replicas) and the physical GPU of each.
+    /// The advertised device IDs (units or their replicas) and the unit of each.
     pub fn advertised(&self) -> &[Advertised] {
         self.table.advertised()
     }
 
-    /// Time-slicing replicas per GPU (`None`: GPUs are not shared).
+    /// Time-slicing replicas per unit (`None`: units are not shared).
     pub fn replication(&self) -> Option<Replication> {
         self.replication
     }
 
-    /// The physical GPU behind an advertised device ID, also for a replica ID of an earlier
-    /// configuration (`tegra::7` after the replica count went down): its base ID decides.
+    /// The unit (position in [`Self::units`]) behind an advertised device ID, also for a
+    /// replica ID of an earlier configuration (`tegra::7` after the replica count went down):
+    /// its base ID decides.
     pub fn physical_of(&self, device_id: &str) -> Option<usize> {
         if let Some(a) = self.advertised().iter().find(|a| a.id == device_id) {
             return Some(a.physical);
@@ -105,7 +155,7 @@ impl GpuResource {
         self.base_ids.iter().position(|b| b == base)
     }
 
-    /// Each physical GPU's health and transition counts.
+    /// Each unit's health and transition counts.
     pub fn health(&self) -> Vec<HealthCounts> {
         self.table.counts()
     }
@@ -125,13 +175,18 @@ impl GpuResource {
         self.nvml.as_ref()
     }
 
-    /// The CDI device name part for a GPU: on Tegra `nvidia-ctk cdi generate --mode=csv`
-    /// names the one device `0`; on NVML hosts the ID strategy's value.
+    /// The devices this resource serves.
+    pub fn units(&self) -> &[Unit] {
+        &self.units
+    }
+
+    /// The CDI device name part of unit `physical`.
     pub(crate) fn cdi_id(&self, physical: usize) -> String {
-        match self.platform {
-            Some(Platform::Tegra { .. }) => "0".into(),
-            _ => self.base_ids[physical].clone(),
-        }
+        self.units[physical].cdi_name(
+            &self.gpus,
+            self.platform.as_ref(),
+            self.config.device_id_strategy,
+        )
     }
 }
 
@@ -292,19 +347,52 @@ fn allocate(res: &GpuResource, ids: &[String]) -> Result<ContainerAllocateRespon
     );
 
     if res.config.pass_device_specs {
-        let paths = match &res.platform {
+        let mut paths = match &res.platform {
             Some(Platform::Tegra { detection, .. }) => {
                 device_specs::tegra_device_paths(&res.root, detection.generation)
             }
             Some(Platform::Nvml) => {
-                let minors: Vec<u32> = physical
+                let mut minors: Vec<u32> = physical
                     .iter()
-                    .map(|p| res.gpus[*p].minor.unwrap_or(res.gpus[*p].index))
+                    .map(|p| {
+                        let gpu = &res.gpus[res.units[*p].gpu];
+                        gpu.minor.unwrap_or(gpu.index)
+                    })
                     .collect();
+                minors.dedup();
                 device_specs::discrete_device_paths(&res.root, &minors)
             }
             None => Vec::new(),
         };
+        // MIG devices: their GPU instance and compute instance access nodes.
+        for p in &physical {
+            let unit = &res.units[*p];
+            if let Some(m) = &unit.mig {
+                let gpu = &res.gpus[unit.gpu];
+                let minor = gpu.minor.unwrap_or(gpu.index);
+                match device_specs::mig_device_paths(
+                    &res.root,
+                    minor,
+                    m.gpu_instance,
+                    m.compute_instance,
+                ) {
+                    Ok(nodes) => {
+                        for n in nodes {
+                            if !paths.contains(&n) {
+                                paths.push(n);
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        return Err(Status::failed_precondition(format!(
+                            "MIG device {} of '{}': {e}",
+                            m.uuid,
+                            res.name()
+                        )))
+                    }
+                }
+            }
+        }
         response.devices = paths
             .into_iter()
             .map(|p| DeviceSpec {

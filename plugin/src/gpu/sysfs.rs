@@ -26,11 +26,12 @@ fn host_path(root: &Path, p: &Path) -> Option<String> {
 
 impl GpuSysfs {
     /// Finds the GPU's files under `root`: generic `/sys/class/devfreq/*` scan first
-    /// (jetson_stats `jtop/core/gpu.py` does the same), then the generation's known paths.
-    pub fn find(root: &Path, generation: Option<&Generation>) -> Self {
+    /// (jetson_stats `jtop/core/gpu.py` does the same), then the generation's known paths
+    /// (those of the running L4T release `l4t_major` first, when known).
+    pub fn find(root: &Path, generation: Option<&Generation>, l4t_major: Option<u32>) -> Self {
         let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
         Self::scan_devfreq(&root, generation)
-            .or_else(|| Self::known_dirs(&root, generation))
+            .or_else(|| Self::known_dirs(&root, generation, l4t_major))
             .unwrap_or_default()
     }
 
@@ -67,9 +68,13 @@ impl GpuSysfs {
         })
     }
 
-    fn known_dirs(root: &Path, generation: Option<&Generation>) -> Option<Self> {
-        let known = generation.map_or(&[][..], |g| g.sysfs.known_dirs);
-        known.iter().find_map(|dir| {
+    fn known_dirs(
+        root: &Path,
+        generation: Option<&Generation>,
+        l4t_major: Option<u32>,
+    ) -> Option<Self> {
+        let known = generation.map_or_else(Vec::new, |g| g.known_dirs_for(l4t_major));
+        known.into_iter().find_map(|dir| {
             let freq = format!("{}/cur_freq", dir.devfreq);
             under_root(root, &freq).is_file().then(|| GpuSysfs {
                 load: dir

@@ -57,7 +57,7 @@ pub struct LifecycleOptions {
     /// Socket file-name prefix; derived from the resource name when `None`
     /// (`nvidia.com/gpu` → `nvidia-gpu-<unix-secs>-<process-tag>-<n>.sock`).
     pub socket_prefix: Option<String>,
-    /// Registration counters (read by the metrics endpoint).
+    /// Registration counters per resource (read by the metrics endpoint).
     pub stats: Arc<KubeletStats>,
 }
 
@@ -133,7 +133,9 @@ pub async fn serve(
             }
         };
         generation.stop().await;
-        opts.stats.generation_ended(reason.as_ref());
+        opts.stats
+            .resource(&resource_name)
+            .generation_ended(reason.as_ref());
         match reason {
             None => {
                 tracing::info!("Stopped serving '{resource_name}'; sockets removed");
@@ -146,6 +148,56 @@ pub async fn serve(
             Some(reason) => tracing::info!("{reason}"),
         }
     }
+}
+
+/// Serves every resource of `resources` on its own socket (NVIDIA's one gRPC server per
+/// resource), each with its own lifecycle, until `shutdown` completes; then stops them all.
+/// The first error of any of them ends every one and is returned.
+pub async fn serve_all(
+    resources: Vec<Arc<dyn Resource>>,
+    opts: LifecycleOptions,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let (stop, _) = watch::channel(false);
+    let mut tasks = tokio::task::JoinSet::new();
+    for resource in resources {
+        let mut stopped = stop.subscribe();
+        let opts = opts.clone();
+        tasks.spawn(async move {
+            serve(resource, opts, async move {
+                // Err: the sender is gone, which also means stop.
+                let _ = stopped.wait_for(|s| *s).await;
+            })
+            .await
+        });
+    }
+    let mut first_error = None;
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            done = tasks.join_next() => match done {
+                None => break,
+                Some(Ok(Ok(()))) => {}
+                Some(Ok(Err(e))) => { first_error = Some(e); break; }
+                Some(Err(e)) => { first_error = Some(anyhow::anyhow!("a resource's lifecycle task failed: {e}")); break; }
+            },
+        }
+    }
+    stop.send_replace(true);
+    while let Some(done) = tasks.join_next().await {
+        match done {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                first_error.get_or_insert(e);
+            }
+            Err(e) => {
+                first_error
+                    .get_or_insert(anyhow::anyhow!("a resource's lifecycle task failed: {e}"));
+            }
+        }
+    }
+    first_error.map_or(Ok(()), Err)
 }
 
 /// Starts the next generation, retrying with backoff while its sockets cannot be bound —
@@ -244,7 +296,7 @@ impl Generation {
                 let watcher_service = PluginWatcherService::new(
                     resource_name,
                     &endpoint.to_string_lossy(),
-                    opts.stats.clone(),
+                    opts.stats.resource(resource_name),
                 );
                 tasks.push(spawn_server(
                     Server::builder().add_service(watcher_service.into_server()),
@@ -258,7 +310,7 @@ impl Generation {
                 let request =
                     register_request(&socket.file_name(), resource_name, resource.options());
                 let kubelet_socket = opts.kubelet_socket.clone();
-                let stats = opts.stats.clone();
+                let stats = opts.stats.resource(resource_name);
                 registration = Some(tokio::spawn(async move {
                     register_until_success(&kubelet_socket, request, &stats).await
                 }));

@@ -17,17 +17,17 @@ use edgegpu_kubelet_api::pluginregistration::{
 use edgegpu_kubelet_api::v1beta1::VERSION;
 use tonic::{Request, Response, Status};
 
-use super::stats::KubeletStats;
+use super::stats::RegistrationStats;
 
 /// Answers the kubelet's plugin watcher for one generation.
 pub struct PluginWatcherService {
     info: PluginInfo,
-    stats: Arc<KubeletStats>,
+    stats: Arc<RegistrationStats>,
 }
 
 impl PluginWatcherService {
     /// `endpoint` is the absolute path of the socket serving `DevicePlugin`.
-    pub fn new(resource_name: &str, endpoint: &str, stats: Arc<KubeletStats>) -> Self {
+    pub fn new(resource_name: &str, endpoint: &str, stats: Arc<RegistrationStats>) -> Self {
         PluginWatcherService {
             stats,
             info: PluginInfo {

@@ -16,17 +16,20 @@ use super::registration::unix_channel;
 /// A List call must not hold a scrape up for long (Prometheus' default scrape timeout is 10 s).
 const LIST_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// One device ID of `resource` held by one container.
+/// One device ID of one of our resources held by one container.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct DeviceHolder {
+    /// The resource the ID belongs to (`nvidia.com/gpu`, `nvidia.com/mig-1g.10gb`,
+    /// `nvidia.com/gpu.shared`).
+    pub resource: String,
     pub namespace: String,
     pub pod: String,
     pub container: String,
     pub device_id: String,
 }
 
-/// The device IDs of `resource` that running containers hold, sorted.
-pub async fn holders(socket: &Path, resource: &str) -> anyhow::Result<Vec<DeviceHolder>> {
+/// The device IDs of `resources` that running containers hold, sorted (one List call).
+pub async fn holders(socket: &Path, resources: &[&str]) -> anyhow::Result<Vec<DeviceHolder>> {
     let channel = unix_channel(socket, LIST_TIMEOUT)
         .await
         .map_err(|e| anyhow::anyhow!("cannot dial {}: {}", socket.display(), e.root_cause()))?;
@@ -44,9 +47,10 @@ pub async fn holders(socket: &Path, resource: &str) -> anyhow::Result<Vec<Device
             for devices in container
                 .devices
                 .iter()
-                .filter(|d| d.resource_name == resource)
+                .filter(|d| resources.contains(&d.resource_name.as_str()))
             {
                 out.extend(devices.device_ids.iter().map(|id| DeviceHolder {
+                    resource: devices.resource_name.clone(),
                     namespace: pod.namespace.clone(),
                     pod: pod.name.clone(),
                     container: container.name.clone(),

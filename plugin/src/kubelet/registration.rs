@@ -10,7 +10,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint};
 
-use super::stats::KubeletStats;
+use super::stats::RegistrationStats;
 
 /// First retry delay after a failed registration.
 const BACKOFF_INITIAL: Duration = Duration::from_millis(100);
@@ -86,7 +86,7 @@ pub fn backoff(attempt: u32) -> Duration {
 pub async fn register_until_success(
     kubelet_socket: &Path,
     request: RegisterRequest,
-    stats: &KubeletStats,
+    stats: &RegistrationStats,
 ) {
     let mut attempt = 0u32;
     loop {

@@ -1,8 +1,11 @@
 //! What the kubelet side counts about itself, for the plugin's own health metrics
-//! (`edgegpu_registrations_total`, …; docs/metrics.md). Plain atomics, written where the
-//! events happen and read when Prometheus scrapes: no locks, no timers.
+//! (`edgegpu_registrations_total`, …; docs/metrics.md). Plain atomics per served resource,
+//! written where the events happen and read when Prometheus scrapes: no timers, and a lock
+//! only to find a resource's counters (once per generation and per scrape).
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use super::restart_watch::RestartReason;
 
@@ -52,16 +55,41 @@ impl Reregistration {
     }
 }
 
-/// Registration counters of one served resource.
+/// The registration counters of every resource this process has served, by resource name.
+/// Counters outlive a rebuild of the resources (SIGHUP, MIG reconfiguration), so the totals
+/// stay monotonic as Prometheus expects of counters.
 #[derive(Debug, Default)]
 pub struct KubeletStats {
+    resources: Mutex<BTreeMap<String, Arc<RegistrationStats>>>,
+}
+
+impl KubeletStats {
+    /// The counters of `resource`, created at its first use.
+    pub fn resource(&self, resource: &str) -> Arc<RegistrationStats> {
+        self.resources
+            .lock()
+            .unwrap()
+            .entry(resource.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// The counters of `resource`, if it was ever served.
+    pub fn get(&self, resource: &str) -> Option<Arc<RegistrationStats>> {
+        self.resources.lock().unwrap().get(resource).cloned()
+    }
+}
+
+/// Registration counters of one served resource.
+#[derive(Debug, Default)]
+pub struct RegistrationStats {
     registrations: AtomicU64,
     registration_failures: AtomicU64,
     reregistrations: [AtomicU64; 5],
     registered: AtomicBool,
 }
 
-impl KubeletStats {
+impl RegistrationStats {
     /// A registration the kubelet accepted (`Register`, or the plugin watcher's
     /// `NotifyRegistrationStatus` with `plugin_registered`).
     pub fn registered(&self) {
@@ -109,7 +137,9 @@ mod tests {
 
     #[test]
     fn counts_by_reason() {
-        let stats = KubeletStats::default();
+        let all = KubeletStats::default();
+        let stats = all.resource("nvidia.com/gpu");
+        assert!(all.get("nvidia.com/mig-1g.10gb").is_none());
         stats.registered();
         assert!(stats.is_registered());
         stats.generation_ended(Some(&RestartReason::KubeletSocketCreated(PathBuf::new())));
@@ -121,5 +151,8 @@ mod tests {
         assert_eq!(stats.reregistrations(Reregistration::StreamLost), 2);
         assert_eq!(stats.reregistrations(Reregistration::WatchLost), 0);
         assert_eq!(stats.registrations(), 1);
+        // The same counters when the resource is served again (a rebuild).
+        assert_eq!(all.resource("nvidia.com/gpu").registrations(), 1);
+        assert_eq!(all.get("nvidia.com/gpu").unwrap().registrations(), 1);
     }
 }

@@ -12,19 +12,21 @@ pub mod value;
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use edgegpu_platform::host::{jetpack, meminfo_bytes, MEMINFO};
 
-use crate::allocate::{sharing, GpuResource};
-use crate::config::GpuArgs;
-use crate::gpu::discovery::{self, Gpu, Platform};
+use crate::allocate::{mig, sharing, GpuResource, Unit};
+use crate::config::{GpuArgs, MigStrategy};
+use crate::gpu::discovery::{self, Gpu, MigDevice, Platform};
 use crate::gpu::under_root;
 
 /// The node kind the device-plugin DaemonSets select on (docs/deploy.md, "Node labels").
 pub const GPU_KIND: &str = "edgegpu.io/gpu";
 
-/// Every key this module writes. A key missing from a [`NodeLabels`] is one this node has no
-/// value for: a labeller removes it from the Node.
+/// Every fixed key this module writes. A key missing from a [`NodeLabels`] is one this node
+/// has no value for: a labeller removes it from the Node. Keys of MIG profiles
+/// (`nvidia.com/mig-<profile>.*`, [`MIG_PROFILE_PREFIX`]) come and go with the MIG geometry.
 pub const KEYS: &[&str] = &[
     "nvidia.com/gpu.present",
     "nvidia.com/gpu.count",
@@ -37,6 +39,15 @@ pub const KEYS: &[&str] = &[
     "nvidia.com/cuda.driver.minor",
     "nvidia.com/gpu.replicas",
     "nvidia.com/gpu.sharing-strategy",
+    "nvidia.com/mig.strategy",
+    "nvidia.com/gpu.multiprocessors",
+    "nvidia.com/gpu.slices.gi",
+    "nvidia.com/gpu.slices.ci",
+    "nvidia.com/gpu.engines.copy",
+    "nvidia.com/gpu.engines.decoder",
+    "nvidia.com/gpu.engines.encoder",
+    "nvidia.com/gpu.engines.jpeg",
+    "nvidia.com/gpu.engines.ofa",
     GPU_KIND,
     "edgegpu.io/jetson.board",
     "edgegpu.io/jetson.module",
@@ -46,14 +57,24 @@ pub const KEYS: &[&str] = &[
     "edgegpu.io/jetson.jetpack.major",
 ];
 
+/// The prefix of GFD's per-profile keys under `--mig-strategy mixed`
+/// (`nvidia.com/mig-1g.10gb.count`).
+pub const MIG_PROFILE_PREFIX: &str = "nvidia.com/mig-";
+
+/// Whether `key` is one this module writes (a fixed key or a MIG profile's).
+pub fn is_managed(key: &str) -> bool {
+    KEYS.contains(&key) || key.starts_with(MIG_PROFILE_PREFIX)
+}
+
 /// Label keys and valid values, sorted by key.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NodeLabels(BTreeMap<&'static str, String>);
+pub struct NodeLabels(BTreeMap<String, String>);
 
 impl NodeLabels {
     /// Sets `key` to `text` made a valid label value; text with nothing usable sets nothing.
-    fn set(&mut self, key: &'static str, text: impl AsRef<str>) {
-        debug_assert!(KEYS.contains(&key), "{key} missing from KEYS");
+    fn set(&mut self, key: impl Into<String>, text: impl AsRef<str>) {
+        let key = key.into();
+        debug_assert!(is_managed(&key), "{key} missing from KEYS");
         if let Some(v) = value::sanitize(text.as_ref()) {
             self.0.insert(key, v);
         }
@@ -63,8 +84,8 @@ impl NodeLabels {
         self.0.get(key).map(String::as_str)
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &str)> {
-        self.0.iter().map(|(k, v)| (*k, v.as_str()))
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -72,45 +93,89 @@ impl NodeLabels {
     }
 }
 
+/// One resource the plugin serves: its devices and its time-slicing replicas.
+struct Served {
+    units: Vec<Unit>,
+    replicas: Option<u32>,
+}
+
 /// What the labels are computed from.
 struct Facts<'a> {
     root: &'a Path,
     platform: Option<&'a Platform>,
     gpus: &'a [Gpu],
-    replicas: Option<u32>,
     nvml: Option<&'a nvml_wrapper::Nvml>,
+    mig_strategy: MigStrategy,
+    /// The resources served; empty with `invalid_mig`.
+    served: Vec<Served>,
+    /// Why `--mig-strategy single` refuses this node's MIG geometry.
+    invalid_mig: Option<String>,
 }
 
-/// The labels of the node `resource` serves.
-pub fn for_resource(resource: &GpuResource) -> NodeLabels {
+/// The labels of the node `resources` (every resource the plugin serves) describe.
+pub fn for_resources(resources: &[Arc<GpuResource>]) -> NodeLabels {
+    let Some(first) = resources.first() else {
+        return NodeLabels::default();
+    };
     compute(&Facts {
-        root: resource.root(),
-        platform: resource.platform(),
-        gpus: resource.gpus(),
-        replicas: resource.replication().map(|r| r.replicas),
-        nvml: resource.nvml().map(|n| &**n),
+        root: first.root(),
+        platform: first.platform(),
+        gpus: first.gpus(),
+        nvml: first.nvml().map(|n| &**n),
+        mig_strategy: first.config().mig_strategy,
+        served: resources
+            .iter()
+            .map(|r| Served {
+                units: r.units().to_vec(),
+                replicas: r.replication().map(|r| r.replicas),
+            })
+            .collect(),
+        invalid_mig: None,
     })
 }
 
 /// The labels of the node under `root`, as the plugin started with `args` would see it:
 /// discovery and the config file, without health checks or serving (for the labeller).
-/// No GPU found gives empty labels.
+/// No GPU found gives empty labels; a MIG geometry `--mig-strategy single` refuses gives
+/// GFD's `…-MIG-INVALID` labels.
 pub fn for_host(root: &Path, resource_name: &str, args: &GpuArgs) -> anyhow::Result<NodeLabels> {
     let config = args.resolve()?;
-    let discovered = match discovery::discover(root, config.discovery) {
+    let with_mig = config.mig_strategy != MigStrategy::None;
+    let discovered = match discovery::discover(root, config.discovery, with_mig) {
         Ok(d) => d,
         Err(e) => {
             tracing::info!("{e}");
             return Ok(NodeLabels::default());
         }
     };
-    let (_, replication) = sharing::apply(resource_name, config.sharing.as_ref());
+    let (served, invalid_mig) = match mig::resources(
+        resource_name,
+        config.mig_strategy,
+        &discovered.gpus,
+        &discovered.migs,
+    ) {
+        Ok(split) => (
+            split
+                .into_iter()
+                .map(|(name, units)| Served {
+                    units,
+                    replicas: sharing::apply(&name, config.sharing.as_ref())
+                        .1
+                        .map(|r| r.replicas),
+                })
+                .collect(),
+            None,
+        ),
+        Err(reason) => (Vec::new(), Some(reason)),
+    };
     Ok(compute(&Facts {
         root,
         platform: Some(&discovered.platform),
         gpus: &discovered.gpus,
-        replicas: replication.map(|r| r.replicas),
         nvml: discovered.nvml.as_deref(),
+        mig_strategy: config.mig_strategy,
+        served,
+        invalid_mig,
     }))
 }
 
@@ -142,23 +207,34 @@ fn compute(f: &Facts<'_>) -> NodeLabels {
     };
     labels.set("nvidia.com/gpu.present", "true");
     labels.set("nvidia.com/gpu.count", f.gpus.len().to_string());
+    // The resource serving whole GPUs, if any: GFD labels its sharing; GPUs served as MIG
+    // devices carry none (replicas 0).
+    let whole = f
+        .served
+        .iter()
+        .find(|s| s.units.iter().any(|u| u.mig.is_none()));
+    let whole_replicas = whole.and_then(|s| s.replicas);
     labels.set(
         "nvidia.com/gpu.replicas",
-        f.replicas.unwrap_or(1).to_string(),
+        match whole {
+            Some(_) => whole_replicas.unwrap_or(1).to_string(),
+            None => "0".to_string(),
+        },
     );
     labels.set(
         "nvidia.com/gpu.sharing-strategy",
-        if f.replicas.is_some() {
+        if whole_replicas.is_some() {
             "time-slicing"
         } else {
             "none"
         },
     );
+    let product = platform.model_name(first);
+    labels.set("nvidia.com/gpu.product", product);
     let (memory_bytes, capability, cuda) = match platform {
         Platform::Tegra { detection, .. } => {
             labels.set(GPU_KIND, "jetson");
             let generation = detection.generation;
-            labels.set("nvidia.com/gpu.product", platform.model_name(first));
             if let Some(model) = &detection.model {
                 labels.set("edgegpu.io/jetson.board", model);
             }
@@ -193,7 +269,6 @@ fn compute(f: &Facts<'_>) -> NodeLabels {
         }
         Platform::Nvml => {
             labels.set(GPU_KIND, "discrete");
-            labels.set("nvidia.com/gpu.product", platform.model_name(first));
             let device = f
                 .nvml
                 .and_then(|n| n.device_by_uuid(first.uuid.as_str()).ok());
@@ -223,7 +298,78 @@ fn compute(f: &Facts<'_>) -> NodeLabels {
         labels.set("nvidia.com/cuda.driver.major", major.to_string());
         labels.set("nvidia.com/cuda.driver.minor", minor.to_string());
     }
+    mig_labels(f, &mut labels);
     labels
+}
+
+/// GFD's MIG labels (gpu-feature-discovery `internal/lm/mig-strategy.go`, `resource.go`):
+/// `nvidia.com/mig.strategy` under single and mixed; under single the `nvidia.com/gpu.*` keys
+/// describe the MIG devices served as `nvidia.com/gpu` (product `<GPU>-MIG-<profile>`, the
+/// MIG device's memory and attributes), or `<GPU>-MIG-INVALID` with count, replicas and memory
+/// 0 where the geometry is refused; under mixed every profile has its own
+/// `nvidia.com/mig-<profile>.*` keys.
+fn mig_labels(f: &Facts<'_>, labels: &mut NodeLabels) {
+    let strategy = match f.mig_strategy {
+        MigStrategy::None => return,
+        MigStrategy::Single => "single",
+        MigStrategy::Mixed => "mixed",
+    };
+    labels.set("nvidia.com/mig.strategy", strategy);
+    let model = |gpu: usize| match f.platform {
+        Some(p) => p.model_name(&f.gpus[gpu]).to_string(),
+        None => f.gpus[gpu].name.clone(),
+    };
+    if let Some(reason) = &f.invalid_mig {
+        tracing::warn!("invalid MIG configuration for --mig-strategy {strategy}: {reason}");
+        if let Some(gpu) = f.gpus.iter().position(|g| g.mig_enabled) {
+            labels.set(
+                "nvidia.com/gpu.product",
+                format!("{}-MIG-INVALID", model(gpu)),
+            );
+            for key in ["count", "replicas", "memory"] {
+                labels.set(format!("nvidia.com/gpu.{key}"), "0");
+            }
+        }
+        return;
+    }
+    for served in &f.served {
+        let migs: Vec<&MigDevice> = served.units.iter().filter_map(|u| u.mig.as_ref()).collect();
+        let Some(mig) = migs.first() else { continue };
+        let prefix = match f.mig_strategy {
+            MigStrategy::Mixed => format!("{MIG_PROFILE_PREFIX}{}.", mig.profile),
+            _ => "nvidia.com/gpu.".to_string(),
+        };
+        let a = mig.attributes;
+        labels.set(
+            format!("{prefix}product"),
+            format!("{}-MIG-{}", model(mig.parent), mig.profile),
+        );
+        for (key, value) in [
+            ("count", migs.len() as u64),
+            ("replicas", u64::from(served.replicas.unwrap_or(1))),
+            ("memory", mig.memory_bytes / MIB),
+            ("multiprocessors", u64::from(a.multiprocessors)),
+            ("slices.gi", u64::from(a.gpu_instance_slices)),
+            ("slices.ci", u64::from(a.compute_instance_slices)),
+            ("engines.copy", u64::from(a.copy_engines)),
+            ("engines.decoder", u64::from(a.decoders)),
+            ("engines.encoder", u64::from(a.encoders)),
+            ("engines.jpeg", u64::from(a.jpeg_engines)),
+            ("engines.ofa", u64::from(a.ofa_engines)),
+        ] {
+            labels.set(format!("{prefix}{key}"), value.to_string());
+        }
+        if f.mig_strategy == MigStrategy::Single {
+            labels.set(
+                "nvidia.com/gpu.sharing-strategy",
+                if served.replicas.is_some() {
+                    "time-slicing"
+                } else {
+                    "none"
+                },
+            );
+        }
+    }
 }
 
 #[cfg(test)]
@@ -246,7 +392,12 @@ mod tests {
     #[test]
     fn every_key_is_a_valid_label_key() {
         // prefix (a DNS subdomain) / name (63 characters, alphanumeric ends).
-        for key in KEYS {
+        for key in KEYS
+            .iter()
+            .copied()
+            .chain(["nvidia.com/mig-1c.3g.20gb.engines.decoder"])
+        {
+            assert!(is_managed(key), "{key}");
             let (prefix, name) = key.split_once('/').unwrap();
             assert!(prefix.contains('.') && prefix.len() <= 253, "{key}");
             assert!(value::is_valid(name), "{key}");

@@ -14,13 +14,14 @@ pub mod server;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use edgegpu_kubelet_api::v1beta1::HEALTHY;
 
 use crate::allocate::GpuResource;
-use crate::gpu::sensors::{Reading, Sensors};
-use crate::gpu::Platform;
+use crate::gpu::health::HealthCounts;
+use crate::gpu::sensors::{Reading, Readings, Sensors};
+use crate::gpu::{MigDevice, Platform};
 use crate::kubelet::pod_resources::{self, DeviceHolder};
 use crate::kubelet::stats::{KubeletStats, Reregistration};
 use crate::resource::Resource;
@@ -28,14 +29,44 @@ use exposition::{Exposition, Kind};
 
 /// Everything a scrape reads.
 pub struct MetricsSource {
-    resource: Arc<GpuResource>,
+    /// What the plugin serves now; replaced when the resources are rebuilt.
+    served: RwLock<Arc<Served>>,
     kubelet: Arc<KubeletStats>,
-    sensors: Arc<Sensors>,
     pod_resources_socket: Option<PathBuf>,
     hostname: String,
     pod_resources_errors: AtomicU64,
     /// The last pod-resources call failed (so a lasting failure is logged once).
     pod_resources_failing: AtomicBool,
+}
+
+/// The resources of one round of serving, what their series are about, and their sensors.
+struct Served {
+    resources: Vec<Arc<GpuResource>>,
+    /// The series' subjects: whole GPUs and MIG GPU instances, each once.
+    entities: Vec<Entity>,
+    /// Per resource, per unit: the entity the unit belongs to.
+    unit_entity: Vec<Vec<usize>>,
+    sensors: Arc<Sensors>,
+}
+
+/// What one set of GPU series describes, as dcgm-exporter cuts them: a whole GPU, or one GPU
+/// instance of a MIG-enabled GPU (its compute instances share it).
+#[derive(Debug, Clone, PartialEq)]
+struct Entity {
+    /// Position of the GPU (the instance's parent) in the node's GPU list.
+    gpu: usize,
+    instance: Option<Instance>,
+}
+
+/// A MIG GPU instance.
+#[derive(Debug, Clone, PartialEq)]
+struct Instance {
+    /// `GPU_I_ID`: the GPU instance id.
+    id: u32,
+    /// `GPU_I_PROFILE`: the GPU instance's profile (`1g.10gb`).
+    profile: String,
+    /// Index of its (first) MIG device in the sensors' MIG readings.
+    mig: usize,
 }
 
 /// The pod a GPU series is attributed to.
@@ -46,25 +77,64 @@ struct Holder {
     container: String,
 }
 
+impl Served {
+    /// The entities of `resources` and their sensors (located once per round).
+    fn new(resources: Vec<Arc<GpuResource>>) -> Served {
+        let mut entities: Vec<Entity> = Vec::new();
+        let mut migs: Vec<MigDevice> = Vec::new();
+        let mut unit_entity = Vec::new();
+        for r in &resources {
+            let mut of_units = Vec::new();
+            for unit in r.units() {
+                let gi = unit.mig.as_ref().map(|m| m.gpu_instance);
+                let found = entities
+                    .iter()
+                    .position(|e| e.gpu == unit.gpu && e.instance.as_ref().map(|i| i.id) == gi);
+                let e = found.unwrap_or_else(|| {
+                    let instance = unit.mig.as_ref().map(|m| {
+                        migs.push(m.clone());
+                        Instance {
+                            id: m.gpu_instance,
+                            profile: m.gpu_instance_profile().to_string(),
+                            mig: migs.len() - 1,
+                        }
+                    });
+                    entities.push(Entity {
+                        gpu: unit.gpu,
+                        instance,
+                    });
+                    entities.len() - 1
+                });
+                of_units.push(e);
+            }
+            unit_entity.push(of_units);
+        }
+        let sensors = match resources.first() {
+            Some(r) => Sensors::locate(r.root(), r.platform(), r.gpus(), &migs, r.nvml().cloned()),
+            None => Sensors::locate(std::path::Path::new("/"), None, &[], &[], None),
+        };
+        Served {
+            resources,
+            entities,
+            unit_entity,
+            sensors: Arc::new(sensors),
+        }
+    }
+}
+
 impl MetricsSource {
-    /// Locates the sensors of `resource`'s GPUs (once) and keeps what a scrape needs.
-    /// `pod_resources_socket`: `None` leaves the series without pod labels.
+    /// Locates the sensors of the GPUs and MIG devices `resources` serve (once) and keeps
+    /// what a scrape needs. `pod_resources_socket`: `None` leaves the series without pod
+    /// labels.
     pub fn new(
-        resource: Arc<GpuResource>,
+        resources: Vec<Arc<GpuResource>>,
         kubelet: Arc<KubeletStats>,
         pod_resources_socket: Option<PathBuf>,
         hostname: String,
     ) -> Self {
-        let sensors = Sensors::locate(
-            resource.root(),
-            resource.platform(),
-            resource.gpus(),
-            resource.nvml().cloned(),
-        );
         MetricsSource {
-            resource,
+            served: RwLock::new(Arc::new(Served::new(resources))),
             kubelet,
-            sensors: Arc::new(sensors),
             pod_resources_socket,
             hostname,
             pod_resources_errors: AtomicU64::new(0),
@@ -72,48 +142,61 @@ impl MetricsSource {
         }
     }
 
+    /// The resources were rebuilt (SIGHUP, MIG reconfiguration): scrapes describe these from
+    /// now on. Counters of the plugin's own (registrations, pod-resources errors) go on.
+    pub fn replace(&self, resources: Vec<Arc<GpuResource>>) {
+        let served = Arc::new(Served::new(resources));
+        *self.served.write().unwrap() = served;
+    }
+
     /// One scrape: every series, in the text format.
     pub async fn render(&self) -> String {
-        let holders = self.holders().await;
-        let sensors = self.sensors.clone();
+        let served = self.served.read().unwrap().clone();
+        let holders = self.holders(&served).await;
+        let sensors = served.sensors.clone();
         let readings = match tokio::task::spawn_blocking(move || sensors.read()).await {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!("reading the GPU sensors failed: {e}");
-                Vec::new()
+                Readings::default()
             }
         };
-        self.render_with(&holders, &readings)
+        self.render_with(&served, &holders, &readings)
     }
 
-    /// Per physical GPU, the containers holding it (sorted, each once). Empty lists when the
+    /// Per entity, the containers holding it (sorted, each once). Empty lists when the
     /// pod-resources API is off or does not answer.
-    async fn holders(&self) -> Vec<Vec<Holder>> {
-        let mut per_gpu = vec![Vec::new(); self.resource.gpus().len()];
+    async fn holders(&self, served: &Served) -> Vec<Vec<Holder>> {
+        let mut per_entity = vec![Vec::new(); served.entities.len()];
         let Some(socket) = &self.pod_resources_socket else {
-            return per_gpu;
+            return per_entity;
         };
-        match pod_resources::holders(socket, self.resource.name()).await {
+        let names: Vec<&str> = served.resources.iter().map(|r| r.name()).collect();
+        match pod_resources::holders(socket, &names).await {
             Ok(list) => {
                 if self.pod_resources_failing.swap(false, Ordering::Relaxed) {
                     tracing::info!("pod-resources API answers again; per-pod labels are back");
                 }
                 for DeviceHolder {
+                    resource,
                     namespace,
                     pod,
                     container,
                     device_id,
                 } in list
                 {
-                    if let Some(p) = self.resource.physical_of(&device_id) {
-                        per_gpu[p].push(Holder {
+                    let Some(r) = served.resources.iter().position(|r| r.name() == resource) else {
+                        continue;
+                    };
+                    if let Some(unit) = served.resources[r].physical_of(&device_id) {
+                        per_entity[served.unit_entity[r][unit]].push(Holder {
                             namespace,
                             pod,
                             container,
                         });
                     }
                 }
-                for list in &mut per_gpu {
+                for list in &mut per_entity {
                     list.sort();
                     list.dedup();
                 }
@@ -129,13 +212,16 @@ impl MetricsSource {
                 }
             }
         }
-        per_gpu
+        per_entity
     }
 
-    fn render_with(&self, holders: &[Vec<Holder>], readings: &[Reading]) -> String {
-        let res = &self.resource;
-        let gpu_labels: Vec<[(&str, String); 5]> = res
-            .gpus()
+    fn render_with(&self, served: &Served, holders: &[Vec<Holder>], readings: &Readings) -> String {
+        let Some(first) = served.resources.first() else {
+            return String::new();
+        };
+        let gpus = first.gpus();
+        let platform = first.platform();
+        let gpu_labels: Vec<[(&str, String); 4]> = gpus
             .iter()
             .map(|g| {
                 [
@@ -144,24 +230,76 @@ impl MetricsSource {
                     ("device", format!("nvidia{}", g.minor.unwrap_or(g.index))),
                     (
                         "modelName",
-                        res.platform()
+                        platform
                             .map_or(g.name.as_str(), |p| p.model_name(g))
                             .to_string(),
                     ),
-                    ("Hostname", self.hostname.clone()),
                 ]
             })
             .collect();
-        let labels_of = |p: usize| -> Vec<(&str, &str)> {
-            gpu_labels[p]
+        // dcgm-exporter's label order: gpu, UUID, device, modelName, then a GPU instance's
+        // GPU_I_PROFILE and GPU_I_ID, then Hostname.
+        let gpu_id_labels = |gpu: usize| -> Vec<(&str, &str)> {
+            let mut labels: Vec<(&str, &str)> = gpu_labels[gpu]
                 .iter()
                 .map(|(k, v)| (*k, v.as_str()))
-                .collect()
+                .collect();
+            labels.push(("Hostname", self.hostname.as_str()));
+            labels
         };
+        let gi_ids: Vec<String> = served
+            .entities
+            .iter()
+            .map(|e| {
+                e.instance
+                    .as_ref()
+                    .map_or(String::new(), |i| i.id.to_string())
+            })
+            .collect();
+        let entity_labels = |e: usize| -> Vec<(&str, &str)> {
+            let entity = &served.entities[e];
+            let mut labels: Vec<(&str, &str)> = gpu_labels[entity.gpu]
+                .iter()
+                .map(|(k, v)| (*k, v.as_str()))
+                .collect();
+            if let Some(i) = &entity.instance {
+                labels.push(("GPU_I_PROFILE", i.profile.as_str()));
+                labels.push(("GPU_I_ID", gi_ids[e].as_str()));
+            }
+            labels.push(("Hostname", self.hostname.as_str()));
+            labels
+        };
+        // What an entity reads: a GPU its own reading; a GPU instance its GPU's clocks,
+        // temperature and power with its own framebuffer, and no utilisation (NVML and DCGM
+        // report none per instance; the GPU's would be every instance's).
+        let no_reading = Reading::default();
+        let entity_readings: Vec<Reading> = served
+            .entities
+            .iter()
+            .map(|e| {
+                let gpu = readings.gpus.get(e.gpu).unwrap_or(&no_reading);
+                match &e.instance {
+                    None => gpu.clone(),
+                    Some(i) => {
+                        let mig = readings.migs.get(i.mig).unwrap_or(&no_reading);
+                        Reading {
+                            utilization_percent: None,
+                            sm_clock_mhz: gpu.sm_clock_mhz,
+                            memory_clock_mhz: gpu.memory_clock_mhz,
+                            temperature_celsius: gpu.temperature_celsius,
+                            power_watts: gpu.power_watts,
+                            framebuffer_used_mib: mig.framebuffer_used_mib,
+                            framebuffer_free_mib: mig.framebuffer_free_mib,
+                            ..Reading::default()
+                        }
+                    }
+                }
+            })
+            .collect();
         let mut e = Exposition::new();
 
-        // dcgm-exporter's fields (etc/default-counters.csv): one series per GPU, or one per
-        // container holding it (time-slicing: several).
+        // dcgm-exporter's fields (etc/default-counters.csv): one series per GPU or GPU
+        // instance, or one per container holding it (time-slicing: several).
         type Field = (&'static str, &'static str, fn(&Reading) -> Option<f64>);
         const DCGM: [Field; 7] = [
             (
@@ -196,13 +334,13 @@ impl MetricsSource {
         ];
         for (name, help, get) in DCGM {
             let mut family = e.family(name, Kind::Gauge, help);
-            for (p, reading) in readings.iter().enumerate().take(gpu_labels.len()) {
+            for (n, reading) in entity_readings.iter().enumerate() {
                 let Some(value) = get(reading) else { continue };
-                let base = labels_of(p);
-                if holders[p].is_empty() {
+                let base = entity_labels(n);
+                if holders[n].is_empty() {
                     family.sample(&base, value);
                 }
-                for h in &holders[p] {
+                for h in &holders[n] {
                     let mut labels = base.clone();
                     labels.extend([
                         ("pod", h.pod.as_str()),
@@ -214,15 +352,16 @@ impl MetricsSource {
             }
         }
 
-        // Jetson signals dcgm-exporter has no name for.
+        // Jetson signals dcgm-exporter has no name for: per GPU.
+        let per_gpu = || readings.gpus.iter().enumerate().take(gpu_labels.len());
         let mut emc = e.family(
             "edgegpu_emc_utilization_percent",
             Kind::Gauge,
             "Jetson memory controller (EMC) load (in %).",
         );
-        for (p, r) in readings.iter().enumerate().take(gpu_labels.len()) {
+        for (p, r) in per_gpu() {
             if let Some(v) = r.emc_utilization_percent {
-                emc.sample(&labels_of(p), v);
+                emc.sample(&gpu_id_labels(p), v);
             }
         }
         let mut rails = e.family(
@@ -230,9 +369,9 @@ impl MetricsSource {
             Kind::Gauge,
             "Jetson INA3221 power rail (in W); feeds_gpu: the rail powers the GPU, alone or with other units.",
         );
-        for (p, r) in readings.iter().enumerate().take(gpu_labels.len()) {
+        for (p, r) in per_gpu() {
             for rail in &r.rails {
-                let mut labels = labels_of(p);
+                let mut labels = gpu_id_labels(p);
                 labels.push(("rail", &rail.label));
                 labels.push(("feeds_gpu", if rail.feeds_gpu { "true" } else { "false" }));
                 rails.sample(&labels, rail.watts);
@@ -243,9 +382,9 @@ impl MetricsSource {
             Kind::Gauge,
             "Jetson memory held by the GPU's nvmap allocator (NvMapMemUsed, in bytes).",
         );
-        for (p, r) in readings.iter().enumerate().take(gpu_labels.len()) {
+        for (p, r) in per_gpu() {
             if let Some(v) = r.shared_memory_used_bytes {
-                used.sample(&labels_of(p), v as f64);
+                used.sample(&gpu_id_labels(p), v as f64);
             }
         }
         let mut total = e.family(
@@ -253,110 +392,152 @@ impl MetricsSource {
             Kind::Gauge,
             "Jetson memory the GPU shares with the CPU (MemTotal, in bytes).",
         );
-        for (p, r) in readings.iter().enumerate().take(gpu_labels.len()) {
+        for (p, r) in per_gpu() {
             if let (Some(_), Some(v)) = (r.shared_memory_used_bytes, r.shared_memory_total_bytes) {
-                total.sample(&labels_of(p), v as f64);
+                total.sample(&gpu_id_labels(p), v as f64);
             }
         }
 
-        // The plugin's own health.
-        let name = res.name();
-        let platform = match res.platform() {
+        // The plugin's own health, per served resource.
+        let platform_name = match platform {
             Some(Platform::Tegra { .. }) => "tegra",
             Some(Platform::Nvml) => "nvml",
             None => "none",
         };
-        e.family(
+        let mut build = e.family(
             "edgegpu_build_info",
             Kind::Gauge,
-            "The plugin's version and platform; always 1.",
-        )
-        .sample(
-            &[
-                ("version", env!("CARGO_PKG_VERSION")),
-                ("platform", platform),
-                ("resource", name),
-            ],
-            1.0,
+            "The plugin's version and platform, per served resource; always 1.",
         );
-        let k = &self.kubelet;
-        e.family(
+        for r in &served.resources {
+            build.sample(
+                &[
+                    ("version", env!("CARGO_PKG_VERSION")),
+                    ("platform", platform_name),
+                    ("resource", r.name()),
+                ],
+                1.0,
+            );
+        }
+        let stats: Vec<_> = served
+            .resources
+            .iter()
+            .map(|r| (r.name(), self.kubelet.resource(r.name())))
+            .collect();
+        let mut registered = e.family(
             "edgegpu_registered",
             Kind::Gauge,
             "1 while the kubelet has accepted the current registration.",
-        )
-        .sample(
-            &[("resource", name)],
-            f64::from(u8::from(k.is_registered())),
         );
-        e.family(
+        for (name, k) in &stats {
+            registered.sample(
+                &[("resource", name)],
+                f64::from(u8::from(k.is_registered())),
+            );
+        }
+        let mut registrations = e.family(
             "edgegpu_registrations_total",
             Kind::Counter,
             "Registrations the kubelet accepted.",
-        )
-        .sample(&[("resource", name)], k.registrations() as f64);
-        e.family(
+        );
+        for (name, k) in &stats {
+            registrations.sample(&[("resource", name)], k.registrations() as f64);
+        }
+        let mut failures = e.family(
             "edgegpu_registration_failures_total",
             Kind::Counter,
             "Registration attempts that failed (each is retried).",
-        )
-        .sample(&[("resource", name)], k.registration_failures() as f64);
+        );
+        for (name, k) in &stats {
+            failures.sample(&[("resource", name)], k.registration_failures() as f64);
+        }
         let mut rereg = e.family(
             "edgegpu_reregistrations_total",
             Kind::Counter,
             "Times the plugin served and registered again, by reason.",
         );
-        for reason in Reregistration::ALL {
-            rereg.sample(
-                &[("resource", name), ("reason", reason.label())],
-                k.reregistrations(reason) as f64,
-            );
+        for (name, k) in &stats {
+            for reason in Reregistration::ALL {
+                rereg.sample(
+                    &[("resource", name), ("reason", reason.label())],
+                    k.reregistrations(reason) as f64,
+                );
+            }
         }
-        e.family(
+        let mut allocations = e.family(
             "edgegpu_allocations_total",
             Kind::Counter,
             "Container allocations answered with devices.",
-        )
-        .sample(&[("resource", name)], res.allocations().succeeded() as f64);
-        e.family(
+        );
+        for r in &served.resources {
+            allocations.sample(
+                &[("resource", r.name())],
+                r.allocations().succeeded() as f64,
+            );
+        }
+        let mut refused = e.family(
             "edgegpu_allocation_failures_total",
             Kind::Counter,
             "Container allocations refused (unknown, unhealthy or too many device IDs).",
-        )
-        .sample(&[("resource", name)], res.allocations().failed() as f64);
-        let devices = res.devices().borrow().clone();
-        let healthy = devices.iter().filter(|d| d.health == HEALTHY).count();
+        );
+        for r in &served.resources {
+            refused.sample(&[("resource", r.name())], r.allocations().failed() as f64);
+        }
         let mut by_health = e.family(
             "edgegpu_devices",
             Kind::Gauge,
-            "Devices advertised to the kubelet (GPUs or time-slicing replicas), by health.",
+            "Devices advertised to the kubelet (GPUs, MIG devices or time-slicing replicas), by health.",
         );
-        by_health.sample(&[("resource", name), ("health", "Healthy")], healthy as f64);
-        by_health.sample(
-            &[("resource", name), ("health", "Unhealthy")],
-            (devices.len() - healthy) as f64,
-        );
-        let health = res.health();
+        for r in &served.resources {
+            let devices = r.devices().borrow().clone();
+            let healthy = devices.iter().filter(|d| d.health == HEALTHY).count();
+            by_health.sample(
+                &[("resource", r.name()), ("health", "Healthy")],
+                healthy as f64,
+            );
+            by_health.sample(
+                &[("resource", r.name()), ("health", "Unhealthy")],
+                (devices.len() - healthy) as f64,
+            );
+        }
+        // Per entity: healthy while every unit of it is; transitions of all its units.
+        let mut health: Vec<Option<HealthCounts>> = vec![None; served.entities.len()];
+        for (r, resource) in served.resources.iter().enumerate() {
+            for (unit, counts) in resource.health().into_iter().enumerate() {
+                let slot = &mut health[served.unit_entity[r][unit]];
+                let sum = slot.get_or_insert(HealthCounts {
+                    healthy: true,
+                    ..HealthCounts::default()
+                });
+                sum.healthy &= counts.healthy;
+                sum.became_unhealthy += counts.became_unhealthy;
+                sum.became_healthy += counts.became_healthy;
+            }
+        }
         let mut gpu_healthy = e.family(
             "edgegpu_gpu_healthy",
             Kind::Gauge,
-            "1 while the GPU passes its health checks.",
+            "1 while the GPU (or MIG GPU instance) passes its health checks.",
         );
-        for (p, h) in health.iter().enumerate() {
-            gpu_healthy.sample(&labels_of(p), f64::from(u8::from(h.healthy)));
+        for (n, h) in health.iter().enumerate() {
+            if let Some(h) = h {
+                gpu_healthy.sample(&entity_labels(n), f64::from(u8::from(h.healthy)));
+            }
         }
         let mut transitions = e.family(
             "edgegpu_gpu_health_transitions_total",
             Kind::Counter,
-            "Health changes of the GPU, by the state it changed to.",
+            "Health changes of the GPU (or MIG GPU instance), by the state it changed to.",
         );
-        for (p, h) in health.iter().enumerate() {
-            let mut labels = labels_of(p);
-            labels.push(("to", "unhealthy"));
-            transitions.sample(&labels, h.became_unhealthy as f64);
-            labels.pop();
-            labels.push(("to", "healthy"));
-            transitions.sample(&labels, h.became_healthy as f64);
+        for (n, h) in health.iter().enumerate() {
+            if let Some(h) = h {
+                let mut labels = entity_labels(n);
+                labels.push(("to", "unhealthy"));
+                transitions.sample(&labels, h.became_unhealthy as f64);
+                labels.pop();
+                labels.push(("to", "healthy"));
+                transitions.sample(&labels, h.became_healthy as f64);
+            }
         }
         if self.pod_resources_socket.is_some() {
             e.family(

@@ -10,8 +10,9 @@ use std::time::Duration;
 use clap::Parser;
 use edgegpu_kubelet_api::v1beta1::{ContainerAllocateResponse, Device, HEALTHY};
 use edgegpu_plugin::kubelet::stats::KubeletStats;
-use edgegpu_plugin::{build_gpu_resource, GpuResource};
-use edgegpu_plugin::{serve, Cli};
+use edgegpu_plugin::resource::Resource;
+use edgegpu_plugin::{build_gpu_resource, build_gpu_resources, GpuResource};
+use edgegpu_plugin::{serve, serve_all, Cli};
 use edgegpu_testkit::kubelet::FakeKubelet;
 use tempfile::TempDir;
 use tokio::sync::oneshot;
@@ -27,9 +28,22 @@ pub struct Plugin {
     pub name: String,
     /// The lifecycle's registration counters.
     pub stats: Arc<KubeletStats>,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<anyhow::Result<()>>>,
+    serving: Serving,
     _dir: TempDir,
+}
+
+/// A running `serve`/`serve_all` task and the way to stop it.
+struct Serving {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Serving {
+    /// Stops serving and checks that it shut down cleanly.
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        self.task.await.expect("join").expect("clean shutdown");
+    }
 }
 
 /// Parses `args` like the binary does (plus `--root` and a temporary plugin directory).
@@ -65,6 +79,15 @@ pub async fn resource(root: &Path, args: &[&str]) -> anyhow::Result<Arc<GpuResou
     build_gpu_resource(&cli.root, &cli.resource_name, &cli.gpu).await
 }
 
+/// Builds every resource for `root` with `args` (no kubelet).
+pub async fn resources(root: &Path, args: &[&str]) -> anyhow::Result<Vec<Arc<GpuResource>>> {
+    let dir = tempfile::tempdir()?;
+    let cli = cli(root, dir.path(), args);
+    Ok(build_gpu_resources(&cli.root, &cli.resource_name, &cli.gpu)
+        .await?
+        .resources)
+}
+
 impl Plugin {
     /// Starts the fake kubelet and the plugin; returns once the resource is registered.
     pub async fn start(root: &Path, args: &[&str]) -> Plugin {
@@ -90,8 +113,7 @@ impl Plugin {
             resource,
             name,
             stats,
-            stop: Some(stop),
-            task: Some(task),
+            serving: Serving { stop, task },
             _dir: dir,
         }
     }
@@ -123,14 +145,8 @@ impl Plugin {
     }
 
     /// Stops the plugin and checks that it shut down cleanly.
-    pub async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        self.task
-            .take()
-            .unwrap()
-            .await
-            .expect("join")
-            .expect("clean shutdown");
+    pub async fn stop(self) {
+        self.serving.stop().await;
     }
 }
 
@@ -152,4 +168,66 @@ pub fn spec_paths(r: &ContainerAllocateResponse) -> Vec<String> {
     let mut v: Vec<String> = r.devices.iter().map(|d| d.host_path.clone()).collect();
     v.sort();
     v
+}
+
+/// Every resource of a node served to a fake kubelet.
+pub struct Node {
+    pub kubelet: FakeKubelet,
+    pub resources: Vec<Arc<GpuResource>>,
+    /// The lifecycles' registration counters.
+    pub stats: Arc<KubeletStats>,
+    serving: Serving,
+    _dir: tempfile::TempDir,
+}
+
+impl Node {
+    pub async fn start(root: &std::path::Path, args: &[&str]) -> anyhow::Result<Node> {
+        let dir = tempfile::Builder::new().prefix("dp-").tempdir()?;
+        let kubelet = FakeKubelet::start(dir.path()).await?;
+        let cli = cli(root, dir.path(), args);
+        let node = build_gpu_resources(&cli.root, &cli.resource_name, &cli.gpu).await?;
+        let served: Vec<Arc<dyn Resource>> = node
+            .resources
+            .iter()
+            .map(|r| r.clone() as Arc<dyn Resource>)
+            .collect();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let options = cli.lifecycle_options();
+        let stats = options.stats.clone();
+        let task = tokio::spawn(serve_all(served, options, async move {
+            let _ = stopped.await;
+        }));
+        for r in &node.resources {
+            kubelet.wait_for_registration(r.name(), WAIT).await?;
+        }
+        Ok(Node {
+            kubelet,
+            resources: node.resources,
+            stats,
+            serving: Serving { stop, task },
+            _dir: dir,
+        })
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.resources
+            .iter()
+            .map(|r| r.name().to_string())
+            .collect()
+    }
+
+    pub async fn wait_health(&self, resource: &str, id: &str, health: &str) {
+        self.kubelet
+            .wait_until(&format!("{resource} {id} {health}"), WAIT, |k| {
+                k.devices(resource)
+                    .iter()
+                    .any(|d| d.id == id && d.health == health)
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{e:#}"));
+    }
+
+    pub async fn stop(self) {
+        self.serving.stop().await;
+    }
 }

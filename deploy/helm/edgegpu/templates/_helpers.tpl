@@ -15,8 +15,13 @@ the names of the static manifests in deploy/, which deploy/generate.sh renders f
 {{- end -}}
 {{- end -}}
 
+{{/* The namespace of the chart's objects: namespaceOverride (NVIDIA's value), else the release's. */}}
+{{- define "edgegpu.namespace" -}}
+{{- .Values.namespaceOverride | default .Release.Namespace -}}
+{{- end -}}
+
 {{/*
-Labels only a Helm release carries (with app.kubernetes.io/instance, part of every selector).
+Labels only a Helm release carries (with app.kubernetes.io/instance on objects and pods).
 deploy/generate.sh removes exactly these three keys from the static manifests: a
 kubectl-applied object must not claim to be managed by Helm.
 */}}
@@ -27,19 +32,23 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/*
 Selector labels of one component: dict "root" $ "name" <app name> "component" <"" or variant>.
-Also what a Service or PodMonitor for that component selects.
+Also what a Service or PodMonitor for that component selects. Deliberately without the
+release (app.kubernetes.io/instance): a DaemonSet's selector cannot change, and with the
+same selector as the static manifests (deploy/) a release can take over the DaemonSets that
+kubectl or k3s created (docs/helm.md, "From the static manifests"). Two releases in one
+namespace would select each other's pods, but two plugins on a node are wrong anyway.
 */}}
 {{- define "edgegpu.selectorLabels" -}}
 app.kubernetes.io/name: {{ .name }}
 {{- with .component }}
 app.kubernetes.io/component: {{ . }}
 {{- end }}
-app.kubernetes.io/instance: {{ .root.Release.Name }}
 {{- end -}}
 
-{{/* Pod template labels: the selector plus part-of. */}}
+{{/* Pod template labels: the selector plus the release and part-of. */}}
 {{- define "edgegpu.podLabels" -}}
 {{ include "edgegpu.selectorLabels" . }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/part-of: edgegpu
 {{- end -}}
 
@@ -50,9 +59,29 @@ app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
 {{ include "edgegpu.releaseLabels" .root }}
 {{- end -}}
 
-{{/* repository:tag of an image block (tag "" = appVersion): dict "root" $ "image" <block>. */}}
+{{/*
+The registry in front of every image: Rancher's system default registry (Rancher sets
+global.cattle.systemDefaultRegistry and global.systemDefaultRegistry on every install; a
+parent chart may set global.systemDefaultRegistry), "" for none.
+*/}}
+{{- define "edgegpu.systemDefaultRegistry" -}}
+{{- $global := .Values.global | default dict -}}
+{{- dig "cattle" "systemDefaultRegistry" "" $global | default (get $global "systemDefaultRegistry") | default "" | trimSuffix "/" -}}
+{{- end -}}
+
+{{/*
+[registry/]repository:tag of an image block: dict "root" $ "image" <block>. Tag "" = appVersion
+(an integer tag, as NVIDIA's chart allows, is written as such). The system default registry
+is put in front, as Rancher's own charts do for air-gapped clusters, unless the repository
+already starts with it.
+*/}}
 {{- define "edgegpu.image" -}}
-{{- printf "%s:%s" .image.repository (.image.tag | default .root.Chart.AppVersion) -}}
+{{- $registry := include "edgegpu.systemDefaultRegistry" .root -}}
+{{- $repository := .image.repository -}}
+{{- if and $registry (not (hasPrefix (printf "%s/" $registry) $repository)) -}}
+{{- $repository = printf "%s/%s" $registry $repository -}}
+{{- end -}}
+{{- printf "%s:%s" $repository (.image.tag | default .root.Chart.AppVersion | toString) -}}
 {{- end -}}
 
 {{/*
@@ -90,15 +119,61 @@ nodeAffinity:
 {{- end -}}
 
 {{/*
+The default affinity of NVIDIA's chart (any node NFD or the GPU Operator labelled as having an
+NVIDIA GPU), which values exported from that chart carry. The built-in affinities select the
+same labels, split by kind of node, so this value means "no override" here.
+*/}}
+{{- define "edgegpu.nvidiaDefaultAffinity" -}}
+nodeAffinity:
+  requiredDuringSchedulingIgnoredDuringExecution:
+    nodeSelectorTerms:
+      - matchExpressions:
+          - {key: feature.node.kubernetes.io/pci-10de.present, operator: In, values: ["true"]}
+      - matchExpressions:
+          - {key: feature.node.kubernetes.io/cpu-model.vendor_id, operator: In, values: [NVIDIA]}
+      - matchExpressions:
+          - {key: nvidia.com/gpu.present, operator: In, values: ["true"]}
+{{- end -}}
+
+{{/* An affinity as JSON with its required node selector terms sorted (their order means nothing). */}}
+{{- define "edgegpu.canonicalAffinity" -}}
+{{- $copy := deepCopy . -}}
+{{- $required := dig "nodeAffinity" "requiredDuringSchedulingIgnoredDuringExecution" dict $copy -}}
+{{- if kindIs "slice" $required.nodeSelectorTerms -}}
+{{- $terms := list -}}
+{{- range $required.nodeSelectorTerms -}}
+{{- $terms = append $terms (toJson .) -}}
+{{- end -}}
+{{- $_ := set $required "nodeSelectorTerms" (sortAlpha $terms) -}}
+{{- end -}}
+{{- toJson $copy -}}
+{{- end -}}
+
+{{/*
+The top-level affinity as JSON when it replaces the built-in ones; "" when it is unset, "" (NVIDIA's
+chart allows that) or NVIDIA's default affinity.
+*/}}
+{{- define "edgegpu.affinityOverride" -}}
+{{- $affinity := .Values.affinity -}}
+{{- if and $affinity (kindIs "map" $affinity) -}}
+{{- $nvidia := include "edgegpu.nvidiaDefaultAffinity" . | fromYaml -}}
+{{- if ne (include "edgegpu.canonicalAffinity" $affinity) (include "edgegpu.canonicalAffinity" $nvidia) -}}
+{{- toJson $affinity -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
 The affinity a plugin DaemonSet gets, as YAML text: its own override, else the top-level one
 (validated: only with one DaemonSet enabled), else the built-in one. dict "root" $ "variant" v.
 */}}
 {{- define "edgegpu.plugin.affinity" -}}
 {{- $own := (index .root.Values.devicePlugin .variant).affinity -}}
+{{- $override := include "edgegpu.affinityOverride" .root -}}
 {{- if $own -}}
 {{- toYaml $own -}}
-{{- else if .root.Values.affinity -}}
-{{- toYaml .root.Values.affinity -}}
+{{- else if $override -}}
+{{- $override | fromJson | toYaml -}}
 {{- else -}}
 {{- include (printf "edgegpu.plugin.defaultAffinity.%s" .variant) .root -}}
 {{- end -}}
@@ -123,17 +198,22 @@ The affinity a plugin DaemonSet gets, as YAML text: its own override, else the t
 {{- end -}}
 
 {{/*
-The config.map entry a plugin DaemonSet uses ("" when config.map is empty): its own choice,
-else config.default, else the entry named "default", else the only entry. Whether the name
-exists is checked in validate.yaml.
+The config.map entry a plugin DaemonSet uses ("" when config.map is empty or none fits): its
+own choice, else config.default, else, as NVIDIA's config.fallbackStrategies say (both when
+unset), the entry named "default" (named) or the only entry (single). Whether the name exists
+is checked in validate.yaml.
 */}}
 {{- define "edgegpu.plugin.configEntry" -}}
 {{- $map := .root.Values.config.map -}}
 {{- $name := (index .root.Values.devicePlugin .variant).config | default .root.Values.config.default -}}
+{{- $fallbacks := .root.Values.config.fallbackStrategies -}}
+{{- if kindIs "invalid" $fallbacks -}}
+{{- $fallbacks = list "named" "single" -}}
+{{- end -}}
 {{- if and $map (not $name) -}}
-{{- if hasKey $map "default" -}}
+{{- if and (has "named" $fallbacks) (hasKey $map "default") -}}
 {{- $name = "default" -}}
-{{- else if eq (len $map) 1 -}}
+{{- else if and (has "single" $fallbacks) (eq (len $map) 1) -}}
 {{- $name = keys $map | first -}}
 {{- end -}}
 {{- end -}}
@@ -142,6 +222,10 @@ exists is checked in validate.yaml.
 
 {{/* Plugin flags set through values, as env entries (nothing for a null value). */}}
 {{- define "edgegpu.plugin.flagEnv" -}}
+{{- if .Values.migStrategy }}
+- name: MIG_STRATEGY
+  value: {{ .Values.migStrategy | quote }}
+{{- end }}
 {{- if typeIs "bool" .Values.failOnInitError }}
 - name: FAIL_ON_INIT_ERROR
   value: {{ .Values.failOnInitError | quote }}

@@ -1,5 +1,7 @@
 //! Finding the GPUs of this host: Jetson/Tegra from files (no NVML needed) and discrete GPUs
-//! (or JetPack 6+ integrated GPUs) through NVML. Every host file is read under `--root`.
+//! through NVML; on JetPack 6+ Jetsons both (hybrid: identity from NVML where it answers,
+//! device nodes and sysfs for the rest). MIG devices are enumerated through NVML when asked
+//! for. Every host file is read under `--root`.
 
 pub mod nvml;
 pub mod tegra;
@@ -23,6 +25,9 @@ pub fn under_root(root: &Path, abs: &str) -> PathBuf {
 pub struct Gpu {
     /// NVML UUID (`GPU-…`); `tegra` for a Jetson integrated GPU (NVIDIA's ID for it).
     pub uuid: String,
+    /// The UUID NVML knows the GPU by, for NVML health checks: the UUID for NVML GPUs, the
+    /// NVML UUID of a Jetson iGPU on JetPack 6+ (hybrid), `None` where NVML does not see it.
+    pub nvml_uuid: Option<String>,
     /// NVML index; `0` for a Jetson integrated GPU.
     pub index: u32,
     pub name: String,
@@ -32,15 +37,76 @@ pub struct Gpu {
     pub numa_node: Option<i64>,
     /// Minor number of `/dev/nvidia<minor>`.
     pub minor: Option<u32>,
+    /// MIG mode is enabled (NVML `nvmlDeviceGetMigMode` current = 1).
+    pub mig_enabled: bool,
+}
+
+/// One MIG device (a GPU instance + compute instance of a MIG-enabled GPU).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MigDevice {
+    /// NVML UUID, `MIG-…`.
+    pub uuid: String,
+    /// Position of the parent GPU in [`Discovered::gpus`].
+    pub parent: usize,
+    /// NVML index of the MIG device on its parent (`nvmlDeviceGetMigDeviceHandleByIndex`).
+    pub index: u32,
+    /// GPU instance and compute instance ids (name the `/dev/nvidia-caps` nodes).
+    pub gpu_instance: u32,
+    pub compute_instance: u32,
+    /// NVIDIA's profile name, e.g. `1g.10gb` (go-nvlib's naming).
+    pub profile: String,
+    pub memory_bytes: u64,
+    /// What the MIG device holds (`nvmlDeviceGetAttributes`), for GPU Feature Discovery's
+    /// MIG labels.
+    pub attributes: MigAttributes,
+}
+
+/// `nvmlDeviceGetAttributes` of a MIG device: slices, multiprocessors and shared engines.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MigAttributes {
+    pub gpu_instance_slices: u32,
+    pub compute_instance_slices: u32,
+    pub multiprocessors: u32,
+    pub copy_engines: u32,
+    pub decoders: u32,
+    pub encoders: u32,
+    pub jpeg_engines: u32,
+    pub ofa_engines: u32,
+}
+
+impl MigDevice {
+    /// The profile of the GPU instance the MIG device belongs to (`1c.3g.20gb` → `3g.20gb`):
+    /// dcgm-exporter's `GPU_I_PROFILE`, which names GPU instances, not compute instances.
+    pub fn gpu_instance_profile(&self) -> &str {
+        match self.profile.split_once("c.") {
+            Some((ci, rest)) if !ci.is_empty() && ci.bytes().all(|b| b.is_ascii_digit()) => rest,
+            _ => &self.profile,
+        }
+    }
+
+    /// NVIDIA's MIG index form `<gpu index>:<mig index>` (`--device-id-strategy index`).
+    pub fn nvidia_index(&self, parent: &Gpu) -> String {
+        format!("{}:{}", parent.index, self.index)
+    }
+}
+
+/// What NVML says about a Jetson iGPU (JetPack 6+).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NvmlIdentity {
+    /// `Orin (nvgpu)`, `NVIDIA Thor`.
+    pub name: String,
+    pub uuid: String,
 }
 
 /// Which kind of platform the GPUs belong to.
 #[derive(Debug, Clone)]
 pub enum Platform {
-    /// Jetson: one integrated GPU. `nvml` is set on JetPack 6+ where NVML names it `… (nvgpu)`.
+    /// Jetson: one integrated GPU. `nvml` is set on JetPack 6+ where NVML names it
+    /// (`… (nvgpu)`, `NVIDIA Thor`): hybrid discovery and health.
     Tegra {
         detection: TegraDetection,
-        nvml_name: Option<String>,
+        /// Boxed: the detection already makes this variant large.
+        nvml: Option<Box<NvmlIdentity>>,
     },
     /// Discrete GPUs through NVML.
     Nvml,
@@ -52,11 +118,9 @@ impl Platform {
     /// of its generation (`Orin`), else the name discovery gave it.
     pub fn model_name<'a>(&'a self, gpu: &'a Gpu) -> &'a str {
         match self {
-            Platform::Tegra {
-                detection,
-                nvml_name,
-            } => nvml_name
-                .as_deref()
+            Platform::Tegra { detection, nvml } => nvml
+                .as_ref()
+                .map(|n| n.name.as_str())
                 .or(detection.generation.and_then(|g| g.cuda.device_name))
                 .unwrap_or(&gpu.name),
             Platform::Nvml => &gpu.name,
@@ -68,8 +132,9 @@ impl Platform {
 pub struct Discovered {
     pub platform: Platform,
     pub gpus: Vec<Gpu>,
-    /// Kept loaded for health checks ([`Platform::Nvml`]), and on a Jetson whose GPU has no
-    /// sysfs `load` file (Thor, OpenRM) for its utilisation in the metrics.
+    /// MIG devices of MIG-enabled GPUs (only enumerated when a MIG strategy asks for them).
+    pub migs: Vec<MigDevice>,
+    /// Kept loaded for health checks and MIG re-enumeration (NVML GPUs, hybrid Jetsons).
     pub nvml: Option<Arc<::nvml_wrapper::Nvml>>,
 }
 
@@ -85,22 +150,29 @@ impl std::fmt::Debug for Discovered {
 
 impl Discovered {
     /// The Jetson's one integrated GPU, found by `detection` (and named by NVML on
-    /// JetPack 6+, where NVML sees it). NVML stays loaded only where sysfs cannot tell the
-    /// GPU's load (the generation has no `load` file): everything else comes from sysfs.
+    /// JetPack 6+, where NVML sees it; then NVML stays loaded for health and MIG).
     fn tegra(
         detection: TegraDetection,
-        nvml_name: Option<String>,
-        nvml: Option<::nvml_wrapper::Nvml>,
+        nvml: Option<(Arc<::nvml_wrapper::Nvml>, Gpu)>,
     ) -> Discovered {
-        let gpu = tegra_gpu(&detection, nvml_name.as_deref());
-        let sysfs_has_load = detection.generation.map_or(true, |g| g.sysfs.load_file);
+        let identity = nvml.as_ref().map(|(_, g)| NvmlIdentity {
+            name: g.name.clone(),
+            uuid: g.uuid.clone(),
+        });
+        let mut gpu = tegra_gpu(&detection, identity.as_ref());
+        if let Some((_, g)) = &nvml {
+            gpu.mig_enabled = g.mig_enabled;
+            gpu.pci_bus_id.clone_from(&g.pci_bus_id);
+            gpu.minor = g.minor;
+        }
         Discovered {
             platform: Platform::Tegra {
                 detection,
-                nvml_name,
+                nvml: identity.map(Box::new),
             },
             gpus: vec![gpu],
-            nvml: nvml.filter(|_| !sysfs_has_load).map(Arc::new),
+            migs: Vec::new(),
+            nvml: nvml.map(|(n, _)| n),
         }
     }
 
@@ -121,12 +193,13 @@ pub struct NoGpuError {
 }
 
 /// The Jetson GPU as one device: NVIDIA's ID `tegra` (index 0).
-fn tegra_gpu(detection: &TegraDetection, nvml_name: Option<&str>) -> Gpu {
+fn tegra_gpu(detection: &TegraDetection, nvml: Option<&NvmlIdentity>) -> Gpu {
     Gpu {
         uuid: "tegra".into(),
+        nvml_uuid: nvml.map(|n| n.uuid.clone()),
         index: 0,
-        name: nvml_name
-            .map(str::to_string)
+        name: nvml
+            .map(|n| n.name.clone())
             .or_else(|| {
                 detection
                     .generation
@@ -137,6 +210,7 @@ fn tegra_gpu(detection: &TegraDetection, nvml_name: Option<&str>) -> Gpu {
         pci_bus_id: None,
         numa_node: None,
         minor: None,
+        mig_enabled: false,
     }
 }
 
@@ -156,8 +230,13 @@ fn nvml_gpus(root: &Path) -> Result<(::nvml_wrapper::Nvml, Vec<Gpu>), String> {
     }
 }
 
-/// Runs discovery with `strategy`. Logs what was found and why.
-pub fn discover(root: &Path, strategy: DiscoveryStrategy) -> Result<Discovered, NoGpuError> {
+/// Runs discovery with `strategy`; with `with_mig` the MIG devices of MIG-enabled GPUs are
+/// enumerated too. Logs what was found and why.
+pub fn discover(
+    root: &Path,
+    strategy: DiscoveryStrategy,
+    with_mig: bool,
+) -> Result<Discovered, NoGpuError> {
     let no_gpu = |reason: String| NoGpuError {
         root: root.display().to_string(),
         reason,
@@ -166,24 +245,35 @@ pub fn discover(root: &Path, strategy: DiscoveryStrategy) -> Result<Discovered, 
         DiscoveryStrategy::Tegra => None,
         DiscoveryStrategy::Nvml | DiscoveryStrategy::Auto => match nvml_gpus(root) {
             Ok((nvml, gpus)) => {
-                if strategy == DiscoveryStrategy::Auto
+                let nvml = Arc::new(nvml);
+                let mut discovered = if strategy == DiscoveryStrategy::Auto
                     && gpus.iter().all(|g| is_integrated_nvml_name(&g.name))
                 {
-                    // JetPack 6+: NVML exists but sees the Jetson iGPU (`Orin (nvgpu)`,
-                    // `NVIDIA Thor`); serve it as Tegra (device nodes, sysfs health).
+                    // JetPack 6+: NVML sees the Jetson iGPU (`Orin (nvgpu)`, `NVIDIA Thor`)
+                    // but answers NotSupported for most queries: serve it as Tegra (device
+                    // nodes, sysfs health) with NVML's identity, and NVML health on top.
                     let detection = probe_tegra(root);
-                    tracing::info!(name = %gpus[0].name, "NVML reports an integrated GPU; treating it as the Tegra GPU");
-                    return Ok(Discovered::tegra(
-                        detection,
-                        Some(gpus[0].name.clone()),
-                        Some(nvml),
-                    ));
+                    tracing::info!(name = %gpus[0].name, uuid = %gpus[0].uuid, "NVML reports an integrated GPU; serving it as the Tegra GPU (identity from NVML, health from device nodes, sysfs and NVML)");
+                    Discovered::tegra(detection, Some((nvml, gpus[0].clone())))
+                } else {
+                    Discovered {
+                        platform: Platform::Nvml,
+                        gpus,
+                        migs: Vec::new(),
+                        nvml: Some(nvml),
+                    }
+                };
+                if with_mig {
+                    let nvml = discovered.nvml.clone().expect("NVML is loaded here");
+                    let uuids: Vec<Option<String>> = discovered
+                        .gpus
+                        .iter()
+                        .map(|g| g.nvml_uuid.clone())
+                        .collect();
+                    discovered.migs = nvml::mig_devices(&nvml, &discovered.gpus, &uuids)
+                        .map_err(|e| no_gpu(format!("MIG devices cannot be listed: {e:#}")))?;
                 }
-                return Ok(Discovered {
-                    platform: Platform::Nvml,
-                    gpus,
-                    nvml: Some(Arc::new(nvml)),
-                });
+                return Ok(discovered);
             }
             Err(reason) if strategy == DiscoveryStrategy::Nvml => return Err(no_gpu(reason)),
             Err(reason) => {
@@ -200,5 +290,27 @@ pub fn discover(root: &Path, strategy: DiscoveryStrategy) -> Result<Discovered, 
             Some(nvml) => format!("NVML: {nvml}. Tegra: no signal matched ({looked_for})"),
         }));
     }
-    Ok(Discovered::tegra(detection, None, None))
+    Ok(Discovered::tegra(detection, None))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_instance_profiles() {
+        let mig = |profile: &str| MigDevice {
+            uuid: "MIG-x".into(),
+            parent: 0,
+            index: 0,
+            gpu_instance: 1,
+            compute_instance: 0,
+            profile: profile.into(),
+            memory_bytes: 0,
+            attributes: MigAttributes::default(),
+        };
+        assert_eq!(mig("1g.10gb").gpu_instance_profile(), "1g.10gb");
+        assert_eq!(mig("1c.3g.20gb").gpu_instance_profile(), "3g.20gb");
+        assert_eq!(mig("7g.80gb").gpu_instance_profile(), "7g.80gb");
+    }
 }

@@ -10,29 +10,19 @@ use anyhow::Context;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 
-use super::{under_root, Gpu};
+use edgegpu_platform::host::DRIVER_LIB_DIRS;
+
+use super::{under_root, Gpu, MigAttributes, MigDevice};
+use crate::gpu::nvml_raw;
 
 /// The soname NVIDIA's tools open (the unversioned `libnvidia-ml.so` is only in -dev packages).
 const NVML_SONAME: &str = "libnvidia-ml.so.1";
-
-/// Library directories searched under a non-`/` root, in go-nvlib's order, plus the JetPack 6
-/// `nvidia/` directory and Yocto's `/usr/lib`.
-const ROOT_LIB_DIRS: &[&str] = &[
-    "/usr/lib64",
-    "/usr/lib/x86_64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu/nvidia",
-    "/usr/lib",
-    "/lib64",
-    "/lib/x86_64-linux-gnu",
-    "/lib/aarch64-linux-gnu",
-];
 
 /// Where to load NVML from: the root's lib dirs first (when root is not `/`), then the soname.
 fn candidates(root: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     if root != Path::new("/") {
-        for dir in ROOT_LIB_DIRS {
+        for dir in DRIVER_LIB_DIRS {
             let p = under_root(root, dir).join(NVML_SONAME);
             if p.exists() {
                 out.push(p);
@@ -118,12 +108,8 @@ fn describe_device(nvml: &Nvml, root: &Path, index: u32) -> anyhow::Result<Gpu> 
         Err(_) => pci_bus_id.as_deref().and_then(|b| numa_from_sysfs(root, b)),
     };
     let minor = device.minor_number().ok();
-    // MIG devices are not advertised; a MIG-enabled GPU is served whole (and said so).
-    if let Ok(mode) = device.mig_mode() {
-        if mode.current == 1 {
-            tracing::warn!(%uuid, "MIG is enabled on this GPU; MIG devices are not advertised, the whole GPU is");
-        }
-    }
+    // NotSupported (no MIG on this GPU) and older drivers without the symbol: MIG off.
+    let mig_enabled = device.mig_mode().is_ok_and(|m| m.current == 1);
     tracing::info!(
         index,
         %uuid,
@@ -131,9 +117,11 @@ fn describe_device(nvml: &Nvml, root: &Path, index: u32) -> anyhow::Result<Gpu> 
         memory_bytes = memory_bytes.unwrap_or(0),
         pci_bus_id = pci_bus_id.as_deref().unwrap_or("-"),
         numa_node = numa_node.unwrap_or(-1),
+        mig_enabled,
         "NVML GPU found"
     );
     Ok(Gpu {
+        nvml_uuid: Some(uuid.clone()),
         uuid,
         index,
         name,
@@ -141,12 +129,133 @@ fn describe_device(nvml: &Nvml, root: &Path, index: u32) -> anyhow::Result<Gpu> 
         pci_bus_id,
         numa_node,
         minor,
+        mig_enabled,
     })
+}
+
+/// The MIG devices of every MIG-enabled GPU among `gpus` (whose `mig_enabled` is current
+/// as of now: see [`mig_modes`]), in NVML order. `uuids` are the GPUs' NVML UUIDs.
+pub fn mig_devices(
+    nvml: &Nvml,
+    gpus: &[Gpu],
+    uuids: &[Option<String>],
+) -> anyhow::Result<Vec<MigDevice>> {
+    let mut out = Vec::new();
+    for (parent, gpu) in gpus.iter().enumerate() {
+        let Some(uuid) = &uuids[parent] else { continue };
+        if !gpu.mig_enabled {
+            continue;
+        }
+        let device = nvml
+            .device_by_uuid(uuid.as_str())
+            .with_context(|| format!("GPU {uuid}"))?;
+        let max = device
+            .mig_device_count()
+            .with_context(|| format!("nvmlDeviceGetMaxMigDeviceCount of {uuid}"))?;
+        for index in 0..max {
+            let mig = match device.mig_device_by_index(index) {
+                Ok(m) => m,
+                // Slots without a MIG device answer NotFound (go-nvlib skips them too).
+                Err(NvmlError::NotFound) => continue,
+                Err(e) => return Err(e).context(format!("MIG device {index} of {uuid}")),
+            };
+            let mig_uuid = mig.uuid().context("nvmlDeviceGetUUID of a MIG device")?;
+            let attrs = mig
+                .attributes()
+                .with_context(|| format!("nvmlDeviceGetAttributes of {mig_uuid}"))?;
+            let (gpu_instance, compute_instance) = nvml_raw::instance_ids(&mig)
+                .with_context(|| format!("instance ids of {mig_uuid}"))?;
+            let profile = mig_profile(
+                attrs.gpu_instance_slice_count,
+                attrs.compute_instance_slice_count,
+                attrs.memory_size_mb,
+                gpu.memory_bytes,
+            );
+            tracing::info!(parent = %uuid, %mig_uuid, index, gpu_instance, compute_instance, %profile, "MIG device found");
+            out.push(MigDevice {
+                uuid: mig_uuid,
+                parent,
+                index,
+                gpu_instance,
+                compute_instance,
+                profile,
+                memory_bytes: attrs.memory_size_mb * 1024 * 1024,
+                attributes: MigAttributes {
+                    gpu_instance_slices: attrs.gpu_instance_slice_count,
+                    compute_instance_slices: attrs.compute_instance_slice_count,
+                    multiprocessors: attrs.multiprocessor_count,
+                    copy_engines: attrs.shared_copy_engine_count,
+                    decoders: attrs.shared_decoder_count,
+                    encoders: attrs.shared_encoder_count,
+                    jpeg_engines: attrs.shared_jpeg_count,
+                    ofa_engines: attrs.shared_ofa_count,
+                },
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Current MIG mode of each GPU (`false` where NVML does not see it or has no MIG).
+pub fn mig_modes(nvml: &Nvml, uuids: &[Option<String>]) -> Vec<bool> {
+    uuids
+        .iter()
+        .map(|uuid| {
+            uuid.as_deref()
+                .and_then(|u| nvml.device_by_uuid(u).ok())
+                .and_then(|d| d.mig_mode().ok())
+                .is_some_and(|m| m.current == 1)
+        })
+        .collect()
+}
+
+/// NVIDIA's MIG profile name (go-nvlib `pkg/nvlib/device/mig_profile.go`): `<g>g.<mem>gb`,
+/// `<c>c.<g>g.<mem>gb` when the compute instance has fewer slices than its GPU instance.
+/// The memory is rounded as go-nvlib does (`getMigMemorySizeGB`): the MIG device's share of
+/// the GPU's memory rounded up to eighths, times the GPU's memory in whole GiB. Without the
+/// GPU's total (Jetson NVML answers NotSupported) the MIG memory is rounded up to GiB.
+pub fn mig_profile(
+    gi_slices: u32,
+    ci_slices: u32,
+    memory_mb: u64,
+    gpu_total: Option<u64>,
+) -> String {
+    const GIB: u64 = 1 << 30;
+    let gb = match gpu_total.filter(|t| *t > 0) {
+        Some(total) => {
+            let share = (memory_mb * (1 << 20)) as f64 / total as f64;
+            let share = (share * 8.0).ceil() / 8.0;
+            let total_gb = total.div_ceil(GIB) as f64;
+            (share * total_gb).round() as u64
+        }
+        None => (memory_mb * (1 << 20)).div_ceil(GIB),
+    };
+    if ci_slices != 0 && ci_slices != gi_slices {
+        format!("{ci_slices}c.{gi_slices}g.{gb}gb")
+    } else {
+        format!("{gi_slices}g.{gb}gb")
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mig_profiles_are_named_like_nvidia() {
+        // A100 40 GB (40960 MiB) and H100 80 GB (81559 MiB) profiles.
+        let a100 = Some(40960u64 << 20);
+        assert_eq!(mig_profile(1, 1, 4864, a100), "1g.5gb");
+        assert_eq!(mig_profile(3, 3, 19968, a100), "3g.20gb");
+        assert_eq!(mig_profile(7, 7, 40192, a100), "7g.40gb");
+        assert_eq!(mig_profile(3, 1, 19968, a100), "1c.3g.20gb");
+        let h100 = Some(81559u64 << 20);
+        assert_eq!(mig_profile(1, 1, 9856, h100), "1g.10gb");
+        assert_eq!(mig_profile(2, 2, 20096, h100), "2g.20gb");
+        assert_eq!(mig_profile(7, 7, 80896, h100), "7g.80gb");
+        // No total (Jetson): MiB rounded up to GiB.
+        assert_eq!(mig_profile(1, 1, 14336, None), "1g.14gb");
+    }
 
     #[test]
     fn bus_id_to_sysfs_name() {

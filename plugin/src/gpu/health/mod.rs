@@ -1,25 +1,29 @@
-//! Device health: one table of physical GPUs and their state, fed by a monitor per platform
-//! (`tegra`: device nodes and sysfs watched with inotify; `nvml`: XID events and lost GPUs).
-//! Every change republishes the full device list on the watch channel ListAndWatch streams.
+//! Device health: one table per served resource of its allocatable devices (whole GPUs or
+//! MIG devices, called *slots*) and their state, fed by monitors per platform (`tegra`:
+//! device nodes and sysfs watched with inotify; `nvml`: XID events, lost GPUs and MIG
+//! devices). A slot can be watched by several monitors (a JetPack 6+ Jetson by both): it is
+//! unhealthy while any of them says so. Every change republishes the full device list on the
+//! watch channel ListAndWatch streams.
 
 pub mod nvml;
 pub mod tegra;
 
-use std::sync::Mutex;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, Weak};
 
 use edgegpu_kubelet_api::v1beta1::{Device, NumaNode, TopologyInfo, HEALTHY, UNHEALTHY};
 use tokio::sync::watch;
 
-/// One advertised device ID (a GPU, or one time-slicing replica of it).
+/// One advertised device ID (a GPU or MIG device, or one time-slicing replica of it).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Advertised {
     pub id: String,
-    /// Index into the physical GPU list.
+    /// The slot (allocatable device) it belongs to: index into the table's slots.
     pub physical: usize,
     pub numa_node: Option<i64>,
 }
 
-/// One physical GPU's health now and how often it changed (for the plugin's metrics).
+/// One slot's health now and how often it changed (for the plugin's metrics).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct HealthCounts {
     pub healthy: bool,
@@ -29,22 +33,52 @@ pub struct HealthCounts {
     pub became_healthy: u64,
 }
 
-/// Health of the physical GPUs, published as the advertised device list.
+/// Per slot: the reason each monitor that currently objects gives.
+type SlotState = BTreeMap<&'static str, String>;
+
+/// Health of the slots of one resource, published as the advertised device list.
 pub struct HealthTable {
     resource: String,
     advertised: Vec<Advertised>,
-    /// `None` = healthy; `Some(reason)` = unhealthy because of `reason`.
-    state: Mutex<Vec<Option<String>>>,
-    /// Transition counts per physical GPU.
+    /// Empty = healthy; else unhealthy, by monitor name and reason.
+    state: Mutex<Vec<SlotState>>,
+    /// Transition counts per slot.
     counts: Mutex<Vec<HealthCounts>>,
-    /// Physical GPU IDs, for log lines.
+    /// Slot IDs, for log lines.
     names: Vec<String>,
     tx: watch::Sender<Vec<Device>>,
 }
 
+/// Where a monitor reports one watched device: a slot of a resource's table.
+#[derive(Clone)]
+pub struct Target {
+    pub table: Weak<HealthTable>,
+    pub slot: usize,
+}
+
+impl Target {
+    pub fn new(table: &Arc<HealthTable>, slot: usize) -> Self {
+        Target {
+            table: Arc::downgrade(table),
+            slot,
+        }
+    }
+
+    /// Reports to the slot; `false` once the table is gone (the resource was dropped).
+    pub fn report(&self, source: &'static str, outcome: Result<(), String>) -> bool {
+        match self.table.upgrade() {
+            Some(t) => {
+                t.report(self.slot, source, outcome);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
 impl HealthTable {
     pub fn new(resource: &str, physical_ids: Vec<String>, advertised: Vec<Advertised>) -> Self {
-        let state = vec![None; physical_ids.len()];
+        let state = vec![SlotState::new(); physical_ids.len()];
         let counts = vec![
             HealthCounts {
                 healthy: true,
@@ -64,12 +98,12 @@ impl HealthTable {
         }
     }
 
-    fn render(advertised: &[Advertised], state: &[Option<String>]) -> Vec<Device> {
+    fn render(advertised: &[Advertised], state: &[SlotState]) -> Vec<Device> {
         advertised
             .iter()
             .map(|a| Device {
                 id: a.id.clone(),
-                health: if state[a.physical].is_none() {
+                health: if state[a.physical].is_empty() {
                     HEALTHY
                 } else {
                     UNHEALTHY
@@ -90,40 +124,48 @@ impl HealthTable {
         &self.advertised
     }
 
-    /// The reason a GPU is unhealthy, if it is.
+    /// The reason a slot is unhealthy, if it is.
     pub fn unhealthy_reason(&self, physical: usize) -> Option<String> {
-        self.state.lock().unwrap()[physical].clone()
+        let state = self.state.lock().unwrap();
+        let reasons: Vec<&str> = state[physical].values().map(String::as_str).collect();
+        (!reasons.is_empty()).then(|| reasons.join("; "))
     }
 
-    /// Each physical GPU's health and transition counts.
+    /// Each slot's health and transition counts.
     pub fn counts(&self) -> Vec<HealthCounts> {
         self.counts.lock().unwrap().clone()
     }
 
-    /// Records the outcome of a check; logs and publishes only real transitions.
-    pub fn report(&self, physical: usize, outcome: Result<(), String>) {
+    /// Records the outcome of monitor `source`'s check of slot `physical`; logs and
+    /// publishes only real transitions.
+    pub fn report(&self, physical: usize, source: &'static str, outcome: Result<(), String>) {
         let mut state = self.state.lock().unwrap();
+        let slot = &mut state[physical];
+        let was_healthy = slot.is_empty();
+        let old = slot.get(source).cloned();
         let new = outcome.err();
-        if state[physical] == new {
+        if old == new {
             return;
         }
         let id = &self.names[physical];
-        match (&state[physical], &new) {
+        match (&old, &new) {
             (_, Some(reason)) => {
-                tracing::warn!(resource = %self.resource, device = %id, %reason, "'{}' device marked unhealthy: {id}: {reason}", self.resource)
+                tracing::warn!(resource = %self.resource, device = %id, %reason, source, "'{}' device marked unhealthy: {id}: {reason}", self.resource)
             }
             (Some(old), None) => {
-                tracing::info!(resource = %self.resource, device = %id, previous = %old, "'{}' device healthy again: {id} (was: {old})", self.resource)
+                tracing::info!(resource = %self.resource, device = %id, previous = %old, source, "'{}' device healthy again ({source}): {id} (was: {old})", self.resource)
             }
             (None, None) => {}
         }
-        // An unhealthy→unhealthy change of reason is logged but does not change the list.
-        let health_changed = state[physical].is_some() != new.is_some();
-        state[physical] = new;
-        if health_changed {
+        match new {
+            Some(reason) => slot.insert(source, reason),
+            None => slot.remove(source),
+        };
+        // A change of reason (or of which monitor objects) does not change the list.
+        if was_healthy != slot.is_empty() {
             let mut counts = self.counts.lock().unwrap();
             let c = &mut counts[physical];
-            c.healthy = state[physical].is_none();
+            c.healthy = slot.is_empty();
             if c.healthy {
                 c.became_healthy += 1;
             } else {

@@ -6,13 +6,11 @@
 //! readability changes without the file being replaced; such changes are seen on the next
 //! event in a watched directory. Device node removal/creation (devtmpfs) is always seen.
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-
 use futures_util::StreamExt;
 use inotify::{Inotify, WatchMask, Watches};
+use std::path::{Path, PathBuf};
 
-use super::HealthTable;
+use super::Target;
 use edgegpu_platform::Generation;
 
 use crate::gpu::sysfs::GpuSysfs;
@@ -27,9 +25,10 @@ pub struct TegraHealthSpec {
 
 impl TegraHealthSpec {
     /// What to check on this host: the generation's required nodes (none when it is
-    /// unknown: sysfs only) and the GPU's sysfs files found under `root`.
-    pub fn for_host(root: &Path, generation: Option<&Generation>) -> Self {
-        let found = GpuSysfs::find(root, generation);
+    /// unknown: sysfs only) and the GPU's sysfs files found under `root`; `l4t_major` is the
+    /// running L4T release, when known.
+    pub fn for_host(root: &Path, generation: Option<&Generation>, l4t_major: Option<u32>) -> Self {
+        let found = GpuSysfs::find(root, generation, l4t_major);
         let sysfs_files: Vec<String> = found.load.iter().cloned().chain(found.cur_freq()).collect();
         if sysfs_files.is_empty() {
             tracing::warn!("GPU sysfs load/frequency files not found under {}; health checks only cover device nodes", root.display());
@@ -114,14 +113,12 @@ fn watch_all(watches: &mut Watches, dirs: &[PathBuf], unwatched: &mut Vec<PathBu
     }
 }
 
-/// Checks now, then re-checks on every inotify event until the table is dropped.
-/// `physical` is the GPU's index in the table.
-pub fn spawn(
-    root: PathBuf,
-    spec: TegraHealthSpec,
-    table: &Arc<HealthTable>,
-    physical: usize,
-) -> anyhow::Result<()> {
+/// Monitor name in health reasons.
+const SOURCE: &str = "tegra";
+
+/// Checks now, then re-checks on every inotify event until every target's table is dropped.
+/// `targets` are the slots the Jetson GPU backs (one, or its MIG devices on Thor).
+pub fn spawn(root: PathBuf, spec: TegraHealthSpec, targets: Vec<Target>) -> anyhow::Result<()> {
     let inotify = Inotify::init()?;
     let mut unwatched = Vec::new();
     watch_all(
@@ -130,9 +127,11 @@ pub fn spawn(
         &mut unwatched,
     );
     // The first check comes after the watches exist, so no change can fall in between.
-    table.report(physical, spec.check(&root));
+    let first = spec.check(&root);
+    for t in &targets {
+        t.report(SOURCE, first.clone());
+    }
     let mut stream = inotify.into_event_stream([0u8; 4096])?;
-    let weak = Arc::downgrade(table);
     tracing::info!(nodes = ?spec.required_nodes, sysfs = ?spec.sysfs_files, "Tegra health checks started (inotify)");
     tokio::spawn(async move {
         while let Some(event) = stream.next().await {
@@ -140,14 +139,20 @@ pub fn spawn(
                 tracing::warn!("inotify error in Tegra health watch: {e}; health checks stopped");
                 break;
             }
-            let Some(table) = weak.upgrade() else { break };
             // Directories may have appeared or gone: (re-)add watches before checking.
             watch_all(
                 &mut stream.watches(),
                 &spec.watch_dirs(&root),
                 &mut unwatched,
             );
-            table.report(physical, spec.check(&root));
+            let outcome = spec.check(&root);
+            let mut alive = false;
+            for t in &targets {
+                alive |= t.report(SOURCE, outcome.clone());
+            }
+            if !alive {
+                break;
+            }
         }
     });
     Ok(())

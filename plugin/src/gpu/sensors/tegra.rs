@@ -10,7 +10,10 @@
 //! | EMC clock and load | `platform::host::EMC_CLOCK_FILES`, `EMC_ACTIVITY_FILES`; load = activity / clock in kHz | jetson_stats `jtop/core/memory.py` |
 //! | shared memory | `/proc/meminfo` `NvMapMemUsed`, `MemTotal` | L4T nvmap driver |
 //!
-//! Where sysfs has no answer and NVML is loaded (Thor: no `load` file), NVML's is used.
+//! Where NVML is loaded (a hybrid Jetson, JetPack 6+) it is asked what the platform table
+//! says the running L4T release's NVML answers (Thor's utilisation; nothing but identity on
+//! Orin's r36 and r39; everything when the release is not in the table): its answers are
+//! taken, sysfs gives the rest.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -21,6 +24,7 @@ use edgegpu_platform::host::{
 use edgegpu_platform::{Generation, GENERATIONS};
 use nvml_wrapper::Nvml;
 
+use super::nvml::Queries;
 use super::{RailReading, Reading};
 use crate::gpu::discovery::TegraDetection;
 use crate::gpu::sysfs::GpuSysfs;
@@ -52,8 +56,10 @@ pub struct TegraSensors {
     emc_activity: Option<PathBuf>,
     emc_clock: Option<PathBuf>,
     meminfo: PathBuf,
-    /// NVML, where it stays loaded (see discovery); the Jetson's GPU is its device 0.
+    /// NVML, where it stays loaded (a hybrid Jetson); the Jetson's GPU is its device 0.
     nvml: Option<Arc<Nvml>>,
+    /// What to ask NVML (what this release's NVML answers).
+    nvml_queries: Queries,
 }
 
 impl std::fmt::Debug for TegraSensors {
@@ -67,6 +73,7 @@ impl std::fmt::Debug for TegraSensors {
             .field("emc_activity", &self.emc_activity)
             .field("emc_clock", &self.emc_clock)
             .field("nvml", &self.nvml.is_some())
+            .field("nvml_queries", &self.nvml_queries)
             .finish()
     }
 }
@@ -196,7 +203,31 @@ impl TegraSensors {
     /// Locates every sensor file of the Jetson `detection` describes, under `root`.
     pub fn locate(root: &Path, detection: &TegraDetection, nvml: Option<Arc<Nvml>>) -> Self {
         let generation = detection.generation;
-        let sysfs = GpuSysfs::find(root, generation);
+        let l4t_major = detection
+            .l4t
+            .as_deref()
+            .and_then(edgegpu_platform::host::l4t_major);
+        let sysfs = GpuSysfs::find(root, generation, l4t_major);
+        let nvml_queries = match generation.zip(l4t_major) {
+            Some((g, l4t)) => match g.nvml_answers(l4t) {
+                Some(a) => Queries {
+                    utilization: a.utilization,
+                    clocks: a.clocks,
+                    temperature: a.temperature,
+                    power: a.power,
+                    framebuffer: false,
+                },
+                // The table knows no NVML on this release: whatever is loaded answers.
+                None => Queries {
+                    framebuffer: false,
+                    ..Queries::ALL
+                },
+            },
+            None => Queries {
+                framebuffer: false,
+                ..Queries::ALL
+            },
+        };
         // Zone names and rail drivers: the generation's, or every generation's when unknown.
         let zone_names: Vec<&str> = match generation {
             Some(g) => g.thermal_zones.to_vec(),
@@ -221,6 +252,7 @@ impl TegraSensors {
             emc_clock: first_existing(root, EMC_CLOCK_FILES),
             meminfo: under_root(root, MEMINFO),
             nvml,
+            nvml_queries,
         };
         tracing::info!(sensors = ?sensors, "Jetson GPU sensors located");
         sensors
@@ -282,13 +314,14 @@ impl TegraSensors {
                 .and_then(|m| meminfo_bytes(m, "MemTotal")),
         };
         if let Some(nvml) = &self.nvml {
-            let from_nvml = super::nvml::read_device(nvml.device_by_index(0), false);
+            // NVML's answer where the release's NVML gives one; sysfs for the rest.
+            let from_nvml = super::nvml::read_device(nvml.device_by_index(0), self.nvml_queries);
             let r = &mut reading;
-            r.utilization_percent = r.utilization_percent.or(from_nvml.utilization_percent);
-            r.sm_clock_mhz = r.sm_clock_mhz.or(from_nvml.sm_clock_mhz);
-            r.memory_clock_mhz = r.memory_clock_mhz.or(from_nvml.memory_clock_mhz);
-            r.temperature_celsius = r.temperature_celsius.or(from_nvml.temperature_celsius);
-            r.power_watts = r.power_watts.or(from_nvml.power_watts);
+            r.utilization_percent = from_nvml.utilization_percent.or(r.utilization_percent);
+            r.sm_clock_mhz = from_nvml.sm_clock_mhz.or(r.sm_clock_mhz);
+            r.memory_clock_mhz = from_nvml.memory_clock_mhz.or(r.memory_clock_mhz);
+            r.temperature_celsius = from_nvml.temperature_celsius.or(r.temperature_celsius);
+            r.power_watts = from_nvml.power_watts.or(r.power_watts);
         }
         reading
     }

@@ -25,6 +25,9 @@ SRC_URI = "git://github.com/edgegpu/edgegpu.git;protocol=https;branch=main;dests
            file://edgegpu-node-setup.default \
            file://edgegpu-device-plugin.service \
            file://edgegpu-device-plugin.default \
+           file://edgegpu-cdi-refresh.service \
+           file://edgegpu-cdi-refresh.path \
+           file://edgegpu-cdi.default \
            "
 SRCREV = "5357d96f8c64cf2e1b003f77cdcb3f98d696854e"
 
@@ -83,6 +86,9 @@ do_install:append:class-target() {
     install -m 0644 ${EDGEGPU_UNPACKDIR}/edgegpu-device-plugin.service ${D}${systemd_system_unitdir}/
     install -m 0644 ${EDGEGPU_UNPACKDIR}/edgegpu-node-setup.default ${D}${sysconfdir}/default/edgegpu-node-setup
     install -m 0644 ${EDGEGPU_UNPACKDIR}/edgegpu-device-plugin.default ${D}${sysconfdir}/default/edgegpu-device-plugin
+    install -m 0644 ${EDGEGPU_UNPACKDIR}/edgegpu-cdi-refresh.service ${D}${systemd_system_unitdir}/
+    install -m 0644 ${EDGEGPU_UNPACKDIR}/edgegpu-cdi-refresh.path ${D}${systemd_system_unitdir}/
+    install -m 0644 ${EDGEGPU_UNPACKDIR}/edgegpu-cdi.default ${D}${sysconfdir}/default/edgegpu-cdi
 
     # Kubernetes objects: Job manifests only with devicequery-job, all others with
     # k3s-manifests. Prefixed with "edgegpu-" so they cannot replace a k3s-owned file.
@@ -105,7 +111,7 @@ do_install:append:class-target() {
 
 # One package per program. ${PN} itself stays empty (and is not created); use
 # packagegroup-edgegpu or name the packages below.
-PACKAGES =+ "edgegpu-device-plugin edgegpu-device-plugin-host edgegpu-node-setup devicequery edgegpu-k3s-manifests"
+PACKAGES =+ "edgegpu-device-plugin edgegpu-device-plugin-host edgegpu-node-setup edgegpu-cdi devicequery edgegpu-k3s-manifests"
 
 FILES:edgegpu-device-plugin += "${bindir}/edgegpu-device-plugin"
 # Host mode: the plugin as a systemd service instead of the Kubernetes DaemonSet. Opt-in by
@@ -115,23 +121,32 @@ FILES:edgegpu-device-plugin-host += "${systemd_system_unitdir}/edgegpu-device-pl
 FILES:edgegpu-node-setup += "${bindir}/edgegpu-node-setup \
                              ${systemd_system_unitdir}/edgegpu-node-setup.service \
                              ${sysconfdir}/default/edgegpu-node-setup"
+# The CDI spec of the GPUs, refreshed at boot and when the driver or L4T's container lists
+# change (edgegpu-node-setup cdi generate), for runtimes in CDI mode.
+FILES:edgegpu-cdi += "${systemd_system_unitdir}/edgegpu-cdi-refresh.service \
+                      ${systemd_system_unitdir}/edgegpu-cdi-refresh.path \
+                      ${sysconfdir}/default/edgegpu-cdi"
 FILES:devicequery += "${bindir}/devicequery"
 FILES:edgegpu-k3s-manifests += "${EDGEGPU_K3S_MANIFESTS_DIR}"
 
 CONFFILES:edgegpu-device-plugin-host = "${sysconfdir}/default/edgegpu-device-plugin"
 CONFFILES:edgegpu-node-setup = "${sysconfdir}/default/edgegpu-node-setup"
+CONFFILES:edgegpu-cdi = "${sysconfdir}/default/edgegpu-cdi"
 
 # Empty when PACKAGECONFIG has neither manifest option, so that packagegroup-edgegpu can
 # always depend on it.
 ALLOW_EMPTY:edgegpu-k3s-manifests = "1"
 
 RDEPENDS:edgegpu-device-plugin-host = "edgegpu-device-plugin"
+RDEPENDS:edgegpu-cdi = "edgegpu-node-setup"
 
-SYSTEMD_PACKAGES = "edgegpu-node-setup edgegpu-device-plugin-host"
+SYSTEMD_PACKAGES = "edgegpu-node-setup edgegpu-device-plugin-host edgegpu-cdi"
 SYSTEMD_SERVICE:edgegpu-node-setup = "edgegpu-node-setup.service"
 SYSTEMD_SERVICE:edgegpu-device-plugin-host = "edgegpu-device-plugin.service"
 SYSTEMD_AUTO_ENABLE:edgegpu-node-setup = "enable"
 SYSTEMD_AUTO_ENABLE:edgegpu-device-plugin-host = "enable"
+SYSTEMD_SERVICE:edgegpu-cdi = "edgegpu-cdi-refresh.service edgegpu-cdi-refresh.path"
+SYSTEMD_AUTO_ENABLE:edgegpu-cdi = "enable"
 
 # edgegpu-native provides edgegpu-node-setup for edgegpu_node_setup_rootfs.bbclass, which runs
 # it against the image root inside do_rootfs.

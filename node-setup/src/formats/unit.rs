@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::Edit;
 use crate::error::{Result, SetupError};
 
 /// One `Key=Value` assignment, possibly spread over continuation lines.
@@ -150,35 +151,20 @@ impl UnitFile {
         out
     }
 
-    /// Values of `key` in `section`, in file order.
-    pub fn values<'a>(&'a self, section: &'a str, key: &'a str) -> impl Iterator<Item = &'a str> {
-        self.assignments
-            .iter()
-            .filter(move |a| a.section == section && a.key == key)
-            .map(|a| a.value.as_str())
-    }
-
-    /// The effective `ExecStart=` of `[Service]` (an empty assignment resets the list).
+    /// The effective `ExecStart=` of `[Service]` in this file alone.
     pub fn exec_start(&self) -> Result<&Assignment> {
-        let mut effective: Vec<&Assignment> = Vec::new();
-        for a in self
+        let found = self
             .assignments
             .iter()
             .filter(|a| a.section == "Service" && a.key == "ExecStart")
-        {
-            if a.value.trim().is_empty() {
-                effective.clear();
-            } else {
-                effective.push(a);
-            }
-        }
-        match effective.as_slice() {
-            [one] => Ok(one),
-            [] => Err(SetupError::invalid(
+            .map(|a| ((), a));
+        match exec_start_of(found) {
+            Ok(((), one)) => Ok(one),
+            Err(None) => Err(SetupError::invalid(
                 &self.file,
                 "no ExecStart= in [Service]",
             )),
-            [_, second, ..] => Err(SetupError::Malformed {
+            Err(Some(((), second))) => Err(SetupError::Malformed {
                 file: self.file.clone(),
                 line: second.line + 1,
                 column: 1,
@@ -201,16 +187,13 @@ impl UnitFile {
             }
         })?;
         if let Some(first) = words.first_mut() {
-            first.text = first
-                .text
-                .trim_start_matches(['-', '@', ':', '+', '!'])
-                .to_string();
+            first.text = strip_exec_prefixes(&first.text);
         }
         Ok(words)
     }
 
     /// 1-based (line, column) of byte `offset` inside the value of `a`.
-    fn position(&self, a: &Assignment, offset: usize) -> (usize, usize) {
+    pub fn position(&self, a: &Assignment, offset: usize) -> (usize, usize) {
         let mut value_pos = 0;
         for (idx, &(line, col, len)) in a.pieces.iter().enumerate() {
             if idx > 0 {
@@ -223,6 +206,37 @@ impl UnitFile {
         }
         (a.line + 1, 1)
     }
+}
+
+/// The `ExecStart=` systemd runs among `ExecStart=` assignments in the order they apply
+/// (across a unit and its drop-ins, each tagged with where it is): an empty one clears
+/// the list, and a service that is not `Type=oneshot` has exactly one. `Err(None)`: there
+/// is none; `Err(Some(second))`: a second one without a reset (systemd refuses the unit).
+pub fn exec_start_of<'a, T>(
+    assignments: impl IntoIterator<Item = (T, &'a Assignment)>,
+) -> std::result::Result<(T, &'a Assignment), Option<(T, &'a Assignment)>> {
+    let mut effective = Vec::new();
+    for (at, a) in assignments {
+        if a.value.trim().is_empty() {
+            effective.clear();
+        } else {
+            effective.push((at, a));
+        }
+    }
+    let mut effective = effective.into_iter();
+    match (effective.next(), effective.next()) {
+        (Some(one), None) => Ok(one),
+        (None, _) => Err(None),
+        (Some(_), second) => Err(second),
+    }
+}
+
+/// The program of an `Exec*=` line without the `-@:+!` prefixes that change how systemd
+/// runs it (systemd.service(5)).
+pub fn strip_exec_prefixes(program: &str) -> String {
+    program
+        .trim_start_matches(['-', '@', ':', '+', '!'])
+        .to_string()
 }
 
 /// Splits the trailing backslash continuation off a physical line.
@@ -304,12 +318,12 @@ pub fn k3s_subcommand(words: &[Word]) -> Option<usize> {
 
 /// Returns the unit text with `--docker` added after the k3s subcommand, keeping the
 /// layout: the installer's one-argument-per-line form gets a new `<TAB>'--docker' \` line,
-/// a single-line ExecStart gets ` --docker` after the subcommand. `Ok(None)` when the
+/// a single-line ExecStart gets ` --docker` after the subcommand. No change when the
 /// flag is already there.
-pub fn add_k3s_docker_flag(unit: &UnitFile) -> Result<Option<String>> {
+pub fn add_k3s_docker_flag(unit: &UnitFile) -> Result<Edit> {
     let words = unit.exec_start_words()?;
     if k3s_uses_docker(&words) {
-        return Ok(None);
+        return Ok(Edit::unchanged());
     }
     if let Some(w) = words.iter().find(|w| w.text.starts_with("--docker=")) {
         return Err(SetupError::invalid(
@@ -373,5 +387,8 @@ pub fn add_k3s_docker_flag(unit: &UnitFile) -> Result<Option<String>> {
             "could not add --docker without changing the rest of ExecStart= (unusual layout); edit it by hand",
         ));
     }
-    Ok(Some(text))
+    Ok(Edit {
+        new: Some(text),
+        notes: Vec::new(),
+    })
 }

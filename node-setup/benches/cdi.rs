@@ -1,0 +1,77 @@
+//! `cargo bench -p edgegpu-node-setup --bench cdi`: time of `cdi generate` (read the inputs,
+//! build, validate and serialise the spec) per simulated platform, and of writing it
+//! atomically. Prints figures.
+
+use std::time::{Duration, Instant};
+
+use edgegpu_node_setup::cdi;
+use edgegpu_node_setup::host::HostRoot;
+use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
+
+const ROUNDS: usize = 200;
+
+fn report(what: &str, mut samples: Vec<Duration>) {
+    samples.sort();
+    let pct = |p: f64| samples[((samples.len() as f64 - 1.0) * p).round() as usize];
+    println!(
+        "{what:<44} n={:<4} min {:>9.3?}  p50 {:>9.3?}  p99 {:>9.3?}",
+        samples.len(),
+        samples[0],
+        pct(0.5),
+        pct(0.99)
+    );
+}
+
+fn bench(what: &str, host: &FakeHost) {
+    let root = HostRoot::new(host.root());
+    let mut generate = Vec::new();
+    let mut yaml = Vec::new();
+    let mut devices = 0;
+    for _ in 0..ROUNDS {
+        let t = Instant::now();
+        let g = cdi::generate(&root).expect("generate");
+        generate.push(t.elapsed());
+        let t = Instant::now();
+        std::hint::black_box(g.spec.to_yaml());
+        yaml.push(t.elapsed());
+        devices = g.spec.devices.len();
+    }
+    report(&format!("generate {what} ({devices} devices)"), generate);
+    report(&format!("  yaml {what}"), yaml);
+    // The whole command, atomic write (fsync) included.
+    let mut write = Vec::new();
+    let out = host.path("/var/run/cdi/bench.yaml");
+    for i in 0..20 {
+        // A changed file each time, so every round writes.
+        let _ = std::fs::remove_file(&out);
+        let t = Instant::now();
+        let mut sink = Vec::new();
+        cdi::run(&root, Some(&out), None, &mut sink).expect("run");
+        write.push(t.elapsed());
+        std::hint::black_box((i, sink));
+    }
+    report(&format!("  cdi generate + atomic write {what}"), write);
+}
+
+fn main() {
+    for board in Board::ALL {
+        let host = FakeHost::jetson_with_nvml(board);
+        host.write("/usr/bin/nvidia-cdi-hook", "#!/bin/sh\n");
+        bench(board.name(), &host);
+    }
+    let gpus = FakeGpu::two_on_two_numa_nodes();
+    bench("dgpu", &FakeHost::discrete(&gpus));
+    let h100 = FakeGpu::two_h100();
+    let host = FakeHost::discrete(&h100);
+    host.set_mig(
+        &h100,
+        &[0, 1],
+        &[
+            FakeMig::h100(0, 1, "3g.40gb"),
+            FakeMig::h100(0, 5, "1g.10gb"),
+            FakeMig::h100(0, 6, "1g.10gb"),
+            FakeMig::h100(1, 0, "7g.80gb"),
+        ],
+    );
+    bench("mig", &host);
+}

@@ -1,0 +1,218 @@
+//! The system containerd's effective configuration: its config file (containerd's
+//! `--config`/`-c` in containerd.service, else /etc/containerd/config.toml) and the files
+//! it `imports` (globs, relative to the importing file's directory, loaded after it;
+//! containerd services/server/config/config.go). Before containerd 2.1 an imported file's
+//! plugin table replaces the same plugin's table read earlier, so the last file that has
+//! the CRI plugin decides every CRI setting, the runtimes and the default included.
+
+use std::path::Path;
+
+use super::systemd::Unit;
+use super::{Source, Sourced};
+use crate::error::Result;
+use crate::formats::containerd::{describe, DefaultRuntime, Description, Flavor};
+use crate::host::HostRoot;
+
+pub const DEFAULT_CONFIG: &str = "/etc/containerd/config.toml";
+
+/// One file containerd loads.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// Host path.
+    pub path: String,
+    pub text: Option<String>,
+    pub description: Description,
+}
+
+#[derive(Debug, Clone)]
+pub struct Containerd {
+    /// The main config file and why that one.
+    pub config: Sourced<String>,
+    /// The main file, then the imported ones in load order.
+    pub files: Vec<Loaded>,
+}
+
+impl Containerd {
+    /// Reads the config of the system containerd (`unit`: containerd.service, for a
+    /// `--config` flag).
+    pub fn read(host: &HostRoot, unit: Option<&Unit>) -> Result<Containerd> {
+        let mut config = Sourced::new(
+            DEFAULT_CONFIG.to_string(),
+            Source::default(format!("containerd's default config {DEFAULT_CONFIG}")),
+        );
+        if let Some(u) = unit {
+            let args = u.command_line(&u.environment(host)?)?;
+            let mut words = args.iter().skip(1);
+            while let Some(a) = words.next() {
+                let value = match a.text.as_str() {
+                    "--config" | "-c" => words.next().map(|v| v.text.clone()),
+                    t => t.strip_prefix("--config=").map(String::from),
+                };
+                if let Some(v) = value {
+                    config = Sourced::new(
+                        v,
+                        Source::Flag {
+                            file: a.file.clone(),
+                            line: a.line,
+                            flag: "--config".into(),
+                        },
+                    );
+                }
+            }
+        }
+        Ok(Containerd {
+            files: load_with_imports(host, &config.value, Flavor::System)?,
+            config,
+        })
+    }
+
+    /// The file whose CRI plugin table containerd uses: the last one that has it, else
+    /// the main file.
+    pub fn cri_owner(&self) -> &Loaded {
+        self.files
+            .iter()
+            .rev()
+            .find(|f| f.description.cri_table.is_some())
+            .unwrap_or(&self.files[0])
+    }
+}
+
+/// The default runtime and the binary of runtime `name` after loading `files` in order,
+/// starting from `start` (what came before them; `None`: containerd's own defaults).
+/// A file with the CRI plugin table decides both; one that leaves either unset counts as
+/// resetting it, as containerd before 2.1 does (an imported plugin table replaces the
+/// earlier one; 2.1 merges them, so this is the outcome to plan for).
+pub fn effective_cri(
+    files: &[Loaded],
+    name: &str,
+    start: Option<(Sourced<String>, Sourced<Option<String>>)>,
+) -> (Sourced<String>, Sourced<Option<String>>) {
+    let mut before_any = start.is_none();
+    let (mut default, mut binary) = start.unwrap_or_else(|| {
+        (
+            Sourced::new(
+                "runc".into(),
+                Source::default("containerd's default (no file sets default_runtime_name)"),
+            ),
+            Sourced::new(
+                None,
+                Source::default(format!("no containerd file declares runtime '{name}'")),
+            ),
+        )
+    });
+    for f in files {
+        let Some(cri_line) = f.description.cri_table else {
+            continue;
+        };
+        let replaced = Source::Replaced {
+            file: f.path.clone(),
+            line: cri_line,
+        };
+        default = match (&f.description.default, before_any) {
+            (DefaultRuntime::Unset, false) => Sourced::new("runc".into(), replaced.clone()),
+            _ => default_of(f),
+        };
+        binary = match (f.description.runtimes.get(name), before_any) {
+            (Some(d), _) => Sourced::new(
+                Some(d.binary.clone().unwrap_or_else(|| "(no BinaryName)".into())),
+                Source::file(&f.path, d.line),
+            ),
+            (None, true) => Sourced::new(
+                None,
+                Source::default(format!("{} declares no runtime '{name}'", f.path)),
+            ),
+            (None, false) => Sourced::new(None, replaced),
+        };
+        before_any = false;
+    }
+    (default, binary)
+}
+
+/// The default runtime one file decides (containerd's default `runc` when it says none).
+fn default_of(f: &Loaded) -> Sourced<String> {
+    match &f.description.default {
+        DefaultRuntime::Literal { name, line } => {
+            Sourced::new(name.clone(), Source::file(&f.path, *line))
+        }
+        DefaultRuntime::Unknown { line, text } => {
+            Sourced::new(format!("(set by {text})"), Source::file(&f.path, *line))
+        }
+        DefaultRuntime::FromK3sSetting { line } => Sourced::new(
+            "(k3s's default-runtime setting)".into(),
+            Source::file(&f.path, *line),
+        ),
+        DefaultRuntime::Unset => Sourced::new(
+            "runc".into(),
+            Source::default(format!(
+                "containerd's default (nothing sets default_runtime_name in {})",
+                f.path
+            )),
+        ),
+    }
+}
+
+/// Loads `main` and, breadth-first, the files it imports (each file once).
+pub fn load_with_imports(host: &HostRoot, main: &str, flavor: Flavor) -> Result<Vec<Loaded>> {
+    let mut files: Vec<Loaded> = Vec::new();
+    let mut pending = vec![main.to_string()];
+    while !pending.is_empty() {
+        let path = pending.remove(0);
+        if files.iter().any(|f| f.path == path) {
+            continue;
+        }
+        let text = host.read(&path)?;
+        let file_flavor = if files.is_empty() {
+            flavor
+        } else {
+            Flavor::System
+        };
+        let description = describe(Path::new(&path), text.as_deref(), file_flavor)?;
+        let dir = path.rsplit_once('/').map_or("/", |(d, _)| d).to_string();
+        for pattern in &description.imports {
+            let absolute = if pattern.starts_with('/') {
+                pattern.clone()
+            } else {
+                format!("{dir}/{pattern}")
+            };
+            pending.extend(glob(host, &absolute)?);
+        }
+        files.push(Loaded {
+            path,
+            text,
+            description,
+        });
+    }
+    Ok(files)
+}
+
+/// Files matching `pattern` (wildcards `*` and `?` in the last component), sorted.
+fn glob(host: &HostRoot, pattern: &str) -> Result<Vec<String>> {
+    let (dir, name) = pattern.rsplit_once('/').unwrap_or(("", pattern));
+    if !name.contains(['*', '?']) {
+        return Ok(if host.exists(pattern) {
+            vec![pattern.to_string()]
+        } else {
+            Vec::new()
+        });
+    }
+    Ok(host
+        .list_dir(dir, "")?
+        .into_iter()
+        .filter(|p| wildcard(name, p.rsplit('/').next().unwrap_or("")))
+        .collect())
+}
+
+/// `*` and `?` matching of one file name.
+fn wildcard(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    fn go(p: &[char], n: &[char]) -> bool {
+        match (p.first(), n.first()) {
+            (None, None) => true,
+            (Some('*'), _) => go(&p[1..], n) || (!n.is_empty() && go(p, &n[1..])),
+            (Some('?'), Some(_)) => go(&p[1..], &n[1..]),
+            (Some(a), Some(b)) if a == b => go(&p[1..], &n[1..]),
+            _ => false,
+        }
+    }
+    go(&p, &n)
+}

@@ -1,0 +1,112 @@
+//! One run at a time per host: `apply` and `revert` hold an exclusive `flock(2)` on a
+//! lock file in the state directory while they plan and write. A run that finds the lock
+//! taken says so and waits. `revert` removes the lock file with the rest of the state
+//! (while holding it); a run that was waiting on the removed file notices that the path
+//! now names another file (or none) and locks again.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+
+use crate::error::{Result, SetupError};
+use crate::fsops;
+use crate::host::HostRoot;
+use crate::state;
+
+pub const LOCK: &str = "/var/lib/edgegpu/node-setup/lock";
+
+/// The held lock; released when dropped (or when the process dies).
+pub struct RunLock {
+    file: Flock<File>,
+    path: PathBuf,
+    /// Directories created to hold the lock file (outermost first), host-absolute.
+    pub created_dirs: Vec<String>,
+}
+
+impl RunLock {
+    /// Takes the lock, creating the state directory when needed. When another run holds
+    /// it, `waiting` is told once (with that run's pid when known) and the call blocks.
+    pub fn acquire(host: &HostRoot, waiting: &mut dyn FnMut(String)) -> Result<RunLock> {
+        let path = host.path(LOCK);
+        let dir = host.path(state::STATE_DIR);
+        let io_err =
+            |what: &str, e: io::Error| SetupError::io(format!("{what} {}", path.display()), e);
+        let created =
+            fsops::create_dirs(&dir).map_err(|e| io_err("creating the directory of", e))?;
+        let created_dirs = created
+            .iter()
+            .filter_map(|d| d.strip_prefix(host.root()).ok())
+            .map(|p| format!("/{}", p.display()))
+            .collect();
+        let mut told = false;
+        loop {
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .map_err(|e| io_err("opening", e))?;
+            let file = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                Ok(locked) => locked,
+                Err((file, Errno::EWOULDBLOCK)) => {
+                    if !told {
+                        told = true;
+                        waiting(format!(
+                            "waiting for another edgegpu-node-setup run to finish (it holds the lock {})",
+                            path.display()
+                        ));
+                    }
+                    Flock::lock(file, FlockArg::LockExclusive)
+                        .map_err(|(_, e)| io_err("locking", e.into()))?
+                }
+                Err((_, e)) => return Err(io_err("locking", e.into())),
+            };
+            // The file we locked must still be the one at the path (a revert may have
+            // removed it while we waited).
+            let ours = file.metadata().map_err(|e| io_err("inspecting", e))?;
+            match std::fs::metadata(&path) {
+                Ok(now) if now.dev() == ours.dev() && now.ino() == ours.ino() => {
+                    // Nothing is written into the file: a run that changes nothing
+                    // (a refused revert) leaves every file as it was.
+                    return Ok(RunLock {
+                        file,
+                        path,
+                        created_dirs,
+                    });
+                }
+                _ => continue,
+            }
+        }
+    }
+
+    /// After a run that wrote nothing: on a host that has no manifest (nothing applied),
+    /// removes the lock file and the directories made for it, so that a refused or
+    /// idle run leaves the tree as it found it. Best effort: what cannot be removed is
+    /// logged and left for the next run.
+    pub fn release_unused(self, host: &HostRoot) {
+        if host.exists(state::MANIFEST) {
+            return;
+        }
+        if let Err(e) = self.remove_file() {
+            tracing::warn!(error = %e, "could not remove the lock file");
+        }
+        for d in self.created_dirs.iter().rev() {
+            if let Err(e) = fsops::remove_dir_if_empty(&host.path(d)) {
+                tracing::warn!(dir = d, error = %e, "could not remove a state directory");
+            }
+        }
+    }
+
+    /// Removes the lock file (revert, as the last part of the state), still holding it.
+    pub fn remove_file(&self) -> Result<()> {
+        let _held = &self.file;
+        fsops::remove_if_exists(&self.path)
+            .map(drop)
+            .map_err(|e| SetupError::io(format!("removing {}", self.path.display()), e))
+    }
+}

@@ -1,0 +1,399 @@
+//! MIG through the fake NVML: `--mig-strategy none|single|mixed` with NVIDIA's resource
+//! names, one socket per resource, MIG device UUIDs (or NVIDIA's `<gpu>:<mig>` indices) and
+//! CDI names in what a pod receives, their `/dev/nvidia-caps` nodes, health per MIG device,
+//! Jetson Thor's MIG, and a MIG reconfiguration while the real binary runs.
+
+mod gpu_common;
+
+use std::process::{Child, Stdio};
+
+use edgegpu_kubelet_api::v1beta1::{HEALTHY, UNHEALTHY};
+use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
+use edgegpu_testkit::kubelet::FakeKubelet;
+use edgegpu_testkit::process::binary_command;
+use gpu_common::{ids, spec_paths, Node, WAIT};
+
+/// Two H100s: GPU 0 split into 3g.40gb (GPU instance 1) and two 1g.10gb (5, 6); GPU 1 whole.
+fn mixed_host() -> (FakeHost, Vec<FakeGpu>) {
+    FakeHost::mig_server(&[0], &FakeMig::h100_mixed())
+}
+
+/// Both H100s split into 1g.10gb devices only.
+fn uniform_host() -> (FakeHost, Vec<FakeGpu>, Vec<FakeMig>) {
+    let migs = vec![
+        FakeMig::h100(0, 7, "1g.10gb"),
+        FakeMig::h100(0, 8, "1g.10gb"),
+        FakeMig::h100(1, 7, "1g.10gb"),
+    ];
+    let (host, gpus) = FakeHost::mig_server(&[0, 1], &migs);
+    (host, gpus, migs)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn none_serves_mig_enabled_gpus_whole() {
+    let (host, gpus) = mixed_host();
+    let node = Node::start(host.root(), &["--mig-strategy=none"])
+        .await
+        .unwrap();
+    assert_eq!(node.names(), vec!["nvidia.com/gpu"]);
+    assert_eq!(
+        ids(&node.kubelet.devices("nvidia.com/gpu")),
+        vec![gpus[0].uuid.clone(), gpus[1].uuid.clone()]
+    );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_serves_one_resource_per_profile_on_its_own_socket() {
+    let (host, gpus) = mixed_host();
+    let node = Node::start(
+        host.root(),
+        &[
+            "--mig-strategy=mixed",
+            "--pass-device-specs",
+            "--device-list-strategy=envvar,cdi-cri",
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        node.names(),
+        vec![
+            "nvidia.com/gpu",
+            "nvidia.com/mig-1g.10gb",
+            "nvidia.com/mig-3g.40gb"
+        ]
+    );
+    // One socket per resource, each registered on its own endpoint.
+    let endpoints: Vec<String> = node
+        .names()
+        .iter()
+        .map(|n| {
+            let info = node.kubelet.resource(n).unwrap();
+            info.endpoint
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    assert!(endpoints[0].starts_with("nvidia-gpu-"), "{endpoints:?}");
+    assert!(
+        endpoints[1].starts_with("nvidia-mig-1g.10gb-"),
+        "{endpoints:?}"
+    );
+    assert!(
+        endpoints[2].starts_with("nvidia-mig-3g.40gb-"),
+        "{endpoints:?}"
+    );
+
+    // The whole GPU 1 under nvidia.com/gpu; GPU 0 is in MIG mode and not served whole.
+    assert_eq!(
+        ids(&node.kubelet.devices("nvidia.com/gpu")),
+        vec![gpus[1].uuid.clone()]
+    );
+    let small = FakeMig::h100(0, 5, "1g.10gb");
+    let small2 = FakeMig::h100(0, 6, "1g.10gb");
+    assert_eq!(
+        ids(&node.kubelet.devices("nvidia.com/mig-1g.10gb")),
+        vec![small.uuid.clone(), small2.uuid.clone()]
+    );
+    // NUMA node of the parent GPU.
+    let numa = node.kubelet.devices("nvidia.com/mig-1g.10gb")[0]
+        .topology
+        .clone()
+        .unwrap()
+        .nodes[0]
+        .id;
+    assert_eq!(numa, 0);
+
+    // The pod receives the MIG device's UUID, its CDI name and its caps nodes.
+    let r = node
+        .kubelet
+        .allocate("nvidia.com/mig-1g.10gb", &[&small2.uuid])
+        .await
+        .unwrap();
+    assert_eq!(r.envs["NVIDIA_VISIBLE_DEVICES"], small2.uuid);
+    let cdi: Vec<&str> = r.cdi_devices.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(cdi, vec!["nvidia.com/gpu=0:gi6:ci0"]);
+    let paths = spec_paths(&r);
+    // mig-minors of the fake driver: gpu<minor>/gi<G>/access = 3 + 200*minor + 10*G, ci0 +1.
+    for p in [
+        "/dev/nvidia0",
+        "/dev/nvidia-caps/nvidia-cap63",
+        "/dev/nvidia-caps/nvidia-cap64",
+        "/dev/nvidiactl",
+    ] {
+        assert!(paths.contains(&p.to_string()), "{p} missing from {paths:?}");
+    }
+    assert!(!paths.contains(&"/dev/nvidia1".to_string()), "{paths:?}");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_serves_mig_devices_as_nvidia_com_gpu_with_nvidia_indices() {
+    let (host, _gpus, migs) = uniform_host();
+    let node = Node::start(host.root(), &["--mig-strategy", "single"])
+        .await
+        .unwrap();
+    assert_eq!(node.names(), vec!["nvidia.com/gpu"]);
+    let uuids: Vec<String> = migs.iter().map(|m| m.uuid.clone()).collect();
+    assert_eq!(ids(&node.kubelet.devices("nvidia.com/gpu")), uuids);
+    let r = node
+        .kubelet
+        .allocate("nvidia.com/gpu", &[&uuids[0], &uuids[2]])
+        .await
+        .unwrap();
+    assert_eq!(
+        r.envs["NVIDIA_VISIBLE_DEVICES"],
+        format!("{},{}", uuids[0], uuids[2])
+    );
+    node.stop().await;
+
+    // --device-id-strategy index: NVIDIA's `<gpu index>:<mig index>`.
+    let node = Node::start(
+        host.root(),
+        &["--mig-strategy=single", "--device-id-strategy=index"],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        ids(&node.kubelet.devices("nvidia.com/gpu")),
+        vec!["0:0", "0:1", "1:0"]
+    );
+    let r = node
+        .kubelet
+        .allocate("nvidia.com/gpu", &["1:0"])
+        .await
+        .unwrap();
+    assert_eq!(r.envs["NVIDIA_VISIBLE_DEVICES"], "1:0");
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_refuses_mixed_profiles_and_mixed_modes_like_nvidia() {
+    let (host, _) = mixed_host();
+    let err = Node::start(host.root(), &["--mig-strategy=single"])
+        .await
+        .err()
+        .expect("single with mixed modes fails");
+    let text = format!("{err:#}");
+    assert!(text.contains("same migEnabled value"), "{text}");
+
+    // MIG enabled but no MIG device: refused by single and mixed alike.
+    let gpus = FakeGpu::two_h100();
+    let host = FakeHost::discrete(&gpus);
+    host.set_mig(&gpus, &[1], &[FakeMig::h100(0, 1, "1g.10gb")]);
+    for strategy in ["--mig-strategy=single", "--mig-strategy=mixed"] {
+        let err = Node::start(host.root(), &[strategy])
+            .await
+            .err()
+            .expect(strategy);
+        let text = format!("{err:#}");
+        assert!(
+            text.contains("has MIG enabled but no MIG devices"),
+            "{strategy}: {text}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_is_per_mig_device() {
+    let (host, gpus) = mixed_host();
+    let node = Node::start(
+        host.root(),
+        &["--mig-strategy=mixed", "--health-recovery-seconds=1"],
+    )
+    .await
+    .unwrap();
+    let big = FakeMig::h100(0, 1, "3g.40gb").uuid;
+    let small = FakeMig::h100(0, 5, "1g.10gb").uuid;
+    let small2 = FakeMig::h100(0, 6, "1g.10gb").uuid;
+    // An XID on GPU instance 5 hits only that MIG device.
+    host.inject_mig_xid(0, 79, 5, 0);
+    node.wait_health("nvidia.com/mig-1g.10gb", &small, UNHEALTHY)
+        .await;
+    assert_eq!(
+        node.kubelet
+            .devices("nvidia.com/mig-1g.10gb")
+            .iter()
+            .find(|d| d.id == small2)
+            .unwrap()
+            .health,
+        HEALTHY
+    );
+    assert!(node
+        .kubelet
+        .devices("nvidia.com/mig-3g.40gb")
+        .iter()
+        .all(|d| d.health == HEALTHY));
+    // It recovers after the recovery delay.
+    node.wait_health("nvidia.com/mig-1g.10gb", &small, HEALTHY)
+        .await;
+
+    // An XID without instance ids hits every MIG device of its GPU, not the other GPU.
+    host.inject_xid(0, 48);
+    node.wait_health("nvidia.com/mig-3g.40gb", &big, UNHEALTHY)
+        .await;
+    node.wait_health("nvidia.com/mig-1g.10gb", &small2, UNHEALTHY)
+        .await;
+    assert_eq!(node.kubelet.devices("nvidia.com/gpu")[0].health, HEALTHY);
+    node.wait_health("nvidia.com/mig-3g.40gb", &big, HEALTHY)
+        .await;
+
+    // The parent GPU lost: its MIG devices go, the whole GPU 1 stays.
+    host.lose_gpu(0);
+    node.wait_health("nvidia.com/mig-3g.40gb", &big, UNHEALTHY)
+        .await;
+    assert_eq!(node.kubelet.devices("nvidia.com/gpu")[0].id, gpus[1].uuid);
+    assert_eq!(node.kubelet.devices("nvidia.com/gpu")[0].health, HEALTHY);
+    host.recover_gpu(0);
+    node.wait_health("nvidia.com/mig-3g.40gb", &big, HEALTHY)
+        .await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thor_mig_through_nvml_with_its_jetson_nodes() {
+    let thor = Board::Thor.nvml().unwrap();
+    let host = FakeHost::jetson_with_nvml(Board::Thor);
+    let gpus = [thor.clone()];
+    let migs = [
+        FakeMig {
+            gpu: 0,
+            uuid: "MIG-7c1e0b2d-3a4f-5e6d-8c9b-00000000b101".into(),
+            gi: 1,
+            ci: 0,
+            gi_slices: 1,
+            ci_slices: 1,
+            memory_mib: 30720,
+            profile: "1g.30gb",
+        },
+        FakeMig {
+            gpu: 0,
+            uuid: "MIG-7c1e0b2d-3a4f-5e6d-8c9b-00000000b102".into(),
+            gi: 2,
+            ci: 0,
+            gi_slices: 1,
+            ci_slices: 1,
+            memory_mib: 30720,
+            profile: "1g.30gb",
+        },
+    ];
+    host.set_mig(&gpus, &[0], &migs);
+    let node = Node::start(
+        host.root(),
+        &["--mig-strategy=mixed", "--pass-device-specs"],
+    )
+    .await
+    .unwrap();
+    // Thor's NVML answers NotSupported for memory: the profile memory is the MIG device's own.
+    assert_eq!(node.names(), vec!["nvidia.com/mig-1g.30gb"]);
+    assert_eq!(
+        ids(&node.kubelet.devices("nvidia.com/mig-1g.30gb")),
+        vec![migs[0].uuid.clone(), migs[1].uuid.clone()]
+    );
+    let r = node
+        .kubelet
+        .allocate("nvidia.com/mig-1g.30gb", &[&migs[1].uuid])
+        .await
+        .unwrap();
+    assert_eq!(r.envs["NVIDIA_VISIBLE_DEVICES"], migs[1].uuid);
+    let paths = spec_paths(&r);
+    // The Jetson's own nodes plus the MIG device's caps nodes (gi2: 3 + 20 = 23, ci0: 24).
+    for p in [
+        "/dev/nvidia0",
+        "/dev/nvidiactl",
+        "/dev/nvidia-caps/nvidia-cap23",
+        "/dev/nvidia-caps/nvidia-cap24",
+    ] {
+        assert!(paths.contains(&p.to_string()), "{p} missing from {paths:?}");
+    }
+    // The Jetson files watch the MIG devices too: a missing required node hits both.
+    host.remove_node("/dev/nvidiactl");
+    node.wait_health("nvidia.com/mig-1g.30gb", &migs[0].uuid, UNHEALTHY)
+        .await;
+    node.wait_health("nvidia.com/mig-1g.30gb", &migs[1].uuid, UNHEALTHY)
+        .await;
+    host.restore_node("/dev/nvidiactl");
+    node.wait_health("nvidia.com/mig-1g.30gb", &migs[0].uuid, HEALTHY)
+        .await;
+    node.stop().await;
+}
+
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The real binary: a MIG geometry change while it runs is seen on the health tick; it stops
+/// the old resources, discovers again and registers the new ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconfiguring_mig_while_running_re_advertises() {
+    let (host, gpus) = mixed_host();
+    let dir = tempfile::tempdir().unwrap();
+    let kubelet = FakeKubelet::start(dir.path()).await.unwrap();
+    let mut child = Running(
+        binary_command(env!("CARGO_BIN_EXE_edgegpu-device-plugin"))
+            .arg("--root")
+            .arg(host.root())
+            .arg("--device-plugin-path")
+            .arg(dir.path())
+            .arg("--mig-strategy=mixed")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    kubelet
+        .wait_for_registration("nvidia.com/mig-3g.40gb", WAIT)
+        .await
+        .unwrap();
+    kubelet
+        .wait_for_registration("nvidia.com/mig-1g.10gb", WAIT)
+        .await
+        .unwrap();
+
+    // The administrator replaces the 3g.40gb instance by two 2g.20gb and splits GPU 1 too.
+    let new = [
+        FakeMig::h100(0, 3, "2g.20gb"),
+        FakeMig::h100(0, 4, "2g.20gb"),
+        FakeMig::h100(0, 5, "1g.10gb"),
+        FakeMig::h100(0, 6, "1g.10gb"),
+        FakeMig::h100(1, 1, "3g.40gb"),
+    ];
+    host.set_mig(&gpus, &[0, 1], &new);
+    let twos = kubelet
+        .wait_for_registration("nvidia.com/mig-2g.20gb", WAIT)
+        .await
+        .unwrap();
+    assert_eq!(
+        ids(&twos.devices),
+        vec![new[0].uuid.clone(), new[1].uuid.clone()]
+    );
+    kubelet
+        .wait_until("3g.40gb re-advertised with GPU 1's instance", WAIT, |k| {
+            k.resource("nvidia.com/mig-3g.40gb")
+                .is_some_and(|r| !r.stopped && ids(&r.devices) == vec![new[4].uuid.clone()])
+        })
+        .await
+        .unwrap();
+    // GPU 1 is in MIG mode now: nvidia.com/gpu is no longer served.
+    kubelet
+        .wait_until("nvidia.com/gpu withdrawn", WAIT, |k| {
+            k.resource("nvidia.com/gpu").map_or(true, |r| r.stopped)
+        })
+        .await
+        .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.0.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = child.0.wait().unwrap();
+    assert!(status.success(), "{status}");
+}

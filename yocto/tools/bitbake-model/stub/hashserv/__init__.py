@@ -1,0 +1,1 @@
+"""Stand-in for bitbake's hash-equivalence client package (see ../../README.md)."""
