@@ -1,6 +1,7 @@
 //! The labeller program against the testkit's fake API server (HTTPS, token, merge patch):
-//! the kind label on every kind of node, the full label set, hand-set values kept, stale keys
-//! removed, retries, RBAC errors, --dry-run and --wait with SIGTERM.
+//! the kind label on every kind of node, the full label set (a JetPack 7.2 Orin with its
+//! NVML, a MIG server whose per-profile keys follow its geometry), hand-set values kept, stale
+//! keys removed, retries, RBAC errors, --dry-run and --wait with SIGTERM.
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -8,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use edgegpu_labeller::kind::{self, NodeKind};
 use edgegpu_testkit::apiserver::FakeApiServer;
-use edgegpu_testkit::host::{Board, FakeGpu, FakeHost};
+use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
 use edgegpu_testkit::process::binary_command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_edgegpu-labeller");
@@ -150,6 +151,84 @@ async fn full_labels_replace_stale_ones_and_are_idempotent() {
         stderr(&out)
     );
     assert_eq!(api.requests().len(), before + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jetpack_7_orin_with_its_nvml() {
+    let host = FakeHost::jetson_with_nvml(Board::OrinR39);
+    let api = FakeApiServer::start(NODE, &[]).await;
+    let out = run(labeller(host.root(), &api, &[])).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let labels = api.labels(NODE);
+    for (k, v) in [
+        ("edgegpu.io/gpu", "jetson"),
+        ("nvidia.com/gpu.product", "Orin-nvgpu"),
+        ("nvidia.com/cuda.driver.major", "13"),
+        ("nvidia.com/cuda.driver.minor", "2"),
+        ("edgegpu.io/jetson.l4t", "39.2.0"),
+        ("edgegpu.io/jetson.jetpack.major", "7"),
+        ("edgegpu.io/jetson.product", "Jetson-Orin-NX"),
+    ] {
+        assert_eq!(
+            labels.get(k).map(String::as_str),
+            Some(v),
+            "{k}: {labels:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mig_profile_keys_follow_the_geometry() {
+    let (host, gpus) = FakeHost::mig_server(&[0], &FakeMig::h100_mixed());
+    // A profile this node no longer has, and someone else's key under nvidia.com.
+    let api = FakeApiServer::start(
+        NODE,
+        &[
+            ("nvidia.com/mig-2g.20gb.count", "3"),
+            (
+                "nvidia.com/mig-2g.20gb.product",
+                "NVIDIA-H100-80GB-HBM3-MIG-2g.20gb",
+            ),
+            ("nvidia.com/gpu.deploy.operands", "false"),
+        ],
+    )
+    .await;
+    let out = run(labeller(host.root(), &api, &["--mig-strategy=mixed"])).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let labels = api.labels(NODE);
+    assert_eq!(labels["nvidia.com/mig.strategy"], "mixed");
+    assert_eq!(labels["nvidia.com/mig-1g.10gb.count"], "2");
+    assert_eq!(labels["nvidia.com/mig-3g.40gb.count"], "1");
+    assert_eq!(
+        labels["nvidia.com/mig-1g.10gb.product"],
+        "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"
+    );
+    assert!(
+        !labels.contains_key("nvidia.com/mig-2g.20gb.count"),
+        "{labels:?}"
+    );
+    assert!(
+        !labels.contains_key("nvidia.com/mig-2g.20gb.product"),
+        "{labels:?}"
+    );
+    assert_eq!(labels["nvidia.com/gpu.deploy.operands"], "false");
+
+    // Re-partitioned (the plugin pods restart): the old profiles' keys go.
+    host.set_mig(&gpus, &[0], &[FakeMig::h100(0, 0, "7g.80gb")]);
+    let out = run(labeller(host.root(), &api, &["--mig-strategy=mixed"])).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let labels = api.labels(NODE);
+    assert_eq!(labels["nvidia.com/mig-7g.80gb.count"], "1");
+    assert!(
+        labels
+            .keys()
+            .all(|k| !k.starts_with("nvidia.com/mig-1g") && !k.starts_with("nvidia.com/mig-3g")),
+        "{labels:?}"
+    );
+    // --kind-only never touches them.
+    let out = run(labeller(host.root(), &api, &["--kind-only"])).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(api.labels(NODE)["nvidia.com/mig-7g.80gb.count"], "1");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

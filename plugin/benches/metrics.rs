@@ -1,7 +1,7 @@
 //! Figures for `/metrics` (printed, never asserted; docs/metrics.md quotes them):
 //!
 //! - one scrape rendered in process (sensors read, text built) on simulated Nano, Orin and
-//!   Thor roots and a two-GPU fake-NVML server: wall time p50/p99 and CPU per scrape
+//!   Thor roots, a two-GPU fake-NVML server and a MIG server (`--mig-strategy mixed`): wall time p50/p99 and CPU per scrape
 //!   (target ≤ 1 ms CPU on a Jetson tree), without and with the pod-resources call;
 //! - a full HTTP scrape through the real binary (`GET /metrics` over TCP);
 //! - the real binary's RSS with metrics off and on, and its idle context switches with the
@@ -19,7 +19,7 @@ use clap::Parser;
 use edgegpu_plugin::kubelet::stats::KubeletStats;
 use edgegpu_plugin::metrics::MetricsSource;
 use edgegpu_plugin::{build_gpu_resources, Cli};
-use edgegpu_testkit::host::{Board, FakeGpu, FakeHost};
+use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
 use edgegpu_testkit::kubelet::FakeKubelet;
 use edgegpu_testkit::pod_resources::FakePodResources;
 use edgegpu_testkit::process::{binary_command, cpu_time_us, terminate, Footprint};
@@ -110,6 +110,14 @@ async fn in_process(rounds: usize) {
     }
     let source = source_for(&host, &["--discovery=nvml"], None).await;
     scrape_cost("render, 2 GPUs (fake NVML, reads files)", &source, rounds).await;
+    let (host, _) = FakeHost::mig_server(&[0], &FakeMig::h100_mixed());
+    let source = source_for(&host, &["--mig-strategy=mixed"], None).await;
+    scrape_cost(
+        "render, MIG server (3 GPU instances + 1 GPU)",
+        &source,
+        rounds,
+    )
+    .await;
 
     // The pod-resources call: a fresh unix-socket gRPC connection per scrape (the fake
     // kubelet answers in this process, so its CPU is counted too).

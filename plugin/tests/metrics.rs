@@ -1,8 +1,11 @@
-//! `/metrics` on simulated Nano, Xavier, Orin and Thor roots and a fake-NVML server: each
-//! series against the files' (or the fake NVML's) values, values following changes, series a
-//! board cannot measure left out, pod labels appearing and disappearing with the fake
-//! pod-resources server (time-sliced replicas too), the plugin's own counters, the HTTP
-//! endpoint, and the text checked with Prometheus' own parser (Python `prometheus_client`).
+//! `/metrics` on simulated Nano, Xavier, Orin (r36 and r39) and Thor roots, fake-NVML servers
+//! and MIG servers: each series against the files' (or the fake NVML's) values, values
+//! following changes, series a board cannot measure left out, hybrid Jetsons asking NVML only
+//! what their release's NVML answers, one series per MIG GPU instance (dcgm-exporter's
+//! `GPU_I_PROFILE` / `GPU_I_ID`), pod labels appearing and disappearing with the fake
+//! pod-resources server (time-sliced replicas, MIG resources and renamed `.shared` resources
+//! too), the plugin's own counters per resource, the HTTP endpoint, and the text checked with
+//! Prometheus' own parser (Python `prometheus_client`).
 
 mod gpu_common;
 
@@ -15,7 +18,7 @@ use edgegpu_plugin::kubelet::stats::KubeletStats;
 use edgegpu_plugin::metrics::MetricsSource;
 use edgegpu_plugin::resource::Resource;
 use edgegpu_plugin::GpuResource;
-use edgegpu_testkit::host::{Board, FakeGpu, FakeHost};
+use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
 use edgegpu_testkit::pod_resources::FakePodResources;
 use gpu_common::Plugin;
 
@@ -83,8 +86,13 @@ async fn metrics_of(host: &FakeHost, args: &[&str], socket: Option<&Path>) -> Me
 }
 
 fn source(resource: &Arc<GpuResource>, socket: Option<&Path>) -> MetricsSource {
+    sources(std::slice::from_ref(resource), socket)
+}
+
+/// The metrics of every resource of a node.
+fn sources(resources: &[Arc<GpuResource>], socket: Option<&Path>) -> MetricsSource {
     MetricsSource::new(
-        vec![resource.clone()],
+        resources.to_vec(),
         Arc::new(KubeletStats::default()),
         socket.map(Path::to_path_buf),
         "node-1".into(),
@@ -284,13 +292,51 @@ async fn thor_without_and_with_nvml() {
     assert_eq!(one(&s, "DCGM_FI_DEV_GPU_UTIL"), 33.0);
     absent(&s, "DCGM_FI_DEV_GPU_TEMP");
     assert_eq!(one(&s, "DCGM_FI_DEV_SM_CLOCK"), 306.0);
+    let util = series(&s, "DCGM_FI_DEV_GPU_UTIL")[0];
     assert_eq!(
-        series(&s, "DCGM_FI_DEV_GPU_UTIL")[0].labels["modelName"],
-        "NVIDIA Thor"
+        gpu_labels(util),
+        ("0", "tegra", "nvidia0", "NVIDIA Thor", "node-1")
     );
     host.set_nvml_telemetry(0, &[("gpu_util", 97)]);
     let s = scrape(&src).await;
     assert_eq!(one(&s, "DCGM_FI_DEV_GPU_UTIL"), 97.0);
+}
+
+#[tokio::test]
+async fn hybrid_orin_takes_from_nvml_only_what_its_release_answers() {
+    // Orin NX on JetPack 7.2 (r39) with its NVML: identity from NVML (`Orin (nvgpu)`), every
+    // value from sysfs; the fake NVML's values are never asked for (the table: NotSupported).
+    let host = FakeHost::jetson_with_nvml(Board::OrinR39);
+    host.set_nvml_telemetry(0, &[("gpu_util", 77), ("temp", 90), ("power_mw", 1)]);
+    let src = metrics_of(&host, &[], None).await;
+    host.set_gpu_load(250);
+    let s = scrape(&src).await;
+    assert_eq!(one(&s, "DCGM_FI_DEV_GPU_UTIL"), 25.0);
+    assert_eq!(one(&s, "DCGM_FI_DEV_GPU_TEMP"), 42.968);
+    assert_eq!(one(&s, "DCGM_FI_DEV_SM_CLOCK"), 306.0);
+    assert_eq!(
+        gpu_labels(series(&s, "DCGM_FI_DEV_GPU_UTIL")[0]),
+        ("0", "tegra", "nvidia0", "Orin (nvgpu)", "node-1")
+    );
+    // Orin NX's GPU rail also feeds the CPU and CV units: the rail, no GPU power.
+    absent(&s, "DCGM_FI_DEV_POWER_USAGE");
+    let (watts, feeds_gpu) = rail(&s, "VDD_CPU_GPU_CV");
+    assert!(close(watts, 5.016 * 0.520), "{watts}");
+    assert_eq!(feeds_gpu, "true");
+    assert_eq!(rail(&s, "VDD_IN").1, "false");
+    assert_eq!(rail(&s, "VDD_SOC").1, "false");
+    assert_eq!(
+        one(&s, "edgegpu_gpu_shared_memory_total_bytes"),
+        (Board::OrinR39.mem_total_kb() * 1024) as f64
+    );
+    absent(&s, "DCGM_FI_DEV_MEM_CLOCK");
+    // JetPack 6 (r36) Orin with its NVML: the same, through r36's table entry.
+    let host = FakeHost::jetson_with_nvml(Board::Orin);
+    host.set_nvml_telemetry(0, &[("gpu_util", 77)]);
+    host.set_gpu_load(125);
+    let s = scrape(&metrics_of(&host, &[], None).await).await;
+    assert_eq!(one(&s, "DCGM_FI_DEV_GPU_UTIL"), 12.5);
+    assert_eq!(one(&s, "DCGM_FI_DEV_GPU_TEMP"), 46.093);
 }
 
 #[tokio::test]
@@ -652,4 +698,261 @@ async fn the_http_endpoint() {
     server.await.unwrap();
     // Stopped: nothing listens any more.
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+}
+
+/// The `(gpu, GPU_I_ID, GPU_I_PROFILE)` of a sample ("" where absent).
+fn instance(s: &Sample) -> (String, String, String) {
+    let l = |k: &str| s.labels.get(k).cloned().unwrap_or_default();
+    (l("gpu"), l("GPU_I_ID"), l("GPU_I_PROFILE"))
+}
+
+fn by_instance(samples: &[Sample], name: &str) -> Vec<((String, String, String), f64)> {
+    let mut v: Vec<_> = series(samples, name)
+        .into_iter()
+        .map(|s| (instance(s), s.value))
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+fn key(gpu: &str, gi: &str, profile: &str) -> (String, String, String) {
+    (gpu.into(), gi.into(), profile.into())
+}
+
+#[tokio::test]
+async fn mig_series_per_gpu_instance_with_pods() {
+    // GPU 0 split into 3g.40gb (GPU instance 1) and two 1g.10gb (5, 6); GPU 1 whole.
+    let migs = FakeMig::h100_mixed();
+    let (host, gpus) = FakeHost::mig_server(&[0], &migs);
+    host.set_nvml_telemetry(
+        0,
+        &[
+            ("gpu_util", 99),
+            ("sm_clock", 1755),
+            ("temp", 45),
+            ("power_mw", 300_000),
+        ],
+    );
+    host.set_nvml_telemetry(1, &[("gpu_util", 12), ("temp", 33)]);
+    host.set_nvml_mig_telemetry(&migs[1].uuid, &[("mem_used", 2 << 30)]);
+    let resources = gpu_common::resources(host.root(), &["--mig-strategy=mixed"])
+        .await
+        .unwrap();
+    let names: Vec<&str> = resources.iter().map(|r| r.name()).collect();
+    assert_eq!(
+        names,
+        [
+            "nvidia.com/gpu",
+            "nvidia.com/mig-1g.10gb",
+            "nvidia.com/mig-3g.40gb"
+        ]
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let pods = FakePodResources::start(&dir.path().join("kubelet.sock"))
+        .await
+        .unwrap();
+    pods.assign(
+        "ml",
+        "small",
+        "app",
+        "nvidia.com/mig-1g.10gb",
+        &[migs[2].uuid.as_str()],
+    );
+    pods.assign(
+        "ml",
+        "big",
+        "app",
+        "nvidia.com/gpu",
+        &[gpus[1].uuid.as_str()],
+    );
+    let src = sources(&resources, Some(pods.socket()));
+    let s = scrape(&src).await;
+
+    // GPU-wide values on every GPU instance of GPU 0; GPU 1 as a whole GPU.
+    assert_eq!(
+        by_instance(&s, "DCGM_FI_DEV_GPU_TEMP"),
+        vec![
+            (key("0", "1", "3g.40gb"), 45.0),
+            (key("0", "5", "1g.10gb"), 45.0),
+            (key("0", "6", "1g.10gb"), 45.0),
+            (key("1", "", ""), 33.0),
+        ]
+    );
+    assert_eq!(
+        by_instance(&s, "DCGM_FI_DEV_POWER_USAGE"),
+        vec![
+            (key("0", "1", "3g.40gb"), 300.0),
+            (key("0", "5", "1g.10gb"), 300.0),
+            (key("0", "6", "1g.10gb"), 300.0),
+        ]
+    );
+    // No utilisation per GPU instance (NVML has none for a MIG-enabled GPU).
+    assert_eq!(
+        by_instance(&s, "DCGM_FI_DEV_GPU_UTIL"),
+        vec![(key("1", "", ""), 12.0)]
+    );
+    // Each GPU instance's own framebuffer (the fake's default: 1 % used).
+    let mib = |mig: &FakeMig| mig.memory_mib as f64;
+    let one_percent = |mig: &FakeMig| (mig.memory_mib * 1024 * 1024 / 100) as f64 / 1048576.0;
+    let fb_used = by_instance(&s, "DCGM_FI_DEV_FB_USED");
+    assert_eq!(
+        fb_used[0],
+        (key("0", "1", "3g.40gb"), one_percent(&migs[0]))
+    );
+    assert_eq!(fb_used[1], (key("0", "5", "1g.10gb"), 2048.0));
+    assert_eq!(
+        fb_used[2],
+        (key("0", "6", "1g.10gb"), one_percent(&migs[2]))
+    );
+    let fb_free = by_instance(&s, "DCGM_FI_DEV_FB_FREE");
+    assert_eq!(
+        fb_free[1],
+        (key("0", "5", "1g.10gb"), mib(&migs[1]) - 2048.0)
+    );
+    // dcgm-exporter's labels: the parent's gpu, UUID and device, then the instance.
+    let gi6 = series(&s, "DCGM_FI_DEV_GPU_TEMP")
+        .into_iter()
+        .find(|x| instance(x) == key("0", "6", "1g.10gb"))
+        .unwrap();
+    assert_eq!(
+        gpu_labels(gi6),
+        (
+            "0",
+            gpus[0].uuid.as_str(),
+            "nvidia0",
+            "NVIDIA H100 80GB HBM3",
+            "node-1"
+        )
+    );
+    let names: Vec<&str> = gi6.labels.keys().map(String::as_str).collect();
+    assert!(names.contains(&"GPU_I_PROFILE") && names.contains(&"GPU_I_ID"));
+    // Pods: the 1g.10gb holder on GPU instance 6, the whole-GPU holder on GPU 1.
+    let pod_of = |s: &[Sample], k: (String, String, String)| -> Vec<String> {
+        series(s, "DCGM_FI_DEV_GPU_TEMP")
+            .into_iter()
+            .filter(|x| instance(x) == k)
+            .map(|x| x.labels.get("pod").cloned().unwrap_or_default())
+            .collect()
+    };
+    assert_eq!(pod_of(&s, key("0", "6", "1g.10gb")), ["small"]);
+    assert_eq!(pod_of(&s, key("0", "5", "1g.10gb")), [""]);
+    assert_eq!(pod_of(&s, key("1", "", "")), ["big"]);
+    // Health and counters per GPU instance and per resource.
+    assert_eq!(series(&s, "edgegpu_gpu_healthy").len(), 4);
+    let per_resource: Vec<&str> = series(&s, "edgegpu_build_info")
+        .iter()
+        .map(|x| x.labels["resource"].as_str())
+        .collect();
+    assert_eq!(
+        per_resource,
+        [
+            "nvidia.com/gpu",
+            "nvidia.com/mig-1g.10gb",
+            "nvidia.com/mig-3g.40gb"
+        ]
+    );
+    assert_eq!(series(&s, "edgegpu_registrations_total").len(), 3);
+    assert_eq!(
+        pods.list_calls(),
+        1,
+        "one List per scrape for every resource"
+    );
+
+    // The MIG geometry changes and the resources are rebuilt: the series follow.
+    let new = [FakeMig::h100(0, 2, "7g.80gb")];
+    host.set_mig(&gpus, &[0], &new);
+    let rebuilt = gpu_common::resources(host.root(), &["--mig-strategy=mixed"])
+        .await
+        .unwrap();
+    src.replace(rebuilt);
+    let s = scrape(&src).await;
+    assert_eq!(
+        by_instance(&s, "DCGM_FI_DEV_GPU_TEMP"),
+        vec![(key("0", "2", "7g.80gb"), 45.0), (key("1", "", ""), 33.0)]
+    );
+    // The pod on the GPU instance that is gone no longer shows; GPU 1's still does.
+    assert!(pod_of(&s, key("0", "6", "1g.10gb")).is_empty());
+    assert_eq!(pod_of(&s, key("1", "", "")), ["big"]);
+    assert_eq!(pod_of(&s, key("0", "2", "7g.80gb")), [""]);
+}
+
+#[tokio::test]
+async fn mig_single_and_shared_resources_are_attributed() {
+    // --mig-strategy single: the MIG devices are `nvidia.com/gpu`; two GPU instances with
+    // id 7 on different GPUs stay apart.
+    let migs = vec![
+        FakeMig::h100(0, 7, "1g.10gb"),
+        FakeMig::h100(0, 8, "1g.10gb"),
+        FakeMig::h100(1, 7, "1g.10gb"),
+    ];
+    let (host, _gpus) = FakeHost::mig_server(&[0, 1], &migs);
+    host.set_nvml_telemetry(1, &[("temp", 51)]);
+    let dir = tempfile::tempdir().unwrap();
+    let pods = FakePodResources::start(&dir.path().join("kubelet.sock"))
+        .await
+        .unwrap();
+    let resources = gpu_common::resources(host.root(), &["--mig-strategy=single"])
+        .await
+        .unwrap();
+    assert_eq!(resources.len(), 1);
+    pods.assign("ml", "a", "app", "nvidia.com/gpu", &[migs[2].uuid.as_str()]);
+    let s = scrape(&sources(&resources, Some(pods.socket()))).await;
+    let temps: Vec<((String, String, String), String)> = series(&s, "DCGM_FI_DEV_GPU_TEMP")
+        .into_iter()
+        .map(|x| {
+            (
+                instance(x),
+                x.labels.get("pod").cloned().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(temps, vec![(key("1", "7", "1g.10gb"), "a".to_string())]);
+    let fb: Vec<_> = by_instance(&s, "DCGM_FI_DEV_FB_USED")
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(
+        fb,
+        vec![
+            key("0", "7", "1g.10gb"),
+            key("0", "8", "1g.10gb"),
+            key("1", "7", "1g.10gb")
+        ]
+    );
+
+    // Time-sliced MIG devices renamed `.shared`: replicas of one GPU instance, two pods.
+    let config = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        config.path(),
+        "version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 3\n",
+    )
+    .unwrap();
+    let flag = format!("--config={}", config.path().display());
+    let resources = gpu_common::resources(host.root(), &["--mig-strategy=single", &flag])
+        .await
+        .unwrap();
+    assert_eq!(resources[0].name(), "nvidia.com/gpu.shared");
+    let replica = |n: u32| format!("{}::{n}", migs[0].uuid);
+    pods.remove_pod("ml", "a");
+    pods.assign("ml", "b", "app", "nvidia.com/gpu.shared", &[&replica(0)]);
+    pods.assign("ml", "c", "app", "nvidia.com/gpu.shared", &[&replica(2)]);
+    // The same IDs under the unrenamed name are someone else's resource.
+    pods.assign("ml", "d", "app", "nvidia.com/gpu", &[&replica(1)]);
+    let s = scrape(&sources(&resources, Some(pods.socket()))).await;
+    let held: Vec<(String, String)> = series(&s, "DCGM_FI_DEV_FB_USED")
+        .into_iter()
+        .filter(|x| x.labels.contains_key("pod"))
+        .map(|x| (x.labels["GPU_I_ID"].clone(), x.labels["pod"].clone()))
+        .collect();
+    assert_eq!(
+        held,
+        vec![
+            ("7".to_string(), "b".to_string()),
+            ("7".to_string(), "c".to_string())
+        ]
+    );
+    assert_eq!(
+        series(&s, "edgegpu_build_info")[0].labels["resource"],
+        "nvidia.com/gpu.shared"
+    );
 }
