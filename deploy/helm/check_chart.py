@@ -390,6 +390,9 @@ class Matrix(unittest.TestCase):
         cluster_scoped = ("RuntimeClass", "ClusterRole", "ClusterRoleBinding")
         self.assertEqual({d["metadata"].get("namespace") for d in docs if d["kind"] not in cluster_scoped},
                          {"gpu-system"})
+        # The metrics Service selects this release's plugin pods only.
+        self.assertEqual(of_kind(docs, "Service")["gpu-edgegpu-metrics"]["spec"]["selector"],
+                         {"app.kubernetes.io/name": "edgegpu-device-plugin", "app.kubernetes.io/instance": "gpu"})
         binding = of_kind(docs, "ClusterRoleBinding")["gpu-edgegpu-node-labeller"]
         self.assertEqual(binding["subjects"], [{"kind": "ServiceAccount", "name": "gpu-edgegpu-node-labeller",
                                                 "namespace": "gpu-system"}])
@@ -407,6 +410,10 @@ class Matrix(unittest.TestCase):
             self.assertEqual(env(plugin)["FEATURE_FILE"], "")
             self.assertEqual(env(plugin)["NODE_NAME"], {"fieldRef": {"fieldPath": "spec.nodeName"}})
         self.assertNotIn("PodMonitor", {d["kind"] for d in docs})
+        # The static copy (no release) selects the plugin pods by name alone.
+        static = [d for d in yaml.safe_load_all((REPO / "deploy" / "device-plugin.yaml").read_text())
+                  if d and d["kind"] == "Service"]
+        self.assertEqual([d["spec"]["selector"] for d in static], [{"app.kubernetes.io/name": "edgegpu-device-plugin"}])
 
     def test_metrics_off(self):
         docs = self.render_checked({"metrics": {"enabled": False}})
