@@ -374,13 +374,9 @@ async fn mig_labels_as_gfd_writes_them() {
 
 #[tokio::test]
 async fn time_sliced_mig_devices_carry_their_replicas() {
-    let config = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(
-        config.path(),
+    let (_config, flag) = gpu_common::config_file(
         "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/mig-1g.10gb\n      replicas: 4\n",
-    )
-    .unwrap();
-    let flag = format!("--config={}", config.path().display());
+    );
     let (host, _) = FakeHost::mig_server(&[0], &FakeMig::h100_mixed());
     let labels = labels_of(&host, &["--mig-strategy=mixed", &flag]).await;
     assert_eq!(labels.get("nvidia.com/mig-1g.10gb.replicas"), Some("4"));

@@ -921,13 +921,9 @@ async fn mig_single_and_shared_resources_are_attributed() {
     );
 
     // Time-sliced MIG devices renamed `.shared`: replicas of one GPU instance, two pods.
-    let config = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(
-        config.path(),
+    let (_config, flag) = gpu_common::config_file(
         "version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 3\n",
-    )
-    .unwrap();
-    let flag = format!("--config={}", config.path().display());
+    );
     let resources = gpu_common::resources(host.root(), &["--mig-strategy=single", &flag])
         .await
         .unwrap();

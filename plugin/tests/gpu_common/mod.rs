@@ -62,12 +62,13 @@ pub fn cli(root: &Path, dir: &Path, args: &[&str]) -> Cli {
 /// A `version: v1` config file sharing `nvidia.com/gpu` as `replicas` time-slices, and the
 /// `--config=` flag naming it (the file lives as long as the returned handle).
 pub fn time_slicing_config(replicas: u32) -> (tempfile::NamedTempFile, String) {
+    config_file(&format!("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: {replicas}\n"))
+}
+
+/// A config file holding `yaml`, and the `--config=` flag naming it.
+pub fn config_file(yaml: &str) -> (tempfile::NamedTempFile, String) {
     let config = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(
-        config.path(),
-        format!("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: {replicas}\n"),
-    )
-    .unwrap();
+    std::fs::write(config.path(), yaml).unwrap();
     let flag = format!("--config={}", config.path().display());
     (config, flag)
 }
