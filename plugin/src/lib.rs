@@ -2,13 +2,14 @@
 //!
 //! Three sides, each in one place (docs/architecture.md draws the picture):
 //! - [`kubelet`]: everything facing the kubelet — serve, register, survive restarts, let old
-//!   kubelets in. It serves one [`resource::Resource`] and knows nothing about GPUs.
+//!   kubelets in. It serves [`resource::Resource`]s, one socket each, and knows nothing about
+//!   GPUs.
 //! - [`gpu`]: everything facing the hardware — the device model, discovery and health per
 //!   platform; Jetson facts come from the `edgegpu-platform` table.
 //! - [`allocate`]: what a pod receives — device IDs and replicas, Allocate strategies, device
 //!   specs, preferred allocation. Reads `gpu`; `gpu` never reads it.
 //!
-//! [`node`] wires `gpu` and `allocate` into the served resource. Two readers look at all
+//! [`node`] wires `gpu` and `allocate` into the served resources. Two readers look at all
 //! three sides and nothing looks at them: [`metrics`] (Prometheus' `/metrics`) and [`labels`]
 //! (the node's GPU labels). [`cli`], [`config`], [`logging`], [`runtime`] and [`shutdown`] are the program
 //! around it.

@@ -1,6 +1,7 @@
 //! `GET /metrics`: the GPUs' telemetry under dcgm-exporter's names, Jetson-only signals and
 //! the plugin's own health under `edgegpu_`, with the `pod`, `namespace` and `container` that
-//! hold each GPU (docs/metrics.md lists every series).
+//! hold each GPU or MIG GPU instance, for every resource the plugin serves (docs/metrics.md
+//! lists every series).
 //!
 //! Everything is read when Prometheus scrapes — sensors ([`crate::gpu::sensors`]), the
 //! kubelet's pod resources ([`crate::kubelet::pod_resources`]), the counters of the kubelet
