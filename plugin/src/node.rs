@@ -139,12 +139,14 @@ pub async fn build_gpu_resources(
     let mut resources = Vec::new();
     for (name, units) in split {
         resources.push(resource(
+            root,
             &config,
             &name,
             platform.clone(),
             &gpus,
             units,
             device_nodes.clone(),
+            nvml.clone(),
         ));
     }
     let (changed, reconfigured) = watch::channel(false);
@@ -170,14 +172,18 @@ pub async fn build_gpu_resources(
     })
 }
 
-/// One resource: IDs, replicas and the health table of `units`.
+/// One resource: IDs, replicas and the health table of `units` (and NVML, which its metrics
+/// read).
+#[allow(clippy::too_many_arguments)]
 fn resource(
+    root: &Path,
     config: &Config,
     resource_name: &str,
     platform: Option<Platform>,
     gpus: &[crate::gpu::Gpu],
     units: Vec<Unit>,
     device_nodes: Option<Arc<DeviceNodes>>,
+    nvml: Option<Arc<nvml_wrapper::Nvml>>,
 ) -> Arc<GpuResource> {
     let base_ids: Vec<String> = units
         .iter()
@@ -204,6 +210,7 @@ fn resource(
     Arc::new(GpuResource {
         name,
         config: config.clone(),
+        root: root.to_path_buf(),
         platform,
         gpus: gpus.to_vec(),
         units,
@@ -211,6 +218,8 @@ fn resource(
         replication,
         table,
         device_nodes,
+        allocations: Default::default(),
+        nvml,
     })
 }
 

@@ -12,6 +12,8 @@ use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint};
 
+use super::stats::RegistrationStats;
+
 /// First retry delay after a failed registration.
 const BACKOFF_INITIAL: Duration = Duration::from_millis(100);
 /// Retry interval while `kubelet.sock` exists but refuses connections: a starting kubelet
@@ -28,17 +30,26 @@ const DIAL_TIMEOUT: Duration = Duration::from_secs(5);
 /// The kubelet dials back inside `Register` with a 10 s timeout; leave it room.
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// Why a registration attempt failed.
+/// Why dialing a kubelet socket or a registration attempt failed.
 #[derive(Debug)]
-enum Failure {
-    /// `kubelet.sock` is missing or not listening yet (ENOENT, ECONNREFUSED).
+pub(crate) enum Failure {
+    /// The socket is missing or not listening yet (ENOENT, ECONNREFUSED).
     NotListening(anyhow::Error),
     Other(anyhow::Error),
 }
 
+impl Failure {
+    /// The error, whatever the kind of failure.
+    pub(crate) fn into_error(self) -> anyhow::Error {
+        match self {
+            Failure::NotListening(e) | Failure::Other(e) => e,
+        }
+    }
+}
+
 /// Opens a gRPC channel over a unix socket. The URI is a placeholder required by tonic;
 /// the connector ignores it and the kubelet ignores the authority.
-async fn unix_channel(path: &Path, timeout: Duration) -> Result<Channel, Failure> {
+pub(crate) async fn unix_channel(path: &Path, timeout: Duration) -> Result<Channel, Failure> {
     let path: PathBuf = path.to_path_buf();
     // The connector's io::Error reaches us wrapped by tonic; keep its kind aside.
     let dial_error = Arc::new(Mutex::new(None::<io::ErrorKind>));
@@ -135,12 +146,17 @@ pub fn refused_retry(quick: u32) -> Option<Duration> {
 /// aborts it when the generation ends). A socket that is not listening yet is retried
 /// within milliseconds a few times (logged at debug: it is the normal start of a kubelet),
 /// then with the ordinary backoff.
-pub async fn register_until_success(kubelet_socket: &Path, request: RegisterRequest) {
+pub async fn register_until_success(
+    kubelet_socket: &Path,
+    request: RegisterRequest,
+    stats: &RegistrationStats,
+) {
     let mut attempt = 0u32;
     let mut quick = 0u32;
     loop {
         let (e, delay) = match register_once(kubelet_socket, request.clone()).await {
             Ok(()) => {
+                stats.registered();
                 tracing::info!(
                     "Registered device plugin for '{}' with Kubelet (endpoint {})",
                     request.resource_name,
@@ -161,6 +177,7 @@ pub async fn register_until_success(kubelet_socket: &Path, request: RegisterRequ
             },
             Err(Failure::Other(e)) => (e, backoff(attempt)),
         };
+        stats.registration_failed();
         tracing::warn!(
             "Could not register device plugin for '{}' with Kubelet at {}: {e:#}; retrying in {delay:?}",
             request.resource_name,
