@@ -927,6 +927,8 @@ impl FakeHost {
             }
         }
         if openrm {
+            // The kernel module's sysfs directory (what the node labeller looks for).
+            self.write("/sys/module/nvidia/version", "550.54.15\n");
             self.write(
                 "/proc/driver/nvidia/version",
                 "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build  (dvs-builder@U16-I3-B03-4-3)  Tue Mar  5 22:21:54 UTC 2024\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n",
