@@ -88,7 +88,11 @@ fn no_kind_without_the_gpu_driver() {
         assert_eq!(kind::detect(host.root()), None, "{board:?}");
         // nvgpu loaded as a module (L4T r34 on) is enough.
         host.write("/sys/module/nvgpu/refcnt", "1\n");
-        assert_eq!(kind::detect(host.root()), Some(NodeKind::Jetson), "{board:?}");
+        assert_eq!(
+            kind::detect(host.root()),
+            Some(NodeKind::Jetson),
+            "{board:?}"
+        );
     }
     // Thor's OpenRM driver.
     let host = FakeHost::jetson(Board::Thor);
@@ -113,7 +117,10 @@ async fn a_driver_loaded_later_still_gets_the_node_labelled() {
         .spawn()
         .unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert!(api.requests().is_empty(), "asked the API server without a GPU");
+    assert!(
+        api.requests().is_empty(),
+        "asked the API server without a GPU"
+    );
     host.write("/sys/module/nvidia/version", "550.54.15\n");
     let deadline = Instant::now() + Duration::from_secs(30);
     while api.labels(NODE).get("edgegpu.io/gpu").map(String::as_str) != Some("discrete") {

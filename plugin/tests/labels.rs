@@ -235,7 +235,11 @@ async fn renamed_shares_keep_the_plain_product() {
     assert_eq!(labels.get("nvidia.com/gpu.replicas"), Some("4"));
     // A Jetson time-sliced under its own name.
     let (_config, flag) = gpu_common::time_slicing_config(2);
-    let orin = labels_of(&FakeHost::jetson(Board::Orin), &["--discovery=tegra", &flag]).await;
+    let orin = labels_of(
+        &FakeHost::jetson(Board::Orin),
+        &["--discovery=tegra", &flag],
+    )
+    .await;
     assert!(orin
         .get("nvidia.com/gpu.product")
         .is_some_and(|p| p.ends_with("-SHARED")));

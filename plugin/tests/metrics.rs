@@ -653,9 +653,11 @@ async fn the_http_endpoint() {
     let resource = gpu_common::resource(host.root(), &["--discovery=tegra"])
         .await
         .unwrap();
-    let listener = edgegpu_plugin::metrics::server::bind("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
+    let listener = edgegpu_plugin::metrics::server::bind(
+        edgegpu_plugin::metrics::server::BindAddress::Exact("127.0.0.1:0".parse().unwrap()),
+    )
+    .await
+    .unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(edgegpu_plugin::metrics::server::serve(
