@@ -490,6 +490,11 @@ class Matrix(unittest.TestCase):
             self.assertNotIn("FEATURE_FILE", env(plugin))
             self.assertIn({"name": "nfd-features", "mountPath": "/etc/kubernetes/node-feature-discovery/features.d"},
                           plugin["volumeMounts"])
+            # A node without NFD (yet) must not hold the plugin pod on FailedMount.
+            self.assertIn({"name": "nfd-features",
+                           "hostPath": {"path": "/etc/kubernetes/node-feature-discovery/features.d",
+                                        "type": "DirectoryOrCreate"}},
+                          spec["volumes"])
 
     def test_node_labeller(self):
         docs = self.render_checked({})
@@ -507,6 +512,11 @@ class Matrix(unittest.TestCase):
             self.assertFalse(any(m["name"] == "labeller-token" for m in pod(ds)["containers"][0]["volumeMounts"]))
             init, = pod(ds)["initContainers"]
             self.assertIn("labeller-token", [m["name"] for m in init["volumeMounts"]])
+            # The init container runs the plugin's discovery (NVML on discrete nodes): the
+            # plugin's resources, not the /sys-only labeller's.
+            self.assertEqual(init["resources"], pod(ds)["containers"][0]["resources"])
+        discrete = plugins(docs)["edgegpu-device-plugin-discrete"]
+        self.assertEqual(pod(discrete)["initContainers"][0]["resources"]["limits"]["memory"], "64Mi")
 
 
 class Dashboard(unittest.TestCase):
