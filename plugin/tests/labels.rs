@@ -265,19 +265,24 @@ async fn the_feature_file() {
     let path = dir.path().join("edgegpu");
     assert!(feature_file::write(&path, &labels).unwrap());
     let text = std::fs::read_to_string(&path).unwrap();
-    // NFD's local source: comment lines, then `name=value` lines.
-    let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    // NFD's local source: `name=value` lines only (NFD before v0.14 has no comments).
+    let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), labels.iter().count());
+    assert!(
+        lines.iter().all(|l| l.contains('=') && !l.starts_with('#')),
+        "{text}"
+    );
     assert!(lines.contains(&"nvidia.com/gpu.present=true"), "{text}");
     assert!(lines.contains(&"edgegpu.io/jetson.l4t=36.4.3"), "{text}");
     // Only the file itself is left (the temporary file was renamed).
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     // Rewritten in place on the next start.
     assert!(feature_file::write(&path, &NodeLabels::default()).unwrap());
-    assert!(std::fs::read_to_string(&path)
-        .unwrap()
-        .lines()
-        .all(|l| l.starts_with('#')));
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "");
+    // Removed at shutdown; removing it twice is no error.
+    assert!(feature_file::remove(&path).unwrap());
+    assert!(!path.exists());
+    assert!(!feature_file::remove(&path).unwrap());
     // NFD not installed: its directory is missing and nothing is created.
     let missing = dir.path().join("features.d/edgegpu");
     assert!(!feature_file::write(&missing, &labels).unwrap());
