@@ -184,6 +184,9 @@ fn rail(samples: &[Sample], label: &str) -> (f64, String) {
 #[tokio::test]
 async fn nano_series_follow_the_files() {
     let host = FakeHost::jetson(Board::Nano);
+    // The board serial NVIDIA's bootloader puts in the device tree (NUL-terminated): every
+    // Jetson of a fleet gets its own UUID label.
+    host.write("/proc/device-tree/serial-number", "1422919082137\0");
     let src = metrics_of(&host, &["--discovery=tegra"], None).await;
     host.set_gpu_load(455);
     let s = scrape(&src).await;
@@ -214,7 +217,13 @@ async fn nano_series_follow_the_files() {
     let util = series(&s, "DCGM_FI_DEV_GPU_UTIL")[0];
     assert_eq!(
         gpu_labels(util),
-        ("0", "tegra", "nvidia0", "NVIDIA Tegra X1", "node-1")
+        (
+            "0",
+            "tegra-1422919082137",
+            "nvidia0",
+            "NVIDIA Tegra X1",
+            "node-1"
+        )
     );
     assert!(!util.labels.contains_key("pod"));
 
@@ -260,9 +269,19 @@ async fn orin_and_xavier_series_follow_the_files() {
     assert_eq!(rail(&s, "VDD_GPU_SOC").0, 50.0);
     assert_eq!(one(&s, "DCGM_FI_DEV_GPU_TEMP"), 71.5);
 
+    // Neither serial readable: the device ID.
+    assert_eq!(gpu_labels(series(&s, "DCGM_FI_DEV_GPU_UTIL")[0]).1, "tegra");
+
     // Xavier on r35: load, clock and GPU-therm; no rails in its table entry or its root.
     let host = FakeHost::jetson(Board::Xavier);
+    // The soc bus's serial comes before the device tree's.
+    host.write("/sys/devices/soc0/serial_number", "0x1a2b3c4d\n");
+    host.write("/proc/device-tree/serial-number", "1422919082137\0");
     let s = scrape(&metrics_of(&host, &["--discovery=tegra"], None).await).await;
+    assert_eq!(
+        gpu_labels(series(&s, "DCGM_FI_DEV_GPU_UTIL")[0]).1,
+        "tegra-0x1a2b3c4d"
+    );
     assert_eq!(one(&s, "DCGM_FI_DEV_GPU_UTIL"), 0.0);
     assert_eq!(one(&s, "DCGM_FI_DEV_GPU_TEMP"), 43.0);
     absent(&s, "edgegpu_power_rail_watts");
@@ -295,7 +314,13 @@ async fn thor_without_and_with_nvml() {
     let util = series(&s, "DCGM_FI_DEV_GPU_UTIL")[0];
     assert_eq!(
         gpu_labels(util),
-        ("0", "tegra", "nvidia0", "NVIDIA Thor", "node-1")
+        (
+            "0",
+            "GPU-e1c7a9d2-38f4-4b6a-9d3e-00000000b100",
+            "nvidia0",
+            "NVIDIA Thor",
+            "node-1"
+        )
     );
     host.set_nvml_telemetry(0, &[("gpu_util", 97)]);
     let s = scrape(&src).await;
@@ -316,7 +341,13 @@ async fn hybrid_orin_takes_from_nvml_only_what_its_release_answers() {
     assert_eq!(one(&s, "DCGM_FI_DEV_SM_CLOCK"), 306.0);
     assert_eq!(
         gpu_labels(series(&s, "DCGM_FI_DEV_GPU_UTIL")[0]),
-        ("0", "tegra", "nvidia0", "Orin (nvgpu)", "node-1")
+        (
+            "0",
+            "GPU-6a1f0c3e-39b2-5e0d-8c4f-0000000a10b1",
+            "nvidia0",
+            "Orin (nvgpu)",
+            "node-1"
+        )
     );
     // Orin NX's GPU rail also feeds the CPU and CV units: the rail, no GPU power.
     absent(&s, "DCGM_FI_DEV_POWER_USAGE");
