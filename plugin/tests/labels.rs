@@ -246,6 +246,14 @@ async fn renamed_shares_keep_the_plain_product() {
 }
 
 #[tokio::test]
+async fn r470_gpu_memory_label() {
+    // No nvmlDeviceGetMemoryInfo_v2 before R510: the memory comes from the original call.
+    let host = FakeHost::discrete_r470(&FakeGpu::two_on_two_numa_nodes());
+    let labels = labels_of(&host, &["--discovery=nvml"]).await;
+    assert_eq!(labels.get("nvidia.com/gpu.memory"), Some("40960"));
+}
+
+#[tokio::test]
 async fn no_gpu_no_labels() {
     let host = FakeHost::empty();
     let dir = tempfile::tempdir().unwrap();

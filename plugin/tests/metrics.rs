@@ -985,3 +985,16 @@ async fn mig_single_and_shared_resources_are_attributed() {
         "nvidia.com/gpu.shared"
     );
 }
+
+#[tokio::test]
+async fn r470_without_memory_info_v2_still_has_framebuffer_series() {
+    let gpus = FakeGpu::two_on_two_numa_nodes();
+    let host = FakeHost::discrete_r470(&gpus);
+    let s = scrape(&metrics_of(&host, &["--discovery=nvml"], None).await).await;
+    let used = series(&s, "DCGM_FI_DEV_FB_USED");
+    assert_eq!(used.len(), 2);
+    // The fake's default: 1 % of the memory used (nvmlDeviceGetMemoryInfo, version 1).
+    let used_mib = (gpus[0].memory_bytes / 100) as f64 / (1024.0 * 1024.0);
+    assert_eq!(used[0].value, used_mib);
+    assert_eq!(series(&s, "DCGM_FI_DEV_FB_FREE").len(), 2);
+}

@@ -866,13 +866,23 @@ impl FakeHost {
         host.with_nvml(arch_lib_dir(), gpus)
     }
 
+    /// The same with an R470 driver's NVML, which has no `nvmlDeviceGetMemoryInfo_v2`.
+    pub fn discrete_r470(gpus: &[FakeGpu]) -> FakeHost {
+        FakeHost::empty().with_nvml_variant("nvml-r470", arch_lib_dir(), gpus)
+    }
+
     /// Installs the fake NVML into `lib_dir` (a host path) reporting `gpus`.
-    pub fn with_nvml(mut self, lib_dir: &str, gpus: &[FakeGpu]) -> FakeHost {
+    pub fn with_nvml(self, lib_dir: &str, gpus: &[FakeGpu]) -> FakeHost {
+        self.with_nvml_variant("nvml", lib_dir, gpus)
+    }
+
+    /// [`Self::with_nvml`] with the fake library built as `variant` (testkit `build.rs`).
+    fn with_nvml_variant(mut self, variant: &str, lib_dir: &str, gpus: &[FakeGpu]) -> FakeHost {
         let dir = self.path(lib_dir);
         std::fs::create_dir_all(&dir).expect("create lib dir");
         // A copy, not a link: glibc loads one instance per file, so each root gets its own.
         std::fs::copy(
-            crate::fakelib::variant_dir("nvml").join("libnvidia-ml.so.1"),
+            crate::fakelib::variant_dir(variant).join("libnvidia-ml.so.1"),
             dir.join("libnvidia-ml.so.1"),
         )
         .expect("copy fake NVML");
