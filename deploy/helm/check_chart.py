@@ -609,6 +609,17 @@ class Dashboard(unittest.TestCase):
     """The Grafana dashboard queries only series that edgegpu or dcgm-exporter serve, with the
     labels they carry (docs/metrics.md lists every series)."""
 
+    def test_framebuffer_per_gpu_instance(self):
+        # A MIG GPU's framebuffer series differ per GPU instance: grouping by GPU alone would
+        # show only the fullest instance.
+        dashboard = json.loads((CHART / "dashboards" / "edgegpu-gpus.json").read_text())
+        fb = [(p["title"], t["expr"]) for p in dashboard["panels"] for t in p.get("targets", [])
+              if "DCGM_FI_DEV_FB_" in t["expr"]]
+        self.assertEqual(len(fb), 3)
+        for title, expr in fb:
+            self.assertIn("GPU_I_ID", re.search(r"by \(([^)]*)\)", expr).group(1), expr)
+        self.assertIn("Framebuffer memory used and free", [t for t, _ in fb])
+
     def test_queries_name_documented_series(self):
         dashboard = json.loads((CHART / "dashboards" / "edgegpu-gpus.json").read_text())
         documented = set(re.findall(r"`((?:DCGM_FI_DEV|edgegpu)_[A-Za-z0-9_]+)`",
