@@ -272,7 +272,7 @@ async fn orin_and_xavier_series_follow_the_files() {
     // Neither serial readable: the device ID.
     assert_eq!(gpu_labels(series(&s, "DCGM_FI_DEV_GPU_UTIL")[0]).1, "tegra");
 
-    // Xavier on r35: load, clock and GPU-therm; no rails in its table entry or its root.
+    // AGX Xavier on r35: load, clock, GPU-therm and its INA3221 rails.
     let host = FakeHost::jetson(Board::Xavier);
     // The soc bus's serial comes before the device tree's.
     host.write("/sys/devices/soc0/serial_number", "0x1a2b3c4d\n");
@@ -284,8 +284,11 @@ async fn orin_and_xavier_series_follow_the_files() {
     );
     assert_eq!(one(&s, "DCGM_FI_DEV_GPU_UTIL"), 0.0);
     assert_eq!(one(&s, "DCGM_FI_DEV_GPU_TEMP"), 43.0);
-    absent(&s, "edgegpu_power_rail_watts");
-    absent(&s, "DCGM_FI_DEV_POWER_USAGE");
+    // AGX Xavier's GPU has a rail of its own: its power is the GPU's.
+    assert_eq!(one(&s, "DCGM_FI_DEV_POWER_USAGE"), 1.0);
+    assert_eq!(rail(&s, "GPU"), (1.0, "true".to_string()));
+    assert_eq!(rail(&s, "SOC").1, "false");
+    assert_eq!(series(&s, "edgegpu_power_rail_watts").len(), 3);
 }
 
 #[tokio::test]

@@ -442,7 +442,20 @@ impl Board {
                     ("VDD_SOC", 5_016, 310),
                 ],
             }),
-            Board::Xavier | Board::Thor => None,
+            // AGX Xavier on r35: the first of its two monitors (GPU, CPU, SOC; the second has
+            // CV, VDDRQ, SYS5V), the GPU on a rail of its own.
+            Board::Xavier => Some(PowerMonitor {
+                driver: "ina3221",
+                device_dir: "/sys/devices/platform/3160000.i2c/i2c-1/1-0040",
+                bus_name: "1-0040",
+                channel_dir: "hwmon/hwmon2",
+                rails: &[
+                    ("GPU", 5_000, 200),
+                    ("CPU", 5_000, 300),
+                    ("SOC", 5_000, 500),
+                ],
+            }),
+            Board::Thor => None,
         }
     }
 
