@@ -32,6 +32,14 @@ pub enum BindAddress {
     Exact(SocketAddr),
 }
 
+impl std::str::FromStr for BindAddress {
+    type Err = anyhow::Error;
+
+    fn from_str(text: &str) -> anyhow::Result<Self> {
+        parse_bind_address(text)
+    }
+}
+
 /// Parses `--metrics-bind-address`: `HOST:PORT`, `[IPv6]:PORT`, or `:PORT` (every address).
 pub fn parse_bind_address(text: &str) -> anyhow::Result<BindAddress> {
     let text = text.trim();
