@@ -315,7 +315,8 @@ async fn start_monitors(
         None
     };
     if watched.is_empty() && mig_watch.is_none() {
-        // The last handle: dropping it calls nvmlShutdown, which blocks.
+        // Dropping the last handle calls nvmlShutdown, which blocks (the resources keep
+        // theirs, for metrics, until they are dropped: see GpuResource's Drop).
         tokio::task::spawn_blocking(move || drop(nvml));
         return Ok(());
     }

@@ -122,6 +122,17 @@ impl AllocationCounts {
     }
 }
 
+impl Drop for GpuResource {
+    /// A rebuild drops the old resources on the runtime thread; when theirs is the last NVML
+    /// handle, dropping it calls `nvmlShutdown`, which blocks: hand it to the blocking pool.
+    fn drop(&mut self) {
+        if let (Some(nvml), Ok(runtime)) = (self.nvml.take(), tokio::runtime::Handle::try_current())
+        {
+            runtime.spawn_blocking(move || drop(nvml));
+        }
+    }
+}
+
 impl GpuResource {
     pub fn name(&self) -> &str {
         &self.name
