@@ -435,6 +435,48 @@ async fn thor_mig_through_nvml_with_its_jetson_nodes() {
 
 struct Running(Child);
 
+impl Running {
+    /// The real binary on `root` with `--mig-strategy=<strategy>`, registering in `dir`;
+    /// its log goes to `log` (or nowhere).
+    fn start(
+        root: &std::path::Path,
+        dir: &std::path::Path,
+        strategy: &str,
+        log: Option<&std::path::Path>,
+    ) -> Running {
+        let (stdout, stderr) = match log {
+            Some(path) => {
+                let file = std::fs::File::create(path).unwrap();
+                (Stdio::from(file.try_clone().unwrap()), Stdio::from(file))
+            }
+            None => (Stdio::null(), Stdio::null()),
+        };
+        Running(
+            binary_command(env!("CARGO_BIN_EXE_edgegpu-device-plugin"))
+                .arg("--root")
+                .arg(root)
+                .arg("--device-plugin-path")
+                .arg(dir)
+                .arg(format!("--mig-strategy={strategy}"))
+                .stdout(stdout)
+                .stderr(stderr)
+                .spawn()
+                .unwrap(),
+        )
+    }
+
+    /// SIGTERM; the plugin must exit cleanly.
+    fn terminate(mut self) {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.0.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        let status = self.0.wait().unwrap();
+        assert!(status.success(), "{status}");
+    }
+}
+
 impl Drop for Running {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -449,18 +491,7 @@ async fn reconfiguring_mig_while_running_re_advertises() {
     let (host, gpus) = mixed_host();
     let dir = tempfile::tempdir().unwrap();
     let kubelet = FakeKubelet::start(dir.path()).await.unwrap();
-    let mut child = Running(
-        binary_command(env!("CARGO_BIN_EXE_edgegpu-device-plugin"))
-            .arg("--root")
-            .arg(host.root())
-            .arg("--device-plugin-path")
-            .arg(dir.path())
-            .arg("--mig-strategy=mixed")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let child = Running::start(host.root(), dir.path(), "mixed", None);
     kubelet
         .wait_for_registration("nvidia.com/mig-3g.40gb", WAIT)
         .await
@@ -501,13 +532,7 @@ async fn reconfiguring_mig_while_running_re_advertises() {
         })
         .await
         .unwrap();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.0.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let status = child.0.wait().unwrap();
-    assert!(status.success(), "{status}");
+    child.terminate();
 }
 
 /// The real binary through a MIG reconfiguration that passes through geometries `single`
@@ -520,19 +545,7 @@ async fn a_reconfiguration_through_refused_geometries_does_not_end_the_plugin() 
     let dir = tempfile::tempdir().unwrap();
     let kubelet = FakeKubelet::start(dir.path()).await.unwrap();
     let log_path = dir.path().join("plugin.log");
-    let log = std::fs::File::create(&log_path).unwrap();
-    let mut child = Running(
-        binary_command(env!("CARGO_BIN_EXE_edgegpu-device-plugin"))
-            .arg("--root")
-            .arg(host.root())
-            .arg("--device-plugin-path")
-            .arg(dir.path())
-            .arg("--mig-strategy=single")
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
-    );
+    let mut child = Running::start(host.root(), dir.path(), "single", Some(&log_path));
     kubelet
         .wait_for_registration("nvidia.com/gpu", WAIT)
         .await
@@ -577,13 +590,7 @@ async fn a_reconfiguration_through_refused_geometries_does_not_end_the_plugin() 
         })
         .await
         .unwrap();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.0.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let status = child.0.wait().unwrap();
-    assert!(status.success(), "{status}");
+    child.terminate();
     let log = std::fs::read_to_string(&log_path).unwrap();
     let warnings = log.matches("MIG geometry refused").count();
     assert_eq!(warnings, 1, "one warning per reconfiguration:\n{log}");
