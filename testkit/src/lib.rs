@@ -5,5 +5,6 @@ pub mod cuda;
 pub mod fakelib;
 pub mod host;
 pub mod kubelet;
+pub mod l4t;
 pub mod nodehost;
 pub mod process;
