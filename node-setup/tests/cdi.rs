@@ -830,32 +830,37 @@ fn a_spec_without_the_generations_required_nodes_is_reported() {
 }
 
 #[test]
-fn next_to_nvidia_ctks_spec_the_cdi_library_refuses_both_or_prefers_run() {
-    // nvidia-ctk / nvidia-cdi-refresh write kind nvidia.com/gpu with device 0 and all too.
-    // The CDI library (what runtimes load specs with) reports devices two specs of one
-    // directory both define as conflicts and drops them; of two directories the later one
-    // (/var/run/cdi after /etc/cdi) wins. docs/cdi.md tells users to keep one generator.
+fn next_to_nvidia_ctks_spec_the_cdi_library_refuses_both_or_takes_the_later_directory() {
+    // nvidia-ctk / nvidia-cdi-refresh write kind nvidia.com/gpu with devices 0 and all too.
+    // The CDI library (what runtimes load specs with) reports a device two specs of one
+    // directory both define as a conflict and drops it; of two directories the later one of
+    // the runtime's list (/var/run/cdi after /etc/cdi) wins. docs/cdi.md says what to do.
     let Some(validator) = cdi_validator() else {
         return;
     };
     let host = jetson(Board::Orin);
-    let run_dir = tempfile::tempdir().unwrap();
-    let ours = run_dir.path().join("edgegpu.yaml");
+    let dirs = tempfile::tempdir().unwrap();
+    let etc = dirs.path().join("etc-cdi");
+    let run = dirs.path().join("run-cdi");
+    std::fs::create_dir_all(&etc).unwrap();
+    let ours = run.join("edgegpu.yaml");
     assert!(generate(host.root(), &["--output", ours.to_str().unwrap()])
         .status
         .success());
     let ctk = r#"{"cdiVersion":"0.5.0","kind":"nvidia.com/gpu","devices":[{"name":"0","containerEdits":{"deviceNodes":[{"path":"/dev/nvidia0"}]}},{"name":"all","containerEdits":{"deviceNodes":[{"path":"/dev/nvidia0"}]}}]}"#;
-    std::fs::write(run_dir.path().join("nvidia.json"), ctk).unwrap();
-    let resolve = |dir: &Path| {
+    let resolve = |dirs: &[&Path]| {
+        let list: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
         let out = Command::new(&validator)
             .arg("-resolve")
-            .arg(dir)
+            .arg(list.join(","))
             .args(["nvidia.com/gpu=0", "nvidia.com/gpu=all"])
             .output()
             .unwrap();
         text(&out.stdout)
     };
-    let report = resolve(run_dir.path());
+    // Both in /var/run/cdi: neither 0 nor all can be used any more.
+    std::fs::write(run.join("nvidia.json"), ctk).unwrap();
+    let report = resolve(&[&etc, &run]);
     assert!(
         report.contains("conflicting device \"nvidia.com/gpu=0\""),
         "{report}"
@@ -868,11 +873,17 @@ fn next_to_nvidia_ctks_spec_the_cdi_library_refuses_both_or_prefers_run() {
         report.contains("nvidia.com/gpu=all: unresolvable"),
         "{report}"
     );
-    // Ours alone resolves.
-    std::fs::remove_file(run_dir.path().join("nvidia.json")).unwrap();
-    let report = resolve(run_dir.path());
+    // nvidia-ctk's in /etc/cdi, ours in /var/run/cdi: ours wins, silently.
+    std::fs::rename(run.join("nvidia.json"), etc.join("nvidia.json")).unwrap();
+    let report = resolve(&[&etc, &run]);
     assert!(!report.contains("ERROR"), "{report}");
-    assert!(report.contains("nvidia.com/gpu=0: resolved"), "{report}");
+    assert!(
+        report.contains(&format!(
+            "nvidia.com/gpu=0: resolved from {}",
+            ours.display()
+        )),
+        "{report}"
+    );
 }
 
 #[test]

@@ -9,10 +9,12 @@
 //
 //	cdi_validate FILE...                 one line per file: "FILE: valid" or "FILE: INVALID: why";
 //	                                     exit 1 if any file is invalid
-//	cdi_validate -resolve DIR NAME...    load DIR as a runtime loads a CDI spec directory and print
-//	                                     each loading error ("ERROR: …", e.g. devices two specs both
-//	                                     name), then "NAME: resolved" or "NAME: unresolvable" for each
-//	                                     fully qualified device name (vendor.com/class=name)
+//	cdi_validate -resolve DIRS NAME...   load the comma-separated spec directories DIRS as a runtime
+//	                                     does (later directories take precedence) and print each
+//	                                     loading error ("ERROR: …", e.g. a device two specs of one
+//	                                     directory both define), then "NAME: resolved from FILE" or
+//	                                     "NAME: unresolvable" for each fully qualified device name
+//	                                     (vendor.com/class=name)
 //
 // Built by node-setup's tests against Debian's
 // golang-github-container-orchestrated-devices-container-device-interface-dev (GOPATH mode,
@@ -41,7 +43,7 @@ func main() {
 	args := os.Args[1:]
 	if len(args) >= 1 && args[0] == "-resolve" {
 		if len(args) < 2 {
-			fmt.Fprintln(os.Stderr, "usage: cdi_validate -resolve DIR NAME...")
+			fmt.Fprintln(os.Stderr, "usage: cdi_validate -resolve DIRS NAME...")
 			os.Exit(2)
 		}
 		resolve(args[1], args[2:])
@@ -65,8 +67,8 @@ func main() {
 	}
 }
 
-func resolve(dir string, names []string) {
-	cache, err := cdi.NewCache(cdi.WithSpecDirs(dir), cdi.WithAutoRefresh(false))
+func resolve(dirs string, names []string) {
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(strings.Split(dirs, ",")...), cdi.WithAutoRefresh(false))
 	if cache == nil {
 		fmt.Fprintln(os.Stderr, "cannot create the CDI cache:", err)
 		os.Exit(2)
@@ -77,8 +79,8 @@ func resolve(dir string, names []string) {
 		}
 	}
 	for _, name := range names {
-		if cache.GetDevice(name) != nil {
-			fmt.Printf("%s: resolved\n", name)
+		if device := cache.GetDevice(name); device != nil {
+			fmt.Printf("%s: resolved from %s\n", name, device.GetSpec().GetPath())
 		} else {
 			fmt.Printf("%s: unresolvable\n", name)
 		}
