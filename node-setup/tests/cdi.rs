@@ -323,18 +323,14 @@ fn jetson_libraries_symlinks_and_hooks() {
         assert!(m.contains(&(cuda.clone(), at.clone())), "{at}: {m:?}");
     }
     // The tegra-egl directory is mounted; its listed files below it are not mounted again.
-    assert!(m.contains(&(format!("{LIB}/tegra-egl"), format!("{LIB}/tegra-egl"))));
-    assert!(
-        !m.iter()
-            .any(|(_, c)| c.starts_with(&format!("{LIB}/tegra-egl/"))),
-        "{m:?}"
+    assert_mounted_whole(&m, &format!("{LIB}/tegra-egl"));
+    assert_mounted_as_is(
+        &m,
+        &[
+            "/lib/firmware/tegra21x/nvhost_nvdec020_ns.fw",
+            "/usr/sbin/nvargus-daemon",
+        ],
     );
-    for file in [
-        "/lib/firmware/tegra21x/nvhost_nvdec020_ns.fw",
-        "/usr/sbin/nvargus-daemon",
-    ] {
-        assert!(m.contains(&(file.into(), file.into())), "{file}: {m:?}");
-    }
     let report = report_of(host.root());
     assert!(
         report.contains(&format!("{LIB}/tegra/libnvtvmr.so")),
@@ -385,6 +381,27 @@ fn jetson_libraries_symlinks_and_hooks() {
         hooks(&spec)[0][..3],
         ["nvidia-ctk", "hook", "create-symlinks"]
     );
+}
+
+/// Asserts directory `dir` is mounted at its own path and nothing below it is mounted again.
+fn assert_mounted_whole(m: &[(String, String)], dir: &str) {
+    assert!(
+        m.contains(&(dir.to_string(), dir.to_string())),
+        "{dir}: {m:?}"
+    );
+    let below = format!("{dir}/");
+    assert!(
+        !m.iter().any(|(_, c)| c.starts_with(&below)),
+        "{dir}: {m:?}"
+    );
+}
+
+/// Asserts each of `files` is mounted at its own path.
+fn assert_mounted_as_is(m: &[(String, String)], files: &[&str]) {
+    for file in files {
+        let pair = (file.to_string(), file.to_string());
+        assert!(m.contains(&pair), "{file}: {m:?}");
+    }
 }
 
 /// The `--link target::link` and `--folder dir` arguments of the spec's hooks.
@@ -498,21 +515,14 @@ fn real_l4t_lists_give_each_mount_and_link_once_where_it_really_is() {
     }
     // `sym, …/tegra` mounts the directory it names (as nvidia-ctk does), which covers the
     // libraries listed below it.
-    assert!(
-        m.contains(&(format!("{LIB}/nvidia"), format!("{LIB}/nvidia"))),
-        "{m:?}"
+    assert_mounted_whole(&m, &format!("{LIB}/nvidia"));
+    assert_mounted_as_is(
+        &m,
+        &[
+            "/usr/sbin/nvidia-smi",
+            "/lib/firmware/tegra23x/nvhost_nvdec050_desc_prod.bin",
+        ],
     );
-    assert!(
-        !m.iter()
-            .any(|(_, c)| c.starts_with(&format!("{LIB}/nvidia/"))),
-        "{m:?}"
-    );
-    for file in [
-        "/usr/sbin/nvidia-smi",
-        "/lib/firmware/tegra23x/nvhost_nvdec050_desc_prod.bin",
-    ] {
-        assert!(m.contains(&(file.into(), file.into())), "{file}: {m:?}");
-    }
     assert_eq!(
         hook_values(&spec, "--folder"),
         vec![
@@ -533,6 +543,17 @@ fn spec_file(host: &FakeHost, name: &str) -> PathBuf {
     let out = generate(host.root(), &["--output", file.to_str().unwrap()]);
     assert!(out.status.success(), "{name}: {}", text(&out.stderr));
     file
+}
+
+/// The device names of a host with two GPUs without MIG: by index and by UUID, and `all`.
+fn two_gpus(gpus: &[FakeGpu]) -> Vec<String> {
+    vec![
+        "0".to_string(),
+        gpus[0].uuid.clone(),
+        "1".into(),
+        gpus[1].uuid.clone(),
+        "all".into(),
+    ]
 }
 
 fn with_driver_libs(host: &FakeHost) {
@@ -559,16 +580,7 @@ fn discrete_gpus_by_index_and_uuid_from_the_driver_procfs() {
     with_driver_libs(&host);
     let spec = spec_json(host.root());
     assert_eq!(spec["cdiVersion"], "0.5.0");
-    assert_eq!(
-        device_names(&spec),
-        vec![
-            "0".to_string(),
-            gpus[0].uuid.clone(),
-            "1".into(),
-            gpus[1].uuid.clone(),
-            "all".into()
-        ]
-    );
+    assert_eq!(device_names(&spec), two_gpus(&gpus));
     assert_eq!(nodes_of(&spec, "1"), vec!["/dev/nvidia1"]);
     assert_eq!(nodes_of(&spec, &gpus[0].uuid), vec!["/dev/nvidia0"]);
     assert_eq!(nodes_of(&spec, "all"), vec!["/dev/nvidia0", "/dev/nvidia1"]);
@@ -781,16 +793,7 @@ fn excluded_gpus_take_no_index_and_get_no_device() {
         true,
     );
     let spec = spec_json(host.root());
-    assert_eq!(
-        device_names(&spec),
-        vec![
-            "0".to_string(),
-            gpus[0].uuid.clone(),
-            "1".into(),
-            gpus[1].uuid.clone(),
-            "all".into()
-        ]
-    );
+    assert_eq!(device_names(&spec), two_gpus(&gpus));
     assert_eq!(nodes_of(&spec, "0"), vec!["/dev/nvidia0"]);
     assert!(!nodes_of(&spec, "all").contains(&"/dev/nvidia2".to_string()));
     let report = report_of(host.root());

@@ -105,8 +105,9 @@ lib, /usr/lib/aarch64-linux-gnu/tegra-egl/libEGL_nvidia.so.0
 lib, /usr/share/glvnd/egl_vendor.d/10-nvidia.json
 ";
 
-/// meta-tegra's r36.4 `devices.csv` (branch walnascar), as it is.
-const ORIN_R36_DEVICES: &str = "\
+/// meta-tegra's `devices.csv` up to `nvidia-modeset`, the same from r36.4 (branch walnascar)
+/// to r39.2 (master); the releases differ only in the nodes that follow.
+const DEVICES_HEAD: &str = "\
 dev, /dev/dri/card*
 dev, /dev/dri/renderD*
 dir, /dev/dri/by-path
@@ -141,7 +142,10 @@ dev, /dev/nvgpu/igpu0/prof-dev
 dev, /dev/nvgpu/igpu0/sched
 dev, /dev/nvgpu/igpu0/tsg
 dev, /dev/nvidia-modeset
-dev, /dev/nvidia0
+";
+
+/// The end of every release's `devices.csv`.
+const DEVICES_TAIL: &str = "\
 dev, /dev/nvidiactl
 dev, /dev/nvmap
 dev, /dev/nvsciipc
@@ -149,57 +153,17 @@ dev, /dev/v4l2-nvdec
 dev, /dev/v4l2-nvenc
 ";
 
-/// meta-tegra's r38.2 `devices.csv` (branch master-l4t-r38.2.x), as it is: the Orin-era
-/// nvgpu and nvhost nodes, which a Thor does not have, and no UVM nodes.
-const THOR_R38_DEVICES: &str = "\
-dev, /dev/dri/card*
-dev, /dev/dri/renderD*
-dir, /dev/dri/by-path
-dev, /dev/fb0
-dev, /dev/fb1
-dev, /dev/host1x-fence
-dev, /dev/nvhost-as-gpu
-dev, /dev/nvhost-ctrl-gpu
-dev, /dev/nvhost-ctrl-nvdla0
-dev, /dev/nvhost-ctrl-nvdla1
-dev, /dev/nvhost-ctrl-pva0
-dev, /dev/nvhost-ctxsw-gpu
-dev, /dev/nvhost-dbg-gpu
-dev, /dev/nvhost-gpu
-dev, /dev/nvhost-nvsched-gpu
-dev, /dev/nvhost-power-gpu
-dev, /dev/nvhost-prof-ctx-gpu
-dev, /dev/nvhost-prof-dev-gpu
-dev, /dev/nvhost-prof-gpu
-dev, /dev/nvhost-sched-gpu
-dev, /dev/nvhost-tsg-gpu
-dev, /dev/nvgpu/igpu0/as
-dev, /dev/nvgpu/igpu0/channel
-dev, /dev/nvgpu/igpu0/ctrl
-dev, /dev/nvgpu/igpu0/ctxsw
-dev, /dev/nvgpu/igpu0/dbg
-dev, /dev/nvgpu/igpu0/nvsched
-dev, /dev/nvgpu/igpu0/power
-dev, /dev/nvgpu/igpu0/prof
-dev, /dev/nvgpu/igpu0/prof-ctx
-dev, /dev/nvgpu/igpu0/prof-dev
-dev, /dev/nvgpu/igpu0/sched
-dev, /dev/nvgpu/igpu0/tsg
-dev, /dev/nvidia-modeset
-dev, /dev/nvidia0
-dev, /dev/nvidia1
-dev, /dev/nvidiactl
-dev, /dev/nvmap
-dev, /dev/nvsciipc
-dev, /dev/v4l2-nvdec
-dev, /dev/v4l2-nvenc
-";
-
-/// The r39.2 additions to r38's list (meta-tegra branch master): the UVM nodes.
-const R39_DEVICES_EXTRA: &str = "\
-dev, /dev/nvidia-uvm
-dev, /dev/nvidia-uvm-tools
-";
+/// meta-tegra's `devices.csv` of an L4T major release, as it is: r36.4 names `nvidia0`; r38.2
+/// (branch master-l4t-r38.2.x, Thor's: the Orin-era nvgpu and nvhost nodes, which a Thor does
+/// not have, and no UVM nodes) adds `nvidia1`; r39.2 (master) adds the UVM nodes.
+fn devices_csv(l4t_major: u32) -> String {
+    let middle = match l4t_major {
+        36 => "dev, /dev/nvidia0\n",
+        38 => "dev, /dev/nvidia0\ndev, /dev/nvidia1\n",
+        _ => "dev, /dev/nvidia-uvm\ndev, /dev/nvidia-uvm-tools\ndev, /dev/nvidia0\ndev, /dev/nvidia1\n",
+    };
+    format!("{DEVICES_HEAD}{middle}{DEVICES_TAIL}")
+}
 
 /// The kinds of line of JetPack 6/7's `drivers.csv`, with JetPack's paths; `{version}` is
 /// the release's driver version.
@@ -256,19 +220,12 @@ impl Board {
             Board::Nano => vec![("l4t.csv", NANO_L4T.to_string())],
             Board::Xavier => vec![("l4t.csv", XAVIER_L4T.to_string())],
             Board::Orin => vec![
-                ("devices.csv", ORIN_R36_DEVICES.to_string()),
+                ("devices.csv", devices_csv(36)),
                 ("drivers.csv", drivers()),
                 ("l4t.csv", ORIN_R36_OLD_L4T.to_string()),
             ],
-            Board::OrinR39 => vec![
-                (
-                    "devices.csv",
-                    format!("{THOR_R38_DEVICES}{R39_DEVICES_EXTRA}"),
-                ),
-                ("drivers.csv", drivers()),
-            ],
-            Board::Thor => vec![
-                ("devices.csv", THOR_R38_DEVICES.to_string()),
+            Board::OrinR39 | Board::Thor => vec![
+                ("devices.csv", devices_csv(self.l4t_major())),
                 ("drivers.csv", drivers()),
             ],
         }
