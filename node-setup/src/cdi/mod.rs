@@ -1,5 +1,5 @@
 //! `edgegpu-node-setup cdi generate`: a CDI spec (kind `nvidia.com/gpu`) for the GPUs of this
-//! host, on every platform, without `nvidia-ctk` or `nvidia-smi` (which JetPack 5/6 lack).
+//! host, on every platform, without `nvidia-ctk` or `nvidia-smi` (which JetPack 4/5 lack).
 //!
 //! - Jetson ([`jetson`]): the device nodes, libraries, directories and symlinks L4T's
 //!   container CSV lists name, only those that exist; devices `0` and `all` (and the GPU's
