@@ -815,7 +815,14 @@ fn a_spec_without_the_generations_required_nodes_is_reported() {
     );
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("nvidia.yaml");
-    let out = generate(host.root(), &["--output", file.to_str().unwrap()]);
+    let out = binary_command(BIN)
+        .env("EDGEGPU_LOG", "warn")
+        .arg("--root")
+        .arg(host.root())
+        .args(["cdi", "generate", "--output"])
+        .arg(&file)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     let report = text(&out.stdout);
     for expected in [
