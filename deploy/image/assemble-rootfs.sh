@@ -7,7 +7,7 @@
 # scripts/build-images.sh (which builds the images from it without a container engine) and by
 # measure-image-size.sh. POSIX sh: it runs in debian:trixie-slim.
 #
-# Usage: assemble-rootfs.sh TARGETARCH DEBIAN_ROOT BINARY OUT_DIR IMAGE
+# Usage: assemble-rootfs.sh TARGETARCH DEBIAN_ROOT BINARY OUT_DIR IMAGE [LABELLER]
 #   TARGETARCH   amd64 | arm64 (BuildKit's names)
 #   DEBIAN_ROOT  a directory holding the TARGET architecture's Debian /usr/lib (a target-arch
 #                image's filesystem, or libc6 + libgcc-s1 unpacked with dpkg-deb -x); for
@@ -19,13 +19,16 @@
 #                devicequery: /etc/ld.so.conf.d for the NVIDIA runtime's ldconfig; node-setup:
 #                busybox and /usr/share/edgegpu/node-setup-pod.sh, read from
 #                ../node-setup/node-setup-pod.sh next to this script)
+#   LABELLER     edgegpu-device-plugin only, and required there: the edgegpu-labeller binary for
+#                that architecture, installed next to the plugin (the node labeller and the
+#                plugins' init containers run it from this image, docs/labels.md)
 set -eu
 
-if [ "$#" -ne 5 ]; then
-    echo "usage: $0 TARGETARCH DEBIAN_ROOT BINARY OUT_DIR IMAGE" >&2
+if [ "$#" -ne 5 ] && [ "$#" -ne 6 ]; then
+    echo "usage: $0 TARGETARCH DEBIAN_ROOT BINARY OUT_DIR IMAGE [LABELLER]" >&2
     exit 2
 fi
-arch=$1 debian_root=$2 binary=$3 out=$4 image=$5
+arch=$1 debian_root=$2 binary=$3 out=$4 image=$5 labeller=${6:-}
 
 case "$arch" in
     amd64) triple=x86_64-linux-gnu; loader=ld-linux-x86-64.so.2 ;;
@@ -42,6 +45,14 @@ case "$image" in
     edgegpu-node-setup) ;;
     *) echo "$0: unknown IMAGE '$image' (edgegpu-device-plugin, devicequery or edgegpu-node-setup)" >&2; exit 2 ;;
 esac
+if [ "$image" = edgegpu-device-plugin ] && [ -z "$labeller" ]; then
+    echo "$0: edgegpu-device-plugin needs LABELLER (the edgegpu-labeller binary)" >&2
+    exit 2
+fi
+if [ "$image" != edgegpu-device-plugin ] && [ -n "$labeller" ]; then
+    echo "$0: LABELLER is only for edgegpu-device-plugin" >&2
+    exit 2
+fi
 
 # The binaries are cross-built against glibc 2.17 (cargo-zigbuild), whose libpthread, libdl, librt
 # and libm were separate libraries: they stay DT_NEEDED even though glibc >= 2.34 folded them into
@@ -63,10 +74,12 @@ for lib in $libs; do
         exit 1
     fi
 done
-if [ ! -f "$binary" ]; then
-    echo "$0: missing BINARY $binary" >&2
-    exit 1
-fi
+for input in "$binary" ${labeller:+"$labeller"}; do
+    if [ ! -f "$input" ]; then
+        echo "$0: missing binary $input" >&2
+        exit 1
+    fi
+done
 if [ "$image" = edgegpu-node-setup ]; then
     for input in "$debian_root/usr/bin/busybox" "$pod_script"; do
         if [ ! -f "$input" ]; then
@@ -109,6 +122,8 @@ case "$image" in
         # hostPath that cannot exist on x86 hosts).
         mkdir -p "$out/host/proc" "$out/host/sys"
         ln -s ../sys/firmware/devicetree/base "$out/host/proc/device-tree"
+        cp "$labeller" "$out/usr/bin/edgegpu-labeller"
+        chmod 0755 "$out/usr/bin/edgegpu-labeller"
         ;;
     devicequery)
         # The NVIDIA runtime's hook injects the driver libraries (on Jetson with JetPack 4/5 also

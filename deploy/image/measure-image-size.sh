@@ -82,8 +82,20 @@ for arch in amd64 arm64; do
         : >"$binary"
         echo "   $dist/$image-$rust_target not found: measuring the glibc part only"
     fi
+    extra=()
+    if [ "$image" = edgegpu-device-plugin ]; then
+        # The plugin image also carries edgegpu-labeller (docs/labels.md).
+        labeller=$dist/edgegpu-labeller-$rust_target
+        if [ ! -f "$labeller" ]; then
+            labeller=$work/placeholder-labeller-$arch
+            : >"$labeller"
+            have_binary=0
+            echo "   $dist/edgegpu-labeller-$rust_target not found: measuring the glibc part only"
+        fi
+        extra=("$labeller")
+    fi
     rootfs=$work/rootfs-$arch
-    sh "$here/assemble-rootfs.sh" "$arch" "$debian_root" "$binary" "$rootfs" "$image"
+    sh "$here/assemble-rootfs.sh" "$arch" "$debian_root" "$binary" "$rootfs" "$image" "${extra[@]}"
 
     echo "   files in the image:"
     (cd "$rootfs" && find . -type f -printf '     %10s  /%P\n' | sort -k2)

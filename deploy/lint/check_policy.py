@@ -25,7 +25,15 @@ objects. This script checks what docs/deploy.md promises:
     definitions (plugin/src), and the discovery strategies they name are variants it accepts;
   * every host path the plugin's code for a node kind reads (string literals in plugin/src and in
     the platform table, platform/src) is inside a host mount of that kind's DaemonSet, at
-    /host + the host path (--root /host).
+    /host + the host path (--root /host);
+  * the node labels (docs/labels.md): the labeller's service-account token reaches only the
+    containers that run edgegpu-labeller (the plugin's init container `labels` mounts no more of
+    the host than the plugin does), its ClusterRole grants get and patch on nodes and nothing
+    else, and the node-labeller DaemonSet runs on every Linux node, unprivileged and non-root,
+    mounting only /sys, which every Linux host has (no node can be stuck on a missing path);
+  * the metrics (docs/metrics.md): the plugin's metrics port, its METRICS_BIND_ADDRESS, the
+    prometheus.io/port annotation and the Service agree; the kubelet's pod-resources directory
+    is mounted read-only, only into the plugin.
 
 Usage: check_policy.py REPO_ROOT. Prints one line per problem; exit status 1 if there is any.
 deploy/helm/check_chart.py runs the same rules on the Helm chart's rendered output
@@ -40,6 +48,13 @@ from pathlib import Path
 import yaml
 
 DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+# Mounted at their own path (not under /host): the kubelet's pod-resources socket (read-only)
+# and Node Feature Discovery's feature-file directory (read-write, only with FEATURE_FILE set).
+POD_RESOURCES_DIR = "/var/lib/kubelet/pod-resources"
+NFD_FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+# Host paths every Linux node has: all the node-labeller DaemonSet (on every node) may mount.
+ALWAYS_PRESENT_HOST_PATHS = {"/sys"}
 HOSTPATH_TYPES_NO_CREATE = {"Directory", "File", "Socket", "CharDevice", "BlockDevice"}
 QUANTITY = re.compile(r"^([0-9]+(\.[0-9]+)?)(m|Ki|Mi|Gi|k|M|G)?$")
 SCALE = {None: 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
@@ -95,14 +110,24 @@ def check_container(where, container):
             problem(where, f"{resource} request {request} exceeds limit {limit}")
 
 
-def check_mounts(where, pod, container):
-    volumes = {v["name"]: v for v in pod.get("volumes") or []}
-    mounts = container.get("volumeMounts") or []
-    mounted_names = {m["name"] for m in mounts}
-    for name in volumes:
+def check_volumes_used(where, pod):
+    mounted_names = {m["name"] for c in pod["containers"] + (pod.get("initContainers") or [])
+                     for m in c.get("volumeMounts") or []}
+    for name in (v["name"] for v in pod.get("volumes") or []):
         if name not in mounted_names:
             problem(where, f"volume {name} is never mounted")
+
+
+def is_token_volume(volume):
+    return any("serviceAccountToken" in source for source in (volume.get("projected") or {}).get("sources") or [])
+
+
+def check_mounts(where, pod, container, plugin=True):
+    """PLUGIN: the device-plugin container (it alone mounts the kubelet's directories)."""
+    volumes = {v["name"]: v for v in pod.get("volumes") or []}
+    mounts = container.get("volumeMounts") or []
     paths = {m["mountPath"] for m in mounts}
+    feature_file = (env_map(container).get("FEATURE_FILE") or {}).get("value")
     for mount in mounts:
         volume = volumes.get(mount["name"])
         if volume is None:
@@ -115,9 +140,19 @@ def check_mounts(where, pod, container):
         if kind not in HOSTPATH_TYPES_NO_CREATE:
             problem(where, f"hostPath {host_path['path']} has type {kind!r}: use one of "
                     f"{sorted(HOSTPATH_TYPES_NO_CREATE)} (others create paths on the host)")
+        if host_path["path"] in (DEVICE_PLUGIN_DIR, POD_RESOURCES_DIR, NFD_FEATURES_DIR) and not plugin:
+            problem(where, f"{host_path['path']} is for the device-plugin container only")
         if host_path["path"] == DEVICE_PLUGIN_DIR:
             if mount["mountPath"] != DEVICE_PLUGIN_DIR or mount.get("readOnly"):
                 problem(where, f"{DEVICE_PLUGIN_DIR} must be mounted read-write at the same path")
+        elif host_path["path"] == POD_RESOURCES_DIR:
+            if mount["mountPath"] != POD_RESOURCES_DIR or not mount.get("readOnly"):
+                problem(where, f"{POD_RESOURCES_DIR} must be mounted readOnly at the same path")
+        elif host_path["path"] == NFD_FEATURES_DIR:
+            if mount["mountPath"] != NFD_FEATURES_DIR or mount.get("readOnly"):
+                problem(where, f"{NFD_FEATURES_DIR} must be mounted read-write at the same path")
+            if feature_file == "":
+                problem(where, f"{NFD_FEATURES_DIR} is mounted but FEATURE_FILE is empty")
         elif not mount.get("readOnly"):
             problem(where, f"host path {host_path['path']} must be mounted readOnly")
         elif mount["mountPath"] != "/host" + host_path["path"]:
@@ -126,8 +161,12 @@ def check_mounts(where, pod, container):
         for masked in ("/host/dev/pts", "/host/dev/shm"):
             if masked not in paths:
                 problem(where, f"/host/dev is mounted but {masked} is not masked")
-    if DEVICE_PLUGIN_DIR not in paths:
+    if plugin and DEVICE_PLUGIN_DIR not in paths:
         problem(where, f"{DEVICE_PLUGIN_DIR} is not mounted")
+    runs_labeller = "edgegpu-labeller" in " ".join(container.get("command") or [])
+    for m in mounts:
+        if is_token_volume(volumes.get(m["name"], {})) and not runs_labeller:
+            problem(where, "mounts the service-account token, but only edgegpu-labeller may hold it")
 
 
 def env_map(container):
@@ -291,9 +330,11 @@ def check_node_setup(ds, version, plugins, documented_labels):
                     f"them although they {'run' if runs_plugin else 'run no'} plugin")
 
 
-def plugin_cli(repo):
-    """Long flags, environment variables and discovery strategies the plugin's clap code defines."""
-    sources = "\n".join(p.read_text(encoding="utf-8") for p in sorted((repo / "plugin" / "src").rglob("*.rs")))
+def plugin_cli(repo, sources=None):
+    """Long flags, environment variables and discovery strategies the plugin's clap code defines
+    (SOURCES: other Rust files instead, e.g. the labeller's with the plugin's GPU flags)."""
+    if sources is None:
+        sources = "\n".join(p.read_text(encoding="utf-8") for p in sorted((repo / "plugin" / "src").rglob("*.rs")))
     envs = set(re.findall(r'\benv\s*=\s*"([A-Z0-9_]+)"', sources))
     flags = set(re.findall(r'\b(?:long|visible_alias)\s*=\s*"([a-z0-9-]+)"', sources))
     for attrs, field in re.findall(r"#\[arg\((.*?)\)\]\s*pub\s+(\w+)\s*:", sources, re.S):
@@ -304,17 +345,26 @@ def plugin_cli(repo):
     return envs, flags, strategies
 
 
-def check_cli_alignment(where, container, cli):
+def labeller_cli(repo):
+    """The labeller's flags: its own (labeller/src) and the plugin's GPU flags it flattens in."""
+    files = sorted((repo / "labeller" / "src").rglob("*.rs")) + [repo / "plugin" / "src" / "config.rs"]
+    missing = [f for f in files if not f.exists()]
+    for f in missing:
+        problem(str(f.relative_to(repo)), "missing: the labeller's clap sources moved?")
+    return plugin_cli(repo, "\n".join(f.read_text(encoding="utf-8") for f in files if f.exists()))
+
+
+def check_cli_alignment(where, container, cli, program="edgegpu-device-plugin"):
     envs, flags, strategies = cli
     for arg in container.get("args") or []:
         flag = arg.split("=", 1)[0]
         if flag.startswith("--") and flag[2:] not in flags:
-            problem(where, f"argument {flag} is not a flag of edgegpu-device-plugin (plugin/src)")
+            problem(where, f"argument {flag} is not a flag of {program}")
     for name, env in env_map(container).items():
         if name.startswith("NVIDIA_"):
             continue  # read by the NVIDIA container runtime, not by the plugin
         if name not in envs:
-            problem(where, f"environment variable {name} is not read by edgegpu-device-plugin (plugin/src)")
+            problem(where, f"environment variable {name} is not read by {program}")
         if name == "DEVICE_DISCOVERY_STRATEGY" and env.get("value") not in strategies:
             problem(where, f"DEVICE_DISCOVERY_STRATEGY={env.get('value')!r} is not one of {sorted(strategies)}")
 
@@ -325,6 +375,8 @@ HOST_READERS = {
     "jetson": [
         "plugin/src/gpu/discovery/tegra.rs",
         "plugin/src/gpu/health/tegra.rs",
+        "plugin/src/gpu/sysfs.rs",
+        "plugin/src/gpu/sensors/tegra.rs",
         "plugin/src/allocate/device_specs.rs",
         "platform/src/host.rs",
         "platform/src/lib.rs",
@@ -339,7 +391,11 @@ HOST_READERS = {
 # Read under --root on purpose but not mounted on purpose: NVML's library directories. The
 # plugin tries them under the root first and then the plain soname, which the NVIDIA runtime
 # injects (NVIDIA_VISIBLE_DEVICES=all); mounting the host's /usr/lib would expose far more.
-NOT_MOUNTED_BY_DESIGN = ("/usr/lib", "/usr/lib64", "/lib", "/lib64")
+NOT_MOUNTED_BY_DESIGN = ("/usr/lib", "/usr/lib64", "/lib", "/lib64",
+                         # The EMC's actmon and clock files (docs/metrics.md): read when present,
+                         # but /sys/kernel holds debugfs, whose recursive bind mount would not be
+                         # read-only; those series are left out in a pod instead.
+                         "/sys/kernel")
 # Paths in a shared source file that only the other kind of node reads.
 NOT_READ_ON = {}
 HOST_PATH_LITERAL = re.compile(r'"(/(?:sys|etc|dev|proc|usr|lib|lib64|run|var|opt)(?:/[^"]*)?)"')
@@ -383,12 +439,17 @@ def check_daemonset(ds, version, configmaps, cli, repo, namespace="kube-system",
     if pod.get("priorityClassName") != "system-node-critical":
         problem(where, "priorityClassName must be system-node-critical")
     if pod.get("automountServiceAccountToken") is not False:
-        problem(where, "automountServiceAccountToken must be false (the plugin never calls the API)")
+        problem(where, "automountServiceAccountToken must be false (only the labeller mounts a token)")
     for host_ns in ("hostNetwork", "hostPID", "hostIPC"):
         if pod.get(host_ns):
             problem(where, f"{host_ns} must not be set")
     if not any(t.get("key") == "nvidia.com/gpu" and t.get("operator") == "Exists" for t in pod.get("tolerations") or []):
         problem(where, "needs the toleration nvidia.com/gpu Exists")
+    check_volumes_used(where, pod)
+    check_metrics_port(where, ds)
+    volumes = {v["name"]: v for v in pod.get("volumes") or []}
+    plugin_host_mounts = {volumes[m["name"]]["hostPath"]["path"] for m in pod["containers"][0].get("volumeMounts") or []
+                          if "hostPath" in volumes.get(m["name"], {})}
     pod_seccomp = ((pod.get("securityContext") or {}).get("seccompProfile") or {}).get("type")
     for container in pod["containers"] + (pod.get("initContainers") or []):
         cwhere = f"{where} container {container['name']}"
@@ -399,14 +460,122 @@ def check_daemonset(ds, version, configmaps, cli, repo, namespace="kube-system",
         if not image.endswith(f":{version}"):
             problem(cwhere, f"image {image} is not tagged with the workspace version {version}")
         check_container(cwhere, container)
+        if container is not pod["containers"][0]:
+            # The labeller: the plugin's GPU settings, no more of the host than the plugin mounts.
+            check_mounts(cwhere, pod, container, plugin=False)
+            check_config_wiring(cwhere, pod, container, configmaps, configmap_required)
+            if container.get("command") != ["/usr/bin/edgegpu-labeller"]:
+                problem(cwhere, "the only init container is edgegpu-labeller")
+            check_cli_alignment(cwhere, container, labeller_cli(repo), "edgegpu-labeller (labeller/src)")
+            for m in container.get("volumeMounts") or []:
+                path = volumes.get(m["name"], {}).get("hostPath", {}).get("path")
+                if path and path not in plugin_host_mounts:
+                    problem(cwhere, f"mounts host path {path}, which the plugin itself does not")
+            continue
         check_mounts(cwhere, pod, container)
         check_config_wiring(cwhere, pod, container, configmaps, configmap_required)
-        check_cli_alignment(cwhere, container, cli)
+        check_cli_alignment(cwhere, container, cli, "edgegpu-device-plugin (plugin/src)")
         component = ds["metadata"].get("labels", {}).get("app.kubernetes.io/component")
         if component not in HOST_READERS:
             problem(where, f"app.kubernetes.io/component {component!r} is not one of {sorted(HOST_READERS)}")
         else:
             check_host_path_coverage(cwhere, repo, component, pod, container)
+
+
+def check_metrics_port(where, ds):
+    """The metrics port, the address the plugin binds and the scrape annotation agree."""
+    pod = ds["spec"]["template"]["spec"]
+    plugin = pod["containers"][0]
+    bind = (env_map(plugin).get("METRICS_BIND_ADDRESS") or {}).get("value")
+    ports = {p.get("name"): p.get("containerPort") for p in plugin.get("ports") or []}
+    annotations = ds["spec"]["template"]["metadata"].get("annotations") or {}
+    if not bind:
+        if "metrics" in ports or "prometheus.io/scrape" in annotations:
+            problem(where, "a metrics port or scrape annotation without METRICS_BIND_ADDRESS")
+        return
+    port = bind.rsplit(":", 1)[-1]
+    if str(ports.get("metrics")) != port:
+        problem(where, f"METRICS_BIND_ADDRESS {bind} but the container port named metrics is {ports.get('metrics')}")
+    if "prometheus.io/scrape" in annotations and annotations.get("prometheus.io/port") != port:
+        problem(where, f"prometheus.io/port {annotations.get('prometheus.io/port')!r} is not the metrics port {port}")
+
+
+def check_node_labeller(ds, version, service_accounts):
+    """The DaemonSet that labels every node: nothing it mounts can be missing on a Linux host,
+    unprivileged, and its token is the labeller's."""
+    where = f"DaemonSet {ds['metadata']['name']}"
+    pod = ds["spec"]["template"]["spec"]
+    if pod.get("nodeSelector") != {"kubernetes.io/os": "linux"} or pod.get("affinity"):
+        problem(where, "must run on every Linux node: nodeSelector kubernetes.io/os=linux and no affinity")
+    if not any(t.get("operator") == "Exists" and not t.get("key") for t in pod.get("tolerations") or []):
+        problem(where, "must tolerate every taint (a GPU node may have any)")
+    if pod.get("automountServiceAccountToken") is not False:
+        problem(where, "automountServiceAccountToken must be false (the token is a projected volume)")
+    if pod.get("serviceAccountName") not in service_accounts:
+        problem(where, f"serviceAccountName {pod.get('serviceAccountName')!r} is not the labeller's ServiceAccount")
+    security = pod.get("securityContext") or {}
+    if security.get("runAsNonRoot") is not True or not security.get("runAsUser"):
+        problem(where, "must run as a non-root user (it only reads /sys)")
+    for host_ns in ("hostNetwork", "hostPID", "hostIPC"):
+        if pod.get(host_ns):
+            problem(where, f"{host_ns} must not be set")
+    check_volumes_used(where, pod)
+    volumes = {v["name"]: v for v in pod.get("volumes") or []}
+    for container in pod["containers"] + (pod.get("initContainers") or []):
+        cwhere = f"{where} container {container['name']}"
+        check_container(cwhere, container)
+        if not container.get("image", "").endswith(f":{version}"):
+            problem(cwhere, f"image {container.get('image')} is not tagged with the workspace version {version}")
+        if "--kind-only" not in (container.get("args") or []):
+            problem(cwhere, "must run edgegpu-labeller --kind-only (it mounts only /sys)")
+        for m in container.get("volumeMounts") or []:
+            host_path = volumes.get(m["name"], {}).get("hostPath")
+            if host_path is None:
+                continue
+            if host_path["path"] not in ALWAYS_PRESENT_HOST_PATHS or host_path.get("type") != "Directory":
+                problem(cwhere, f"host path {host_path['path']}: only {sorted(ALWAYS_PRESENT_HOST_PATHS)} "
+                        "(type Directory) exist on every Linux node")
+            if not m.get("readOnly") or m["mountPath"] != "/host" + host_path["path"]:
+                problem(cwhere, f"host path {host_path['path']} must be mounted readOnly at /host{host_path['path']}")
+
+
+def check_rbac(objects):
+    """The labeller's ClusterRole: get and patch on nodes, nothing more; bound to its account.
+    Returns the ServiceAccounts (namespace/name) it is bound to."""
+    roles = {d["metadata"]["name"]: d for d in objects if d.get("kind") == "ClusterRole"}
+    accounts = set()
+    for role in roles.values():
+        for rule in role.get("rules") or []:
+            if (rule.get("apiGroups") != [""] or rule.get("resources") != ["nodes"]
+                    or sorted(rule.get("verbs") or []) != ["get", "patch"] or rule.get("resourceNames")):
+                problem(f"ClusterRole {role['metadata']['name']}", f"grants {rule}: only get and patch on nodes")
+    for kind in ("Role", "RoleBinding"):
+        for doc in (d for d in objects if d.get("kind") == kind):
+            problem(f"{kind} {doc['metadata']['name']}", "unexpected: the chart needs no namespaced RBAC")
+    for binding in (d for d in objects if d.get("kind") == "ClusterRoleBinding"):
+        if binding["roleRef"].get("name") not in roles:
+            problem(f"ClusterRoleBinding {binding['metadata']['name']}", "binds a ClusterRole not defined here")
+        for subject in binding.get("subjects") or []:
+            if subject.get("kind") != "ServiceAccount":
+                problem(f"ClusterRoleBinding {binding['metadata']['name']}", f"binds {subject}: only ServiceAccounts")
+            accounts.add(subject.get("name"))
+    return accounts
+
+
+def check_metrics_service(objects, plugins):
+    for service in (d for d in objects if d.get("kind") == "Service"):
+        where = f"Service {service['metadata']['name']}"
+        selector = service["spec"].get("selector") or {}
+        selected = [n for n, ds in plugins.items()
+                    if all(ds["spec"]["template"]["metadata"]["labels"].get(k) == v for k, v in selector.items())]
+        if sorted(selected) != sorted(plugins):
+            problem(where, f"selects {selected}, not every plugin DaemonSet {sorted(plugins)}")
+        for port in service["spec"].get("ports") or []:
+            for name in selected:
+                container_ports = {p.get("name"): p.get("containerPort")
+                                   for p in plugins[name]["spec"]["template"]["spec"]["containers"][0].get("ports") or []}
+                if port.get("targetPort") not in container_ports or container_ports[port["targetPort"]] != port.get("port"):
+                    problem(where, f"port {port.get('name')} does not reach the {port.get('targetPort')!r} port of {name}")
 
 
 def check(repo):
@@ -435,9 +604,11 @@ def check_objects(repo, objects, configmaps, where, namespace="kube-system", con
                if d["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "edgegpu-device-plugin"}
     node_setup = [d for d in all_daemonsets
                   if d["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "edgegpu-node-setup"]
+    labellers = [d for d in all_daemonsets
+                 if d["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "edgegpu-node-labeller"]
     for ds in all_daemonsets:
-        if ds["metadata"]["name"] not in plugins and ds not in node_setup:
-            problem(f"DaemonSet {ds['metadata']['name']}", "is neither the device plugin nor node setup")
+        if ds["metadata"]["name"] not in plugins and ds not in node_setup and ds not in labellers:
+            problem(f"DaemonSet {ds['metadata']['name']}", "is neither the device plugin, node setup nor the labeller")
     if not plugins and not node_setup:
         problem(where, "no DaemonSet")
     cli = plugin_cli(repo)
@@ -445,6 +616,14 @@ def check_objects(repo, objects, configmaps, where, namespace="kube-system", con
         check_daemonset(ds, version, configmaps, cli, repo, namespace, configmap_required)
     if plugins:
         check_node_selection(plugins, documented_labels)
+    accounts = check_rbac(objects)
+    for ds in plugins.values():
+        account = ds["spec"]["template"]["spec"].get("serviceAccountName")
+        if ds["spec"]["template"]["spec"].get("initContainers") and account not in accounts:
+            problem(f"DaemonSet {ds['metadata']['name']}", f"its labeller runs as {account!r}, which no ClusterRoleBinding names")
+    for ds in labellers:
+        check_node_labeller(ds, version, accounts)
+    check_metrics_service(objects, plugins)
     for ds in node_setup:
         check_node_setup(ds, version, plugins, documented_labels)
 

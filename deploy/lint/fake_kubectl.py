@@ -9,7 +9,9 @@ does not model shows up as a test failure, not as a silent pass). Time is real: 
 
 Knobs in the initial state: node, gpus (physical GPUs the plugin finds), component (jetson or
 discrete), register_delay (s), job_log (the devicequery output), job_seconds, overcommit (a
-broken scheduler that ignores the resource, to prove the contention check can fail).
+broken scheduler that ignores the resource, to prove the contention check can fail),
+labeller (false: nothing labels the node), attribution (false: the plugin's /metrics never names
+a pod, as without the pod-resources mount).
 """
 
 import json
@@ -132,11 +134,32 @@ def restart_plugin(state):
     state["restarts"] = state.get("restarts", 0) + 1
 
 
+def node_labels(state):
+    """What the node labeller and the plugin's init container put on the node."""
+    if not advertised(state) or state.get("labeller") is False:
+        return {}
+    return {"edgegpu.io/gpu": state["component"], "nvidia.com/gpu.present": "true",
+            "nvidia.com/gpu.product": "Orin", "nvidia.com/gpu.count": str(state["gpus"])}
+
+
+def metrics_text(state):
+    """The plugin's /metrics: one GPU series per running pod holding the GPU (or one unlabelled)."""
+    base = 'gpu="0",UUID="tegra",device="nvidia0",modelName="Orin",Hostname="%s"' % state["node"]
+    holders = [p for p in state["pods"] if p["phase"] == "Running" and p["request"] and not p.get("job")]
+    if state.get("attribution") is False or not holders:
+        lines = [f"DCGM_FI_DEV_GPU_UTIL{{{base}}} 40"]
+    else:
+        lines = [f'DCGM_FI_DEV_GPU_UTIL{{{base},pod="{p["name"]}",namespace="{p["namespace"]}",container="hold"}} 40'
+                 for p in holders]
+    return "\n".join(["# TYPE DCGM_FI_DEV_GPU_UTIL gauge", *lines,
+                      f'edgegpu_registered{{resource="{RESOURCE}"}} 1']) + "\n"
+
+
 def find_pod(state, ns, name):
     return next((p for p in state["pods"] if p["namespace"] == ns and p["name"] == name), None)
 
 
-VALUE_FLAGS = {"-n", "--namespace", "-o", "-l", "-f", "-p", "--field-selector", "--type"}
+VALUE_FLAGS = {"-n", "--namespace", "-o", "-l", "-f", "-p", "--field-selector", "--type", "--raw"}
 
 
 def positionals(args):
@@ -177,8 +200,18 @@ def main(args):
             print("arm64, kubelet v1.31.4+k3s1, containerd://1.7.23-k3s2", end="")
         elif out in (f"jsonpath={{.status.allocatable.{key}}}", f"jsonpath={{.status.capacity.{key}}}"):
             print(advertised(state) if state.get("plugin_deployed") else "", end="")
+        elif out.startswith("jsonpath={.metadata.labels.") and out.endswith("}"):
+            label = out[len("jsonpath={.metadata.labels."):-1].replace("\\.", ".")
+            print(node_labels(state).get(label, ""), end="")
         else:
             unsupported(args)
+    elif verb == "get" and "--raw" in args:
+        path = opt(args, "--raw")
+        plugin = f"edgegpu-device-plugin-{state['component']}-abcde"
+        if path != f"/api/v1/namespaces/kube-system/pods/{plugin}:9400/proxy/metrics" or not advertised(state):
+            sys.stderr.write(f"Error from server (NotFound): {path}\n")
+            return 1
+        print(metrics_text(state), end="")
     elif verb == "apply":
         apply(state, read_manifests(opt(args, "-f")))
     elif verb == "get" and "--all-namespaces" in args:

@@ -41,12 +41,21 @@ def volume(ds, name):
     return next(v for v in pod(ds)["volumes"] if v["name"] == name)
 
 
+def labeller_ds(objects):
+    return next(o for o in objects if o["kind"] == "DaemonSet" and o["metadata"]["name"] == "edgegpu-node-labeller")
+
+
+def of_kind(objects, kind):
+    return next(o for o in objects if o["kind"] == kind)
+
+
 class PolicyTest(unittest.TestCase):
     def setUp(self):
         self.tmp = Path(tempfile.mkdtemp())
         shutil.copy(REPO / "Cargo.toml", self.tmp / "Cargo.toml")
         shutil.copytree(REPO / "plugin" / "src", self.tmp / "plugin" / "src")
         shutil.copytree(REPO / "platform" / "src", self.tmp / "platform" / "src")
+        shutil.copytree(REPO / "labeller" / "src", self.tmp / "labeller" / "src")
         (self.tmp / "deploy" / "examples").mkdir(parents=True)
         for path in list((REPO / "deploy").glob("*.yaml")) + list((REPO / "deploy" / "examples").glob("*.yaml")):
             shutil.copy(path, self.tmp / path.relative_to(REPO))
@@ -222,6 +231,70 @@ class PolicyTest(unittest.TestCase):
         def mutate(objects, _):
             mount(jetson(objects), "/host/sys/class")["mountPath"] = "/host/class"
         self.assert_reported(mutate, "host path /sys/class must be mounted at /host/sys/class")
+
+    def test_token_only_for_the_labeller(self):
+        def mutate(objects, _):
+            container(jetson(objects))["volumeMounts"].append(
+                {"name": "labeller-token", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                 "readOnly": True})
+        self.assert_reported(mutate, "container device-plugin: mounts the service-account token")
+
+    def test_labeller_init_container_mounts_no_more_than_the_plugin(self):
+        def mutate(objects, _):
+            ds = jetson(objects)
+            pod(ds)["volumes"].append({"name": "host-etc", "hostPath": {"path": "/etc", "type": "Directory"}})
+            pod(ds)["initContainers"][0]["volumeMounts"].append(
+                {"name": "host-etc", "mountPath": "/host/etc", "readOnly": True})
+        self.assert_reported(mutate, "container labels: mounts host path /etc, which the plugin itself does not")
+
+    def test_kubelet_directories_only_in_the_plugin(self):
+        def mutate(objects, _):
+            pod(discrete(objects))["initContainers"][0]["volumeMounts"].append(
+                {"name": "device-plugins", "mountPath": "/var/lib/kubelet/device-plugins"})
+        self.assert_reported(mutate, "/var/lib/kubelet/device-plugins is for the device-plugin container only")
+
+    def test_unknown_labeller_flag(self):
+        def mutate(objects, _):
+            pod(jetson(objects))["initContainers"][0]["args"].append("--labels-only")
+        self.assert_reported(mutate, "argument --labels-only is not a flag of edgegpu-labeller")
+
+    def test_pod_resources_read_only(self):
+        def mutate(objects, _):
+            del mount(jetson(objects), "/var/lib/kubelet/pod-resources")["readOnly"]
+        self.assert_reported(mutate, "/var/lib/kubelet/pod-resources must be mounted readOnly at the same path")
+
+    def test_metrics_port_agrees(self):
+        def mutate(objects, _):
+            container(discrete(objects))["ports"][0]["containerPort"] = 9401
+        self.assert_reported(mutate, "METRICS_BIND_ADDRESS :9400 but the container port named metrics is 9401")
+
+    def test_metrics_service_reaches_the_plugins(self):
+        def mutate(objects, _):
+            of_kind(objects, "Service")["spec"]["selector"]["app.kubernetes.io/component"] = "jetson"
+        self.assert_reported(mutate, "selects ['edgegpu-device-plugin-jetson'], not every plugin DaemonSet")
+
+    def test_cluster_role_grants_only_node_patching(self):
+        def mutate(objects, _):
+            of_kind(objects, "ClusterRole")["rules"][0]["verbs"].append("delete")
+        self.assert_reported(mutate, "only get and patch on nodes")
+
+    def test_node_labeller_runs_everywhere(self):
+        def mutate(objects, _):
+            pod(labeller_ds(objects))["affinity"] = pod(jetson(objects))["affinity"]
+        self.assert_reported(mutate, "must run on every Linux node")
+
+    def test_node_labeller_mounts_only_what_every_host_has(self):
+        def mutate(objects, _):
+            ds = labeller_ds(objects)
+            pod(ds)["volumes"].append({"name": "release", "hostPath": {"path": "/etc/nv_tegra_release", "type": "File"}})
+            container(ds)["volumeMounts"].append(
+                {"name": "release", "mountPath": "/host/etc/nv_tegra_release", "readOnly": True})
+        self.assert_reported(mutate, "host path /etc/nv_tegra_release: only ['/sys']")
+
+    def test_node_labeller_is_not_root(self):
+        def mutate(objects, _):
+            pod(labeller_ds(objects))["securityContext"]["runAsNonRoot"] = False
+        self.assert_reported(mutate, "must run as a non-root user")
 
     def test_runtime_class_required(self):
         (self.tmp / "deploy" / "runtimeclass.yaml").unlink()

@@ -86,15 +86,32 @@ class E2eNodeScriptTest(unittest.TestCase):
         self.assertIn("PASS contention: edgegpu-e2e-wait Pending while the others hold every nvidia.com/gpu "
                       "(Unschedulable: 0/1 nodes are available: 1 Insufficient nvidia.com/gpu.)", self.output)
         self.assertIn("PASS contention: edgegpu-e2e-wait ran once a holder had ended", self.output)
-        self.assertIn("e2e-node: 5 passed, 0 failed", self.output)
+        self.assertIn("PASS labels: orin-1 has edgegpu.io/gpu=jetson, nvidia.com/gpu.product=Orin", self.output)
+        self.assertIn("PASS metrics: edgegpu-device-plugin-jetson-abcde serves /metrics on :9400 (1 GPU series: "
+                      "DCGM_FI_DEV_GPU_UTIL", self.output)
+        self.assertIn('PASS metrics: the GPU series name the pod holding the GPU (pod="edgegpu-e2e-hold-0")',
+                      self.output)
+        self.assertIn("e2e-node: 8 passed, 0 failed", self.output)
         self.assert_cleaned_up()
+
+    def test_unlabelled_node_and_metrics_without_pods_fail(self):
+        self.assertEqual(self.run_script(labeller=False, attribution=False), 1, self.output)
+        self.assertIn("FAIL labels: orin-1 lacks edgegpu.io/gpu or nvidia.com/gpu.present=true", self.output)
+        self.assertIn('FAIL metrics: no GPU series with pod="edgegpu-e2e-hold-0"', self.output)
+        self.assertIn("e2e-node: 6 passed, 2 failed", self.output)
+        self.assert_cleaned_up()
+
+    def test_metrics_checks_can_be_skipped(self):
+        self.assertEqual(self.run_script("--no-metrics"), 0, self.output)
+        self.assertNotIn("metrics:", self.output)
+        self.assertIn("e2e-node: 6 passed, 0 failed", self.output)
 
     def test_time_slicing_replicas_run_together(self):
         code = self.run_script("--config", str(self.tmp / "deploy/examples/time-slicing-jetson.yaml"), "--expect", "4")
         self.assertEqual(code, 0, self.output)
         self.assertIn("PASS node orin-1 advertises nvidia.com/gpu: 4", self.output)
         self.assertIn("PASS contention: 4 pod(s) each with 1 nvidia.com/gpu running at the same time", self.output)
-        self.assertIn("e2e-node: 5 passed, 0 failed", self.output)
+        self.assertIn("e2e-node: 8 passed, 0 failed", self.output)
         # Applied config removed again, and the plugin restarted to drop it.
         self.assert_cleaned_up()
         self.assertEqual(self.final["restarts"], 3, self.output)
@@ -109,7 +126,7 @@ class E2eNodeScriptTest(unittest.TestCase):
     def test_devicequery_failure_fails(self):
         self.assertEqual(self.run_script(job_log="cudaGetDeviceCount returned 100\nResult = FAIL"), 1, self.output)
         self.assertIn("FAIL devicequery: no 'Result = PASS'", self.output)
-        self.assertIn("e2e-node: 4 passed, 1 failed", self.output)
+        self.assertIn("e2e-node: 7 passed, 1 failed", self.output)
         self.assert_cleaned_up()
 
     def test_scheduler_that_overcommits_fails(self):

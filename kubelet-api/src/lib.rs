@@ -1,5 +1,5 @@
-//! gRPC types for the kubelet's device-plugin API (`v1beta1`) and its plugin-watcher
-//! registration API (`pluginregistration`).
+//! gRPC types for the kubelet's device-plugin API (`v1beta1`), its plugin-watcher
+//! registration API (`pluginregistration`) and its pod-resources API (`podresources`, v1).
 //!
 //! The code under `src/generated/` is produced from `proto/*.proto` by a pure-Rust
 //! protobuf compiler (protox) and tonic-build, and checked in so that building never
@@ -33,4 +33,14 @@ pub mod pluginregistration {
     pub const DEVICE_PLUGIN_TYPE: &str = "DevicePlugin";
     /// The kubelet's default plugin-watcher directory.
     pub const PLUGINS_REGISTRY_PATH: &str = "/var/lib/kubelet/plugins_registry";
+}
+
+/// Pod-resources API v1: `PodResourcesLister` (served by the kubelet), which tells monitoring
+/// agents which device IDs each running container holds.
+#[allow(clippy::all, missing_docs)]
+pub mod podresources {
+    include!("generated/v1.rs");
+
+    /// The kubelet's default pod-resources socket.
+    pub const POD_RESOURCES_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
 }

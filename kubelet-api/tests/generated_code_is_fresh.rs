@@ -6,7 +6,11 @@ use std::path::Path;
 
 fn generate(out_dir: &Path) {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let protos = ["proto/v1beta1.proto", "proto/pluginregistration.proto"];
+    let protos = [
+        "proto/v1beta1.proto",
+        "proto/pluginregistration.proto",
+        "proto/podresources.proto",
+    ];
     let fds = protox::compile(protos.map(|p| manifest.join(p)), [manifest.join("proto")])
         .expect("proto files compile");
     tonic_build::configure()
@@ -25,7 +29,7 @@ fn generated_code_matches_protos() {
     let checked_in = manifest.join("src/generated");
     let fresh = tempfile::tempdir().unwrap();
     generate(fresh.path());
-    for name in ["v1beta1.rs", "pluginregistration.rs"] {
+    for name in ["v1beta1.rs", "pluginregistration.rs", "v1.rs"] {
         let new = std::fs::read_to_string(fresh.path().join(name)).unwrap();
         if std::env::var_os("EDGEGPU_REGEN_PROTO").is_some() {
             std::fs::write(checked_in.join(name), &new).unwrap();

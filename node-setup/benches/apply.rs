@@ -77,6 +77,7 @@ fn main() {
                 },
                 force: false,
                 k3s_version: None,
+                cdi: false,
             };
             let start = Instant::now();
             let plan = edgegpu_node_setup::plan::build(&opts, false).unwrap();

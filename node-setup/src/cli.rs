@@ -19,6 +19,14 @@ Modes (auto picks one from what is installed under --root and prints why):
   docker               adds --docker to k3s.service / k3s-agent.service ExecStart and merges
                        runtimes.<name> and default-runtime into /etc/docker/daemon.json.
 
+CDI mode (--cdi; with apply, check): instead of the NVIDIA runtime, the engine injects
+GPUs itself from the CDI spec `cdi generate` writes to /var/run/cdi. containerd:
+enable_cdi = true in the CRI plugin table (on by default from containerd 2.0, so k3s with
+containerd 2 needs nothing; k3s's base template cannot set it for containerd 1.x: refused),
+/var/run/cdi kept in cdi_spec_dirs; docker (25+): features.cdi = true (on by default from
+28.2), /var/run/cdi kept in cdi-spec-dirs. The default runtime is left alone. Pair it with
+the device plugin's --device-list-strategy cdi-cri (or cdi-annotations for containerd).
+
 Decisions come from what the services actually load: units with their drop-ins and
 environment files, k3s's command line and config files (K3S_CONFIG_FILE, config.yaml.d),
 containerd's imports, dockerd's flags. When something node-setup does not own overrides the
@@ -120,6 +128,13 @@ pub struct GlobalArgs {
     /// revert: restore originals even if the files changed after apply.
     #[arg(long, global = true, env = "EDGEGPU_FORCE")]
     pub force: bool,
+
+    /// CDI mode: configure the engine to inject GPUs from CDI specs itself (containerd
+    /// enable_cdi, docker features.cdi; /var/run/cdi among the spec dirs) instead of
+    /// registering the NVIDIA runtime. The runtime options do not apply; check checks
+    /// this state; revert undoes any apply.
+    #[arg(long, global = true, env = "EDGEGPU_CDI")]
+    pub cdi: bool,
 
     /// k3s version to assume instead of reading it from the k3s binary (e.g. v1.30.4+k3s1).
     #[arg(

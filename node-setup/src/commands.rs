@@ -42,6 +42,7 @@ pub fn options(cli: &Cli) -> plan::Options {
         },
         force: g.force,
         k3s_version: g.k3s_version.clone(),
+        cdi: g.cdi,
     }
 }
 
@@ -63,32 +64,47 @@ pub fn run(cli: Cli, manager: &mut dyn ServiceManager, out: &mut dyn Write) -> R
 }
 
 fn describe(plan: &Plan, out: &mut dyn Write) {
+    let cdi = if plan.cdi.is_some() { ", CDI" } else { "" };
     match &plan.choice {
         Some(c) => {
-            say!(out, "mode: {}", c.mode.name());
+            say!(out, "mode: {}{cdi}", c.mode.name());
             say!(out, "  why: {}", c.reason);
             for f in &c.findings {
                 say!(out, "  found: {f}");
             }
         }
-        None => say!(out, "mode: none (see blocked)"),
+        None => say!(out, "mode: none{cdi} (see blocked)"),
     }
-    say!(
-        out,
-        "runtime: {} = {} ({}){}",
-        plan.spec.name,
-        plan.spec.path,
-        if plan.runtime_present {
-            "present"
-        } else {
-            "MISSING"
-        },
-        if plan.spec.set_default {
-            ", as the default"
-        } else {
-            ""
-        }
-    );
+    match &plan.cdi {
+        Some(specs) if specs.found.is_empty() => say!(
+            out,
+            "cdi: no spec of kind {} in {} (MISSING)",
+            crate::cdi::spec::KIND,
+            specs.dirs.join(" or ")
+        ),
+        Some(specs) => say!(
+            out,
+            "cdi: spec of kind {}: {}",
+            crate::cdi::spec::KIND,
+            specs.found.join(", ")
+        ),
+        None => say!(
+            out,
+            "runtime: {} = {} ({}){}",
+            plan.spec.name,
+            plan.spec.path,
+            if plan.runtime_present {
+                "present"
+            } else {
+                "MISSING"
+            },
+            if plan.spec.set_default {
+                ", as the default"
+            } else {
+                ""
+            }
+        ),
+    }
     for n in &plan.notes {
         say!(out, "note: {n}");
     }
@@ -104,6 +120,17 @@ fn describe(plan: &Plan, out: &mut dyn Write) {
                 Some(b) => format!("runs {b} ({})", e.runtime_binary.source),
                 None => format!("is not registered ({})", e.runtime_binary.source),
             }
+        );
+    }
+    for e in &plan.effective_cdi {
+        say!(
+            out,
+            "effective: {}: CDI {} ({}); spec dirs {} ({})",
+            e.engine,
+            if e.enabled.value { "on" } else { "off" },
+            e.enabled.source,
+            e.spec_dirs.value.join(", "),
+            e.spec_dirs.source
         );
     }
     for b in &plan.blockers {
@@ -232,16 +259,31 @@ struct CheckJson<'a> {
     configured: bool,
     /// `null` when choosing the mode was refused (see `blockers`).
     mode: Option<&'a str>,
+    /// CDI mode (`--cdi`): `runtime` is left out, `cdi_specs` says what was found.
+    cdi: bool,
     reason: Option<&'a str>,
     findings: &'a [String],
-    runtime: &'a RuntimeSpec,
-    runtime_present: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    runtime: Option<&'a RuntimeSpec>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    runtime_present: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cdi_specs: Option<&'a plan::cdi::Specs>,
     items: &'a [plan::CheckItem],
     notes: &'a [String],
     /// What each engine uses now, and where that is decided.
-    effective: &'a [plan::Effective],
+    effective: EffectiveJson<'a>,
     /// Settings node-setup does not own that stop it, naming them.
     blockers: &'a [String],
+}
+
+/// Per engine: the default runtime and the runtime's binary, or (CDI mode) whether CDI
+/// is on and the spec dirs.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum EffectiveJson<'a> {
+    Runtime(&'a [plan::Effective]),
+    Cdi(&'a [plan::cdi::EffectiveCdi]),
 }
 
 fn check(opts: &plan::Options, format: OutputFormat, out: &mut dyn Write) -> Result<u8> {
@@ -249,16 +291,23 @@ fn check(opts: &plan::Options, format: OutputFormat, out: &mut dyn Write) -> Res
     let configured = plan.configured();
     match format {
         OutputFormat::Json => {
+            let cdi = plan.cdi.is_some();
             let json = CheckJson {
                 configured,
                 mode: plan.choice.as_ref().map(|c| c.mode.name()),
+                cdi,
                 reason: plan.choice.as_ref().map(|c| c.reason.as_str()),
                 findings: plan.choice.as_ref().map_or(&[], |c| &c.findings),
-                runtime: &plan.spec,
-                runtime_present: plan.runtime_present,
+                runtime: (!cdi).then_some(&plan.spec),
+                runtime_present: (!cdi).then_some(plan.runtime_present),
+                cdi_specs: plan.cdi.as_ref(),
                 items: &plan.checks,
                 notes: &plan.notes,
-                effective: &plan.effective,
+                effective: if cdi {
+                    EffectiveJson::Cdi(&plan.effective_cdi)
+                } else {
+                    EffectiveJson::Runtime(&plan.effective)
+                },
                 blockers: &plan.blockers,
             };
             say!(
@@ -281,10 +330,12 @@ fn check(opts: &plan::Options, format: OutputFormat, out: &mut dyn Write) -> Res
             say!(
                 out,
                 "{}",
-                if configured {
-                    "node is fully configured"
-                } else {
-                    "node is NOT fully configured (run: edgegpu-node-setup apply)"
+                match (configured, plan.cdi.is_some()) {
+                    (true, _) => "node is fully configured",
+                    (false, false) =>
+                        "node is NOT fully configured (run: edgegpu-node-setup apply)",
+                    (false, true) =>
+                        "node is NOT fully configured (run: edgegpu-node-setup apply --cdi)",
                 }
             );
         }

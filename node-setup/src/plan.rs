@@ -26,6 +26,8 @@ use crate::host::HostRoot;
 use crate::restart::Service;
 use crate::RuntimeSpec;
 
+pub mod cdi;
+
 /// Our k3s drop-in (in the `.d` directory of the config file k3s reads); `99-` so that
 /// it sorts after the usual ones (later wins).
 const K3S_DROP_IN: &str = "99-edgegpu-nvidia-runtime.yaml";
@@ -60,6 +62,9 @@ pub struct Options {
     /// Allow a default runtime whose binary is missing.
     pub force: bool,
     pub k3s_version: Option<String>,
+    /// CDI mode (`--cdi`): the engine injects the GPUs from CDI specs (see [`cdi`])
+    /// instead of running the NVIDIA runtime.
+    pub cdi: bool,
 }
 
 /// One file to write.
@@ -114,6 +119,10 @@ pub struct Plan {
     /// What stops node-setup from configuring the host (check: reported; apply:
     /// refused), each naming the file, line or flag to change.
     pub blockers: Vec<String>,
+    /// CDI mode: the specs found (`None` in the NVIDIA-runtime mode).
+    pub cdi: Option<cdi::Specs>,
+    /// CDI mode: what the engines do about CDI now (before any change).
+    pub effective_cdi: Vec<cdi::EffectiveCdi>,
 }
 
 impl Plan {
@@ -139,6 +148,8 @@ impl Plan {
             notes: Vec::new(),
             effective: Vec::new(),
             blockers: Vec::new(),
+            cdi: None,
+            effective_cdi: Vec::new(),
         }
     }
 }
@@ -153,6 +164,16 @@ struct Builder<'a> {
 /// of an error, and whatever stops node-setup (a refusal) is a blocker instead of an
 /// error; only files that cannot be read or parsed stay errors.
 pub fn build(opts: &Options, for_check: bool) -> Result<Plan> {
+    if opts.cdi {
+        return match cdi::build(opts, for_check) {
+            Err(SetupError::Refused(why)) if for_check => {
+                let mut plan = cdi::new_plan(opts, cdi::Specs::find(&opts.host)?, None);
+                plan.blockers.push(why);
+                Ok(plan)
+            }
+            other => other,
+        };
+    }
     validate_spec(&opts.spec)?;
     match build_for_host(opts, for_check) {
         Err(SetupError::Refused(why)) if for_check => {
@@ -196,6 +217,45 @@ fn build_for_host(opts: &Options, for_check: bool) -> Result<Plan> {
         Mode::Containerd(ContainerdTarget::System) => b.system_containerd(),
         Mode::Docker => b.docker(),
     };
+    let now = View {
+        host: &opts.host,
+        inv: &inv,
+        spec: &opts.spec,
+    };
+    finish_plan(
+        &mut b,
+        planned,
+        for_check,
+        |b| {
+            b.plan.effective = now.effective(&choice.mode)?;
+            b.report_effective();
+            Ok(())
+        },
+        |host, inv| {
+            View {
+                host,
+                inv,
+                spec: &opts.spec,
+            }
+            .problems(&choice.mode)
+        },
+    )?;
+    Ok(b.plan)
+}
+
+/// The steps every plan ends with. A refusal while planning is a blocker for `check`
+/// (the changes planned so far are dropped) and an error for `apply`. `report` records
+/// what the engines use now; then, unless planning was refused, `problems` says what
+/// the engines would get wrong with the planned files written (computed on a view of
+/// the host that has them, by the same code): `apply` refuses naming each, `check`
+/// lists them as blockers.
+fn finish_plan(
+    b: &mut Builder,
+    planned: Result<()>,
+    for_check: bool,
+    report: impl FnOnce(&mut Builder) -> Result<()>,
+    problems: impl FnOnce(&HostRoot, &Inventory) -> Result<Vec<String>>,
+) -> Result<()> {
     let planning_refused = match planned {
         Err(SetupError::Refused(why)) if for_check => {
             b.plan.changes.clear();
@@ -207,39 +267,29 @@ fn build_for_host(opts: &Options, for_check: bool) -> Result<Plan> {
             false
         }
     };
-    let now = View {
-        host: &opts.host,
-        inv: &inv,
-        spec: &opts.spec,
-    };
-    b.plan.effective = now.effective(&choice.mode)?;
-    b.report_effective();
-    if !planning_refused {
-        // What the engines would use with the planned files written.
-        let host = opts.host.with_files(
-            b.plan
-                .changes
-                .iter()
-                .map(|c| (c.target.clone(), c.new.clone())),
-        );
-        let inv = Inventory::scan(&host, opts.k3s_version.as_deref())?;
-        let after = View {
-            host: &host,
-            inv: &inv,
-            spec: &opts.spec,
-        };
-        let problems = after.problems(&choice.mode)?;
-        if !problems.is_empty() {
-            if !for_check {
-                return Err(SetupError::Refused(format!(
-                    "{}\nnothing was written",
-                    problems.join("\n")
-                )));
-            }
-            b.plan.blockers.extend(problems);
-        }
+    report(b)?;
+    if planning_refused {
+        return Ok(());
     }
-    Ok(b.plan)
+    let opts = b.opts;
+    let host = opts.host.with_files(
+        b.plan
+            .changes
+            .iter()
+            .map(|c| (c.target.clone(), c.new.clone())),
+    );
+    let inv = Inventory::scan(&host, opts.k3s_version.as_deref())?;
+    let problems = problems(&host, &inv)?;
+    if !problems.is_empty() {
+        if !for_check {
+            return Err(SetupError::Refused(format!(
+                "{}\nnothing was written",
+                problems.join("\n")
+            )));
+        }
+        b.plan.blockers.extend(problems);
+    }
+    Ok(())
 }
 
 fn validate_spec(spec: &RuntimeSpec) -> Result<()> {
@@ -597,7 +647,13 @@ impl Builder<'_> {
         } else {
             format!("containerd runtime '{}' → {}", spec.name, spec.path)
         };
-        let services = std::iter::once(Service::Containerd)
+        let services = self.system_containerd_services();
+        self.file(&owner.path, owner.text.clone(), edit, what, services)
+    }
+
+    /// Restarting the system containerd: containerd, then the k3s units that use it.
+    fn system_containerd_services(&self) -> Vec<Service> {
+        std::iter::once(Service::Containerd)
             .chain(
                 self.inv
                     .engines()
@@ -611,8 +667,7 @@ impl Builder<'_> {
                     })
                     .filter_map(|(k, _)| k.unit.as_ref().map(|u| Service::K3s(u.name.clone()))),
             )
-            .collect();
-        self.file(&owner.path, owner.text.clone(), edit, what, services)
+            .collect()
     }
 
     fn docker(&mut self) -> Result<()> {
@@ -867,17 +922,28 @@ impl View<'_> {
             }
         }
         if *mode == Mode::Docker {
-            // k3s must run its containers through docker for docker's default to matter.
-            for (k, engine) in self.inv.engines() {
-                if !matches!(engine, K3sEngine::Docker(_)) {
-                    out.push(format!(
-                        "{}: k3s would still not run containers through docker (--docker)",
-                        k.unit.as_ref().map_or("k3s", |u| u.path.as_str())
-                    ));
+            out.extend(k3s_not_on_docker(self.inv));
+        }
+        Ok(out)
+    }
+
+    /// Files the template imports (`imported`, in load order), and, when k3s's base is
+    /// used, the template drop-in directory the base imports (k3s PR #13680): they load
+    /// after the template and override it.
+    fn add_drop_ins(
+        &self,
+        t: &Template,
+        uses_base: bool,
+        imported: &mut Vec<Loaded>,
+    ) -> Result<()> {
+        if uses_base {
+            for f in self.host.list_dir(&t.drop_in_dir(), ".toml")? {
+                if !imported.iter().any(|l: &Loaded| l.path == f) {
+                    imported.extend(load_with_imports(self.host, &f, Flavor::System)?);
                 }
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     fn effective_k3s(&self, k: &K3s) -> Result<Effective> {
@@ -943,15 +1009,7 @@ impl View<'_> {
                 (default, binary, uses_base, files[1..].to_vec())
             }
         };
-        // Files the template imports, and (when k3s's base is used) the template drop-in
-        // directory the base imports (k3s PR #13680), load after it and override it.
-        if uses_base {
-            for f in self.host.list_dir(&t.drop_in_dir(), ".toml")? {
-                if !imported.iter().any(|l: &Loaded| l.path == f) {
-                    imported.extend(load_with_imports(self.host, &f, Flavor::System)?);
-                }
-            }
-        }
+        self.add_drop_ins(&t, uses_base, &mut imported)?;
         (default_runtime, runtime_binary) = effective_cri(
             &imported,
             &spec.name,
@@ -972,27 +1030,8 @@ impl View<'_> {
         let path = d.daemon_json.value.clone();
         let text = self.host.read(&path)?;
         let json = daemon_json::DaemonJson::parse(Path::new(&path), text.as_deref().unwrap_or(""))?;
-        let line_of = |key: &str| {
-            let needle = format!("\"{key}\"");
-            text.as_deref()
-                .and_then(|t| t.lines().position(|l| l.contains(&needle)))
-                .map_or(0, |i| i + 1)
-        };
-        // dockerd refuses to start when a setting is given as a flag and in daemon.json,
-        // equal values included (moby daemon/config; `runtimes` merge since 19.03).
-        let conflicts = d
-            .flags
-            .iter()
-            .filter(|f| f.value != "runtimes" && json.root.contains_key(&f.value))
-            .map(|f| {
-                format!(
-                    "{} and {path}:{}: dockerd would not start: '{}' is given both as a flag and in the configuration file. Remove one of them",
-                    f.source,
-                    line_of(&f.value),
-                    f.value
-                )
-            })
-            .collect();
+        let line_of = |key: &str| json_line(text.as_deref(), key);
+        let conflicts = docker_conflicts(&d, &json, text.as_deref());
         let default_runtime = match (&d.default_flag, json.default_runtime()) {
             (Some(f), _) => f.clone(),
             (None, Some(v)) => Sourced::new(
@@ -1038,6 +1077,47 @@ impl View<'_> {
             conflicts,
         })
     }
+}
+
+/// The k3s services that would not run their containers through docker: in docker mode
+/// docker's settings only matter for k3s with `--docker`.
+fn k3s_not_on_docker(inv: &Inventory) -> Vec<String> {
+    inv.engines()
+        .into_iter()
+        .filter(|(_, engine)| !matches!(engine, K3sEngine::Docker(_)))
+        .map(|(k, _)| {
+            format!(
+                "{}: k3s would still not run containers through docker (--docker)",
+                k.unit.as_ref().map_or("k3s", |u| u.path.as_str())
+            )
+        })
+        .collect()
+}
+
+/// The 1-based line of daemon.json `text` where `"key"` first appears (0: nowhere).
+fn json_line(text: Option<&str>, key: &str) -> usize {
+    let needle = format!("\"{key}\"");
+    text.and_then(|t| t.lines().position(|l| l.contains(&needle)))
+        .map_or(0, |i| i + 1)
+}
+
+/// Settings given both as a dockerd flag and in daemon.json (`text`, parsed as `json`):
+/// dockerd refuses to start then, equal values included (moby daemon/config,
+/// findConfigurationConflicts; `runtimes` merge since 19.03).
+fn docker_conflicts(d: &Docker, json: &daemon_json::DaemonJson, text: Option<&str>) -> Vec<String> {
+    let path = &d.daemon_json.value;
+    d.flags
+        .iter()
+        .filter(|f| f.value != "runtimes" && json.root.contains_key(&f.value))
+        .map(|f| {
+            format!(
+                "{} and {path}:{}: dockerd would not start: '{}' is given both as a flag and in the configuration file. Remove one of them",
+                f.source,
+                json_line(text, &f.value),
+                f.value
+            )
+        })
+        .collect()
 }
 
 /// What to do about a file that replaces the CRI plugin table without the setting.

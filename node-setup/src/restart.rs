@@ -15,6 +15,10 @@ pub enum Service {
     Containerd,
     /// dockerd re-reads `runtimes` and `default-runtime` on SIGHUP (reload).
     Docker,
+    /// dockerd registers its CDI device driver (with `cdi-spec-dirs`) only when it
+    /// starts (moby cmd/dockerd/daemon.go, RegisterCDIDriver): a reload updates the
+    /// `features` map but registers nothing, so CDI needs a restart.
+    DockerRestart,
     /// A k3s unit (`k3s.service`, `k3s-agent.service`).
     K3s(String),
 }
@@ -26,16 +30,21 @@ impl Service {
             Service::DaemonReload => vec!["daemon-reload"],
             Service::Containerd => vec!["try-restart", "containerd.service"],
             Service::Docker => vec!["try-reload-or-restart", "docker.service"],
+            Service::DockerRestart => vec!["try-restart", "docker.service"],
             Service::K3s(unit) => vec!["try-restart", unit.as_str()],
         };
         args.into_iter().map(String::from).collect()
     }
 }
 
-/// Sorted, without duplicates: the order is the derive order of [`Service`].
+/// Sorted, without duplicates: the order is the derive order of [`Service`]. A docker
+/// restart makes the reload needless.
 pub fn ordered(mut services: Vec<Service>) -> Vec<Service> {
     services.sort();
     services.dedup();
+    if services.contains(&Service::DockerRestart) {
+        services.retain(|s| *s != Service::Docker);
+    }
     services
 }
 

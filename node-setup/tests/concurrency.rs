@@ -137,6 +137,7 @@ fn options(host: &NodeHost, set_default: bool) -> plan::Options {
         },
         force: false,
         k3s_version: None,
+        cdi: false,
     }
 }
 

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use common::fixture;
 use edgegpu_node_setup::detect::ModeRequest;
-use edgegpu_node_setup::formats::containerd::Flavor;
+use edgegpu_node_setup::formats::containerd::{describe, edit_cdi, CdiWant, Flavor, Setting};
 use edgegpu_node_setup::formats::daemon_json;
 use edgegpu_node_setup::formats::unit::{add_k3s_docker_flag, UnitFile};
 use edgegpu_node_setup::host::HostRoot;
@@ -134,6 +134,19 @@ fn check_json(text: &str) {
         .new
         .is_none());
     }
+    // CDI mode's edit of the same file.
+    let want = daemon_json::CdiWant {
+        enable: true,
+        spec_dir: Some("/var/run/cdi"),
+    };
+    if let Ok(Some(new)) =
+        daemon_json::edit_cdi(Path::new("d.json"), Some(text), want).map(|e| e.new)
+    {
+        let v: serde_json::Value = serde_json::from_str(&new).expect("our output is JSON");
+        assert_eq!(v["features"]["cdi"], true);
+        let again = daemon_json::edit_cdi(Path::new("d.json"), Some(&new), want).unwrap();
+        assert!(again.new.is_none(), "second CDI edit changes:\n{new}");
+    }
 }
 
 fn check_toml(text: &str, flavor: Flavor) {
@@ -143,6 +156,21 @@ fn check_toml(text: &str, flavor: Flavor) {
                 .expect("our output parses");
             assert!(again.new.is_none(), "second edit changes:\n{new}");
         }
+    }
+    // CDI mode's edit of the same file.
+    let want = CdiWant {
+        enable: true,
+        spec_dir: Some("/var/run/cdi"),
+    };
+    if let Ok(Some(new)) = edit_cdi(Path::new("c.toml"), Some(text), flavor, want).map(|e| e.new) {
+        let d = describe(Path::new("c.toml"), Some(&new), flavor).expect("our output parses");
+        assert!(
+            matches!(d.enable_cdi, Some(Setting::Literal { value: true, .. })),
+            "{new}"
+        );
+        let again =
+            edit_cdi(Path::new("c.toml"), Some(&new), flavor, want).expect("our output edits");
+        assert!(again.new.is_none(), "second CDI edit changes:\n{new}");
     }
 }
 
@@ -230,6 +258,7 @@ fn apply_never_writes_on_refusal(file: &str, text: &str, mode: ModeRequest) {
         spec: spec(),
         force: false,
         k3s_version: None,
+        cdi: false,
     };
     match plan::build(&opts, false) {
         Err(_) => assert_eq!(before, host.snapshot(), "a refused plan wrote something"),

@@ -50,6 +50,7 @@ fn options(host: &NodeHost, mode: ModeRequest) -> plan::Options {
         },
         force: false,
         k3s_version: None,
+        cdi: false,
     }
 }
 

@@ -22,6 +22,81 @@ pub const DEVFREQ_CLASS: &str = "/sys/class/devfreq";
 /// (nvidia-container-toolkit, `csv` mode).
 pub const CONTAINER_CSV_DIR: &str = "/etc/nvidia-container-runtime/host-files-for-container.d";
 
+/// Kernel memory counters; `MemTotal` is the memory the integrated GPU shares with the CPU,
+/// `NvMapMemUsed` what the nvmap allocator (GPU buffers) holds (L4T kernels).
+pub const MEMINFO: &str = "/proc/meminfo";
+/// Thermal zones (`thermal_zoneN/type`, `temp` in millidegrees Celsius; Linux
+/// `Documentation/driver-api/thermal/sysfs-api.rst`).
+pub const THERMAL_CLASS: &str = "/sys/class/thermal";
+/// Where the INA3221 power monitors' I2C devices are listed, one directory per driver.
+pub const I2C_DRIVERS: &str = "/sys/bus/i2c/drivers";
+
+/// The memory controller's (EMC) average activity, in the order jetson_stats tries them
+/// (`jtop/core/memory.py`, `read_emc`): debugfs on L4T r32 with central actmon, BPMP debugfs
+/// (r34+), the sysfs actmon of r32. The debugfs files are readable by root only and need
+/// debugfs mounted, so a plugin pod usually sees none of them.
+pub const EMC_ACTIVITY_FILES: &[&str] = &[
+    "/sys/kernel/debug/cactmon/mc_all",
+    "/sys/kernel/debug/bpmp/debug/actmon/mc_all_avg_activity",
+    "/sys/kernel/actmon_avg_activity/mc_all",
+];
+/// The EMC clock in Hz, in the order jetson_stats tries them: BPMP debugfs (r34+), the
+/// bandwidth manager's devfreq node (Thor), the clock override of r32's `tegra_bwmgr`.
+pub const EMC_CLOCK_FILES: &[&str] = &[
+    "/sys/kernel/debug/bpmp/debug/clk/emc/rate",
+    "/sys/class/devfreq/bwmgr/cur_freq",
+    "/sys/kernel/debug/clk/override.emc/clk_rate",
+];
+
+/// What a JetPack release line ships: its major version and the CUDA driver version
+/// (`cuDriverGetVersion`) of its L4T `libcuda`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JetPack {
+    pub major: u32,
+    pub cuda: (u32, u32),
+}
+
+/// The JetPack an L4T version (`36.4.3`) belongs to, from the JetPack release notes: r32 is
+/// JetPack 4 (CUDA 10.0 up to 32.3, 10.2 from 32.4), r35 JetPack 5 (CUDA 11.4), r36 JetPack 6
+/// (CUDA 12.2 on 36.3, 12.6 from 36.4), r38 JetPack 7.0/7.1 (CUDA 13.0), r39 JetPack 7.2
+/// (CUDA 13.2). `None` for releases not listed.
+pub fn jetpack(l4t: &str) -> Option<JetPack> {
+    let mut parts = l4t.split('.').map(|p| p.parse::<u32>().ok());
+    let major = parts.next()??;
+    let minor = parts.next().flatten().unwrap_or(0);
+    let (jetpack, cuda) = match (major, minor) {
+        (32, 0..=3) => (4, (10, 0)),
+        (32, _) => (4, (10, 2)),
+        (35, _) => (5, (11, 4)),
+        (36, 0..=3) => (6, (12, 2)),
+        (36, _) => (6, (12, 6)),
+        (38, _) => (7, (13, 0)),
+        (39, _) => (7, (13, 2)),
+        _ => return None,
+    };
+    Some(JetPack {
+        major: jetpack,
+        cuda,
+    })
+}
+
+/// A `/proc/meminfo` value in bytes (`NvMapMemUsed:  123456 kB` → 126418944).
+pub fn meminfo_bytes(meminfo: &str, key: &str) -> Option<u64> {
+    meminfo.lines().find_map(|line| {
+        let (name, rest) = line.split_once(':')?;
+        if name.trim() != key {
+            return None;
+        }
+        let mut words = rest.split_whitespace();
+        let value: u64 = words.next()?.parse().ok()?;
+        match words.next() {
+            Some("kB") => value.checked_mul(1024),
+            None => Some(value),
+            Some(_) => None,
+        }
+    })
+}
+
 /// Where distributions put the NVIDIA driver's user-space libraries (`libnvidia-ml.so.1`,
 /// `libcuda.so.*`): go-nvlib's search list (`/usr/lib64`, `/usr/lib/{x86_64,aarch64}-linux-gnu`,
 /// `/lib64`, `/lib/{x86_64,aarch64}-linux-gnu`), plus JetPack 6+'s `nvidia/` directory and
@@ -89,6 +164,31 @@ mod tests {
         assert_eq!(parse_l4t_release("garbage"), None);
         assert_eq!(l4t_major("38.2.1"), Some(38));
         assert_eq!(l4t_major("x"), None);
+    }
+
+    #[test]
+    fn jetpack_of_each_release_line() {
+        let jp = |v: &str| jetpack(v).map(|j| (j.major, j.cuda));
+        assert_eq!(jp("32.7.6"), Some((4, (10, 2))));
+        assert_eq!(jp("32.3.1"), Some((4, (10, 0))));
+        assert_eq!(jp("35.4.1"), Some((5, (11, 4))));
+        assert_eq!(jp("36.3.0"), Some((6, (12, 2))));
+        assert_eq!(jp("36.4.3"), Some((6, (12, 6))));
+        assert_eq!(jp("38.2.1"), Some((7, (13, 0))));
+        assert_eq!(jp("39.2.0"), Some((7, (13, 2))));
+        assert_eq!(jp("31.1"), None);
+        assert_eq!(jp("x"), None);
+    }
+
+    #[test]
+    fn meminfo_values() {
+        let text =
+            "MemTotal:        7994548 kB\nNvMapMemUsed:     123456 kB\nHugePages_Total:       0\n";
+        assert_eq!(meminfo_bytes(text, "MemTotal"), Some(7_994_548 * 1024));
+        assert_eq!(meminfo_bytes(text, "NvMapMemUsed"), Some(123_456 * 1024));
+        assert_eq!(meminfo_bytes(text, "HugePages_Total"), Some(0));
+        assert_eq!(meminfo_bytes(text, "Mem"), None);
+        assert_eq!(meminfo_bytes("MemTotal: x kB", "MemTotal"), None);
     }
 
     #[test]

@@ -51,7 +51,7 @@ pub struct Generation {
     /// Where the GPU shows up in sysfs.
     pub sysfs: GpuSysfs,
     /// `type` of the thermal zone(s) that measure the GPU
-    /// (`/sys/class/thermal/thermal_zone*/type`).
+    /// (`/sys/class/thermal/thermal_zone*/type`), in preference order.
     pub thermal_zones: &'static [&'static str],
     /// INA3221 power monitor rails, per module.
     pub power_rails: &'static [PowerRails],
@@ -205,6 +205,9 @@ pub struct PowerRails {
     pub labels: &'static [&'static str],
     /// The label of the rail that feeds the GPU (alone or shared with other units).
     pub gpu_rail: Option<&'static str>,
+    /// The GPU rail feeds the GPU alone, so its power is the GPU's power (what
+    /// `DCGM_FI_DEV_POWER_USAGE` means); false where it also feeds CPU, SoC or CV units.
+    pub gpu_rail_is_gpu_only: bool,
 }
 
 impl Generation {

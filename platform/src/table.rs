@@ -27,7 +27,9 @@
 //! - `thermal_zones`: the thermal-zone names of the L4T device trees (`GPU-therm` r32/r35,
 //!   `gpu-thermal` r36).
 //! - `power_rails`: the INA3221 rail labels of the L4T device trees (`ina3221x` channels on
-//!   r32, `ina3221` hwmon labels on r34+).
+//!   r32, `ina3221` hwmon labels on r34+); which units a rail feeds: the module data sheets'
+//!   power-monitor sections and the L4T Developer Guide's power-management pages (Orin's
+//!   `VDD_CPU_GPU_CV` and `VDD_GPU_SOC` are shared rails).
 
 use crate::{
     Capability, Cuda, Detect, Generation, GpuDriver, GpuSysfs, KnownGpuDir, Module, NameMatch,
@@ -144,6 +146,7 @@ pub static GENERATIONS: &[Generation] = &[
             driver: "ina3221x",
             labels: &["POM_5V_IN", "POM_5V_GPU", "POM_5V_CPU"],
             gpu_rail: Some("POM_5V_GPU"),
+            gpu_rail_is_gpu_only: true,
         }],
     },
     Generation {
@@ -372,12 +375,14 @@ pub static GENERATIONS: &[Generation] = &[
                 driver: "ina3221",
                 labels: &["VDD_IN", "VDD_CPU_GPU_CV", "VDD_SOC"],
                 gpu_rail: Some("VDD_CPU_GPU_CV"),
+                gpu_rail_is_gpu_only: false,
             },
             PowerRails {
                 modules: &["p3701"],
                 driver: "ina3221",
                 labels: &["VDD_GPU_SOC", "VDD_CPU_CV", "VIN_SYS_5V0"],
                 gpu_rail: Some("VDD_GPU_SOC"),
+                gpu_rail_is_gpu_only: false,
             },
         ],
     },

@@ -22,7 +22,9 @@ use edgegpu_plugin::resource::Resource;
 use edgegpu_plugin::{serve, LifecycleOptions};
 use edgegpu_testkit::host::{Board, FakeHost};
 use edgegpu_testkit::kubelet::{dial_plugin, FakeKubelet};
-use edgegpu_testkit::process::binary_command;
+use edgegpu_testkit::process::{
+    binary_command, context_switches, cpu_time_us, terminate, Footprint,
+};
 use tokio::sync::{oneshot, watch};
 
 const GPU: &str = "nvidia.com/gpu";
@@ -136,29 +138,6 @@ fn summary(mut samples: Vec<Duration>) -> String {
     )
 }
 
-/// Sum of voluntary + involuntary context switches of the given /proc status files.
-fn context_switches(status_files: &[String]) -> u64 {
-    status_files
-        .iter()
-        .filter_map(|f| std::fs::read_to_string(f).ok())
-        .flat_map(|s| {
-            s.lines()
-                .filter(|l| l.contains("ctxt_switches:"))
-                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-                .collect::<Vec<_>>()
-        })
-        .sum()
-}
-
-fn status_field(pid: u32, field: &str) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with(field))
-        .map(|l| l[field.len()..].trim().to_string())
-        .unwrap_or_else(|| "?".into())
-}
-
 async fn start_to_registered(rounds: usize) {
     let mut samples = Vec::new();
     for _ in 0..rounds {
@@ -202,17 +181,7 @@ async fn restart_to_reregistered(rounds: usize) {
 
 /// CPU time (user + system) a thread used so far, from /proc (clock ticks → µs).
 fn thread_cpu_us(tid: i32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap_or_default();
-    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = fields.get(11).and_then(|f| f.parse().ok()).unwrap_or(0)
-        + fields.get(12).and_then(|f| f.parse().ok()).unwrap_or(0);
-    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .unwrap_or(100) as u64;
-    ticks * 1_000_000 / hz
+    cpu_time_us(&format!("/proc/self/task/{tid}/stat"))
 }
 
 async fn allocate_latency(callers: usize, calls_each: usize, shared_connection: bool) {
@@ -306,23 +275,8 @@ async fn binary_footprint(seconds: u64) {
     );
     tokio::time::sleep(Duration::from_secs(1)).await;
     let pid = child.id();
-    let tasks: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .flatten()
-        .map(|e| format!("{}/status", e.path().display()))
-        .collect();
-    let before = context_switches(&tasks);
-    tokio::time::sleep(Duration::from_secs(seconds)).await;
-    let after = context_switches(&tasks);
-    println!(
-        "binary steady state: VmRSS {} (RssAnon {}, RssFile {}; VmHWM {}), {} thread(s), {} context switches in {seconds} s idle",
-        status_field(pid, "VmRSS:"),
-        status_field(pid, "RssAnon:"),
-        status_field(pid, "RssFile:"),
-        status_field(pid, "VmHWM:"),
-        tasks.len(),
-        after - before
-    );
+    let footprint = Footprint::measure(pid, Duration::from_secs(seconds)).await;
+    println!("binary steady state: {footprint}");
     let own = std::fs::read_dir(dir.path())
         .unwrap()
         .flatten()
@@ -330,11 +284,7 @@ async fn binary_footprint(seconds: u64) {
         .find(|p| p.file_name().is_some_and(|n| n != "kubelet.sock"))
         .unwrap();
     let t0 = Instant::now();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
+    terminate(pid);
     let status = child.wait().unwrap();
     println!(
         "binary: SIGTERM -> exit {:.2?} (status {status}, own socket removed: {})",

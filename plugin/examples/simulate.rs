@@ -9,8 +9,10 @@
 //! the testkit's fake kubelet and the real plugin (command-line parsing, GPU discovery,
 //! `serve_all`) in this process, and prints what a node operator wants to know: what was
 //! detected and why, the registrations (one per resource), the advertised devices, the
-//! Allocate answer a pod would get, and a health loss and recovery. Then it shuts down and
-//! exits 0. Plugin flags after a second `--` replace the board's default flags.
+//! Allocate answer a pod would get, the node labels, a Prometheus scrape of `/metrics` with
+//! those pods attributed (through a fake pod-resources API), and a health loss and recovery.
+//! Then it shuts down and exits 0. Plugin flags after a second `--` replace the board's
+//! default flags.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -19,11 +21,13 @@ use std::time::Duration;
 use clap::Parser;
 use edgegpu_kubelet_api::v1beta1::{Device, HEALTHY, UNHEALTHY};
 use edgegpu_plugin::gpu::discovery::Platform;
+use edgegpu_plugin::metrics::{self, MetricsSource};
 use edgegpu_plugin::resource::Resource;
-use edgegpu_plugin::{build_gpu_resources, GpuResource};
+use edgegpu_plugin::{build_gpu_resources, labels, GpuResource};
 use edgegpu_plugin::{serve_all, Cli};
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
 use edgegpu_testkit::kubelet::FakeKubelet;
+use edgegpu_testkit::pod_resources::FakePodResources;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -227,6 +231,25 @@ async fn simulate(args: Args) -> anyhow::Result<()> {
         Sim::Dgpu => FakeHost::discrete(&FakeGpu::two_on_two_numa_nodes()),
         Sim::DgpuMig => FakeHost::mig_server(&[0], &FakeMig::h100_mixed()).0,
     };
+    // Something for the scrape to show: a busy GPU.
+    match args.sim {
+        Sim::Jetson(board) if board.load_file().is_some() => host.set_gpu_load(420),
+        Sim::Jetson(_) => {}
+        Sim::Dgpu | Sim::DgpuMig => {
+            for gpu in 0..2 {
+                host.set_nvml_telemetry(
+                    gpu,
+                    &[
+                        ("gpu_util", 42),
+                        ("sm_clock", 1410),
+                        ("mem_clock", 1215),
+                        ("temp", 55),
+                        ("power_mw", 182_000),
+                    ],
+                );
+            }
+        }
+    }
     let title = match args.sim {
         Sim::Jetson(b) => format!("simulated {} (L4T {})", b.model(), b.l4t()),
         Sim::Dgpu => "simulated discrete-GPU server (2 GPUs, 2 NUMA nodes, fake NVML)".into(),
@@ -261,7 +284,9 @@ async fn simulate(args: Args) -> anyhow::Result<()> {
         .iter()
         .map(|r| r.clone() as Arc<dyn Resource>)
         .collect();
-    let server = tokio::spawn(serve_all(served, cli.lifecycle_options(), async move {
+    let options = cli.lifecycle_options();
+    let stats = options.stats.clone();
+    let server = tokio::spawn(serve_all(served, options, async move {
         let _ = stopped.await;
     }));
     println!("Registration (fake kubelet, API v1beta1; one socket per resource)");
@@ -281,6 +306,7 @@ async fn simulate(args: Args) -> anyhow::Result<()> {
     println!();
 
     let mut first_chosen = None;
+    let mut allocated = Vec::new();
     for r in &resources {
         let name = r.name().to_string();
         println!("Devices of {name} (ListAndWatch)");
@@ -301,7 +327,23 @@ async fn simulate(args: Args) -> anyhow::Result<()> {
         if first_chosen.is_none() {
             first_chosen = chosen.first().cloned().map(|id| (name.clone(), id));
         }
+        allocated.push((name, chosen));
     }
+
+    show_labels(&resources);
+    let pod_resources =
+        FakePodResources::start(&plugin_dir.path().join("pod-resources.sock")).await?;
+    for (n, (name, chosen)) in allocated.iter().enumerate() {
+        let ids: Vec<&str> = chosen.iter().map(String::as_str).collect();
+        pod_resources.assign("default", &format!("cuda-sample-{n}"), "main", name, &ids);
+    }
+    show_scrape(MetricsSource::new(
+        resources.clone(),
+        stats,
+        Some(pod_resources.socket().to_path_buf()),
+        "sim-node".into(),
+    ))
+    .await?;
 
     if resources[0].config().health_checks {
         if let Some((name, id)) = first_chosen {
@@ -347,6 +389,45 @@ fn show_response(
         println!("  CDI device    {}", c.name);
     }
     println!();
+}
+
+/// The node labels the plugin writes for NFD and the labeller puts on the Node.
+fn show_labels(resources: &[Arc<GpuResource>]) {
+    println!("Node labels (NFD feature file / edgegpu-labeller; docs/labels.md)");
+    for (key, value) in labels::for_resources(resources).iter() {
+        println!("  {key}={value}");
+    }
+    println!();
+}
+
+/// Serves /metrics on a loopback port and shows one scrape, as Prometheus gets it.
+async fn show_scrape(source: MetricsSource) -> anyhow::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = metrics::server::bind("127.0.0.1:0".parse()?).await?;
+    let addr = listener.local_addr()?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(metrics::server::serve(
+        listener,
+        Arc::new(source),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: sim-node\r\nConnection: close\r\n\r\n")
+        .await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    let _ = stop.send(());
+    server.await?;
+    let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    println!("Metrics (GET http://{addr}/metrics; the pods above hold their devices; # HELP/# TYPE lines left out)");
+    for line in body.lines().filter(|l| !l.starts_with('#')) {
+        println!("  {line}");
+    }
+    println!();
+    Ok(())
 }
 
 /// Breaks the device the way the health checks see it, and repairs it.

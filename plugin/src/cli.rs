@@ -4,10 +4,12 @@
 use std::path::PathBuf;
 
 use clap::Parser;
+use edgegpu_kubelet_api::podresources::POD_RESOURCES_SOCKET;
 use edgegpu_kubelet_api::v1beta1::{DEVICE_PLUGIN_PATH, KUBELET_SOCKET_NAME};
 
 use crate::config::GpuArgs;
 use crate::kubelet::lifecycle::LifecycleOptions;
+use crate::labels::feature_file;
 use crate::logging::LogFormat;
 
 /// `--version` text: version, git commit and target triple.
@@ -58,6 +60,43 @@ pub struct Cli {
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
+    /// Serve Prometheus metrics (GET /metrics) on HOST:PORT; `:PORT` listens on every IPv4
+    /// address (the manifests use :9400, dcgm-exporter's port). Empty: no metrics endpoint.
+    /// See docs/metrics.md.
+    #[arg(
+        long,
+        env = "METRICS_BIND_ADDRESS",
+        value_name = "HOST:PORT",
+        default_value = ""
+    )]
+    pub metrics_bind_address: String,
+
+    /// The kubelet's pod-resources socket: which pod holds which GPU, for the metrics' pod,
+    /// namespace and container labels. Empty: metrics without pod labels.
+    #[arg(
+        long,
+        env = "POD_RESOURCES_SOCKET",
+        value_name = "PATH",
+        default_value = POD_RESOURCES_SOCKET
+    )]
+    pub pod_resources_socket: String,
+
+    /// Write the node's GPU labels (GPU Feature Discovery's nvidia.com/ keys and edgegpu.io/
+    /// keys) to this Node Feature Discovery local feature file at start; skipped when its
+    /// directory does not exist (NFD not installed). Empty: never. See docs/labels.md.
+    #[arg(
+        long,
+        env = "FEATURE_FILE",
+        value_name = "PATH",
+        default_value = feature_file::DEFAULT_PATH
+    )]
+    pub feature_file: String,
+
+    /// The node's name, for the metrics' Hostname label (the DaemonSet passes it from the
+    /// downward API) [default: the kernel's host name].
+    #[arg(long, env = "NODE_NAME", value_name = "NAME")]
+    pub node_name: Option<String>,
+
     /// GPU discovery, allocation and sharing settings.
     #[command(flatten)]
     pub gpu: GpuArgs,
@@ -71,6 +110,37 @@ impl Cli {
             .unwrap_or_else(|| self.device_plugin_path.join(KUBELET_SOCKET_NAME))
     }
 
+    /// `--metrics-bind-address`, parsed; `None` when empty.
+    pub fn metrics_address(&self) -> anyhow::Result<Option<std::net::SocketAddr>> {
+        if self.metrics_bind_address.trim().is_empty() {
+            return Ok(None);
+        }
+        crate::metrics::server::parse_bind_address(&self.metrics_bind_address).map(Some)
+    }
+
+    /// `--pod-resources-socket`; `None` when empty.
+    pub fn pod_resources_socket(&self) -> Option<PathBuf> {
+        (!self.pod_resources_socket.is_empty()).then(|| PathBuf::from(&self.pod_resources_socket))
+    }
+
+    /// `--feature-file`; `None` when empty.
+    pub fn feature_file(&self) -> Option<&std::path::Path> {
+        (!self.feature_file.is_empty()).then_some(std::path::Path::new(&self.feature_file))
+    }
+
+    /// `--node-name`, else the kernel's host name.
+    pub fn node_name(&self) -> String {
+        self.node_name
+            .clone()
+            .filter(|n| !n.is_empty())
+            .or_else(|| {
+                std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .ok()
+                    .map(|h| h.trim().to_string())
+            })
+            .unwrap_or_else(|| "unknown".into())
+    }
+
     /// The lifecycle settings these flags describe.
     pub fn lifecycle_options(&self) -> LifecycleOptions {
         LifecycleOptions {
@@ -78,6 +148,7 @@ impl Cli {
             kubelet_socket: self.kubelet_socket(),
             plugins_registry: self.plugins_registry.clone(),
             socket_prefix: None,
+            stats: Default::default(),
         }
     }
 }
@@ -100,6 +171,39 @@ mod tests {
         assert_eq!(cli.kubelet_socket(), PathBuf::from("/run/k.sock"));
         assert_eq!(cli.resource_name, "nvidia.com/gpu");
         assert_eq!(cli.root, PathBuf::from("/"));
+    }
+
+    #[test]
+    fn telemetry_flags_default_and_turn_off() {
+        let cli = Cli::try_parse_from(["x"]).unwrap();
+        assert_eq!(cli.metrics_address().unwrap(), None);
+        assert_eq!(
+            cli.pod_resources_socket(),
+            Some(PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock"))
+        );
+        assert_eq!(
+            cli.feature_file(),
+            Some(std::path::Path::new(
+                "/etc/kubernetes/node-feature-discovery/features.d/edgegpu"
+            ))
+        );
+        let cli = Cli::try_parse_from([
+            "x",
+            "--metrics-bind-address=:9400",
+            "--pod-resources-socket=",
+            "--feature-file=",
+            "--node-name=n1",
+        ])
+        .unwrap();
+        assert_eq!(
+            cli.metrics_address().unwrap(),
+            Some("0.0.0.0:9400".parse().unwrap())
+        );
+        assert_eq!(cli.pod_resources_socket(), None);
+        assert_eq!(cli.feature_file(), None);
+        assert_eq!(cli.node_name(), "n1");
+        let cli = Cli::try_parse_from(["x", "--metrics-bind-address", "nowhere"]).unwrap();
+        assert!(cli.metrics_address().is_err());
     }
 
     #[test]

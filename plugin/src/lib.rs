@@ -2,14 +2,17 @@
 //!
 //! Three sides, each in one place (docs/architecture.md draws the picture):
 //! - [`kubelet`]: everything facing the kubelet — serve, register, survive restarts, let old
-//!   kubelets in. It serves one [`resource::Resource`] and knows nothing about GPUs.
+//!   kubelets in. It serves [`resource::Resource`]s, one socket each, and knows nothing about
+//!   GPUs.
 //! - [`gpu`]: everything facing the hardware — the device model, discovery and health per
 //!   platform; Jetson facts come from the `edgegpu-platform` table.
 //! - [`allocate`]: what a pod receives — device IDs and replicas, Allocate strategies, device
 //!   specs, preferred allocation. Reads `gpu`; `gpu` never reads it.
 //!
-//! [`node`] wires `gpu` and `allocate` into the served resource; [`cli`], [`config`],
-//! [`logging`] and [`shutdown`] are the program around it.
+//! [`node`] wires `gpu` and `allocate` into the served resources. Two readers look at all
+//! three sides and nothing looks at them: [`metrics`] (Prometheus' `/metrics`) and [`labels`]
+//! (the node's GPU labels). [`cli`], [`config`], [`logging`], [`runtime`] and [`shutdown`] are the program
+//! around it.
 
 // `tonic::Status` (176 bytes) is the error type of every gRPC handler and of the
 // `Resource` contract by design; boxing it would only add allocations on error paths.
@@ -20,9 +23,12 @@ pub mod cli;
 pub mod config;
 pub mod gpu;
 pub mod kubelet;
+pub mod labels;
 pub mod logging;
+pub mod metrics;
 pub mod node;
 pub mod resource;
+pub mod runtime;
 pub mod shutdown;
 
 use std::sync::Arc;
@@ -48,15 +54,53 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         cli::VERSION,
         cli.resource_name
     );
-    loop {
+    // A bad or busy metrics address ends the plugin before discovery, with its message.
+    let mut metrics_listener = match cli.metrics_address()? {
+        Some(addr) => Some(metrics::server::bind(addr).await?),
+        None => None,
+    };
+    // One set of options (and registration counters) for every round.
+    let options = cli.lifecycle_options();
+    let mut metrics_source: Option<Arc<metrics::MetricsSource>> = None;
+    let (metrics_stop, metrics_stopped) = tokio::sync::watch::channel(false);
+    let result = loop {
         let node = tokio::select! {
-            node = build_gpu_resources(&cli.root, &cli.resource_name, &cli.gpu) => node?,
-            _ = signals.recv() => return Ok(()),
+            node = build_gpu_resources(&cli.root, &cli.resource_name, &cli.gpu) => node,
+            _ = signals.recv() => break Ok(()),
         };
         let NodeResources {
             resources,
             mut reconfigured,
-        } = node;
+        } = match node {
+            Ok(node) => node,
+            Err(e) => break Err(e),
+        };
+        if let Some(path) = cli.feature_file() {
+            write_feature_file(path, &resources);
+        }
+        // The metrics endpoint outlives the rounds: it starts with the first and describes
+        // the resources of the current one.
+        match (&metrics_source, metrics_listener.take()) {
+            (Some(source), _) => source.replace(resources.clone()),
+            (None, Some(listener)) => {
+                let source = Arc::new(metrics::MetricsSource::new(
+                    resources.clone(),
+                    options.stats.clone(),
+                    cli.pod_resources_socket(),
+                    cli.node_name(),
+                ));
+                let mut stopped = metrics_stopped.clone();
+                tokio::spawn(metrics::server::serve(
+                    listener,
+                    source.clone(),
+                    async move {
+                        let _ = stopped.wait_for(|s| *s).await;
+                    },
+                ));
+                metrics_source = Some(source);
+            }
+            (None, None) => {}
+        }
         let resources: Vec<Arc<dyn resource::Resource>> = resources
             .into_iter()
             .map(|r| r as Arc<dyn resource::Resource>)
@@ -79,12 +123,32 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let _ = end_tx.send(end).await;
         };
-        serve_all(resources, cli.lifecycle_options(), stop).await?;
+        if let Err(e) = serve_all(resources, options.clone(), stop).await {
+            break Err(e);
+        }
         match end_rx.recv().await {
             Some(RoundEnd::Rebuild(why)) => {
                 tracing::info!("Rebuilding the resources: {why}");
             }
-            Some(RoundEnd::Shutdown) | None => return Ok(()),
+            Some(RoundEnd::Shutdown) | None => break Ok(()),
         }
+    };
+    metrics_stop.send_replace(true);
+    result
+}
+
+/// Writes the NFD feature file; a failure is logged, never fatal (labels are a convenience,
+/// the GPUs are served either way).
+fn write_feature_file(path: &std::path::Path, resources: &[Arc<GpuResource>]) {
+    let labels = labels::for_resources(resources);
+    match labels::feature_file::write(path, &labels) {
+        Ok(true) => {
+            tracing::info!(file = %path.display(), labels = labels.iter().count(), "Node Feature Discovery feature file written")
+        }
+        Ok(false) => tracing::info!(
+            "{} does not exist (Node Feature Discovery not installed); no feature file written",
+            path.parent().unwrap_or(path).display()
+        ),
+        Err(e) => tracing::warn!("{e:#}"),
     }
 }

@@ -124,6 +124,7 @@ pub async fn build_gpu_resources(
             platform.clone(),
             &gpus,
             units,
+            nvml.clone(),
         ));
     }
     let (changed, reconfigured) = watch::channel(false);
@@ -148,7 +149,8 @@ pub async fn build_gpu_resources(
     })
 }
 
-/// One resource: IDs, replicas and the health table of `units`.
+/// One resource: IDs, replicas and the health table of `units` (and NVML, which its metrics
+/// read).
 fn resource(
     root: &Path,
     config: &Config,
@@ -156,6 +158,7 @@ fn resource(
     platform: Option<Platform>,
     gpus: &[crate::gpu::Gpu],
     units: Vec<Unit>,
+    nvml: Option<Arc<nvml_wrapper::Nvml>>,
 ) -> Arc<GpuResource> {
     let base_ids: Vec<String> = units
         .iter()
@@ -189,6 +192,8 @@ fn resource(
         base_ids,
         replication,
         table,
+        allocations: Default::default(),
+        nvml,
     })
 }
 

@@ -19,6 +19,17 @@
  *                    (with the GPU/compute instance ids when given, as for a MIG device).
  *   lost-<index>     while present, that GPU (and its MIG devices) answer
  *                    NVML_ERROR_GPU_IS_LOST.
+ *   telemetry-<index> (a GPU) or telemetry-<MIG uuid> (a MIG device): lines "<key>=<value>",
+ *                    read on every query: gpu_util, mem_util (%), sm_clock, mem_clock (MHz),
+ *                    temp (C), power_mw, mem_used (bytes). A key that is absent makes its
+ *                    query answer NVML_ERROR_NOT_SUPPORTED (memory: used is 1 % of the total
+ *                    when mem_used is absent), and so does a query the board's `unsupported`
+ *                    list names, whatever the file says. As the real NVML: utilisation of a
+ *                    MIG-enabled GPU, and utilisation, clocks, temperature and power of a MIG
+ *                    device, answer NOT_SUPPORTED (those are the whole GPU's).
+ *   The config's "cuda_driver_version=<int>" (e.g. 12040) is what
+ *   nvmlSystemGetCudaDriverVersion_v2 answers, its "compute_capability=<major>.<minor>" what
+ *   nvmlDeviceGetCudaComputeCapability answers for every GPU (NOT_SUPPORTED when absent).
  * The library finds its own directory with dladdr(), so every copy (every root) is separate:
  * glibc loads one copy per file, and the copies are different files.
  */
@@ -102,6 +113,8 @@ static long long mig_conf_mtime = -1;
 static int initialised;
 static nvmlReturn_t init_error;
 static char driver_version[80] = "550.54.15";
+static int cuda_driver_version = -1;
+static int cc_major = -1, cc_minor = -1;
 static char dir[4096];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -143,6 +156,8 @@ static void load_config(void)
     FILE *f = fopen(path, "r");
     gpu_count = 0;
     init_error = NVML_SUCCESS;
+    cuda_driver_version = -1;
+    cc_major = cc_minor = -1;
     if (!f)
         return;
     char line[512];
@@ -156,6 +171,15 @@ static void load_config(void)
         }
         if (strncmp(line, "driver_version=", 15) == 0) {
             set_str(driver_version, sizeof driver_version, line + 15);
+            continue;
+        }
+        if (strncmp(line, "cuda_driver_version=", 20) == 0) {
+            cuda_driver_version = atoi(line + 20);
+            continue;
+        }
+        if (strncmp(line, "compute_capability=", 19) == 0) {
+            if (sscanf(line + 19, "%d.%d", &cc_major, &cc_minor) != 2)
+                cc_major = cc_minor = -1;
             continue;
         }
         if (gpu_count == MAX_GPUS)
@@ -298,6 +322,16 @@ static nvmlReturn_t check_query(nvmlDevice_t d, const char *what)
     return unsupported(d, what) ? NVML_ERROR_NOT_SUPPORTED : NVML_SUCCESS;
 }
 
+/* A whole-GPU query (utilisation, clocks, temperature, power): NOT_SUPPORTED on a MIG device
+ * handle, as the real NVML answers. */
+static nvmlReturn_t check_device_query(nvmlDevice_t d, const char *what)
+{
+    nvmlReturn_t r = check_query(d, what);
+    if (r == NVML_SUCCESS && d->parent)
+        r = NVML_ERROR_NOT_SUPPORTED;
+    return r;
+}
+
 /* A GPU (not a MIG device) that answers and offers MIG. */
 static nvmlReturn_t check_mig_parent(nvmlDevice_t d)
 {
@@ -305,6 +339,31 @@ static nvmlReturn_t check_mig_parent(nvmlDevice_t d)
     if (r == NVML_SUCCESS && d->parent)
         r = NVML_ERROR_NOT_SUPPORTED;
     return r;
+}
+
+/* The value of `key` in the device's telemetry file (telemetry-<index> for a GPU,
+ * telemetry-<uuid> for a MIG device); 0 when the key (or the file) is absent. */
+static int telemetry_value(const struct fake_gpu *g, const char *key, unsigned long long *value)
+{
+    char path[4400], line[256];
+    if (g->parent)
+        snprintf(path, sizeof path, "%s/telemetry-%s", dir, g->uuid);
+    else
+        snprintf(path, sizeof path, "%s/telemetry-%u", dir, g->index);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t len = strlen(key);
+    int found = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, key, len) == 0 && line[len] == '=') {
+            *value = strtoull(line + len + 1, NULL, 10);
+            found = 1;
+            break;
+        }
+    }
+    fclose(f);
+    return found;
 }
 
 static nvmlReturn_t copy_string(char *dst, unsigned int len, const char *src)
@@ -438,9 +497,13 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *memory)
         return r;
     if (d->memory == 0 || unsupported(d, "memory"))
         return NVML_ERROR_NOT_SUPPORTED;
+    unsigned long long used = d->memory / 100;
+    telemetry_value(d, "mem_used", &used);
+    if (used > d->memory)
+        used = d->memory;
     memory->total = d->memory;
-    memory->used = d->memory / 100;
-    memory->free = d->memory - memory->used;
+    memory->used = used;
+    memory->free = d->memory - used;
     return NVML_SUCCESS;
 }
 
@@ -451,10 +514,107 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *memory)
         return r;
     if (d->memory == 0 || unsupported(d, "memory"))
         return NVML_ERROR_NOT_SUPPORTED;
+    unsigned long long used = d->memory / 100;
+    telemetry_value(d, "mem_used", &used);
+    if (used > d->memory)
+        used = d->memory;
     memory->total = d->memory;
     memory->reserved = 0;
-    memory->used = d->memory / 100;
-    memory->free = d->memory - memory->used;
+    memory->used = used;
+    memory->free = d->memory - used;
+    return NVML_SUCCESS;
+}
+
+typedef struct {
+    unsigned int gpu, memory;
+} nvmlUtilization_t;
+
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t *utilization)
+{
+    nvmlReturn_t r = check_device_query(d, "utilization");
+    if (r != NVML_SUCCESS)
+        return r;
+    if (d->mig_enabled)
+        return NVML_ERROR_NOT_SUPPORTED;
+    unsigned long long gpu, mem = 0;
+    if (!utilization)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (!telemetry_value(d, "gpu_util", &gpu))
+        return NVML_ERROR_NOT_SUPPORTED;
+    telemetry_value(d, "mem_util", &mem);
+    utilization->gpu = (unsigned int)gpu;
+    utilization->memory = (unsigned int)mem;
+    return NVML_SUCCESS;
+}
+
+/* nvmlClockType_t: 0 graphics, 1 SM, 2 memory, 3 video. */
+nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t d, int type, unsigned int *clock)
+{
+    nvmlReturn_t r = check_device_query(d, "clocks");
+    if (r != NVML_SUCCESS)
+        return r;
+    unsigned long long value;
+    const char *key = type == 1 ? "sm_clock" : type == 2 ? "mem_clock" : NULL;
+    if (!clock)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (!key || !telemetry_value(d, key, &value))
+        return NVML_ERROR_NOT_SUPPORTED;
+    *clock = (unsigned int)value;
+    return NVML_SUCCESS;
+}
+
+/* nvmlTemperatureSensors_t: 0 = the GPU die. */
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t d, int sensor, unsigned int *temp)
+{
+    nvmlReturn_t r = check_device_query(d, "temperature");
+    if (r != NVML_SUCCESS)
+        return r;
+    unsigned long long value;
+    if (!temp)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (sensor != 0 || !telemetry_value(d, "temp", &value))
+        return NVML_ERROR_NOT_SUPPORTED;
+    *temp = (unsigned int)value;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned int *power)
+{
+    nvmlReturn_t r = check_device_query(d, "power");
+    if (r != NVML_SUCCESS)
+        return r;
+    unsigned long long value;
+    if (!power)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (!telemetry_value(d, "power_mw", &value))
+        return NVML_ERROR_NOT_SUPPORTED;
+    *power = (unsigned int)value;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t d, int *major, int *minor)
+{
+    nvmlReturn_t r = check_alive(d);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!major || !minor)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (cc_major < 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *major = cc_major;
+    *minor = cc_minor;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *version)
+{
+    if (!initialised)
+        return NVML_ERROR_UNINITIALIZED;
+    if (!version)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (cuda_driver_version < 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *version = cuda_driver_version;
     return NVML_SUCCESS;
 }
 
@@ -610,49 +770,6 @@ nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t d, nvmlDeviceAttributes_t *
     a->computeInstanceSliceCount = d->parent ? d->ci_slices : 7;
     a->multiprocessorCount = 14 * a->computeInstanceSliceCount;
     a->memorySizeMB = d->memory / (1024ULL * 1024ULL);
-    return NVML_SUCCESS;
-}
-
-typedef struct {
-    unsigned int gpu, memory;
-} nvmlUtilization_t;
-
-nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t *u)
-{
-    nvmlReturn_t r = check_query(d, "utilization");
-    if (r != NVML_SUCCESS)
-        return r;
-    u->gpu = 37;
-    u->memory = 12;
-    return NVML_SUCCESS;
-}
-
-nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t d, int sensor, unsigned int *temp)
-{
-    (void)sensor;
-    nvmlReturn_t r = check_query(d, "temperature");
-    if (r != NVML_SUCCESS)
-        return r;
-    *temp = 41;
-    return NVML_SUCCESS;
-}
-
-nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned int *milliwatts)
-{
-    nvmlReturn_t r = check_query(d, "power");
-    if (r != NVML_SUCCESS)
-        return r;
-    *milliwatts = 61000;
-    return NVML_SUCCESS;
-}
-
-nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t d, int type, unsigned int *mhz)
-{
-    (void)type;
-    nvmlReturn_t r = check_query(d, "clocks");
-    if (r != NVML_SUCCESS)
-        return r;
-    *mhz = 1410;
     return NVML_SUCCESS;
 }
 

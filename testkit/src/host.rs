@@ -343,6 +343,126 @@ impl Board {
         let (dev, devfreq, _, _) = self.sysfs();
         format!("{dev}/devfreq/{devfreq}/cur_freq")
     }
+
+    /// Thermal zones as (type, millidegrees C), in zone order. Nano's `PMIC-Die` reads a
+    /// constant 100 °C and comes first: neither the first nor the hottest zone is the GPU's.
+    /// Thor's GPU zone name is not known, so its root has none.
+    pub fn thermal_zones(self) -> &'static [(&'static str, i64)] {
+        match self {
+            Board::Nano => &[
+                ("PMIC-Die", 100_000),
+                ("AO-therm", 38_500),
+                ("CPU-therm", 41_000),
+                ("GPU-therm", 39_500),
+                ("PLL-therm", 37_000),
+                ("thermal-fan-est", 39_000),
+            ],
+            Board::Xavier => &[
+                ("CPU-therm", 44_500),
+                ("GPU-therm", 43_000),
+                ("AUX-therm", 42_000),
+                ("Tboard_tegra", 40_000),
+            ],
+            Board::Orin => &[
+                ("cpu-thermal", 48_312),
+                ("gpu-thermal", 46_093),
+                ("soc0-thermal", 45_781),
+                ("tj-thermal", 48_312),
+            ],
+            // The same T234 device tree zones on JetPack 7.2.
+            Board::OrinR39 => &[
+                ("cpu-thermal", 44_125),
+                ("gpu-thermal", 42_968),
+                ("cv0-thermal", 41_500),
+                ("soc0-thermal", 42_000),
+                ("tj-thermal", 44_125),
+            ],
+            Board::Thor => &[("cpu-thermal", 51_000), ("tj-thermal", 52_000)],
+        }
+    }
+
+    /// The board's INA3221 power monitor, if the fake root has one.
+    pub fn power_monitor(self) -> Option<PowerMonitor> {
+        match self {
+            // L4T r32: NVIDIA's ina3221x IIO driver, channels 0..2, power in mW.
+            Board::Nano => Some(PowerMonitor {
+                driver: "ina3221x",
+                device_dir: "/sys/devices/7000c400.i2c/i2c-6/6-0040",
+                bus_name: "6-0040",
+                channel_dir: "iio:device0",
+                rails: &[
+                    ("POM_5V_IN", 5_080, 600),
+                    ("POM_5V_GPU", 5_048, 120),
+                    ("POM_5V_CPU", 5_056, 200),
+                ],
+            }),
+            // L4T r34+: mainline ina3221 hwmon driver, channels 1..3.
+            Board::Orin => Some(PowerMonitor {
+                driver: "ina3221",
+                device_dir: "/sys/devices/platform/bus@0/c240000.i2c/i2c-1/1-0040",
+                bus_name: "1-0040",
+                channel_dir: "hwmon/hwmon3",
+                rails: &[
+                    ("VDD_GPU_SOC", 19_960, 1_240),
+                    ("VDD_CPU_CV", 19_960, 400),
+                    ("VIN_SYS_5V0", 4_980, 700),
+                ],
+            }),
+            // Orin NX / Nano modules: one monitor, the CPU, GPU and CV share a rail.
+            Board::OrinR39 => Some(PowerMonitor {
+                driver: "ina3221",
+                device_dir: "/sys/devices/platform/bus@0/c240000.i2c/i2c-1/1-0040",
+                bus_name: "1-0040",
+                channel_dir: "hwmon/hwmon1",
+                rails: &[
+                    ("VDD_IN", 5_016, 1_480),
+                    ("VDD_CPU_GPU_CV", 5_016, 520),
+                    ("VDD_SOC", 5_016, 310),
+                ],
+            }),
+            Board::Xavier | Board::Thor => None,
+        }
+    }
+
+    /// `MemTotal` of the fake root's `/proc/meminfo`, in kB.
+    pub fn mem_total_kb(self) -> u64 {
+        match self {
+            Board::Nano => 4_051_032,
+            Board::Xavier => 32_559_164,
+            Board::Orin => 64_335_836,
+            Board::OrinR39 => 15_655_220,
+            Board::Thor => 128_452_088,
+        }
+    }
+
+    /// `/proc/meminfo` of the board: `MemTotal` and, on nvgpu boards, `NvMapMemUsed`.
+    fn meminfo(self, nvmap_kb: u64) -> String {
+        let total_kb = self.mem_total_kb();
+        let nvmap = if self == Board::Thor {
+            String::new()
+        } else {
+            format!("NvMapMemUsed:    {nvmap_kb:>8} kB\n")
+        };
+        format!(
+            "MemTotal:       {total_kb:>8} kB\nMemFree:        {:>8} kB\nMemAvailable:   {:>8} kB\n{nvmap}Hugepagesize:       2048 kB\n",
+            total_kb / 2,
+            total_kb * 3 / 4
+        )
+    }
+}
+
+/// An INA3221 power monitor of a fake root: (rail label, millivolts, milliamps) per channel.
+#[derive(Debug, Clone, Copy)]
+pub struct PowerMonitor {
+    /// Driver directory name under `/sys/bus/i2c/drivers`.
+    pub driver: &'static str,
+    /// The I2C device directory (the driver's entry links to it).
+    pub device_dir: &'static str,
+    /// The I2C device name (`6-0040`).
+    pub bus_name: &'static str,
+    /// Where the channel files are inside the device directory.
+    pub channel_dir: &'static str,
+    pub rails: &'static [(&'static str, u32, u32)],
 }
 
 /// One GPU of the fake NVML.
@@ -566,7 +686,149 @@ impl FakeHost {
             &format!("/sys/class/devfreq/{devfreq}"),
             &format!("{dev}/devfreq/{devfreq}"),
         );
+        host.write_telemetry_files(board);
         host
+    }
+
+    /// Thermal zones, the power monitor, `/proc/meminfo` and the EMC files the board exposes
+    /// to an unprivileged reader (no debugfs).
+    fn write_telemetry_files(&self, board: Board) {
+        for (n, (kind, millideg)) in board.thermal_zones().iter().enumerate() {
+            let zone = format!("/sys/devices/virtual/thermal/thermal_zone{n}");
+            self.write(&format!("{zone}/type"), format!("{kind}\n"));
+            self.write(&format!("{zone}/temp"), format!("{millideg}\n"));
+            self.symlink(&format!("/sys/class/thermal/thermal_zone{n}"), &zone);
+        }
+        if let Some(monitor) = board.power_monitor() {
+            for (i, (label, millivolts, milliamps)) in monitor.rails.iter().enumerate() {
+                self.write_rail(monitor, i, label, *millivolts, *milliamps);
+            }
+            self.symlink(
+                &format!(
+                    "/sys/bus/i2c/drivers/{}/{}",
+                    monitor.driver, monitor.bus_name
+                ),
+                monitor.device_dir,
+            );
+        }
+        self.write("/proc/meminfo", board.meminfo(65_536));
+        match board {
+            // r32: the sysfs actmon and the bandwidth manager's clock (jetson_stats' paths).
+            Board::Nano => {
+                self.write("/sys/kernel/actmon_avg_activity/mc_all", "48000000\n");
+                self.write(
+                    "/sys/kernel/debug/clk/override.emc/clk_rate",
+                    "1600000000\n",
+                );
+            }
+            // Thor: the bandwidth manager is a devfreq device; no activity file without debugfs.
+            Board::Thor => {
+                self.write(
+                    "/sys/devices/platform/bwmgr/devfreq/bwmgr/cur_freq",
+                    "4266000000\n",
+                );
+                self.symlink(
+                    "/sys/class/devfreq/bwmgr",
+                    "/sys/devices/platform/bwmgr/devfreq/bwmgr",
+                );
+            }
+            Board::Xavier | Board::Orin | Board::OrinR39 => {}
+        }
+    }
+
+    fn write_rail(&self, m: PowerMonitor, i: usize, label: &str, millivolts: u32, milliamps: u32) {
+        let dir = format!("{}/{}", m.device_dir, m.channel_dir);
+        if m.driver == "ina3221x" {
+            self.write(&format!("{dir}/rail_name_{i}"), format!("{label}\n"));
+            self.write(
+                &format!("{dir}/in_voltage{i}_input"),
+                format!("{millivolts}\n"),
+            );
+            self.write(
+                &format!("{dir}/in_current{i}_input"),
+                format!("{milliamps}\n"),
+            );
+            let milliwatts = u64::from(millivolts) * u64::from(milliamps) / 1000;
+            self.write(
+                &format!("{dir}/in_power{i}_input"),
+                format!("{milliwatts}\n"),
+            );
+        } else {
+            let n = i + 1;
+            self.write(&format!("{dir}/in{n}_label"), format!("{label}\n"));
+            self.write(&format!("{dir}/in{n}_input"), format!("{millivolts}\n"));
+            self.write(&format!("{dir}/curr{n}_input"), format!("{milliamps}\n"));
+        }
+    }
+
+    /// Sets the GPU's `load` (per mille). Panics on Thor, which has no `load` file.
+    pub fn set_gpu_load(&self, per_mille: u32) {
+        let file = self
+            .board
+            .and_then(Board::load_file)
+            .expect("a board with a load file");
+        self.write(&file, format!("{per_mille}\n"));
+    }
+
+    /// Sets the GPU's devfreq `cur_freq` (Hz).
+    pub fn set_gpu_frequency(&self, hz: u64) {
+        let board = self.board.expect("a Jetson root");
+        self.write(&board.cur_freq_file(), format!("{hz}\n"));
+    }
+
+    /// Sets the temperature of the thermal zone of type `kind` (millidegrees C).
+    pub fn set_thermal_zone(&self, kind: &str, millidegrees: i64) {
+        let board = self.board.expect("a Jetson root");
+        let n = board
+            .thermal_zones()
+            .iter()
+            .position(|(k, _)| *k == kind)
+            .unwrap_or_else(|| panic!("{board:?} has no thermal zone {kind}"));
+        self.write(
+            &format!("/sys/devices/virtual/thermal/thermal_zone{n}/temp"),
+            format!("{millidegrees}\n"),
+        );
+    }
+
+    /// Sets one rail's voltage and current (and, on `ina3221x`, its power).
+    pub fn set_rail(&self, label: &str, millivolts: u32, milliamps: u32) {
+        let monitor = self
+            .board
+            .and_then(Board::power_monitor)
+            .expect("a board with a power monitor");
+        let i = monitor
+            .rails
+            .iter()
+            .position(|(l, _, _)| *l == label)
+            .unwrap_or_else(|| panic!("no rail {label}"));
+        self.write_rail(monitor, i, label, millivolts, milliamps);
+    }
+
+    /// Rewrites `/proc/meminfo` with this `NvMapMemUsed` (kB).
+    pub fn set_nvmap_used_kb(&self, kb: u64) {
+        let board = self.board.expect("a Jetson root");
+        self.write("/proc/meminfo", board.meminfo(kb));
+    }
+
+    /// Sets what the fake NVML answers for GPU `gpu`'s telemetry queries: keys `gpu_util`,
+    /// `mem_util`, `sm_clock`, `mem_clock`, `temp`, `power_mw`, `mem_used` (see nvml.c);
+    /// a key left out answers NOT_SUPPORTED.
+    pub fn set_nvml_telemetry(&self, gpu: u32, values: &[(&str, u64)]) {
+        self.write_nvml_telemetry(&gpu.to_string(), values);
+    }
+
+    /// Sets what the fake NVML answers for the MIG device `uuid` (`mem_used`, bytes; its
+    /// other queries are the whole GPU's and answer NOT_SUPPORTED on a MIG device).
+    pub fn set_nvml_mig_telemetry(&self, uuid: &str, values: &[(&str, u64)]) {
+        self.write_nvml_telemetry(uuid, values);
+    }
+
+    fn write_nvml_telemetry(&self, device: &str, values: &[(&str, u64)]) {
+        let text: String = values.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+        let dir = self.nvml_dir();
+        let tmp = dir.join(format!("telemetry-{device}.tmp"));
+        std::fs::write(&tmp, text).expect("write telemetry");
+        std::fs::rename(&tmp, dir.join(format!("telemetry-{device}"))).expect("publish telemetry");
     }
 
     /// A discrete-GPU server whose NVML (the fake) reports `gpus`, with their /dev nodes,
@@ -589,6 +851,18 @@ impl FakeHost {
         let mut conf =
             String::from("# uuid|name|memory_bytes|pci_bus_id|numa_node|minor|unsupported\n");
         let openrm = self.board.map_or(true, Board::openrm);
+        // A Jetson's CUDA and compute capability on its release (`Board::cuda`); a 550-series
+        // driver's CUDA 12.4 and the A100's 8.0 on a server.
+        let (cuda, cc) = match self.board {
+            Some(board) => {
+                let ((major, minor), (cc_major, cc_minor), _) = board.cuda();
+                (major * 1000 + minor * 10, format!("{cc_major}.{cc_minor}"))
+            }
+            None => (12040, "8.0".to_string()),
+        };
+        conf.push_str(&format!(
+            "cuda_driver_version={cuda}\ncompute_capability={cc}\n"
+        ));
         for g in gpus {
             conf.push_str(&format!(
                 "{}|{}|{}|{}|{}|{}|{}\n",
@@ -606,12 +880,17 @@ impl FakeHost {
             if openrm {
                 self.write_procfs_gpu(g);
             }
+            let bus = sysfs_bus_id(&g.pci_bus_id);
             if let Some(n) = g.sysfs_numa_node {
-                let bus = sysfs_bus_id(&g.pci_bus_id);
                 self.write(
                     &format!("/sys/bus/pci/devices/{bus}/numa_node"),
                     format!("{n}\n"),
                 );
+            }
+            // The PCI identity of a discrete GPU: NVIDIA's vendor id, a 3D controller.
+            if self.board.is_none() && bus != "-" {
+                self.write(&format!("/sys/bus/pci/devices/{bus}/vendor"), "0x10de\n");
+                self.write(&format!("/sys/bus/pci/devices/{bus}/class"), "0x030200\n");
             }
         }
         if self.board.is_none() {

@@ -24,3 +24,109 @@ pub fn binary_command(path: impl AsRef<Path>) -> Command {
         None => Command::new(path.as_ref()),
     }
 }
+
+/// A field of `/proc/<pid>/status` (`VmRSS:` → `6412 kB`), or `?`.
+pub fn status_field(pid: u32, field: &str) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with(field))
+        .map(|l| l[field.len()..].trim().to_string())
+        .unwrap_or_else(|| "?".into())
+}
+
+/// Sum of voluntary + involuntary context switches of the given /proc status files.
+pub fn context_switches(status_files: &[String]) -> u64 {
+    status_files
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .flat_map(|s| {
+            s.lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
+}
+
+/// The `/proc/<pid>/task/*/status` files of every thread of `pid`.
+pub fn thread_status_files(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| format!("{}/status", e.path().display()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// User + system CPU time in microseconds of the `/proc/.../stat` file `stat_path` (a process's
+/// `/proc/<pid>/stat`, a thread's `/proc/self/task/<tid>/stat`). Clock-tick resolution.
+pub fn cpu_time_us(stat_path: &str) -> u64 {
+    let stat = std::fs::read_to_string(stat_path).unwrap_or_default();
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields.get(11).and_then(|f| f.parse().ok()).unwrap_or(0)
+        + fields.get(12).and_then(|f| f.parse().ok()).unwrap_or(0);
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as u64;
+    ticks * 1_000_000 / hz
+}
+
+/// A running process's memory and idle wake-ups, as the benchmarks print them.
+#[derive(Debug, Clone)]
+pub struct Footprint {
+    pub vm_rss: String,
+    pub rss_anon: String,
+    pub rss_file: String,
+    pub vm_hwm: String,
+    pub threads: usize,
+    /// Context switches of all its threads during the idle window.
+    pub context_switches: u64,
+    pub idle: std::time::Duration,
+}
+
+impl Footprint {
+    /// Counts the context switches of process `pid` while it idles for `idle`, then reads its
+    /// memory figures.
+    pub async fn measure(pid: u32, idle: std::time::Duration) -> Footprint {
+        let tasks = thread_status_files(pid);
+        let before = context_switches(&tasks);
+        tokio::time::sleep(idle).await;
+        let after = context_switches(&tasks);
+        Footprint {
+            vm_rss: status_field(pid, "VmRSS:"),
+            rss_anon: status_field(pid, "RssAnon:"),
+            rss_file: status_field(pid, "RssFile:"),
+            vm_hwm: status_field(pid, "VmHWM:"),
+            threads: tasks.len(),
+            context_switches: after - before,
+            idle,
+        }
+    }
+}
+
+impl std::fmt::Display for Footprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "VmRSS {} (RssAnon {}, RssFile {}; VmHWM {}), {} thread(s), {} context switches in {:?} idle",
+            self.vm_rss,
+            self.rss_anon,
+            self.rss_file,
+            self.vm_hwm,
+            self.threads,
+            self.context_switches,
+            self.idle
+        )
+    }
+}
+
+/// Sends SIGTERM to process `pid`.
+pub fn terminate(pid: u32) {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("a pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+}

@@ -88,6 +88,10 @@ PROGRAM_PACKAGES = {
 }
 # Workspace members that are never shipped.
 TEST_ONLY_CRATES = {"edgegpu-testkit"}
+# Programs that run only inside the device-plugin image, never on a host the layer builds: the
+# labeller puts node labels on through the API server from the node-labeller DaemonSet and the
+# plugin pods' init container (docs/labels.md).
+IMAGE_ONLY_CRATES = {"edgegpu-labeller"}
 AUTO_ENABLE_VALUES = {"enable", "disable", "mask", "preset"}
 EMAIL_RE = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
 SRCREV_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -496,7 +500,8 @@ def check_recipe(layer, repo, workspace, report, strict_srcrev=False):
     # --- which programs get built (and only those)
     facts.bins = recipe.items("EDGEGPU_BINS")
     facts.native_bins = recipe.items("EDGEGPU_BINS", "class-native")
-    shipped = {b for b, crate in workspace.binaries.items() if crate not in TEST_ONLY_CRATES}
+    shipped = {b for b, crate in workspace.binaries.items()
+               if crate not in TEST_ONLY_CRATES and crate not in IMAGE_ONLY_CRATES}
     if set(facts.bins) != shipped:
         report.error(
             recipe.loc("EDGEGPU_BINS"),

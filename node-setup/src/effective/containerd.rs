@@ -10,7 +10,7 @@ use std::path::Path;
 use super::systemd::Unit;
 use super::{Source, Sourced};
 use crate::error::Result;
-use crate::formats::containerd::{describe, DefaultRuntime, Description, Flavor};
+use crate::formats::containerd::{describe, DefaultRuntime, Description, Flavor, Setting};
 use crate::host::HostRoot;
 
 pub const DEFAULT_CONFIG: &str = "/etc/containerd/config.toml";
@@ -22,6 +22,17 @@ pub struct Loaded {
     pub path: String,
     pub text: Option<String>,
     pub description: Description,
+}
+
+impl Loaded {
+    /// When the file has the CRI plugin table: what a setting it leaves out comes from
+    /// (its table replaces the earlier ones before containerd 2.1).
+    fn replaces_cri(&self) -> Option<Source> {
+        self.description.cri_table.map(|line| Source::Replaced {
+            file: self.path.clone(),
+            line,
+        })
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -101,12 +112,8 @@ pub fn effective_cri(
         )
     });
     for f in files {
-        let Some(cri_line) = f.description.cri_table else {
+        let Some(replaced) = f.replaces_cri() else {
             continue;
-        };
-        let replaced = Source::Replaced {
-            file: f.path.clone(),
-            line: cri_line,
         };
         default = match (&f.description.default, before_any) {
             (DefaultRuntime::Unset, false) => Sourced::new("runc".into(), replaced.clone()),
@@ -126,6 +133,69 @@ pub fn effective_cri(
         before_any = false;
     }
     (default, binary)
+}
+
+/// CDI in the CRI plugin: whether it is on, and the directories it reads specs from.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Cdi {
+    pub enabled: Sourced<bool>,
+    pub spec_dirs: Sourced<Vec<String>>,
+}
+
+/// The spec directories containerd reads when `cdi_spec_dirs` is not set (1.7 and 2.x
+/// alike: pkg/cri/config/config_unix.go, internal/cri/config/config_unix.go).
+pub const DEFAULT_CDI_SPEC_DIRS: [&str; 2] = ["/etc/cdi", "/var/run/cdi"];
+
+impl Cdi {
+    /// containerd's own defaults: CDI is on from containerd 2.0 (`enable_cdi` defaults to
+    /// true there, false in 1.7), reading [`DEFAULT_CDI_SPEC_DIRS`]. `why` says which
+    /// containerd that is and how it is known.
+    pub fn containerd_default(enabled: bool, why: &str) -> Cdi {
+        Cdi {
+            enabled: Sourced::new(enabled, Source::default(why.to_string())),
+            spec_dirs: Sourced::new(
+                DEFAULT_CDI_SPEC_DIRS.map(String::from).to_vec(),
+                Source::default("containerd's default cdi_spec_dirs"),
+            ),
+        }
+    }
+}
+
+/// CDI after loading `files` in order, starting from `start` (what came before them;
+/// `None`: `defaults`). As for the runtimes, a file with the CRI plugin table decides:
+/// a setting it leaves out is containerd's default again (before containerd 2.1 the
+/// imported table replaces the earlier one).
+pub fn effective_cdi(files: &[Loaded], start: Option<Cdi>, defaults: &Cdi) -> Cdi {
+    let mut before_any = start.is_none();
+    let mut cdi = start.unwrap_or_else(|| defaults.clone());
+    for f in files {
+        let Some(replaced) = f.replaces_cri() else {
+            continue;
+        };
+        cdi.enabled = match &f.description.enable_cdi {
+            Some(Setting::Literal { value, line }) => {
+                Sourced::new(*value, Source::file(&f.path, *line))
+            }
+            // Only rendering can tell: counted as off, naming the line.
+            Some(Setting::Unknown { line, .. }) => {
+                Sourced::new(false, Source::file(&f.path, *line))
+            }
+            None if before_any => defaults.enabled.clone(),
+            None => Sourced::new(defaults.enabled.value, replaced.clone()),
+        };
+        cdi.spec_dirs = match &f.description.cdi_spec_dirs {
+            Some(Setting::Literal { value, line }) => {
+                Sourced::new(value.clone(), Source::file(&f.path, *line))
+            }
+            Some(Setting::Unknown { line, .. }) => {
+                Sourced::new(Vec::new(), Source::file(&f.path, *line))
+            }
+            None if before_any => defaults.spec_dirs.clone(),
+            None => Sourced::new(defaults.spec_dirs.value.clone(), replaced),
+        };
+        before_any = false;
+    }
+    cdi
 }
 
 /// The default runtime one file decides (containerd's default `runc` when it says none).

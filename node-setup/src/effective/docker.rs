@@ -11,6 +11,36 @@ use crate::host::HostRoot;
 
 pub const DEFAULT_DAEMON_JSON: &str = "/etc/docker/daemon.json";
 
+/// Flags whose daemon.json key has another name (moby cmd/dockerd/config.go,
+/// config_unix.go, options.go: their values are `NamedOption`s, and dockerd compares the
+/// option's name with the file's keys). Every other long flag is its own key.
+const NAMED_OPTIONS: [(&str, &str); 16] = [
+    ("add-runtime", "runtimes"),
+    ("authorization-plugin", "authorization-plugins"),
+    ("cdi-spec-dir", "cdi-spec-dirs"),
+    ("default-network-opt", "default-network-opts"),
+    ("default-ulimit", "default-ulimits"),
+    ("dns-opt", "dns-opts"),
+    ("exec-opt", "exec-opts"),
+    ("feature", "features"),
+    ("host", "hosts"),
+    ("host-gateway-ip", "host-gateway-ips"),
+    ("insecure-registry", "insecure-registries"),
+    ("label", "labels"),
+    ("log-opt", "log-opts"),
+    ("node-generic-resource", "node-generic-resources"),
+    ("registry-mirror", "registry-mirrors"),
+    ("storage-opt", "storage-opts"),
+];
+
+/// The daemon.json key a flag sets.
+fn config_key(flag: &str) -> &str {
+    NAMED_OPTIONS
+        .iter()
+        .find(|(f, _)| *f == flag)
+        .map_or(flag, |(_, key)| key)
+}
+
 #[derive(Debug, Clone)]
 pub struct Docker {
     /// The daemon.json dockerd reads and why that one.
@@ -19,9 +49,14 @@ pub struct Docker {
     pub default_flag: Option<Sourced<String>>,
     /// `--add-runtime name=path` flags.
     pub runtime_flags: Vec<Sourced<(String, String)>>,
-    /// The name (without `--`) of every long flag on the command line: a daemon.json key
-    /// of the same name stops dockerd.
+    /// The daemon.json key of every long flag on the command line (the flag's name
+    /// without `--`, or its option name, `--feature` → `features`): the same key in
+    /// daemon.json stops dockerd.
     pub flags: Vec<Sourced<String>>,
+    /// `--feature NAME[=BOOL]` values (Docker 28.0+), in order.
+    pub feature_flags: Vec<Sourced<String>>,
+    /// `--cdi-spec-dir DIR` values (Docker 25+), in order.
+    pub cdi_spec_dir_flags: Vec<Sourced<String>>,
 }
 
 impl Docker {
@@ -38,6 +73,8 @@ impl Docker {
             default_flag: None,
             runtime_flags: Vec::new(),
             flags: Vec::new(),
+            feature_flags: Vec::new(),
+            cdi_spec_dir_flags: Vec::new(),
         };
         let mut words = args.iter().skip(1);
         while let Some(a) = words.next() {
@@ -46,13 +83,18 @@ impl Docker {
                 None => (a.text.as_str(), None),
             };
             if let Some(long) = name.strip_prefix("--").filter(|n| !n.is_empty()) {
-                docker
-                    .flags
-                    .push(Sourced::new(long.to_string(), flag_source(a, name)));
+                docker.flags.push(Sourced::new(
+                    config_key(long).to_string(),
+                    flag_source(a, name),
+                ));
             }
             if !matches!(
                 name,
-                "--config-file" | "--default-runtime" | "--add-runtime"
+                "--config-file"
+                    | "--default-runtime"
+                    | "--add-runtime"
+                    | "--feature"
+                    | "--cdi-spec-dir"
             ) {
                 continue;
             }
@@ -63,6 +105,8 @@ impl Docker {
             match name {
                 "--config-file" => docker.daemon_json = Sourced::new(value, source),
                 "--default-runtime" => docker.default_flag = Some(Sourced::new(value, source)),
+                "--feature" => docker.feature_flags.push(Sourced::new(value, source)),
+                "--cdi-spec-dir" => docker.cdi_spec_dir_flags.push(Sourced::new(value, source)),
                 _ => {
                     if let Some((n, p)) = value.split_once('=') {
                         docker
@@ -73,6 +117,20 @@ impl Docker {
             }
         }
         Ok(docker)
+    }
+}
+
+impl Docker {
+    /// What the `--feature` flags say about feature `name` (the last one wins; `NAME`
+    /// alone is true, `NAME=BOOL` is Go's strconv.ParseBool: moby internal/opts SetOpts).
+    pub fn feature_flag(&self, name: &str) -> Option<Sourced<bool>> {
+        self.feature_flags.iter().rev().find_map(|f| {
+            let (key, value) = match f.value.split_once('=') {
+                Some((k, v)) => (k, matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True")),
+                None => (f.value.as_str(), true),
+            };
+            (key == name).then(|| Sourced::new(value, f.source.clone()))
+        })
     }
 }
 

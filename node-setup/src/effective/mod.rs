@@ -10,6 +10,7 @@ use serde::Serialize;
 pub mod containerd;
 pub mod docker;
 pub mod k3s;
+pub mod packages;
 pub mod systemd;
 
 /// Where a setting comes from, so that a refusal or a check can name it.

@@ -15,8 +15,11 @@ use toml_edit::{DocumentMut, ImDocument, InlineTable, Item, Table, Value};
 
 use super::go_template::{self, ActionKind};
 use super::Edit;
+
+mod cdi;
 use crate::error::{line_column, Result, SetupError};
 use crate::RuntimeSpec;
+pub use cdi::{edit_cdi, CdiWant, Setting};
 
 /// The runc v2 shim: NVIDIA's runtime is runc-compatible and runs under it.
 const RUNC_V2: &str = "io.containerd.runc.v2";
@@ -365,6 +368,10 @@ pub struct Description {
     /// with containerd `imports`, the last file that has it decides the whole CRI plugin
     /// (before containerd 2.1 an imported plugin table replaces the earlier one).
     pub cri_table: Option<usize>,
+    /// `enable_cdi` in the CRI plugin table (see [`cdi`]).
+    pub enable_cdi: Option<Setting<bool>>,
+    /// `cdi_spec_dirs` in the CRI plugin table.
+    pub cdi_spec_dirs: Option<Setting<Vec<String>>>,
     /// Top-level `imports`.
     pub imports: Vec<String>,
     /// 1-based line of a top-level `imports` before the base line: k3s releases whose
@@ -629,6 +636,7 @@ pub fn describe(file: &Path, text: Option<&str>, flavor: Flavor) -> Result<Descr
             );
         }
     }
+    let (enable_cdi, cdi_spec_dirs) = cdi::read(file, &sk, root, keys)?;
     let imports = get(root, &["imports"])
         .and_then(|i| i.as_array())
         .map(|a| {
@@ -678,6 +686,8 @@ pub fn describe(file: &Path, text: Option<&str>, flavor: Flavor) -> Result<Descr
                 .find(|(p, _)| p.len() > 1 && p[1] == keys.plugin)
                 .map_or(0, |(_, l)| *l),
         }),
+        enable_cdi,
+        cdi_spec_dirs,
         imports,
         imports_before_base,
         redeclares_base_table,
@@ -1073,6 +1083,44 @@ fn edits_at_top_level(file: &Path, old: &str, new: &str) -> Result<()> {
     Ok(())
 }
 
+/// What every edit does with its TOML output before it may be written: the template
+/// lines are put back, nothing landed inside a control structure or moved to another
+/// table, and no table a control structure may emit is now declared outside it too.
+/// `None` when the output equals `original`; else the output and its description.
+fn finish_edit(
+    file: &Path,
+    original: &str,
+    source: &str,
+    sk: &Skeleton,
+    before: &Description,
+    edited: &str,
+    flavor: Flavor,
+) -> Result<Option<(String, Description)>> {
+    let out = guard_new_tables(&restore_template(file, edited, &sk.lines)?);
+    if out == original {
+        return Ok(None);
+    }
+    if matches!(flavor, Flavor::K3sTemplate { .. }) {
+        edits_at_top_level(file, original, &out)?;
+        template_lines_keep_their_tables(file, source, &out)?;
+    }
+    // Validate our own output before it may be written.
+    let after = describe(file, Some(&out), flavor)?;
+    // A table we now write outside every control structure must not be one a control
+    // structure may emit as well (a table declared twice).
+    if let Some((line, path)) = before.hidden_tables.iter().find(|(_, p)| {
+        after.visible_tables.iter().any(|(v, _)| v == p)
+            && !before.visible_tables.iter().any(|(v, _)| v == p)
+    }) {
+        return Err(SetupError::Refused(format!(
+            "{}:{line}: the template declares [{}] inside a template control structure; node-setup cannot add to it there, and declaring it again would make a table declared twice. Edit the template by hand (or move that table out of the control structure)",
+            file.display(),
+            dotted(path)
+        )));
+    }
+    Ok(Some((out, after)))
+}
+
 /// Plans the edit of a containerd config (`flavor` System) or a k3s template so that it
 /// does what `want` asks. A new or empty k3s template starts from the base template.
 pub fn edit(file: &Path, text: Option<&str>, flavor: Flavor, want: Want) -> Result<Edit> {
@@ -1182,30 +1230,10 @@ pub fn edit(file: &Path, text: Option<&str>, flavor: Flavor, want: Want) -> Resu
         }
         doc.to_string()
     };
-    let out = guard_new_tables(&restore_template(file, &out, &sk.lines)?);
-    if out == original {
+    let Some((out, after)) = finish_edit(file, original, &source, &sk, &before, &out, flavor)?
+    else {
         return Ok(result);
-    }
-    if is_template {
-        edits_at_top_level(file, original, &out)?;
-        template_lines_keep_their_tables(file, &source, &out)?;
-    }
-    // Validate our own output before it may be written.
-    let after = describe(file, Some(&out), flavor)?;
-    // A table we now write outside every control structure must not be one a control
-    // structure may emit as well (a table declared twice).
-    let visible = |d: &Description| d.visible_tables.clone();
-    let before_visible = visible(&before);
-    if let Some((line, path)) = before.hidden_tables.iter().find(|(_, p)| {
-        after.visible_tables.iter().any(|(v, _)| v == p)
-            && !before_visible.iter().any(|(v, _)| v == p)
-    }) {
-        return Err(SetupError::Refused(format!(
-            "{}:{line}: the template declares [{}] inside a template control structure; node-setup cannot add to it there, and declaring it again would make a table declared twice. Edit the template by hand (or move that table out of the control structure)",
-            file.display(),
-            dotted(path)
-        )));
-    }
+    };
     let declared = after
         .runtimes
         .get(&spec.name)

@@ -106,6 +106,45 @@ impl DaemonJson {
             && entry.get("runtimeArgs").map_or(true, |a| a.is_array())
     }
 
+    /// `features.<name>`: `Some(bool)` when the file sets it. dockerd decodes `features`
+    /// into a map of booleans, so anything else there would stop it.
+    pub fn feature(&self, file: &Path, name: &str) -> Result<Option<bool>> {
+        let Some(features) = self.root.get("features") else {
+            return Ok(None);
+        };
+        let Some(map) = features.as_object() else {
+            return Err(SetupError::invalid(
+                file,
+                "\"features\" must be a JSON object of booleans",
+            ));
+        };
+        match map.get(name) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(other) => Err(SetupError::invalid(
+                file,
+                format!("\"features\".\"{name}\" must be true or false, not {other}"),
+            )),
+        }
+    }
+
+    /// `cdi-spec-dirs` (Docker 25+): `Some(list)` when the file sets it.
+    pub fn cdi_spec_dirs(&self, file: &Path) -> Result<Option<Vec<String>>> {
+        let Some(dirs) = self.root.get("cdi-spec-dirs") else {
+            return Ok(None);
+        };
+        dirs.as_array()
+            .and_then(|a| {
+                a.iter()
+                    .map(|d| d.as_str().map(String::from))
+                    .collect::<Option<Vec<_>>>()
+            })
+            .map(Some)
+            .ok_or_else(|| {
+                SetupError::invalid(file, "\"cdi-spec-dirs\" must be a list of directories")
+            })
+    }
+
     pub fn default_runtime(&self) -> Option<&str> {
         self.root.get("default-runtime").and_then(|d| d.as_str())
     }
@@ -184,6 +223,63 @@ pub fn edit(file: &Path, text: Option<&str>, spec: &RuntimeSpec, want: Want) -> 
     if !check.runtime_configured(spec, want.bare_name_ok)
         || (want.set_default && check.default_runtime() != Some(&spec.name))
     {
+        return Err(SetupError::invalid(
+            file,
+            "internal error: merged JSON does not round-trip",
+        ));
+    }
+    Ok(Edit::replace(text, rendered))
+}
+
+/// What the daemon.json edit for CDI must achieve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CdiWant<'a> {
+    /// Set `features.cdi` to true, keeping the other features (false when a `--feature`
+    /// flag decides: dockerd refuses `features` given both ways).
+    pub enable: bool,
+    /// Add this directory to the `cdi-spec-dirs` the file sets (a file that does not set
+    /// them keeps dockerd's default, which has it).
+    pub spec_dir: Option<&'a str>,
+}
+
+/// Plans the daemon.json edit for CDI mode; no change when the file already says it.
+pub fn edit_cdi(file: &Path, text: Option<&str>, want: CdiWant) -> Result<Edit> {
+    let mut doc = DaemonJson::parse(file, text.unwrap_or(""))?;
+    let mut changed = false;
+    if want.enable && doc.feature(file, "cdi")? != Some(true) {
+        let features = doc
+            .root
+            .entry("features")
+            .or_insert_with(|| Value::Object(Map::new()));
+        features
+            .as_object_mut()
+            .expect("checked by feature()")
+            .insert("cdi".into(), Value::Bool(true));
+        changed = true;
+    }
+    if let Some(dir) = want.spec_dir {
+        if let Some(dirs) = doc.cdi_spec_dirs(file)? {
+            if !dirs.iter().any(|d| d == dir) {
+                doc.root
+                    .get_mut("cdi-spec-dirs")
+                    .and_then(Value::as_array_mut)
+                    .expect("checked by cdi_spec_dirs()")
+                    .push(Value::String(dir.to_string()));
+                changed = true;
+            }
+        }
+    }
+    if !changed {
+        return Ok(Edit::unchanged());
+    }
+    let rendered = doc.render();
+    // Round-trip our own output before it may be written.
+    let check = DaemonJson::parse(file, &rendered)?;
+    let dirs_ok = match (want.spec_dir, check.cdi_spec_dirs(file)?) {
+        (Some(dir), Some(dirs)) => dirs.iter().any(|d| d == dir),
+        _ => true,
+    };
+    if (want.enable && check.feature(file, "cdi")? != Some(true)) || !dirs_ok {
         return Err(SetupError::invalid(
             file,
             "internal error: merged JSON does not round-trip",

@@ -26,6 +26,7 @@ pub fn run_env(host: &NodeHost, args: &[&str], env: &[(&str, &str)]) -> Out {
         "EDGEGPU_FORCE",
         "EDGEGPU_K3S_VERSION",
         "EDGEGPU_OUTPUT",
+        "EDGEGPU_CDI",
     ] {
         cmd.env_remove(var);
     }
@@ -405,4 +406,72 @@ pub fn dockerd_validate(tool: &Path, daemon_json: &str, flags: &[&str]) -> (bool
     let valid = text.contains("dockerd needs to be started with root privileges")
         && !text.contains("unable to configure the Docker daemon");
     (valid, text)
+}
+
+/// A validator that knows the CDI settings: Debian 13's containerd (1.7, which reads
+/// `enable_cdi` and `cdi_spec_dirs`; Debian 12's 1.6 ignores them) or dockerd (26, which
+/// knows `cdi-spec-dirs` and has `--validate`), fetched by scripts/setup.sh into
+/// `.tools/cdi-validators` (`EDGEGPU_CDI_VALIDATORS` names another directory). Missing:
+/// fails if EDGEGPU_REQUIRE_REAL_TOOLS=1, else prints a skip line and returns None.
+pub fn cdi_validator(name: &str) -> Option<PathBuf> {
+    let dir = std::env::var_os("EDGEGPU_CDI_VALIDATORS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.tools/cdi-validators"));
+    let tool = dir.join(name);
+    if tool.is_file() {
+        return Some(tool);
+    }
+    if std::env::var(REQUIRE_REAL_TOOLS).as_deref() == Ok("1") {
+        panic!(
+            "{} is required ({REQUIRE_REAL_TOOLS}=1) but missing; scripts/setup.sh fetches it",
+            tool.display()
+        );
+    }
+    eprintln!("SKIP real-tool check: {} not found (scripts/setup.sh fetches it; set {REQUIRE_REAL_TOOLS}=1 to make this fatal)", tool.display());
+    None
+}
+
+/// `dockerd --validate` (Docker 23+) of `daemon_json` with `flags`. Returns (valid, output).
+pub fn dockerd_validate_flag(tool: &Path, daemon_json: &str, flags: &[&str]) -> (bool, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("daemon.json");
+    std::fs::write(&file, daemon_json).unwrap();
+    let out = Command::new(tool)
+        .arg("--validate")
+        .arg("--config-file")
+        .arg(&file)
+        .args(flags)
+        .env("HOME", dir.path())
+        .output()
+        .expect("run dockerd --validate");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (
+        out.status.success() && text.contains("configuration OK"),
+        text,
+    )
+}
+
+/// Writes the CDI spec `cdi generate` (the real binary) makes for a Jetson AGX Orin into
+/// `host` at /var/run/cdi/nvidia.yaml, as the refresh unit does at boot.
+pub fn generated_spec(host: &NodeHost) {
+    use edgegpu_testkit::host::{Board, FakeHost};
+    let jetson = FakeHost::jetson(Board::Orin);
+    let out_path = host.path("/var/run/cdi/nvidia.yaml");
+    std::fs::create_dir_all(out_path.parent().unwrap()).unwrap();
+    let out = binary_command(env!("CARGO_BIN_EXE_edgegpu-node-setup"))
+        .arg("--root")
+        .arg(jetson.root())
+        .args(["cdi", "generate", "--output"])
+        .arg(&out_path)
+        .output()
+        .expect("run cdi generate");
+    assert!(
+        out.status.success(),
+        "cdi generate: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

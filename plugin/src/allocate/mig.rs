@@ -124,6 +124,7 @@ mod tests {
             compute_instance: 0,
             profile: profile.into(),
             memory_bytes: 0,
+            attributes: Default::default(),
         }
     }
 

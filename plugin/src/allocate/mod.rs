@@ -11,6 +11,7 @@ pub mod strategy;
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use edgegpu_kubelet_api::v1beta1::{
@@ -21,7 +22,7 @@ use tokio::sync::watch;
 use tonic::Status;
 
 use crate::config::{Config, DeviceIdStrategy};
-use crate::gpu::health::HealthTable;
+use crate::gpu::health::{Advertised, HealthCounts, HealthTable};
 use crate::gpu::{Gpu, MigDevice, Platform};
 use crate::resource::Resource;
 use sharing::Replication;
@@ -86,6 +87,28 @@ pub struct GpuResource {
     pub(crate) base_ids: Vec<String>,
     pub(crate) replication: Option<Replication>,
     pub(crate) table: Arc<HealthTable>,
+    pub(crate) allocations: AllocationCounts,
+    /// NVML, where discovery kept it loaded (discrete GPUs, hybrid Jetsons).
+    pub(crate) nvml: Option<Arc<nvml_wrapper::Nvml>>,
+}
+
+/// Container allocations answered, for the plugin's metrics.
+#[derive(Debug, Default)]
+pub struct AllocationCounts {
+    succeeded: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl AllocationCounts {
+    /// Container allocations answered with devices.
+    pub fn succeeded(&self) -> u64 {
+        self.succeeded.load(Ordering::Relaxed)
+    }
+
+    /// Container allocations refused (unknown, unhealthy or too many IDs).
+    pub fn failed(&self) -> u64 {
+        self.failed.load(Ordering::Relaxed)
+    }
 }
 
 impl GpuResource {
@@ -106,6 +129,52 @@ impl GpuResource {
     /// Every GPU of the node.
     pub fn gpus(&self) -> &[Gpu] {
         &self.gpus
+    }
+
+    /// Per unit, its ID under `--device-id-strategy` (`GPU-…`/`MIG-…`/`tegra`, or the index).
+    pub fn base_ids(&self) -> &[String] {
+        &self.base_ids
+    }
+
+    /// The advertised device IDs (units or their replicas) and the unit of each.
+    pub fn advertised(&self) -> &[Advertised] {
+        self.table.advertised()
+    }
+
+    /// Time-slicing replicas per unit (`None`: units are not shared).
+    pub fn replication(&self) -> Option<Replication> {
+        self.replication
+    }
+
+    /// The unit (position in [`Self::units`]) behind an advertised device ID, also for a
+    /// replica ID of an earlier configuration (`tegra::7` after the replica count went down):
+    /// its base ID decides.
+    pub fn physical_of(&self, device_id: &str) -> Option<usize> {
+        if let Some(a) = self.advertised().iter().find(|a| a.id == device_id) {
+            return Some(a.physical);
+        }
+        let base = sharing::base_id(device_id);
+        self.base_ids.iter().position(|b| b == base)
+    }
+
+    /// Each unit's health and transition counts.
+    pub fn health(&self) -> Vec<HealthCounts> {
+        self.table.counts()
+    }
+
+    /// Allocation counters.
+    pub fn allocations(&self) -> &AllocationCounts {
+        &self.allocations
+    }
+
+    /// The host root the GPUs were found under.
+    pub fn root(&self) -> &std::path::Path {
+        &self.root
+    }
+
+    /// NVML, where discovery kept it loaded.
+    pub fn nvml(&self) -> Option<&Arc<nvml_wrapper::Nvml>> {
+        self.nvml.as_ref()
     }
 
     /// The devices this resource serves.
@@ -143,7 +212,13 @@ impl Resource for GpuResource {
         &self,
         request: &ContainerAllocateRequest,
     ) -> Result<ContainerAllocateResponse, tonic::Status> {
-        allocate(self, &request.devices_ids)
+        let result = allocate(self, &request.devices_ids);
+        let counter = match result {
+            Ok(_) => &self.allocations.succeeded,
+            Err(_) => &self.allocations.failed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        result
     }
 
     fn preferred_allocation(

@@ -53,6 +53,14 @@ pub fn replica_id(base: &str, n: u32) -> String {
     format!("{base}{REPLICA_SEPARATOR}{n}")
 }
 
+/// The GPU ID of a replica ID (`<id>::<n>` → `<id>`); other IDs are their own base.
+pub fn base_id(id: &str) -> &str {
+    match id.rsplit_once(REPLICA_SEPARATOR) {
+        Some((base, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => base,
+        _ => id,
+    }
+}
+
 /// Preferred devices for one container. `available` and `must_include` are advertised IDs
 /// (the caller has checked they are known); returns `size` IDs or fewer if not enough exist.
 pub fn preferred(
@@ -200,6 +208,15 @@ fn pick_replicas(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn base_ids_of_replicas() {
+        assert_eq!(base_id("tegra::3"), "tegra");
+        assert_eq!(base_id(&replica_id("GPU-1a", 12)), "GPU-1a");
+        assert_eq!(base_id("GPU-1a"), "GPU-1a");
+        assert_eq!(base_id("a::b"), "a::b");
+        assert_eq!(base_id("a::"), "a::");
+    }
 
     fn gpus(numa: &[Option<i64>], replicas: u32) -> Vec<Advertised> {
         let mut out = Vec::new();

@@ -37,6 +37,7 @@ use super::registration::{backoff, register_request, register_until_success};
 use super::restart_watch::{DirWatcher, RestartReason};
 use super::server::{self, DevicePluginService};
 use super::socket::{socket_prefix, OwnedSocket};
+use super::stats::KubeletStats;
 use crate::resource::Resource;
 
 /// How long a stopping generation may take to close its connections before its server
@@ -56,6 +57,8 @@ pub struct LifecycleOptions {
     /// Socket file-name prefix; derived from the resource name when `None`
     /// (`nvidia.com/gpu` → `nvidia-gpu-<unix-secs>-<process-tag>-<n>.sock`).
     pub socket_prefix: Option<String>,
+    /// Registration counters per resource (read by the metrics endpoint).
+    pub stats: Arc<KubeletStats>,
 }
 
 impl LifecycleOptions {
@@ -67,6 +70,7 @@ impl LifecycleOptions {
             device_plugin_dir,
             plugins_registry: None,
             socket_prefix: None,
+            stats: Arc::default(),
         }
     }
 }
@@ -129,6 +133,9 @@ pub async fn serve(
             }
         };
         generation.stop().await;
+        opts.stats
+            .resource(&resource_name)
+            .generation_ended(reason.as_ref());
         match reason {
             None => {
                 tracing::info!("Stopped serving '{resource_name}'; sockets removed");
@@ -286,8 +293,11 @@ impl Generation {
                     reg_socket.path().display(),
                     endpoint.display()
                 );
-                let watcher_service =
-                    PluginWatcherService::new(resource_name, &endpoint.to_string_lossy());
+                let watcher_service = PluginWatcherService::new(
+                    resource_name,
+                    &endpoint.to_string_lossy(),
+                    opts.stats.resource(resource_name),
+                );
                 tasks.push(spawn_server(
                     Server::builder().add_service(watcher_service.into_server()),
                     reg_listener,
@@ -300,8 +310,9 @@ impl Generation {
                 let request =
                     register_request(&socket.file_name(), resource_name, resource.options());
                 let kubelet_socket = opts.kubelet_socket.clone();
+                let stats = opts.stats.resource(resource_name);
                 registration = Some(tokio::spawn(async move {
-                    register_until_success(&kubelet_socket, request).await
+                    register_until_success(&kubelet_socket, request, &stats).await
                 }));
             }
         }

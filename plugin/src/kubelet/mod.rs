@@ -7,12 +7,17 @@
 //! - [`registration`]: `Register` on `kubelet.sock`, with backoff; [`plugin_watcher`]: the
 //!   `--plugins-registry` alternative.
 //! - [`socket`]: unique socket names and removal of only what this process bound.
+//! - [`stats`]: registration counters for the plugin's own metrics.
+//! - [`pod_resources`]: which container holds which device ID (the kubelet's pod-resources
+//!   API), for per-pod metrics.
 //! - [`authority`]: lets kubelets older than 1.26 in (their `:authority` is a socket path).
 
 pub mod authority;
 pub mod lifecycle;
 pub mod plugin_watcher;
+pub mod pod_resources;
 pub mod registration;
 pub mod restart_watch;
 pub mod server;
 pub mod socket;
+pub mod stats;

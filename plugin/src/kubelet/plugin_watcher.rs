@@ -6,6 +6,8 @@
 //! stream is still closing (kubernetes #127803). Restart detection stays on, because a
 //! starting kubelet still deletes the `DevicePlugin` socket in the device-plugin directory.
 
+use std::sync::Arc;
+
 use edgegpu_kubelet_api::pluginregistration::registration_server::{
     Registration, RegistrationServer,
 };
@@ -15,15 +17,19 @@ use edgegpu_kubelet_api::pluginregistration::{
 use edgegpu_kubelet_api::v1beta1::VERSION;
 use tonic::{Request, Response, Status};
 
+use super::stats::RegistrationStats;
+
 /// Answers the kubelet's plugin watcher for one generation.
 pub struct PluginWatcherService {
     info: PluginInfo,
+    stats: Arc<RegistrationStats>,
 }
 
 impl PluginWatcherService {
     /// `endpoint` is the absolute path of the socket serving `DevicePlugin`.
-    pub fn new(resource_name: &str, endpoint: &str) -> Self {
+    pub fn new(resource_name: &str, endpoint: &str, stats: Arc<RegistrationStats>) -> Self {
         PluginWatcherService {
+            stats,
             info: PluginInfo {
                 r#type: DEVICE_PLUGIN_TYPE.to_string(),
                 name: resource_name.to_string(),
@@ -58,12 +64,14 @@ impl Registration for PluginWatcherService {
     ) -> Result<Response<RegistrationStatusResponse>, Status> {
         let status = request.into_inner();
         if status.plugin_registered {
+            self.stats.registered();
             tracing::info!(
                 "Registered device plugin for '{}' with Kubelet (plugin watcher, endpoint {})",
                 self.info.name,
                 self.info.endpoint
             );
         } else {
+            self.stats.registration_failed();
             tracing::error!(
                 "Kubelet plugin watcher refused '{}': {}",
                 self.info.name,

@@ -10,6 +10,8 @@ use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint};
 
+use super::stats::RegistrationStats;
+
 /// First retry delay after a failed registration.
 const BACKOFF_INITIAL: Duration = Duration::from_millis(100);
 /// Longest delay between two registration attempts.
@@ -21,7 +23,7 @@ const REGISTER_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Opens a gRPC channel over a unix socket. The URI is a placeholder required by tonic;
 /// the connector ignores it and the kubelet ignores the authority.
-async fn unix_channel(path: &Path, timeout: Duration) -> anyhow::Result<Channel> {
+pub(crate) async fn unix_channel(path: &Path, timeout: Duration) -> anyhow::Result<Channel> {
     let path: PathBuf = path.to_path_buf();
     let endpoint = Endpoint::from_static("http://localhost");
     let connect = endpoint.connect_with_connector(tower::service_fn(move |_| {
@@ -81,11 +83,16 @@ pub fn backoff(attempt: u32) -> Duration {
 
 /// Registers until it succeeds, logging each failure; only ends on success (the caller
 /// aborts it when the generation ends).
-pub async fn register_until_success(kubelet_socket: &Path, request: RegisterRequest) {
+pub async fn register_until_success(
+    kubelet_socket: &Path,
+    request: RegisterRequest,
+    stats: &RegistrationStats,
+) {
     let mut attempt = 0u32;
     loop {
         match register_once(kubelet_socket, request.clone()).await {
             Ok(()) => {
+                stats.registered();
                 tracing::info!(
                     "Registered device plugin for '{}' with Kubelet (endpoint {})",
                     request.resource_name,
@@ -94,6 +101,7 @@ pub async fn register_until_success(kubelet_socket: &Path, request: RegisterRequ
                 return;
             }
             Err(e) => {
+                stats.registration_failed();
                 let delay = backoff(attempt);
                 tracing::warn!(
                     "Could not register device plugin for '{}' with Kubelet at {}: {e:#}; retrying in {delay:?}",

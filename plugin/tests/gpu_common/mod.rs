@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use edgegpu_kubelet_api::v1beta1::{ContainerAllocateResponse, Device, HEALTHY};
+use edgegpu_plugin::kubelet::stats::KubeletStats;
 use edgegpu_plugin::resource::Resource;
 use edgegpu_plugin::{build_gpu_resource, build_gpu_resources, GpuResource};
 use edgegpu_plugin::{serve, serve_all, Cli};
@@ -25,6 +26,8 @@ pub struct Plugin {
     pub kubelet: FakeKubelet,
     pub resource: Arc<GpuResource>,
     pub name: String,
+    /// The lifecycle's registration counters.
+    pub stats: Arc<KubeletStats>,
     serving: Serving,
     _dir: TempDir,
 }
@@ -56,11 +59,34 @@ pub fn cli(root: &Path, dir: &Path, args: &[&str]) -> Cli {
     Cli::try_parse_from(argv).expect("valid command line")
 }
 
+/// A `version: v1` config file sharing `nvidia.com/gpu` as `replicas` time-slices, and the
+/// `--config=` flag naming it (the file lives as long as the returned handle).
+pub fn time_slicing_config(replicas: u32) -> (tempfile::NamedTempFile, String) {
+    config_file(&format!("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: {replicas}\n"))
+}
+
+/// A config file holding `yaml`, and the `--config=` flag naming it.
+pub fn config_file(yaml: &str) -> (tempfile::NamedTempFile, String) {
+    let config = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(config.path(), yaml).unwrap();
+    let flag = format!("--config={}", config.path().display());
+    (config, flag)
+}
+
 /// Builds the resource for `root` with `args` (no kubelet).
 pub async fn resource(root: &Path, args: &[&str]) -> anyhow::Result<Arc<GpuResource>> {
     let dir = tempfile::tempdir()?;
     let cli = cli(root, dir.path(), args);
     build_gpu_resource(&cli.root, &cli.resource_name, &cli.gpu).await
+}
+
+/// Builds every resource for `root` with `args` (no kubelet).
+pub async fn resources(root: &Path, args: &[&str]) -> anyhow::Result<Vec<Arc<GpuResource>>> {
+    let dir = tempfile::tempdir()?;
+    let cli = cli(root, dir.path(), args);
+    Ok(build_gpu_resources(&cli.root, &cli.resource_name, &cli.gpu)
+        .await?
+        .resources)
 }
 
 impl Plugin {
@@ -74,13 +100,11 @@ impl Plugin {
             .expect("GPU resource");
         let name = resource.name().to_string();
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(serve(
-            resource.clone(),
-            cli.lifecycle_options(),
-            async move {
-                let _ = stopped.await;
-            },
-        ));
+        let options = cli.lifecycle_options();
+        let stats = options.stats.clone();
+        let task = tokio::spawn(serve(resource.clone(), options, async move {
+            let _ = stopped.await;
+        }));
         kubelet
             .wait_for_registration(&name, WAIT)
             .await
@@ -89,6 +113,7 @@ impl Plugin {
             kubelet,
             resource,
             name,
+            stats,
             serving: Serving { stop, task },
             _dir: dir,
         }
@@ -150,6 +175,8 @@ pub fn spec_paths(r: &ContainerAllocateResponse) -> Vec<String> {
 pub struct Node {
     pub kubelet: FakeKubelet,
     pub resources: Vec<Arc<GpuResource>>,
+    /// The lifecycles' registration counters.
+    pub stats: Arc<KubeletStats>,
     serving: Serving,
     _dir: tempfile::TempDir,
 }
@@ -166,7 +193,9 @@ impl Node {
             .map(|r| r.clone() as Arc<dyn Resource>)
             .collect();
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(serve_all(served, cli.lifecycle_options(), async move {
+        let options = cli.lifecycle_options();
+        let stats = options.stats.clone();
+        let task = tokio::spawn(serve_all(served, options, async move {
             let _ = stopped.await;
         }));
         for r in &node.resources {
@@ -175,6 +204,7 @@ impl Node {
         Ok(Node {
             kubelet,
             resources: node.resources,
+            stats,
             serving: Serving { stop, task },
             _dir: dir,
         })

@@ -243,3 +243,88 @@ is checked in validate.yaml.
   value: {{ .Values.compatWithCPUManager | quote }}
 {{- end }}
 {{- end -}}
+
+{{/* Name of the node labeller's ServiceAccount, ClusterRole and DaemonSet. */}}
+{{- define "edgegpu.labeller.name" -}}
+{{- printf "%s-node-labeller" (include "edgegpu.fullname" .) -}}
+{{- end -}}
+
+{{/*
+The service-account token of the labeller, as a projected volume: mounted only into the
+container that runs edgegpu-labeller (automountServiceAccountToken stays false for the pod, so
+the device plugin itself never holds a token). kube-root-ca.crt is in every namespace (1.20+).
+*/}}
+{{- define "edgegpu.labeller.tokenVolume" -}}
+- name: labeller-token
+  projected:
+    sources:
+      - serviceAccountToken: {path: token, expirationSeconds: 3607}
+      - configMap:
+          name: kube-root-ca.crt
+          items:
+            - {key: ca.crt, path: ca.crt}
+{{- end -}}
+
+{{/* Where edgegpu-labeller looks for the token and CA (its defaults). */}}
+{{- define "edgegpu.labeller.tokenMount" -}}
+- {name: labeller-token, mountPath: /var/run/secrets/kubernetes.io/serviceaccount, readOnly: true}
+{{- end -}}
+
+{{/* NODE_NAME from the downward API (the labeller's node; the metrics' Hostname label). */}}
+{{- define "edgegpu.nodeNameEnv" -}}
+- name: NODE_NAME
+  valueFrom:
+    fieldRef: {fieldPath: spec.nodeName}
+{{- end -}}
+
+{{/* The restricted security context every non-privileged container of the chart gets. */}}
+{{- define "edgegpu.restrictedSecurityContext" -}}
+privileged: false
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: [ALL]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/* The discovery environment a plugin variant and its labeller share. dict "root" $ "variant" v. */}}
+{{- define "edgegpu.plugin.discoveryEnv" -}}
+- name: DEVICE_DISCOVERY_STRATEGY
+  value: {{ if eq .variant "jetson" }}tegra{{ else }}nvml{{ end }}
+{{- if eq .variant "discrete" }}
+# Ask the NVIDIA runtime for libnvidia-ml.so.1 and the GPU device nodes (NVML needs
+# them open); "utility" is the NVML-only capability, no CUDA libraries.
+- name: NVIDIA_VISIBLE_DEVICES
+  value: all
+- name: NVIDIA_DRIVER_CAPABILITIES
+  value: utility
+{{- end }}
+{{- with include "edgegpu.plugin.flagEnv" .root | trim }}
+{{ . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The read-only host files a plugin variant's discovery, health checks and sensors read (under
+--root /host), shared by the plugin and its labeller. dict "root" $ "variant" v.
+*/}}
+{{- define "edgegpu.plugin.hostFileMounts" -}}
+{{- if eq .variant "jetson" -}}
+# Detection signals (docs/device-plugin.md); /host/proc/device-tree is a
+# symlink in the image to /host/sys/firmware/devicetree/base, as on the host.
+- {name: host-devicetree, mountPath: /host/sys/firmware/devicetree/base, readOnly: true}
+- {name: host-sys-devices, mountPath: /host/sys/devices, readOnly: true}
+- {name: host-sys-class, mountPath: /host/sys/class, readOnly: true}
+- {name: host-sys-module, mountPath: /host/sys/module, readOnly: true}
+# Power rails (docs/metrics.md).
+- {name: host-sys-bus, mountPath: /host/sys/bus, readOnly: true}
+- {name: host-proc-meminfo, mountPath: /host/proc/meminfo, readOnly: true}
+- {name: host-nv-tegra-release, mountPath: /host/etc/nv_tegra_release, readOnly: true}
+{{- else -}}
+# A GPU's NUMA node when NVML cannot tell (older drivers): /sys/bus/pci/devices/*
+# are links into /sys/devices.
+- {name: host-sys-bus, mountPath: /host/sys/bus, readOnly: true}
+- {name: host-sys-devices, mountPath: /host/sys/devices, readOnly: true}
+{{- end }}
+{{- end -}}

@@ -56,9 +56,34 @@ pub struct MigDevice {
     /// NVIDIA's profile name, e.g. `1g.10gb` (go-nvlib's naming).
     pub profile: String,
     pub memory_bytes: u64,
+    /// What the MIG device holds (`nvmlDeviceGetAttributes`), for GPU Feature Discovery's
+    /// MIG labels.
+    pub attributes: MigAttributes,
+}
+
+/// `nvmlDeviceGetAttributes` of a MIG device: slices, multiprocessors and shared engines.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MigAttributes {
+    pub gpu_instance_slices: u32,
+    pub compute_instance_slices: u32,
+    pub multiprocessors: u32,
+    pub copy_engines: u32,
+    pub decoders: u32,
+    pub encoders: u32,
+    pub jpeg_engines: u32,
+    pub ofa_engines: u32,
 }
 
 impl MigDevice {
+    /// The profile of the GPU instance the MIG device belongs to (`1c.3g.20gb` → `3g.20gb`):
+    /// dcgm-exporter's `GPU_I_PROFILE`, which names GPU instances, not compute instances.
+    pub fn gpu_instance_profile(&self) -> &str {
+        match self.profile.split_once("c.") {
+            Some((ci, rest)) if !ci.is_empty() && ci.bytes().all(|b| b.is_ascii_digit()) => rest,
+            _ => &self.profile,
+        }
+    }
+
     /// NVIDIA's MIG index form `<gpu index>:<mig index>` (`--device-id-strategy index`).
     pub fn nvidia_index(&self, parent: &Gpu) -> String {
         format!("{}:{}", parent.index, self.index)
@@ -85,6 +110,22 @@ pub enum Platform {
     },
     /// Discrete GPUs through NVML.
     Nvml,
+}
+
+impl Platform {
+    /// The GPU's name as NVML or CUDA gives it (dcgm-exporter's `modelName`, GFD's
+    /// `gpu.product`): NVML's where NVML sees the GPU, else on a Jetson the CUDA device name
+    /// of its generation (`Orin`), else the name discovery gave it.
+    pub fn model_name<'a>(&'a self, gpu: &'a Gpu) -> &'a str {
+        match self {
+            Platform::Tegra { detection, nvml } => nvml
+                .as_ref()
+                .map(|n| n.name.as_str())
+                .or(detection.generation.and_then(|g| g.cuda.device_name))
+                .unwrap_or(&gpu.name),
+            Platform::Nvml => &gpu.name,
+        }
+    }
 }
 
 /// The result of discovery.
@@ -250,4 +291,26 @@ pub fn discover(
         }));
     }
     Ok(Discovered::tegra(detection, None))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_instance_profiles() {
+        let mig = |profile: &str| MigDevice {
+            uuid: "MIG-x".into(),
+            parent: 0,
+            index: 0,
+            gpu_instance: 1,
+            compute_instance: 0,
+            profile: profile.into(),
+            memory_bytes: 0,
+            attributes: MigAttributes::default(),
+        };
+        assert_eq!(mig("1g.10gb").gpu_instance_profile(), "1g.10gb");
+        assert_eq!(mig("1c.3g.20gb").gpu_instance_profile(), "3g.20gb");
+        assert_eq!(mig("7g.80gb").gpu_instance_profile(), "7g.80gb");
+    }
 }

@@ -12,7 +12,7 @@ use nvml_wrapper::Nvml;
 
 use edgegpu_platform::host::DRIVER_LIB_DIRS;
 
-use super::{under_root, Gpu, MigDevice};
+use super::{under_root, Gpu, MigAttributes, MigDevice};
 use crate::gpu::nvml_raw;
 
 /// The soname NVIDIA's tools open (the unversioned `libnvidia-ml.so` is only in -dev packages).
@@ -180,6 +180,16 @@ pub fn mig_devices(
                 compute_instance,
                 profile,
                 memory_bytes: attrs.memory_size_mb * 1024 * 1024,
+                attributes: MigAttributes {
+                    gpu_instance_slices: attrs.gpu_instance_slice_count,
+                    compute_instance_slices: attrs.compute_instance_slice_count,
+                    multiprocessors: attrs.multiprocessor_count,
+                    copy_engines: attrs.shared_copy_engine_count,
+                    decoders: attrs.shared_decoder_count,
+                    encoders: attrs.shared_encoder_count,
+                    jpeg_engines: attrs.shared_jpeg_count,
+                    ofa_engines: attrs.shared_ofa_count,
+                },
             });
         }
     }

@@ -23,6 +23,16 @@ pub struct Advertised {
     pub numa_node: Option<i64>,
 }
 
+/// One slot's health now and how often it changed (for the plugin's metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HealthCounts {
+    pub healthy: bool,
+    /// Healthy → unhealthy transitions since start.
+    pub became_unhealthy: u64,
+    /// Unhealthy → healthy transitions since start.
+    pub became_healthy: u64,
+}
+
 /// Per slot: the reason each monitor that currently objects gives.
 type SlotState = BTreeMap<&'static str, String>;
 
@@ -32,6 +42,8 @@ pub struct HealthTable {
     advertised: Vec<Advertised>,
     /// Empty = healthy; else unhealthy, by monitor name and reason.
     state: Mutex<Vec<SlotState>>,
+    /// Transition counts per slot.
+    counts: Mutex<Vec<HealthCounts>>,
     /// Slot IDs, for log lines.
     names: Vec<String>,
     tx: watch::Sender<Vec<Device>>,
@@ -67,12 +79,20 @@ impl Target {
 impl HealthTable {
     pub fn new(resource: &str, physical_ids: Vec<String>, advertised: Vec<Advertised>) -> Self {
         let state = vec![SlotState::new(); physical_ids.len()];
+        let counts = vec![
+            HealthCounts {
+                healthy: true,
+                ..HealthCounts::default()
+            };
+            physical_ids.len()
+        ];
         let initial = Self::render(&advertised, &state);
         let (tx, _) = watch::channel(initial);
         Self {
             resource: resource.to_string(),
             advertised,
             state: Mutex::new(state),
+            counts: Mutex::new(counts),
             names: physical_ids,
             tx,
         }
@@ -111,6 +131,11 @@ impl HealthTable {
         (!reasons.is_empty()).then(|| reasons.join("; "))
     }
 
+    /// Each slot's health and transition counts.
+    pub fn counts(&self) -> Vec<HealthCounts> {
+        self.counts.lock().unwrap().clone()
+    }
+
     /// Records the outcome of monitor `source`'s check of slot `physical`; logs and
     /// publishes only real transitions.
     pub fn report(&self, physical: usize, source: &'static str, outcome: Result<(), String>) {
@@ -138,6 +163,15 @@ impl HealthTable {
         };
         // A change of reason (or of which monitor objects) does not change the list.
         if was_healthy != slot.is_empty() {
+            let mut counts = self.counts.lock().unwrap();
+            let c = &mut counts[physical];
+            c.healthy = slot.is_empty();
+            if c.healthy {
+                c.became_healthy += 1;
+            } else {
+                c.became_unhealthy += 1;
+            }
+            drop(counts);
             let list = Self::render(&self.advertised, &state);
             self.tx.send_replace(list);
         }

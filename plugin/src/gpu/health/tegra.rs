@@ -11,9 +11,9 @@ use inotify::{Inotify, WatchMask, Watches};
 use std::path::{Path, PathBuf};
 
 use super::Target;
-use edgegpu_platform::host::DEVFREQ_CLASS;
-use edgegpu_platform::{is_gpu_of_node_name, Generation};
+use edgegpu_platform::Generation;
 
+use crate::gpu::sysfs::GpuSysfs;
 use crate::gpu::under_root;
 
 /// What is checked for one Jetson GPU (host paths, root prefix removed).
@@ -23,78 +23,13 @@ pub struct TegraHealthSpec {
     pub sysfs_files: Vec<String>,
 }
 
-/// Host path of `p` (which is under `root`), or None when it escaped the root.
-fn host_path(root: &Path, p: &Path) -> Option<String> {
-    let rel = p.strip_prefix(root).ok()?;
-    Some(format!("/{}", rel.display()))
-}
-
-/// Finds the GPU's sysfs files: generic `/sys/class/devfreq/*` scan first (jetson_stats
-/// `jtop/core/gpu.py` does the same), then the generation's known paths (those of the running
-/// L4T release first).
-fn find_sysfs_files(
-    root: &Path,
-    generation: Option<&Generation>,
-    l4t_major: Option<u32>,
-) -> Vec<String> {
-    let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
-    let mut files = Vec::new();
-    if let Ok(entries) = std::fs::read_dir(under_root(&root, DEVFREQ_CLASS)) {
-        let mut entries: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-        entries.sort();
-        for entry in entries {
-            let name = std::fs::read(entry.join("device/of_node/name"))
-                .map(|b| {
-                    String::from_utf8_lossy(&b)
-                        .trim_matches(|c: char| c == '\0' || c.is_whitespace())
-                        .to_string()
-                })
-                .unwrap_or_default();
-            if name.is_empty() || !is_gpu_of_node_name(&name) {
-                continue;
-            }
-            let (Ok(devfreq), Ok(device)) =
-                (entry.canonicalize(), entry.join("device").canonicalize())
-            else {
-                continue;
-            };
-            let (Some(devfreq), Some(device)) =
-                (host_path(&root, &devfreq), host_path(&root, &device))
-            else {
-                continue;
-            };
-            // An unknown generation may have a `load` file: take it when it is there.
-            if generation.map_or(true, |g| g.sysfs.load_file)
-                && under_root(&root, &device).join("load").is_file()
-            {
-                files.push(format!("{device}/load"));
-            }
-            files.push(format!("{devfreq}/cur_freq"));
-            break;
-        }
-    }
-    if files.is_empty() {
-        let known = generation.map_or_else(Vec::new, |g| g.known_dirs_for(l4t_major));
-        for dir in known {
-            let freq = format!("{}/cur_freq", dir.devfreq);
-            if under_root(&root, &freq).is_file() {
-                if let Some(load) = dir.load.filter(|l| under_root(&root, l).is_file()) {
-                    files.push(load.to_string());
-                }
-                files.push(freq);
-                break;
-            }
-        }
-    }
-    files
-}
-
 impl TegraHealthSpec {
     /// What to check on this host: the generation's required nodes (none when it is
     /// unknown: sysfs only) and the GPU's sysfs files found under `root`; `l4t_major` is the
     /// running L4T release, when known.
     pub fn for_host(root: &Path, generation: Option<&Generation>, l4t_major: Option<u32>) -> Self {
-        let sysfs_files = find_sysfs_files(root, generation, l4t_major);
+        let found = GpuSysfs::find(root, generation, l4t_major);
+        let sysfs_files: Vec<String> = found.load.iter().cloned().chain(found.cur_freq()).collect();
         if sysfs_files.is_empty() {
             tracing::warn!("GPU sysfs load/frequency files not found under {}; health checks only cover device nodes", root.display());
         }

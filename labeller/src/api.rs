@@ -1,0 +1,236 @@
+//! The two Kubernetes API calls the labeller makes — read its Node, merge-patch its labels —
+//! over HTTPS with the pod's service-account token.
+//!
+//! Hand-written on hyper's HTTP/1 client and rustls rather than with kube-rs + k8s-openapi:
+//! those add ~130 crates and made a minimal node-patching binary 4.9 MB (measured, release
+//! profile, x86_64; docs/labels.md) for two requests whose shapes are fixed by the API
+//! (`GET /api/v1/nodes/{name}`, `PATCH` with `application/merge-patch+json`).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST};
+use hyper::{Method, Request, StatusCode, Uri};
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use serde_json::{Map, Value};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+/// Where a pod finds its service account's token and the cluster CA
+/// (Kubernetes docs, "Accessing the Kubernetes API from a Pod").
+pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// One request (connect, TLS, answer) must not hang the labeller.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+/// A Node object is a few KiB; refuse to buffer more than this.
+const MAX_BODY: usize = 4 << 20;
+
+/// An API server and the credentials to use there.
+pub struct ApiServer {
+    /// `host:port` to connect to.
+    authority: String,
+    server_name: ServerName<'static>,
+    token: String,
+    tls: TlsConnector,
+}
+
+/// The API server of the cluster this pod runs in: `KUBERNETES_SERVICE_HOST` and
+/// `KUBERNETES_SERVICE_PORT` (set in every pod), as an `https://` URL.
+pub fn in_cluster_url() -> Option<String> {
+    let host = std::env::var("KUBERNETES_SERVICE_HOST").ok()?;
+    let port = std::env::var("KUBERNETES_SERVICE_PORT").unwrap_or_else(|_| "443".into());
+    Some(if host.contains(':') {
+        format!("https://[{host}]:{port}")
+    } else {
+        format!("https://{host}:{port}")
+    })
+}
+
+impl ApiServer {
+    /// `url` (`https://host[:port]`), the bearer token in `token_file` and the CA bundle (PEM)
+    /// the server's certificate must chain to.
+    pub fn new(url: &str, token_file: &Path, ca_file: &Path) -> anyhow::Result<Self> {
+        let uri: Uri = url
+            .parse()
+            .with_context(|| format!("invalid API server URL `{url}`"))?;
+        anyhow::ensure!(
+            uri.scheme_str() == Some("https"),
+            "API server URL `{url}` must start with https://"
+        );
+        let host = uri
+            .host()
+            .with_context(|| format!("API server URL `{url}` has no host"))?;
+        let port = uri.port_u16().unwrap_or(443);
+        let bare_host = host.trim_start_matches('[').trim_end_matches(']');
+        let server_name = ServerName::try_from(bare_host.to_string())
+            .with_context(|| format!("`{bare_host}` is neither a DNS name nor an IP address"))?;
+        let authority = if bare_host.contains(':') {
+            format!("[{bare_host}]:{port}")
+        } else {
+            format!("{bare_host}:{port}")
+        };
+        let token = std::fs::read_to_string(token_file)
+            .with_context(|| format!("cannot read the token {}", token_file.display()))?
+            .trim()
+            .to_string();
+        anyhow::ensure!(
+            !token.is_empty(),
+            "the token {} is empty",
+            token_file.display()
+        );
+        let pem = std::fs::read(ca_file)
+            .with_context(|| format!("cannot read the CA bundle {}", ca_file.display()))?;
+        let mut roots = rustls::RootCertStore::empty();
+        let mut count = 0;
+        for cert in CertificateDer::pem_slice_iter(&pem) {
+            let cert = cert.with_context(|| format!("{}: invalid PEM", ca_file.display()))?;
+            roots
+                .add(cert)
+                .with_context(|| format!("{}: unusable CA certificate", ca_file.display()))?;
+            count += 1;
+        }
+        anyhow::ensure!(count > 0, "{} holds no certificate", ca_file.display());
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .context("TLS setup")?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        Ok(ApiServer {
+            authority,
+            server_name,
+            token,
+            tls: TlsConnector::from(Arc::new(config)),
+        })
+    }
+
+    /// One request; the status and body of the answer.
+    async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<(&'static str, Vec<u8>)>,
+    ) -> anyhow::Result<(StatusCode, Bytes)> {
+        tokio::time::timeout(REQUEST_TIMEOUT, self.exchange(method, path, body))
+            .await
+            .map_err(|_| anyhow::anyhow!("no answer within {REQUEST_TIMEOUT:?}"))?
+    }
+
+    async fn exchange(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<(&'static str, Vec<u8>)>,
+    ) -> anyhow::Result<(StatusCode, Bytes)> {
+        let tcp = TcpStream::connect(&self.authority)
+            .await
+            .with_context(|| format!("cannot connect to {}", self.authority))?;
+        let tls = self
+            .tls
+            .connect(self.server_name.clone(), tcp)
+            .await
+            .with_context(|| format!("TLS with {}", self.authority))?;
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .context("HTTP handshake")?;
+        let driver = tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!("API connection ended: {e}");
+            }
+        });
+        let mut request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(HOST, &self.authority)
+            .header(AUTHORIZATION, format!("Bearer {}", self.token))
+            .header(ACCEPT, "application/json");
+        let payload = match body {
+            Some((content_type, bytes)) => {
+                request = request.header(CONTENT_TYPE, content_type);
+                Bytes::from(bytes)
+            }
+            None => Bytes::new(),
+        };
+        let response = sender
+            .send_request(request.body(Full::new(payload))?)
+            .await
+            .context("request failed")?;
+        let status = response.status();
+        let body = Limited::new(response.into_body(), MAX_BODY)
+            .collect()
+            .await
+            .map_err(|e| anyhow::anyhow!("reading the answer: {e}"))?
+            .to_bytes();
+        driver.abort();
+        Ok((status, body))
+    }
+
+    /// The labels of Node `name`.
+    pub async fn node_labels(&self, name: &str) -> anyhow::Result<BTreeMap<String, String>> {
+        let (status, body) = self
+            .request(Method::GET, &node_path(name), None)
+            .await
+            .with_context(|| format!("GET node {name}"))?;
+        check(status, &body, &format!("GET node {name}"))?;
+        let node: Value = serde_json::from_slice(&body).context("the Node is not JSON")?;
+        let labels = node
+            .pointer("/metadata/labels")
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(labels)
+    }
+
+    /// Sets (a string) or removes (`null`) each of `labels` on Node `name` with one JSON merge
+    /// patch (RFC 7386), which leaves every other label alone.
+    pub async fn patch_node_labels(
+        &self,
+        name: &str,
+        labels: &Map<String, Value>,
+    ) -> anyhow::Result<()> {
+        let body = serde_json::to_vec(&serde_json::json!({ "metadata": { "labels": labels } }))?;
+        let (status, answer) = self
+            .request(
+                Method::PATCH,
+                &node_path(name),
+                Some(("application/merge-patch+json", body)),
+            )
+            .await
+            .with_context(|| format!("PATCH node {name}"))?;
+        check(status, &answer, &format!("PATCH node {name}"))
+    }
+}
+
+fn node_path(name: &str) -> String {
+    format!("/api/v1/nodes/{name}")
+}
+
+/// A non-2xx answer as an error carrying the API's own message (a `Status` object).
+fn check(status: StatusCode, body: &[u8], what: &str) -> anyhow::Result<()> {
+    if status.is_success() {
+        return Ok(());
+    }
+    let message = serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_string))
+        .unwrap_or_else(|| String::from_utf8_lossy(body).chars().take(200).collect());
+    let hint = match status {
+        StatusCode::UNAUTHORIZED => " (the service-account token was refused)",
+        StatusCode::FORBIDDEN => {
+            " (the ClusterRole edgegpu-node-labeller must allow get and patch on nodes)"
+        }
+        _ => "",
+    };
+    anyhow::bail!("{what}: {status}: {message}{hint}")
+}

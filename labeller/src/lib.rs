@@ -1,0 +1,366 @@
+//! `edgegpu-labeller`: puts a node's GPU labels on its own Node through the API server, for
+//! clusters without Node Feature Discovery (k3s). docs/labels.md has the design; in short,
+//! two runs of this one program in the plugin image, neither with a steady-state cost:
+//!
+//! - `--kind-only --wait`: the main container of the `node-labeller` DaemonSet, which runs on
+//!   every Linux node and mounts only `/sys`. It sets `edgegpu.io/gpu=jetson|discrete` when
+//!   it finds a GPU (the label the device-plugin DaemonSets select on, so nobody has to set it
+//!   by hand), then sleeps until SIGTERM.
+//! - without flags: the init container of each device-plugin DaemonSet, with the plugin's own
+//!   mounts, environment and config. It computes the labels the plugin would write to its NFD
+//!   feature file (GPU Feature Discovery's keys and `edgegpu.io/` keys) and patches them, then
+//!   exits; the plugin starts whether or not that worked.
+//!
+//! A value set by hand on `edgegpu.io/gpu` is never changed. The other keys are edgegpu's:
+//! they are set to what this node has, and removed where it has no value.
+
+pub mod api;
+pub mod kind;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use edgegpu_plugin::config::GpuArgs;
+use edgegpu_plugin::labels::{self, GPU_KIND, KEYS, MIG_PROFILE_PREFIX};
+use edgegpu_plugin::logging::LogFormat;
+use serde_json::{Map, Value};
+
+/// Puts this node's GPU labels on its Node (docs/labels.md).
+///
+/// Reads the host under --root, computes the labels the device plugin would write for Node
+/// Feature Discovery (nvidia.com/gpu.*, edgegpu.io/*) and merge-patches them onto the Node
+/// named --node-name, with the pod's service-account token. A value set by hand on
+/// edgegpu.io/gpu is left as it is.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "edgegpu-labeller", version = env!("EDGEGPU_LONG_VERSION"), max_term_width = 100)]
+pub struct Args {
+    /// The Node to label (the DaemonSets pass spec.nodeName through the downward API).
+    #[arg(long, env = "NODE_NAME", value_name = "NAME")]
+    pub node_name: String,
+
+    /// Host root prefix for every host file read (as the device plugin's --root).
+    #[arg(long, env = "HOST_ROOT", value_name = "DIR", default_value = "/")]
+    pub root: PathBuf,
+
+    /// Only the node kind, edgegpu.io/gpu=jetson|discrete, from /sys alone (the node-labeller
+    /// DaemonSet on every node).
+    #[arg(long)]
+    pub kind_only: bool,
+
+    /// After labelling (retried until it works), keep running until SIGTERM: for a
+    /// DaemonSet's main container. Without it, give up after --timeout and exit 0, so that an
+    /// init container never holds the device plugin back.
+    #[arg(long)]
+    pub wait: bool,
+
+    /// Without --wait: how long to retry before giving up.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    pub timeout: u64,
+
+    /// Print the patch instead of sending it.
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// The API server [default: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT].
+    #[arg(long, env = "API_SERVER", value_name = "URL")]
+    pub api_server: Option<String>,
+
+    /// The bearer token.
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    )]
+    pub token_file: PathBuf,
+
+    /// The CA bundle (PEM) the API server's certificate chains to.
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+    )]
+    pub ca_file: PathBuf,
+
+    /// The plugin's extended resource name (time-slicing may rename it; gpu.replicas needs it).
+    #[arg(
+        long,
+        env = "RESOURCE_NAME",
+        value_name = "NAME",
+        default_value = "nvidia.com/gpu"
+    )]
+    pub resource_name: String,
+
+    /// Log output format (EDGEGPU_LOG sets the level, default info).
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// The device plugin's GPU settings (same flags and environment variables), so the labels
+    /// describe what the plugin serves.
+    #[command(flatten)]
+    pub gpu: GpuArgs,
+}
+
+/// First and longest delay between two attempts.
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(300);
+
+/// A node name is a DNS subdomain (RFC 1123): it also ends up in a URL path.
+fn valid_node_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|part| {
+            !part.is_empty()
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        })
+}
+
+/// What one run sets on the Node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wanted {
+    /// The wanted value of every key this run manages: `Some` sets it, `None` removes it.
+    pub values: Vec<(String, Option<String>)>,
+    /// Keys under this prefix that are not in `values` are removed too (the MIG profiles'
+    /// keys, which change with the MIG geometry); `None` for `--kind-only`.
+    pub owned_prefix: Option<&'static str>,
+}
+
+fn wanted(args: &Args) -> anyhow::Result<Wanted> {
+    if args.kind_only {
+        let kind = kind::detect(&args.root);
+        return Ok(Wanted {
+            values: vec![(
+                GPU_KIND.to_string(),
+                kind.map(|k| k.label_value().to_string()),
+            )],
+            owned_prefix: None,
+        });
+    }
+    let computed = labels::for_host(&args.root, &args.resource_name, &args.gpu)?;
+    let mut values: Vec<(String, Option<String>)> = KEYS
+        .iter()
+        .map(|key| (key.to_string(), computed.get(key).map(str::to_string)))
+        .collect();
+    values.extend(
+        computed
+            .iter()
+            .filter(|(key, _)| !KEYS.contains(key))
+            .map(|(key, value)| (key.to_string(), Some(value.to_string()))),
+    );
+    Ok(Wanted {
+        values,
+        owned_prefix: Some(MIG_PROFILE_PREFIX),
+    })
+}
+
+/// The merge patch from the Node's `current` labels to `wanted`: only what changes. The kind
+/// label is only ever added (a value set by hand wins, and a node where nothing was found
+/// keeps whatever it has).
+pub fn patch(
+    current: &std::collections::BTreeMap<String, String>,
+    wanted: &Wanted,
+) -> Map<String, Value> {
+    let mut patch = Map::new();
+    if let Some(prefix) = wanted.owned_prefix {
+        for key in current.keys().filter(|k| k.starts_with(prefix)) {
+            if !wanted.values.iter().any(|(k, _)| k == key) {
+                patch.insert(key.clone(), Value::Null);
+            }
+        }
+    }
+    for (key, value) in &wanted.values {
+        let now = current.get(key);
+        if key == GPU_KIND {
+            if let (None, Some(v)) = (now, value) {
+                patch.insert(key.to_string(), Value::String(v.clone()));
+            }
+            continue;
+        }
+        match (now, value) {
+            (Some(n), Some(v)) if n == v => {}
+            (_, Some(v)) => {
+                patch.insert(key.to_string(), Value::String(v.clone()));
+            }
+            (Some(_), None) => {
+                patch.insert(key.to_string(), Value::Null);
+            }
+            (None, None) => {}
+        }
+    }
+    patch
+}
+
+/// One attempt: read the Node, patch what differs.
+async fn label_once(args: &Args, wanted: &Wanted) -> anyhow::Result<Map<String, Value>> {
+    let url = match &args.api_server {
+        Some(url) => url.clone(),
+        None => api::in_cluster_url().ok_or_else(|| {
+            anyhow::anyhow!("KUBERNETES_SERVICE_HOST is not set: not in a pod? use --api-server")
+        })?,
+    };
+    let server = api::ApiServer::new(&url, &args.token_file, &args.ca_file)?;
+    let current = server.node_labels(&args.node_name).await?;
+    let patch = patch(&current, wanted);
+    if !patch.is_empty() {
+        server.patch_node_labels(&args.node_name, &patch).await?;
+    }
+    Ok(patch)
+}
+
+/// Runs the labeller as `args` describe.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        valid_node_name(&args.node_name),
+        "--node-name / NODE_NAME `{}` is not a node name (set it from spec.nodeName)",
+        args.node_name
+    );
+    let mut signals = edgegpu_plugin::shutdown::ShutdownSignals::install()?;
+    let for_labels = args.clone();
+    let wanted = tokio::task::spawn_blocking(move || wanted(&for_labels)).await??;
+    if args.dry_run {
+        let patch = patch(&Default::default(), &wanted);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "metadata": { "labels": patch } }))?
+        );
+        return Ok(());
+    }
+    if args.kind_only && wanted.values.iter().all(|(_, value)| value.is_none()) {
+        // Most nodes of a cluster: nothing to set, so no API request at all.
+        tracing::info!(node = %args.node_name, "No GPU found: no label to set");
+        if args.wait {
+            signals.recv().await;
+        }
+        return Ok(());
+    }
+    let give_up =
+        (!args.wait).then(|| tokio::time::Instant::now() + Duration::from_secs(args.timeout));
+    let mut delay = RETRY_FIRST;
+    loop {
+        match label_once(&args, &wanted).await {
+            Ok(patch) if patch.is_empty() => {
+                tracing::info!(node = %args.node_name, "Node labels already up to date");
+                break;
+            }
+            Ok(patch) => {
+                let keys: Vec<&str> = patch.keys().map(String::as_str).collect();
+                tracing::info!(node = %args.node_name, changed = %keys.join(","), "Node labels updated");
+                break;
+            }
+            Err(e) => {
+                if give_up.is_some_and(|t| tokio::time::Instant::now() + delay > t) {
+                    tracing::warn!(
+                        "{e:#}; giving up after {} s (the device plugin starts anyway)",
+                        args.timeout
+                    );
+                    return Ok(());
+                }
+                tracing::warn!("{e:#}; retrying in {delay:?}");
+                tokio::select! {
+                    _ = signals.recv() => return Ok(()),
+                    _ = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(RETRY_MAX);
+            }
+        }
+    }
+    if args.wait {
+        signals.recv().await;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn node_names() {
+        assert!(valid_node_name("orin-01"));
+        assert!(valid_node_name("ip-10-0-0-1.ec2.internal"));
+        assert!(!valid_node_name(""));
+        assert!(!valid_node_name("a/b"));
+        assert!(!valid_node_name("Node"));
+        assert!(!valid_node_name("-a"));
+        assert!(!valid_node_name("a..b"));
+    }
+
+    #[test]
+    fn patches_change_only_what_differs() {
+        let current: BTreeMap<String, String> = [
+            ("edgegpu.io/gpu", "discrete"),
+            ("nvidia.com/gpu.count", "1"),
+            ("nvidia.com/gpu.memory", "1000"),
+            ("kubernetes.io/arch", "arm64"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let wanted = |values: &[(&str, Option<&str>)], owned_prefix| Wanted {
+            values: values
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.map(str::to_string)))
+                .collect(),
+            owned_prefix,
+        };
+        let full = wanted(
+            &[
+                (GPU_KIND, Some("jetson")),
+                ("nvidia.com/gpu.count", Some("1")),
+                ("nvidia.com/gpu.product", Some("Orin")),
+                ("nvidia.com/gpu.memory", None),
+                ("nvidia.com/gpu.family", None),
+            ],
+            Some(MIG_PROFILE_PREFIX),
+        );
+        let p = patch(&current, &full);
+        // The hand-set kind stays; the same count is not sent; memory is removed.
+        assert_eq!(
+            Value::Object(p),
+            serde_json::json!({"nvidia.com/gpu.product": "Orin", "nvidia.com/gpu.memory": null})
+        );
+        let p = patch(
+            &BTreeMap::new(),
+            &wanted(&[(GPU_KIND, Some("jetson"))], None),
+        );
+        assert_eq!(
+            Value::Object(p),
+            serde_json::json!({"edgegpu.io/gpu": "jetson"})
+        );
+        // Nothing found never removes the kind.
+        assert!(patch(&current, &wanted(&[(GPU_KIND, None)], None)).is_empty());
+
+        // A MIG profile that is gone is removed; one still there is kept; --kind-only
+        // leaves MIG keys alone.
+        let mut with_mig = current.clone();
+        for (k, v) in [
+            ("nvidia.com/mig-1g.10gb.count", "4"),
+            ("nvidia.com/mig-3g.40gb.count", "1"),
+        ] {
+            with_mig.insert(k.to_string(), v.to_string());
+        }
+        let mixed = wanted(
+            &[
+                ("nvidia.com/gpu.count", Some("1")),
+                ("nvidia.com/mig-1g.10gb.count", Some("7")),
+            ],
+            Some(MIG_PROFILE_PREFIX),
+        );
+        assert_eq!(
+            Value::Object(patch(&with_mig, &mixed)),
+            serde_json::json!({"nvidia.com/mig-1g.10gb.count": "7", "nvidia.com/mig-3g.40gb.count": null})
+        );
+        assert!(patch(&with_mig, &wanted(&[(GPU_KIND, Some("discrete"))], None)).is_empty());
+    }
+}

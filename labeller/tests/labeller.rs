@@ -1,0 +1,341 @@
+//! The labeller program against the testkit's fake API server (HTTPS, token, merge patch):
+//! the kind label on every kind of node, the full label set (a JetPack 7.2 Orin with its
+//! NVML, a MIG server whose per-profile keys follow its geometry), hand-set values kept, stale
+//! keys removed, retries, RBAC errors, --dry-run and --wait with SIGTERM.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use edgegpu_labeller::kind::{self, NodeKind};
+use edgegpu_testkit::apiserver::FakeApiServer;
+use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
+use edgegpu_testkit::process::binary_command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_edgegpu-labeller");
+const NODE: &str = "node-1";
+
+/// Runs the labeller on `root` against `api` (blocking: the fake runs on its own runtime).
+fn labeller(root: &Path, api: &FakeApiServer, args: &[&str]) -> Command {
+    labeller_trusting(root, api, &api.ca_file(), args)
+}
+
+/// The same, trusting the CA bundle `ca_file`.
+fn labeller_trusting(root: &Path, api: &FakeApiServer, ca_file: &Path, args: &[&str]) -> Command {
+    let mut cmd = binary_command(BIN);
+    cmd.arg("--root")
+        .arg(root)
+        .arg("--api-server")
+        .arg(api.url())
+        .arg("--token-file")
+        .arg(api.token_file())
+        .arg("--ca-file")
+        .arg(ca_file)
+        .args(args)
+        .env("NODE_NAME", NODE)
+        .env("EDGEGPU_LOG", "info")
+        .env_remove("KUBERNETES_SERVICE_HOST");
+    cmd
+}
+
+async fn run(mut cmd: Command) -> Output {
+    tokio::task::spawn_blocking(move || cmd.output().expect("run the labeller"))
+        .await
+        .unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn node_kind_from_sys_alone() {
+    for board in Board::ALL {
+        let host = FakeHost::jetson(board);
+        assert_eq!(
+            kind::detect(host.root()),
+            Some(NodeKind::Jetson),
+            "{board:?}"
+        );
+    }
+    let host = FakeHost::discrete(&FakeGpu::two_on_two_numa_nodes());
+    assert_eq!(kind::detect(host.root()), Some(NodeKind::Discrete));
+    // Thor's iGPU is an NVIDIA PCI display device too: still a Jetson.
+    let host = FakeHost::jetson(Board::Thor);
+    host.write("/sys/bus/pci/devices/0000:01:00.0/vendor", "0x10de\n");
+    host.write("/sys/bus/pci/devices/0000:01:00.0/class", "0x030200\n");
+    assert_eq!(kind::detect(host.root()), Some(NodeKind::Jetson));
+    // An AMD display controller and an NVIDIA network card are no GPU of ours.
+    let host = FakeHost::empty();
+    host.write("/sys/bus/pci/devices/0000:03:00.0/vendor", "0x1002\n");
+    host.write("/sys/bus/pci/devices/0000:03:00.0/class", "0x030000\n");
+    host.write("/sys/bus/pci/devices/0000:04:00.0/vendor", "0x10de\n");
+    host.write("/sys/bus/pci/devices/0000:04:00.0/class", "0x020000\n");
+    assert_eq!(kind::detect(host.root()), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kind_only_labels_a_jetson_and_keeps_hand_set_values() {
+    let host = FakeHost::jetson(Board::Orin);
+    let api = FakeApiServer::start(NODE, &[("kubernetes.io/arch", "arm64")]).await;
+    let out = run(labeller(host.root(), &api, &["--kind-only"])).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let labels = api.labels(NODE);
+    assert_eq!(labels["edgegpu.io/gpu"], "jetson");
+    assert_eq!(labels["kubernetes.io/arch"], "arm64");
+    assert_eq!(labels.len(), 2, "{labels:?}");
+    let requests = api.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[0].method, "GET");
+    assert_eq!(requests[1].method, "PATCH");
+    assert_eq!(
+        requests[1].content_type.as_deref(),
+        Some("application/merge-patch+json")
+    );
+    assert_eq!(
+        requests[1].body,
+        Some(serde_json::json!({"metadata": {"labels": {"edgegpu.io/gpu": "jetson"}}}))
+    );
+
+    // A value set by hand wins: read, nothing patched.
+    let api = FakeApiServer::start(NODE, &[("edgegpu.io/gpu", "discrete")]).await;
+    let out = run(labeller(host.root(), &api, &["--kind-only"])).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(api.labels(NODE)["edgegpu.io/gpu"], "discrete");
+    assert_eq!(api.requests().len(), 1);
+
+    // A node without a GPU gets nothing, and does not even ask the API server.
+    let api = FakeApiServer::start(NODE, &[]).await;
+    let out = run(labeller(FakeHost::empty().root(), &api, &["--kind-only"])).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("No GPU found"), "{}", stderr(&out));
+    assert!(api.labels(NODE).is_empty());
+    assert!(api.requests().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_labels_replace_stale_ones_and_are_idempotent() {
+    let host = FakeHost::discrete(&FakeGpu::two_on_two_numa_nodes());
+    // Left over from when this node was labelled as something else.
+    let api = FakeApiServer::start(
+        NODE,
+        &[
+            ("edgegpu.io/jetson.l4t", "36.4.3"),
+            ("nvidia.com/gpu.count", "1"),
+            ("team", "vision"),
+        ],
+    )
+    .await;
+    let out = run(labeller(host.root(), &api, &["--discovery=nvml"])).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let labels = api.labels(NODE);
+    assert_eq!(labels["edgegpu.io/gpu"], "discrete");
+    assert_eq!(labels["nvidia.com/gpu.count"], "2");
+    assert_eq!(labels["nvidia.com/gpu.product"], "NVIDIA-A100-SXM4-40GB");
+    assert_eq!(labels["nvidia.com/cuda.driver.major"], "12");
+    assert_eq!(labels["team"], "vision");
+    assert!(!labels.contains_key("edgegpu.io/jetson.l4t"), "{labels:?}");
+    let patch = api.requests()[1].body.clone().unwrap();
+    assert_eq!(
+        patch["metadata"]["labels"]["edgegpu.io/jetson.l4t"],
+        serde_json::Value::Null
+    );
+
+    // Nothing changed: no second PATCH.
+    let before = api.requests().len();
+    let out = run(labeller(host.root(), &api, &["--discovery=nvml"])).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("already up to date"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(api.requests().len(), before + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jetpack_7_orin_with_its_nvml() {
+    let host = FakeHost::jetson_with_nvml(Board::OrinR39);
+    let api = FakeApiServer::start(NODE, &[]).await;
+    let out = run(labeller(host.root(), &api, &[])).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let labels = api.labels(NODE);
+    for (k, v) in [
+        ("edgegpu.io/gpu", "jetson"),
+        ("nvidia.com/gpu.product", "Orin-nvgpu"),
+        ("nvidia.com/cuda.driver.major", "13"),
+        ("nvidia.com/cuda.driver.minor", "2"),
+        ("edgegpu.io/jetson.l4t", "39.2.0"),
+        ("edgegpu.io/jetson.jetpack.major", "7"),
+        ("edgegpu.io/jetson.product", "Jetson-Orin-NX"),
+    ] {
+        assert_eq!(
+            labels.get(k).map(String::as_str),
+            Some(v),
+            "{k}: {labels:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mig_profile_keys_follow_the_geometry() {
+    let (host, gpus) = FakeHost::mig_server(&[0], &FakeMig::h100_mixed());
+    // A profile this node no longer has, and someone else's key under nvidia.com.
+    let api = FakeApiServer::start(
+        NODE,
+        &[
+            ("nvidia.com/mig-2g.20gb.count", "3"),
+            (
+                "nvidia.com/mig-2g.20gb.product",
+                "NVIDIA-H100-80GB-HBM3-MIG-2g.20gb",
+            ),
+            ("nvidia.com/gpu.deploy.operands", "false"),
+        ],
+    )
+    .await;
+    let out = run(labeller(host.root(), &api, &["--mig-strategy=mixed"])).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let labels = api.labels(NODE);
+    assert_eq!(labels["nvidia.com/mig.strategy"], "mixed");
+    assert_eq!(labels["nvidia.com/mig-1g.10gb.count"], "2");
+    assert_eq!(labels["nvidia.com/mig-3g.40gb.count"], "1");
+    assert_eq!(
+        labels["nvidia.com/mig-1g.10gb.product"],
+        "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"
+    );
+    assert!(
+        !labels.contains_key("nvidia.com/mig-2g.20gb.count"),
+        "{labels:?}"
+    );
+    assert!(
+        !labels.contains_key("nvidia.com/mig-2g.20gb.product"),
+        "{labels:?}"
+    );
+    assert_eq!(labels["nvidia.com/gpu.deploy.operands"], "false");
+
+    // Re-partitioned (the plugin pods restart): the old profiles' keys go.
+    host.set_mig(&gpus, &[0], &[FakeMig::h100(0, 0, "7g.80gb")]);
+    let out = run(labeller(host.root(), &api, &["--mig-strategy=mixed"])).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let labels = api.labels(NODE);
+    assert_eq!(labels["nvidia.com/mig-7g.80gb.count"], "1");
+    assert!(
+        labels
+            .keys()
+            .all(|k| !k.starts_with("nvidia.com/mig-1g") && !k.starts_with("nvidia.com/mig-3g")),
+        "{labels:?}"
+    );
+    // --kind-only never touches them.
+    let out = run(labeller(host.root(), &api, &["--kind-only"])).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(api.labels(NODE)["nvidia.com/mig-7g.80gb.count"], "1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_then_succeeds_and_gives_up_on_rbac_errors() {
+    let host = FakeHost::jetson(Board::Nano);
+    let api = FakeApiServer::start(NODE, &[]).await;
+    api.fail_next(2);
+    let out = run(labeller(host.root(), &api, &["--discovery=tegra"])).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("503"), "{}", stderr(&out));
+    assert_eq!(
+        api.labels(NODE)["nvidia.com/gpu.product"],
+        "NVIDIA-Tegra-X1"
+    );
+
+    // Missing RBAC: the error names the ClusterRole; the init container still exits 0 so the
+    // plugin starts.
+    let api = FakeApiServer::start(NODE, &[]).await;
+    api.set_forbidden(true);
+    let out = run(labeller(host.root(), &api, &["--timeout=2"])).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("403") && err.contains("edgegpu-node-labeller"),
+        "{err}"
+    );
+    assert!(err.contains("giving up"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_settings_are_refused_with_their_name() {
+    let host = FakeHost::jetson(Board::Nano);
+    let api = FakeApiServer::start(NODE, &[]).await;
+    let mut cmd = labeller(host.root(), &api, &[]);
+    cmd.env("NODE_NAME", "Not/A/Node");
+    let out = run(cmd).await;
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("Not/A/Node"), "{}", stderr(&out));
+    // A file that is no CA bundle: said so, nothing sent.
+    let out = run(labeller_trusting(
+        host.root(),
+        &api,
+        &api.token_file(),
+        &["--timeout=1"],
+    ))
+    .await;
+    assert!(
+        stderr(&out).contains("holds no certificate"),
+        "{}",
+        stderr(&out)
+    );
+    // A CA that did not sign the server's certificate: the TLS handshake fails.
+    let other_ca = api.ca_file().with_file_name("other-ca.crt");
+    let out = run(labeller_trusting(
+        host.root(),
+        &api,
+        &other_ca,
+        &["--timeout=1"],
+    ))
+    .await;
+    assert!(stderr(&out).contains("TLS with"), "{}", stderr(&out));
+    assert!(api.requests().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_prints_the_patch() {
+    let host = FakeHost::jetson(Board::Orin);
+    let api = FakeApiServer::start(NODE, &[]).await;
+    let out = run(labeller(host.root(), &api, &["--dry-run"])).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let patch: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        patch["metadata"]["labels"]["nvidia.com/gpu.product"],
+        "Orin"
+    );
+    assert_eq!(patch["metadata"]["labels"]["edgegpu.io/jetson.soc"], "T234");
+    assert!(api.requests().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_keeps_running_until_sigterm() {
+    let host = FakeHost::jetson(Board::Orin);
+    let api = FakeApiServer::start(NODE, &[]).await;
+    let mut child = labeller(host.root(), &api, &["--kind-only", "--wait"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !api.labels(NODE).contains_key("edgegpu.io/gpu") {
+        assert!(Instant::now() < deadline, "not labelled");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "exited without SIGTERM"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let t = Instant::now();
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "{status}");
+    assert!(t.elapsed() < Duration::from_secs(5));
+}

@@ -1,0 +1,406 @@
+//! Node labels describing this node's GPUs: GPU Feature Discovery's keys (`nvidia.com/…`, with
+//! real values on Jetson too, where GFD writes `unknown`) and edgegpu's own (`edgegpu.io/…`).
+//!
+//! Two ways to the Node (docs/labels.md): [`feature_file`] writes them for Node Feature
+//! Discovery's local source; the `edgegpu-labeller` program (crate `labeller/`) patches the
+//! Node itself where NFD is not installed (k3s).
+//!
+//! - [`value`]: what a label value may contain, and how text becomes one.
+
+pub mod feature_file;
+pub mod value;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use edgegpu_platform::host::{jetpack, meminfo_bytes, MEMINFO};
+
+use crate::allocate::{mig, sharing, GpuResource, Unit};
+use crate::config::{GpuArgs, MigStrategy};
+use crate::gpu::discovery::{self, Gpu, MigDevice, Platform};
+use crate::gpu::under_root;
+
+/// The node kind the device-plugin DaemonSets select on (docs/deploy.md, "Node labels").
+pub const GPU_KIND: &str = "edgegpu.io/gpu";
+
+/// Every fixed key this module writes. A key missing from a [`NodeLabels`] is one this node
+/// has no value for: a labeller removes it from the Node. Keys of MIG profiles
+/// (`nvidia.com/mig-<profile>.*`, [`MIG_PROFILE_PREFIX`]) come and go with the MIG geometry.
+pub const KEYS: &[&str] = &[
+    "nvidia.com/gpu.present",
+    "nvidia.com/gpu.count",
+    "nvidia.com/gpu.product",
+    "nvidia.com/gpu.memory",
+    "nvidia.com/gpu.family",
+    "nvidia.com/gpu.compute.major",
+    "nvidia.com/gpu.compute.minor",
+    "nvidia.com/cuda.driver.major",
+    "nvidia.com/cuda.driver.minor",
+    "nvidia.com/gpu.replicas",
+    "nvidia.com/gpu.sharing-strategy",
+    "nvidia.com/mig.strategy",
+    "nvidia.com/gpu.multiprocessors",
+    "nvidia.com/gpu.slices.gi",
+    "nvidia.com/gpu.slices.ci",
+    "nvidia.com/gpu.engines.copy",
+    "nvidia.com/gpu.engines.decoder",
+    "nvidia.com/gpu.engines.encoder",
+    "nvidia.com/gpu.engines.jpeg",
+    "nvidia.com/gpu.engines.ofa",
+    GPU_KIND,
+    "edgegpu.io/jetson.board",
+    "edgegpu.io/jetson.module",
+    "edgegpu.io/jetson.product",
+    "edgegpu.io/jetson.soc",
+    "edgegpu.io/jetson.l4t",
+    "edgegpu.io/jetson.jetpack.major",
+];
+
+/// The prefix of GFD's per-profile keys under `--mig-strategy mixed`
+/// (`nvidia.com/mig-1g.10gb.count`).
+pub const MIG_PROFILE_PREFIX: &str = "nvidia.com/mig-";
+
+/// Whether `key` is one this module writes (a fixed key or a MIG profile's).
+pub fn is_managed(key: &str) -> bool {
+    KEYS.contains(&key) || key.starts_with(MIG_PROFILE_PREFIX)
+}
+
+/// Label keys and valid values, sorted by key.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeLabels(BTreeMap<String, String>);
+
+impl NodeLabels {
+    /// Sets `key` to `text` made a valid label value; text with nothing usable sets nothing.
+    fn set(&mut self, key: impl Into<String>, text: impl AsRef<str>) {
+        let key = key.into();
+        debug_assert!(is_managed(&key), "{key} missing from KEYS");
+        if let Some(v) = value::sanitize(text.as_ref()) {
+            self.0.insert(key, v);
+        }
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(String::as_str)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// One resource the plugin serves: its devices and its time-slicing replicas.
+struct Served {
+    units: Vec<Unit>,
+    replicas: Option<u32>,
+}
+
+/// What the labels are computed from.
+struct Facts<'a> {
+    root: &'a Path,
+    platform: Option<&'a Platform>,
+    gpus: &'a [Gpu],
+    nvml: Option<&'a nvml_wrapper::Nvml>,
+    mig_strategy: MigStrategy,
+    /// The resources served; empty with `invalid_mig`.
+    served: Vec<Served>,
+    /// Why `--mig-strategy single` refuses this node's MIG geometry.
+    invalid_mig: Option<String>,
+}
+
+/// The labels of the node `resources` (every resource the plugin serves) describe.
+pub fn for_resources(resources: &[Arc<GpuResource>]) -> NodeLabels {
+    let Some(first) = resources.first() else {
+        return NodeLabels::default();
+    };
+    compute(&Facts {
+        root: first.root(),
+        platform: first.platform(),
+        gpus: first.gpus(),
+        nvml: first.nvml().map(|n| &**n),
+        mig_strategy: first.config().mig_strategy,
+        served: resources
+            .iter()
+            .map(|r| Served {
+                units: r.units().to_vec(),
+                replicas: r.replication().map(|r| r.replicas),
+            })
+            .collect(),
+        invalid_mig: None,
+    })
+}
+
+/// The labels of the node under `root`, as the plugin started with `args` would see it:
+/// discovery and the config file, without health checks or serving (for the labeller).
+/// No GPU found gives empty labels; a MIG geometry `--mig-strategy single` refuses gives
+/// GFD's `…-MIG-INVALID` labels.
+pub fn for_host(root: &Path, resource_name: &str, args: &GpuArgs) -> anyhow::Result<NodeLabels> {
+    let config = args.resolve()?;
+    let with_mig = config.mig_strategy != MigStrategy::None;
+    let discovered = match discovery::discover(root, config.discovery, with_mig) {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::info!("{e}");
+            return Ok(NodeLabels::default());
+        }
+    };
+    let (served, invalid_mig) = match mig::resources(
+        resource_name,
+        config.mig_strategy,
+        &discovered.gpus,
+        &discovered.migs,
+    ) {
+        Ok(split) => (
+            split
+                .into_iter()
+                .map(|(name, units)| Served {
+                    units,
+                    replicas: sharing::apply(&name, config.sharing.as_ref())
+                        .1
+                        .map(|r| r.replicas),
+                })
+                .collect(),
+            None,
+        ),
+        Err(reason) => (Vec::new(), Some(reason)),
+    };
+    Ok(compute(&Facts {
+        root,
+        platform: Some(&discovered.platform),
+        gpus: &discovered.gpus,
+        nvml: discovered.nvml.as_deref(),
+        mig_strategy: config.mig_strategy,
+        served,
+        invalid_mig,
+    }))
+}
+
+/// GFD's architecture family of a compute capability (gpu-feature-discovery
+/// `internal/lm/resource.go`); Thor's 10.1 / 11.0 is Blackwell.
+fn family(major: u32, minor: u32) -> Option<&'static str> {
+    Some(match (major, minor) {
+        (1, _) => "tesla",
+        (2, _) => "fermi",
+        (3, _) => "kepler",
+        (5, _) => "maxwell",
+        (6, _) => "pascal",
+        (7, 0..=4) => "volta",
+        (7, _) => "turing",
+        (8, 0..=8) => "ampere",
+        (8, _) => "ada-lovelace",
+        (9, _) => "hopper",
+        (10..=12, _) => "blackwell",
+        _ => return None,
+    })
+}
+
+const MIB: u64 = 1024 * 1024;
+
+fn compute(f: &Facts<'_>) -> NodeLabels {
+    let mut labels = NodeLabels::default();
+    let (Some(platform), Some(first)) = (f.platform, f.gpus.first()) else {
+        return labels;
+    };
+    labels.set("nvidia.com/gpu.present", "true");
+    labels.set("nvidia.com/gpu.count", f.gpus.len().to_string());
+    // The resource serving whole GPUs, if any: GFD labels its sharing; GPUs served as MIG
+    // devices carry none (replicas 0).
+    let whole = f
+        .served
+        .iter()
+        .find(|s| s.units.iter().any(|u| u.mig.is_none()));
+    let whole_replicas = whole.and_then(|s| s.replicas);
+    labels.set(
+        "nvidia.com/gpu.replicas",
+        match whole {
+            Some(_) => whole_replicas.unwrap_or(1).to_string(),
+            None => "0".to_string(),
+        },
+    );
+    labels.set(
+        "nvidia.com/gpu.sharing-strategy",
+        if whole_replicas.is_some() {
+            "time-slicing"
+        } else {
+            "none"
+        },
+    );
+    let product = platform.model_name(first);
+    labels.set("nvidia.com/gpu.product", product);
+    let (memory_bytes, capability, cuda) = match platform {
+        Platform::Tegra { detection, .. } => {
+            labels.set(GPU_KIND, "jetson");
+            let generation = detection.generation;
+            if let Some(model) = &detection.model {
+                labels.set("edgegpu.io/jetson.board", model);
+            }
+            if let Some(module) = &detection.module {
+                labels.set("edgegpu.io/jetson.module", module);
+            }
+            if let Some(product) = detection.module_name {
+                labels.set("edgegpu.io/jetson.product", product);
+            }
+            if let Some(g) = generation {
+                labels.set("edgegpu.io/jetson.soc", g.soc);
+            }
+            let release = detection.l4t.as_deref().and_then(jetpack);
+            if let Some(l4t) = &detection.l4t {
+                labels.set("edgegpu.io/jetson.l4t", l4t);
+            }
+            if let Some(jp) = release {
+                labels.set("edgegpu.io/jetson.jetpack.major", jp.major.to_string());
+            }
+            // The GPU shares the system's memory (what cuDeviceTotalMem reports on Jetson).
+            let memory = std::fs::read_to_string(under_root(f.root, MEMINFO))
+                .ok()
+                .and_then(|m| meminfo_bytes(&m, "MemTotal"));
+            let cuda = release.map(|r| r.cuda);
+            let capability = match (generation, cuda) {
+                (Some(g), Some(cuda)) => g.compute_capability(cuda),
+                // Without the release, the capability before any renumbering.
+                (Some(g), None) => g.cuda.capability.first().map(|c| (c.major, c.minor)),
+                _ => None,
+            };
+            (memory, capability, cuda)
+        }
+        Platform::Nvml => {
+            labels.set(GPU_KIND, "discrete");
+            let device = f
+                .nvml
+                .and_then(|n| n.device_by_uuid(first.uuid.as_str()).ok());
+            let capability = device
+                .and_then(|d| d.cuda_compute_capability().ok())
+                .and_then(|c| Some((u32::try_from(c.major).ok()?, u32::try_from(c.minor).ok()?)));
+            // NVML encodes CUDA 12.4 as 12040.
+            let cuda = f
+                .nvml
+                .and_then(|n| n.sys_cuda_driver_version().ok())
+                .and_then(|v| u32::try_from(v).ok())
+                .map(|v| (v / 1000, v % 1000 / 10));
+            (first.memory_bytes, capability, cuda)
+        }
+    };
+    if let Some(bytes) = memory_bytes {
+        labels.set("nvidia.com/gpu.memory", (bytes / MIB).to_string());
+    }
+    if let Some((major, minor)) = capability {
+        labels.set("nvidia.com/gpu.compute.major", major.to_string());
+        labels.set("nvidia.com/gpu.compute.minor", minor.to_string());
+        if let Some(family) = family(major, minor) {
+            labels.set("nvidia.com/gpu.family", family);
+        }
+    }
+    if let Some((major, minor)) = cuda {
+        labels.set("nvidia.com/cuda.driver.major", major.to_string());
+        labels.set("nvidia.com/cuda.driver.minor", minor.to_string());
+    }
+    mig_labels(f, &mut labels);
+    labels
+}
+
+/// GFD's MIG labels (gpu-feature-discovery `internal/lm/mig-strategy.go`, `resource.go`):
+/// `nvidia.com/mig.strategy` under single and mixed; under single the `nvidia.com/gpu.*` keys
+/// describe the MIG devices served as `nvidia.com/gpu` (product `<GPU>-MIG-<profile>`, the
+/// MIG device's memory and attributes), or `<GPU>-MIG-INVALID` with count, replicas and memory
+/// 0 where the geometry is refused; under mixed every profile has its own
+/// `nvidia.com/mig-<profile>.*` keys.
+fn mig_labels(f: &Facts<'_>, labels: &mut NodeLabels) {
+    let strategy = match f.mig_strategy {
+        MigStrategy::None => return,
+        MigStrategy::Single => "single",
+        MigStrategy::Mixed => "mixed",
+    };
+    labels.set("nvidia.com/mig.strategy", strategy);
+    let model = |gpu: usize| match f.platform {
+        Some(p) => p.model_name(&f.gpus[gpu]).to_string(),
+        None => f.gpus[gpu].name.clone(),
+    };
+    if let Some(reason) = &f.invalid_mig {
+        tracing::warn!("invalid MIG configuration for --mig-strategy {strategy}: {reason}");
+        if let Some(gpu) = f.gpus.iter().position(|g| g.mig_enabled) {
+            labels.set(
+                "nvidia.com/gpu.product",
+                format!("{}-MIG-INVALID", model(gpu)),
+            );
+            for key in ["count", "replicas", "memory"] {
+                labels.set(format!("nvidia.com/gpu.{key}"), "0");
+            }
+        }
+        return;
+    }
+    for served in &f.served {
+        let migs: Vec<&MigDevice> = served.units.iter().filter_map(|u| u.mig.as_ref()).collect();
+        let Some(mig) = migs.first() else { continue };
+        let prefix = match f.mig_strategy {
+            MigStrategy::Mixed => format!("{MIG_PROFILE_PREFIX}{}.", mig.profile),
+            _ => "nvidia.com/gpu.".to_string(),
+        };
+        let a = mig.attributes;
+        labels.set(
+            format!("{prefix}product"),
+            format!("{}-MIG-{}", model(mig.parent), mig.profile),
+        );
+        for (key, value) in [
+            ("count", migs.len() as u64),
+            ("replicas", u64::from(served.replicas.unwrap_or(1))),
+            ("memory", mig.memory_bytes / MIB),
+            ("multiprocessors", u64::from(a.multiprocessors)),
+            ("slices.gi", u64::from(a.gpu_instance_slices)),
+            ("slices.ci", u64::from(a.compute_instance_slices)),
+            ("engines.copy", u64::from(a.copy_engines)),
+            ("engines.decoder", u64::from(a.decoders)),
+            ("engines.encoder", u64::from(a.encoders)),
+            ("engines.jpeg", u64::from(a.jpeg_engines)),
+            ("engines.ofa", u64::from(a.ofa_engines)),
+        ] {
+            labels.set(format!("{prefix}{key}"), value.to_string());
+        }
+        if f.mig_strategy == MigStrategy::Single {
+            labels.set(
+                "nvidia.com/gpu.sharing-strategy",
+                if served.replicas.is_some() {
+                    "time-slicing"
+                } else {
+                    "none"
+                },
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn families() {
+        assert_eq!(family(5, 3), Some("maxwell"));
+        assert_eq!(family(6, 2), Some("pascal"));
+        assert_eq!(family(7, 2), Some("volta"));
+        assert_eq!(family(7, 5), Some("turing"));
+        assert_eq!(family(8, 7), Some("ampere"));
+        assert_eq!(family(8, 9), Some("ada-lovelace"));
+        assert_eq!(family(9, 0), Some("hopper"));
+        assert_eq!(family(11, 0), Some("blackwell"));
+        assert_eq!(family(4, 0), None);
+    }
+
+    #[test]
+    fn every_key_is_a_valid_label_key() {
+        // prefix (a DNS subdomain) / name (63 characters, alphanumeric ends).
+        for key in KEYS
+            .iter()
+            .copied()
+            .chain(["nvidia.com/mig-1c.3g.20gb.engines.decoder"])
+        {
+            assert!(is_managed(key), "{key}");
+            let (prefix, name) = key.split_once('/').unwrap();
+            assert!(prefix.contains('.') && prefix.len() <= 253, "{key}");
+            assert!(value::is_valid(name), "{key}");
+        }
+    }
+}

@@ -1,0 +1,954 @@
+//! `/metrics` on simulated Nano, Xavier, Orin (r36 and r39) and Thor roots, fake-NVML servers
+//! and MIG servers: each series against the files' (or the fake NVML's) values, values
+//! following changes, series a board cannot measure left out, hybrid Jetsons asking NVML only
+//! what their release's NVML answers, one series per MIG GPU instance (dcgm-exporter's
+//! `GPU_I_PROFILE` / `GPU_I_ID`), pod labels appearing and disappearing with the fake
+//! pod-resources server (time-sliced replicas, MIG resources and renamed `.shared` resources
+//! too), the plugin's own counters per resource, the HTTP endpoint, and the text checked with
+//! Prometheus' own parser (Python `prometheus_client`).
+
+mod gpu_common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use edgegpu_kubelet_api::v1beta1::{ContainerAllocateRequest, HEALTHY, UNHEALTHY};
+use edgegpu_plugin::kubelet::stats::KubeletStats;
+use edgegpu_plugin::metrics::MetricsSource;
+use edgegpu_plugin::resource::Resource;
+use edgegpu_plugin::GpuResource;
+use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
+use edgegpu_testkit::pod_resources::FakePodResources;
+use gpu_common::Plugin;
+
+/// One parsed sample.
+#[derive(Debug, Clone, PartialEq)]
+struct Sample {
+    name: String,
+    labels: BTreeMap<String, String>,
+    value: f64,
+}
+
+/// Reads our own output back (the Python check below is the independent one).
+fn parse(text: &str) -> Vec<Sample> {
+    let mut out = Vec::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let (series, value) = line.rsplit_once(' ').unwrap();
+        let (name, labels) = match series.split_once('{') {
+            Some((n, rest)) => {
+                let body = rest.strip_suffix('}').unwrap();
+                let mut labels = BTreeMap::new();
+                // Test values contain no `",` sequences.
+                for pair in body.split("\",") {
+                    let (k, v) = pair.split_once("=\"").unwrap();
+                    labels.insert(k.to_string(), v.trim_end_matches('"').to_string());
+                }
+                (n.to_string(), labels)
+            }
+            None => (series.to_string(), BTreeMap::new()),
+        };
+        out.push(Sample {
+            name,
+            labels,
+            value: value.parse().unwrap(),
+        });
+    }
+    out
+}
+
+fn series<'a>(samples: &'a [Sample], name: &str) -> Vec<&'a Sample> {
+    samples.iter().filter(|s| s.name == name).collect()
+}
+
+/// The one sample of `name` (panics unless there is exactly one).
+fn one(samples: &[Sample], name: &str) -> f64 {
+    let found = series(samples, name);
+    assert_eq!(found.len(), 1, "{name}: {found:?}");
+    found[0].value
+}
+
+fn absent(samples: &[Sample], name: &str) {
+    assert!(series(samples, name).is_empty(), "{name} must be absent");
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9 * b.abs().max(1.0)
+}
+
+/// The metrics of the plugin built for `host` with `args`.
+async fn metrics_of(host: &FakeHost, args: &[&str], socket: Option<&Path>) -> MetricsSource {
+    let resource = gpu_common::resource(host.root(), args).await.unwrap();
+    source(&resource, socket)
+}
+
+fn source(resource: &Arc<GpuResource>, socket: Option<&Path>) -> MetricsSource {
+    sources(std::slice::from_ref(resource), socket)
+}
+
+/// The metrics of every resource of a node.
+fn sources(resources: &[Arc<GpuResource>], socket: Option<&Path>) -> MetricsSource {
+    MetricsSource::new(
+        resources.to_vec(),
+        Arc::new(KubeletStats::default()),
+        socket.map(Path::to_path_buf),
+        "node-1".into(),
+    )
+}
+
+async fn scrape(source: &MetricsSource) -> Vec<Sample> {
+    let text = source.render().await;
+    prometheus_parses(&text);
+    parse(&text)
+}
+
+/// Parses `text` with Prometheus' Python client (`prometheus_client.parser`) and compares its
+/// samples with ours. Skipped when the package is missing, unless EDGEGPU_REQUIRE_REAL_TOOLS=1
+/// (scripts/setup.sh installs it into .tools/venv, which scripts/test.sh puts on PATH).
+fn prometheus_parses(text: &str) {
+    const SCRIPT: &str = "import sys, json\n\
+        from prometheus_client.parser import text_string_to_metric_families\n\
+        out = []\n\
+        for family in text_string_to_metric_families(sys.stdin.read()):\n\
+        \x20   for s in family.samples:\n\
+        \x20       out.append([s.name, s.labels, s.value])\n\
+        print(json.dumps(out))\n";
+    let run = std::process::Command::new("python3")
+        .args(["-c", SCRIPT])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(text.as_bytes())?;
+            child.wait_with_output()
+        });
+    let output = match run {
+        Ok(o) if o.status.success() => o,
+        Ok(o)
+            if String::from_utf8_lossy(&o.stderr)
+                .contains("No module named 'prometheus_client'") =>
+        {
+            if std::env::var("EDGEGPU_REQUIRE_REAL_TOOLS").as_deref() == Ok("1") {
+                panic!("python3 lacks prometheus_client (scripts/setup.sh installs it)");
+            }
+            eprintln!("SKIP Prometheus parser check: pip install prometheus-client");
+            return;
+        }
+        Ok(o) => panic!(
+            "Prometheus' parser rejected the exposition:\n{}\n{text}",
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(e) => {
+            if std::env::var("EDGEGPU_REQUIRE_REAL_TOOLS").as_deref() == Ok("1") {
+                panic!("cannot run python3: {e}");
+            }
+            eprintln!("SKIP Prometheus parser check: python3: {e}");
+            return;
+        }
+    };
+    let theirs: Vec<(String, BTreeMap<String, String>, f64)> =
+        serde_json::from_slice(&output.stdout).expect("parser output");
+    let ours = parse(text);
+    assert_eq!(theirs.len(), ours.len(), "{text}");
+    for (t, o) in theirs.iter().zip(&ours) {
+        assert_eq!(t.0, o.name);
+        assert_eq!(t.1, o.labels);
+        assert!(close(t.2, o.value), "{t:?} vs {o:?}");
+    }
+}
+
+fn gpu_labels(s: &Sample) -> (&str, &str, &str, &str, &str) {
+    let l = |k: &str| s.labels.get(k).map(String::as_str).unwrap_or("");
+    (
+        l("gpu"),
+        l("UUID"),
+        l("device"),
+        l("modelName"),
+        l("Hostname"),
+    )
+}
+
+fn rail(samples: &[Sample], label: &str) -> (f64, String) {
+    let s = series(samples, "edgegpu_power_rail_watts")
+        .into_iter()
+        .find(|s| s.labels["rail"] == label)
+        .unwrap_or_else(|| panic!("rail {label}"));
+    (s.value, s.labels["feeds_gpu"].clone())
+}
+
+#[tokio::test]
+async fn nano_series_follow_the_files() {
+    let host = FakeHost::jetson(Board::Nano);
+    let src = metrics_of(&host, &["--discovery=tegra"], None).await;
+    host.set_gpu_load(455);
+    let s = scrape(&src).await;
+    assert_eq!(one(&s, "DCGM_FI_DEV_GPU_UTIL"), 45.5);
+    assert_eq!(one(&s, "DCGM_FI_DEV_SM_CLOCK"), 306.0);
+    // GPU-therm, not the first zone (PMIC-Die, a constant 100 °C).
+    assert_eq!(one(&s, "DCGM_FI_DEV_GPU_TEMP"), 39.5);
+    // POM_5V_GPU feeds the GPU alone: its power is the GPU's.
+    // ina3221x reports power itself (mW): 5048 mV × 120 mA = 605 mW.
+    assert_eq!(one(&s, "DCGM_FI_DEV_POWER_USAGE"), 0.605);
+    // EMC: the bandwidth manager's clock; load = mc_all / clock in kHz.
+    assert_eq!(one(&s, "DCGM_FI_DEV_MEM_CLOCK"), 1600.0);
+    assert_eq!(one(&s, "edgegpu_emc_utilization_percent"), 30.0);
+    assert_eq!(rail(&s, "POM_5V_IN").1, "false");
+    assert_eq!(rail(&s, "POM_5V_GPU").1, "true");
+    assert_eq!(rail(&s, "POM_5V_CPU").0, 1.011);
+    assert_eq!(
+        one(&s, "edgegpu_gpu_shared_memory_used_bytes"),
+        (65_536u64 * 1024) as f64
+    );
+    assert_eq!(
+        one(&s, "edgegpu_gpu_shared_memory_total_bytes"),
+        (Board::Nano.mem_total_kb() * 1024) as f64
+    );
+    // No dedicated memory on a Jetson.
+    absent(&s, "DCGM_FI_DEV_FB_USED");
+    absent(&s, "DCGM_FI_DEV_FB_FREE");
+    let util = series(&s, "DCGM_FI_DEV_GPU_UTIL")[0];
+    assert_eq!(
+        gpu_labels(util),
+        ("0", "tegra", "nvidia0", "NVIDIA Tegra X1", "node-1")
+    );
+    assert!(!util.labels.contains_key("pod"));
+
+    // Values follow the files.
+    host.set_gpu_load(1000);
+    host.set_gpu_frequency(921_600_000);
+    host.set_thermal_zone("GPU-therm", 52_000);
+    host.set_rail("POM_5V_GPU", 5_000, 2_000);
+    host.set_nvmap_used_kb(1_048_576);
+    let s = scrape(&src).await;
+    assert_eq!(one(&s, "DCGM_FI_DEV_GPU_UTIL"), 100.0);
+    assert_eq!(one(&s, "DCGM_FI_DEV_SM_CLOCK"), 921.6);
+    assert_eq!(one(&s, "DCGM_FI_DEV_GPU_TEMP"), 52.0);
+    assert_eq!(one(&s, "DCGM_FI_DEV_POWER_USAGE"), 10.0);
+    assert_eq!(
+        one(&s, "edgegpu_gpu_shared_memory_used_bytes"),
+        (1u64 << 30) as f64
+    );
+}
+
+#[tokio::test]
+async fn orin_and_xavier_series_follow_the_files() {
+    let host = FakeHost::jetson(Board::Orin);
+    let src = metrics_of(&host, &["--discovery=tegra"], None).await;
+    host.set_gpu_load(125);
+    let s = scrape(&src).await;
+    assert_eq!(one(&s, "DCGM_FI_DEV_GPU_UTIL"), 12.5);
+    assert_eq!(one(&s, "DCGM_FI_DEV_SM_CLOCK"), 306.0);
+    assert_eq!(one(&s, "DCGM_FI_DEV_GPU_TEMP"), 46.093);
+    // AGX Orin's GPU rail also feeds the SoC: no GPU power, but the rail itself.
+    absent(&s, "DCGM_FI_DEV_POWER_USAGE");
+    let (watts, feeds_gpu) = rail(&s, "VDD_GPU_SOC");
+    assert!(close(watts, 19.960 * 1.240), "{watts}");
+    assert_eq!(feeds_gpu, "true");
+    assert_eq!(rail(&s, "VIN_SYS_5V0").1, "false");
+    assert_eq!(series(&s, "edgegpu_power_rail_watts").len(), 3);
+    // The EMC is only in debugfs on r36: left out, never 0.
+    absent(&s, "DCGM_FI_DEV_MEM_CLOCK");
+    absent(&s, "edgegpu_emc_utilization_percent");
+    host.set_rail("VDD_GPU_SOC", 20_000, 2_500);
+    host.set_thermal_zone("gpu-thermal", 71_500);
+    let s = scrape(&src).await;
+    assert_eq!(rail(&s, "VDD_GPU_SOC").0, 50.0);
+    assert_eq!(one(&s, "DCGM_FI_DEV_GPU_TEMP"), 71.5);
+
+    // Xavier on r35: load, clock and GPU-therm; no rails in its table entry or its root.
+    let host = FakeHost::jetson(Board::Xavier);
+    let s = scrape(&metrics_of(&host, &["--discovery=tegra"], None).await).await;
+    assert_eq!(one(&s, "DCGM_FI_DEV_GPU_UTIL"), 0.0);
+    assert_eq!(one(&s, "DCGM_FI_DEV_GPU_TEMP"), 43.0);
+    absent(&s, "edgegpu_power_rail_watts");
+    absent(&s, "DCGM_FI_DEV_POWER_USAGE");
+}
+
+#[tokio::test]
+async fn thor_without_and_with_nvml() {
+    // JetPack 7 without NVML reachable: no load file, no known GPU zone, no rails.
+    let host = FakeHost::jetson(Board::Thor);
+    let s = scrape(&metrics_of(&host, &["--discovery=tegra"], None).await).await;
+    absent(&s, "DCGM_FI_DEV_GPU_UTIL");
+    absent(&s, "DCGM_FI_DEV_GPU_TEMP");
+    absent(&s, "DCGM_FI_DEV_POWER_USAGE");
+    absent(&s, "edgegpu_gpu_shared_memory_used_bytes");
+    assert_eq!(one(&s, "DCGM_FI_DEV_SM_CLOCK"), 306.0);
+    // The bandwidth manager's devfreq node is the EMC clock.
+    assert_eq!(one(&s, "DCGM_FI_DEV_MEM_CLOCK"), 4266.0);
+
+    // With its release's NVML (`NVIDIA Thor`, JetPack 7): utilisation from NVML, the clock
+    // from sysfs. The platform table says r38's NVML answers NotSupported for temperature,
+    // clocks and power, so they are not asked even where the fake has a value.
+    let host = FakeHost::jetson_with_nvml(Board::Thor);
+    host.set_nvml_telemetry(0, &[("gpu_util", 33), ("temp", 58), ("sm_clock", 999)]);
+    let src = metrics_of(&host, &[], None).await;
+    let s = scrape(&src).await;
+    assert_eq!(one(&s, "DCGM_FI_DEV_GPU_UTIL"), 33.0);
+    absent(&s, "DCGM_FI_DEV_GPU_TEMP");
+    assert_eq!(one(&s, "DCGM_FI_DEV_SM_CLOCK"), 306.0);
+    let util = series(&s, "DCGM_FI_DEV_GPU_UTIL")[0];
+    assert_eq!(
+        gpu_labels(util),
+        ("0", "tegra", "nvidia0", "NVIDIA Thor", "node-1")
+    );
+    host.set_nvml_telemetry(0, &[("gpu_util", 97)]);
+    let s = scrape(&src).await;
+    assert_eq!(one(&s, "DCGM_FI_DEV_GPU_UTIL"), 97.0);
+}
+
+#[tokio::test]
+async fn hybrid_orin_takes_from_nvml_only_what_its_release_answers() {
+    // Orin NX on JetPack 7.2 (r39) with its NVML: identity from NVML (`Orin (nvgpu)`), every
+    // value from sysfs; the fake NVML's values are never asked for (the table: NotSupported).
+    let host = FakeHost::jetson_with_nvml(Board::OrinR39);
+    host.set_nvml_telemetry(0, &[("gpu_util", 77), ("temp", 90), ("power_mw", 1)]);
+    let src = metrics_of(&host, &[], None).await;
+    host.set_gpu_load(250);
+    let s = scrape(&src).await;
+    assert_eq!(one(&s, "DCGM_FI_DEV_GPU_UTIL"), 25.0);
+    assert_eq!(one(&s, "DCGM_FI_DEV_GPU_TEMP"), 42.968);
+    assert_eq!(one(&s, "DCGM_FI_DEV_SM_CLOCK"), 306.0);
+    assert_eq!(
+        gpu_labels(series(&s, "DCGM_FI_DEV_GPU_UTIL")[0]),
+        ("0", "tegra", "nvidia0", "Orin (nvgpu)", "node-1")
+    );
+    // Orin NX's GPU rail also feeds the CPU and CV units: the rail, no GPU power.
+    absent(&s, "DCGM_FI_DEV_POWER_USAGE");
+    let (watts, feeds_gpu) = rail(&s, "VDD_CPU_GPU_CV");
+    assert!(close(watts, 5.016 * 0.520), "{watts}");
+    assert_eq!(feeds_gpu, "true");
+    assert_eq!(rail(&s, "VDD_IN").1, "false");
+    assert_eq!(rail(&s, "VDD_SOC").1, "false");
+    assert_eq!(
+        one(&s, "edgegpu_gpu_shared_memory_total_bytes"),
+        (Board::OrinR39.mem_total_kb() * 1024) as f64
+    );
+    absent(&s, "DCGM_FI_DEV_MEM_CLOCK");
+    // JetPack 6 (r36) Orin with its NVML: the same, through r36's table entry.
+    let host = FakeHost::jetson_with_nvml(Board::Orin);
+    host.set_nvml_telemetry(0, &[("gpu_util", 77)]);
+    host.set_gpu_load(125);
+    let s = scrape(&metrics_of(&host, &[], None).await).await;
+    assert_eq!(one(&s, "DCGM_FI_DEV_GPU_UTIL"), 12.5);
+    assert_eq!(one(&s, "DCGM_FI_DEV_GPU_TEMP"), 46.093);
+}
+
+#[tokio::test]
+async fn discrete_series_follow_nvml() {
+    let gpus = FakeGpu::two_on_two_numa_nodes();
+    let host = FakeHost::discrete(&gpus);
+    host.set_nvml_telemetry(
+        0,
+        &[
+            ("gpu_util", 87),
+            ("sm_clock", 1410),
+            ("mem_clock", 1215),
+            ("temp", 61),
+            ("power_mw", 250_500),
+            ("mem_used", 1 << 30),
+        ],
+    );
+    // GPU 1 answers only its temperature (and memory, which NVML always has here).
+    host.set_nvml_telemetry(1, &[("temp", 40)]);
+    let src = metrics_of(&host, &["--discovery=nvml"], None).await;
+    let s = scrape(&src).await;
+    let of = |name: &str, gpu: &str| -> Option<f64> {
+        series(&s, name)
+            .into_iter()
+            .find(|x| x.labels["gpu"] == gpu)
+            .map(|x| x.value)
+    };
+    assert_eq!(of("DCGM_FI_DEV_GPU_UTIL", "0"), Some(87.0));
+    assert_eq!(of("DCGM_FI_DEV_SM_CLOCK", "0"), Some(1410.0));
+    assert_eq!(of("DCGM_FI_DEV_MEM_CLOCK", "0"), Some(1215.0));
+    assert_eq!(of("DCGM_FI_DEV_GPU_TEMP", "0"), Some(61.0));
+    assert_eq!(of("DCGM_FI_DEV_POWER_USAGE", "0"), Some(250.5));
+    assert_eq!(of("DCGM_FI_DEV_FB_USED", "0"), Some(1024.0));
+    let total_mib = gpus[0].memory_bytes as f64 / (1024.0 * 1024.0);
+    assert_eq!(of("DCGM_FI_DEV_FB_FREE", "0"), Some(total_mib - 1024.0));
+    assert_eq!(of("DCGM_FI_DEV_GPU_TEMP", "1"), Some(40.0));
+    assert_eq!(of("DCGM_FI_DEV_GPU_UTIL", "1"), None);
+    assert_eq!(of("DCGM_FI_DEV_POWER_USAGE", "1"), None);
+    // The fake's default: 1 % of the memory used (integer bytes).
+    let used_mib = (gpus[1].memory_bytes / 100) as f64 / (1024.0 * 1024.0);
+    assert_eq!(of("DCGM_FI_DEV_FB_USED", "1"), Some(used_mib));
+    let util = series(&s, "DCGM_FI_DEV_GPU_UTIL")[0];
+    assert_eq!(
+        gpu_labels(util),
+        (
+            "0",
+            gpus[0].uuid.as_str(),
+            "nvidia0",
+            "NVIDIA A100-SXM4-40GB",
+            "node-1"
+        )
+    );
+    // No Jetson series on a server.
+    absent(&s, "edgegpu_power_rail_watts");
+    absent(&s, "edgegpu_gpu_shared_memory_used_bytes");
+
+    host.set_nvml_telemetry(0, &[("gpu_util", 3), ("power_mw", 61_000)]);
+    let s = scrape(&src).await;
+    let util: Vec<f64> = series(&s, "DCGM_FI_DEV_GPU_UTIL")
+        .iter()
+        .map(|x| x.value)
+        .collect();
+    assert_eq!(util, vec![3.0]);
+    assert_eq!(one(&s, "DCGM_FI_DEV_POWER_USAGE"), 61.0);
+    // A lost GPU answers nothing: its series go, none reads 0.
+    host.lose_gpu(0);
+    let s = scrape(&src).await;
+    absent(&s, "DCGM_FI_DEV_GPU_UTIL");
+    assert_eq!(series(&s, "DCGM_FI_DEV_GPU_TEMP").len(), 1);
+}
+
+fn pods_of<'a>(samples: &'a [Sample], name: &str) -> Vec<(&'a str, &'a str, &'a str)> {
+    let mut v: Vec<_> = series(samples, name)
+        .into_iter()
+        .map(|s| {
+            let l = |k: &str| s.labels.get(k).map(String::as_str).unwrap_or("");
+            (l("namespace"), l("pod"), l("container"))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[tokio::test]
+async fn pod_labels_follow_the_pod_resources_api() {
+    let host = FakeHost::jetson(Board::Orin);
+    let (_config, config_flag) = gpu_common::time_slicing_config(4);
+    let resource = gpu_common::resource(host.root(), &["--discovery=tegra", &config_flag])
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let pods = FakePodResources::start(&dir.path().join("kubelet.sock"))
+        .await
+        .unwrap();
+    let src = source(&resource, Some(pods.socket()));
+    let util = "DCGM_FI_DEV_GPU_UTIL";
+
+    // Nobody holds the GPU: one series, no pod labels.
+    let s = scrape(&src).await;
+    assert_eq!(pods_of(&s, util), vec![("", "", "")]);
+
+    // Two pods share the GPU through replicas: one series each, same value; other
+    // resources and other IDs are ignored.
+    pods.assign("ml", "infer-a", "app", "nvidia.com/gpu", &["tegra::0"]);
+    pods.assign("ml", "infer-b", "worker", "nvidia.com/gpu", &["tegra::3"]);
+    pods.assign(
+        "ml",
+        "infer-b",
+        "sidecar",
+        "example.com/fpga",
+        &["tegra::1"],
+    );
+    host.set_gpu_load(500);
+    let s = scrape(&src).await;
+    assert_eq!(
+        pods_of(&s, util),
+        vec![("ml", "infer-a", "app"), ("ml", "infer-b", "worker")]
+    );
+    assert!(series(&s, util).iter().all(|x| x.value == 50.0));
+    assert_eq!(pods_of(&s, "DCGM_FI_DEV_GPU_TEMP").len(), 2);
+    // Jetson-only series stay per GPU.
+    assert_eq!(series(&s, "edgegpu_emc_utilization_percent").len(), 0);
+    assert_eq!(
+        pods_of(&s, "edgegpu_gpu_shared_memory_used_bytes"),
+        vec![("", "", "")]
+    );
+
+    // One pod with two replicas of the same GPU: one series for it.
+    pods.remove_pod("ml", "infer-b");
+    pods.assign(
+        "ml",
+        "infer-c",
+        "app",
+        "nvidia.com/gpu",
+        &["tegra::1", "tegra::2"],
+    );
+    let s = scrape(&src).await;
+    assert_eq!(
+        pods_of(&s, util),
+        vec![("ml", "infer-a", "app"), ("ml", "infer-c", "app")]
+    );
+
+    // Pods end: back to one unlabelled series.
+    pods.remove_pod("ml", "infer-a");
+    pods.remove_pod("ml", "infer-c");
+    let s = scrape(&src).await;
+    assert_eq!(pods_of(&s, util), vec![("", "", "")]);
+
+    // The kubelet does not answer: series without pod labels, and the error is counted.
+    pods.assign("ml", "infer-d", "app", "nvidia.com/gpu", &["tegra::0"]);
+    pods.set_failing(true);
+    let s = scrape(&src).await;
+    assert_eq!(pods_of(&s, util), vec![("", "", "")]);
+    assert_eq!(one(&s, "edgegpu_pod_resources_errors_total"), 1.0);
+    pods.set_failing(false);
+    let s = scrape(&src).await;
+    assert_eq!(pods_of(&s, util), vec![("ml", "infer-d", "app")]);
+    assert_eq!(pods.list_calls(), 6, "one List per scrape");
+}
+
+#[tokio::test]
+async fn pod_labels_on_a_discrete_server() {
+    let gpus = FakeGpu::two_on_two_numa_nodes();
+    let host = FakeHost::discrete(&gpus);
+    host.set_nvml_telemetry(0, &[("gpu_util", 10)]);
+    host.set_nvml_telemetry(1, &[("gpu_util", 20)]);
+    let resource = gpu_common::resource(host.root(), &["--discovery=nvml"])
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let pods = FakePodResources::start(&dir.path().join("kubelet.sock"))
+        .await
+        .unwrap();
+    pods.assign(
+        "team",
+        "train",
+        "main",
+        "nvidia.com/gpu",
+        &[gpus[1].uuid.as_str()],
+    );
+    let s = scrape(&source(&resource, Some(pods.socket()))).await;
+    let by_gpu: Vec<(String, Option<String>, f64)> = series(&s, "DCGM_FI_DEV_GPU_UTIL")
+        .into_iter()
+        .map(|x| {
+            (
+                x.labels["gpu"].clone(),
+                x.labels.get("pod").cloned(),
+                x.value,
+            )
+        })
+        .collect();
+    assert_eq!(
+        by_gpu,
+        vec![
+            ("0".to_string(), None, 10.0),
+            ("1".to_string(), Some("train".to_string()), 20.0)
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plugins_own_health() {
+    let host = FakeHost::jetson(Board::Orin);
+    let plugin = Plugin::start(host.root(), &["--discovery=tegra"]).await;
+    let src = MetricsSource::new(
+        vec![plugin.resource.clone()],
+        plugin.stats.clone(),
+        None,
+        "node-1".into(),
+    );
+    let stats = plugin.stats.resource("nvidia.com/gpu");
+    // The kubelet records the registration before the plugin sees Register's answer.
+    wait_for(|| stats.registrations() == 1).await;
+    let s = scrape(&src).await;
+    let with = |s: &[Sample], name: &str, key: &str, value: &str| -> f64 {
+        series(s, name)
+            .into_iter()
+            .find(|x| x.labels.get(key).map(String::as_str) == Some(value))
+            .unwrap_or_else(|| panic!("{name}{{{key}={value}}}"))
+            .value
+    };
+    assert_eq!(one(&s, "edgegpu_registrations_total"), 1.0);
+    assert_eq!(one(&s, "edgegpu_registered"), 1.0);
+    assert_eq!(one(&s, "edgegpu_allocations_total"), 0.0);
+    assert_eq!(one(&s, "edgegpu_gpu_healthy"), 1.0);
+    assert_eq!(with(&s, "edgegpu_devices", "health", "Healthy"), 1.0);
+    assert_eq!(
+        with(
+            &s,
+            "edgegpu_reregistrations_total",
+            "reason",
+            "kubelet_restart"
+        ),
+        0.0
+    );
+    assert_eq!(with(&s, "edgegpu_build_info", "platform", "tegra"), 1.0);
+
+    plugin.allocate(&["tegra"]).await.unwrap();
+    // The kubelet never asks for an unknown ID; a direct call is refused and counted.
+    plugin
+        .resource
+        .allocate(&ContainerAllocateRequest {
+            devices_ids: vec!["nope".into()],
+        })
+        .unwrap_err();
+    host.remove_node("/dev/nvmap");
+    plugin.wait_health("tegra", UNHEALTHY).await;
+    let s = scrape(&src).await;
+    assert_eq!(one(&s, "edgegpu_allocations_total"), 1.0);
+    assert_eq!(one(&s, "edgegpu_allocation_failures_total"), 1.0);
+    assert_eq!(one(&s, "edgegpu_gpu_healthy"), 0.0);
+    assert_eq!(with(&s, "edgegpu_devices", "health", "Unhealthy"), 1.0);
+    assert_eq!(
+        with(
+            &s,
+            "edgegpu_gpu_health_transitions_total",
+            "to",
+            "unhealthy"
+        ),
+        1.0
+    );
+    host.restore_node("/dev/nvmap");
+    plugin.wait_health("tegra", HEALTHY).await;
+
+    plugin.kubelet.restart().await.unwrap();
+    plugin
+        .kubelet
+        .wait_until("re-registered", gpu_common::WAIT, |k| {
+            k.resource("nvidia.com/gpu")
+                .is_some_and(|r| r.registrations >= 2 && !r.stopped)
+        })
+        .await
+        .unwrap();
+    wait_for(|| stats.registrations() == 2).await;
+    let s = scrape(&src).await;
+    assert_eq!(one(&s, "edgegpu_registrations_total"), 2.0);
+    assert_eq!(
+        with(
+            &s,
+            "edgegpu_reregistrations_total",
+            "reason",
+            "kubelet_restart"
+        ),
+        1.0
+    );
+    assert_eq!(
+        with(&s, "edgegpu_gpu_health_transitions_total", "to", "healthy"),
+        1.0
+    );
+    plugin.stop().await;
+}
+
+async fn wait_for(condition: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + gpu_common::WAIT;
+    while !condition() {
+        assert!(std::time::Instant::now() < deadline, "timed out");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+/// A raw HTTP/1.1 exchange (what Prometheus sends, without a client library).
+async fn http(addr: std::net::SocketAddr, request: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    stream.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+#[tokio::test]
+async fn the_http_endpoint() {
+    let host = FakeHost::jetson(Board::Nano);
+    let resource = gpu_common::resource(host.root(), &["--discovery=tegra"])
+        .await
+        .unwrap();
+    let listener = edgegpu_plugin::metrics::server::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(edgegpu_plugin::metrics::server::serve(
+        listener,
+        Arc::new(source(&resource, None)),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let ok = http(
+        addr,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    let (head, body) = ok.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: text/plain; version=0.0.4; charset=utf-8"),
+        "{head}"
+    );
+    assert!(body.contains("\nDCGM_FI_DEV_GPU_TEMP{gpu=\"0\""), "{body}");
+    let missing = http(
+        addr,
+        "GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
+    let post = http(
+        addr,
+        "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(post.starts_with("HTTP/1.1 405"), "{post}");
+    assert!(
+        post.to_ascii_lowercase().contains("allow: get, head"),
+        "{post}"
+    );
+    let _ = stop.send(());
+    server.await.unwrap();
+    // Stopped: nothing listens any more.
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+}
+
+/// The `(gpu, GPU_I_ID, GPU_I_PROFILE)` of a sample ("" where absent).
+fn instance(s: &Sample) -> (String, String, String) {
+    let l = |k: &str| s.labels.get(k).cloned().unwrap_or_default();
+    (l("gpu"), l("GPU_I_ID"), l("GPU_I_PROFILE"))
+}
+
+fn by_instance(samples: &[Sample], name: &str) -> Vec<((String, String, String), f64)> {
+    let mut v: Vec<_> = series(samples, name)
+        .into_iter()
+        .map(|s| (instance(s), s.value))
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+fn key(gpu: &str, gi: &str, profile: &str) -> (String, String, String) {
+    (gpu.into(), gi.into(), profile.into())
+}
+
+#[tokio::test]
+async fn mig_series_per_gpu_instance_with_pods() {
+    // GPU 0 split into 3g.40gb (GPU instance 1) and two 1g.10gb (5, 6); GPU 1 whole.
+    let migs = FakeMig::h100_mixed();
+    let (host, gpus) = FakeHost::mig_server(&[0], &migs);
+    host.set_nvml_telemetry(
+        0,
+        &[
+            ("gpu_util", 99),
+            ("sm_clock", 1755),
+            ("temp", 45),
+            ("power_mw", 300_000),
+        ],
+    );
+    host.set_nvml_telemetry(1, &[("gpu_util", 12), ("temp", 33)]);
+    host.set_nvml_mig_telemetry(&migs[1].uuid, &[("mem_used", 2 << 30)]);
+    let resources = gpu_common::resources(host.root(), &["--mig-strategy=mixed"])
+        .await
+        .unwrap();
+    let names: Vec<&str> = resources.iter().map(|r| r.name()).collect();
+    assert_eq!(
+        names,
+        [
+            "nvidia.com/gpu",
+            "nvidia.com/mig-1g.10gb",
+            "nvidia.com/mig-3g.40gb"
+        ]
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let pods = FakePodResources::start(&dir.path().join("kubelet.sock"))
+        .await
+        .unwrap();
+    pods.assign(
+        "ml",
+        "small",
+        "app",
+        "nvidia.com/mig-1g.10gb",
+        &[migs[2].uuid.as_str()],
+    );
+    pods.assign(
+        "ml",
+        "big",
+        "app",
+        "nvidia.com/gpu",
+        &[gpus[1].uuid.as_str()],
+    );
+    let src = sources(&resources, Some(pods.socket()));
+    let s = scrape(&src).await;
+
+    // GPU-wide values on every GPU instance of GPU 0; GPU 1 as a whole GPU.
+    assert_eq!(
+        by_instance(&s, "DCGM_FI_DEV_GPU_TEMP"),
+        vec![
+            (key("0", "1", "3g.40gb"), 45.0),
+            (key("0", "5", "1g.10gb"), 45.0),
+            (key("0", "6", "1g.10gb"), 45.0),
+            (key("1", "", ""), 33.0),
+        ]
+    );
+    assert_eq!(
+        by_instance(&s, "DCGM_FI_DEV_POWER_USAGE"),
+        vec![
+            (key("0", "1", "3g.40gb"), 300.0),
+            (key("0", "5", "1g.10gb"), 300.0),
+            (key("0", "6", "1g.10gb"), 300.0),
+        ]
+    );
+    // No utilisation per GPU instance (NVML has none for a MIG-enabled GPU).
+    assert_eq!(
+        by_instance(&s, "DCGM_FI_DEV_GPU_UTIL"),
+        vec![(key("1", "", ""), 12.0)]
+    );
+    // Each GPU instance's own framebuffer (the fake's default: 1 % used).
+    let mib = |mig: &FakeMig| mig.memory_mib as f64;
+    let one_percent = |mig: &FakeMig| (mig.memory_mib * 1024 * 1024 / 100) as f64 / 1048576.0;
+    let fb_used = by_instance(&s, "DCGM_FI_DEV_FB_USED");
+    assert_eq!(
+        fb_used[0],
+        (key("0", "1", "3g.40gb"), one_percent(&migs[0]))
+    );
+    assert_eq!(fb_used[1], (key("0", "5", "1g.10gb"), 2048.0));
+    assert_eq!(
+        fb_used[2],
+        (key("0", "6", "1g.10gb"), one_percent(&migs[2]))
+    );
+    let fb_free = by_instance(&s, "DCGM_FI_DEV_FB_FREE");
+    assert_eq!(
+        fb_free[1],
+        (key("0", "5", "1g.10gb"), mib(&migs[1]) - 2048.0)
+    );
+    // dcgm-exporter's labels: the parent's gpu, UUID and device, then the instance.
+    let gi6 = series(&s, "DCGM_FI_DEV_GPU_TEMP")
+        .into_iter()
+        .find(|x| instance(x) == key("0", "6", "1g.10gb"))
+        .unwrap();
+    assert_eq!(
+        gpu_labels(gi6),
+        (
+            "0",
+            gpus[0].uuid.as_str(),
+            "nvidia0",
+            "NVIDIA H100 80GB HBM3",
+            "node-1"
+        )
+    );
+    let names: Vec<&str> = gi6.labels.keys().map(String::as_str).collect();
+    assert!(names.contains(&"GPU_I_PROFILE") && names.contains(&"GPU_I_ID"));
+    // Pods: the 1g.10gb holder on GPU instance 6, the whole-GPU holder on GPU 1.
+    let pod_of = |s: &[Sample], k: (String, String, String)| -> Vec<String> {
+        series(s, "DCGM_FI_DEV_GPU_TEMP")
+            .into_iter()
+            .filter(|x| instance(x) == k)
+            .map(|x| x.labels.get("pod").cloned().unwrap_or_default())
+            .collect()
+    };
+    assert_eq!(pod_of(&s, key("0", "6", "1g.10gb")), ["small"]);
+    assert_eq!(pod_of(&s, key("0", "5", "1g.10gb")), [""]);
+    assert_eq!(pod_of(&s, key("1", "", "")), ["big"]);
+    // Health and counters per GPU instance and per resource.
+    assert_eq!(series(&s, "edgegpu_gpu_healthy").len(), 4);
+    let per_resource: Vec<&str> = series(&s, "edgegpu_build_info")
+        .iter()
+        .map(|x| x.labels["resource"].as_str())
+        .collect();
+    assert_eq!(
+        per_resource,
+        [
+            "nvidia.com/gpu",
+            "nvidia.com/mig-1g.10gb",
+            "nvidia.com/mig-3g.40gb"
+        ]
+    );
+    assert_eq!(series(&s, "edgegpu_registrations_total").len(), 3);
+    assert_eq!(
+        pods.list_calls(),
+        1,
+        "one List per scrape for every resource"
+    );
+
+    // The MIG geometry changes and the resources are rebuilt: the series follow.
+    let new = [FakeMig::h100(0, 2, "7g.80gb")];
+    host.set_mig(&gpus, &[0], &new);
+    let rebuilt = gpu_common::resources(host.root(), &["--mig-strategy=mixed"])
+        .await
+        .unwrap();
+    src.replace(rebuilt);
+    let s = scrape(&src).await;
+    assert_eq!(
+        by_instance(&s, "DCGM_FI_DEV_GPU_TEMP"),
+        vec![(key("0", "2", "7g.80gb"), 45.0), (key("1", "", ""), 33.0)]
+    );
+    // The pod on the GPU instance that is gone no longer shows; GPU 1's still does.
+    assert!(pod_of(&s, key("0", "6", "1g.10gb")).is_empty());
+    assert_eq!(pod_of(&s, key("1", "", "")), ["big"]);
+    assert_eq!(pod_of(&s, key("0", "2", "7g.80gb")), [""]);
+}
+
+#[tokio::test]
+async fn mig_single_and_shared_resources_are_attributed() {
+    // --mig-strategy single: the MIG devices are `nvidia.com/gpu`; two GPU instances with
+    // id 7 on different GPUs stay apart.
+    let migs = vec![
+        FakeMig::h100(0, 7, "1g.10gb"),
+        FakeMig::h100(0, 8, "1g.10gb"),
+        FakeMig::h100(1, 7, "1g.10gb"),
+    ];
+    let (host, _gpus) = FakeHost::mig_server(&[0, 1], &migs);
+    host.set_nvml_telemetry(1, &[("temp", 51)]);
+    let dir = tempfile::tempdir().unwrap();
+    let pods = FakePodResources::start(&dir.path().join("kubelet.sock"))
+        .await
+        .unwrap();
+    let resources = gpu_common::resources(host.root(), &["--mig-strategy=single"])
+        .await
+        .unwrap();
+    assert_eq!(resources.len(), 1);
+    pods.assign("ml", "a", "app", "nvidia.com/gpu", &[migs[2].uuid.as_str()]);
+    let s = scrape(&sources(&resources, Some(pods.socket()))).await;
+    let temps: Vec<((String, String, String), String)> = series(&s, "DCGM_FI_DEV_GPU_TEMP")
+        .into_iter()
+        .map(|x| {
+            (
+                instance(x),
+                x.labels.get("pod").cloned().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(temps, vec![(key("1", "7", "1g.10gb"), "a".to_string())]);
+    let fb: Vec<_> = by_instance(&s, "DCGM_FI_DEV_FB_USED")
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(
+        fb,
+        vec![
+            key("0", "7", "1g.10gb"),
+            key("0", "8", "1g.10gb"),
+            key("1", "7", "1g.10gb")
+        ]
+    );
+
+    // Time-sliced MIG devices renamed `.shared`: replicas of one GPU instance, two pods.
+    let (_config, flag) = gpu_common::config_file(
+        "version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 3\n",
+    );
+    let resources = gpu_common::resources(host.root(), &["--mig-strategy=single", &flag])
+        .await
+        .unwrap();
+    assert_eq!(resources[0].name(), "nvidia.com/gpu.shared");
+    let replica = |n: u32| format!("{}::{n}", migs[0].uuid);
+    pods.remove_pod("ml", "a");
+    pods.assign("ml", "b", "app", "nvidia.com/gpu.shared", &[&replica(0)]);
+    pods.assign("ml", "c", "app", "nvidia.com/gpu.shared", &[&replica(2)]);
+    // The same IDs under the unrenamed name are someone else's resource.
+    pods.assign("ml", "d", "app", "nvidia.com/gpu", &[&replica(1)]);
+    let s = scrape(&sources(&resources, Some(pods.socket()))).await;
+    let held: Vec<(String, String)> = series(&s, "DCGM_FI_DEV_FB_USED")
+        .into_iter()
+        .filter(|x| x.labels.contains_key("pod"))
+        .map(|x| (x.labels["GPU_I_ID"].clone(), x.labels["pod"].clone()))
+        .collect();
+    assert_eq!(
+        held,
+        vec![
+            ("7".to_string(), "b".to_string()),
+            ("7".to_string(), "c".to_string())
+        ]
+    );
+    assert_eq!(
+        series(&s, "edgegpu_build_info")[0].labels["resource"],
+        "nvidia.com/gpu.shared"
+    );
+}
