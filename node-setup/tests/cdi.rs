@@ -127,24 +127,13 @@ fn cdi_validator() -> Option<PathBuf> {
                 eprintln!("SKIP CDI library check: {} missing (Debian package {package}; scripts/setup.sh installs it)", sources.display());
                 return None;
             }
-            let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cdi_validate/main.go");
-            let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
-                .join(format!("cdi_validate-{}", std::process::id()));
-            let status = Command::new(go)
-                .args(["build", "-o"])
-                .arg(&out)
-                .arg(&src)
-                // Offline, against the Debian package's sources: GOPATH mode, no module
-                // download, no toolchain switch.
-                .env("GO111MODULE", "off")
-                .env("GOPATH", CDI_GOPATH)
-                .env("GOPROXY", "off")
-                .env("GOFLAGS", "")
-                .env("GOTOOLCHAIN", "local")
-                .status()
-                .expect("run go build");
-            assert!(status.success(), "go build of {} failed", src.display());
-            Some(out)
+            // Offline, against the Debian package's sources: GOPATH mode, no module
+            // download, no toolchain switch.
+            Some(common::go_build(
+                &go,
+                "cdi_validate",
+                &[("GOPATH", CDI_GOPATH), ("GOPROXY", "off"), ("GOFLAGS", "")],
+            ))
         })
         .clone()
 }
