@@ -1,7 +1,8 @@
 //! Fake host roots for the device plugin's `--root` and node-setup's `cdi generate`: a Jetson
 //! per generation and release (Nano on L4T r32, Xavier r35, Orin r36/JetPack 6, Orin
 //! r39/JetPack 7.2, Thor r38/JetPack 7) with the files docs/platforms.md lists, and a
-//! discrete-GPU server. NVML is the fake `libnvidia-ml.so.1` (`fakes/nvml.c`) copied into the
+//! discrete-GPU server. The container CSV lists and the files they name are in
+//! [`crate::l4t`]. NVML is the fake `libnvidia-ml.so.1` (`fakes/nvml.c`) copied into the
 //! root and told what the board's driver answers (NotSupported included); OpenRM hosts also get
 //! the driver's procfs (`/proc/driver/nvidia/gpus/*/information`, MIG capabilities).
 //!
@@ -264,29 +265,6 @@ impl Board {
                 "/dev/v4l2-nvdec",
                 "/dev/v4l2-nvenc",
             ],
-        }
-    }
-
-    /// (runtime CSV file name, contents): old boards use bare names, newer ones paths and globs.
-    pub fn csv(self) -> (&'static str, &'static str) {
-        match self {
-            Board::Nano => (
-                "l4t.csv",
-                "dev, nvhost-ctrl\ndev, nvhost-gpu\ndev, nvmap\ndev, nvhost-vic\ndev, nvhost-nvjpg\nlib, /usr/lib/aarch64-linux-gnu/tegra/libcuda.so.1.1\nsym, /usr/lib/aarch64-linux-gnu/libcuda.so\n",
-            ),
-            Board::Xavier => (
-                "l4t.csv",
-                "dev, /dev/nvhost-ctrl\ndev, /dev/nvhost-nvdla0\ndev, /dev/nvhost-nvdla1\ndev, /dev/tegra_dc_1\nlib, /usr/lib/aarch64-linux-gnu/tegra/libcuda.so.1.1\n",
-            ),
-            Board::Orin => (
-                "devices.csv",
-                "dev, /dev/nvgpu/igpu0/*\ndev, /dev/dri/card*\ndev, /dev/dri/renderD*\ndir, /dev/dri/by-path\ndev, /dev/nvsciipc\ndev, /dev/fb0\n",
-            ),
-            Board::OrinR39 => (
-                "devices.csv",
-                "dev, /dev/nvgpu/igpu0/*\ndev, /dev/dri/card*\ndev, /dev/nvidia-uvm\ndev, /dev/nvidia-uvm-tools\ndev, /dev/nvidia1\ndev, /dev/nvmap\n",
-            ),
-            Board::Thor => ("devices.csv", "dev, /dev/nvgpu/igpu*/*\ndev, /dev/dri/card*\ndev, /dev/nvidia-uvm\n"),
         }
     }
 
@@ -700,14 +678,8 @@ impl FakeHost {
         for node in board.device_nodes() {
             host.write(node, "");
         }
-        if board == Board::Orin {
-            host.mkdir("/dev/dri/by-path");
-        }
-        let (csv_name, csv) = board.csv();
-        host.write(
-            &format!("/etc/nvidia-container-runtime/host-files-for-container.d/{csv_name}"),
-            csv,
-        );
+        // L4T's container lists and the libraries, links and files they name.
+        crate::l4t::install(&host, board);
 
         // GPU sysfs: device dir with `load` and `of_node/name`, devfreq dir with `cur_freq`,
         // and /sys/class/devfreq/<name> as a relative link, as the kernel makes it.

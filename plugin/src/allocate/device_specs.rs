@@ -7,18 +7,10 @@ use std::path::{Path, PathBuf};
 
 use edgegpu_platform::csv;
 use edgegpu_platform::host::CONTAINER_CSV_DIR;
-use edgegpu_platform::procfs::{caps_node, mig_capability_keys, parse_mig_minors, MIG_MINORS};
+use edgegpu_platform::procfs::{MigMinors, CONTROL_NODES, MIG_MINORS};
 use edgegpu_platform::{Generation, UNKNOWN_GENERATION_CONTAINER_NODES};
 
 use crate::gpu::under_root;
-
-/// Control nodes of the discrete driver, returned when present.
-const DISCRETE_CONTROL_NODES: &[&str] = &[
-    "/dev/nvidiactl",
-    "/dev/nvidia-uvm",
-    "/dev/nvidia-uvm-tools",
-    "/dev/nvidia-modeset",
-];
 
 /// The `dev` entries of the runtime's CSV files under `root` (`edgegpu_platform::csv`; r32's
 /// bare names included). Unreadable or malformed files are skipped with a warning.
@@ -79,10 +71,7 @@ pub fn tegra_device_paths(root: &Path, generation: Option<&Generation>) -> Vec<S
 
 /// Discrete GPU: `/dev/nvidia<minor>` for the allocated GPUs plus the control nodes present.
 pub fn discrete_device_paths(root: &Path, minors: &[u32]) -> Vec<String> {
-    let mut patterns: Vec<String> = DISCRETE_CONTROL_NODES
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut patterns: Vec<String> = CONTROL_NODES.iter().map(|s| s.to_string()).collect();
     patterns.extend(minors.iter().map(|m| format!("/dev/nvidia{m}")));
     collect(root, &patterns)
 }
@@ -99,21 +88,16 @@ pub fn mig_device_paths(
     let file = under_root(root, MIG_MINORS);
     let text = std::fs::read_to_string(&file)
         .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
-    let minors = parse_mig_minors(&text).map_err(|e| format!("{}: {e}", file.display()))?;
-    let mut out = Vec::new();
-    for key in mig_capability_keys(gpu_minor, gi, ci) {
-        let minor = minors
-            .iter()
-            .find(|(k, _)| *k == key)
-            .map(|(_, m)| *m)
-            .ok_or_else(|| format!("{} has no `{key}`", file.display()))?;
-        let node = caps_node(minor);
-        if std::fs::metadata(under_root(root, &node)).is_err() {
+    let nodes = MigMinors::parse(&text)
+        .map_err(|e| format!("{}:{}: {}", file.display(), e.line, e.message))?
+        .mig_nodes(gpu_minor, gi, ci)
+        .map_err(|e| format!("{}: {e}", file.display()))?;
+    for node in &nodes {
+        if std::fs::metadata(under_root(root, node)).is_err() {
             return Err(format!("{node} does not exist"));
         }
-        out.push(node);
     }
-    Ok(out)
+    Ok(nodes.to_vec())
 }
 
 fn collect(root: &Path, patterns: &[String]) -> Vec<String> {
