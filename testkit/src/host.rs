@@ -566,6 +566,9 @@ pub struct FakeMig {
     pub memory_mib: u64,
     /// The profile the driver names it by, e.g. `1g.10gb`.
     pub profile: &'static str,
+    /// The GPU instance profile id `nvidia-smi mig -lgip` lists (`20` = `1g.10gb+me` on an
+    /// H100); `None`: the plain profile of `gi_slices` (see `fakes/nvml.c`).
+    pub gi_profile_id: Option<u32>,
 }
 
 impl FakeMig {
@@ -579,15 +582,19 @@ impl FakeMig {
         ]
     }
 
-    /// An H100 80 GB MIG device: `1g.10gb` (9856 MiB), `2g.20gb` (20096 MiB), `3g.40gb`
-    /// (40320 MiB) or `7g.80gb` (80896 MiB), NVIDIA's H100 profile sizes.
+    /// An H100 80 GB MIG device: `1g.10gb` (9856 MiB), `1g.10gb+me` (the same with the media
+    /// extensions, profile id 20), `1g.20gb` (20096 MiB, profile id 15), `2g.20gb` (20096
+    /// MiB), `3g.40gb` (40320 MiB) or `7g.80gb` (80896 MiB), NVIDIA's H100 profile sizes and
+    /// `nvidia-smi mig -lgip` ids.
     pub fn h100(gpu: u32, gi: u32, profile: &'static str) -> FakeMig {
-        let (slices, memory_mib) = match profile {
-            "1g.10gb" => (1, 9856),
-            "2g.20gb" => (2, 20096),
-            "3g.40gb" => (3, 40320),
-            "4g.40gb" => (4, 40320),
-            "7g.80gb" => (7, 80896),
+        let (slices, memory_mib, gi_profile_id) = match profile {
+            "1g.10gb" => (1, 9856, None),
+            "1g.10gb+me" => (1, 9856, Some(20)),
+            "1g.20gb" => (1, 20096, Some(15)),
+            "2g.20gb" => (2, 20096, None),
+            "3g.40gb" => (3, 40320, None),
+            "4g.40gb" => (4, 40320, None),
+            "7g.80gb" => (7, 80896, None),
             other => panic!("no H100 profile {other}"),
         };
         FakeMig {
@@ -599,6 +606,7 @@ impl FakeMig {
             ci_slices: slices,
             memory_mib,
             profile,
+            gi_profile_id,
         }
     }
 }
@@ -946,16 +954,36 @@ impl FakeHost {
     /// the driver's procfs capabilities (`/proc/driver/nvidia/capabilities/gpu<minor>/mig/
     /// gi<G>/ci<C>/access`, `/proc/driver/nvidia-caps/mig-minors`) and `/dev/nvidia-caps`.
     pub fn set_mig(&self, gpus: &[FakeGpu], enabled: &[u32], migs: &[FakeMig]) {
+        self.set_mig_with_slot_errors(gpus, enabled, migs, &[]);
+    }
+
+    /// [`FakeHost::set_mig`] where MIG device slots `(gpu, slot, nvmlReturn_t)` of
+    /// `nvmlDeviceGetMigDeviceHandleByIndex` answer an error (`2` = INVALID_ARGUMENT, `6` =
+    /// NOT_FOUND); the MIG devices fill the other slots in order.
+    pub fn set_mig_with_slot_errors(
+        &self,
+        gpus: &[FakeGpu],
+        enabled: &[u32],
+        migs: &[FakeMig],
+        slot_errors: &[(u32, u32, i32)],
+    ) {
         let mut conf = String::new();
+        for (gpu, slot, code) in slot_errors {
+            conf.push_str(&format!("slot {gpu} {slot} {code}\n"));
+        }
         for (i, _) in gpus.iter().enumerate() {
             let on = enabled.contains(&(i as u32));
             conf.push_str(&format!("mode {i} {}\n", u8::from(on)));
         }
         for m in migs {
             conf.push_str(&format!(
-                "device {}|{}|{}|{}|{}|{}|{}|{}\n",
+                "device {}|{}|{}|{}|{}|{}|{}|{}",
                 m.gpu, m.uuid, m.gi, m.ci, m.gi_slices, m.ci_slices, m.memory_mib, m.profile
             ));
+            if let Some(id) = m.gi_profile_id {
+                conf.push_str(&format!("|{id}"));
+            }
+            conf.push('\n');
         }
         // The driver's capability tree: every possible instance has a minor in mig-minors;
         // only created instances have a directory under capabilities/.
