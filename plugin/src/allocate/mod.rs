@@ -60,7 +60,9 @@ impl Unit {
     /// The device's name in the CDI spec `edgegpu-node-setup cdi generate` writes (kind
     /// `nvidia.com/gpu`): on Jetson the iGPU is `0` (as in `nvidia-ctk cdi generate
     /// --mode=csv`); a GPU its ID (UUID or index, both are in the spec); a MIG device
-    /// `<gpu index>:gi<G>:ci<C>` (the names the driver's procfs gives; MIG UUIDs are not there).
+    /// `<gpu index>:gi<G>:ci<C>`, on Thor too (the names the driver's procfs gives exactly:
+    /// nvidia-ctk's `<gpu>:<mig index>` and `MIG-…` need NVML's MIG order and UUIDs, which
+    /// procfs lacks — docs/cdi.md, "Names next to nvidia-ctk's").
     pub fn cdi_name(
         &self,
         gpus: &[Gpu],
