@@ -234,6 +234,31 @@ class Matrix(unittest.TestCase):
                      for n, ds in daemonsets.items()}
         self.assertEqual(len(set(checksums.values())), 2, checksums)
 
+    def test_config_entries_the_plugin_accepts(self):
+        """What the plugin reads with NVIDIA's rules the chart lets through: no version, keys of
+        the top level, flags and sharing in any case, short resource names, every MIG strategy,
+        JSON. The plugin accepts each of these (plugin/tests/config.rs, NVIDIA_SHAPED)."""
+        entries = [
+            "",
+            "# nothing set yet\n",
+            "{}",
+            "version: null\n",
+            "flags:\n  plugin:\n    deviceIDStrategy: index\n",
+            "version: v1\nflags:\n  migStrategy: single\n",
+            "version: v1\nflags:\n  migStrategy: mixed\n",
+            "Version: v1\nFlags:\n  MigStrategy: mixed\n  FailOnInitError: yes\n",
+            "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: gpu\n      replicas: 3\n",
+            "Sharing:\n  TimeSlicing:\n    resources:\n    - name: mig-1g.5gb\n      replicas: 2\n",
+            '{"sharing": {"timeSlicing": {"resources": [{"name": "gpu", "replicas": 2}]}}}',
+        ]
+        # Two entries per render: one per plugin DaemonSet.
+        for first, second in zip(entries[::2], entries[1::2] + [entries[0]]):
+            values = {"config": {"map": {"a": first, "b": second}, "default": "a"},
+                      "devicePlugin": {"discrete": {"config": "b"}}}
+            with self.subTest(entries=(first, second)):
+                result = helm("template", "edgegpu", str(CHART), values=values)
+                self.assertEqual(result.returncode, 0, result.stderr)
+
     def test_single_config_entry_is_the_default(self):
         docs = self.render_checked({"config": {"map": {"any-name": JETSON_CONFIG}}})
         self.assertEqual(len(of_kind(docs, "ConfigMap")), 2)
@@ -534,6 +559,9 @@ class BadValues(unittest.TestCase):
          'the jetson plugin uses config "b", which is not in config.map (a)'),
         ({"config": {"default": "a"}}, 'config.default is "a" but config.map is empty'),
         ({"config": {"map": {"a": "version: v2\n"}}}, 'config.map.a: version must be v1'),
+        ({"config": {"map": {"a": "Version: v2\n"}}}, 'config.map.a: version must be v1 (NVIDIA\'s config format) or left out, found "v2"'),
+        ({"config": {"map": {"a": "Flags:\n  MigStrategy: some\n"}}},
+         'config.map.a: flags.migStrategy "some" is not one of none, single, mixed'),
         ({"config": {"map": {"a": "version: v1\nflags:\n  migStrategy: some\n"}}},
          'config.map.a: flags.migStrategy "some" is not one of none, single, mixed'),
         ({"config": {"map": {"a": JETSON_CONFIG.replace("replicas: 4", "replicas: 1")}}},

@@ -202,7 +202,12 @@ async fn label_once(args: &Args, wanted: &Wanted) -> anyhow::Result<Map<String, 
             anyhow::anyhow!("KUBERNETES_SERVICE_HOST is not set: not in a pod? use --api-server")
         })?,
     };
-    let server = api::ApiServer::new(&url, &args.token_file, &args.ca_file)?;
+    // The token and CA files are read on each attempt (a rotated token is picked up), off
+    // the runtime thread like every file read of the plugin's.
+    let (token_file, ca_file) = (args.token_file.clone(), args.ca_file.clone());
+    let server =
+        tokio::task::spawn_blocking(move || api::ApiServer::new(&url, &token_file, &ca_file))
+            .await??;
     let current = server.node_labels(&args.node_name).await?;
     let patch = patch(&current, wanted);
     if !patch.is_empty() {

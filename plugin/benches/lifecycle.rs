@@ -1,11 +1,17 @@
 //! Lifecycle figures (printed, never asserted):
 //! - start → registered with the fake kubelet (no device discovery),
-//! - `kubelet.sock` recreated → re-registered,
-//! - Allocate round trip with 32 concurrent callers (p50/p99),
+//! - `kubelet.sock` recreated → re-registered, 100 restarts, with the socket listening at once
+//!   and with a bind→listen gap (a plugin woken at bind is refused until listen),
+//! - Allocate round trip with 1 and 32 concurrent callers (p50/p99) and the plugin thread's
+//!   CPU per call. The callers run on one worker thread: on a 2-core machine the plugin's
+//!   thread and the kubelet's each get a core, as two processes would,
 //! - the lifecycle thread's idle wake-ups (in process, test resource),
-//! - the real binary's steady-state RSS and idle context switches (fake Jetson root).
+//! - the real binary's steady-state RSS after registration and 1000 Allocates (fake Orin
+//!   root), where it goes (binary text, libraries, anonymous), and idle context switches.
 //!
-//! Run: `cargo bench -p edgegpu-plugin --bench lifecycle`.
+//! Run: `cargo bench -p edgegpu-plugin --bench lifecycle`. Extra arguments for the binary
+//! (e.g. a metrics flag): `EDGEGPU_BENCH_PLUGIN_ARGS="--flag value" cargo bench …`; only the
+//! binary's figures: `EDGEGPU_BENCH_ONLY=footprint cargo bench …`.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -21,9 +27,9 @@ use edgegpu_kubelet_api::v1beta1::{
 use edgegpu_plugin::resource::Resource;
 use edgegpu_plugin::{serve, LifecycleOptions};
 use edgegpu_testkit::host::{Board, FakeHost};
-use edgegpu_testkit::kubelet::{dial_plugin, FakeKubelet};
+use edgegpu_testkit::kubelet::{dial_plugin, FakeKubelet, FakeKubeletOptions};
 use edgegpu_testkit::process::{
-    binary_command, context_switches, cpu_time_us, terminate, Footprint,
+    binary_command, context_switches, cpu_time_us, rss_by_mapping, terminate, Footprint,
 };
 use tokio::sync::{oneshot, watch};
 
@@ -155,12 +161,15 @@ async fn start_to_registered(rounds: usize) {
     );
 }
 
-async fn restart_to_reregistered(rounds: usize) {
+async fn restart_to_reregistered(rounds: usize, listen_delay: Duration) {
     let dir = tempfile::tempdir().unwrap();
-    let kubelet = FakeKubelet::start(dir.path()).await.unwrap();
+    let mut opts = FakeKubeletOptions::new(dir.path());
+    opts.listen_delay = listen_delay;
+    let kubelet = FakeKubelet::start_with(opts).await.unwrap();
     let _plugin = PluginThread::start(dir.path());
     kubelet.wait_for_registration(GPU, WAIT).await.unwrap();
-    let mut samples = Vec::new();
+    let mut from_create = Vec::new();
+    let mut from_listen = Vec::new();
     for _ in 0..rounds {
         let before = kubelet.registration_count();
         kubelet.stop().await;
@@ -171,12 +180,20 @@ async fn restart_to_reregistered(rounds: usize) {
             .wait_for_registrations(GPU, before + 1, WAIT)
             .await
             .unwrap();
-        samples.push(t0.elapsed());
+        let done = Instant::now();
+        from_create.push(done - t0);
+        from_listen.push(done - kubelet.listening_since().unwrap_or(t0));
     }
     println!(
-        "kubelet.sock recreated -> re-registered: {}",
-        summary(samples)
+        "kubelet.sock recreated -> re-registered (bind->listen gap {listen_delay:?}): {}",
+        summary(from_create)
     );
+    if !listen_delay.is_zero() {
+        println!(
+            "  kubelet.sock listening -> re-registered: {}",
+            summary(from_listen)
+        );
+    }
 }
 
 /// CPU time (user + system) a thread used so far, from /proc (clock ticks → µs).
@@ -258,11 +275,13 @@ async fn binary_footprint(seconds: u64) {
     let dir = tempfile::tempdir().unwrap();
     let kubelet = FakeKubelet::start(dir.path()).await.unwrap();
     let t0 = Instant::now();
+    let extra = std::env::var("EDGEGPU_BENCH_PLUGIN_ARGS").unwrap_or_default();
     let mut child = binary_command(bin)
         .arg("--device-plugin-path")
         .arg(dir.path())
         .arg("--root")
         .arg(host.root())
+        .args(extra.split_whitespace())
         .env("EDGEGPU_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -273,10 +292,17 @@ async fn binary_footprint(seconds: u64) {
         "binary: process start -> registered (fake Orin root, includes discovery): {:.2?}",
         t0.elapsed()
     );
+    if !extra.is_empty() {
+        println!("binary: extra arguments: {extra}");
+    }
+    for _ in 0..1000 {
+        kubelet.allocate(GPU, &["tegra"]).await.unwrap();
+    }
     tokio::time::sleep(Duration::from_secs(1)).await;
     let pid = child.id();
     let footprint = Footprint::measure(pid, Duration::from_secs(seconds)).await;
-    println!("binary steady state: {footprint}");
+    println!("binary steady state after 1000 Allocates: {footprint}");
+    println!("  where it goes (Rss by mapping): {}", rss_by_mapping(pid));
     let own = std::fs::read_dir(dir.path())
         .unwrap()
         .flatten()
@@ -286,6 +312,7 @@ async fn binary_footprint(seconds: u64) {
     let t0 = Instant::now();
     terminate(pid);
     let status = child.wait().unwrap();
+    drop(kubelet);
     println!(
         "binary: SIGTERM -> exit {:.2?} (status {status}, own socket removed: {})",
         t0.elapsed(),
@@ -295,8 +322,9 @@ async fn binary_footprint(seconds: u64) {
 
 fn main() {
     // `cargo bench` passes `--bench`; any other argument filters nothing here.
+    // One worker: the fake kubelet and its callers get one core, the plugin thread the other.
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(1)
         .enable_all()
         .build()
         .unwrap();
@@ -307,9 +335,16 @@ fn main() {
             .unwrap_or_default()
             .trim()
     );
+    // EDGEGPU_BENCH_ONLY=footprint: only the binary's figures (quick when trying build settings).
+    let only_footprint = std::env::var("EDGEGPU_BENCH_ONLY").is_ok_and(|v| v == "footprint");
     rt.block_on(async {
+        if only_footprint {
+            binary_footprint(5).await;
+            return;
+        }
         start_to_registered(30).await;
-        restart_to_reregistered(50).await;
+        restart_to_reregistered(100, Duration::ZERO).await;
+        restart_to_reregistered(100, Duration::from_millis(2)).await;
         allocate_latency(1, 500, true).await;
         allocate_latency(32, 200, true).await;
         allocate_latency(32, 200, false).await;

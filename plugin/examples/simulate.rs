@@ -125,10 +125,16 @@ fn main() -> ExitCode {
     } else {
         "warn,edgegpu_plugin::gpu::health=error"
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(level))
-        .with_writer(std::io::stderr)
-        .init();
+    {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        let filter: tracing_subscriber::filter::Targets = level.parse().expect("valid filter");
+        tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .finish()
+            .with(filter)
+            .init();
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

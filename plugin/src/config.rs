@@ -7,10 +7,15 @@
 //! fill the value in. The defaults are applied by [`GpuArgs::resolve`] and shown in `--help`.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::Context;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+
+mod file;
+mod yaml;
+
+pub use file::{ConfigFile, ConfigFileError, FileFlags, Imex, ReplicatedResource, TimeSlicing};
 
 /// Command-line flags (each with an environment variable) for the GPU side of the plugin.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -96,7 +101,7 @@ pub struct GpuArgs {
 }
 
 /// `--discovery`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DiscoveryStrategy {
     Auto,
@@ -105,7 +110,7 @@ pub enum DiscoveryStrategy {
 }
 
 /// `--mig-strategy`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum MigStrategy {
     None,
@@ -114,7 +119,7 @@ pub enum MigStrategy {
 }
 
 /// `--device-id-strategy`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DeviceIdStrategy {
     Uuid,
@@ -122,7 +127,7 @@ pub enum DeviceIdStrategy {
 }
 
 /// One entry of `--device-list-strategy`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DeviceListStrategy {
     Envvar,
@@ -170,7 +175,7 @@ impl DeviceListStrategy {
 }
 
 /// `--shared-devices-allocation-policy`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AllocationPolicy {
     Distributed,
@@ -195,6 +200,7 @@ pub struct Config {
     pub health_recovery_seconds: u64,
     pub shared_devices_allocation_policy: AllocationPolicy,
     pub sharing: Option<TimeSlicing>,
+    pub imex: Imex,
 }
 
 impl Default for Config {
@@ -212,6 +218,7 @@ impl Default for Config {
             health_recovery_seconds: 60,
             shared_devices_allocation_policy: AllocationPolicy::Distributed,
             sharing: None,
+            imex: Imex::default(),
         }
     }
 }
@@ -226,32 +233,22 @@ impl GpuArgs {
     /// [`GpuArgs::resolve`] with an explicit environment lookup (for env-only settings).
     pub fn resolve_with_env(&self, env: impl Fn(&str) -> Option<String>) -> anyhow::Result<Config> {
         let file = match &self.config_file {
-            Some(path) => Some(ConfigFile::load(path)?),
-            None => None,
+            Some(path) => {
+                let file = ConfigFile::load(path)?;
+                for note in &file.notes {
+                    tracing::warn!("config file {}: {note}", path.display());
+                }
+                file
+            }
+            None => ConfigFile::default(),
         };
-        let flags = file
-            .as_ref()
-            .and_then(|f| f.flags.clone())
-            .unwrap_or_default();
-        let plugin = flags.plugin.clone().unwrap_or_default();
-        let ignored = flags
-            .ignored_keys()
-            .into_iter()
-            .chain(plugin.ignored_keys())
-            .collect::<Vec<_>>();
-        if !ignored.is_empty() {
-            tracing::warn!(
-                "config file: NVIDIA plugin settings without effect in edgegpu are ignored: {}",
-                ignored.join(", ")
-            );
-        }
+        let flags = &file.flags;
         let defaults = Config::default();
 
-        let device_list_strategy = match (&self.device_list_strategy, &plugin.device_list_strategy)
-        {
+        let device_list_strategy = match (&self.device_list_strategy, &flags.device_list_strategy) {
             (Some(list), _) => DeviceListStrategy::parse_list(list)
                 .context("invalid --device-list-strategy / DEVICE_LIST_STRATEGY")?,
-            (None, Some(from_file)) => from_file.0.clone(),
+            (None, Some(from_file)) => from_file.clone(),
             (None, None) => defaults.device_list_strategy,
         };
 
@@ -286,12 +283,12 @@ impl GpuArgs {
                 .unwrap_or(defaults.mig_strategy),
             device_id_strategy: self
                 .device_id_strategy
-                .or(plugin.device_id_strategy)
+                .or(flags.device_id_strategy)
                 .unwrap_or(defaults.device_id_strategy),
             device_list_strategy,
             pass_device_specs: self
                 .pass_device_specs
-                .or(plugin.pass_device_specs)
+                .or(flags.pass_device_specs)
                 .unwrap_or(defaults.pass_device_specs),
             fail_on_init_error: self
                 .fail_on_init_error
@@ -305,340 +302,10 @@ impl GpuArgs {
                 .unwrap_or(defaults.health_recovery_seconds),
             shared_devices_allocation_policy: self
                 .shared_devices_allocation_policy
-                .or(plugin.shared_devices_allocation_policy)
+                .or(flags.shared_devices_allocation_policy)
                 .unwrap_or(defaults.shared_devices_allocation_policy),
-            sharing: file.and_then(|f| f.sharing).and_then(|s| s.time_slicing),
-        })
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// The config file. Unknown keys are errors (`deny_unknown_fields`); keys NVIDIA's plugin
-// knows but we do not act on are accepted and reported, so existing ConfigMaps still load.
-// Validation runs inside deserialisation (`try_from`), so serde_yaml attaches the line,
-// column and key path to every error.
-// ---------------------------------------------------------------------------------------
-
-/// The parsed `--config` file.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(try_from = "RawConfigFile")]
-pub struct ConfigFile {
-    pub flags: Option<FileFlags>,
-    pub sharing: Option<Sharing>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawConfigFile {
-    version: Option<Version>,
-    flags: Option<FileFlags>,
-    sharing: Option<Sharing>,
-    /// NVIDIA parses this section (resource renaming for MIG) but ignores it; so do we.
-    #[serde(default)]
-    #[allow(dead_code)]
-    resources: Option<serde_yaml::Value>,
-}
-
-impl TryFrom<RawConfigFile> for ConfigFile {
-    type Error = String;
-    fn try_from(raw: RawConfigFile) -> Result<Self, String> {
-        if raw.version.is_none() {
-            return Err("missing version field (expected `version: v1`)".into());
-        }
-        Ok(Self {
-            flags: raw.flags,
-            sharing: raw.sharing,
-        })
-    }
-}
-
-/// `version:`, checked while parsing so that the error carries the line of the value.
-struct Version;
-
-impl<'de> Deserialize<'de> for Version {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let v = String::deserialize(d)?;
-        if v == "v1" {
-            Ok(Version)
-        } else {
-            Err(serde::de::Error::custom(format!("unknown version: {v}")))
-        }
-    }
-}
-
-/// `flags:` of the config file.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct FileFlags {
-    pub fail_on_init_error: Option<bool>,
-    pub device_discovery_strategy: Option<DiscoveryStrategy>,
-    /// edgegpu extension (NVIDIA has no equivalent).
-    pub health_checks: Option<bool>,
-    /// edgegpu extension.
-    pub health_recovery_seconds: Option<u64>,
-    pub plugin: Option<FilePluginFlags>,
-    pub mig_strategy: Option<MigStrategy>,
-    // Accepted for compatibility with NVIDIA's ConfigMaps, not used by edgegpu.
-    pub nvidia_driver_root: Option<String>,
-    pub nvidia_dev_root: Option<String>,
-    pub mps_root: Option<String>,
-    pub gdrcopy_enabled: Option<bool>,
-    pub gds_enabled: Option<bool>,
-    pub mofed_enabled: Option<bool>,
-    pub use_node_feature_api: Option<bool>,
-    pub gfd: Option<serde_yaml::Value>,
-}
-
-impl FileFlags {
-    /// NVIDIA keys that were set but do nothing here (for the start-up warning).
-    fn ignored_keys(&self) -> Vec<&'static str> {
-        let set = [
-            ("flags.nvidiaDriverRoot", self.nvidia_driver_root.is_some()),
-            ("flags.nvidiaDevRoot", self.nvidia_dev_root.is_some()),
-            ("flags.mpsRoot", self.mps_root.is_some()),
-            ("flags.gdrcopyEnabled", self.gdrcopy_enabled.is_some()),
-            ("flags.gdsEnabled", self.gds_enabled.is_some()),
-            ("flags.mofedEnabled", self.mofed_enabled.is_some()),
-            (
-                "flags.useNodeFeatureAPI",
-                self.use_node_feature_api.is_some(),
-            ),
-            ("flags.gfd", self.gfd.is_some()),
-        ];
-        set.into_iter()
-            .filter(|(_, is_set)| *is_set)
-            .map(|(k, _)| k)
-            .collect()
-    }
-}
-
-/// `flags.plugin:` of the config file.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct FilePluginFlags {
-    pub pass_device_specs: Option<bool>,
-    pub device_list_strategy: Option<FileDeviceListStrategy>,
-    #[serde(rename = "deviceIDStrategy")]
-    pub device_id_strategy: Option<DeviceIdStrategy>,
-    /// edgegpu extension (NVIDIA only has the flag).
-    pub shared_devices_allocation_policy: Option<AllocationPolicy>,
-    // Accepted for compatibility with NVIDIA's ConfigMaps, not used by edgegpu.
-    pub cdi_annotation_prefix: Option<String>,
-    #[serde(rename = "nvidiaCTKPath")]
-    pub nvidia_ctk_path: Option<String>,
-    #[serde(rename = "nvidiaCDIHookPath")]
-    pub nvidia_cdi_hook_path: Option<String>,
-    pub container_driver_root: Option<String>,
-}
-
-impl FilePluginFlags {
-    /// NVIDIA keys that were set but do nothing here (for the start-up warning).
-    fn ignored_keys(&self) -> Vec<&'static str> {
-        let set = [
-            (
-                "flags.plugin.cdiAnnotationPrefix",
-                self.cdi_annotation_prefix.is_some(),
-            ),
-            ("flags.plugin.nvidiaCTKPath", self.nvidia_ctk_path.is_some()),
-            (
-                "flags.plugin.nvidiaCDIHookPath",
-                self.nvidia_cdi_hook_path.is_some(),
-            ),
-            (
-                "flags.plugin.containerDriverRoot",
-                self.container_driver_root.is_some(),
-            ),
-        ];
-        set.into_iter()
-            .filter(|(_, is_set)| *is_set)
-            .map(|(k, _)| k)
-            .collect()
-    }
-}
-
-/// `deviceListStrategy` in the file: a string (comma list allowed) or a YAML list, as in NVIDIA's.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FileDeviceListStrategy(pub Vec<DeviceListStrategy>);
-
-impl<'de> Deserialize<'de> for FileDeviceListStrategy {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum OneOrMany {
-            One(String),
-            Many(Vec<String>),
-        }
-        let joined = match OneOrMany::deserialize(d)? {
-            OneOrMany::One(s) => s,
-            OneOrMany::Many(v) => v.join(","),
-        };
-        DeviceListStrategy::parse_list(&joined)
-            .map(FileDeviceListStrategy)
-            .map_err(|e| serde::de::Error::custom(format!("deviceListStrategy: {e:#}")))
-    }
-}
-
-/// `sharing:` of the config file.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Sharing {
-    pub time_slicing: Option<TimeSlicing>,
-    /// MPS needs a control daemon per GPU, which edgegpu does not run.
-    #[serde(default, deserialize_with = "reject_mps")]
-    pub mps: Option<()>,
-}
-
-fn reject_mps<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<()>, D::Error> {
-    let _ = serde_yaml::Value::deserialize(d)?;
-    Err(serde::de::Error::custom(
-        "sharing.mps is not supported; use sharing.timeSlicing",
-    ))
-}
-
-/// `sharing.timeSlicing:` — replicas of each GPU advertised as `<id>::<n>`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(try_from = "RawTimeSlicing", rename_all = "camelCase")]
-pub struct TimeSlicing {
-    pub rename_by_default: bool,
-    pub fail_requests_greater_than_one: bool,
-    pub resources: Vec<ReplicatedResource>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawTimeSlicing {
-    #[serde(default)]
-    rename_by_default: bool,
-    #[serde(default)]
-    fail_requests_greater_than_one: bool,
-    resources: Option<Vec<ReplicatedResource>>,
-}
-
-impl TryFrom<RawTimeSlicing> for TimeSlicing {
-    type Error = String;
-    fn try_from(raw: RawTimeSlicing) -> Result<Self, String> {
-        let resources = raw.resources.unwrap_or_default();
-        if resources.is_empty() {
-            return Err(
-                "no resources specified (timeSlicing.resources is missing or empty)".into(),
-            );
-        }
-        Ok(Self {
-            rename_by_default: raw.rename_by_default,
-            fail_requests_greater_than_one: raw.fail_requests_greater_than_one,
-            resources,
-        })
-    }
-}
-
-/// One `sharing.timeSlicing.resources[]` entry.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(try_from = "RawReplicatedResource")]
-pub struct ReplicatedResource {
-    pub name: String,
-    pub replicas: u32,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawReplicatedResource {
-    name: Option<String>,
-    replicas: Option<i64>,
-    /// NVIDIA: values other than `all` are logged and ignored.
-    devices: Option<serde_yaml::Value>,
-    /// NVIDIA: logged and ignored.
-    rename: Option<String>,
-}
-
-impl TryFrom<RawReplicatedResource> for ReplicatedResource {
-    type Error = String;
-    fn try_from(raw: RawReplicatedResource) -> Result<Self, String> {
-        let name = raw
-            .name
-            .filter(|n| !n.is_empty())
-            .ok_or("no resource name specified")?;
-        let replicas = raw
-            .replicas
-            .ok_or_else(|| format!("no replicas specified (resource {name})"))?;
-        if replicas < 2 {
-            return Err(format!(
-                "number of replicas must be >= 2 (resource {name}: replicas {replicas})"
-            ));
-        }
-        let replicas =
-            u32::try_from(replicas).map_err(|_| format!("too many replicas: {replicas}"))?;
-        if let Some(devices) = raw.devices {
-            if devices.as_str() != Some("all") {
-                tracing::warn!(resource = %name, "sharing: `devices` other than `all` is ignored; every GPU is shared");
-            }
-        }
-        if let Some(rename) = raw.rename {
-            tracing::warn!(resource = %name, %rename, "sharing: per-resource `rename` is ignored (use renameByDefault)");
-        }
-        Ok(Self { name, replicas })
-    }
-}
-
-/// A config file that could not be used: names the file, the line/column and the key.
-#[derive(Debug, thiserror::Error)]
-#[error("invalid config file {}{}: {message}", path.display(), location(*line, *column))]
-pub struct ConfigFileError {
-    pub path: PathBuf,
-    pub line: Option<usize>,
-    pub column: Option<usize>,
-    /// The key path (e.g. `sharing.timeSlicing.resources[0]`) and what is wrong with it.
-    pub message: String,
-}
-
-fn location(line: Option<usize>, column: Option<usize>) -> String {
-    match (line, column) {
-        (Some(l), Some(c)) => format!(", line {l}, column {c}"),
-        (Some(l), None) => format!(", line {l}"),
-        _ => String::new(),
-    }
-}
-
-impl ConfigFile {
-    /// Reads and validates `path` (YAML; JSON is accepted as YAML).
-    pub fn load(path: &Path) -> Result<Self, ConfigFileError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigFileError {
-            path: path.to_path_buf(),
-            line: None,
-            column: None,
-            message: format!("cannot read it: {e}"),
-        })?;
-        Self::parse(&text).map_err(|e| ConfigFileError {
-            path: path.to_path_buf(),
-            ..e
-        })
-    }
-
-    /// Parses config text; errors carry an empty path.
-    pub fn parse(text: &str) -> Result<Self, ConfigFileError> {
-        if text.trim().is_empty() {
-            return Err(ConfigFileError {
-                path: PathBuf::new(),
-                line: None,
-                column: None,
-                message: "the file is empty (expected at least `version: v1`)".into(),
-            });
-        }
-        serde_yaml::from_str::<ConfigFile>(text).map_err(|e| {
-            let loc = e.location();
-            // serde_yaml appends " at line L column C"; we print the location ourselves.
-            let mut message = e.to_string();
-            if let Some(l) = &loc {
-                let suffix = format!(" at line {} column {}", l.line(), l.column());
-                if let Some(stripped) = message.strip_suffix(&suffix) {
-                    message = stripped.to_string();
-                }
-            }
-            ConfigFileError {
-                path: PathBuf::new(),
-                line: loc.as_ref().map(|l| l.line()),
-                column: loc.as_ref().map(|l| l.column()),
-                message,
-            }
+            sharing: file.time_slicing,
+            imex: file.imex,
         })
     }
 }
@@ -648,26 +315,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn nvidia_keys_without_effect_are_accepted_and_reported() {
-        let f = ConfigFile::parse(
-            "version: v1\nflags:\n  nvidiaDriverRoot: /run/nvidia/driver\n  gfd: {oneshot: true}\n  plugin:\n    nvidiaCTKPath: /usr/bin/nvidia-ctk\n",
-        )
-        .unwrap();
-        let flags = f.flags.unwrap();
-        assert_eq!(
-            flags.ignored_keys(),
-            vec!["flags.nvidiaDriverRoot", "flags.gfd"]
-        );
-        assert_eq!(
-            flags.plugin.unwrap().ignored_keys(),
-            vec!["flags.plugin.nvidiaCTKPath"]
-        );
-    }
-
-    #[test]
     fn mig_strategy_from_file_flag_and_default() {
         let f = ConfigFile::parse("version: v1\nflags:\n  migStrategy: mixed\n").unwrap();
-        assert_eq!(f.flags.unwrap().mig_strategy, Some(MigStrategy::Mixed));
+        assert_eq!(f.flags.mig_strategy, Some(MigStrategy::Mixed));
         let err = ConfigFile::parse("version: v1\nflags:\n  migStrategy: some\n").unwrap_err();
         assert_eq!(err.line, Some(3), "{err}");
         assert!(err.message.contains("some"), "{err}");

@@ -98,20 +98,41 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Err(e) => break Err(e),
         };
         first_round = false;
+        // Labels and sensors read host files (and NVML): off the runtime thread.
         if let Some(path) = cli.feature_file() {
-            write_feature_file(path, &resources);
+            let (path, resources) = (path.to_path_buf(), resources.clone());
+            if let Err(e) =
+                tokio::task::spawn_blocking(move || write_feature_file(&path, &resources)).await
+            {
+                tracing::warn!("writing the feature file failed: {e}");
+            }
         }
         // The metrics endpoint outlives the rounds: it starts with the first and describes
         // the resources of the current one.
         match (&metrics_source, metrics_listener.take()) {
-            (Some(source), _) => source.replace(resources.clone()),
+            (Some(source), _) => {
+                let (source, resources) = (source.clone(), resources.clone());
+                if let Err(e) = tokio::task::spawn_blocking(move || source.replace(resources)).await
+                {
+                    tracing::warn!("locating the GPU sensors failed: {e}");
+                }
+            }
             (None, Some(listener)) => {
-                let source = Arc::new(metrics::MetricsSource::new(
-                    resources.clone(),
-                    options.stats.clone(),
-                    cli.pod_resources_socket(),
-                    cli.node_name(),
-                ));
+                let (resources, stats, cli) =
+                    (resources.clone(), options.stats.clone(), cli.clone());
+                let source = match tokio::task::spawn_blocking(move || {
+                    metrics::MetricsSource::new(
+                        resources,
+                        stats,
+                        cli.pod_resources_socket(),
+                        cli.node_name(),
+                    )
+                })
+                .await
+                {
+                    Ok(source) => Arc::new(source),
+                    Err(e) => break Err(anyhow::anyhow!("locating the GPU sensors failed: {e}")),
+                };
                 let mut stopped = metrics_stopped.clone();
                 tokio::spawn(metrics::server::serve(
                     listener,

@@ -1,6 +1,10 @@
 //! Log output: human-readable text (default) or one JSON object per line.
 
-use tracing_subscriber::EnvFilter;
+use std::str::FromStr;
+
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 /// The `--log-format` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -13,20 +17,59 @@ pub enum LogFormat {
 }
 
 /// The environment variable with the log filter, shared by every edgegpu program:
-/// `EDGEGPU_LOG=debug`, `EDGEGPU_LOG=info,edgegpu_plugin::kubelet=debug` (`RUST_LOG` syntax,
-/// tracing-subscriber's `EnvFilter`).
+/// `EDGEGPU_LOG=debug`, `EDGEGPU_LOG=info,edgegpu_plugin::kubelet=debug` (`RUST_LOG`'s
+/// `target=level` directives). The plugin reads it with tracing-subscriber's `Targets`, which
+/// has no regex engine (a third of a megabyte of code, most of it resident): span and field
+/// filters (`[span]{field}`) are not supported.
 pub const LOG_ENV: &str = "EDGEGPU_LOG";
 
+/// Used when [`LOG_ENV`] is unset or cannot be read.
+const DEFAULT_FILTER: &str = "info,loona_hpack=warn,h2=warn,hyper=warn,tower=warn";
+
 /// Installs the global subscriber, writing to stderr. [`LOG_ENV`] overrides the default
-/// level (`info`). Fails when a subscriber is already installed.
+/// level (`info`); a value that cannot be read is reported and the default used. Fails
+/// when a subscriber is already installed.
 pub fn init(format: LogFormat) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let filter = EnvFilter::try_from_env(LOG_ENV)
-        .unwrap_or_else(|_| EnvFilter::new("info,loona_hpack=warn,h2=warn,hyper=warn,tower=warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let (filter, problem) = match std::env::var(LOG_ENV) {
+        Ok(value) => match Targets::from_str(&value) {
+            Ok(filter) => (filter, None),
+            Err(e) => (
+                default_filter(),
+                Some(format!(
+                    "{LOG_ENV}={value:?}: {e}; using {DEFAULT_FILTER:?}"
+                )),
+            ),
+        },
+        Err(_) => (default_filter(), None),
+    };
+    let builder = tracing_subscriber::fmt().with_writer(std::io::stderr);
     match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.finish().with(filter).try_init()?,
+        LogFormat::Json => builder.json().finish().with(filter).try_init()?,
+    }
+    if let Some(problem) = problem {
+        tracing::warn!("{problem}");
+    }
+    Ok(())
+}
+
+fn default_filter() -> Targets {
+    Targets::from_str(DEFAULT_FILTER).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracing::Level;
+
+    #[test]
+    fn rust_log_style_directives() {
+        let f = Targets::from_str("info,edgegpu_plugin::kubelet=debug").unwrap();
+        assert!(f.would_enable("edgegpu_plugin::kubelet::lifecycle", &Level::DEBUG));
+        assert!(!f.would_enable("edgegpu_plugin::gpu", &Level::DEBUG));
+        assert!(f.would_enable("edgegpu_plugin::gpu", &Level::INFO));
+        let d = default_filter();
+        assert!(!d.would_enable("h2::codec", &Level::INFO));
+        assert!(d.would_enable("edgegpu_plugin", &Level::INFO));
     }
 }

@@ -3,14 +3,16 @@
 //! `--mig-strategy mixed` one per MIG profile as well. The kubelet side only sees the result
 //! as [`Resource`]s.
 
+use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::allocate::device_specs::{Candidates, DeviceNodes, GpuNodes};
 use crate::allocate::{mig, sharing, GpuResource, Unit};
-use crate::config::{Config, GpuArgs, MigStrategy};
+use crate::config::{Config, GpuArgs, Imex, MigStrategy};
 use crate::gpu::discovery::{self, Discovered};
 use crate::gpu::health::{self, Advertised, HealthTable, Target};
 use crate::gpu::Platform;
@@ -68,7 +70,16 @@ pub async fn build_gpu_resources(
     resource_name: &str,
     args: &GpuArgs,
 ) -> anyhow::Result<NodeResources> {
-    let config = args.resolve()?;
+    // Reading the config file and the host's device files blocks: not on the runtime thread.
+    let config = {
+        let (args, root) = (args.clone(), root.to_path_buf());
+        tokio::task::spawn_blocking(move || -> anyhow::Result<Config> {
+            let config = args.resolve()?;
+            check_imex(&root, &config.imex)?;
+            Ok(config)
+        })
+        .await??
+    };
     tracing::info!(
         "Running with config: {}",
         serde_json::to_string(&config).unwrap_or_default()
@@ -113,12 +124,12 @@ pub async fn build_gpu_resources(
             }
         }
     };
-    resources_of(root, resource_name, &config, discovered)
+    resources_of(root, resource_name, &config, discovered).await
 }
 
 /// The resources `config` makes of what discovery found, with their health monitors and,
 /// for MIG strategies, the watch on the MIG geometry as `discovered` saw it.
-pub fn resources_of(
+pub async fn resources_of(
     root: &Path,
     resource_name: &str,
     config: &Config,
@@ -143,6 +154,16 @@ pub fn resources_of(
         }
     }
 
+    let device_nodes = match (&platform, config.pass_device_specs) {
+        (Some(platform), true) => {
+            let candidates = device_node_candidates(platform, &gpus, &split);
+            Some(Arc::new(
+                DeviceNodes::watch(root.to_path_buf(), candidates).await?,
+            ))
+        }
+        _ => None,
+    };
+
     let mut resources = Vec::new();
     for (name, units) in split {
         resources.push(resource(
@@ -152,6 +173,7 @@ pub fn resources_of(
             platform.clone(),
             &gpus,
             units,
+            device_nodes.clone(),
             nvml.clone(),
         ));
     }
@@ -167,7 +189,8 @@ pub fn resources_of(
         nvml,
         &resources,
         changed,
-    )?;
+    )
+    .await?;
     for r in &resources {
         tracing::info!(resource = %r.name(), devices = r.table.advertised().len(), "GPU resource ready");
     }
@@ -190,15 +213,18 @@ pub async fn settle_mig_geometry(
     resource_name: &str,
     args: &GpuArgs,
 ) -> anyhow::Result<()> {
-    let config = args.resolve()?;
-    let root_owned = root.to_path_buf();
-    let (nvml, gpus) =
-        tokio::task::spawn_blocking(move || discovery::nvml::load_and_enumerate(&root_owned))
-            .await??;
+    // The config file, NVML's loading and every NVML call block: off the runtime thread.
+    let (args, root_owned) = (args.clone(), root.to_path_buf());
+    let (config, nvml, gpus) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let config = args.resolve()?;
+        let (nvml, gpus) = discovery::nvml::load_and_enumerate(&root_owned)?;
+        Ok((config, nvml, gpus))
+    })
+    .await??;
     let nvml = Arc::new(nvml);
     let gpus = Arc::new(gpus);
     let mut settling = Settling::default();
-    loop {
+    let settled = loop {
         let (nvml, gpus) = (nvml.clone(), gpus.clone());
         let (name, strategy) = (resource_name.to_string(), config.mig_strategy);
         let seen = tokio::task::spawn_blocking(move || {
@@ -209,10 +235,13 @@ pub async fn settle_mig_geometry(
         .await?;
         if settling.observe(seen, config.mig_strategy) {
             tracing::info!("MIG geometry valid and stable; serving it");
-            return Ok(());
+            break Ok(());
         }
         tokio::time::sleep(health::nvml::TICK).await;
-    }
+    };
+    // Dropping the last handle calls nvmlShutdown, which blocks.
+    tokio::task::spawn_blocking(move || drop(nvml));
+    settled
 }
 
 /// The GPUs (MIG mode as of now) and their MIG devices.
@@ -268,6 +297,7 @@ impl Settling {
 
 /// One resource: IDs, replicas and the health table of `units` (and NVML, which its metrics
 /// read).
+#[allow(clippy::too_many_arguments)]
 fn resource(
     root: &Path,
     config: &Config,
@@ -275,6 +305,7 @@ fn resource(
     platform: Option<Platform>,
     gpus: &[crate::gpu::Gpu],
     units: Vec<Unit>,
+    device_nodes: Option<Arc<DeviceNodes>>,
     nvml: Option<Arc<nvml_wrapper::Nvml>>,
 ) -> Arc<GpuResource> {
     let base_ids: Vec<String> = units
@@ -309,13 +340,37 @@ fn resource(
         base_ids,
         replication,
         table,
+        device_nodes,
         allocations: Default::default(),
         nvml,
     })
 }
 
+/// The `/dev` nodes the node's resources may hand out (`--pass-device-specs`): the GPUs'
+/// and, for MIG devices, their `/dev/nvidia-caps` nodes.
+fn device_node_candidates(
+    platform: &Platform,
+    gpus: &[crate::gpu::Gpu],
+    resources: &mig::ResourceUnits,
+) -> Candidates {
+    let gpu_nodes = match platform {
+        Platform::Tegra { detection, .. } => GpuNodes::Tegra(detection.generation),
+        Platform::Nvml => GpuNodes::Discrete(gpus.iter().map(|g| g.device_minor()).collect()),
+    };
+    let mig = resources
+        .iter()
+        .flat_map(|(_, units)| units)
+        .filter_map(|u| u.mig_instance(gpus))
+        .collect();
+    Candidates {
+        gpus: gpu_nodes,
+        mig,
+    }
+}
+
 /// Starts the health monitors of every unit of every resource, and the MIG geometry watch.
-fn start_monitors(
+/// Host files and NVML are read on the blocking pool.
+async fn start_monitors(
     root: &Path,
     config: &Config,
     platform: Option<&Platform>,
@@ -338,9 +393,17 @@ fn start_monitors(
                 .l4t
                 .as_deref()
                 .and_then(edgegpu_platform::host::l4t_major);
-            let spec = health::tegra::TegraHealthSpec::for_host(root, detection.generation, l4t);
+            let (root, generation) = (root.to_path_buf(), detection.generation);
+            let spec = tokio::task::spawn_blocking({
+                let root = root.clone();
+                move || health::tegra::TegraHealthSpec::for_host(&root, generation, l4t)
+            })
+            .await?;
             let targets: Vec<Target> = slots().map(|(t, _)| t).collect();
-            health::tegra::spawn(root.to_path_buf(), spec, targets)?;
+            let monitor = Arc::new(health::tegra::spawn(root, spec, targets).await?);
+            for r in resources {
+                r.table.keep_monitor(Arc::clone(&monitor));
+            }
         }
     }
     let Some(nvml) = nvml else { return Ok(()) };
@@ -365,6 +428,9 @@ fn start_monitors(
     let mig_watch = (config.mig_strategy != MigStrategy::None)
         .then(|| health::nvml::MigWatch::of_discovery(gpus, migs, changed));
     if watched.is_empty() && mig_watch.is_none() {
+        // Dropping the last handle calls nvmlShutdown, which blocks (the resources keep
+        // theirs, for metrics, until they are dropped: see GpuResource's Drop).
+        tokio::task::spawn_blocking(move || drop(nvml));
         return Ok(());
     }
     let lifetime = resources.iter().map(|r| Arc::downgrade(&r.table)).collect();
@@ -378,10 +444,83 @@ fn start_monitors(
     )
 }
 
+/// Where an IMEX channel's device node lives (NVIDIA's `internal/imex`).
+const IMEX_CHANNEL_DIR: &str = "/dev/nvidia-caps-imex-channels";
+
+/// `imex.channelIDs` with NVIDIA's rules for a channel that is not there: skipped with a
+/// warning, or an error when `imex.required`. A channel that *is* there would have to be
+/// handed to every GPU container, which edgegpu does not do (docs/platforms/README.md): the
+/// plugin then refuses to start rather than run without it.
+fn check_imex(root: &Path, imex: &Imex) -> anyhow::Result<()> {
+    for id in &imex.channel_ids {
+        let host_path = format!("{IMEX_CHANNEL_DIR}/channel{id}");
+        let path = crate::gpu::under_root(root, &host_path);
+        let is_channel = std::fs::metadata(&path).is_ok_and(|m| m.file_type().is_char_device());
+        match (is_channel, imex.required) {
+            (true, _) => anyhow::bail!(
+                "config file: imex.channelIDs [{id}]: IMEX channel {host_path} exists on this \
+                 node, and edgegpu does not inject IMEX channels into containers; remove the \
+                 `imex` section (see docs/platforms/README.md)"
+            ),
+            (false, true) => anyhow::bail!(
+                "config file: requested IMEX channel channel{id} does not exist ({host_path}) and \
+                 imex.required is true"
+            ),
+            (false, false) => tracing::warn!(
+                "Ignoring requested IMEX channel channel{id} ({host_path} does not exist)"
+            ),
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::DiscoveryStrategy;
     use crate::gpu::{Gpu, MigDevice};
+    use edgegpu_testkit::host::{Board, FakeHost};
+
+    /// inotify instances open in this process (no other unit test of the crate opens one).
+    fn inotify_instances() -> usize {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                std::fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy().contains("inotify"))
+            })
+            .count()
+    }
+
+    /// A SIGHUP or MIG rebuild drops the node's resources; their watches (Tegra health, device
+    /// nodes) must end then, not at an event that may never come in a quiet `/dev` or sysfs.
+    #[tokio::test]
+    async fn dropped_resources_leave_no_watch_behind() {
+        let host = FakeHost::jetson(Board::Orin);
+        let args = GpuArgs {
+            discovery: Some(DiscoveryStrategy::Tegra),
+            pass_device_specs: Some(true),
+            ..GpuArgs::default()
+        };
+        let before = inotify_instances();
+        for _ in 0..3 {
+            let node = build_gpu_resources(host.root(), "nvidia.com/gpu", &args)
+                .await
+                .unwrap();
+            assert_eq!(
+                inotify_instances(),
+                before + 2,
+                "health and device-node watches"
+            );
+            drop(node);
+            // Aborted tasks drop their inotify streams when the runtime next runs them.
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while inotify_instances() != before {
+                assert!(std::time::Instant::now() < deadline, "watches left behind");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    }
 
     fn geometry(migs: &[&str]) -> Geometry {
         let gpu = Gpu {

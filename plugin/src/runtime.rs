@@ -14,6 +14,9 @@ where
 {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        // Blocking-pool threads (file-system calls, scrapes) are rare; do not keep idle ones
+        // around.
+        .thread_keep_alive(Duration::from_secs(1))
         .build()
     {
         Ok(runtime) => runtime,

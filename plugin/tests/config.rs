@@ -5,7 +5,10 @@
 use std::path::Path;
 use std::process::Output;
 
-use edgegpu_plugin::config::{AllocationPolicy, ConfigFile, DeviceIdStrategy, DeviceListStrategy};
+use edgegpu_plugin::config::{
+    AllocationPolicy, ConfigFile, DeviceIdStrategy, DeviceListStrategy, DiscoveryStrategy,
+    MigStrategy,
+};
 use edgegpu_testkit::host::{Board, FakeHost};
 use edgegpu_testkit::process::binary_command;
 
@@ -30,65 +33,140 @@ sharing:
 #[test]
 fn nvidia_shaped_yaml_and_json_parse() {
     let f = ConfigFile::parse(NVIDIA_EXAMPLE).expect("valid");
-    let plugin = f.flags.as_ref().unwrap().plugin.as_ref().unwrap();
-    assert_eq!(plugin.pass_device_specs, Some(true));
-    assert_eq!(plugin.device_id_strategy, Some(DeviceIdStrategy::Index));
+    assert_eq!(f.flags.pass_device_specs, Some(true));
+    assert_eq!(f.flags.device_id_strategy, Some(DeviceIdStrategy::Index));
     assert_eq!(
-        plugin.device_list_strategy.as_ref().unwrap().0,
-        vec![DeviceListStrategy::Envvar, DeviceListStrategy::CdiCri]
+        f.flags.device_list_strategy,
+        Some(vec![DeviceListStrategy::Envvar, DeviceListStrategy::CdiCri])
     );
-    let ts = f.sharing.unwrap().time_slicing.unwrap();
+    assert_eq!(f.flags.mig_strategy, Some(MigStrategy::None));
+    let ts = f.time_slicing.unwrap();
     assert!(ts.rename_by_default && ts.fail_requests_greater_than_one);
     assert_eq!(
         (ts.resources[0].name.as_str(), ts.resources[0].replicas),
         ("nvidia.com/gpu", 4)
     );
+    assert!(f.notes.is_empty(), "{:?}", f.notes);
 
     let json = r#"{"version": "v1", "sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}}"#;
     let f = ConfigFile::parse(json).expect("JSON is accepted");
-    assert_eq!(
-        f.sharing.unwrap().time_slicing.unwrap().resources[0].replicas,
-        2
-    );
+    assert_eq!(f.time_slicing.unwrap().resources[0].replicas, 2);
 }
 
-/// (file contents, expected line (None: the whole file is at fault), words the message must contain)
-const BAD: &[(&str, Option<usize>, &[&str])] = &[
-    // Unknown key: an error, not ignored.
-    ("version: v1\nflags:\n  failOnInitError: true\n  pasDeviceSpecs: true\n", Some(4), &["unknown field `pasDeviceSpecs`", "flags"]),
-    (
-        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replica: 4\n",
-        Some(6),
-        &["unknown field `replica`", "sharing.timeSlicing.resources[0]"],
-    ),
-    // NVIDIA's parse errors.
+/// The entries deploy/helm/check_chart.py (`test_config_entries_the_plugin_accepts`) renders
+/// as config.map entries: the chart's own checks must let through what the plugin reads.
+#[test]
+fn entries_the_helm_chart_lets_through_are_read() {
+    let entries: &[(&str, Option<MigStrategy>, Option<&str>)] = &[
+        ("", None, None),
+        ("# nothing set yet\n", None, None),
+        ("{}", None, None),
+        ("version: null\n", None, None),
+        ("flags:\n  plugin:\n    deviceIDStrategy: index\n", None, None),
+        ("version: v1\nflags:\n  migStrategy: single\n", Some(MigStrategy::Single), None),
+        ("version: v1\nflags:\n  migStrategy: mixed\n", Some(MigStrategy::Mixed), None),
+        (
+            "Version: v1\nFlags:\n  MigStrategy: mixed\n  FailOnInitError: yes\n",
+            Some(MigStrategy::Mixed),
+            None,
+        ),
+        (
+            "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: gpu\n      replicas: 3\n",
+            None,
+            Some("nvidia.com/gpu"),
+        ),
+        (
+            "Sharing:\n  TimeSlicing:\n    resources:\n    - name: mig-1g.5gb\n      replicas: 2\n",
+            None,
+            Some("nvidia.com/mig-1g.5gb"),
+        ),
+        (
+            r#"{"sharing": {"timeSlicing": {"resources": [{"name": "gpu", "replicas": 2}]}}}"#,
+            None,
+            Some("nvidia.com/gpu"),
+        ),
+    ];
+    for (text, mig, shared) in entries {
+        let f = ConfigFile::parse(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+        assert_eq!(f.flags.mig_strategy, *mig, "{text:?}");
+        let names: Vec<&str> = f
+            .time_slicing
+            .iter()
+            .flat_map(|t| &t.resources)
+            .map(|r| r.name.as_str())
+            .collect();
+        assert_eq!(
+            names,
+            shared.iter().copied().collect::<Vec<_>>(),
+            "{text:?}"
+        );
+    }
+}
+
+/// (file contents, expected line, words the message must contain)
+const BAD: &[(&str, usize, &[&str])] = &[
+    // NVIDIA's parse errors, at the line of the value at fault.
     (
         "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 1\n",
-        Some(5),
-        &["number of replicas must be >= 2", "sharing.timeSlicing.resources"],
+        6,
+        &["sharing.timeSlicing.resources[0].replicas: number of replicas must be >= 2"],
     ),
-    ("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n", Some(5), &["no replicas specified"]),
-    ("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - replicas: 3\n", Some(5), &["no resource name specified"]),
-    ("version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n", Some(3), &["no resources specified", "timeSlicing.resources"]),
-    ("version: v2\nflags: {}\n", Some(1), &["unknown version: v2"]),
-    ("flags:\n  failOnInitError: false\n", None, &["missing version field"]),
-    // Wrong value type and bad enum value.
-    ("version: v1\nflags:\n  failOnInitError: maybe\n", Some(3), &["flags.failOnInitError", "invalid"]),
+    ("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n", 5, &["no replicas specified"]),
+    // A misspelt key is reported, and the required one is then missing.
+    (
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replica: 4\n",
+        5,
+        &["sharing.timeSlicing.resources[0]: no replicas specified"],
+    ),
+    ("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - replicas: 3\n", 5, &["no resource name specified"]),
+    ("version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n", 4, &["no resources specified", "sharing.timeSlicing"]),
+    ("version: v1\nsharing:\n  timeSlicing:\n    resources: []\n", 4, &["no resources specified"]),
+    ("version: v2\nflags: {}\n", 1, &["unknown version: v2"]),
+    ("version: v1\nflags:\n  migStrategy: all\n", 3, &["unknown MIG strategy: all"]),
+    // Resource names as NVIDIA checks them.
+    (
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: $invalid$\n      replicas: 2\n",
+        5,
+        &["incorrect format for resource name 'nvidia.com/$invalid$'"],
+    ),
+    (
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: gpu\n      replicas: 2\n      devices: [\"GPU-UUID\"]\n",
+        7,
+        &["sharing.timeSlicing.resources[0].devices", "unsupported device"],
+    ),
+    (
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: gpu\n      replicas: 2\n      devices: -2\n",
+        7,
+        &["count of devices must be > 0"],
+    ),
+    ("version: v1\nimex:\n  channelIDs: [1]\n", 3, &["channelIDs must be [] or [0]"]),
+    // Wrong value type and bad enum value; a quoted "true" is a string, as in Go.
+    ("version: v1\nflags:\n  failOnInitError: maybe\n", 3, &["flags.failOnInitError", "invalid value `maybe`"]),
+    ("version: v1\nflags:\n  failOnInitError: \"true\"\n", 3, &["flags.failOnInitError", "quoted"]),
     (
         "version: v1\nflags:\n  plugin:\n    deviceListStrategy: volume-mounts\n",
-        Some(4),
-        &["flags.plugin: deviceListStrategy:", "volume-mounts"],
+        4,
+        &["flags.plugin.deviceListStrategy:", "volume-mounts"],
+    ),
+    ("version: v1\nflags:\n  plugin:\n    deviceIDStrategy: serial\n", 4, &["flags.plugin.deviceIDStrategy", "uuid, index"]),
+    ("version: v1\nflags: [a]\n", 2, &["flags: expected a mapping"]),
+    // Features edgegpu does not have.
+    (
+        "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n",
+        4,
+        &["sharing.mps is not supported"],
     ),
     // Malformed YAML.
-    ("version: v1\nflags:\n\tfailOnInitError: true\n", Some(3), &["cannot start any token"]),
-    ("version: v1\nsharing: {timeSlicing: {resources: [\n", Some(3), &["did not find expected"]),
+    ("version: v1\nflags:\n\tfailOnInitError: true\n", 3, &[]),
+    ("version: v1\nsharing: {timeSlicing: {resources: [\n", 3, &[]),
 ];
 
 #[test]
 fn bad_files_name_line_and_key() {
     for (text, line, words) in BAD {
         let err = ConfigFile::parse(text).expect_err(text);
-        assert_eq!(err.line, *line, "line for {text:?}: {err}");
+        assert_eq!(err.line, Some(*line), "line for {text:?}: {err}");
+        assert!(err.column.is_some(), "{err}");
         for w in *words {
             assert!(
                 err.to_string().contains(w),
@@ -96,6 +174,29 @@ fn bad_files_name_line_and_key() {
             );
         }
     }
+}
+
+#[test]
+fn unknown_keys_are_reported_with_their_line_and_ignored_as_nvidia_does() {
+    let f = ConfigFile::parse(
+        "version: v1\nflags:\n  failOnInitError: false\n  pasDeviceSpecs: true\nsharing:\n  timeSlicing:\n    RenameByDefault: true\n    resources:\n    - name: gpu\n      replicas: 2\n",
+    )
+    .unwrap();
+    assert_eq!(f.flags.fail_on_init_error, Some(false));
+    assert_eq!(f.flags.pass_device_specs, None);
+    // NVIDIA looks `renameByDefault` up exactly: the capitalised key does nothing there.
+    assert!(!f.time_slicing.unwrap().rename_by_default);
+    let notes = f.notes.join("\n");
+    assert!(
+        notes.contains("line 4, column 3: unknown key `flags.pasDeviceSpecs` ignored"),
+        "{notes}"
+    );
+    assert!(
+        notes.contains(
+            "line 7, column 5: unknown key `sharing.timeSlicing.RenameByDefault` ignored"
+        ) && notes.contains("did you mean `renameByDefault`"),
+        "{notes}"
+    );
 }
 
 fn run_plugin(root: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
@@ -146,9 +247,9 @@ fn a_bad_config_file_stops_the_plugin_at_start_and_is_left_alone() {
     assert!(!out.status.success());
     let t = text(&out);
     assert!(t.contains(&file.display().to_string()), "{t}");
-    assert!(t.contains("line 5"), "{t}");
+    assert!(t.contains("line 6, column 17"), "{t}");
     assert!(
-        t.contains("sharing.timeSlicing.resources: number of replicas must be >= 2"),
+        t.contains("sharing.timeSlicing.resources[0].replicas: number of replicas must be >= 2"),
         "{t}"
     );
     assert_eq!(
@@ -320,13 +421,160 @@ fn allocation_policy_and_discovery_from_file() {
         "version: v1\nflags:\n  deviceDiscoveryStrategy: tegra\n  plugin:\n    sharedDevicesAllocationPolicy: packed\n",
     )
     .unwrap();
-    let flags = f.flags.unwrap();
     assert_eq!(
-        flags.plugin.unwrap().shared_devices_allocation_policy,
+        f.flags.shared_devices_allocation_policy,
         Some(AllocationPolicy::Packed)
     );
     assert_eq!(
-        flags.device_discovery_strategy,
-        Some(edgegpu_plugin::config::DiscoveryStrategy::Tegra)
+        f.flags.device_discovery_strategy,
+        Some(DiscoveryStrategy::Tegra)
     );
+}
+
+/// Configs of the kinds NVIDIA ships (its README and chart examples, the GPU Operator and
+/// OpenShift ConfigMaps, the inputs its parser tests accept), written here from its rules.
+/// Each must start the real binary with the same meaning: checked on `Running with config:`
+/// (the binary then stops: the fake host has no GPU). (name, file, expected effective config
+/// fields.)
+/// (effective-config key, its JSON value)
+type Expected = &'static [(&'static str, &'static str)];
+
+const NVIDIA_SHAPED: &[(&str, &str, Expected)] = &[
+    ("empty file: every default", "", &[("deviceIdStrategy", "\"uuid\""), ("sharing", "null")]),
+    ("comments only", "# nothing set yet\n", &[("failOnInitError", "true")]),
+    ("no version field", "flags:\n  plugin:\n    deviceIDStrategy: index\n", &[("deviceIdStrategy", "\"index\"")]),
+    ("empty JSON object", "{}", &[("passDeviceSpecs", "false")]),
+    (
+        "README flags example",
+        "version: v1\nflags:\n  migStrategy: \"none\"\n  failOnInitError: true\n  nvidiaDriverRoot: \"/\"\n  plugin:\n    passDeviceSpecs: false\n    deviceListStrategy: \"envvar\"\n    deviceIDStrategy: \"uuid\"\n",
+        &[("deviceListStrategy", "[\"envvar\"]"), ("migStrategy", "\"none\"")],
+    ),
+    (
+        "mixed MIG strategy",
+        "version: v1\nflags:\n  migStrategy: mixed\n  failOnInitError: true\n  plugin:\n    deviceListStrategy: envvar\n    deviceIDStrategy: uuid\n",
+        &[("migStrategy", "\"mixed\"")],
+    ),
+    ("chart map entry: single", "version: v1\nflags:\n  migStrategy: single\n", &[("migStrategy", "\"single\"")]),
+    (
+        "time-slicing with ten replicas",
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 10\n",
+        &[("sharing", "{\"renameByDefault\":false,\"failRequestsGreaterThanOne\":false,\"resources\":[{\"name\":\"nvidia.com/gpu\",\"replicas\":10}]}")],
+    ),
+    (
+        "GPU Operator style time-slicing ConfigMap entry",
+        "version: v1\nflags:\n  migStrategy: none\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    failRequestsGreaterThanOne: true\n    resources:\n      - name: nvidia.com/gpu\n        replicas: 4\n",
+        &[("sharing", "{\"renameByDefault\":true,\"failRequestsGreaterThanOne\":true,\"resources\":[{\"name\":\"nvidia.com/gpu\",\"replicas\":4}]}")],
+    ),
+    (
+        "OpenShift style: MIG resources named, devices all",
+        "version: v1\nflags:\n  migStrategy: mixed\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      devices: all\n      replicas: 8\n    - name: nvidia.com/mig-1g.5gb\n      replicas: 2\n",
+        &[("migStrategy", "\"mixed\"")],
+    ),
+    (
+        "short resource name, devices count and list, rename (checked, then ignored)",
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: gpu\n      replicas: 3\n      rename: gpu-shared\n      devices: 2\n    - name: mig-1g.5gb\n      replicas: 2\n      devices: [0, \"0:0\", \"GPU-4cf8db2d-06c0-7d70-1a51-e59b25b2c16c\"]\n",
+        &[("sharing", "{\"renameByDefault\":false,\"failRequestsGreaterThanOne\":false,\"resources\":[{\"name\":\"nvidia.com/gpu\",\"replicas\":3},{\"name\":\"nvidia.com/mig-1g.5gb\",\"replicas\":2}]}")],
+    ),
+    (
+        "NVIDIA's own key spelling, other key case, YAML 1.1 booleans",
+        "Version: v1\nFlags:\n  useNodeFeatureAPI: true\n  FailOnInitError: yes\n  Plugin:\n    PassDeviceSpecs: on\n    DeviceIDStrategy: index\n",
+        &[("passDeviceSpecs", "true"), ("deviceIdStrategy", "\"index\"")],
+    ),
+    (
+        "deviceListStrategy as a list, gfd settings",
+        "version: v1\nflags:\n  plugin:\n    deviceListStrategy: [envvar, cdi-annotations]\n  gfd:\n    oneshot: false\n    sleepInterval: infinite\n",
+        &[("deviceListStrategy", "[\"envvar\",\"cdi-annotations\"]")],
+    ),
+    (
+        "resources section (checked, then ignored as NVIDIA does)",
+        "version: v1\nresources:\n  gpus:\n  - pattern: \"*A100*\"\n    name: a100\n",
+        &[("sharing", "null")],
+    ),
+    ("imex without channels", "version: v1\nimex:\n  channelIDs: []\n", &[("imex", "{\"channelIDs\":[],\"required\":false}")]),
+    (
+        "imex channel 0, not required, absent on this node: skipped",
+        "version: v1\nimex:\n  channelIDs: [0]\n",
+        &[("imex", "{\"channelIDs\":[0],\"required\":false}")],
+    ),
+];
+
+#[test]
+fn configs_nvidia_ships_start_the_plugin_with_the_same_meaning() {
+    let host = FakeHost::empty();
+    let dir = tempfile::tempdir().unwrap();
+    for (i, (name, content, expected)) in NVIDIA_SHAPED.iter().enumerate() {
+        let file = dir.path().join(format!("config{i}.yaml"));
+        std::fs::write(&file, content).unwrap();
+        let out = run_plugin(host.root(), &["--config", file.to_str().unwrap()], &[]);
+        let t = text(&out);
+        assert!(t.contains("Running with config:"), "{name}: refused:\n{t}");
+        let config = effective_config(&out);
+        for (key, value) in *expected {
+            let want: serde_json::Value = serde_json::from_str(value).unwrap();
+            assert_eq!(config[*key], want, "{name}: {key} in {config}");
+        }
+    }
+}
+
+#[test]
+fn a_required_imex_channel_that_is_missing_stops_the_plugin() {
+    let host = FakeHost::empty();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.yaml");
+    std::fs::write(
+        &file,
+        "version: v1\nimex:\n  channelIDs: [0]\n  required: true\n",
+    )
+    .unwrap();
+    let out = run_plugin(host.root(), &["--config", file.to_str().unwrap()], &[]);
+    assert!(!out.status.success());
+    let t = text(&out);
+    assert!(
+        t.contains("requested IMEX channel channel0 does not exist"),
+        "{t}"
+    );
+}
+
+#[test]
+fn notes_reach_the_log_with_the_file_and_line() {
+    let host = FakeHost::empty();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.yaml");
+    std::fs::write(
+        &file,
+        "version: v1\nflags:\n  gdsEnabled: true\n  plugin:\n    passDeviceSpec: true\n",
+    )
+    .unwrap();
+    let out = run_plugin(host.root(), &["--config", file.to_str().unwrap()], &[]);
+    let t = text(&out);
+    let shown = file.display().to_string();
+    for want in [
+        "line 3, column 15: `flags.gdsEnabled` is an NVIDIA plugin setting without effect",
+        "line 5, column 5: unknown key `flags.plugin.passDeviceSpec` ignored",
+    ] {
+        assert!(
+            t.lines().any(|l| l.contains(&shown) && l.contains(want)),
+            "{want:?} not logged:\n{t}"
+        );
+    }
+}
+
+proptest::proptest! {
+    /// The plugin aborts on a panic (`panic = "abort"`): no file content may cause one.
+    #[test]
+    fn no_input_panics(text in "[ -~\n\t]{0,200}") {
+        let _ = ConfigFile::parse(&text);
+    }
+
+    /// Valid configs with bytes cut or replaced: errors, never panics.
+    #[test]
+    fn damaged_configs_do_not_panic(cut in 0usize..400, at in 0usize..400, byte in 0u8..128) {
+        let mut text = NVIDIA_EXAMPLE.as_bytes().to_vec();
+        text.truncate(cut.min(text.len()));
+        if !text.is_empty() {
+            let i = at % text.len();
+            text[i] = byte;
+        }
+        let _ = ConfigFile::parse(&String::from_utf8_lossy(&text));
+    }
 }

@@ -130,6 +130,63 @@ async fn mixed_serves_one_resource_per_profile_on_its_own_socket() {
     node.stop().await;
 }
 
+/// The caps nodes are not looked up inside Allocate but kept current from inotify, like the
+/// GPU nodes: created after the start (nvidia-modprobe makes them when a GPU instance is
+/// created, `/dev/nvidia-caps` included), they reach the next Allocate; until then Allocate
+/// refuses the MIG device and says which node is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn caps_nodes_created_after_the_start_reach_allocate() {
+    let (host, _gpus) = mixed_host();
+    std::fs::remove_dir_all(host.path("/dev/nvidia-caps")).unwrap();
+    let node = Node::start(
+        host.root(),
+        &["--mig-strategy=mixed", "--pass-device-specs"],
+    )
+    .await
+    .unwrap();
+    let small = FakeMig::h100(0, 5, "1g.10gb");
+    let err = node
+        .kubelet
+        .allocate("nvidia.com/mig-1g.10gb", &[&small.uuid])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+    assert!(
+        err.message()
+            .contains("/dev/nvidia-caps/nvidia-cap53 does not exist"),
+        "{err:?}"
+    );
+
+    // mig-minors of the fake driver: gi5 = 3 + 10*5 = 53, its ci0 54.
+    host.restore_node("/dev/nvidia-caps/nvidia-cap53");
+    host.restore_node("/dev/nvidia-caps/nvidia-cap54");
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        match node
+            .kubelet
+            .allocate("nvidia.com/mig-1g.10gb", &[&small.uuid])
+            .await
+        {
+            Ok(r) => {
+                let paths = spec_paths(&r);
+                for p in [
+                    "/dev/nvidia-caps/nvidia-cap53",
+                    "/dev/nvidia-caps/nvidia-cap54",
+                ] {
+                    assert!(paths.contains(&p.to_string()), "{p} missing from {paths:?}");
+                }
+                break;
+            }
+            Err(e) => assert!(
+                std::time::Instant::now() < deadline,
+                "the caps nodes never reached Allocate: {e:?}"
+            ),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    node.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn single_serves_mig_devices_as_nvidia_com_gpu_with_nvidia_indices() {
     let (host, _gpus, migs) = uniform_host();
@@ -300,6 +357,7 @@ async fn a_change_between_discovery_and_the_watch_is_noticed() {
     host.set_mig(&gpus, &[0], &[FakeMig::h100(0, 1, "3g.40gb")]);
     let mut node =
         edgegpu_plugin::node::resources_of(host.root(), &cli.resource_name, &config, discovered)
+            .await
             .unwrap();
     tokio::time::timeout(WAIT, node.reconfigured.wait_for(|c| *c))
         .await

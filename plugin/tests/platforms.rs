@@ -347,6 +347,35 @@ async fn device_specs_per_jetson_generation_only_existing_nodes() {
     }
 }
 
+/// Device specs are not read inside Allocate but kept current from inotify: a node that
+/// appears after the start (Thor's `/dev/nvidia-uvm` is created on first CUDA use) or goes
+/// away is seen by the next Allocate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn device_specs_follow_nodes_that_appear_and_vanish_after_start() {
+    let host = FakeHost::jetson(Board::Thor);
+    host.remove_node("/dev/nvidia-uvm");
+    let plugin = Plugin::start(host.root(), &["--discovery=tegra", "--pass-device-specs"]).await;
+    let uvm = "/dev/nvidia-uvm".to_string();
+    let first = spec_paths(&plugin.allocate(&["tegra"]).await.expect("allocate"));
+    assert!(!first.contains(&uvm), "{first:?}");
+
+    host.restore_node("/dev/nvidia-uvm");
+    host.remove_node("/dev/dri/card0");
+    let deadline = std::time::Instant::now() + gpu_common::WAIT;
+    loop {
+        let paths = spec_paths(&plugin.allocate(&["tegra"]).await.expect("allocate"));
+        if paths.contains(&uvm) && !paths.iter().any(|p| p == "/dev/dri/card0") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "device specs never followed the nodes: {paths:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    plugin.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn discrete_host_two_gpus_on_two_numa_nodes() {
     let gpus = FakeGpu::two_on_two_numa_nodes();

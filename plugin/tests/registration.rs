@@ -222,3 +222,24 @@ async fn socket_that_cannot_be_bound_yet_is_retried_not_fatal() {
     plugin.shutdown().await.unwrap();
     assert!(sockets_in(&registry).is_empty());
 }
+
+/// A restarting kubelet whose `kubelet.sock` exists for a while before it accepts (bind,
+/// then listen): the plugin, woken at bind, is refused, retries and registers once it listens.
+#[tokio::test]
+async fn registers_after_the_kubelet_socket_starts_listening() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = FakeKubeletOptions::new(dir.path());
+    opts.listen_delay = Duration::from_millis(150);
+    let kubelet = FakeKubelet::start_with(opts).await.unwrap();
+    let resource = TestResource::new(GPU, vec![device("gpu-0", true)]);
+    let _plugin = RunningPlugin::start(resource, LifecycleOptions::new(dir.path()));
+    kubelet.wait_for_registration(GPU, WAIT).await.unwrap();
+    for round in 2..5 {
+        kubelet.restart().await.unwrap();
+        let info = kubelet
+            .wait_for_registrations(GPU, round, WAIT)
+            .await
+            .unwrap_or_else(|e| panic!("restart {round}: {e}"));
+        assert!(info.registrations >= round);
+    }
+}

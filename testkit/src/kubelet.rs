@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use edgegpu_kubelet_api::pluginregistration::registration_client::RegistrationClient as WatcherClient;
 use edgegpu_kubelet_api::pluginregistration::{
@@ -74,6 +74,10 @@ pub struct FakeKubeletOptions {
     /// The plugin watcher's `GetInfo` timeout (the kubelet's: 1 s, never retried). A test
     /// of a cold debug binary under qemu-user may need more for the very first RPC.
     pub get_info_timeout: Duration,
+    /// Time between creating `kubelet.sock` (bind) and accepting on it (listen). Go's
+    /// `net.Listen` does both back to back, but a plugin woken by inotify at bind() can dial
+    /// in between and get ECONNREFUSED; a gap makes that reproducible.
+    pub listen_delay: Duration,
 }
 
 impl FakeKubeletOptions {
@@ -84,6 +88,7 @@ impl FakeKubeletOptions {
             plugins_registry: None,
             old_kubelet_authority: false,
             get_info_timeout: GET_INFO_TIMEOUT,
+            listen_delay: Duration::ZERO,
         }
     }
 }
@@ -139,6 +144,8 @@ struct State {
     /// Incremented on every start and stop; work started in an older epoch is discarded.
     epoch: u64,
     running: bool,
+    /// When `kubelet.sock` last started accepting.
+    listening_since: Option<Instant>,
 }
 
 struct Shared {
@@ -220,7 +227,16 @@ impl FakeKubelet {
         let dir = &self.shared.opts.device_plugin_dir;
         std::fs::create_dir_all(dir)?;
         let removed = remove_sockets(dir)?;
-        let listener = UnixListener::bind(self.socket_path())?;
+        let listener = if self.shared.opts.listen_delay.is_zero() {
+            UnixListener::bind(self.socket_path())?
+        } else {
+            let socket = tokio::net::UnixSocket::new_stream()?;
+            socket.bind(self.socket_path())?;
+            tokio::time::sleep(self.shared.opts.listen_delay).await;
+            socket.listen(1024)?
+        };
+        self.shared
+            .update(|s| s.listening_since = Some(Instant::now()));
         let epoch = self.shared.update(|s| {
             s.epoch += 1;
             s.running = true;
@@ -307,6 +323,11 @@ impl FakeKubelet {
     pub async fn restart(&self) -> anyhow::Result<()> {
         self.stop().await;
         self.start_again().await
+    }
+
+    /// When `kubelet.sock` last started accepting connections (after the listen delay).
+    pub fn listening_since(&self) -> Option<Instant> {
+        self.shared.state.lock().unwrap().listening_since
     }
 
     /// Total number of successful registrations (all resources, across restarts).

@@ -76,6 +76,40 @@ pub fn cpu_time_us(stat_path: &str) -> u64 {
     ticks * 1_000_000 / hz
 }
 
+/// Rss summed per mapped file (the binary, each library) and for anonymous memory, from
+/// /proc/PID/smaps, largest first (`edgegpu-device-plugin 2100 kB, [anon] 900 kB, …`).
+pub fn rss_by_mapping(pid: u32) -> String {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
+    let mut sums: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut current = String::new();
+    for line in smaps.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields
+            .first()
+            .is_some_and(|f| f.contains('-') && !f.ends_with(':'))
+        {
+            current = match fields.get(5) {
+                Some(path) if path.starts_with('/') => {
+                    path.rsplit('/').next().unwrap_or(path).to_string()
+                }
+                Some(other) => other.to_string(),
+                None => "[anon]".to_string(),
+            };
+        } else if fields.first() == Some(&"Rss:") {
+            *sums.entry(current.clone()).or_default() += fields
+                .get(1)
+                .and_then(|k| k.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    let mut sums: Vec<(String, u64)> = sums.into_iter().filter(|(_, kb)| *kb > 0).collect();
+    sums.sort_by_key(|(_, kb)| std::cmp::Reverse(*kb));
+    sums.iter()
+        .map(|(name, kb)| format!("{name} {kb} kB"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// A running process's memory and idle wake-ups, as the benchmarks print them.
 #[derive(Debug, Clone)]
 pub struct Footprint {

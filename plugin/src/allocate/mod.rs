@@ -36,6 +36,15 @@ pub struct Unit {
 }
 
 impl Unit {
+    /// A MIG device's GPU instance and compute instance on its GPU's device node.
+    pub fn mig_instance(&self, gpus: &[Gpu]) -> Option<device_specs::MigInstance> {
+        self.mig.as_ref().map(|m| device_specs::MigInstance {
+            gpu_minor: gpus[self.gpu].device_minor(),
+            gpu_instance: m.gpu_instance,
+            compute_instance: m.compute_instance,
+        })
+    }
+
     /// The device's ID under `strategy`: GPU/MIG UUID (`tegra` on Jetson) or NVIDIA's index
     /// (`0`, MIG `0:1`).
     pub fn id(&self, gpus: &[Gpu], strategy: DeviceIdStrategy) -> String {
@@ -76,6 +85,7 @@ impl Unit {
 pub struct GpuResource {
     pub(crate) name: String,
     pub(crate) config: Config,
+    /// The host root the GPUs were found under (what metrics and labels read).
     pub(crate) root: PathBuf,
     /// `None` when no GPU was found and `--fail-on-init-error=false`.
     pub(crate) platform: Option<Platform>,
@@ -87,6 +97,9 @@ pub struct GpuResource {
     pub(crate) base_ids: Vec<String>,
     pub(crate) replication: Option<Replication>,
     pub(crate) table: Arc<HealthTable>,
+    /// The `/dev` nodes for `--pass-device-specs` (`None` when it is off).
+    /// Shared by the node's resources.
+    pub(crate) device_nodes: Option<Arc<device_specs::DeviceNodes>>,
     pub(crate) allocations: AllocationCounts,
     /// NVML, where discovery kept it loaded (discrete GPUs, hybrid Jetsons).
     pub(crate) nvml: Option<Arc<nvml_wrapper::Nvml>>,
@@ -108,6 +121,17 @@ impl AllocationCounts {
     /// Container allocations refused (unknown, unhealthy or too many IDs).
     pub fn failed(&self) -> u64 {
         self.failed.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for GpuResource {
+    /// A rebuild drops the old resources on the runtime thread; when theirs is the last NVML
+    /// handle, dropping it calls `nvmlShutdown`, which blocks: hand it to the blocking pool.
+    fn drop(&mut self) {
+        if let (Some(nvml), Ok(runtime)) = (self.nvml.take(), tokio::runtime::Handle::try_current())
+        {
+            runtime.spawn_blocking(move || drop(nvml));
+        }
     }
 }
 
@@ -348,50 +372,41 @@ fn allocate(res: &GpuResource, ids: &[String]) -> Result<ContainerAllocateRespon
         &mut response,
     );
 
-    if res.config.pass_device_specs {
+    if let Some(nodes) = &res.device_nodes {
+        // The nodes were found by the watch; Allocate reads no file.
+        let present = nodes.snapshot();
         let mut paths = match &res.platform {
-            Some(Platform::Tegra { detection, .. }) => {
-                device_specs::tegra_device_paths(&res.root, detection.generation)
-            }
+            Some(Platform::Tegra { .. }) => present.all().to_vec(),
             Some(Platform::Nvml) => {
                 let mut minors: Vec<u32> = physical
                     .iter()
-                    .map(|p| {
-                        let gpu = &res.gpus[res.units[*p].gpu];
-                        gpu.minor.unwrap_or(gpu.index)
-                    })
+                    .map(|p| res.gpus[res.units[*p].gpu].device_minor())
                     .collect();
                 minors.dedup();
-                device_specs::discrete_device_paths(&res.root, &minors)
+                present.discrete(&minors)
             }
             None => Vec::new(),
         };
         // MIG devices: their GPU instance and compute instance access nodes.
         for p in &physical {
             let unit = &res.units[*p];
-            if let Some(m) = &unit.mig {
-                let gpu = &res.gpus[unit.gpu];
-                let minor = gpu.minor.unwrap_or(gpu.index);
-                match device_specs::mig_device_paths(
-                    &res.root,
-                    minor,
-                    m.gpu_instance,
-                    m.compute_instance,
-                ) {
-                    Ok(nodes) => {
-                        for n in nodes {
-                            if !paths.contains(&n) {
-                                paths.push(n);
-                            }
+            let (Some(m), Some(instance)) = (&unit.mig, unit.mig_instance(&res.gpus)) else {
+                continue;
+            };
+            match present.mig(instance) {
+                Ok(nodes) => {
+                    for n in nodes {
+                        if !paths.contains(n) {
+                            paths.push(n.clone());
                         }
                     }
-                    Err(e) => {
-                        return Err(Status::failed_precondition(format!(
-                            "MIG device {} of '{}': {e}",
-                            m.uuid,
-                            res.name()
-                        )))
-                    }
+                }
+                Err(e) => {
+                    return Err(Status::failed_precondition(format!(
+                        "MIG device {} of '{}': {e}",
+                        m.uuid,
+                        res.name()
+                    )))
                 }
             }
         }

@@ -40,6 +40,9 @@ use super::socket::{socket_prefix, OwnedSocket};
 use super::stats::KubeletStats;
 use crate::resource::Resource;
 
+/// How long probing another instance's socket may take.
+const COMPETITOR_DIAL_TIMEOUT: Duration = Duration::from_millis(500);
+
 /// How long a stopping generation may take to close its connections before its server
 /// task is aborted.
 const STOP_GRACE: Duration = Duration::from_millis(500);
@@ -100,7 +103,7 @@ pub async fn serve(
         "Starting FS watcher for {}",
         opts.device_plugin_dir.display()
     );
-    let mut watcher = DirWatcher::new(&opts)?;
+    let mut watcher = DirWatcher::new(&opts).await?;
     tokio::pin!(shutdown);
     let mut number = 0u64;
     loop {
@@ -119,7 +122,7 @@ pub async fn serve(
                 _ = &mut shutdown => break None,
                 reason = watcher.next_restart(&own_name, yielded_to.as_deref()) => break Some(reason?),
                 Some(()) = generation.stream_lost.recv() => {
-                    match live_competitor(&opts.device_plugin_dir, &prefix, &own_name) {
+                    match live_competitor(&opts.device_plugin_dir, &prefix, &own_name).await {
                         Some(other) => {
                             tracing::info!(
                                 "Another instance serves '{resource_name}' at {}; not re-registering while it is alive",
@@ -143,7 +146,7 @@ pub async fn serve(
             }
             Some(RestartReason::WatchLost) => {
                 tracing::info!("{}", RestartReason::WatchLost);
-                watcher = DirWatcher::new(&opts)?;
+                watcher = DirWatcher::new(&opts).await?;
             }
             Some(reason) => tracing::info!("{reason}"),
         }
@@ -250,6 +253,7 @@ impl Generation {
     ) -> anyhow::Result<Generation> {
         let resource_name = resource.resource_name();
         let (socket, listener) = OwnedSocket::bind_unique(&opts.device_plugin_dir, prefix)
+            .await
             .map_err(|e| {
                 anyhow::anyhow!(
                     "cannot create the plugin socket in {}: {e}",
@@ -259,14 +263,16 @@ impl Generation {
         // Bind the registration socket too before spawning anything, so that a failure
         // leaves no server task behind (dropping `socket` unlinks it).
         let registry = match &opts.plugins_registry {
-            Some(registry_dir) => {
-                Some(OwnedSocket::bind_unique(registry_dir, prefix).map_err(|e| {
-                    anyhow::anyhow!(
-                        "cannot create the registration socket in {}: {e}",
-                        registry_dir.display()
-                    )
-                })?)
-            }
+            Some(registry_dir) => Some(
+                OwnedSocket::bind_unique(registry_dir, prefix)
+                    .await
+                    .map_err(|e| {
+                        anyhow::anyhow!(
+                            "cannot create the registration socket in {}: {e}",
+                            registry_dir.display()
+                        )
+                    })?,
+            ),
             None => None,
         };
         tracing::info!(
@@ -336,8 +342,10 @@ impl Generation {
                 _ => {}
             }
         }
-        // Deregister from the plugin watcher first, then drop the DevicePlugin socket.
-        drop(self.registry_socket);
+        // Deregister from the plugin watcher first, then remove the DevicePlugin socket.
+        if let Some(registry_socket) = self.registry_socket {
+            registry_socket.remove_off_runtime().await;
+        }
         for task in self.tasks {
             let abort = task.abort_handle();
             if tokio::time::timeout(STOP_GRACE, task).await.is_err() {
@@ -345,7 +353,7 @@ impl Generation {
                 abort.abort();
             }
         }
-        drop(self.socket);
+        self.socket.remove_off_runtime().await;
     }
 }
 
@@ -353,15 +361,30 @@ impl Generation {
 /// second instance (e.g. the new pod of a rolling update) that registered after us. The
 /// kubelet then replaced our endpoint and closed our stream; re-registering would take
 /// the resource back and start a ping-pong, so the older instance yields instead.
-fn live_competitor(dir: &Path, prefix: &str, own_name: &OsStr) -> Option<OsString> {
+async fn live_competitor(dir: &Path, prefix: &str, own_name: &OsStr) -> Option<OsString> {
     let start = format!("{prefix}-");
-    std::fs::read_dir(dir).ok()?.flatten().find_map(|entry| {
-        let name = entry.file_name();
-        let text = name.to_str()?;
-        let candidate = name != own_name && text.starts_with(&start) && text.ends_with(".sock");
-        // A plain connect() succeeds only if someone is listening (no stale socket file).
-        (candidate && std::os::unix::net::UnixStream::connect(entry.path()).is_ok()).then_some(name)
+    let (dir, own_name) = (dir.to_path_buf(), own_name.to_os_string());
+    let candidates = tokio::task::spawn_blocking(move || {
+        let entries = std::fs::read_dir(&dir).ok()?;
+        let names = entries.flatten().map(|e| e.file_name()).filter(|name| {
+            name != &own_name
+                && name
+                    .to_str()
+                    .is_some_and(|t| t.starts_with(&start) && t.ends_with(".sock"))
+        });
+        Some(names.map(|n| (dir.join(&n), n)).collect::<Vec<_>>())
     })
+    .await
+    .ok()??;
+    for (path, name) in candidates {
+        // A connect() succeeds only if someone is listening (no stale socket file); one
+        // whose backlog is full would block, hence the timeout.
+        let connect = UnixStream::connect(path);
+        if let Ok(Ok(_)) = tokio::time::timeout(COMPETITOR_DIAL_TIMEOUT, connect).await {
+            return Some(name);
+        }
+    }
+    None
 }
 
 /// `path` made absolute against the current directory (`std::path::absolute` needs

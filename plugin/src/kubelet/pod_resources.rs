@@ -30,9 +30,10 @@ pub struct DeviceHolder {
 
 /// The device IDs of `resources` that running containers hold, sorted (one List call).
 pub async fn holders(socket: &Path, resources: &[&str]) -> anyhow::Result<Vec<DeviceHolder>> {
-    let channel = unix_channel(socket, LIST_TIMEOUT)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot dial {}: {}", socket.display(), e.root_cause()))?;
+    let channel = unix_channel(socket, LIST_TIMEOUT).await.map_err(|f| {
+        let e = f.into_error();
+        anyhow::anyhow!("cannot dial {}: {}", socket.display(), e.root_cause())
+    })?;
     let mut client = PodResourcesListerClient::new(channel);
     let response = tokio::time::timeout(LIST_TIMEOUT, client.list(ListPodResourcesRequest {}))
         .await

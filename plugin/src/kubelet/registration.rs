@@ -1,7 +1,9 @@
 //! Registration with the kubelet through `Registration/Register` on `kubelet.sock`,
 //! retried with bounded exponential backoff.
 
+use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use edgegpu_kubelet_api::v1beta1::registration_client::RegistrationClient;
@@ -14,6 +16,13 @@ use super::stats::RegistrationStats;
 
 /// First retry delay after a failed registration.
 const BACKOFF_INITIAL: Duration = Duration::from_millis(100);
+/// Retry interval while `kubelet.sock` exists but refuses connections: a starting kubelet
+/// creates the file at bind() and accepts only after listen() a moment later, and inotify
+/// wakes us in between. A flat 1 ms finds the listening socket at most 1 ms late (doubling
+/// delays would be up to as late as the gap itself).
+const REFUSED_INTERVAL: Duration = Duration::from_millis(1);
+/// Quick retries while refused (50 ms in all) before the ordinary backoff takes over.
+const REFUSED_QUICK_RETRIES: u32 = 50;
 /// Longest delay between two registration attempts.
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// Dialing `kubelet.sock` must not hang a generation forever.
@@ -21,18 +30,60 @@ const DIAL_TIMEOUT: Duration = Duration::from_secs(5);
 /// The kubelet dials back inside `Register` with a 10 s timeout; leave it room.
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// Why dialing a kubelet socket or a registration attempt failed.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// The socket is missing or not listening yet (ENOENT, ECONNREFUSED).
+    NotListening(anyhow::Error),
+    Other(anyhow::Error),
+}
+
+impl Failure {
+    /// The error, whatever the kind of failure.
+    pub(crate) fn into_error(self) -> anyhow::Error {
+        match self {
+            Failure::NotListening(e) | Failure::Other(e) => e,
+        }
+    }
+}
+
 /// Opens a gRPC channel over a unix socket. The URI is a placeholder required by tonic;
 /// the connector ignores it and the kubelet ignores the authority.
-pub(crate) async fn unix_channel(path: &Path, timeout: Duration) -> anyhow::Result<Channel> {
+pub(crate) async fn unix_channel(path: &Path, timeout: Duration) -> Result<Channel, Failure> {
     let path: PathBuf = path.to_path_buf();
+    // The connector's io::Error reaches us wrapped by tonic; keep its kind aside.
+    let dial_error = Arc::new(Mutex::new(None::<io::ErrorKind>));
     let endpoint = Endpoint::from_static("http://localhost");
-    let connect = endpoint.connect_with_connector(tower::service_fn(move |_| {
-        let path = path.clone();
-        async move { UnixStream::connect(path).await.map(TokioIo::new) }
+    let connect = endpoint.connect_with_connector(tower::service_fn({
+        let dial_error = Arc::clone(&dial_error);
+        move |_| {
+            let (path, dial_error) = (path.clone(), Arc::clone(&dial_error));
+            async move {
+                UnixStream::connect(path)
+                    .await
+                    .map(TokioIo::new)
+                    .map_err(|e| {
+                        *dial_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.kind());
+                        e
+                    })
+            }
+        }
     }));
-    Ok(tokio::time::timeout(timeout, connect)
-        .await
-        .map_err(|_| anyhow::anyhow!("timed out after {timeout:?}"))??)
+    match tokio::time::timeout(timeout, connect).await {
+        Ok(Ok(channel)) => Ok(channel),
+        Ok(Err(e)) => {
+            let kind = *dial_error.lock().unwrap_or_else(|p| p.into_inner());
+            match kind {
+                Some(io::ErrorKind::ConnectionRefused | io::ErrorKind::NotFound) => {
+                    Err(Failure::NotListening(e.into()))
+                }
+                _ => Err(Failure::Other(e.into())),
+            }
+        }
+        Err(_) => Err(Failure::Other(anyhow::anyhow!(
+            "timed out after {timeout:?}"
+        ))),
+    }
 }
 
 /// The `RegisterRequest` for a plugin socket named `endpoint` (file name only).
@@ -50,27 +101,31 @@ pub fn register_request(
 }
 
 /// One attempt: dial `kubelet_socket` and call `Register`.
-async fn register_once(kubelet_socket: &Path, request: RegisterRequest) -> anyhow::Result<()> {
+async fn register_once(kubelet_socket: &Path, request: RegisterRequest) -> Result<(), Failure> {
+    let dial_failed = |e: anyhow::Error| {
+        anyhow::anyhow!(
+            "cannot dial {}: {}",
+            kubelet_socket.display(),
+            e.root_cause()
+        )
+    };
     let channel = unix_channel(kubelet_socket, DIAL_TIMEOUT)
         .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "cannot dial {}: {}",
-                kubelet_socket.display(),
-                e.root_cause()
-            )
+        .map_err(|f| match f {
+            Failure::NotListening(e) => Failure::NotListening(dial_failed(e)),
+            Failure::Other(e) => Failure::Other(dial_failed(e)),
         })?;
     let mut client = RegistrationClient::new(channel);
     match tokio::time::timeout(REGISTER_TIMEOUT, client.register(request)).await {
         Ok(Ok(_)) => Ok(()),
-        Ok(Err(status)) => Err(anyhow::anyhow!(
+        Ok(Err(status)) => Err(Failure::Other(anyhow::anyhow!(
             "kubelet rejected the registration: {} ({:?})",
             status.message(),
             status.code()
-        )),
-        Err(_) => Err(anyhow::anyhow!(
+        ))),
+        Err(_) => Err(Failure::Other(anyhow::anyhow!(
             "Register did not answer within {REGISTER_TIMEOUT:?}"
-        )),
+        ))),
     }
 }
 
@@ -81,16 +136,25 @@ pub fn backoff(attempt: u32) -> Duration {
         .min(BACKOFF_MAX)
 }
 
+/// The delay before the next quick retry while the socket refuses connections (`quick`
+/// retries so far), or `None` when the ordinary [`backoff`] should take over.
+pub fn refused_retry(quick: u32) -> Option<Duration> {
+    (quick < REFUSED_QUICK_RETRIES).then_some(REFUSED_INTERVAL)
+}
+
 /// Registers until it succeeds, logging each failure; only ends on success (the caller
-/// aborts it when the generation ends).
+/// aborts it when the generation ends). A socket that is not listening yet is retried
+/// within milliseconds a few times (logged at debug: it is the normal start of a kubelet),
+/// then with the ordinary backoff.
 pub async fn register_until_success(
     kubelet_socket: &Path,
     request: RegisterRequest,
     stats: &RegistrationStats,
 ) {
     let mut attempt = 0u32;
+    let mut quick = 0u32;
     loop {
-        match register_once(kubelet_socket, request.clone()).await {
+        let (e, delay) = match register_once(kubelet_socket, request.clone()).await {
             Ok(()) => {
                 stats.registered();
                 tracing::info!(
@@ -100,18 +164,27 @@ pub async fn register_until_success(
                 );
                 return;
             }
-            Err(e) => {
-                stats.registration_failed();
-                let delay = backoff(attempt);
-                tracing::warn!(
-                    "Could not register device plugin for '{}' with Kubelet at {}: {e:#}; retrying in {delay:?}",
-                    request.resource_name,
-                    kubelet_socket.display()
-                );
-                tokio::time::sleep(delay).await;
-                attempt = attempt.saturating_add(1);
-            }
-        }
+            Err(Failure::NotListening(e)) => match refused_retry(quick) {
+                Some(delay) => {
+                    quick += 1;
+                    tracing::debug!(
+                        "kubelet socket not listening yet ({e:#}); retrying in {delay:?}"
+                    );
+                    tokio::time::sleep(delay).await;
+                    continue;
+                }
+                None => (e, backoff(attempt)),
+            },
+            Err(Failure::Other(e)) => (e, backoff(attempt)),
+        };
+        stats.registration_failed();
+        tracing::warn!(
+            "Could not register device plugin for '{}' with Kubelet at {}: {e:#}; retrying in {delay:?}",
+            request.resource_name,
+            kubelet_socket.display()
+        );
+        tokio::time::sleep(delay).await;
+        attempt = attempt.saturating_add(1);
     }
 }
 
@@ -126,5 +199,12 @@ mod tests {
         assert_eq!(backoff(5), Duration::from_millis(3200));
         assert_eq!(backoff(6), BACKOFF_MAX);
         assert_eq!(backoff(u32::MAX), BACKOFF_MAX);
+    }
+
+    #[test]
+    fn refused_retries_are_quick_then_hand_over() {
+        let quick: Vec<Duration> = (0..).map_while(refused_retry).collect();
+        assert!(quick.iter().all(|d| *d == Duration::from_millis(1)));
+        assert_eq!(quick.iter().sum::<Duration>(), Duration::from_millis(50));
     }
 }

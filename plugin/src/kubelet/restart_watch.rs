@@ -53,6 +53,33 @@ impl std::fmt::Display for RestartReason {
     }
 }
 
+/// The watches, before their event stream is registered with the runtime.
+struct Watched {
+    inotify: Inotify,
+    plugin_dir: PathBuf,
+    plugin_wd: WatchDescriptor,
+    kubelet_wd: WatchDescriptor,
+    kubelet_dir: PathBuf,
+    kubelet_name: OsString,
+}
+
+impl Watched {
+    fn into_stream(self) -> anyhow::Result<DirWatcher> {
+        let events = self
+            .inotify
+            .into_event_stream(vec![0u8; 4096])
+            .map_err(|e| anyhow::anyhow!("inotify: {e}"))?;
+        Ok(DirWatcher {
+            events,
+            plugin_dir: self.plugin_dir,
+            plugin_wd: self.plugin_wd,
+            kubelet_wd: self.kubelet_wd,
+            kubelet_dir: self.kubelet_dir,
+            kubelet_name: self.kubelet_name,
+        })
+    }
+}
+
 /// inotify watches on the device-plugin directory (and on the kubelet socket's directory
 /// when it lives elsewhere).
 pub(crate) struct DirWatcher {
@@ -65,7 +92,16 @@ pub(crate) struct DirWatcher {
 }
 
 impl DirWatcher {
-    pub(crate) fn new(opts: &LifecycleOptions) -> anyhow::Result<DirWatcher> {
+    /// Creates the directory if needed and adds the watches (file-system calls, on the
+    /// blocking pool).
+    pub(crate) async fn new(opts: &LifecycleOptions) -> anyhow::Result<DirWatcher> {
+        let opts = opts.clone();
+        tokio::task::spawn_blocking(move || Self::watch(&opts))
+            .await??
+            .into_stream()
+    }
+
+    fn watch(opts: &LifecycleOptions) -> anyhow::Result<Watched> {
         let plugin_dir = opts.device_plugin_dir.clone();
         std::fs::create_dir_all(&plugin_dir)
             .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", plugin_dir.display()))?;
@@ -96,11 +132,8 @@ impl DirWatcher {
             .watches()
             .add(&kubelet_dir, mask)
             .map_err(|e| anyhow::anyhow!("cannot watch {}: {e}", kubelet_dir.display()))?;
-        let events = inotify
-            .into_event_stream(vec![0u8; 4096])
-            .map_err(|e| anyhow::anyhow!("inotify: {e}"))?;
-        Ok(DirWatcher {
-            events,
+        Ok(Watched {
+            inotify,
             plugin_dir,
             plugin_wd,
             kubelet_wd,

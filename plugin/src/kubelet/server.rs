@@ -14,8 +14,9 @@ use edgegpu_kubelet_api::v1beta1::{
     PreStartContainerRequest, PreStartContainerResponse, PreferredAllocationRequest,
     PreferredAllocationResponse,
 };
-use futures_util::Stream;
+use futures_util::{Stream, StreamExt};
 use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::WatchStream;
 use tonic::{Request, Response, Status};
 
 use crate::resource::Resource;
@@ -70,43 +71,25 @@ impl Drop for LostGuard {
     }
 }
 
-struct StreamState {
-    devices: watch::Receiver<Vec<Device>>,
-    stop: watch::Receiver<bool>,
-    first: bool,
-    /// Dropped with the stream: reports a loss that was not a generation stop.
-    _guard: LostGuard,
-}
-
 type ListAndWatchStream = Pin<Box<dyn Stream<Item = Result<ListAndWatchResponse, Status>> + Send>>;
 
-fn list_and_watch_stream(state: StreamState) -> ListAndWatchStream {
-    Box::pin(futures_util::stream::unfold(state, |mut st| async move {
-        if st.first {
-            st.first = false;
-            let devices = st.devices.borrow_and_update().clone();
-            return Some((Ok(ListAndWatchResponse { devices }), st));
-        }
-        if *st.stop.borrow() {
-            return None;
-        }
-        tokio::select! {
-            changed = st.devices.changed() => match changed {
-                Ok(()) => {
-                    let devices = st.devices.borrow_and_update().clone();
-                    Some((Ok(ListAndWatchResponse { devices }), st))
-                }
-                // The resource dropped its publisher: nothing more will ever change.
-                // Keep the stream open (ending it would make the kubelet zero the
-                // resource); it ends with the generation.
-                Err(_) => {
-                    stopped(&mut st.stop).await;
-                    None
-                }
-            },
-            _ = stopped(&mut st.stop) => None,
-        }
-    }))
+/// The current device list, then every new one, until the generation stops. `guard` lives
+/// as long as the stream and reports it if it is dropped before the generation stops.
+fn list_and_watch_stream(
+    devices: watch::Receiver<Vec<Device>>,
+    mut stop: watch::Receiver<bool>,
+    guard: LostGuard,
+) -> ListAndWatchStream {
+    let lists = WatchStream::new(devices)
+        // The resource dropped its publisher: nothing more will ever change. Keep the
+        // stream open (ending it would make the kubelet zero the resource); it ends with
+        // the generation.
+        .chain(futures_util::stream::pending())
+        .map(move |devices| {
+            let _alive = &guard;
+            Ok(ListAndWatchResponse { devices })
+        });
+    Box::pin(lists.take_until(async move { stopped(&mut stop).await }))
 }
 
 /// Completes when the generation stops (or its sender is gone).
@@ -135,17 +118,16 @@ impl DevicePlugin for DevicePluginService {
     ) -> Result<Response<Self::ListAndWatchStream>, Status> {
         let resource = self.resource.resource_name().to_string();
         tracing::info!("ListAndWatch opened for '{resource}'");
-        let state = StreamState {
-            devices: self.resource.devices(),
+        let guard = LostGuard {
+            stream_lost: self.stream_lost.clone(),
             stop: self.stop.clone(),
-            first: true,
-            _guard: LostGuard {
-                stream_lost: self.stream_lost.clone(),
-                stop: self.stop.clone(),
-                resource,
-            },
+            resource,
         };
-        Ok(Response::new(list_and_watch_stream(state)))
+        Ok(Response::new(list_and_watch_stream(
+            self.resource.devices(),
+            self.stop.clone(),
+            guard,
+        )))
     }
 
     async fn get_preferred_allocation(

@@ -69,12 +69,26 @@ pub struct OwnedSocket {
 
 impl OwnedSocket {
     /// Binds a new, uniquely named socket `<dir>/<prefix>-….sock`. An existing file of the
-    /// same name is never removed: another name is tried instead.
-    pub fn bind_unique(dir: &Path, prefix: &str) -> io::Result<(OwnedSocket, UnixListener)> {
+    /// same name is never removed: another name is tried instead. bind() and stat() are
+    /// file-system calls, so they run on the blocking pool.
+    pub async fn bind_unique(dir: &Path, prefix: &str) -> io::Result<(OwnedSocket, UnixListener)> {
+        let (dir, prefix) = (dir.to_path_buf(), prefix.to_string());
+        let (socket, listener) =
+            tokio::task::spawn_blocking(move || Self::bind_unique_blocking(&dir, &prefix))
+                .await
+                .map_err(io::Error::other)??;
+        listener.set_nonblocking(true)?;
+        Ok((socket, UnixListener::from_std(listener)?))
+    }
+
+    fn bind_unique_blocking(
+        dir: &Path,
+        prefix: &str,
+    ) -> io::Result<(OwnedSocket, std::os::unix::net::UnixListener)> {
         let mut last_err = None;
         for _ in 0..16 {
             let path = dir.join(unique_socket_name(prefix));
-            match UnixListener::bind(&path) {
+            match std::os::unix::net::UnixListener::bind(&path) {
                 Ok(listener) => match std::fs::symlink_metadata(&path) {
                     Ok(meta) => {
                         let socket = OwnedSocket {
@@ -138,6 +152,17 @@ impl OwnedSocket {
     }
 }
 
+impl OwnedSocket {
+    /// Removes the socket (as [`OwnedSocket::remove`]) on the blocking pool.
+    pub async fn remove_off_runtime(self) {
+        if let Err(e) = tokio::task::spawn_blocking(move || drop(self)).await {
+            tracing::warn!("socket removal task failed: {e}");
+        }
+    }
+}
+
+/// A last resort on error paths; the lifecycle removes its sockets with
+/// [`OwnedSocket::remove_off_runtime`].
 impl Drop for OwnedSocket {
     fn drop(&mut self) {
         self.remove();
@@ -166,7 +191,7 @@ mod tests {
     #[tokio::test]
     async fn removal_spares_a_socket_bound_by_someone_else() {
         let dir = tempfile::tempdir().unwrap();
-        let (ours, listener) = OwnedSocket::bind_unique(dir.path(), "t").unwrap();
+        let (ours, listener) = OwnedSocket::bind_unique(dir.path(), "t").await.unwrap();
         assert!(ours.is_still_ours());
         // Someone else puts their own socket at our path (bound elsewhere, renamed over).
         let elsewhere = dir.path().join("theirs.sock");

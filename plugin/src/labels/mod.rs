@@ -112,7 +112,8 @@ struct Facts<'a> {
     invalid_mig: Option<String>,
 }
 
-/// The labels of the node `resources` (every resource the plugin serves) describe.
+/// The labels of the node `resources` (every resource the plugin serves) describe. Reads
+/// `/proc/meminfo` on Jetson: call it off the async runtime.
 pub fn for_resources(resources: &[Arc<GpuResource>]) -> NodeLabels {
     let Some(first) = resources.first() else {
         return NodeLabels::default();

@@ -126,7 +126,7 @@ impl Served {
 impl MetricsSource {
     /// Locates the sensors of the GPUs and MIG devices `resources` serve (once) and keeps
     /// what a scrape needs. `pod_resources_socket`: `None` leaves the series without pod
-    /// labels.
+    /// labels. Locating reads sysfs and NVML: call it off the async runtime.
     pub fn new(
         resources: Vec<Arc<GpuResource>>,
         kubelet: Arc<KubeletStats>,
@@ -145,6 +145,7 @@ impl MetricsSource {
 
     /// The resources were rebuilt (SIGHUP, MIG reconfiguration): scrapes describe these from
     /// now on. Counters of the plugin's own (registrations, pod-resources errors) go on.
+    /// Locates the new sensors like [`MetricsSource::new`]: call it off the async runtime.
     pub fn replace(&self, resources: Vec<Arc<GpuResource>>) {
         let served = Arc::new(Served::new(resources));
         *self.served.write().unwrap() = served;

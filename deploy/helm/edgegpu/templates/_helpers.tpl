@@ -220,6 +220,18 @@ is checked in validate.yaml.
 {{- $name -}}
 {{- end -}}
 
+{{/*
+A mapping of a config entry with its keys lowercased, as JSON: the plugin, like NVIDIA's reader,
+matches the keys of the top level, flags and sharing in any case.
+*/}}
+{{- define "edgegpu.config.lowerKeys" -}}
+{{- $out := dict -}}
+{{- range $key, $value := . -}}
+{{- $_ := set $out (lower $key) $value -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
 {{/* Plugin flags set through values, as env entries (nothing for a null value). */}}
 {{- define "edgegpu.plugin.flagEnv" -}}
 {{- if .Values.migStrategy }}

@@ -74,6 +74,13 @@ pub struct MigAttributes {
     pub ofa_engines: u32,
 }
 
+impl Gpu {
+    /// The `N` of `/dev/nvidiaN`: NVML's minor number, else the index.
+    pub fn device_minor(&self) -> u32 {
+        self.minor.unwrap_or(self.index)
+    }
+}
+
 impl MigDevice {
     /// The profile of the GPU instance the MIG device belongs to (`1c.3g.20gb` → `3g.20gb`):
     /// dcgm-exporter's `GPU_I_PROFILE`, which names GPU instances, not compute instances.

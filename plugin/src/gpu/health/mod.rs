@@ -14,6 +14,8 @@ use std::sync::{Arc, Mutex, Weak};
 use edgegpu_kubelet_api::v1beta1::{Device, NumaNode, TopologyInfo, HEALTHY, UNHEALTHY};
 use tokio::sync::watch;
 
+use crate::gpu::AbortOnDrop;
+
 /// One advertised device ID (a GPU or MIG device, or one time-slicing replica of it).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Advertised {
@@ -47,6 +49,9 @@ pub struct HealthTable {
     /// Slot IDs, for log lines.
     names: Vec<String>,
     tx: watch::Sender<Vec<Device>>,
+    /// Monitor tasks that report only here (and to tables of the same node): they end when
+    /// the last of their tables is dropped.
+    monitors: Mutex<Vec<Arc<AbortOnDrop>>>,
 }
 
 /// Where a monitor reports one watched device: a slot of a resource's table.
@@ -95,7 +100,16 @@ impl HealthTable {
             counts: Mutex::new(counts),
             names: physical_ids,
             tx,
+            monitors: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Keeps `monitor` running while this table lives.
+    pub fn keep_monitor(&self, monitor: Arc<AbortOnDrop>) {
+        self.monitors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(monitor);
     }
 
     fn render(advertised: &[Advertised], state: &[SlotState]) -> Vec<Device> {

@@ -6,15 +6,16 @@
 //! readability changes without the file being replaced; such changes are seen on the next
 //! event in a watched directory. Device node removal/creation (devtmpfs) is always seen.
 
-use futures_util::StreamExt;
-use inotify::{Inotify, WatchMask, Watches};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use inotify::{Inotify, WatchMask, Watches};
 
 use super::Target;
 use edgegpu_platform::Generation;
 
 use crate::gpu::sysfs::GpuSysfs;
-use crate::gpu::under_root;
+use crate::gpu::{next_burst, under_root, watch_dir_for, AbortOnDrop};
 
 /// What is checked for one Jetson GPU (host paths, root prefix removed).
 #[derive(Debug, Clone, PartialEq)]
@@ -66,19 +67,10 @@ impl TegraHealthSpec {
     fn watch_dirs(&self, root: &Path) -> Vec<PathBuf> {
         let mut dirs: Vec<PathBuf> = Vec::new();
         for p in self.required_nodes.iter().chain(&self.sysfs_files) {
-            let full = under_root(root, p);
-            let mut dir = full.parent();
-            while let Some(d) = dir {
-                if d.is_dir() {
-                    if !dirs.iter().any(|x| x == d) {
-                        dirs.push(d.to_path_buf());
-                    }
-                    break;
+            if let Some(d) = watch_dir_for(root, &under_root(root, p)) {
+                if !dirs.contains(&d) {
+                    dirs.push(d);
                 }
-                if d == root {
-                    break;
-                }
-                dir = d.parent();
             }
         }
         dirs
@@ -116,44 +108,74 @@ fn watch_all(watches: &mut Watches, dirs: &[PathBuf], unwatched: &mut Vec<PathBu
 /// Monitor name in health reasons.
 const SOURCE: &str = "tegra";
 
-/// Checks now, then re-checks on every inotify event until every target's table is dropped.
-/// `targets` are the slots the Jetson GPU backs (one, or its MIG devices on Thor).
-pub fn spawn(root: PathBuf, spec: TegraHealthSpec, targets: Vec<Target>) -> anyhow::Result<()> {
+/// Checks now, then re-checks on every inotify event until the returned guard is dropped or,
+/// at the next event, every target's table is gone. `targets` are the slots the Jetson GPU
+/// backs (one, or its MIG devices on Thor). The checks read sysfs and stat device nodes,
+/// which can block (a sysfs `show` handler runs driver code), so they run on the blocking
+/// pool; the runtime thread only waits for inotify events.
+pub async fn spawn(
+    root: PathBuf,
+    spec: TegraHealthSpec,
+    targets: Vec<Target>,
+) -> anyhow::Result<AbortOnDrop> {
     let inotify = Inotify::init()?;
-    let mut unwatched = Vec::new();
-    watch_all(
-        &mut inotify.watches(),
-        &spec.watch_dirs(&root),
-        &mut unwatched,
-    );
+    let checker = Arc::new(Checker { root, spec });
     // The first check comes after the watches exist, so no change can fall in between.
-    let first = spec.check(&root);
+    let (first, mut unwatched) = checker.recheck(inotify.watches(), Vec::new()).await?;
     for t in &targets {
         t.report(SOURCE, first.clone());
     }
     let mut stream = inotify.into_event_stream([0u8; 4096])?;
-    tracing::info!(nodes = ?spec.required_nodes, sysfs = ?spec.sysfs_files, "Tegra health checks started (inotify)");
-    tokio::spawn(async move {
-        while let Some(event) = stream.next().await {
-            if let Err(e) = event {
+    tracing::info!(nodes = ?checker.spec.required_nodes, sysfs = ?checker.spec.sysfs_files, "Tegra health checks started (inotify)");
+    let task = tokio::spawn(async move {
+        while let Some(burst) = next_burst(&mut stream).await {
+            if let Err(e) = burst {
                 tracing::warn!("inotify error in Tegra health watch: {e}; health checks stopped");
                 break;
             }
-            // Directories may have appeared or gone: (re-)add watches before checking.
-            watch_all(
-                &mut stream.watches(),
-                &spec.watch_dirs(&root),
-                &mut unwatched,
-            );
-            let outcome = spec.check(&root);
-            let mut alive = false;
-            for t in &targets {
-                alive |= t.report(SOURCE, outcome.clone());
-            }
-            if !alive {
+            if !targets.iter().any(|t| t.table.strong_count() > 0) {
                 break;
+            }
+            match checker.recheck(stream.watches(), unwatched).await {
+                Ok((outcome, still_unwatched)) => {
+                    unwatched = still_unwatched;
+                    for t in &targets {
+                        t.report(SOURCE, outcome.clone());
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!("Tegra health check failed to run: {e}; health checks stopped");
+                    break;
+                }
             }
         }
     });
-    Ok(())
+    Ok(AbortOnDrop::new(&task))
+}
+
+/// What one health check needs, shared with the blocking pool.
+struct Checker {
+    root: PathBuf,
+    spec: TegraHealthSpec,
+}
+
+impl Checker {
+    /// (Re-)adds watches (directories may have appeared or gone), then checks, on the
+    /// blocking pool. Returns the outcome and the directories still unwatched.
+    async fn recheck(
+        self: &Arc<Self>,
+        mut watches: Watches,
+        mut unwatched: Vec<PathBuf>,
+    ) -> Result<(Result<(), String>, Vec<PathBuf>), tokio::task::JoinError> {
+        let this = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            watch_all(
+                &mut watches,
+                &this.spec.watch_dirs(&this.root),
+                &mut unwatched,
+            );
+            (this.spec.check(&this.root), unwatched)
+        })
+        .await
+    }
 }

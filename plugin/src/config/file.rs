@@ -1,0 +1,922 @@
+//! The `--config` file: NVIDIA's `version: v1` format, read with NVIDIA's rules so that a
+//! ConfigMap written for NVIDIA's plugin means the same here.
+//!
+//! NVIDIA's reader (`api/config/v1` in NVIDIA/k8s-device-plugin) turns YAML into JSON
+//! (`sigs.k8s.io/yaml`, YAML 1.1 scalars) and decodes that with Go's `encoding/json`. What
+//! follows from it, and what this module does the same way:
+//! - an empty file, or one without `version`, is version `v1` with every default; any other
+//!   version is refused (`unknown version: …`);
+//! - keys of the plain sections (top level, `flags`, `flags.plugin`, `flags.gfd`, `imex`,
+//!   `resources`) match case-insensitively (`useNodeFeatureAPI` = `useNodeFeatureApi`); the
+//!   keys of `sharing.timeSlicing`/`sharing.mps` and of their resources are looked up exactly
+//!   (NVIDIA decodes them through a `map[string]…`);
+//! - unknown keys are ignored — here also reported, with their line, so a typo is visible;
+//! - booleans take YAML 1.1's spellings (`yes`, `on`, …) unquoted; a quoted `"true"` is a
+//!   string and refused, as Go refuses it; string settings take any scalar;
+//! - a resource name without the `nvidia.com/` prefix gets it (`gpu` → `nvidia.com/gpu`); the
+//!   name must be a DNS subdomain and 63 characters at most with the prefix;
+//! - `replicas` is required and ≥ 2; `devices` must be `all`, a count > 0 or a list of GPU
+//!   indexes / MIG indexes / UUIDs; anything but `all`, and `rename`, is then ignored with a
+//!   warning (NVIDIA's `DisableResourceNamingInConfig`); the top-level `resources` section is
+//!   checked and ignored likewise;
+//! - `imex.channelIDs` must be `[]` or `[0]`.
+//!
+//! Refused because edgegpu does not have the feature (docs/platforms/README.md):
+//! `sharing.mps` (no MPS control daemon). `imex` is checked at start (see
+//! [`crate::node`]). Every error names the line and column and the key path.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::yaml::{self, Node, Value};
+use super::{
+    AllocationPolicy, DeviceIdStrategy, DeviceListStrategy, DiscoveryStrategy, MigStrategy,
+};
+
+/// NVIDIA's resource-name prefix, added to names given without it.
+const RESOURCE_PREFIX: &str = "nvidia.com/";
+/// Longest fully qualified resource name (NVIDIA's `MaxResourceNameLength`).
+const MAX_RESOURCE_NAME: usize = 63;
+
+/// The parsed `--config` file.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ConfigFile {
+    pub flags: FileFlags,
+    /// `sharing.timeSlicing`.
+    pub time_slicing: Option<TimeSlicing>,
+    pub imex: Imex,
+    /// Settings that have no effect here and keys nobody knows, each with its position,
+    /// for the start-up log.
+    pub notes: Vec<String>,
+}
+
+/// `flags:` (and `flags.plugin:`) as far as edgegpu acts on them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FileFlags {
+    pub fail_on_init_error: Option<bool>,
+    pub device_discovery_strategy: Option<DiscoveryStrategy>,
+    pub mig_strategy: Option<MigStrategy>,
+    /// edgegpu extension (NVIDIA has no equivalent).
+    pub health_checks: Option<bool>,
+    /// edgegpu extension.
+    pub health_recovery_seconds: Option<u64>,
+    pub pass_device_specs: Option<bool>,
+    pub device_list_strategy: Option<Vec<DeviceListStrategy>>,
+    pub device_id_strategy: Option<DeviceIdStrategy>,
+    pub shared_devices_allocation_policy: Option<AllocationPolicy>,
+}
+
+/// `imex:`: IMEX channels to hand every GPU container (NVIDIA's README, "IMEX Support").
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Imex {
+    /// `[]` or `[0]`.
+    #[serde(rename = "channelIDs")]
+    pub channel_ids: Vec<u32>,
+    /// A requested channel that does not exist stops the plugin instead of being skipped.
+    pub required: bool,
+}
+
+/// `sharing.timeSlicing:` — replicas of each GPU advertised as `<id>::<n>`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TimeSlicing {
+    pub rename_by_default: bool,
+    pub fail_requests_greater_than_one: bool,
+    pub resources: Vec<ReplicatedResource>,
+}
+
+/// One `sharing.timeSlicing.resources[]` entry; `name` is fully qualified.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReplicatedResource {
+    pub name: String,
+    pub replicas: u32,
+}
+
+/// A config file that could not be used: names the file, the line/column and the key.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid config file {}{}: {message}", path.display(), location(*line, *column))]
+pub struct ConfigFileError {
+    pub path: PathBuf,
+    pub line: Option<usize>,
+    pub column: Option<usize>,
+    /// The key path (e.g. `sharing.timeSlicing.resources[0].replicas`) and what is wrong.
+    pub message: String,
+}
+
+fn location(line: Option<usize>, column: Option<usize>) -> String {
+    match (line, column) {
+        (Some(l), Some(c)) => format!(", line {l}, column {c}"),
+        (Some(l), None) => format!(", line {l}"),
+        _ => String::new(),
+    }
+}
+
+fn fail<T>(node: &Node, message: String) -> Result<T, ConfigFileError> {
+    Err(ConfigFileError {
+        path: PathBuf::new(),
+        line: Some(node.line),
+        column: Some(node.column),
+        message,
+    })
+}
+
+impl ConfigFile {
+    /// Reads and checks `path` (YAML; JSON is YAML too). Blocking: call it off the async
+    /// runtime.
+    pub fn load(path: &Path) -> Result<Self, ConfigFileError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigFileError {
+            path: path.to_path_buf(),
+            line: None,
+            column: None,
+            message: format!("cannot read it: {e}"),
+        })?;
+        Self::parse(&text).map_err(|e| ConfigFileError {
+            path: path.to_path_buf(),
+            ..e
+        })
+    }
+
+    /// Parses config text; errors carry an empty path.
+    pub fn parse(text: &str) -> Result<Self, ConfigFileError> {
+        let (doc, more) = yaml::parse(text).map_err(|e| ConfigFileError {
+            path: PathBuf::new(),
+            line: Some(e.line),
+            column: Some(e.column),
+            message: e.message,
+        })?;
+        let mut reader = Reader::default();
+        if more {
+            reader.note("the file holds several YAML documents; only the first is read".into());
+        }
+        let mut file = match doc {
+            Some(doc) => reader.file(&doc)?,
+            None => ConfigFile::default(),
+        };
+        file.notes = reader.notes;
+        Ok(file)
+    }
+}
+
+/// Walks the tree, collecting notes.
+#[derive(Default)]
+struct Reader {
+    notes: Vec<String>,
+}
+
+/// How a section matches its keys.
+#[derive(Clone, Copy, PartialEq)]
+enum Keys {
+    /// Go struct fields: case-insensitive, exact spelling preferred.
+    AnyCase,
+    /// Go `map[string]…` lookups: exact.
+    Exact,
+}
+
+impl Reader {
+    fn note(&mut self, note: String) {
+        self.notes.push(note);
+    }
+
+    /// The entries of a mapping section (null = empty) by known key; the last of repeated
+    /// keys wins, as in NVIDIA's reader. Unknown keys are noted and skipped.
+    fn section<'n>(
+        &mut self,
+        node: &'n Node,
+        path: &str,
+        known: &[&'static str],
+        keys: Keys,
+    ) -> Result<BTreeMap<&'static str, &'n Node>, ConfigFileError> {
+        let mut found = BTreeMap::new();
+        if node.is_null() {
+            return Ok(found);
+        }
+        let Value::Map(entries) = &node.value else {
+            return fail(
+                node,
+                format!("{path}: expected a mapping, found {}", node.kind()),
+            );
+        };
+        for (key, value) in entries {
+            let Value::Scalar { text, .. } = &key.value else {
+                return fail(key, format!("{path}: keys must be strings"));
+            };
+            let exact = known.iter().find(|k| **k == text.as_str());
+            let folded = known.iter().find(|k| k.eq_ignore_ascii_case(text));
+            let matched = match keys {
+                Keys::AnyCase => exact.or(folded),
+                Keys::Exact => exact,
+            };
+            match matched {
+                Some(k) => {
+                    if found.insert(*k, value).is_some() {
+                        self.note(format!(
+                            "{}: `{path}.{k}` is set twice; the later value (line {}) is used",
+                            at(key),
+                            key.line
+                        ));
+                    }
+                }
+                None => {
+                    let hint = match folded {
+                        Some(k) => format!(
+                            " (keys here are case-sensitive, as in NVIDIA's parser: did you mean `{k}`?)"
+                        ),
+                        None => String::new(),
+                    };
+                    self.note(format!(
+                        "{}: unknown key `{path}.{text}` ignored{hint}",
+                        at(key)
+                    ));
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    fn file(&mut self, doc: &Node) -> Result<ConfigFile, ConfigFileError> {
+        let top = self.section(
+            doc,
+            "(top level)",
+            &["version", "flags", "resources", "sharing", "imex"],
+            Keys::AnyCase,
+        )?;
+        if let Some(v) = top.get("version") {
+            match string(v, "version")? {
+                Some(v) if v == "v1" => {}
+                None => {}
+                Some(other) => return fail(v, format!("unknown version: {other}")),
+            }
+        }
+        let flags = match top.get("flags") {
+            Some(f) => self.flags(f)?,
+            None => FileFlags::default(),
+        };
+        if let Some(r) = top.get("resources") {
+            self.resources(r)?;
+        }
+        let time_slicing = match top.get("sharing") {
+            Some(s) => self.sharing(s)?,
+            None => None,
+        };
+        let imex = match top.get("imex") {
+            Some(i) => self.imex(i)?,
+            None => Imex::default(),
+        };
+        Ok(ConfigFile {
+            flags,
+            time_slicing,
+            imex,
+            notes: Vec::new(),
+        })
+    }
+
+    fn flags(&mut self, node: &Node) -> Result<FileFlags, ConfigFileError> {
+        let f = self.section(
+            node,
+            "flags",
+            &[
+                "migStrategy",
+                "failOnInitError",
+                "mpsRoot",
+                "nvidiaDriverRoot",
+                "nvidiaDevRoot",
+                "gdrcopyEnabled",
+                "gdsEnabled",
+                "mofedEnabled",
+                "useNodeFeatureAPI",
+                "deviceDiscoveryStrategy",
+                "plugin",
+                "gfd",
+                "healthChecks",
+                "healthRecoverySeconds",
+            ],
+            Keys::AnyCase,
+        )?;
+        self.without_effect(
+            &f,
+            "flags",
+            &["mpsRoot", "nvidiaDriverRoot", "nvidiaDevRoot"],
+            string,
+        )?;
+        self.without_effect(
+            &f,
+            "flags",
+            &[
+                "gdrcopyEnabled",
+                "gdsEnabled",
+                "mofedEnabled",
+                "useNodeFeatureAPI",
+            ],
+            boolean,
+        )?;
+        if let Some(v) = f.get("gfd") {
+            self.section(
+                v,
+                "flags.gfd",
+                &[
+                    "oneshot",
+                    "noTimestamp",
+                    "sleepInterval",
+                    "outputFile",
+                    "machineTypeFile",
+                ],
+                Keys::AnyCase,
+            )?;
+            if !v.is_null() {
+                self.note(format!(
+                    "{}: `flags.gfd` configures gpu-feature-discovery; the plugin ignores it, as NVIDIA's does",
+                    at(v)
+                ));
+            }
+        }
+        // NVIDIA's message for a value it does not know (`validateFlags`), not `choice`'s.
+        let mig_strategy = match f.get("migStrategy") {
+            Some(v) => match string(v, "flags.migStrategy")?.as_deref() {
+                None => None,
+                Some("none") => Some(MigStrategy::None),
+                Some("single") => Some(MigStrategy::Single),
+                Some("mixed") => Some(MigStrategy::Mixed),
+                Some(other) => return fail(v, format!("unknown MIG strategy: {other}")),
+            },
+            None => None,
+        };
+        let mut flags = FileFlags {
+            fail_on_init_error: opt(&f, "failOnInitError", "flags", boolean)?,
+            device_discovery_strategy: opt(&f, "deviceDiscoveryStrategy", "flags", |v, p| {
+                choice(
+                    v,
+                    p,
+                    &[
+                        ("auto", DiscoveryStrategy::Auto),
+                        ("tegra", DiscoveryStrategy::Tegra),
+                        ("nvml", DiscoveryStrategy::Nvml),
+                    ],
+                )
+            })?,
+            mig_strategy,
+            health_checks: opt(&f, "healthChecks", "flags", boolean)?,
+            health_recovery_seconds: opt(&f, "healthRecoverySeconds", "flags", |v, p| {
+                integer(v, p)?
+                    .map(|n| u64::try_from(n).or_else(|_| fail(v, format!("{p}: must be >= 0"))))
+                    .transpose()
+            })?,
+            ..FileFlags::default()
+        };
+        if let Some(p) = f.get("plugin") {
+            self.plugin(p, &mut flags)?;
+        }
+        Ok(flags)
+    }
+
+    fn plugin(&mut self, node: &Node, flags: &mut FileFlags) -> Result<(), ConfigFileError> {
+        let p = self.section(
+            node,
+            "flags.plugin",
+            &[
+                "passDeviceSpecs",
+                "deviceListStrategy",
+                "deviceIDStrategy",
+                "cdiAnnotationPrefix",
+                "nvidiaCTKPath",
+                "nvidiaCDIHookPath",
+                "containerDriverRoot",
+                "sharedDevicesAllocationPolicy",
+            ],
+            Keys::AnyCase,
+        )?;
+        self.without_effect(
+            &p,
+            "flags.plugin",
+            &[
+                "cdiAnnotationPrefix",
+                "nvidiaCTKPath",
+                "nvidiaCDIHookPath",
+                "containerDriverRoot",
+            ],
+            string,
+        )?;
+        flags.pass_device_specs = opt(&p, "passDeviceSpecs", "flags.plugin", boolean)?;
+        flags.device_list_strategy = opt(
+            &p,
+            "deviceListStrategy",
+            "flags.plugin",
+            device_list_strategy,
+        )?;
+        flags.device_id_strategy = opt(&p, "deviceIDStrategy", "flags.plugin", |v, path| {
+            choice(
+                v,
+                path,
+                &[
+                    ("uuid", DeviceIdStrategy::Uuid),
+                    ("index", DeviceIdStrategy::Index),
+                ],
+            )
+        })?;
+        flags.shared_devices_allocation_policy = opt(
+            &p,
+            "sharedDevicesAllocationPolicy",
+            "flags.plugin",
+            |v, path| {
+                choice(
+                    v,
+                    path,
+                    &[
+                        ("distributed", AllocationPolicy::Distributed),
+                        ("packed", AllocationPolicy::Packed),
+                    ],
+                )
+            },
+        )?;
+        Ok(())
+    }
+
+    /// NVIDIA settings edgegpu does not act on: read for their type (NVIDIA refuses a wrongly
+    /// typed value), then noted when set.
+    fn without_effect<T>(
+        &mut self,
+        section: &BTreeMap<&'static str, &Node>,
+        path: &str,
+        keys: &[&str],
+        read: impl Fn(&Node, &str) -> Result<Option<T>, ConfigFileError>,
+    ) -> Result<(), ConfigFileError> {
+        for key in keys {
+            let Some(node) = section.get(key) else {
+                continue;
+            };
+            let key_path = format!("{path}.{key}");
+            if read(node, &key_path)?.is_some() {
+                self.note(format!(
+                    "{}: `{key_path}` is an NVIDIA plugin setting without effect in edgegpu; ignored",
+                    at(node)
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// `resources:` (resource renaming by pattern): checked as NVIDIA checks it, then
+    /// ignored as NVIDIA ignores it.
+    fn resources(&mut self, node: &Node) -> Result<(), ConfigFileError> {
+        let r = self.section(node, "resources", &["gpus", "mig"], Keys::AnyCase)?;
+        let mut any = false;
+        for (key, list) in r {
+            let path = format!("resources.{key}");
+            for (i, item) in seq(list, &path)?.iter().enumerate() {
+                let path = format!("{path}[{i}]");
+                let entry = self.section(item, &path, &["pattern", "name"], Keys::AnyCase)?;
+                let Some(pattern) = entry.get("pattern") else {
+                    return fail(
+                        item,
+                        format!("{path}: resources must have a 'pattern' field set"),
+                    );
+                };
+                string(pattern, &format!("{path}.pattern"))?;
+                let Some(name) = entry.get("name") else {
+                    return fail(
+                        item,
+                        format!("{path}: resources must have a 'name' field set"),
+                    );
+                };
+                resource_name(name, &format!("{path}.name"))?;
+                any = true;
+            }
+        }
+        if any {
+            self.note(format!(
+                "{}: customizing the 'resources' field is not supported; ignored, as NVIDIA's plugin does",
+                at(node)
+            ));
+        }
+        Ok(())
+    }
+
+    fn sharing(&mut self, node: &Node) -> Result<Option<TimeSlicing>, ConfigFileError> {
+        let s = self.section(node, "sharing", &["timeSlicing", "mps"], Keys::AnyCase)?;
+        if let Some(mps) = s.get("mps").filter(|m| !m.is_null()) {
+            return fail(
+                mps,
+                "sharing.mps is not supported: edgegpu runs no MPS control daemon; use sharing.timeSlicing".into(),
+            );
+        }
+        match s.get("timeSlicing") {
+            Some(ts) => self.time_slicing(ts).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn time_slicing(&mut self, node: &Node) -> Result<TimeSlicing, ConfigFileError> {
+        const PATH: &str = "sharing.timeSlicing";
+        let t = self.section(
+            node,
+            PATH,
+            &["renameByDefault", "failRequestsGreaterThanOne", "resources"],
+            Keys::Exact,
+        )?;
+        let Some(list) = t.get("resources") else {
+            return fail(node, format!("{PATH}: no resources specified"));
+        };
+        let path = format!("{PATH}.resources");
+        let items = seq(list, &path)?;
+        if items.is_empty() {
+            return fail(list, format!("{path}: no resources specified"));
+        }
+        let mut resources = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            resources.push(self.replicated_resource(item, &format!("{path}[{i}]"))?);
+        }
+        Ok(TimeSlicing {
+            // NVIDIA decodes `renameByDefault` into a plain bool: null is refused there too.
+            rename_by_default: match t.get("renameByDefault") {
+                Some(v) => match boolean(v, &format!("{PATH}.renameByDefault"))? {
+                    Some(b) => b,
+                    None => {
+                        return fail(
+                            v,
+                            format!("{PATH}.renameByDefault: expected true or false, found null"),
+                        )
+                    }
+                },
+                None => false,
+            },
+            fail_requests_greater_than_one: opt(&t, "failRequestsGreaterThanOne", PATH, boolean)?
+                .unwrap_or(false),
+            resources,
+        })
+    }
+
+    fn replicated_resource(
+        &mut self,
+        node: &Node,
+        path: &str,
+    ) -> Result<ReplicatedResource, ConfigFileError> {
+        let r = self.section(
+            node,
+            path,
+            &["name", "rename", "devices", "replicas"],
+            Keys::Exact,
+        )?;
+        let Some(name) = r.get("name") else {
+            return fail(node, format!("{path}: no resource name specified"));
+        };
+        let name = resource_name(name, &format!("{path}.name"))?;
+        if let Some(devices) = r.get("devices") {
+            if !self.devices_all(devices, &format!("{path}.devices"))? {
+                self.note(format!(
+                    "{}: customizing the 'devices' field in {path} is not supported; every GPU is shared (NVIDIA's plugin does the same)",
+                    at(devices)
+                ));
+            }
+        }
+        let Some(replicas_node) = r.get("replicas") else {
+            return fail(node, format!("{path}: no replicas specified"));
+        };
+        let replicas_path = format!("{path}.replicas");
+        let Some(replicas) = integer(replicas_node, &replicas_path)? else {
+            return fail(
+                replicas_node,
+                format!("{replicas_path}: number of replicas must be >= 2 (found null)"),
+            );
+        };
+        if replicas < 2 {
+            return fail(
+                replicas_node,
+                format!("{replicas_path}: number of replicas must be >= 2 (resource {name}: replicas {replicas})"),
+            );
+        }
+        let Ok(replicas) = u32::try_from(replicas) else {
+            return fail(
+                replicas_node,
+                format!("{replicas_path}: too many replicas: {replicas}"),
+            );
+        };
+        if let Some(node) = r.get("rename") {
+            let rename = resource_name(node, &format!("{path}.rename"))?;
+            self.note(format!(
+                "{}: setting the 'rename' field in {path} is not supported (`{rename}` ignored; renameByDefault names the shared resource <name>.shared), as in NVIDIA's plugin",
+                at(node)
+            ));
+        }
+        Ok(ReplicatedResource { name, replicas })
+    }
+
+    /// Checks `devices` as NVIDIA does; true when it is `all`.
+    fn devices_all(&mut self, node: &Node, path: &str) -> Result<bool, ConfigFileError> {
+        match &node.value {
+            Value::Scalar { text, plain } => {
+                if text == "all" {
+                    return Ok(true);
+                }
+                if *plain {
+                    if let Ok(count) = text.parse::<i64>() {
+                        if count > 0 {
+                            return Ok(false);
+                        }
+                        return fail(node, format!("{path}: devices set as '{count}' but a count of devices must be > 0"));
+                    }
+                }
+                fail(
+                    node,
+                    format!(
+                        "{path}: devices set as '{text}' but the only valid string input is 'all'"
+                    ),
+                )
+            }
+            Value::Seq(items) => {
+                for item in items {
+                    let ok = match &item.value {
+                        Value::Scalar { text, .. } => is_device_ref(text),
+                        _ => false,
+                    };
+                    if !ok {
+                        return fail(item, format!("{path}: unsupported device in devices list (expected a GPU index, a MIG index `gpu:mig` or a GPU/MIG UUID)"));
+                    }
+                }
+                Ok(false)
+            }
+            Value::Map(_) => fail(
+                node,
+                format!("{path}: unrecognized type for devices spec: a mapping"),
+            ),
+        }
+    }
+
+    fn imex(&mut self, node: &Node) -> Result<Imex, ConfigFileError> {
+        let i = self.section(node, "imex", &["channelIDs", "required"], Keys::AnyCase)?;
+        let mut imex = Imex::default();
+        if let Some(list) = i.get("channelIDs") {
+            for (n, item) in seq(list, "imex.channelIDs")?.iter().enumerate() {
+                let path = format!("imex.channelIDs[{n}]");
+                let Some(id) = integer(item, &path)? else {
+                    return fail(item, format!("{path}: expected an integer, found null"));
+                };
+                imex.channel_ids.push(u32::try_from(id).unwrap_or(u32::MAX));
+            }
+            if !(imex.channel_ids.is_empty() || imex.channel_ids == [0]) {
+                return fail(
+                    list,
+                    format!(
+                        "invalid IMEX channel IDs: channelIDs must be [] or [0]; found {:?}",
+                        imex.channel_ids
+                    ),
+                );
+            }
+        }
+        imex.required = opt(&i, "required", "imex", boolean)?.unwrap_or(false);
+        Ok(imex)
+    }
+}
+
+/// `line L, column C` of a node, for notes.
+fn at(node: &Node) -> String {
+    format!("line {}, column {}", node.line, node.column)
+}
+
+/// Reads an optional entry with `read`, which gets the node and its key path.
+fn opt<T>(
+    section: &BTreeMap<&'static str, &Node>,
+    key: &str,
+    path: &str,
+    read: impl Fn(&Node, &str) -> Result<Option<T>, ConfigFileError>,
+) -> Result<Option<T>, ConfigFileError> {
+    match section.get(key) {
+        Some(node) => read(node, &format!("{path}.{key}")),
+        None => Ok(None),
+    }
+}
+
+/// A boolean: YAML 1.1's plain spellings (NVIDIA reads YAML 1.1); null is unset.
+fn boolean(node: &Node, path: &str) -> Result<Option<bool>, ConfigFileError> {
+    if node.is_null() {
+        return Ok(None);
+    }
+    if let Value::Scalar { text, plain: true } = &node.value {
+        match text.as_str() {
+            "true" | "True" | "TRUE" | "yes" | "Yes" | "YES" | "y" | "Y" | "on" | "On" | "ON" => {
+                return Ok(Some(true))
+            }
+            "false" | "False" | "FALSE" | "no" | "No" | "NO" | "n" | "N" | "off" | "Off"
+            | "OFF" => return Ok(Some(false)),
+            _ => {}
+        }
+    }
+    fail(
+        node,
+        format!(
+            "{path}: invalid value {}: expected true or false",
+            shown(node)
+        ),
+    )
+}
+
+/// A string: any scalar; null is unset.
+fn string(node: &Node, path: &str) -> Result<Option<String>, ConfigFileError> {
+    match &node.value {
+        _ if node.is_null() => Ok(None),
+        Value::Scalar { text, .. } => Ok(Some(text.clone())),
+        _ => fail(
+            node,
+            format!("{path}: expected a string, found {}", node.kind()),
+        ),
+    }
+}
+
+/// An integer (plain decimal scalar); null is unset.
+fn integer(node: &Node, path: &str) -> Result<Option<i64>, ConfigFileError> {
+    if node.is_null() {
+        return Ok(None);
+    }
+    if let Value::Scalar { text, plain: true } = &node.value {
+        if let Ok(n) = text.strip_prefix('+').unwrap_or(text).parse::<i64>() {
+            return Ok(Some(n));
+        }
+    }
+    fail(
+        node,
+        format!("{path}: invalid value {}: expected an integer", shown(node)),
+    )
+}
+
+/// One of `choices`, by its exact name.
+fn choice<T: Copy>(
+    node: &Node,
+    path: &str,
+    choices: &[(&str, T)],
+) -> Result<Option<T>, ConfigFileError> {
+    let Some(text) = string(node, path)? else {
+        return Ok(None);
+    };
+    match choices.iter().find(|(name, _)| *name == text) {
+        Some((_, value)) => Ok(Some(*value)),
+        None => {
+            let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
+            fail(
+                node,
+                format!(
+                    "{path}: invalid value `{text}`: expected {}",
+                    names.join(", ")
+                ),
+            )
+        }
+    }
+}
+
+/// A list; null is empty.
+fn seq<'n>(node: &'n Node, path: &str) -> Result<&'n [Node], ConfigFileError> {
+    match &node.value {
+        _ if node.is_null() => Ok(&[]),
+        Value::Seq(items) => Ok(items),
+        _ => fail(
+            node,
+            format!("{path}: expected a list, found {}", node.kind()),
+        ),
+    }
+}
+
+/// `deviceListStrategy`: a string or a list of strings, as in NVIDIA's; a comma list in the
+/// string is accepted too (as on the command line).
+fn device_list_strategy(
+    node: &Node,
+    path: &str,
+) -> Result<Option<Vec<DeviceListStrategy>>, ConfigFileError> {
+    let joined = match &node.value {
+        _ if node.is_null() => return Ok(None),
+        Value::Scalar { text, .. } => text.clone(),
+        Value::Seq(items) => {
+            let mut words = Vec::new();
+            for item in items {
+                match string(item, path)? {
+                    Some(w) => words.push(w),
+                    None => return fail(item, format!("{path}: null in the list")),
+                }
+            }
+            words.join(",")
+        }
+        Value::Map(_) => return fail(node, format!("{path}: expected a string or a list")),
+    };
+    DeviceListStrategy::parse_list(&joined)
+        .map(Some)
+        .or_else(|e| fail(node, format!("{path}: {e:#}")))
+}
+
+/// A resource name, NVIDIA's way: `nvidia.com/` is prepended when missing; the part after
+/// the prefix must be a DNS subdomain and the whole at most 63 characters. Names with another
+/// prefix (which NVIDIA refuses) are kept as they are, for `--resource-name` other than
+/// `nvidia.com/…`.
+fn resource_name(node: &Node, path: &str) -> Result<String, ConfigFileError> {
+    let raw = match string(node, path)? {
+        Some(n) if !n.is_empty() => n,
+        _ => return fail(node, format!("{path}: no resource name specified")),
+    };
+    let full = if raw.contains('/') {
+        raw.clone()
+    } else {
+        format!("{RESOURCE_PREFIX}{raw}")
+    };
+    if full.len() > MAX_RESOURCE_NAME {
+        return fail(
+            node,
+            format!("{path}: fully-qualified resource name must be {MAX_RESOURCE_NAME} characters or less: {full}"),
+        );
+    }
+    let (_, name) = full.split_once('/').unwrap_or(("", &full));
+    if !is_dns_subdomain(name) {
+        return fail(
+            node,
+            format!("{path}: incorrect format for resource name '{full}': the part after the prefix must be lower-case letters, digits, '-' and '.', starting and ending with a letter or digit"),
+        );
+    }
+    Ok(full)
+}
+
+/// RFC 1123 subdomain, as Kubernetes' `NameIsDNSSubdomain` checks it.
+fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+/// A `devices` list entry NVIDIA accepts: GPU index, MIG index (`0:1`), GPU or MIG UUID.
+fn is_device_ref(s: &str) -> bool {
+    let uint = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+    let uuid = |p: &str| {
+        let hex = |p: &str, n: usize| p.len() == n && p.bytes().all(|b| b.is_ascii_hexdigit());
+        let parts: Vec<&str> = p.split('-').collect();
+        match parts.as_slice() {
+            [a, b, c, d, e] => hex(a, 8) && hex(b, 4) && hex(c, 4) && hex(d, 4) && hex(e, 12),
+            [one] => hex(one, 32),
+            _ => false,
+        }
+    };
+    let gpu_uuid = |p: &str| p.strip_prefix("GPU-").is_some_and(uuid);
+    if uint(s) || gpu_uuid(s) {
+        return true;
+    }
+    if let Some((a, b)) = s.split_once(':') {
+        return uint(a) && uint(b);
+    }
+    match s.strip_prefix("MIG-") {
+        Some(rest) if uuid(rest) => true,
+        Some(rest) => {
+            let parts: Vec<&str> = rest.splitn(3, '/').collect();
+            matches!(parts.as_slice(), [g, a, b] if gpu_uuid(g) && uint(a) && uint(b))
+        }
+        None => false,
+    }
+}
+
+/// A scalar's text for messages.
+fn shown(node: &Node) -> String {
+    match &node.value {
+        Value::Scalar { text, plain: true } => format!("`{text}`"),
+        Value::Scalar { text, plain: false } => format!("\"{text}\" (quoted: a string)"),
+        _ => node.kind().to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_refs_as_nvidia_accepts_them() {
+        for ok in [
+            "0",
+            "0:0",
+            "GPU-4cf8db2d-06c0-7d70-1a51-e59b25b2c16c",
+            "MIG-3eb87630-93d5-b2b6-b8ff-9b359caf4ee2",
+            "MIG-GPU-662077db-fa3f-0d8f-9502-21ab0ef058a2/10/0",
+        ] {
+            assert!(is_device_ref(ok), "{ok}");
+        }
+        for bad in [
+            "-1",
+            "invalid-UUID",
+            "GPU-UUID",
+            "MIG-UUID",
+            "MIG-GPU-4cf8db2d-06c0-7d70-1a51-e59b25b2c16c",
+        ] {
+            assert!(!is_device_ref(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn dns_subdomains() {
+        assert!(is_dns_subdomain("gpu"));
+        assert!(is_dns_subdomain("gpu.shared"));
+        assert!(is_dns_subdomain("mig-1g.5gb"));
+        assert!(!is_dns_subdomain("$invalid$"));
+        assert!(!is_dns_subdomain("Gpu"));
+        assert!(!is_dns_subdomain("-gpu"));
+        assert!(!is_dns_subdomain("example.com/gpu"));
+    }
+}
