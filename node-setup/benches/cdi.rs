@@ -59,6 +59,19 @@ fn main() {
         host.write("/usr/bin/nvidia-cdi-hook", "#!/bin/sh\n");
         bench(board.name(), &host);
     }
+    // Thor with two MIG devices (procfs capability tree next to the CSV lists).
+    let host = FakeHost::jetson_with_nvml(Board::Thor);
+    host.write("/usr/bin/nvidia-cdi-hook", "#!/bin/sh\n");
+    let thor = Board::Thor.nvml().expect("Thor has NVML");
+    host.set_mig(
+        std::slice::from_ref(&thor),
+        &[0],
+        &[
+            FakeMig::h100(0, 1, "1g.10gb"),
+            FakeMig::h100(0, 2, "1g.10gb"),
+        ],
+    );
+    bench("thor-mig", &host);
     let gpus = FakeGpu::two_on_two_numa_nodes();
     bench("dgpu", &FakeHost::discrete(&gpus));
     let h100 = FakeGpu::two_h100();

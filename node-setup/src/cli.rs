@@ -187,12 +187,14 @@ const CDI_AFTER_HELP: &str = "\
 Sources (read under --root; see docs/cdi.md):
   Jetson        L4T's container CSV lists in
                 /etc/nvidia-container-runtime/host-files-for-container.d/*.csv: dev, lib, sym
-                and dir entries that exist on the host (globs expanded); devices 0 and all
-                (and the GPU's UUID where the driver publishes one, e.g. Thor).
-  NVIDIA driver /proc/driver/nvidia/gpus/*/information (UUID, bus, minor), MIG instances
-                from /proc/driver/nvidia/capabilities and /proc/driver/nvidia-caps/mig-minors,
-                driver libraries of the version in /proc/driver/nvidia/version; devices by
-                index, by UUID, MIG <gpu>:gi<G>:ci<C>, and all.
+                and dir entries that exist on the host (globs expanded, links followed);
+                devices 0 and all (and, from the driver's procfs, the GPU's UUID and MIG
+                devices 0:gi<G>:ci<C> on Thor, discrete GPUs next to the Jetson as 1, 2, ...).
+  NVIDIA driver /proc/driver/nvidia/gpus/*/information (UUID, bus, minor; excluded GPUs
+                skipped), MIG instances from /proc/driver/nvidia/capabilities and
+                /proc/driver/nvidia-caps/mig-minors, driver libraries of the version in
+                /proc/driver/nvidia/version; devices by index, by UUID, MIG <gpu>:gi<G>:ci<C>,
+                and all (every GPU and MIG device).
 Hooks only where /usr/bin/nvidia-cdi-hook or /usr/bin/nvidia-ctk exists. Nothing is written
 when an input is bad or missing (exit code 3).";
 

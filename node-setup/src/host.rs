@@ -151,6 +151,30 @@ impl HostRoot {
         })
     }
 
+    /// Where the entry `host_path` names really lives: every symlink among its parent
+    /// directories followed (inside the root), the last component kept as it is, so that a
+    /// symlink is located and not followed.
+    pub fn locate(&self, host_path: &str) -> Result<String> {
+        let mut parts = components(host_path);
+        match parts.pop() {
+            Some(name) if name != ".." => {
+                let parent = self.resolve_full(&format!("/{}", parts.join("/")))?;
+                Ok(format!("{}/{name}", parent.host_path.trim_end_matches('/')))
+            }
+            _ => Ok(self.resolve_full(host_path)?.host_path),
+        }
+    }
+
+    /// When `host_path` itself is a symlink: its target as written, and the host path that
+    /// target names (relative targets taken from the link's directory; not resolved further).
+    pub fn link_target(&self, host_path: &str) -> Option<(String, String)> {
+        let target = std::fs::read_link(self.path(host_path)).ok()?;
+        let target = target.to_string_lossy().into_owned();
+        let dir = Path::new(host_path).parent().unwrap_or(Path::new("/"));
+        let names = normalize(dir, &target);
+        Some((target, names))
+    }
+
     /// On-disk path of the file a write to `host_path` must replace (see
     /// [`HostRoot::resolve_full`]).
     pub fn resolve(&self, host_path: &str) -> Result<PathBuf> {

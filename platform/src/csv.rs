@@ -24,12 +24,7 @@ pub struct Entry {
     pub line: usize,
 }
 
-/// A line that is not an entry: its 1-based number and what is wrong.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LineError {
-    pub line: usize,
-    pub message: String,
-}
+pub use crate::LineError;
 
 /// Parses a CSV file's text; blank lines and `#` comments are skipped.
 pub fn parse(text: &str) -> Result<Vec<Entry>, LineError> {

@@ -15,6 +15,14 @@ mod table;
 
 pub use table::GENERATIONS;
 
+/// A line of a host file that could not be parsed: its 1-based number and what is wrong
+/// (callers add the file name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LineError {
+    pub line: usize,
+    pub message: String,
+}
+
 /// Everything known about one Jetson SoC generation.
 ///
 /// Every list is in preference order where order matters. Facts not known for a generation

@@ -4,6 +4,8 @@
 //! (`information`, `version`) and `nv-caps.c` (the MIG capability tree and `mig-minors`).
 //! Paths are host paths: callers read them under their own root prefix.
 
+use crate::LineError;
+
 /// One directory per GPU, named by its PCI bus id (`0000:17:00.0`), holding `information`.
 pub const GPUS_DIR: &str = "/proc/driver/nvidia/gpus";
 /// `NVRM version: NVIDIA UNIX … Kernel Module  550.54.15  Release Build …`.
@@ -17,6 +19,18 @@ pub const MIG_MINORS: &str = "/proc/driver/nvidia-caps/mig-minors";
 /// Where the capability device nodes live.
 pub const CAPS_DEV_DIR: &str = "/dev/nvidia-caps";
 
+/// The driver's control nodes a GPU container needs besides `/dev/nvidia<minor>` (those that
+/// exist are used; `nvidiactl` is always there when the driver is loaded, the UVM nodes once
+/// `nvidia-uvm` is loaded, `nvidia-modeset` with the display driver). libnvidia-container
+/// `src/nvc_info.c` and nvidia-container-toolkit `internal/discover/char_devices.go` list the
+/// same nodes.
+pub const CONTROL_NODES: [&str; 4] = [
+    "/dev/nvidiactl",
+    "/dev/nvidia-uvm",
+    "/dev/nvidia-uvm-tools",
+    "/dev/nvidia-modeset",
+];
+
 /// What `information` says about one GPU.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuInformation {
@@ -28,6 +42,26 @@ pub struct GpuInformation {
     pub bus: String,
     /// `Device Minor:`: the GPU is `/dev/nvidia<minor>`.
     pub minor: u32,
+    /// `GPU Excluded: Yes`: the driver keeps the GPU out of use (`NVreg_ExcludedGpus`);
+    /// NVML does not enumerate it, so it has no NVML index and containers cannot use it.
+    pub excluded: bool,
+}
+
+/// PCI location of Jetson Thor's integrated GPU under the OpenRM driver (nvidia-container-toolkit
+/// `pkg/nvcdi/lib-csv.go`, `isIntegratedGPU`: domain 0, bus 1, device 0 on Thor systems).
+pub const THOR_IGPU_BUS: &str = "0000:01:00.0";
+
+impl GpuInformation {
+    /// On a Jetson: whether this entry is the integrated GPU rather than a discrete GPU on
+    /// the same host (IGX Orin, a Jetson with a PCIe card). The model names the iGPU
+    /// (`NVIDIA Thor`, as NVML does), or its PCI location does (Thor's iGPU is always
+    /// [`THOR_IGPU_BUS`]; discrete GPUs of Jetson carriers sit in other PCI domains).
+    pub fn is_jetson_igpu(&self) -> bool {
+        self.model
+            .as_deref()
+            .is_some_and(crate::is_integrated_nvml_name)
+            || self.bus == THOR_IGPU_BUS
+    }
 }
 
 /// Parses one `information` file (`Key: \t value` lines). `Err` names the missing or bad key.
@@ -36,6 +70,7 @@ pub fn parse_gpu_information(text: &str) -> Result<GpuInformation, String> {
     let mut uuid = None;
     let mut bus = None;
     let mut minor = None;
+    let mut excluded = false;
     for line in text.lines() {
         let Some((key, value)) = line.split_once(':') else {
             continue;
@@ -45,6 +80,7 @@ pub fn parse_gpu_information(text: &str) -> Result<GpuInformation, String> {
             "Model" => model = Some(value.to_string()),
             "GPU UUID" if value.starts_with("GPU-") => uuid = Some(value.to_string()),
             "Bus Location" => bus = Some(value.to_ascii_lowercase()),
+            "GPU Excluded" => excluded = value.eq_ignore_ascii_case("yes"),
             "Device Minor" => {
                 minor = Some(
                     value
@@ -60,6 +96,7 @@ pub fn parse_gpu_information(text: &str) -> Result<GpuInformation, String> {
         uuid,
         bus: bus.ok_or("no `Bus Location:` line")?,
         minor: minor.ok_or("no `Device Minor:` line")?,
+        excluded,
     })
 }
 
@@ -76,31 +113,56 @@ pub fn parse_driver_version(text: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// Parses `mig-minors`: (`gpu0/gi1/ci0/access`, 13) pairs. `Err` names the bad line (1-based).
-pub fn parse_mig_minors(text: &str) -> Result<Vec<(String, u32)>, String> {
-    let mut out = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() {
-            continue;
-        }
-        let (key, minor) = line
-            .rsplit_once(char::is_whitespace)
-            .ok_or_else(|| format!("line {}: `{line}` is not `<capability> <minor>`", n + 1))?;
-        let minor = minor
-            .parse()
-            .map_err(|_| format!("line {}: `{minor}` is not a minor number", n + 1))?;
-        out.push((key.trim().to_string(), minor));
-    }
-    Ok(out)
+/// `mig-minors`: the minor number of every capability the driver can create, so that the
+/// `/dev/nvidia-caps` nodes of a MIG device are known from its GPU and instance ids.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MigMinors {
+    /// (`gpu0/gi1/ci0/access`, 13) pairs, in file order.
+    entries: Vec<(String, u32)>,
 }
 
-/// The `mig-minors` keys of a MIG device: its GPU instance and its compute instance.
-pub fn mig_capability_keys(gpu_minor: u32, gi: u32, ci: u32) -> [String; 2] {
-    [
-        format!("gpu{gpu_minor}/gi{gi}/access"),
-        format!("gpu{gpu_minor}/gi{gi}/ci{ci}/access"),
-    ]
+impl MigMinors {
+    /// Parses the file's `<capability> <minor>` lines; `Err` names the bad line.
+    pub fn parse(text: &str) -> Result<MigMinors, LineError> {
+        let mut entries = Vec::new();
+        for (n, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() {
+                continue;
+            }
+            let error = |message: String| LineError {
+                line: n + 1,
+                message,
+            };
+            let (key, minor) = line
+                .rsplit_once(char::is_whitespace)
+                .ok_or_else(|| error(format!("`{line}` is not `<capability> <minor>`")))?;
+            let minor = minor
+                .parse()
+                .map_err(|_| error(format!("`{minor}` is not a minor number")))?;
+            entries.push((key.trim().to_string(), minor));
+        }
+        Ok(MigMinors { entries })
+    }
+
+    /// The minor of capability `key` (`gpu0/gi1/access`).
+    pub fn minor(&self, key: &str) -> Option<u32> {
+        self.entries.iter().find(|(k, _)| k == key).map(|(_, m)| *m)
+    }
+
+    /// The `/dev/nvidia-caps` nodes of MIG device (`gi`, `ci`) of the GPU with `gpu_minor`: its
+    /// GPU instance's and its compute instance's. `Err` names the capability the file lacks.
+    pub fn mig_nodes(&self, gpu_minor: u32, gi: u32, ci: u32) -> Result<[String; 2], String> {
+        let node = |key: String| {
+            self.minor(&key)
+                .map(caps_node)
+                .ok_or_else(|| format!("no `{key}` entry"))
+        };
+        Ok([
+            node(format!("gpu{gpu_minor}/gi{gi}/access"))?,
+            node(format!("gpu{gpu_minor}/gi{gi}/ci{ci}/access"))?,
+        ])
+    }
 }
 
 /// The device node of capability minor `n`.
@@ -123,6 +185,16 @@ mod tests {
         );
         assert_eq!(info.bus, "0000:1b:00.0");
         assert_eq!(info.minor, 3);
+        assert!(!info.excluded);
+        let excluded =
+            parse_gpu_information(&text.replace("Excluded:\t No", "Excluded:\t Yes")).unwrap();
+        assert!(excluded.excluded);
+        assert!(!info.is_jetson_igpu());
+        let thor = parse_gpu_information(
+            "Model: \t\t NVIDIA Thor\nBus Location: \t 0000:01:00.0\nDevice Minor: \t 0\n",
+        )
+        .unwrap();
+        assert!(thor.is_jetson_igpu());
         // Before the GPU is initialised the UUID reads as a placeholder.
         let info = parse_gpu_information(
             "GPU UUID: \t ??\nBus Location: \t 0000:01:00.0\nDevice Minor: \t 0\n",
@@ -154,20 +226,24 @@ mod tests {
 
     #[test]
     fn mig_minors() {
-        let pairs =
-            parse_mig_minors("config 1\nmonitor 2\ngpu0/gi1/access 12\ngpu0/gi1/ci0/access 13\n")
+        let minors =
+            MigMinors::parse("config 1\nmonitor 2\ngpu0/gi1/access 12\ngpu0/gi1/ci0/access 13\n")
                 .unwrap();
-        assert_eq!(pairs[2], ("gpu0/gi1/access".to_string(), 12));
-        assert_eq!(pairs[3].1, 13);
-        let err = parse_mig_minors("config 1\ngpu0/gi1/access x\n").unwrap_err();
-        assert!(err.starts_with("line 2:"), "{err}");
+        assert_eq!(minors.minor("gpu0/gi1/access"), Some(12));
         assert_eq!(
-            mig_capability_keys(1, 2, 0),
+            minors.mig_nodes(0, 1, 0).unwrap(),
             [
-                "gpu1/gi2/access".to_string(),
-                "gpu1/gi2/ci0/access".to_string()
+                "/dev/nvidia-caps/nvidia-cap12".to_string(),
+                "/dev/nvidia-caps/nvidia-cap13".to_string()
             ]
         );
+        assert_eq!(
+            minors.mig_nodes(0, 1, 1).unwrap_err(),
+            "no `gpu0/gi1/ci1/access` entry"
+        );
+        let err = MigMinors::parse("config 1\ngpu0/gi1/access x\n").unwrap_err();
+        assert_eq!(err.line, 2);
+        assert_eq!(err.message, "`x` is not a minor number");
         assert_eq!(caps_node(13), "/dev/nvidia-caps/nvidia-cap13");
     }
 }

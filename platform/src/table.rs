@@ -9,7 +9,7 @@
 //!   chip ids); `l4t_majors_only_here` / `marker_file`: the L4T release notes (r38 is Thor
 //!   only) and jetson_stats `jtop/core/thor_gpu.py` (the `gpu-gpc-0` devfreq node).
 //! - `cuda.device_name`: `cuDeviceGetName` as NVIDIA's deviceQuery sample prints it on the
-//!   boards (Orin's in docs/devicequery.md, Nano's in devicequery/tests/golden/).
+//!   boards (Orin's in docs/devicequery.md, Nano's and Thor's in devicequery/tests/golden/).
 //! - `l4t_majors`: the Jetson Linux release notes' supported-module lists (r32: Nano/TX1/TX2/
 //!   Xavier; r35: Xavier, Orin; r36: Orin; r38: Thor; r39: Thor and Orin).
 //! - `nvml`: NVIDIA go-nvlib `pkg/nvlib/info/property-extractor.go` (`IsIntegratedGPUName`) and
@@ -460,7 +460,7 @@ pub static GENERATIONS: &[Generation] = &[
                     minor: 0,
                 },
             ],
-            device_name: None,
+            device_name: Some("NVIDIA Thor"),
         },
         nvml: Some(Nvml {
             name: NameMatch::Exact("NVIDIA Thor"),

@@ -42,6 +42,8 @@ pub use node::{build_gpu_resource, build_gpu_resources, build_resource, NodeReso
 enum RoundEnd {
     Shutdown,
     Rebuild(&'static str),
+    /// The MIG geometry changed: settle it before rebuilding.
+    Reconfigured,
 }
 
 /// Runs the plugin as the command line describes, until SIGTERM/SIGINT. A SIGHUP or a changed
@@ -63,7 +65,22 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let options = cli.lifecycle_options();
     let mut metrics_source: Option<Arc<metrics::MetricsSource>> = None;
     let (metrics_stop, metrics_stopped) = tokio::sync::watch::channel(false);
+    // After a MIG geometry change (or a rebuild that met a refused geometry): wait until the
+    // geometry is valid and stable before serving it; never exit for a geometry met while
+    // running, which is what reconfigurations pass through.
+    let mut settle = false;
+    let mut first_round = true;
     let result = loop {
+        if settle {
+            let settled = tokio::select! {
+                r = node::settle_mig_geometry(&cli.root, &cli.resource_name, &cli.gpu) => r,
+                _ = signals.recv() => break Ok(()),
+            };
+            if let Err(e) = settled {
+                break Err(e);
+            }
+            settle = false;
+        }
         let node = tokio::select! {
             node = build_gpu_resources(&cli.root, &cli.resource_name, &cli.gpu) => node,
             _ = signals.recv() => break Ok(()),
@@ -73,8 +90,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             mut reconfigured,
         } = match node {
             Ok(node) => node,
+            // Changed again between settling and discovery: settle again.
+            Err(e) if !first_round && e.downcast_ref::<node::InvalidMigGeometry>().is_some() => {
+                settle = true;
+                continue;
+            }
             Err(e) => break Err(e),
         };
+        first_round = false;
         // Labels and sensors read host files (and NVML): off the runtime thread.
         if let Some(path) = cli.feature_file() {
             let (path, resources) = (path.to_path_buf(), resources.clone());
@@ -140,7 +163,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                     if reconfigured.wait_for(|c| *c).await.is_err() {
                         std::future::pending::<()>().await;
                     }
-                } => RoundEnd::Rebuild("the MIG geometry changed"),
+                } => RoundEnd::Reconfigured,
             };
             let _ = end_tx.send(end).await;
         };
@@ -150,6 +173,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         match end_rx.recv().await {
             Some(RoundEnd::Rebuild(why)) => {
                 tracing::info!("Rebuilding the resources: {why}");
+            }
+            Some(RoundEnd::Reconfigured) => {
+                tracing::info!("Rebuilding the resources: the MIG geometry changed");
+                settle = true;
             }
             Some(RoundEnd::Shutdown) | None => break Ok(()),
         }

@@ -57,7 +57,14 @@ pub async fn build_gpu_resource(
     Ok(node.resources.remove(0))
 }
 
-/// Detects the GPUs under `root` and returns every resource to serve.
+/// The MIG geometry does not fit `--mig-strategy` (NVIDIA's reason). While the plugin runs
+/// it is what a reconfiguration passes through: see [`settle_mig_geometry`].
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidMigGeometry(pub String);
+
+/// Detects the GPUs under `root` and returns every resource to serve. A MIG geometry the
+/// strategy refuses is an [`InvalidMigGeometry`] error.
 pub async fn build_gpu_resources(
     root: &Path,
     resource_name: &str,
@@ -102,12 +109,7 @@ pub async fn build_gpu_resources(
                 "GPU discovery failed (use --fail-on-init-error=false to run with zero devices)",
             )),
         };
-    let Discovered {
-        platform,
-        gpus,
-        migs,
-        nvml,
-    } = match discovered {
+    let discovered = match discovered {
         Some(d) => {
             tracing::info!("Detected platform: {}", d.platform_name());
             d
@@ -122,9 +124,35 @@ pub async fn build_gpu_resources(
             }
         }
     };
+    resources_of(root, resource_name, &config, discovered).await
+}
+
+/// The resources `config` makes of what discovery found, with their health monitors and,
+/// for MIG strategies, the watch on the MIG geometry as `discovered` saw it.
+pub async fn resources_of(
+    root: &Path,
+    resource_name: &str,
+    config: &Config,
+    discovered: Discovered,
+) -> anyhow::Result<NodeResources> {
+    let Discovered {
+        platform,
+        gpus,
+        migs,
+        nvml,
+    } = discovered;
     let platform = (!gpus.is_empty()).then_some(platform);
     let split = mig::resources(resource_name, config.mig_strategy, &gpus, &migs)
-        .map_err(anyhow::Error::msg)?;
+        .map_err(InvalidMigGeometry)?;
+    if config.mig_strategy == MigStrategy::Mixed {
+        for i in mig::gpus_without_mig_devices(&gpus, &migs) {
+            tracing::warn!(
+                "GPU {} ({}) has MIG enabled but no MIG devices configured; it serves nothing",
+                gpus[i].index,
+                gpus[i].uuid
+            );
+        }
+    }
 
     let device_nodes = match (&platform, config.pass_device_specs) {
         (Some(platform), true) => {
@@ -140,7 +168,7 @@ pub async fn build_gpu_resources(
     for (name, units) in split {
         resources.push(resource(
             root,
-            &config,
+            config,
             &name,
             platform.clone(),
             &gpus,
@@ -155,9 +183,9 @@ pub async fn build_gpu_resources(
     }
     start_monitors(
         root,
-        &config,
+        config,
         platform.as_ref(),
-        &gpus,
+        (&gpus, &migs),
         nvml,
         &resources,
         changed,
@@ -170,6 +198,101 @@ pub async fn build_gpu_resources(
         resources,
         reconfigured,
     })
+}
+
+/// Waits until the MIG geometry under `root` is one `args`' strategy accepts and has stayed
+/// the same for two ticks of the MIG watch; meanwhile nothing is served (the caller stopped
+/// the old resources). `nvidia-smi mig -dci/-dgi/-cgi/-cci` sequences and mig-parted pass
+/// through states NVIDIA's plugin refuses (MIG enabled without instances, two profiles under
+/// `single`) and through valid states that last a moment; serving nothing until the end is
+/// what NVIDIA's MIG manager arranges too (it stops the device plugin while it
+/// reconfigures), and no pod is handed a MIG device that is about to go. The first refused
+/// state is logged at warn, the rest at debug.
+pub async fn settle_mig_geometry(
+    root: &Path,
+    resource_name: &str,
+    args: &GpuArgs,
+) -> anyhow::Result<()> {
+    // The config file, NVML's loading and every NVML call block: off the runtime thread.
+    let (args, root_owned) = (args.clone(), root.to_path_buf());
+    let (config, nvml, gpus) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let config = args.resolve()?;
+        let (nvml, gpus) = discovery::nvml::load_and_enumerate(&root_owned)?;
+        Ok((config, nvml, gpus))
+    })
+    .await??;
+    let nvml = Arc::new(nvml);
+    let gpus = Arc::new(gpus);
+    let mut settling = Settling::default();
+    let settled = loop {
+        let (nvml, gpus) = (nvml.clone(), gpus.clone());
+        let (name, strategy) = (resource_name.to_string(), config.mig_strategy);
+        let seen = tokio::task::spawn_blocking(move || {
+            let geometry = mig_geometry(&nvml, &gpus)?;
+            mig::resources(&name, strategy, &geometry.0, &geometry.1)?;
+            Ok(geometry)
+        })
+        .await?;
+        if settling.observe(seen, config.mig_strategy) {
+            tracing::info!("MIG geometry valid and stable; serving it");
+            break Ok(());
+        }
+        tokio::time::sleep(health::nvml::TICK).await;
+    };
+    // Dropping the last handle calls nvmlShutdown, which blocks.
+    tokio::task::spawn_blocking(move || drop(nvml));
+    settled
+}
+
+/// The GPUs (MIG mode as of now) and their MIG devices.
+type Geometry = (Vec<crate::gpu::Gpu>, Vec<crate::gpu::MigDevice>);
+
+fn mig_geometry(nvml: &nvml_wrapper::Nvml, gpus: &[crate::gpu::Gpu]) -> Result<Geometry, String> {
+    let uuids: Vec<Option<String>> = gpus.iter().map(|g| g.nvml_uuid.clone()).collect();
+    let modes = discovery::nvml::mig_modes(nvml, &uuids);
+    let gpus: Vec<crate::gpu::Gpu> = gpus
+        .iter()
+        .zip(modes)
+        .map(|(g, mig_enabled)| crate::gpu::Gpu {
+            mig_enabled,
+            ..g.clone()
+        })
+        .collect();
+    let migs = discovery::nvml::mig_devices(nvml, &gpus, &uuids).map_err(|e| format!("{e:#}"))?;
+    Ok((gpus, migs))
+}
+
+/// The rule of [`settle_mig_geometry`]: done when the same accepted geometry is seen twice
+/// in a row; a refused one starts over (and is logged at warn the first time).
+#[derive(Default)]
+struct Settling {
+    previous: Option<Geometry>,
+    warned: bool,
+}
+
+impl Settling {
+    fn observe(&mut self, seen: Result<Geometry, String>, strategy: MigStrategy) -> bool {
+        match seen {
+            Ok(geometry) => {
+                let stable = self.previous.as_ref() == Some(&geometry);
+                self.previous = Some(geometry);
+                stable
+            }
+            Err(reason) => {
+                if self.warned {
+                    tracing::debug!("MIG geometry still refused: {reason}");
+                } else {
+                    tracing::warn!(
+                        "MIG geometry refused for --mig-strategy {} ({reason}); serving nothing until it is valid and stable (a reconfiguration in progress?)",
+                        format!("{strategy:?}").to_lowercase()
+                    );
+                    self.warned = true;
+                }
+                self.previous = None;
+                false
+            }
+        }
+    }
 }
 
 /// One resource: IDs, replicas and the health table of `units` (and NVML, which its metrics
@@ -251,7 +374,7 @@ async fn start_monitors(
     root: &Path,
     config: &Config,
     platform: Option<&Platform>,
-    gpus: &[crate::gpu::Gpu],
+    (gpus, migs): (&[crate::gpu::Gpu], &[crate::gpu::MigDevice]),
     nvml: Option<Arc<nvml_wrapper::Nvml>>,
     resources: &[Arc<GpuResource>],
     changed: watch::Sender<bool>,
@@ -300,22 +423,13 @@ async fn start_monitors(
     } else {
         Vec::new()
     };
-    let mig_watch = if config.mig_strategy != MigStrategy::None {
-        let uuids: Vec<Option<String>> = gpus.iter().map(|g| g.nvml_uuid.clone()).collect();
-        // NVML calls block.
-        let (nvml, gpus) = (Arc::clone(&nvml), uuids.clone());
-        let layout =
-            tokio::task::spawn_blocking(move || health::nvml::mig_layout(&nvml, &gpus)).await?;
-        Some(health::nvml::MigWatch {
-            layout,
-            gpus: uuids,
-            changed,
-        })
-    } else {
-        None
-    };
+    // The baseline is what discovery saw (not a second query, which would miss a change
+    // made in between): the resources describe that geometry.
+    let mig_watch = (config.mig_strategy != MigStrategy::None)
+        .then(|| health::nvml::MigWatch::of_discovery(gpus, migs, changed));
     if watched.is_empty() && mig_watch.is_none() {
-        // The last handle: dropping it calls nvmlShutdown, which blocks.
+        // Dropping the last handle calls nvmlShutdown, which blocks (the resources keep
+        // theirs, for metrics, until they are dropped: see GpuResource's Drop).
         tokio::task::spawn_blocking(move || drop(nvml));
         return Ok(());
     }
@@ -364,6 +478,7 @@ fn check_imex(root: &Path, imex: &Imex) -> anyhow::Result<()> {
 mod tests {
     use super::*;
     use crate::config::DiscoveryStrategy;
+    use crate::gpu::{Gpu, MigDevice};
     use edgegpu_testkit::host::{Board, FakeHost};
 
     /// inotify instances open in this process (no other unit test of the crate opens one).
@@ -405,5 +520,49 @@ mod tests {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         }
+    }
+
+    fn geometry(migs: &[&str]) -> Geometry {
+        let gpu = Gpu {
+            uuid: "GPU-0".into(),
+            nvml_uuid: Some("GPU-0".into()),
+            index: 0,
+            name: "NVIDIA H100 80GB HBM3".into(),
+            memory_bytes: None,
+            pci_bus_id: None,
+            numa_node: None,
+            minor: Some(0),
+            mig_enabled: true,
+        };
+        let migs = migs
+            .iter()
+            .enumerate()
+            .map(|(i, uuid)| MigDevice {
+                uuid: uuid.to_string(),
+                parent: 0,
+                index: i as u32,
+                gpu_instance: i as u32 + 1,
+                compute_instance: 0,
+                profile: "1g.10gb".into(),
+                memory_bytes: 0,
+                attributes: Default::default(),
+            })
+            .collect();
+        (vec![gpu], migs)
+    }
+
+    #[test]
+    fn settles_on_an_accepted_geometry_seen_twice_in_a_row() {
+        let mut s = Settling::default();
+        let refused = || Err::<Geometry, _>("no MIG devices".to_string());
+        assert!(!s.observe(refused(), MigStrategy::Single));
+        assert!(s.warned);
+        assert!(!s.observe(Ok(geometry(&["MIG-a"])), MigStrategy::Single));
+        // Another accepted geometry: not stable yet.
+        assert!(!s.observe(Ok(geometry(&["MIG-a", "MIG-b"])), MigStrategy::Single));
+        // A refused one in between starts over.
+        assert!(!s.observe(refused(), MigStrategy::Single));
+        assert!(!s.observe(Ok(geometry(&["MIG-a", "MIG-b"])), MigStrategy::Single));
+        assert!(s.observe(Ok(geometry(&["MIG-a", "MIG-b"])), MigStrategy::Single));
     }
 }

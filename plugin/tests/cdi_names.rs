@@ -1,7 +1,7 @@
 //! The CDI strategies name devices that exist: for every simulated platform (each Jetson
-//! generation with its release's NVML, a discrete server, a MIG server under every MIG
-//! strategy and both ID strategies), every name in an Allocate response is a device of the
-//! spec `edgegpu-node-setup cdi generate` writes for the same host.
+//! generation with its release's NVML, Thor with MIG, a discrete server, a MIG server under
+//! every MIG strategy and both ID strategies), every name in an Allocate response is a device
+//! of the spec `edgegpu-node-setup cdi generate` writes for the same host.
 
 mod gpu_common;
 
@@ -67,6 +67,33 @@ async fn every_jetson_generation() {
         for ids in ["--device-id-strategy=uuid", "--device-id-strategy=index"] {
             let names = cdi_names_allocated(host.root(), &[CDI, ids, discovery]).await;
             assert_in_spec(host.root(), &names, &format!("{board:?} {ids}"));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thor_with_mig_under_every_strategy() {
+    // JetPack 7 offers MIG on Thor: the MIG strategies hand out 0:gi<G>:ci<C>, which the
+    // spec must define with Thor's Jetson nodes and the instances' capability nodes.
+    let thor = Board::Thor.nvml().unwrap();
+    let host = FakeHost::jetson_with_nvml(Board::Thor);
+    host.set_mig(
+        std::slice::from_ref(&thor),
+        &[0],
+        &[
+            FakeMig::h100(0, 1, "1g.10gb"),
+            FakeMig::h100(0, 2, "1g.10gb"),
+        ],
+    );
+    for mig in ["--mig-strategy=mixed", "--mig-strategy=single"] {
+        for ids in ["--device-id-strategy=uuid", "--device-id-strategy=index"] {
+            let names = cdi_names_allocated(host.root(), &[CDI, ids, mig]).await;
+            assert_eq!(
+                names.iter().filter(|n| n.contains(":gi")).count(),
+                2,
+                "{mig} {ids}: {names:?}"
+            );
+            assert_in_spec(host.root(), &names, &format!("Thor {mig} {ids}"));
         }
     }
 }

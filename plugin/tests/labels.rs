@@ -124,7 +124,8 @@ async fn jetson_labels_per_generation() {
     // Thor on CUDA 13.0: SM110 (renumbered from 10.1), still Blackwell.
     let thor = labels_of(&FakeHost::jetson(Board::Thor), &["--discovery=tegra"]).await;
     for (k, v) in [
-        ("nvidia.com/gpu.product", "NVIDIA-Tegra-T264"),
+        // Without NVML the product is CUDA's device name (deviceQuery on Thor: NVIDIA Thor).
+        ("nvidia.com/gpu.product", "NVIDIA-Thor"),
         ("nvidia.com/gpu.family", "blackwell"),
         ("nvidia.com/gpu.compute.major", "11"),
         ("nvidia.com/gpu.compute.minor", "0"),
@@ -336,10 +337,10 @@ async fn mig_labels_as_gfd_writes_them() {
         small,
         [
             ("count", "2"),
-            ("engines.copy", "0"),
-            ("engines.decoder", "0"),
+            ("engines.copy", "1"),
+            ("engines.decoder", "1"),
             ("engines.encoder", "0"),
-            ("engines.jpeg", "0"),
+            ("engines.jpeg", "1"),
             ("engines.ofa", "0"),
             ("memory", "9856"),
             ("multiprocessors", "14"),
@@ -356,6 +357,11 @@ async fn mig_labels_as_gfd_writes_them() {
     assert_eq!(big["memory"], "40320");
     assert_eq!(big["slices.gi"], "3");
     assert_eq!(big["multiprocessors"], "42");
+    // A +me profile: its keys under its resource name (nvidia.com/mig-1g.10gb.me), its OFA.
+    let (me_host, _) = FakeHost::mig_server(&[0], &[FakeMig::h100(0, 9, "1g.10gb+me")]);
+    let me = labels_of(&me_host, &["--mig-strategy=mixed"]).await;
+    let me = under(&me, "nvidia.com/mig-1g.10gb.me.");
+    assert_eq!((me["count"], me["engines.ofa"]), ("1", "1"), "{me:?}");
     // strategy none: MIG devices are not served; no MIG keys.
     let none = labels_of(&host, &[]).await;
     assert!(none.iter().all(|(k, _)| !k.contains("mig")), "{none:?}");

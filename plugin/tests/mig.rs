@@ -237,21 +237,132 @@ async fn single_refuses_mixed_profiles_and_mixed_modes_like_nvidia() {
     let text = format!("{err:#}");
     assert!(text.contains("same migEnabled value"), "{text}");
 
-    // MIG enabled but no MIG device: refused by single and mixed alike.
+    // MIG enabled on GPU 1 without a MIG device: single refuses it; mixed serves GPU 0
+    // whole and nothing of GPU 1 (NVIDIA's assertAllMigDevicesAreValid only warns there).
     let gpus = FakeGpu::two_h100();
     let host = FakeHost::discrete(&gpus);
-    host.set_mig(&gpus, &[1], &[FakeMig::h100(0, 1, "1g.10gb")]);
-    for strategy in ["--mig-strategy=single", "--mig-strategy=mixed"] {
-        let err = Node::start(host.root(), &[strategy])
+    host.set_mig(&gpus, &[1], &[]);
+    let err = Node::start(host.root(), &["--mig-strategy=single"])
+        .await
+        .err()
+        .expect("single refuses a MIG-enabled GPU without MIG devices");
+    let text = format!("{err:#}");
+    assert!(
+        text.contains("has MIG enabled but no MIG devices"),
+        "{text}"
+    );
+    let node = Node::start(host.root(), &["--mig-strategy=mixed"])
+        .await
+        .unwrap();
+    assert_eq!(node.names(), vec!["nvidia.com/gpu"]);
+    assert_eq!(
+        ids(&node.kubelet.devices("nvidia.com/gpu")),
+        vec![gpus[0].uuid.clone()]
+    );
+    node.stop().await;
+
+    // Single compares NVML's attributes: 1g.10gb and 1g.10gb+me have the same slices and
+    // memory but not the same engines (NVML: GPU instance profile ids 19 and 20).
+    let (host, _) = FakeHost::mig_server(
+        &[0, 1],
+        &[
+            FakeMig::h100(0, 9, "1g.10gb"),
+            FakeMig::h100(1, 10, "1g.10gb+me"),
+        ],
+    );
+    let err = Node::start(host.root(), &["--mig-strategy=single"])
+        .await
+        .err()
+        .expect("single refuses 1g.10gb with 1g.10gb+me");
+    let text = format!("{err:#}");
+    assert!(text.contains("more than one MIG device type"), "{text}");
+    assert!(text.contains("1g.10gb+me"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_names_media_extension_profiles_like_nvidia() {
+    // NVML reports the GPU instance profile (id 20 = NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1
+    // on an H100); NVIDIA names its resource mig-1g.10gb.me (rm.go: "+" becomes ".").
+    let migs = [
+        FakeMig::h100(0, 9, "1g.10gb"),
+        FakeMig::h100(0, 10, "1g.10gb+me"),
+        FakeMig::h100(0, 11, "1g.20gb"),
+    ];
+    let (host, _) = FakeHost::mig_server(&[0], &migs);
+    let node = Node::start(host.root(), &["--mig-strategy=mixed"])
+        .await
+        .unwrap();
+    assert_eq!(
+        node.names(),
+        vec![
+            "nvidia.com/gpu",
+            "nvidia.com/mig-1g.10gb",
+            "nvidia.com/mig-1g.10gb.me",
+            "nvidia.com/mig-1g.20gb"
+        ]
+    );
+    assert_eq!(
+        ids(&node.kubelet.devices("nvidia.com/mig-1g.10gb.me")),
+        vec![migs[1].uuid.clone()]
+    );
+    node.stop().await;
+
+    // A compute instance smaller than its GPU instance (1c.3g.40gb): NVIDIA's mixed strategy
+    // has no resource for it and refuses the node.
+    let partial = FakeMig {
+        ci_slices: 1,
+        ..FakeMig::h100(0, 1, "3g.40gb")
+    };
+    let (host, _) = FakeHost::mig_server(&[0], &[partial]);
+    let err = Node::start(host.root(), &["--mig-strategy=mixed"])
+        .await
+        .err()
+        .expect("mixed refuses 1c.3g.40gb");
+    assert!(format!("{err:#}").contains("1c.3g.40gb"), "{err:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mig_slots_nvml_will_not_name_are_skipped_like_go_nvlib() {
+    // Slot 0 answers INVALID_ARGUMENT and slot 2 NOT_FOUND; the devices sit in slots 1 and 3.
+    let gpus = FakeGpu::two_h100();
+    let host = FakeHost::discrete(&gpus);
+    let migs = [
+        FakeMig::h100(0, 7, "1g.10gb"),
+        FakeMig::h100(0, 8, "1g.10gb"),
+    ];
+    host.set_mig_with_slot_errors(&gpus, &[0], &migs, &[(0, 0, 2), (0, 2, 6)]);
+    let node = Node::start(
+        host.root(),
+        &["--mig-strategy=mixed", "--device-id-strategy=index"],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        ids(&node.kubelet.devices("nvidia.com/mig-1g.10gb")),
+        vec!["0:1", "0:3"]
+    );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_between_discovery_and_the_watch_is_noticed() {
+    use edgegpu_plugin::config::DiscoveryStrategy;
+    use edgegpu_plugin::gpu::discovery;
+    let (host, gpus) = mixed_host();
+    let dir = tempfile::tempdir().unwrap();
+    let cli = gpu_common::cli(host.root(), dir.path(), &["--mig-strategy=mixed"]);
+    let config = cli.gpu.resolve().unwrap();
+    let discovered = discovery::discover(host.root(), DiscoveryStrategy::Nvml, true).unwrap();
+    // The administrator reconfigures after discovery, before the resources are built.
+    host.set_mig(&gpus, &[0], &[FakeMig::h100(0, 1, "3g.40gb")]);
+    let mut node =
+        edgegpu_plugin::node::resources_of(host.root(), &cli.resource_name, &config, discovered)
             .await
-            .err()
-            .expect(strategy);
-        let text = format!("{err:#}");
-        assert!(
-            text.contains("has MIG enabled but no MIG devices"),
-            "{strategy}: {text}"
-        );
-    }
+            .unwrap();
+    tokio::time::timeout(WAIT, node.reconfigured.wait_for(|c| *c))
+        .await
+        .expect("the MIG watch notices the change made after discovery")
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -325,6 +436,7 @@ async fn thor_mig_through_nvml_with_its_jetson_nodes() {
             ci_slices: 1,
             memory_mib: 30720,
             profile: "1g.30gb",
+            gi_profile_id: None,
         },
         FakeMig {
             gpu: 0,
@@ -335,6 +447,7 @@ async fn thor_mig_through_nvml_with_its_jetson_nodes() {
             ci_slices: 1,
             memory_mib: 30720,
             profile: "1g.30gb",
+            gi_profile_id: None,
         },
     ];
     host.set_mig(&gpus, &[0], &migs);
@@ -380,6 +493,48 @@ async fn thor_mig_through_nvml_with_its_jetson_nodes() {
 
 struct Running(Child);
 
+impl Running {
+    /// The real binary on `root` with `--mig-strategy=<strategy>`, registering in `dir`;
+    /// its log goes to `log` (or nowhere).
+    fn start(
+        root: &std::path::Path,
+        dir: &std::path::Path,
+        strategy: &str,
+        log: Option<&std::path::Path>,
+    ) -> Running {
+        let (stdout, stderr) = match log {
+            Some(path) => {
+                let file = std::fs::File::create(path).unwrap();
+                (Stdio::from(file.try_clone().unwrap()), Stdio::from(file))
+            }
+            None => (Stdio::null(), Stdio::null()),
+        };
+        Running(
+            binary_command(env!("CARGO_BIN_EXE_edgegpu-device-plugin"))
+                .arg("--root")
+                .arg(root)
+                .arg("--device-plugin-path")
+                .arg(dir)
+                .arg(format!("--mig-strategy={strategy}"))
+                .stdout(stdout)
+                .stderr(stderr)
+                .spawn()
+                .unwrap(),
+        )
+    }
+
+    /// SIGTERM; the plugin must exit cleanly.
+    fn terminate(mut self) {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.0.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        let status = self.0.wait().unwrap();
+        assert!(status.success(), "{status}");
+    }
+}
+
 impl Drop for Running {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -394,18 +549,7 @@ async fn reconfiguring_mig_while_running_re_advertises() {
     let (host, gpus) = mixed_host();
     let dir = tempfile::tempdir().unwrap();
     let kubelet = FakeKubelet::start(dir.path()).await.unwrap();
-    let mut child = Running(
-        binary_command(env!("CARGO_BIN_EXE_edgegpu-device-plugin"))
-            .arg("--root")
-            .arg(host.root())
-            .arg("--device-plugin-path")
-            .arg(dir.path())
-            .arg("--mig-strategy=mixed")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let child = Running::start(host.root(), dir.path(), "mixed", None);
     kubelet
         .wait_for_registration("nvidia.com/mig-3g.40gb", WAIT)
         .await
@@ -446,11 +590,66 @@ async fn reconfiguring_mig_while_running_re_advertises() {
         })
         .await
         .unwrap();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.0.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let status = child.0.wait().unwrap();
-    assert!(status.success(), "{status}");
+    child.terminate();
+}
+
+/// The real binary through a MIG reconfiguration that passes through geometries `single`
+/// refuses (`nvidia-smi mig -dci -dgi` leaves MIG on without instances; the first `-cgi`
+/// leaves two profiles): it keeps running and serves nothing meanwhile, warns once, and
+/// serves the new geometry once it is valid and stable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconfiguration_through_refused_geometries_does_not_end_the_plugin() {
+    let (host, gpus, _) = uniform_host();
+    let dir = tempfile::tempdir().unwrap();
+    let kubelet = FakeKubelet::start(dir.path()).await.unwrap();
+    let log_path = dir.path().join("plugin.log");
+    let mut child = Running::start(host.root(), dir.path(), "single", Some(&log_path));
+    kubelet
+        .wait_for_registration("nvidia.com/gpu", WAIT)
+        .await
+        .unwrap();
+
+    // -dci/-dgi on both GPUs: MIG on, no instances.
+    host.set_mig(&gpus, &[0, 1], &[]);
+    kubelet
+        .wait_until("nvidia.com/gpu withdrawn", WAIT, |k| {
+            k.resource("nvidia.com/gpu").map_or(true, |r| r.stopped)
+        })
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    assert!(child.0.try_wait().unwrap().is_none(), "the plugin exited");
+    // The first -cgi: a 2g.20gb on GPU 0 and a 1g.10gb on GPU 1, two types.
+    host.set_mig(
+        &gpus,
+        &[0, 1],
+        &[
+            FakeMig::h100(0, 3, "2g.20gb"),
+            FakeMig::h100(1, 9, "1g.10gb"),
+        ],
+    );
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    assert!(child.0.try_wait().unwrap().is_none(), "the plugin exited");
+    assert!(kubelet
+        .resource("nvidia.com/gpu")
+        .map_or(true, |r| r.stopped));
+
+    // The end of the reconfiguration: 2g.20gb on both GPUs.
+    let end = [
+        FakeMig::h100(0, 3, "2g.20gb"),
+        FakeMig::h100(1, 3, "2g.20gb"),
+    ];
+    host.set_mig(&gpus, &[0, 1], &end);
+    kubelet
+        .wait_until("the new geometry served", WAIT, |k| {
+            k.resource("nvidia.com/gpu").is_some_and(|r| {
+                !r.stopped && ids(&r.devices) == vec![end[0].uuid.clone(), end[1].uuid.clone()]
+            })
+        })
+        .await
+        .unwrap();
+    child.terminate();
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    let warnings = log.matches("MIG geometry refused").count();
+    assert_eq!(warnings, 1, "one warning per reconfiguration:\n{log}");
 }

@@ -1,7 +1,7 @@
 //! Each simulated platform through the fake kubelet: Jetson Nano (L4T r32), Xavier (r35),
 //! Orin (r36, JetPack 6), Orin (r39, JetPack 7.2), Thor (r38), and a discrete server through
 //! the fake NVML; the JetPack 6+ boards also with their release's NVML (hybrid discovery and
-//! health), and the platform table checked against every simulated board.
+//! health), and every simulated board checked to be a generation of the platform table.
 //!
 //! This binary loads fake NVML copies. glibc matches a later `dlopen("libnvidia-ml.so.1")`
 //! (the soname fallback) against an already loaded copy, so Jetson roots here use
@@ -22,48 +22,25 @@ fn soc(board: Board) -> &'static str {
     board.soc()
 }
 
+/// The simulated boards are fixtures, not facts: this checks that each one is a generation
+/// of the platform table running one of its L4T releases, with the nodes the table requires
+/// (what the tests below rely on). The table's facts are checked against independent records
+/// where the repository has them: CUDA names and capabilities against deviceQuery outputs
+/// taken on the boards (devicequery/tests/platforms.rs). What each release's NVML answers
+/// has no such record here (no capture from a Jetson), so it is not compared with the fake's
+/// equally hand-written `unsupported` lists; the table's answers are exercised through the
+/// code that reads them (`gpu/sensors/tegra.rs`, tests/metrics.rs).
 #[test]
-fn the_platform_table_matches_every_simulated_board() {
+fn every_simulated_board_is_a_generation_of_the_table() {
     for board in Board::ALL {
         let g = Generation::by_compatible(&format!("tegra{}", &board.soc()[1..]))
             .unwrap_or_else(|| panic!("{board:?}: no table entry"));
         assert!(g.l4t_majors.contains(&board.l4t_major()), "{board:?}");
-        // What the simulated driver's NVML answers is what the table says it answers.
-        let answers = g.nvml_answers(board.l4t_major());
-        match (board.nvml(), answers) {
-            (None, None) => {}
-            (Some(fake), Some(a)) => {
-                assert!(
-                    g.nvml.as_ref().unwrap().name.matches(&fake.name),
-                    "{board:?}"
-                );
-                let unsupported: Vec<&str> = fake.unsupported.split(',').collect();
-                for (query, answers) in [
-                    ("memory", a.memory_info),
-                    ("pci", a.pci_info),
-                    ("utilization", a.utilization),
-                    ("temperature", a.temperature),
-                    ("power", a.power),
-                    ("clocks", a.clocks),
-                    ("events", a.xid_events),
-                    ("mig", a.mig),
-                ] {
-                    assert_eq!(
-                        !unsupported.contains(&query),
-                        answers,
-                        "{board:?}: NVML {query}"
-                    );
-                }
-            }
-            (fake, table) => panic!("{board:?}: simulated NVML {fake:?}, table {table:?}"),
-        }
-        // CUDA: compute capability and device name for the release's CUDA version.
-        let (cuda, cc, name) = board.cuda();
-        assert_eq!(g.compute_capability(cuda), Some(cc), "{board:?}");
-        if let Some(table_name) = g.cuda.device_name {
-            assert_eq!(table_name, name, "{board:?}");
-        }
-        // Every node the generation requires exists on the simulated board.
+        assert_eq!(
+            board.nvml().is_some(),
+            g.nvml_answers(board.l4t_major()).is_some(),
+            "{board:?}: a simulated NVML where the table has none, or none where it has one"
+        );
         for node in g.required_nodes {
             assert!(board.device_nodes().contains(node), "{board:?}: {node}");
         }

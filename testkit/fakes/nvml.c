@@ -13,7 +13,13 @@
  *   mig.conf         MIG state, re-read whenever its modification time changes (a MIG
  *                    reconfiguration): "mode <gpu index> <0|1>" lines and one line per MIG
  *                    device "device <gpu index>|<uuid>|<gi>|<ci>|<gi slices>|<ci slices>|
- *                    <memory MiB>|<profile>". GPUs without "unsupported=mig" are MIG-capable.
+ *                    <memory MiB>|<profile>[|<GPU instance profile id>]". The profile id is
+ *                    the one `nvidia-smi mig -lgip` lists (A100/H100: 19 = 1g, 20 = 1g+me,
+ *                    15 = 1g with twice the memory, 14 = 2g, 9 = 3g, 5 = 4g, 0 = 7g); without
+ *                    it, the plain profile of <gi slices>. "slot <gpu index> <slot>
+ *                    <nvmlReturn_t>" makes that MIG device slot answer the error (the devices
+ *                    fill the other slots in order). GPUs without "unsupported=mig" are
+ *                    MIG-capable; their GPU instance profiles are the A100/H100 table below.
  *   xid-events       lines "<gpu index> <xid> [<gi> <ci>]": consumed (deleted) by
  *                    nvmlEventSetWait, which reports them one by one as critical XID events
  *                    (with the GPU/compute instance ids when given, as for a MIG device).
@@ -71,10 +77,46 @@ struct fake_gpu {
     unsigned int index;
     char unsupported[160];
     int mig_enabled;
-    /* MIG devices only: the parent GPU, instance ids, slices. */
+    /* MIG devices only: the parent GPU, instance ids, slices, GPU instance profile id. */
     struct fake_gpu *parent;
-    unsigned int gi, ci, gi_slices, ci_slices;
+    unsigned int gi, ci, gi_slices, ci_slices, profile_id;
 };
+
+/* GPU instance profiles of the A100 and H100 as NVML lists them: the index is the
+ * NVML_GPU_INSTANCE_PROFILE_* constant nvmlDeviceGetGpuInstanceProfileInfo takes, `id` the
+ * profile id nvidia-smi mig -lgip prints and nvmlGpuInstanceGetInfo reports. The media
+ * engines are the H100's (NVIDIA MIG user guide, "Supported MIG Profiles"): +me adds the OFA.
+ * Every other profile constant answers NOT_SUPPORTED, as on these GPUs. */
+struct gi_profile {
+    unsigned int profile, id, slices, decoders, jpegs, ofas;
+};
+static const struct gi_profile gi_profiles[] = {
+    {0, 19, 1, 1, 1, 0}, /* NVML_GPU_INSTANCE_PROFILE_1_SLICE: 1g.10gb */
+    {1, 14, 2, 2, 2, 0}, /* 2_SLICE: 2g.20gb */
+    {2, 9, 3, 3, 3, 0},  /* 3_SLICE: 3g.40gb */
+    {3, 5, 4, 4, 4, 0},  /* 4_SLICE: 4g.40gb */
+    {4, 0, 7, 7, 7, 1},  /* 7_SLICE: 7g.80gb */
+    {7, 20, 1, 1, 1, 1}, /* 1_SLICE_REV1: 1g.10gb+me */
+    {9, 15, 1, 1, 1, 0}, /* 1_SLICE_REV2: 1g.20gb */
+};
+#define GI_PROFILE_COUNT 17 /* NVML_GPU_INSTANCE_PROFILE_COUNT */
+
+static const struct gi_profile *gi_profile_by_id(unsigned int id)
+{
+    for (size_t i = 0; i < sizeof gi_profiles / sizeof gi_profiles[0]; i++)
+        if (gi_profiles[i].id == id)
+            return &gi_profiles[i];
+    return NULL;
+}
+
+/* The plain profile's id for a slice count (the default of a device line). */
+static unsigned int plain_profile_id(unsigned int slices)
+{
+    for (size_t i = 0; i < sizeof gi_profiles / sizeof gi_profiles[0]; i++)
+        if (gi_profiles[i].profile <= 4 && gi_profiles[i].slices == slices)
+            return gi_profiles[i].id;
+    return 19;
+}
 typedef struct fake_gpu *nvmlDevice_t;
 
 typedef struct {
@@ -109,6 +151,8 @@ static struct fake_gpu gpus[MAX_GPUS];
 static unsigned int gpu_count;
 static struct fake_gpu migs[MAX_MIGS];
 static unsigned int mig_count;
+/* Error answered by MIG device slot [gpu][slot] (0 = none). */
+static nvmlReturn_t slot_error[MAX_GPUS][MAX_MIG_PER_GPU];
 static long long mig_conf_mtime = -1;
 static int initialised;
 static nvmlReturn_t init_error;
@@ -239,6 +283,7 @@ static void reload_mig(void)
         return;
     mig_conf_mtime = mtime;
     mig_count = 0;
+    memset(slot_error, 0, sizeof slot_error);
     for (unsigned int i = 0; i < gpu_count; i++)
         gpus[i].mig_enabled = 0;
     FILE *f = fopen(path, "r");
@@ -253,12 +298,19 @@ static void reload_mig(void)
                 gpus[index].mig_enabled = enabled != 0;
             continue;
         }
+        unsigned int slot;
+        int code;
+        if (sscanf(line, "slot %u %u %d", &index, &slot, &code) == 3) {
+            if (index < gpu_count && slot < MAX_MIG_PER_GPU)
+                slot_error[index][slot] = code;
+            continue;
+        }
         if (strncmp(line, "device ", 7) != 0 || mig_count == MAX_MIGS)
             continue;
-        char *fields[8] = {0};
+        char *fields[9] = {0};
         char *save = NULL;
         char *tok = strtok_r(line + 7, "|", &save);
-        for (int i = 0; i < 8 && tok; i++) {
+        for (int i = 0; i < 9 && tok; i++) {
             fields[i] = tok;
             tok = strtok_r(NULL, "|", &save);
         }
@@ -276,6 +328,8 @@ static void reload_mig(void)
         m->gi_slices = (unsigned int)strtoul(fields[4], NULL, 10);
         m->ci_slices = (unsigned int)strtoul(fields[5], NULL, 10);
         m->memory = strtoull(fields[6], NULL, 10) * 1024ULL * 1024ULL;
+        m->profile_id = fields[8] ? (unsigned int)strtoul(fields[8], NULL, 10)
+                                  : plain_profile_id(m->gi_slices);
         snprintf(m->name, sizeof m->name, "%s MIG %s", gpus[index].name, fields[7]);
         m->numa = gpus[index].numa;
         m->minor = gpus[index].minor;
@@ -697,12 +751,18 @@ nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t d, unsigned int in
     pthread_mutex_lock(&lock);
     reload_mig();
     r = NVML_ERROR_NOT_FOUND;
-    if (d->mig_enabled) {
-        unsigned int seen = 0;
+    if (d->mig_enabled && slot_error[d->index][index] != NVML_SUCCESS) {
+        r = slot_error[d->index][index];
+    } else if (d->mig_enabled) {
+        /* The devices fill the slots that answer no error, in order. */
+        unsigned int seen = 0, wanted = index;
+        for (unsigned int s = 0; s < index; s++)
+            if (slot_error[d->index][s] != NVML_SUCCESS)
+                wanted--;
         for (unsigned int i = 0; i < mig_count; i++) {
             if (migs[i].parent != d)
                 continue;
-            if (seen++ == index) {
+            if (seen++ == wanted) {
                 *mig = &migs[i];
                 r = NVML_SUCCESS;
                 break;
@@ -773,6 +833,94 @@ nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t d, nvmlDeviceAttributes_t *
     a->computeInstanceSliceCount = d->parent ? d->ci_slices : 7;
     a->multiprocessorCount = 14 * a->computeInstanceSliceCount;
     a->memorySizeMB = d->memory / (1024ULL * 1024ULL);
+    /* A MIG device shares its GPU instance's engines. */
+    const struct gi_profile *p = d->parent ? gi_profile_by_id(d->profile_id) : NULL;
+    if (p) {
+        a->sharedCopyEngineCount = p->slices;
+        a->sharedDecoderCount = p->decoders;
+        a->sharedJpegCount = p->jpegs;
+        a->sharedOfaCount = p->ofas;
+    }
+    return NVML_SUCCESS;
+}
+
+/* The GPU instance profiles: nvmlGpuInstanceProfileInfo_t (v1). */
+typedef struct {
+    unsigned int id, isP2pSupported, sliceCount, instanceCount, multiprocessorCount,
+        copyEngineCount, decoderCount, encoderCount, jpegCount, ofaCount;
+    unsigned long long memorySizeMB;
+} nvmlGpuInstanceProfileInfo_t;
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t d, unsigned int profile,
+                                                 nvmlGpuInstanceProfileInfo_t *info)
+{
+    nvmlReturn_t r = check_mig_parent(d);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!info || profile >= GI_PROFILE_COUNT)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (size_t i = 0; i < sizeof gi_profiles / sizeof gi_profiles[0]; i++) {
+        const struct gi_profile *p = &gi_profiles[i];
+        if (p->profile != profile)
+            continue;
+        memset(info, 0, sizeof *info);
+        info->id = p->id;
+        info->sliceCount = p->slices;
+        info->instanceCount = p->profile == 7 ? 1 : 7 / p->slices;
+        info->multiprocessorCount = 16 * p->slices;
+        info->copyEngineCount = p->slices;
+        info->decoderCount = p->decoders;
+        info->jpegCount = p->jpegs;
+        info->ofaCount = p->ofas;
+        info->memorySizeMB = d->memory / (1024ULL * 1024ULL) / 8 * (p->slices == 7 ? 8 : p->slices);
+        return NVML_SUCCESS;
+    }
+    return NVML_ERROR_NOT_SUPPORTED;
+}
+
+/* A GPU instance handle is the (first) MIG device of that instance. */
+typedef struct fake_gpu *nvmlGpuInstance_t;
+
+typedef struct {
+    nvmlDevice_t device;
+    unsigned int id, profileId;
+    struct {
+        unsigned int start, size;
+    } placement;
+} nvmlGpuInstanceInfo_t;
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t d, unsigned int id, nvmlGpuInstance_t *gi)
+{
+    nvmlReturn_t r = check_mig_parent(d);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!gi)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&lock);
+    reload_mig();
+    r = d->mig_enabled ? NVML_ERROR_NOT_FOUND : NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned int i = 0; d->mig_enabled && i < mig_count; i++) {
+        if (migs[i].parent == d && migs[i].gi == id) {
+            *gi = &migs[i];
+            r = NVML_SUCCESS;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gi, nvmlGpuInstanceInfo_t *info)
+{
+    if (!initialised)
+        return NVML_ERROR_UNINITIALIZED;
+    if (!info || !(gi >= migs && gi < migs + mig_count))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    info->device = gi->parent;
+    info->id = gi->gi;
+    info->profileId = gi->profile_id;
+    info->placement.start = 0;
+    info->placement.size = gi->gi_slices;
     return NVML_SUCCESS;
 }
 

@@ -1,7 +1,8 @@
 //! Fake host roots for the device plugin's `--root` and node-setup's `cdi generate`: a Jetson
 //! per generation and release (Nano on L4T r32, Xavier r35, Orin r36/JetPack 6, Orin
 //! r39/JetPack 7.2, Thor r38/JetPack 7) with the files docs/platforms.md lists, and a
-//! discrete-GPU server. NVML is the fake `libnvidia-ml.so.1` (`fakes/nvml.c`) copied into the
+//! discrete-GPU server. The container CSV lists and the files they name are in
+//! [`crate::l4t`]. NVML is the fake `libnvidia-ml.so.1` (`fakes/nvml.c`) copied into the
 //! root and told what the board's driver answers (NotSupported included); OpenRM hosts also get
 //! the driver's procfs (`/proc/driver/nvidia/gpus/*/information`, MIG capabilities).
 //!
@@ -264,29 +265,6 @@ impl Board {
                 "/dev/v4l2-nvdec",
                 "/dev/v4l2-nvenc",
             ],
-        }
-    }
-
-    /// (runtime CSV file name, contents): old boards use bare names, newer ones paths and globs.
-    pub fn csv(self) -> (&'static str, &'static str) {
-        match self {
-            Board::Nano => (
-                "l4t.csv",
-                "dev, nvhost-ctrl\ndev, nvhost-gpu\ndev, nvmap\ndev, nvhost-vic\ndev, nvhost-nvjpg\nlib, /usr/lib/aarch64-linux-gnu/tegra/libcuda.so.1.1\nsym, /usr/lib/aarch64-linux-gnu/libcuda.so\n",
-            ),
-            Board::Xavier => (
-                "l4t.csv",
-                "dev, /dev/nvhost-ctrl\ndev, /dev/nvhost-nvdla0\ndev, /dev/nvhost-nvdla1\ndev, /dev/tegra_dc_1\nlib, /usr/lib/aarch64-linux-gnu/tegra/libcuda.so.1.1\n",
-            ),
-            Board::Orin => (
-                "devices.csv",
-                "dev, /dev/nvgpu/igpu0/*\ndev, /dev/dri/card*\ndev, /dev/dri/renderD*\ndir, /dev/dri/by-path\ndev, /dev/nvsciipc\ndev, /dev/fb0\n",
-            ),
-            Board::OrinR39 => (
-                "devices.csv",
-                "dev, /dev/nvgpu/igpu0/*\ndev, /dev/dri/card*\ndev, /dev/nvidia-uvm\ndev, /dev/nvidia-uvm-tools\ndev, /dev/nvidia1\ndev, /dev/nvmap\n",
-            ),
-            Board::Thor => ("devices.csv", "dev, /dev/nvgpu/igpu*/*\ndev, /dev/dri/card*\ndev, /dev/nvidia-uvm\n"),
         }
     }
 
@@ -601,6 +579,9 @@ pub struct FakeMig {
     pub memory_mib: u64,
     /// The profile the driver names it by, e.g. `1g.10gb`.
     pub profile: &'static str,
+    /// The GPU instance profile id `nvidia-smi mig -lgip` lists (`20` = `1g.10gb+me` on an
+    /// H100); `None`: the plain profile of `gi_slices` (see `fakes/nvml.c`).
+    pub gi_profile_id: Option<u32>,
 }
 
 impl FakeMig {
@@ -614,15 +595,19 @@ impl FakeMig {
         ]
     }
 
-    /// An H100 80 GB MIG device: `1g.10gb` (9856 MiB), `2g.20gb` (20096 MiB), `3g.40gb`
-    /// (40320 MiB) or `7g.80gb` (80896 MiB), NVIDIA's H100 profile sizes.
+    /// An H100 80 GB MIG device: `1g.10gb` (9856 MiB), `1g.10gb+me` (the same with the media
+    /// extensions, profile id 20), `1g.20gb` (20096 MiB, profile id 15), `2g.20gb` (20096
+    /// MiB), `3g.40gb` (40320 MiB) or `7g.80gb` (80896 MiB), NVIDIA's H100 profile sizes and
+    /// `nvidia-smi mig -lgip` ids.
     pub fn h100(gpu: u32, gi: u32, profile: &'static str) -> FakeMig {
-        let (slices, memory_mib) = match profile {
-            "1g.10gb" => (1, 9856),
-            "2g.20gb" => (2, 20096),
-            "3g.40gb" => (3, 40320),
-            "4g.40gb" => (4, 40320),
-            "7g.80gb" => (7, 80896),
+        let (slices, memory_mib, gi_profile_id) = match profile {
+            "1g.10gb" => (1, 9856, None),
+            "1g.10gb+me" => (1, 9856, Some(20)),
+            "1g.20gb" => (1, 20096, Some(15)),
+            "2g.20gb" => (2, 20096, None),
+            "3g.40gb" => (3, 40320, None),
+            "4g.40gb" => (4, 40320, None),
+            "7g.80gb" => (7, 80896, None),
             other => panic!("no H100 profile {other}"),
         };
         FakeMig {
@@ -634,6 +619,7 @@ impl FakeMig {
             ci_slices: slices,
             memory_mib,
             profile,
+            gi_profile_id,
         }
     }
 }
@@ -705,14 +691,8 @@ impl FakeHost {
         for node in board.device_nodes() {
             host.write(node, "");
         }
-        if board == Board::Orin {
-            host.mkdir("/dev/dri/by-path");
-        }
-        let (csv_name, csv) = board.csv();
-        host.write(
-            &format!("/etc/nvidia-container-runtime/host-files-for-container.d/{csv_name}"),
-            csv,
-        );
+        // L4T's container lists and the libraries, links and files they name.
+        crate::l4t::install(&host, board);
 
         // GPU sysfs: device dir with `load` and `of_node/name`, devfreq dir with `cur_freq`,
         // and /sys/class/devfreq/<name> as a relative link, as the kernel makes it.
@@ -999,16 +979,36 @@ impl FakeHost {
     /// the driver's procfs capabilities (`/proc/driver/nvidia/capabilities/gpu<minor>/mig/
     /// gi<G>/ci<C>/access`, `/proc/driver/nvidia-caps/mig-minors`) and `/dev/nvidia-caps`.
     pub fn set_mig(&self, gpus: &[FakeGpu], enabled: &[u32], migs: &[FakeMig]) {
+        self.set_mig_with_slot_errors(gpus, enabled, migs, &[]);
+    }
+
+    /// [`FakeHost::set_mig`] where MIG device slots `(gpu, slot, nvmlReturn_t)` of
+    /// `nvmlDeviceGetMigDeviceHandleByIndex` answer an error (`2` = INVALID_ARGUMENT, `6` =
+    /// NOT_FOUND); the MIG devices fill the other slots in order.
+    pub fn set_mig_with_slot_errors(
+        &self,
+        gpus: &[FakeGpu],
+        enabled: &[u32],
+        migs: &[FakeMig],
+        slot_errors: &[(u32, u32, i32)],
+    ) {
         let mut conf = String::new();
+        for (gpu, slot, code) in slot_errors {
+            conf.push_str(&format!("slot {gpu} {slot} {code}\n"));
+        }
         for (i, _) in gpus.iter().enumerate() {
             let on = enabled.contains(&(i as u32));
             conf.push_str(&format!("mode {i} {}\n", u8::from(on)));
         }
         for m in migs {
             conf.push_str(&format!(
-                "device {}|{}|{}|{}|{}|{}|{}|{}\n",
+                "device {}|{}|{}|{}|{}|{}|{}|{}",
                 m.gpu, m.uuid, m.gi, m.ci, m.gi_slices, m.ci_slices, m.memory_mib, m.profile
             ));
+            if let Some(id) = m.gi_profile_id {
+                conf.push_str(&format!("|{id}"));
+            }
+            conf.push('\n');
         }
         // The driver's capability tree: every possible instance has a minor in mig-minors;
         // only created instances have a directory under capabilities/.

@@ -1,5 +1,7 @@
-//! An in-process fake kubelet that behaves like the real one towards device plugins
-//! (see `shared/reference/kubelet-device-plugin.md` §2–§3).
+//! An in-process fake kubelet that behaves like the real one towards device plugins (the
+//! kubelet's device manager, kubernetes `pkg/kubelet/cm/devicemanager/`: `manager.go`,
+//! `plugin/v1beta1/server.go`, `handler.go`, `client.go`; the device-plugin page of the
+//! Kubernetes documentation; docs/device-plugin.md says which behaviours the plugin relies on).
 //!
 //! - On start it deletes every socket in the device-plugin directory (keeping
 //!   `kubelet_internal_checkpoint` and anything that is not a socket) and serves

@@ -6,6 +6,7 @@ pub mod cuda;
 pub mod fakelib;
 pub mod host;
 pub mod kubelet;
+pub mod l4t;
 pub mod nodehost;
 pub mod pod_resources;
 pub mod process;

@@ -95,9 +95,12 @@ impl Mount {
     }
 }
 
-/// The CDI specification versions the current CDI Go library accepts (`validSpecVersions`).
-pub const KNOWN_VERSIONS: [&str; 8] = [
-    "0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0",
+/// Every released CDI specification version: what the CDI Go library v1.1.0 accepts
+/// (`specs-go/version.go`, `validSpecVersions`). Older libraries know fewer (v0.5.x, which
+/// Debian 12 ships and older runtimes vendor, only up to 0.5.0), which is why a spec claims
+/// [`minimum_version`] and not the newest.
+pub const KNOWN_VERSIONS: [&str; 10] = [
+    "0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0",
 ];
 
 /// The minimum `cdiVersion` `spec`'s content needs, as the CDI library computes it
@@ -233,5 +236,13 @@ mod tests {
             .validate()
             .unwrap_err()
             .contains("no devices"));
+        let mut newest = Spec::new(vec![device("all")], ContainerEdits::default());
+        newest.cdi_version = "1.1.0".into();
+        assert_eq!(newest.validate(), Ok(()));
+        newest.cdi_version = "1.2.0".into();
+        assert!(newest
+            .validate()
+            .unwrap_err()
+            .contains("unknown cdiVersion"));
     }
 }

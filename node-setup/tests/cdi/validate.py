@@ -4,7 +4,9 @@ schema.json (written from the CDI specification), device names unique, and a cdi
 no lower than the content needs (the rules of the CDI library's specs-go/version.go:
 0.4.0 for a mount type, 0.5.0 for a device name not starting with a letter or a device
 node hostPath, 0.6.0 for annotations or a dot in the kind's class, 0.7.0 for intelRdt or
-additionalGIDs). Prints one line per file; exits 1 if any file is invalid.
+additionalGIDs). YAML and JSON are loaded strictly, as the CDI library loads them: a key
+given twice in one mapping is an error. Prints one line per file; exits 1 if any file is
+invalid. (The CDI project's own Go library checks the same files too: tests/cdi_validate.)
 
 Usage: validate.py FILE...
 """
@@ -40,11 +42,30 @@ def required_version(spec):
     return need
 
 
-def problems(path, schema):
+class StrictYamlLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a mapping repeating a key is an error (PyYAML keeps
+    the last value silently; the CDI library's YAML decoder refuses the file)."""
+
+
+def _mapping_without_duplicates(loader, node, deep=False):
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+StrictYamlLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+
+
+def load(path):
+    """The document in `path` (JSON by extension, else YAML), duplicate keys refused."""
     with open(path, encoding="utf-8") as f:
         text = f.read()
-    # Strict loading as the CDI library does: duplicate keys are errors (PyYAML keeps the
-    # last one silently, so JSON files are loaded with a hook and YAML through a check).
     if path.endswith(".json"):
         def no_duplicates(pairs):
             keys = [k for k, _ in pairs]
@@ -52,9 +73,15 @@ def problems(path, schema):
             if dup:
                 raise ValueError(f"duplicate keys {sorted(dup)}")
             return dict(pairs)
-        spec = json.loads(text, object_pairs_hook=no_duplicates)
-    else:
-        spec = yaml.safe_load(text)
+        return json.loads(text, object_pairs_hook=no_duplicates)
+    return yaml.load(text, Loader=StrictYamlLoader)
+
+
+def problems(path, schema):
+    try:
+        spec = load(path)
+    except (ValueError, yaml.YAMLError) as e:
+        return [f"not loadable: {e}".replace("\n", " ")]
     out = [f"{'/'.join(str(p) for p in e.absolute_path) or '(top)'}: {e.message}"
            for e in jsonschema.Draft7Validator(schema).iter_errors(spec)]
     if out:

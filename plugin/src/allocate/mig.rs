@@ -1,14 +1,22 @@
 //! Which resources a node serves under `--mig-strategy`, with NVIDIA's semantics
-//! (k8s-device-plugin `internal/rm/device_map.go`):
+//! (k8s-device-plugin `internal/rm/device_map.go` and `rm.go`):
 //!
 //! - `none`: every GPU whole, as the configured resource (`nvidia.com/gpu`), MIG mode or not.
 //! - `single`: MIG-enabled GPUs are served as their MIG devices under the configured resource;
-//!   every MIG-enabled GPU must hold at least one MIG device, all MIG devices must be of one
-//!   profile, and GPUs with and without MIG cannot be mixed. With no MIG-enabled GPU it is
-//!   `none`.
+//!   every MIG-enabled GPU must hold at least one MIG device, all MIG devices must have the
+//!   same attributes (`nvmlDeviceGetAttributes`: slices, multiprocessors, engines, memory —
+//!   NVIDIA's `assertAllMigDevicesAreValid`), and GPUs with and without MIG cannot be mixed.
+//!   With no MIG-enabled GPU it is `none`.
 //! - `mixed`: GPUs without MIG under the configured resource, and each MIG profile as its own
-//!   resource `<domain>/mig-<profile>` (`nvidia.com/mig-1g.10gb`). Resources without devices
-//!   are not served (unless nothing at all was found).
+//!   resource `<domain>/mig-<profile>` with `+` written `.` (`nvidia.com/mig-1g.10gb`,
+//!   `nvidia.com/mig-1g.10gb.me`). NVIDIA only makes resources of profiles whose compute
+//!   instance spans its GPU instance (`1g.10gb`, not `1c.3g.40gb`), so a MIG device of any
+//!   other profile is refused. A MIG-enabled GPU without MIG devices serves nothing (NVIDIA
+//!   warns: see [`gpus_without_mig_devices`]). Resources without devices are not served
+//!   (unless nothing at all was found).
+//!
+//! A refused geometry is an `Err` with NVIDIA's reason; while the plugin runs it is a
+//! transient state of a reconfiguration (see `node::settle_mig_geometry`).
 
 use std::collections::BTreeMap;
 
@@ -19,6 +27,19 @@ use super::Unit;
 
 /// A resource name and the units it serves, in GPU order.
 pub type ResourceUnits = Vec<(String, Vec<Unit>)>;
+
+/// The resource `--mig-strategy mixed` serves a MIG profile as: NVIDIA's
+/// `strings.ReplaceAll("mig-"+profile, "+", ".")` under `domain`.
+pub fn mixed_resource_name(domain: &str, profile: &str) -> String {
+    format!("{domain}/mig-{}", profile.replace('+', "."))
+}
+
+/// MIG-enabled GPUs (positions in `gpus`) that hold no MIG device.
+pub fn gpus_without_mig_devices(gpus: &[Gpu], migs: &[MigDevice]) -> Vec<usize> {
+    (0..gpus.len())
+        .filter(|i| gpus[*i].mig_enabled && !migs.iter().any(|m| m.parent == *i))
+        .collect()
+}
 
 /// The resources `strategy` makes of `gpus` and their MIG devices `migs`.
 pub fn resources(
@@ -37,14 +58,6 @@ pub fn resources(
     if strategy == MigStrategy::None {
         return Ok(vec![(resource_name.to_string(), whole(&|_| true))]);
     }
-    for (i, g) in gpus.iter().enumerate() {
-        if g.mig_enabled && !migs.iter().any(|m| m.parent == i) {
-            return Err(format!(
-                "invalid MIG configuration: GPU {} ({}) has MIG enabled but no MIG devices; create GPU and compute instances or disable MIG",
-                g.index, g.uuid
-            ));
-        }
-    }
     let mig_units: Vec<Unit> = migs
         .iter()
         .map(|m| Unit {
@@ -56,42 +69,59 @@ pub fn resources(
     match strategy {
         MigStrategy::None => unreachable!("handled above"),
         MigStrategy::Single => {
+            if let Some(&i) = gpus_without_mig_devices(gpus, migs).first() {
+                let g = &gpus[i];
+                return Err(format!(
+                    "invalid MIG configuration: GPU {} ({}) has MIG enabled but no MIG devices; create GPU and compute instances or disable MIG",
+                    g.index, g.uuid
+                ));
+            }
             if mig_units.is_empty() {
                 return Ok(vec![(resource_name.to_string(), plain)]);
             }
             if !plain.is_empty() {
                 return Err("invalid MIG configuration for --mig-strategy single: all devices on the node must be configured with the same migEnabled value (use mixed to serve GPUs with and without MIG)".into());
             }
-            let profiles: Vec<&str> = {
-                let mut p: Vec<&str> = migs.iter().map(|m| m.profile.as_str()).collect();
-                p.sort_unstable();
-                p.dedup();
-                p
-            };
-            if profiles.len() > 1 {
+            // NVIDIA compares the whole nvmlDeviceAttributes_t, memory included: two
+            // profiles can share a name (`1g.10gb`, `1g.10gb+me` differ only in engines).
+            let first = &migs[0];
+            if let Some(other) = migs
+                .iter()
+                .find(|m| (m.attributes, m.memory_bytes) != (first.attributes, first.memory_bytes))
+            {
                 return Err(format!(
-                    "invalid MIG configuration for --mig-strategy single: more than one MIG device type present on node ({}); use mixed",
-                    profiles.join(", ")
+                    "invalid MIG configuration for --mig-strategy single: more than one MIG device type present on node ({} {} and {} {} differ in their attributes); use mixed",
+                    first.profile, first.uuid, other.profile, other.uuid
                 ));
             }
             Ok(vec![(resource_name.to_string(), mig_units)])
         }
         MigStrategy::Mixed => {
+            if let Some(m) = migs
+                .iter()
+                .find(|m| m.attributes.compute_instance_slices != m.attributes.gpu_instance_slices)
+            {
+                return Err(format!(
+                    "invalid MIG configuration for --mig-strategy mixed: MIG device {} has profile {}, whose compute instance does not span its GPU instance; mixed serves only such profiles (as NVIDIA's plugin): create one compute instance per GPU instance or use single",
+                    m.uuid, m.profile
+                ));
+            }
             let domain = resource_name
                 .split_once('/')
                 .map_or("nvidia.com", |(d, _)| d);
             let mut by_profile: BTreeMap<String, Vec<Unit>> = BTreeMap::new();
             for u in mig_units {
-                let profile = u.mig.as_ref().expect("MIG unit").profile.clone();
-                by_profile.entry(profile).or_default().push(u);
+                let profile = &u.mig.as_ref().expect("MIG unit").profile;
+                by_profile
+                    .entry(mixed_resource_name(domain, profile))
+                    .or_default()
+                    .push(u);
             }
             let mut out = Vec::new();
             if !plain.is_empty() || by_profile.is_empty() {
                 out.push((resource_name.to_string(), plain));
             }
-            for (profile, units) in by_profile {
-                out.push((format!("{domain}/mig-{profile}"), units));
-            }
+            out.extend(by_profile);
             Ok(out)
         }
     }
@@ -100,6 +130,7 @@ pub fn resources(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gpu::discovery::MigAttributes;
 
     fn gpu(index: u32, mig: bool) -> Gpu {
         Gpu {
@@ -115,7 +146,16 @@ mod tests {
         }
     }
 
+    /// A MIG device of an H100 profile with the attributes NVML reports for it (slices,
+    /// media engines per NVIDIA's MIG user guide; `+me` adds the OFA).
     fn mig(parent: usize, index: u32, profile: &str) -> MigDevice {
+        let (gi, ci, mib, ofa) = match profile {
+            "1g.10gb" => (1, 1, 9856, 0),
+            "1g.10gb+me" => (1, 1, 9856, 1),
+            "3g.40gb" => (3, 3, 40320, 0),
+            "1c.3g.40gb" => (3, 1, 40320, 0),
+            other => panic!("{other}"),
+        };
         MigDevice {
             uuid: format!("MIG-{parent}-{index}"),
             parent,
@@ -123,8 +163,17 @@ mod tests {
             gpu_instance: index + 1,
             compute_instance: 0,
             profile: profile.into(),
-            memory_bytes: 0,
-            attributes: Default::default(),
+            memory_bytes: mib << 20,
+            attributes: MigAttributes {
+                gpu_instance_slices: gi,
+                compute_instance_slices: ci,
+                multiprocessors: 16 * ci,
+                copy_engines: gi,
+                decoders: gi,
+                encoders: 0,
+                jpeg_engines: gi,
+                ofa_engines: ofa,
+            },
         }
     }
 
@@ -175,10 +224,38 @@ mod tests {
             &[mig(0, 0, "1g.10gb"), mig(0, 1, "3g.40gb")],
         )
         .unwrap_err();
-        assert!(err.contains("1g.10gb, 3g.40gb"), "{err}");
+        assert!(err.contains("more than one MIG device type"), "{err}");
         let empty = [gpu(0, true)];
-        let err = resources("nvidia.com/gpu", MigStrategy::Mixed, &empty, &[]).unwrap_err();
+        let err = resources("nvidia.com/gpu", MigStrategy::Single, &empty, &[]).unwrap_err();
         assert!(err.contains("has MIG enabled but no MIG devices"), "{err}");
+    }
+
+    #[test]
+    fn single_compares_attributes_not_profile_names() {
+        // Same slices and memory, different engines: two types, as NVIDIA's comparison of
+        // nvmlDeviceAttributes_t says (a profile-name comparison of `1g.10gb` would pass
+        // had the GPU instance profile been unknown).
+        let gpus = [gpu(0, true)];
+        let mut me = mig(0, 1, "1g.10gb+me");
+        me.profile = "1g.10gb".into();
+        let err = resources(
+            "nvidia.com/gpu",
+            MigStrategy::Single,
+            &gpus,
+            &[mig(0, 0, "1g.10gb"), me],
+        )
+        .unwrap_err();
+        assert!(err.contains("more than one MIG device type"), "{err}");
+        // Same profile name and attributes but another memory size: two types as well.
+        let mut bigger = mig(0, 1, "1g.10gb");
+        bigger.memory_bytes += 512 << 20;
+        assert!(resources(
+            "nvidia.com/gpu",
+            MigStrategy::Single,
+            &gpus,
+            &[mig(0, 0, "1g.10gb"), bigger],
+        )
+        .is_err());
     }
 
     #[test]
@@ -188,6 +265,7 @@ mod tests {
             mig(0, 0, "3g.40gb"),
             mig(0, 1, "1g.10gb"),
             mig(0, 2, "1g.10gb"),
+            mig(0, 3, "1g.10gb+me"),
         ];
         let r = resources("nvidia.com/gpu", MigStrategy::Mixed, &gpus, &migs).unwrap();
         assert_eq!(
@@ -195,6 +273,7 @@ mod tests {
             vec![
                 ("nvidia.com/gpu", 1),
                 ("nvidia.com/mig-1g.10gb", 2),
+                ("nvidia.com/mig-1g.10gb.me", 1),
                 ("nvidia.com/mig-3g.40gb", 1)
             ]
         );
@@ -202,5 +281,25 @@ mod tests {
         let all_mig = [gpu(0, true)];
         let r = resources("nvidia.com/gpu", MigStrategy::Mixed, &all_mig, &migs).unwrap();
         assert_eq!(names(&r)[0].0, "nvidia.com/mig-1g.10gb");
+    }
+
+    #[test]
+    fn mixed_follows_nvidia_for_partial_compute_instances_and_empty_gpus() {
+        // A compute instance smaller than its GPU instance has no resource in NVIDIA's
+        // mixed strategy (rm.go skips profiles with C != G): refused, not nvidia.com/mig-1c.….
+        let gpus = [gpu(0, true)];
+        let err = resources(
+            "nvidia.com/gpu",
+            MigStrategy::Mixed,
+            &gpus,
+            &[mig(0, 0, "1c.3g.40gb")],
+        )
+        .unwrap_err();
+        assert!(err.contains("1c.3g.40gb"), "{err}");
+        // MIG enabled without MIG devices: NVIDIA warns and serves the rest.
+        let gpus = [gpu(0, true), gpu(1, false)];
+        let r = resources("nvidia.com/gpu", MigStrategy::Mixed, &gpus, &[]).unwrap();
+        assert_eq!(names(&r), vec![("nvidia.com/gpu", 1)]);
+        assert_eq!(gpus_without_mig_devices(&gpus, &[]), vec![0]);
     }
 }

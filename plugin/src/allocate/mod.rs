@@ -60,7 +60,9 @@ impl Unit {
     /// The device's name in the CDI spec `edgegpu-node-setup cdi generate` writes (kind
     /// `nvidia.com/gpu`): on Jetson the iGPU is `0` (as in `nvidia-ctk cdi generate
     /// --mode=csv`); a GPU its ID (UUID or index, both are in the spec); a MIG device
-    /// `<gpu index>:gi<G>:ci<C>` (the names the driver's procfs gives; MIG UUIDs are not there).
+    /// `<gpu index>:gi<G>:ci<C>`, on Thor too (the names the driver's procfs gives exactly:
+    /// nvidia-ctk's `<gpu>:<mig index>` and `MIG-…` need NVML's MIG order and UUIDs, which
+    /// procfs lacks — docs/cdi.md, "Names next to nvidia-ctk's").
     pub fn cdi_name(
         &self,
         gpus: &[Gpu],
@@ -119,6 +121,17 @@ impl AllocationCounts {
     /// Container allocations refused (unknown, unhealthy or too many IDs).
     pub fn failed(&self) -> u64 {
         self.failed.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for GpuResource {
+    /// A rebuild drops the old resources on the runtime thread; when theirs is the last NVML
+    /// handle, dropping it calls `nvmlShutdown`, which blocks: hand it to the blocking pool.
+    fn drop(&mut self) {
+        if let (Some(nvml), Ok(runtime)) = (self.nvml.take(), tokio::runtime::Handle::try_current())
+        {
+            runtime.spawn_blocking(move || drop(nvml));
+        }
     }
 }
 

@@ -365,7 +365,10 @@ fn mig_labels(f: &Facts<'_>, labels: &mut NodeLabels) {
         let migs: Vec<&MigDevice> = served.units.iter().filter_map(|u| u.mig.as_ref()).collect();
         let Some(mig) = migs.first() else { continue };
         let prefix = match f.mig_strategy {
-            MigStrategy::Mixed => format!("{MIG_PROFILE_PREFIX}{}.", mig.profile),
+            // The resource's name (`+` written `.`), as GFD's labels of a MIG resource.
+            MigStrategy::Mixed => {
+                format!("{}.", mig::mixed_resource_name("nvidia.com", &mig.profile))
+            }
             _ => "nvidia.com/gpu.".to_string(),
         };
         let a = mig.attributes;

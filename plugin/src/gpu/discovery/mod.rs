@@ -293,6 +293,10 @@ pub fn discover(
                         .collect();
                     discovered.migs = nvml::mig_devices(&nvml, &discovered.gpus, &uuids)
                         .map_err(|e| no_gpu(format!("MIG devices cannot be listed: {e:#}")))?;
+                    for m in &discovered.migs {
+                        let parent = &discovered.gpus[m.parent].uuid;
+                        tracing::info!(%parent, mig_uuid = %m.uuid, index = m.index, gpu_instance = m.gpu_instance, compute_instance = m.compute_instance, profile = %m.profile, "MIG device found");
+                    }
                 }
                 return Ok(discovered);
             }

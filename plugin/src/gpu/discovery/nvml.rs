@@ -155,8 +155,9 @@ pub fn mig_devices(
         for index in 0..max {
             let mig = match device.mig_device_by_index(index) {
                 Ok(m) => m,
-                // Slots without a MIG device answer NotFound (go-nvlib skips them too).
-                Err(NvmlError::NotFound) => continue,
+                // A slot without a MIG device, or one NVML will not hand out: go-nvlib's
+                // VisitMigDevices skips both (pkg/nvlib/device/device.go).
+                Err(NvmlError::NotFound | NvmlError::InvalidArg) => continue,
                 Err(e) => return Err(e).context(format!("MIG device {index} of {uuid}")),
             };
             let mig_uuid = mig.uuid().context("nvmlDeviceGetUUID of a MIG device")?;
@@ -165,13 +166,20 @@ pub fn mig_devices(
                 .with_context(|| format!("nvmlDeviceGetAttributes of {mig_uuid}"))?;
             let (gpu_instance, compute_instance) = nvml_raw::instance_ids(&mig)
                 .with_context(|| format!("instance ids of {mig_uuid}"))?;
+            let gi_profile = match nvml_raw::gpu_instance_profile(&device, gpu_instance) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    tracing::warn!(%mig_uuid, "the GPU instance profile of {mig_uuid} is unknown ({e}); naming it by its slices and memory only");
+                    None
+                }
+            };
             let profile = mig_profile(
                 attrs.gpu_instance_slice_count,
                 attrs.compute_instance_slice_count,
                 attrs.memory_size_mb,
                 gpu.memory_bytes,
+                gi_profile,
             );
-            tracing::info!(parent = %uuid, %mig_uuid, index, gpu_instance, compute_instance, %profile, "MIG device found");
             out.push(MigDevice {
                 uuid: mig_uuid,
                 parent,
@@ -210,15 +218,19 @@ pub fn mig_modes(nvml: &Nvml, uuids: &[Option<String>]) -> Vec<bool> {
 }
 
 /// NVIDIA's MIG profile name (go-nvlib `pkg/nvlib/device/mig_profile.go`): `<g>g.<mem>gb`,
-/// `<c>c.<g>g.<mem>gb` when the compute instance has fewer slices than its GPU instance.
-/// The memory is rounded as go-nvlib does (`getMigMemorySizeGB`): the MIG device's share of
-/// the GPU's memory rounded up to eighths, times the GPU's memory in whole GiB. Without the
-/// GPU's total (Jetson NVML answers NotSupported) the MIG memory is rounded up to GiB.
+/// `<c>c.<g>g.<mem>gb` when the compute instance has fewer slices than its GPU instance,
+/// then the attributes of the GPU instance profile `gi_profile` (an
+/// `NVML_GPU_INSTANCE_PROFILE_*` constant): `+me` (media extensions), `+me.all`, `+gfx`, or
+/// `-me` (none). The memory is rounded as go-nvlib does (`getMigMemorySizeGB`): the MIG
+/// device's share of the GPU's memory rounded up to eighths, times the GPU's memory in whole
+/// GiB. Without the GPU's total (Jetson NVML answers NotSupported) the MIG memory is rounded
+/// up to GiB.
 pub fn mig_profile(
     gi_slices: u32,
     ci_slices: u32,
     memory_mb: u64,
     gpu_total: Option<u64>,
+    gi_profile: Option<u32>,
 ) -> String {
     const GIB: u64 = 1 << 30;
     let gb = match gpu_total.filter(|t| *t > 0) {
@@ -230,10 +242,30 @@ pub fn mig_profile(
         }
         None => (memory_mb * (1 << 20)).div_ceil(GIB),
     };
+    let suffix = gi_profile.map_or("", profile_attributes);
     if ci_slices != 0 && ci_slices != gi_slices {
-        format!("{ci_slices}c.{gi_slices}g.{gb}gb")
+        format!("{ci_slices}c.{gi_slices}g.{gb}gb{suffix}")
     } else {
-        format!("{gi_slices}g.{gb}gb")
+        format!("{gi_slices}g.{gb}gb{suffix}")
+    }
+}
+
+/// go-nvlib's attributes of a GPU instance profile constant (`NewMigProfile`).
+fn profile_attributes(gi_profile: u32) -> &'static str {
+    use nvml_wrapper_sys::bindings as b;
+    match gi_profile {
+        b::NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1 | b::NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1 => {
+            "+me"
+        }
+        b::NVML_GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME
+        | b::NVML_GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME => "+me.all",
+        b::NVML_GPU_INSTANCE_PROFILE_1_SLICE_GFX
+        | b::NVML_GPU_INSTANCE_PROFILE_2_SLICE_GFX
+        | b::NVML_GPU_INSTANCE_PROFILE_4_SLICE_GFX => "+gfx",
+        b::NVML_GPU_INSTANCE_PROFILE_1_SLICE_NO_ME | b::NVML_GPU_INSTANCE_PROFILE_2_SLICE_NO_ME => {
+            "-me"
+        }
+        _ => "",
     }
 }
 
@@ -245,16 +277,23 @@ mod tests {
     fn mig_profiles_are_named_like_nvidia() {
         // A100 40 GB (40960 MiB) and H100 80 GB (81559 MiB) profiles.
         let a100 = Some(40960u64 << 20);
-        assert_eq!(mig_profile(1, 1, 4864, a100), "1g.5gb");
-        assert_eq!(mig_profile(3, 3, 19968, a100), "3g.20gb");
-        assert_eq!(mig_profile(7, 7, 40192, a100), "7g.40gb");
-        assert_eq!(mig_profile(3, 1, 19968, a100), "1c.3g.20gb");
+        assert_eq!(mig_profile(1, 1, 4864, a100, Some(0)), "1g.5gb");
+        assert_eq!(mig_profile(3, 3, 19968, a100, Some(2)), "3g.20gb");
+        assert_eq!(mig_profile(7, 7, 40192, a100, Some(4)), "7g.40gb");
+        assert_eq!(mig_profile(3, 1, 19968, a100, Some(2)), "1c.3g.20gb");
         let h100 = Some(81559u64 << 20);
-        assert_eq!(mig_profile(1, 1, 9856, h100), "1g.10gb");
-        assert_eq!(mig_profile(2, 2, 20096, h100), "2g.20gb");
-        assert_eq!(mig_profile(7, 7, 80896, h100), "7g.80gb");
+        assert_eq!(mig_profile(1, 1, 9856, h100, Some(0)), "1g.10gb");
+        assert_eq!(mig_profile(2, 2, 20096, h100, None), "2g.20gb");
+        assert_eq!(mig_profile(7, 7, 80896, h100, Some(4)), "7g.80gb");
         // No total (Jetson): MiB rounded up to GiB.
-        assert_eq!(mig_profile(1, 1, 14336, None), "1g.14gb");
+        assert_eq!(mig_profile(1, 1, 14336, None, None), "1g.14gb");
+        // The GPU instance profile's attributes (NVML_GPU_INSTANCE_PROFILE_* 7, 15, 11, 13),
+        // as go-nvlib's mig_profile_test.go names them.
+        assert_eq!(mig_profile(1, 1, 9856, h100, Some(7)), "1g.10gb+me");
+        assert_eq!(mig_profile(1, 1, 9856, h100, Some(15)), "1g.10gb+me.all");
+        assert_eq!(mig_profile(2, 2, 20096, h100, Some(11)), "2g.20gb+gfx");
+        assert_eq!(mig_profile(1, 1, 9856, h100, Some(13)), "1g.10gb-me");
+        assert_eq!(mig_profile(2, 1, 20096, h100, Some(8)), "1c.2g.20gb+me");
     }
 
     #[test]

@@ -23,12 +23,16 @@ use tokio::sync::watch;
 use super::{HealthTable, Target};
 use crate::gpu::discovery::nvml::mig_modes;
 use crate::gpu::nvml_raw;
+use crate::gpu::{Gpu, MigDevice};
 
 /// Application-level XIDs that say nothing about the GPU's health (NVIDIA's list).
 const IGNORED_XIDS: [u64; 6] = [13, 31, 43, 45, 68, 109];
 
 /// How long one `nvmlEventSetWait` blocks; also the period of the probes and the MIG watch.
 const WAIT_MS: u32 = 2000;
+
+/// The period of the probes and the MIG watch.
+pub const TICK: Duration = Duration::from_millis(WAIT_MS as u64);
 
 /// Monitor name in health reasons.
 const SOURCE: &str = "nvml";
@@ -51,6 +55,28 @@ pub struct MigWatch {
     pub layout: Vec<(bool, Vec<String>)>,
     /// Set to `true` when the geometry changed.
     pub changed: watch::Sender<bool>,
+}
+
+impl MigWatch {
+    /// A watch whose baseline is the geometry discovery found: `gpus` and their MIG devices
+    /// `migs` (in NVML order, as [`mig_layout`] lists them).
+    pub fn of_discovery(gpus: &[Gpu], migs: &[MigDevice], changed: watch::Sender<bool>) -> Self {
+        let layout = (0..gpus.len())
+            .map(|i| {
+                let uuids = migs
+                    .iter()
+                    .filter(|m| m.parent == i)
+                    .map(|m| m.uuid.clone())
+                    .collect();
+                (gpus[i].mig_enabled, uuids)
+            })
+            .collect();
+        MigWatch {
+            gpus: gpus.iter().map(|g| g.nvml_uuid.clone()).collect(),
+            layout,
+            changed,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
