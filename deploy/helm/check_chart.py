@@ -33,6 +33,7 @@ from pathlib import Path
 
 from xml.etree import ElementTree
 
+import celpy
 import yaml
 from kubernetes_validate import utils as kubernetes_validate
 
@@ -121,8 +122,8 @@ def helm(*args, values=None):
         return subprocess.run([HELM, *args, "-f", file.name], capture_output=True, text=True)
 
 
-def render(values=None, release="edgegpu", namespace="kube-system", chart=CHART):
-    result = helm("template", release, str(chart), "--namespace", namespace, values=values)
+def render(values=None, release="edgegpu", namespace="kube-system", chart=CHART, extra=()):
+    result = helm("template", release, str(chart), "--namespace", namespace, *extra, values=values)
     if result.returncode != 0:
         raise AssertionError(f"helm template failed:\n{result.stderr}")
     return [d for d in yaml.safe_load_all(result.stdout) if d is not None]
@@ -490,6 +491,11 @@ class Matrix(unittest.TestCase):
             self.assertNotIn("FEATURE_FILE", env(plugin))
             self.assertIn({"name": "nfd-features", "mountPath": "/etc/kubernetes/node-feature-discovery/features.d"},
                           plugin["volumeMounts"])
+            # A node without NFD (yet) must not hold the plugin pod on FailedMount.
+            self.assertIn({"name": "nfd-features",
+                           "hostPath": {"path": "/etc/kubernetes/node-feature-discovery/features.d",
+                                        "type": "DirectoryOrCreate"}},
+                          spec["volumes"])
 
     def test_node_labeller(self):
         docs = self.render_checked({})
@@ -507,11 +513,112 @@ class Matrix(unittest.TestCase):
             self.assertFalse(any(m["name"] == "labeller-token" for m in pod(ds)["containers"][0]["volumeMounts"]))
             init, = pod(ds)["initContainers"]
             self.assertIn("labeller-token", [m["name"] for m in init["volumeMounts"]])
+            # The init container runs the plugin's discovery (NVML on discrete nodes): the
+            # plugin's resources, not the /sys-only labeller's.
+            self.assertEqual(init["resources"], pod(ds)["containers"][0]["resources"])
+        discrete = plugins(docs)["edgegpu-device-plugin-discrete"]
+        self.assertEqual(pod(discrete)["initContainers"][0]["resources"]["limits"]["memory"], "64Mi")
+
+
+# A cluster that serves ValidatingAdmissionPolicy v1 (Kubernetes 1.30+), as helm sees it.
+VAP_CLUSTER = ("--kube-version", "1.30.0", "--api-versions",
+               "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy")
+
+
+def admits(policy, username, extra, old, new):
+    """What the API server decides for an UPDATE of Node OLD to NEW by USERNAME (token extras
+    EXTRA) under POLICY: None when the policy does not apply, else the messages of the failed
+    validations ([] = admitted). CEL evaluated by cel-python, the expressions as the chart has
+    them."""
+    env = celpy.Environment()
+    user = {"username": username}
+    if extra is not None:
+        user["extra"] = extra
+    activation = {"request": {"userInfo": user, "operation": "UPDATE"}, "object": new, "oldObject": old}
+    activation = {k: celpy.json_to_cel(v) for k, v in activation.items()}
+
+    def holds(expression):
+        return bool(env.program(env.compile(expression)).evaluate(activation))
+
+    if not all(holds(c["expression"]) for c in policy["spec"]["matchConditions"]):
+        return None
+    return [v["message"] for v in policy["spec"]["validations"] if not holds(v["expression"])]
+
+
+class AdmissionPolicy(unittest.TestCase):
+    """The node labeller's ValidatingAdmissionPolicy: only where the API exists, valid, and
+    its CEL allows the labeller's own patches and nothing else."""
+
+    def test_rendered_only_where_the_api_exists(self):
+        kinds = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+        # helm template's default cluster, like Kubernetes before 1.30: not there.
+        self.assertFalse(kinds & {d["kind"] for d in render({})})
+        docs = render({}, extra=VAP_CLUSTER)
+        self.assertEqual(kinds, kinds & {d["kind"] for d in docs})
+        for value in ({"nodeLabels": {"admissionPolicy": False}}, {"nodeLabels": {"enabled": False}}):
+            self.assertFalse(kinds & {d["kind"] for d in render(value, extra=VAP_CLUSTER)}, value)
+        for doc in docs:
+            if doc["kind"] in kinds:
+                for version in ("1.30", NEWEST_KUBERNETES):
+                    kubernetes_validate.validate(doc, version, strict=True)
+        binding = of_kind(docs, "ValidatingAdmissionPolicyBinding")["edgegpu-node-labeller"]
+        self.assertEqual(binding["spec"], {"policyName": "edgegpu-node-labeller", "validationActions": ["Deny"]})
+
+    def test_cel_allows_own_gpu_labels_only(self):
+        policy = of_kind(render({}, release="r1", namespace="gpu", extra=VAP_CLUSTER),
+                         "ValidatingAdmissionPolicy")["r1-edgegpu-node-labeller"]
+        self.assertEqual(policy["spec"]["failurePolicy"], "Fail")
+        self.assertEqual(policy["spec"]["matchConstraints"]["resourceRules"],
+                         [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["nodes"]}])
+        me = "system:serviceaccount:gpu:r1-edgegpu-node-labeller"
+        on_n1 = {"authentication.kubernetes.io/node-name": ["n1"],
+                 "authentication.kubernetes.io/pod-name": ["labeller-x"]}
+
+        def node(labels, spec=None):
+            return {"metadata": {"name": "n1", "labels": labels}, "spec": spec or {"podCIDR": "10.0.0.0/24"}}
+
+        old = node({"kubernetes.io/hostname": "n1", "nvidia.com/gpu.count": "1",
+                    "nvidia.com/mig-1g.10gb.count": "7"})
+
+        # What the init container does: change, add and remove GPU labels.
+        ours = node({"kubernetes.io/hostname": "n1", "nvidia.com/gpu.count": "2", "edgegpu.io/gpu": "jetson"})
+        self.assertEqual(admits(policy, me, on_n1, old, ours), [])
+        # Another node's labels.
+        other = copy.deepcopy(ours)
+        other["metadata"]["name"] = old["metadata"]["name"] = "n2"
+        self.assertEqual(len(admits(policy, me, on_n1, old, other)), 1)
+        old["metadata"]["name"] = "n1"
+        # A token without the node name (not bound to a pod, or before Kubernetes 1.30).
+        self.assertEqual(len(admits(policy, me, None, old, ours)), 1)
+        self.assertEqual(len(admits(policy, me, {}, old, ours)), 1)
+        # Labels outside nvidia.com/ and edgegpu.io/: added, changed, removed.
+        for labels in ({**old["metadata"]["labels"], "node-role.kubernetes.io/gpu": ""},
+                       {**old["metadata"]["labels"], "kubernetes.io/hostname": "evil"},
+                       {k: v for k, v in old["metadata"]["labels"].items() if k != "kubernetes.io/hostname"}):
+            self.assertEqual(len(admits(policy, me, on_n1, old, node(labels))), 1, labels)
+        # The spec (taints, unschedulable) stays as it was.
+        tainted = node(old["metadata"]["labels"], {"podCIDR": "10.0.0.0/24", "unschedulable": True})
+        self.assertEqual(admits(policy, me, on_n1, old, tainted), ["the node labeller may not change a Node's spec"])
+        # Anyone else is not this policy's business.
+        self.assertIsNone(admits(policy, "system:node:n1", None, old, tainted))
+        self.assertIsNone(admits(policy, "system:serviceaccount:kube-system:r1-edgegpu-node-labeller",
+                                 on_n1, old, tainted))
 
 
 class Dashboard(unittest.TestCase):
     """The Grafana dashboard queries only series that edgegpu or dcgm-exporter serve, with the
     labels they carry (docs/metrics.md lists every series)."""
+
+    def test_framebuffer_per_gpu_instance(self):
+        # A MIG GPU's framebuffer series differ per GPU instance: grouping by GPU alone would
+        # show only the fullest instance.
+        dashboard = json.loads((CHART / "dashboards" / "edgegpu-gpus.json").read_text())
+        fb = [(p["title"], t["expr"]) for p in dashboard["panels"] for t in p.get("targets", [])
+              if "DCGM_FI_DEV_FB_" in t["expr"]]
+        self.assertEqual(len(fb), 3)
+        for title, expr in fb:
+            self.assertIn("GPU_I_ID", re.search(r"by \(([^)]*)\)", expr).group(1), expr)
+        self.assertIn("Framebuffer memory used and free", [t for t, _ in fb])
 
     def test_queries_name_documented_series(self):
         dashboard = json.loads((CHART / "dashboards" / "edgegpu-gpus.json").read_text())

@@ -137,7 +137,11 @@ def check_mounts(where, pod, container, plugin=True):
         if host_path is None:
             continue
         kind = host_path.get("type", "")
-        if kind not in HOSTPATH_TYPES_NO_CREATE:
+        # NFD's features.d may be created: a directory only NFD's worker reads, and a node
+        # where NFD is not (yet) installed must not hold the plugin pod back.
+        if host_path["path"] == NFD_FEATURES_DIR and kind == "DirectoryOrCreate":
+            pass
+        elif kind not in HOSTPATH_TYPES_NO_CREATE:
             problem(where, f"hostPath {host_path['path']} has type {kind!r}: use one of "
                     f"{sorted(HOSTPATH_TYPES_NO_CREATE)} (others create paths on the host)")
         if host_path["path"] in (DEVICE_PLUGIN_DIR, POD_RESOURCES_DIR, NFD_FEATURES_DIR) and not plugin:

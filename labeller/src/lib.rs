@@ -58,6 +58,12 @@ pub struct Args {
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     pub timeout: u64,
 
+    /// With --kind-only --wait on a node where no GPU (or no GPU driver) was found: look
+    /// again this often, so that a driver loaded after the pod started still gets the node
+    /// labelled (a read of /sys; no API request until something is found).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    pub recheck: u64,
+
     /// Print the patch instead of sending it.
     #[arg(long)]
     pub dry_run: bool,
@@ -225,7 +231,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     );
     let mut signals = edgegpu_plugin::shutdown::ShutdownSignals::install()?;
     let for_labels = args.clone();
-    let wanted = tokio::task::spawn_blocking(move || wanted(&for_labels)).await??;
+    let mut wanted = tokio::task::spawn_blocking(move || wanted(&for_labels)).await??;
     if args.dry_run {
         let patch = patch(&Default::default(), &wanted);
         println!(
@@ -234,13 +240,22 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    if args.kind_only && wanted.values.iter().all(|(_, value)| value.is_none()) {
+    let nothing_found = |w: &Wanted| w.values.iter().all(|(_, value)| value.is_none());
+    if args.kind_only && nothing_found(&wanted) {
         // Most nodes of a cluster: nothing to set, so no API request at all.
         tracing::info!(node = %args.node_name, "No GPU found: no label to set");
-        if args.wait {
-            signals.recv().await;
+        if !args.wait {
+            return Ok(());
         }
-        return Ok(());
+        // A GPU driver may load later (a module built at first boot): look again now and then.
+        while nothing_found(&wanted) {
+            tokio::select! {
+                _ = signals.recv() => return Ok(()),
+                _ = tokio::time::sleep(Duration::from_secs(args.recheck)) => {}
+            }
+            let for_labels = args.clone();
+            wanted = tokio::task::spawn_blocking(move || self::wanted(&for_labels)).await??;
+        }
     }
     let give_up =
         (!args.wait).then(|| tokio::time::Instant::now() + Duration::from_secs(args.timeout));

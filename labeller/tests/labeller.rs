@@ -74,6 +74,70 @@ fn node_kind_from_sys_alone() {
     assert_eq!(kind::detect(host.root()), None);
 }
 
+#[test]
+fn no_kind_without_the_gpu_driver() {
+    // An NVIDIA card on nouveau, or with no driver: no nvidia module, no label (the discrete
+    // plugin would crash-loop without NVML).
+    let host = FakeHost::discrete(&FakeGpu::two_on_two_numa_nodes());
+    std::fs::remove_dir_all(host.path("/sys/module/nvidia")).unwrap();
+    assert_eq!(kind::detect(host.root()), None);
+    for board in Board::ALL {
+        // A Tegra board whose GPU driver did not probe: no devfreq device, no nvgpu module.
+        let host = FakeHost::jetson(board);
+        std::fs::remove_dir_all(host.path("/sys/class/devfreq")).unwrap();
+        assert_eq!(kind::detect(host.root()), None, "{board:?}");
+        // nvgpu loaded as a module (L4T r34 on) is enough.
+        host.write("/sys/module/nvgpu/refcnt", "1\n");
+        assert_eq!(
+            kind::detect(host.root()),
+            Some(NodeKind::Jetson),
+            "{board:?}"
+        );
+    }
+    // Thor's OpenRM driver.
+    let host = FakeHost::jetson(Board::Thor);
+    std::fs::remove_dir_all(host.path("/sys/class/devfreq")).unwrap();
+    host.write("/sys/module/nvidia/version", "580.00\n");
+    assert_eq!(kind::detect(host.root()), Some(NodeKind::Jetson));
+    // On Orin the nvidia module is the display driver only: not the GPU's.
+    let host = FakeHost::jetson(Board::Orin);
+    std::fs::remove_dir_all(host.path("/sys/class/devfreq")).unwrap();
+    host.write("/sys/module/nvidia/version", "540.00\n");
+    assert_eq!(kind::detect(host.root()), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_loaded_later_still_gets_the_node_labelled() {
+    let host = FakeHost::discrete(&FakeGpu::two_on_two_numa_nodes());
+    std::fs::remove_dir_all(host.path("/sys/module/nvidia")).unwrap();
+    let api = FakeApiServer::start(NODE, &[]).await;
+    let mut child = labeller(host.root(), &api, &["--kind-only", "--wait", "--recheck=1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        api.requests().is_empty(),
+        "asked the API server without a GPU"
+    );
+    host.write("/sys/module/nvidia/version", "550.54.15\n");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while api.labels(NODE).get("edgegpu.io/gpu").map(String::as_str) != Some("discrete") {
+        assert!(Instant::now() < deadline, "not labelled");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "{status}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kind_only_labels_a_jetson_and_keeps_hand_set_values() {
     let host = FakeHost::jetson(Board::Orin);

@@ -12,6 +12,12 @@ pub const DTSFILENAME: &str = "/proc/device-tree/nvidia,dtsfilename";
 pub const SOC0_FAMILY: &str = "/sys/devices/soc0/family";
 /// The chip id on the same soc bus device.
 pub const SOC0_SOC_ID: &str = "/sys/devices/soc0/soc_id";
+/// The SoC's serial number on the soc bus, where the SoC driver gives one (Linux
+/// `Documentation/ABI/testing/sysfs-devices-soc`, `serial_number`).
+pub const SOC0_SERIAL: &str = "/sys/devices/soc0/serial_number";
+/// The board's serial number NVIDIA's bootloader writes into the device tree (what jetson_stats
+/// `jtop/core/jetson_variables.py` reads as the board serial).
+pub const DT_SERIAL: &str = "/proc/device-tree/serial-number";
 /// `tegra_chip_id` module parameter of L4T's `tegra_fuse` driver.
 pub const CHIP_ID: &str = "/sys/module/tegra_fuse/parameters/tegra_chip_id";
 /// L4T release file (package `nvidia-l4t-core`): `# R36 (release), REVISION: 4.3, …`.

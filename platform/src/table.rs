@@ -199,7 +199,33 @@ pub static GENERATIONS: &[Generation] = &[
             devfreq_names: &["17000000.gp10b"],
         },
         thermal_zones: GPU_THERM,
-        power_rails: &[],
+        // Unverified on hardware (docs/platforms.md): the rail names of the L4T r32
+        // device trees as tegrastats and jetson_stats `jtop/core/power.py` print them.
+        power_rails: &[
+            // TX2 / TX2i: two monitors; the GPU has a rail of its own.
+            PowerRails {
+                modules: &["p3310", "p3489"],
+                driver: "ina3221x",
+                labels: &[
+                    "VDD_SYS_GPU",
+                    "VDD_SYS_SOC",
+                    "VDD_4V0_WIFI",
+                    "VDD_IN",
+                    "VDD_SYS_CPU",
+                    "VDD_SYS_DDR",
+                ],
+                gpu_rail: Some("VDD_SYS_GPU"),
+                gpu_rail_is_gpu_only: true,
+            },
+            // TX2 NX: one monitor, CPU and GPU on one rail.
+            PowerRails {
+                modules: &["p3636"],
+                driver: "ina3221x",
+                labels: &["VDD_IN", "VDD_CPU_GPU", "VDD_SOC"],
+                gpu_rail: Some("VDD_CPU_GPU"),
+                gpu_rail_is_gpu_only: false,
+            },
+        ],
     },
     Generation {
         soc: "T194",
@@ -263,7 +289,27 @@ pub static GENERATIONS: &[Generation] = &[
             devfreq_names: &["17000000.gv11b"],
         },
         thermal_zones: GPU_THERM,
-        power_rails: &[],
+        // Unverified on hardware (docs/platforms.md): the rail names of the L4T r32 / r35
+        // device trees as tegrastats and jetson_stats `jtop/core/power.py` print them
+        // (`ina3221x` on r32, `ina3221` hwmon on r35: the labels are the same).
+        power_rails: &[
+            // AGX Xavier: two monitors; the GPU has a rail of its own.
+            PowerRails {
+                modules: &["p2888"],
+                driver: "ina3221",
+                labels: &["GPU", "CPU", "SOC", "CV", "VDDRQ", "SYS5V"],
+                gpu_rail: Some("GPU"),
+                gpu_rail_is_gpu_only: true,
+            },
+            // Xavier NX: one monitor, CPU, GPU and CV on one rail.
+            PowerRails {
+                modules: &["p3668"],
+                driver: "ina3221",
+                labels: &["VDD_IN", "VDD_CPU_GPU_CV", "VDD_SOC"],
+                gpu_rail: Some("VDD_CPU_GPU_CV"),
+                gpu_rail_is_gpu_only: false,
+            },
+        ],
     },
     Generation {
         soc: "T234",

@@ -111,7 +111,7 @@ impl Cli {
     }
 
     /// `--metrics-bind-address`, parsed; `None` when empty.
-    pub fn metrics_address(&self) -> anyhow::Result<Option<std::net::SocketAddr>> {
+    pub fn metrics_address(&self) -> anyhow::Result<Option<crate::metrics::server::BindAddress>> {
         if self.metrics_bind_address.trim().is_empty() {
             return Ok(None);
         }
@@ -197,7 +197,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             cli.metrics_address().unwrap(),
-            Some("0.0.0.0:9400".parse().unwrap())
+            Some(crate::metrics::server::BindAddress::AnyAddress(9400))
         );
         assert_eq!(cli.pod_resources_socket(), None);
         assert_eq!(cli.feature_file(), None);

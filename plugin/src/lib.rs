@@ -182,6 +182,21 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
     };
     metrics_stop.send_replace(true);
+    if let Some(path) = cli.feature_file() {
+        let path = path.to_path_buf();
+        let removed = tokio::task::spawn_blocking(move || {
+            labels::feature_file::remove(&path).map(|r| (r, path))
+        })
+        .await;
+        match removed {
+            Ok(Ok((true, path))) => {
+                tracing::info!(file = %path.display(), "Node Feature Discovery feature file removed")
+            }
+            Ok(Ok((false, _))) => {}
+            Ok(Err(e)) => tracing::warn!("{e:#}"),
+            Err(e) => tracing::warn!("removing the feature file failed: {e}"),
+        }
+    }
     result
 }
 

@@ -122,12 +122,16 @@ async fn binary_registers_survives_a_restart_and_cleans_up_on_sigterm() {
     let host = FakeHost::jetson(Board::Orin);
     let dir = tempfile::tempdir().unwrap();
     let kubelet = FakeKubelet::start(dir.path()).await.unwrap();
+    let nfd = tempfile::tempdir().unwrap();
+    let feature_file = nfd.path().join("edgegpu");
     let mut plugin = Plugin(
         binary_command(BIN)
             .arg("--device-plugin-path")
             .arg(dir.path())
             .arg("--root")
             .arg(host.root())
+            .arg("--feature-file")
+            .arg(&feature_file)
             .args(["--log-format", "json"])
             .env_remove("EDGEGPU_LOG")
             .stdout(Stdio::null())
@@ -145,6 +149,7 @@ async fn binary_registers_survives_a_restart_and_cleans_up_on_sigterm() {
 
     let first = kubelet.wait_for_registration(GPU, WAIT).await.unwrap();
     assert!(!first.devices.is_empty(), "the Orin's GPU is advertised");
+    assert!(feature_file.exists(), "NFD feature file written at start");
     assert!(kubelet.allocatable(GPU) >= 1);
 
     kubelet.restart().await.unwrap();
@@ -165,6 +170,11 @@ async fn binary_registers_survives_a_restart_and_cleans_up_on_sigterm() {
     assert!(!own.exists(), "own socket removed");
     assert!(foreign.exists(), "foreign socket kept");
     assert!(kubelet.socket_path().exists(), "kubelet.sock kept");
+    // As GFD does: NFD drops the labels of a node whose plugin is gone.
+    assert!(
+        !feature_file.exists(),
+        "NFD feature file removed on SIGTERM"
+    );
     let logs = log_reader.join().unwrap();
     for line in &logs {
         let parsed: Result<serde_json::Value, _> = serde_json::from_str(line);

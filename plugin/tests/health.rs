@@ -189,6 +189,20 @@ async fn discrete_lost_gpu_and_recovery() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r470_without_memory_info_v2_keeps_its_gpus_healthy() {
+    // The probe asks for the memory: an R470 driver has no nvmlDeviceGetMemoryInfo_v2.
+    let gpus = FakeGpu::two_on_two_numa_nodes();
+    let host = FakeHost::discrete_r470(&gpus);
+    let plugin = Plugin::start(host.root(), &[]).await;
+    // An XID on GPU 0 wakes the watch, which then probes every GPU.
+    host.inject_xid(0, 79);
+    plugin.wait_health(&gpus[0].uuid, UNHEALTHY).await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(plugin.devices()[1].health, HEALTHY);
+    plugin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dp_disable_healthchecks_values_are_parsed() {
     use edgegpu_plugin::config::GpuArgs;
     let args = GpuArgs::default();

@@ -205,7 +205,8 @@ async fn discrete_labels_and_time_slicing() {
         expect(&[
             ("nvidia.com/gpu.present", "true"),
             ("nvidia.com/gpu.count", "2"),
-            ("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-40GB"),
+            // GFD marks a time-sliced product that keeps its resource name.
+            ("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-40GB-SHARED"),
             ("nvidia.com/gpu.memory", "40960"),
             ("nvidia.com/gpu.family", "ampere"),
             ("nvidia.com/gpu.compute.major", "8"),
@@ -217,6 +218,40 @@ async fn discrete_labels_and_time_slicing() {
             ("edgegpu.io/gpu", "discrete"),
         ])
     );
+}
+
+#[tokio::test]
+async fn renamed_shares_keep_the_plain_product() {
+    // renameByDefault: the shares are `nvidia.com/gpu.shared`, the product stays unmarked
+    // (GFD `internal/lm/resource.go`: `-SHARED` only where the resource is not renamed).
+    let (_config, flag) = gpu_common::config_file(
+        "version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n",
+    );
+    let host = FakeHost::discrete(&FakeGpu::two_on_two_numa_nodes());
+    let labels = labels_of(&host, &["--discovery=nvml", &flag]).await;
+    assert_eq!(
+        labels.get("nvidia.com/gpu.product"),
+        Some("NVIDIA-A100-SXM4-40GB")
+    );
+    assert_eq!(labels.get("nvidia.com/gpu.replicas"), Some("4"));
+    // A Jetson time-sliced under its own name.
+    let (_config, flag) = gpu_common::time_slicing_config(2);
+    let orin = labels_of(
+        &FakeHost::jetson(Board::Orin),
+        &["--discovery=tegra", &flag],
+    )
+    .await;
+    assert!(orin
+        .get("nvidia.com/gpu.product")
+        .is_some_and(|p| p.ends_with("-SHARED")));
+}
+
+#[tokio::test]
+async fn r470_gpu_memory_label() {
+    // No nvmlDeviceGetMemoryInfo_v2 before R510: the memory comes from the original call.
+    let host = FakeHost::discrete_r470(&FakeGpu::two_on_two_numa_nodes());
+    let labels = labels_of(&host, &["--discovery=nvml"]).await;
+    assert_eq!(labels.get("nvidia.com/gpu.memory"), Some("40960"));
 }
 
 #[tokio::test]
@@ -239,19 +274,24 @@ async fn the_feature_file() {
     let path = dir.path().join("edgegpu");
     assert!(feature_file::write(&path, &labels).unwrap());
     let text = std::fs::read_to_string(&path).unwrap();
-    // NFD's local source: comment lines, then `name=value` lines.
-    let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    // NFD's local source: `name=value` lines only (NFD before v0.14 has no comments).
+    let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), labels.iter().count());
+    assert!(
+        lines.iter().all(|l| l.contains('=') && !l.starts_with('#')),
+        "{text}"
+    );
     assert!(lines.contains(&"nvidia.com/gpu.present=true"), "{text}");
     assert!(lines.contains(&"edgegpu.io/jetson.l4t=36.4.3"), "{text}");
     // Only the file itself is left (the temporary file was renamed).
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     // Rewritten in place on the next start.
     assert!(feature_file::write(&path, &NodeLabels::default()).unwrap());
-    assert!(std::fs::read_to_string(&path)
-        .unwrap()
-        .lines()
-        .all(|l| l.starts_with('#')));
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "");
+    // Removed at shutdown; removing it twice is no error.
+    assert!(feature_file::remove(&path).unwrap());
+    assert!(!path.exists());
+    assert!(!feature_file::remove(&path).unwrap());
     // NFD not installed: its directory is missing and nothing is created.
     let missing = dir.path().join("features.d/edgegpu");
     assert!(!feature_file::write(&missing, &labels).unwrap());
@@ -386,7 +426,15 @@ async fn time_sliced_mig_devices_carry_their_replicas() {
     let (host, _) = FakeHost::mig_server(&[0], &FakeMig::h100_mixed());
     let labels = labels_of(&host, &["--mig-strategy=mixed", &flag]).await;
     assert_eq!(labels.get("nvidia.com/mig-1g.10gb.replicas"), Some("4"));
+    assert_eq!(
+        labels.get("nvidia.com/mig-1g.10gb.product"),
+        Some("NVIDIA-H100-80GB-HBM3-MIG-1g.10gb-SHARED")
+    );
     assert_eq!(labels.get("nvidia.com/mig-3g.40gb.replicas"), Some("1"));
+    assert_eq!(
+        labels.get("nvidia.com/mig-3g.40gb.product"),
+        Some("NVIDIA-H100-80GB-HBM3-MIG-3g.40gb")
+    );
     assert_eq!(labels.get("nvidia.com/gpu.replicas"), Some("1"));
     assert_eq!(labels.get("nvidia.com/gpu.sharing-strategy"), Some("none"));
 }

@@ -184,6 +184,9 @@ fn rail(samples: &[Sample], label: &str) -> (f64, String) {
 #[tokio::test]
 async fn nano_series_follow_the_files() {
     let host = FakeHost::jetson(Board::Nano);
+    // The board serial NVIDIA's bootloader puts in the device tree (NUL-terminated): every
+    // Jetson of a fleet gets its own UUID label.
+    host.write("/proc/device-tree/serial-number", "1422919082137\0");
     let src = metrics_of(&host, &["--discovery=tegra"], None).await;
     host.set_gpu_load(455);
     let s = scrape(&src).await;
@@ -214,7 +217,13 @@ async fn nano_series_follow_the_files() {
     let util = series(&s, "DCGM_FI_DEV_GPU_UTIL")[0];
     assert_eq!(
         gpu_labels(util),
-        ("0", "tegra", "nvidia0", "NVIDIA Tegra X1", "node-1")
+        (
+            "0",
+            "tegra-1422919082137",
+            "nvidia0",
+            "NVIDIA Tegra X1",
+            "node-1"
+        )
     );
     assert!(!util.labels.contains_key("pod"));
 
@@ -260,13 +269,26 @@ async fn orin_and_xavier_series_follow_the_files() {
     assert_eq!(rail(&s, "VDD_GPU_SOC").0, 50.0);
     assert_eq!(one(&s, "DCGM_FI_DEV_GPU_TEMP"), 71.5);
 
-    // Xavier on r35: load, clock and GPU-therm; no rails in its table entry or its root.
+    // Neither serial readable: the device ID.
+    assert_eq!(gpu_labels(series(&s, "DCGM_FI_DEV_GPU_UTIL")[0]).1, "tegra");
+
+    // AGX Xavier on r35: load, clock, GPU-therm and its INA3221 rails.
     let host = FakeHost::jetson(Board::Xavier);
+    // The soc bus's serial comes before the device tree's.
+    host.write("/sys/devices/soc0/serial_number", "0x1a2b3c4d\n");
+    host.write("/proc/device-tree/serial-number", "1422919082137\0");
     let s = scrape(&metrics_of(&host, &["--discovery=tegra"], None).await).await;
+    assert_eq!(
+        gpu_labels(series(&s, "DCGM_FI_DEV_GPU_UTIL")[0]).1,
+        "tegra-0x1a2b3c4d"
+    );
     assert_eq!(one(&s, "DCGM_FI_DEV_GPU_UTIL"), 0.0);
     assert_eq!(one(&s, "DCGM_FI_DEV_GPU_TEMP"), 43.0);
-    absent(&s, "edgegpu_power_rail_watts");
-    absent(&s, "DCGM_FI_DEV_POWER_USAGE");
+    // AGX Xavier's GPU has a rail of its own: its power is the GPU's.
+    assert_eq!(one(&s, "DCGM_FI_DEV_POWER_USAGE"), 1.0);
+    assert_eq!(rail(&s, "GPU"), (1.0, "true".to_string()));
+    assert_eq!(rail(&s, "SOC").1, "false");
+    assert_eq!(series(&s, "edgegpu_power_rail_watts").len(), 3);
 }
 
 #[tokio::test]
@@ -295,7 +317,13 @@ async fn thor_without_and_with_nvml() {
     let util = series(&s, "DCGM_FI_DEV_GPU_UTIL")[0];
     assert_eq!(
         gpu_labels(util),
-        ("0", "tegra", "nvidia0", "NVIDIA Thor", "node-1")
+        (
+            "0",
+            "GPU-e1c7a9d2-38f4-4b6a-9d3e-00000000b100",
+            "nvidia0",
+            "NVIDIA Thor",
+            "node-1"
+        )
     );
     host.set_nvml_telemetry(0, &[("gpu_util", 97)]);
     let s = scrape(&src).await;
@@ -316,7 +344,13 @@ async fn hybrid_orin_takes_from_nvml_only_what_its_release_answers() {
     assert_eq!(one(&s, "DCGM_FI_DEV_SM_CLOCK"), 306.0);
     assert_eq!(
         gpu_labels(series(&s, "DCGM_FI_DEV_GPU_UTIL")[0]),
-        ("0", "tegra", "nvidia0", "Orin (nvgpu)", "node-1")
+        (
+            "0",
+            "GPU-6a1f0c3e-39b2-5e0d-8c4f-0000000a10b1",
+            "nvidia0",
+            "Orin (nvgpu)",
+            "node-1"
+        )
     );
     // Orin NX's GPU rail also feeds the CPU and CV units: the rail, no GPU power.
     absent(&s, "DCGM_FI_DEV_POWER_USAGE");
@@ -653,9 +687,11 @@ async fn the_http_endpoint() {
     let resource = gpu_common::resource(host.root(), &["--discovery=tegra"])
         .await
         .unwrap();
-    let listener = edgegpu_plugin::metrics::server::bind("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
+    let listener = edgegpu_plugin::metrics::server::bind(
+        edgegpu_plugin::metrics::server::BindAddress::Exact("127.0.0.1:0".parse().unwrap()),
+    )
+    .await
+    .unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(edgegpu_plugin::metrics::server::serve(
@@ -951,4 +987,17 @@ async fn mig_single_and_shared_resources_are_attributed() {
         series(&s, "edgegpu_build_info")[0].labels["resource"],
         "nvidia.com/gpu.shared"
     );
+}
+
+#[tokio::test]
+async fn r470_without_memory_info_v2_still_has_framebuffer_series() {
+    let gpus = FakeGpu::two_on_two_numa_nodes();
+    let host = FakeHost::discrete_r470(&gpus);
+    let s = scrape(&metrics_of(&host, &["--discovery=nvml"], None).await).await;
+    let used = series(&s, "DCGM_FI_DEV_FB_USED");
+    assert_eq!(used.len(), 2);
+    // The fake's default: 1 % of the memory used (nvmlDeviceGetMemoryInfo, version 1).
+    let used_mib = (gpus[0].memory_bytes / 100) as f64 / (1024.0 * 1024.0);
+    assert_eq!(used[0].value, used_mib);
+    assert_eq!(series(&s, "DCGM_FI_DEV_FB_FREE").len(), 2);
 }

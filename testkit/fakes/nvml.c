@@ -561,6 +561,8 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *memory)
     return NVML_SUCCESS;
 }
 
+/* R470 and older drivers have no _v2 (added in R510). */
+#ifndef FAKE_NVML_NO_MEMORY_INFO_V2
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *memory)
 {
     nvmlReturn_t r = check_alive(d);
@@ -578,6 +580,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *memory)
     memory->free = d->memory - used;
     return NVML_SUCCESS;
 }
+#endif
 
 typedef struct {
     unsigned int gpu, memory;

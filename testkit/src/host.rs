@@ -420,7 +420,20 @@ impl Board {
                     ("VDD_SOC", 5_016, 310),
                 ],
             }),
-            Board::Xavier | Board::Thor => None,
+            // AGX Xavier on r35: the first of its two monitors (GPU, CPU, SOC; the second has
+            // CV, VDDRQ, SYS5V), the GPU on a rail of its own.
+            Board::Xavier => Some(PowerMonitor {
+                driver: "ina3221",
+                device_dir: "/sys/devices/platform/3160000.i2c/i2c-1/1-0040",
+                bus_name: "1-0040",
+                channel_dir: "hwmon/hwmon2",
+                rails: &[
+                    ("GPU", 5_000, 200),
+                    ("CPU", 5_000, 300),
+                    ("SOC", 5_000, 500),
+                ],
+            }),
+            Board::Thor => None,
         }
     }
 
@@ -846,13 +859,23 @@ impl FakeHost {
         host.with_nvml(arch_lib_dir(), gpus)
     }
 
+    /// The same with an R470 driver's NVML, which has no `nvmlDeviceGetMemoryInfo_v2`.
+    pub fn discrete_r470(gpus: &[FakeGpu]) -> FakeHost {
+        FakeHost::empty().with_nvml_variant("nvml-r470", arch_lib_dir(), gpus)
+    }
+
     /// Installs the fake NVML into `lib_dir` (a host path) reporting `gpus`.
-    pub fn with_nvml(mut self, lib_dir: &str, gpus: &[FakeGpu]) -> FakeHost {
+    pub fn with_nvml(self, lib_dir: &str, gpus: &[FakeGpu]) -> FakeHost {
+        self.with_nvml_variant("nvml", lib_dir, gpus)
+    }
+
+    /// [`Self::with_nvml`] with the fake library built as `variant` (testkit `build.rs`).
+    fn with_nvml_variant(mut self, variant: &str, lib_dir: &str, gpus: &[FakeGpu]) -> FakeHost {
         let dir = self.path(lib_dir);
         std::fs::create_dir_all(&dir).expect("create lib dir");
         // A copy, not a link: glibc loads one instance per file, so each root gets its own.
         std::fs::copy(
-            crate::fakelib::variant_dir("nvml").join("libnvidia-ml.so.1"),
+            crate::fakelib::variant_dir(variant).join("libnvidia-ml.so.1"),
             dir.join("libnvidia-ml.so.1"),
         )
         .expect("copy fake NVML");
@@ -907,6 +930,8 @@ impl FakeHost {
             }
         }
         if openrm {
+            // The kernel module's sysfs directory (what the node labeller looks for).
+            self.write("/sys/module/nvidia/version", "550.54.15\n");
             self.write(
                 "/proc/driver/nvidia/version",
                 "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build  (dvs-builder@U16-I3-B03-4-3)  Tue Mar  5 22:21:54 UTC 2024\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n",

@@ -6,16 +6,20 @@
 //! (`nvmlEventData_t.gpuInstanceId` / `computeInstanceId`, which `EventSet::wait` drops).
 //! Without them a MIG device's `/dev/nvidia-caps` nodes cannot be named, a `+me` profile
 //! cannot be told from the plain one and an XID cannot be pinned on the MIG device it hit.
-//! This is the plugin's only `unsafe` code: it calls the symbols through the table
-//! nvml-wrapper already loaded, on handles it created.
+//! And memory information on drivers before R510: `Device::memory_info` calls
+//! `nvmlDeviceGetMemoryInfo_v2` only, which those drivers (R470, still the branch of
+//! Kepler-era data-centre GPUs) lack; [`memory_info`] falls back to the original
+//! `nvmlDeviceGetMemoryInfo`. This is the plugin's only `unsafe` code: it calls the symbols
+//! through the table nvml-wrapper already loaded, on handles it created.
 #![allow(unsafe_code)]
 
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::error::{nvml_sym, nvml_try, NvmlError};
+use nvml_wrapper::struct_wrappers::device::MemoryInfo;
 use nvml_wrapper::{Device, EventSet, Nvml};
 use nvml_wrapper_sys::bindings::{
     nvmlEventData_t, nvmlGpuInstanceInfo_t, nvmlGpuInstanceProfileInfo_t, nvmlGpuInstance_t,
-    NVML_GPU_INSTANCE_PROFILE_COUNT,
+    nvmlMemory_t, NVML_GPU_INSTANCE_PROFILE_COUNT,
 };
 
 /// NVML's "no instance" value in event data (a whole-GPU event).
@@ -35,6 +39,32 @@ pub fn instance_ids(device: &Device) -> Result<(u32, u32), NvmlError> {
         nvml_try(ci_sym(handle, &mut ci))?;
     }
     Ok((gi, ci))
+}
+
+/// The device's memory: `nvmlDeviceGetMemoryInfo_v2` where the driver has it, else (drivers
+/// before R510) `nvmlDeviceGetMemoryInfo`, whose `used` includes the memory the driver
+/// reserves (`reserved` is then 0).
+pub fn memory_info(device: &Device) -> Result<MemoryInfo, NvmlError> {
+    match device.memory_info() {
+        Err(NvmlError::FailedToLoadSymbol(_)) => {}
+        other => return other,
+    }
+    let sym = nvml_sym(device.nvml().lib().nvmlDeviceGetMemoryInfo.as_ref())?;
+    let mut info = nvmlMemory_t {
+        total: 0,
+        free: 0,
+        used: 0,
+    };
+    // SAFETY: `handle()` is a live handle from this NVML instance (borrowed for the call), the
+    // symbol comes from the same library and fills the three integers of a valid local.
+    unsafe { nvml_try(sym(device.handle(), &mut info))? };
+    Ok(MemoryInfo {
+        free: info.free,
+        reserved: 0,
+        total: info.total,
+        used: info.used,
+        version: 1,
+    })
 }
 
 /// The `NVML_GPU_INSTANCE_PROFILE_*` constant of GPU instance `gi` of the MIG-enabled GPU

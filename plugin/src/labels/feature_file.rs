@@ -12,12 +12,11 @@ use super::NodeLabels;
 /// The default location: where GFD writes its file (`features.d/gfd`), named after us.
 pub const DEFAULT_PATH: &str = "/etc/kubernetes/node-feature-discovery/features.d/edgegpu";
 
-/// The file's text.
+/// The file's text: `key=value` lines only. No comment line: NFD reads `#` lines as comments
+/// only from v0.14 (`source/local/local.go`, "support comments in input"); older workers would
+/// take one for a feature.
 pub fn render(labels: &NodeLabels) -> String {
-    let mut text = format!(
-        "# Written by edgegpu-device-plugin {} at start (docs/labels.md); do not edit.\n",
-        env!("CARGO_PKG_VERSION")
-    );
+    let mut text = String::new();
     for (key, value) in labels.iter() {
         text.push_str(key);
         text.push('=');
@@ -25,6 +24,16 @@ pub fn render(labels: &NodeLabels) -> String {
         text.push('\n');
     }
     text
+}
+
+/// Removes the file at shutdown (as GPU Feature Discovery removes its own), so that NFD drops
+/// the labels of a node whose plugin is gone. `Ok(false)`: there was none.
+pub fn remove(path: &Path) -> anyhow::Result<bool> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => anyhow::bail!("cannot remove the feature file {}: {e}", path.display()),
+    }
 }
 
 /// Writes the file atomically (a temporary file in the same directory, then rename), so

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use edgegpu_platform::host::{jetpack, meminfo_bytes, MEMINFO};
 
 use crate::allocate::{mig, sharing, GpuResource, Unit};
-use crate::config::{GpuArgs, MigStrategy};
+use crate::config::{GpuArgs, MigStrategy, TimeSlicing};
 use crate::gpu::discovery::{self, Gpu, MigDevice, Platform};
 use crate::gpu::under_root;
 
@@ -97,6 +97,21 @@ impl NodeLabels {
 struct Served {
     units: Vec<Unit>,
     replicas: Option<u32>,
+    /// Advertised under another name (`renameByDefault`: `<name>.shared`).
+    renamed: bool,
+}
+
+impl Served {
+    /// GFD's product value (`internal/lm/resource.go`, `getProductName`): `-SHARED` appended
+    /// when the resource's GPUs are time-sliced (replicas > 1) under their own name, so that a
+    /// pod selecting on the product knows it gets a share.
+    fn product(&self, name: String) -> String {
+        if self.replicas.is_some_and(|r| r > 1) && !self.renamed {
+            format!("{name}-SHARED")
+        } else {
+            name
+        }
+    }
 }
 
 /// What the labels are computed from.
@@ -129,6 +144,7 @@ pub fn for_resources(resources: &[Arc<GpuResource>]) -> NodeLabels {
             .map(|r| Served {
                 units: r.units().to_vec(),
                 replicas: r.replication().map(|r| r.replicas),
+                renamed: renamed(first.config().sharing.as_ref()),
             })
             .collect(),
         invalid_mig: None,
@@ -163,6 +179,7 @@ pub fn for_host(root: &Path, resource_name: &str, args: &GpuArgs) -> anyhow::Res
                     replicas: sharing::apply(&name, config.sharing.as_ref())
                         .1
                         .map(|r| r.replicas),
+                    renamed: renamed(config.sharing.as_ref()),
                 })
                 .collect(),
             None,
@@ -178,6 +195,11 @@ pub fn for_host(root: &Path, resource_name: &str, args: &GpuArgs) -> anyhow::Res
         served,
         invalid_mig,
     }))
+}
+
+/// Whether time-sliced resources are advertised renamed (`<name>.shared`).
+fn renamed(sharing: Option<&TimeSlicing>) -> bool {
+    sharing.is_some_and(|ts| ts.rename_by_default)
 }
 
 /// GFD's architecture family of a compute capability (gpu-feature-discovery
@@ -230,8 +252,14 @@ fn compute(f: &Facts<'_>) -> NodeLabels {
             "none"
         },
     );
-    let product = platform.model_name(first);
-    labels.set("nvidia.com/gpu.product", product);
+    let product = platform.model_name(first).to_string();
+    labels.set(
+        "nvidia.com/gpu.product",
+        match whole {
+            Some(served) => served.product(product),
+            None => product,
+        },
+    );
     let (memory_bytes, capability, cuda) = match platform {
         Platform::Tegra { detection, .. } => {
             labels.set(GPU_KIND, "jetson");
@@ -346,7 +374,7 @@ fn mig_labels(f: &Facts<'_>, labels: &mut NodeLabels) {
         let a = mig.attributes;
         labels.set(
             format!("{prefix}product"),
-            format!("{}-MIG-{}", model(mig.parent), mig.profile),
+            served.product(format!("{}-MIG-{}", model(mig.parent), mig.profile)),
         );
         for (key, value) in [
             ("count", migs.len() as u64),

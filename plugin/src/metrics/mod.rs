@@ -228,7 +228,10 @@ impl MetricsSource {
             .map(|g| {
                 [
                     ("gpu", g.index.to_string()),
-                    ("UUID", g.uuid.clone()),
+                    (
+                        "UUID",
+                        platform.map_or_else(|| g.uuid.clone(), |p| p.uuid_label(g)),
+                    ),
                     ("device", format!("nvidia{}", g.minor.unwrap_or(g.index))),
                     (
                         "modelName",

@@ -22,32 +22,79 @@ const CONTENT_TYPE_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// A client must send its request headers within this time (slow clients cannot pile up).
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Parses `--metrics-bind-address`: `HOST:PORT`, `[IPv6]:PORT`, or `:PORT` (every IPv4
-/// address, as Go programs such as dcgm-exporter read it).
-pub fn parse_bind_address(text: &str) -> anyhow::Result<SocketAddr> {
+/// Where `/metrics` listens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BindAddress {
+    /// `:PORT`: every address, IPv6 and IPv4, as Go programs such as dcgm-exporter read it
+    /// (Go's `net.Listen("tcp", ":PORT")` opens a dual-stack socket).
+    AnyAddress(u16),
+    /// `HOST:PORT` or `[IPv6]:PORT`, exactly.
+    Exact(SocketAddr),
+}
+
+impl std::str::FromStr for BindAddress {
+    type Err = anyhow::Error;
+
+    fn from_str(text: &str) -> anyhow::Result<Self> {
+        parse_bind_address(text)
+    }
+}
+
+/// Parses `--metrics-bind-address`: `HOST:PORT`, `[IPv6]:PORT`, or `:PORT` (every address).
+pub fn parse_bind_address(text: &str) -> anyhow::Result<BindAddress> {
     let text = text.trim();
-    let full = match text.strip_prefix(':') {
-        Some(port) => format!("0.0.0.0:{port}"),
-        None => text.to_string(),
-    };
-    full.parse().map_err(|_| {
+    let invalid = || {
         anyhow::anyhow!(
             "invalid --metrics-bind-address `{text}`: expected HOST:PORT, [IPv6]:PORT or :PORT"
         )
-    })
+    };
+    match text.strip_prefix(':') {
+        Some(port) => port
+            .parse()
+            .map(BindAddress::AnyAddress)
+            .map_err(|_| invalid()),
+        None => text.parse().map(BindAddress::Exact).map_err(|_| invalid()),
+    }
 }
 
 /// Binds the metrics address (before anything else starts, so a bad address ends the plugin
-/// with a clear message).
-pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot listen for metrics on {addr}: {e}"))?;
+/// with a clear message). `:PORT` binds `[::]:PORT` with IPV6_V6ONLY off (IPv4 clients too,
+/// whatever `net.ipv6.bindv6only` says), or `0.0.0.0:PORT` where the host has no IPv6
+/// (`ipv6.disable=1`).
+pub async fn bind(addr: BindAddress) -> anyhow::Result<TcpListener> {
+    let listener = match addr {
+        BindAddress::Exact(addr) => TcpListener::bind(addr)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen for metrics on {addr}: {e}"))?,
+        BindAddress::AnyAddress(port) => match dual_stack(port) {
+            Ok(listener) => listener,
+            Err(e) => {
+                let v4 = SocketAddr::from(([0, 0, 0, 0], port));
+                tracing::info!("no IPv6 listener for metrics ({e}); IPv4 only");
+                TcpListener::bind(v4)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("cannot listen for metrics on {v4}: {e}"))?
+            }
+        },
+    };
     tracing::info!(
         "Serving metrics on http://{}/metrics",
         listener.local_addr()?
     );
     Ok(listener)
+}
+
+/// A listener on `[::]:port` that accepts IPv4 clients too.
+fn dual_stack(port: u16) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_only_v6(false)?;
+    // As tokio's TcpListener::bind does: a restarted plugin rebinds at once.
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)).into())?;
+    socket.listen(1024)?;
+    TcpListener::from_std(socket.into())
 }
 
 /// Serves `GET /metrics` on `listener` until `shutdown` completes.
@@ -131,18 +178,48 @@ mod tests {
     fn bind_addresses() {
         assert_eq!(
             parse_bind_address(":9400").unwrap(),
-            "0.0.0.0:9400".parse().unwrap()
+            BindAddress::AnyAddress(9400)
         );
         assert_eq!(
             parse_bind_address("127.0.0.1:0").unwrap(),
-            "127.0.0.1:0".parse().unwrap()
+            BindAddress::Exact("127.0.0.1:0".parse().unwrap())
         );
         assert_eq!(
             parse_bind_address("[::]:9400").unwrap(),
-            "[::]:9400".parse().unwrap()
+            BindAddress::Exact("[::]:9400".parse().unwrap())
         );
         let err = parse_bind_address("localhost").unwrap_err().to_string();
         assert!(err.contains("`localhost`"), "{err}");
         assert!(parse_bind_address(":x").is_err());
+        assert!(parse_bind_address(":").is_err());
+    }
+
+    /// `:PORT` answers on IPv4 and, where the host has IPv6, on IPv6 too.
+    #[tokio::test]
+    async fn any_address_is_dual_stack() {
+        let host_has_ipv6 = std::net::TcpListener::bind("[::1]:0").is_ok();
+        let listener = bind(BindAddress::AnyAddress(0)).await.unwrap();
+        let local = listener.local_addr().unwrap();
+        assert_eq!(local.is_ipv6(), host_has_ipv6, "{local}");
+        let port = local.port();
+        let accept = tokio::spawn(async move {
+            for _ in 0..2 {
+                let _ = listener.accept().await.unwrap();
+            }
+        });
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("IPv4 client");
+        if local.is_ipv6() {
+            tokio::net::TcpStream::connect(("::1", port))
+                .await
+                .expect("IPv6 client");
+        } else {
+            // No IPv6 on this host: the IPv4 fallback served the first; connect again.
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .unwrap();
+        }
+        accept.await.unwrap();
     }
 }

@@ -133,6 +133,20 @@ impl Platform {
             Platform::Nvml => &gpu.name,
         }
     }
+
+    /// The GPU's UUID as telemetry reports it (dcgm-exporter's `UUID` label): NVML's UUID
+    /// where NVML sees the GPU (hybrid Jetsons too); a Jetson without NVML is told apart by its
+    /// board serial (`tegra-<serial>`), else `tegra`. The device ID stays `tegra` (NVIDIA's).
+    pub fn uuid_label(&self, gpu: &Gpu) -> String {
+        match self {
+            Platform::Tegra { detection, .. } => match (&gpu.nvml_uuid, &detection.serial) {
+                (Some(uuid), _) => uuid.clone(),
+                (None, Some(serial)) => format!("{}-{serial}", gpu.uuid),
+                (None, None) => gpu.uuid.clone(),
+            },
+            Platform::Nvml => gpu.uuid.clone(),
+        }
+    }
 }
 
 /// The result of discovery.

@@ -101,7 +101,7 @@ fn describe_device(nvml: &Nvml, root: &Path, index: u32) -> anyhow::Result<Gpu> 
     let uuid = device.uuid().context("nvmlDeviceGetUUID")?;
     let name = device.name().unwrap_or_else(|_| "NVIDIA GPU".into());
     // Jetson iGPUs answer NOT_SUPPORTED for memory and PCI info: optional fields.
-    let memory_bytes = device.memory_info().ok().map(|m| m.total);
+    let memory_bytes = nvml_raw::memory_info(&device).ok().map(|m| m.total);
     let pci_bus_id = device.pci_info().ok().map(|p| p.bus_id);
     let numa_node = match device.numa_node_id() {
         Ok(n) => Some(i64::from(n)),

@@ -7,8 +7,8 @@
 use std::path::Path;
 
 use edgegpu_platform::host::{
-    parse_chip_id, parse_l4t_release, CHIP_ID, COMPATIBLE, DTSFILENAME, MODEL, NV_TEGRA_RELEASE,
-    SOC0_FAMILY, SOC0_SOC_ID,
+    parse_chip_id, parse_l4t_release, CHIP_ID, COMPATIBLE, DTSFILENAME, DT_SERIAL, MODEL,
+    NV_TEGRA_RELEASE, SOC0_FAMILY, SOC0_SERIAL, SOC0_SOC_ID,
 };
 use edgegpu_platform::{module_product, Generation, GENERATIONS};
 
@@ -42,6 +42,8 @@ pub struct TegraDetection {
     pub module_name: Option<&'static str>,
     /// L4T version from `/etc/nv_tegra_release`, e.g. `36.4.3`.
     pub l4t: Option<String>,
+    /// The board's serial number (soc bus, else the device tree): a per-board ID for telemetry.
+    pub serial: Option<String>,
 }
 
 /// Reads a device-tree string property: NUL-separated, NUL-terminated.
@@ -254,6 +256,13 @@ impl TegraDetection {
                     d.set_generation(Some(g), marker);
                 }
             }
+        }
+        // Not a signal: only a Tegra board's serial is of use.
+        if d.is_tegra() {
+            d.serial = [SOC0_SERIAL, DT_SERIAL]
+                .into_iter()
+                .filter_map(|p| read_trimmed(root, p))
+                .find(|s| !s.is_empty());
         }
         d
     }

@@ -109,7 +109,7 @@ fn probe(nvml: &Nvml, w: &Watched) -> Result<(), String> {
     let device = nvml
         .device_by_uuid(w.gpu_uuid.as_str())
         .map_err(|e| format!("GPU {} does not answer NVML: {e}", w.gpu_uuid))?;
-    match device.memory_info() {
+    match nvml_raw::memory_info(&device) {
         Ok(_) | Err(NvmlError::NotSupported) => {}
         Err(e) => return Err(format!("GPU {} does not answer NVML: {e}", w.gpu_uuid)),
     }

@@ -9,6 +9,7 @@ use nvml_wrapper::{Device, Nvml};
 
 use super::Reading;
 use crate::gpu::discovery::{Gpu, MigDevice};
+use crate::gpu::nvml_raw;
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -62,7 +63,10 @@ pub(super) fn read_device(device: Result<Device<'_>, NvmlError>, ask: Queries) -
     let Ok(device) = device else {
         return Reading::default();
     };
-    let memory = ask.framebuffer.then(|| device.memory_info().ok()).flatten();
+    let memory = ask
+        .framebuffer
+        .then(|| nvml_raw::memory_info(&device).ok())
+        .flatten();
     let clock = |c: Clock| {
         ask.clocks
             .then(|| device.clock_info(c).ok().map(f64::from))
@@ -123,7 +127,7 @@ impl MigSensor {
             .nvml
             .device_by_uuid(parent.as_str())
             .and_then(|d| d.mig_device_by_index(self.index))
-            .and_then(|m| m.memory_info());
+            .and_then(|m| nvml_raw::memory_info(&m));
         match memory {
             Ok(m) => Reading {
                 framebuffer_used_mib: Some(m.used as f64 / MIB),
