@@ -29,7 +29,7 @@ SRC_URI = "git://github.com/edgegpu/edgegpu.git;protocol=https;branch=main;dests
            file://edgegpu-cdi-refresh.path \
            file://edgegpu-cdi.default \
            "
-SRCREV = "5357d96f8c64cf2e1b003f77cdcb3f98d696854e"
+SRCREV = "f65a9b2b8c91807576e0a5cf7bd3a823b4869039"
 
 # scarthgap unpacks into WORKDIR; styhead and later into UNPACKDIR (and wrynose forbids S
 # outside it). Do not assign UNPACKDIR itself: a weak default here would win over
