@@ -10,7 +10,7 @@
  *                    power, clocks, events, mig), and optional lines
  *                    "init_error=<nvmlReturn_t>" / "driver_version=<text>".
  * and, while running,
- *   mig.conf         MIG state, re-read whenever its modification time changes (a MIG
+ *   mig.conf         MIG state, re-read whenever it is replaced or modified (a MIG
  *                    reconfiguration): "mode <gpu index> <0|1>" lines and one line per MIG
  *                    device "device <gpu index>|<uuid>|<gi>|<ci>|<gi slices>|<ci slices>|
  *                    <memory MiB>|<profile>[|<GPU instance profile id>]". The profile id is
@@ -153,7 +153,11 @@ static struct fake_gpu migs[MAX_MIGS];
 static unsigned int mig_count;
 /* Error answered by MIG device slot [gpu][slot] (0 = none). */
 static nvmlReturn_t slot_error[MAX_GPUS][MAX_MIG_PER_GPU];
+/* Identity of the mig.conf last read: inode and modification time. The inode matters: the
+ * testkit publishes each version by rename, and two versions written within one tick of the
+ * kernel's coarse clock carry the same mtime. */
 static long long mig_conf_mtime = -1;
+static unsigned long long mig_conf_ino;
 static int initialised;
 static nvmlReturn_t init_error;
 static char driver_version[80] = "550.54.15";
@@ -279,9 +283,11 @@ static void reload_mig(void)
     long long mtime = -2;
     if (stat(path, &st) == 0)
         mtime = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
-    if (mtime == mig_conf_mtime)
+    unsigned long long ino = mtime == -2 ? 0 : (unsigned long long)st.st_ino;
+    if (mtime == mig_conf_mtime && ino == mig_conf_ino)
         return;
     mig_conf_mtime = mtime;
+    mig_conf_ino = ino;
     mig_count = 0;
     memset(slot_error, 0, sizeof slot_error);
     for (unsigned int i = 0; i < gpu_count; i++)
