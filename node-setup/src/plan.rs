@@ -524,14 +524,11 @@ impl Builder<'_> {
                     set_default: default_in_file,
                 };
                 let edit = containerd::edit(Path::new(&t.path), t.text.as_deref(), flavor, want)?;
-                let what = if default_in_file {
-                    format!(
-                        "containerd runtime '{}' → {} and the default",
-                        spec.name, spec.path
-                    )
-                } else {
-                    format!("containerd runtime '{}' → {}", spec.name, spec.path)
-                };
+                let what = runtime_change(
+                    "containerd",
+                    &spec,
+                    default_in_file.then_some("the default"),
+                );
                 let services = self.k3s_units();
                 self.file(&t.path, t.text.clone(), edit, what, services)?;
             }
@@ -639,14 +636,11 @@ impl Builder<'_> {
             Flavor::System,
             want,
         )?;
-        let what = if spec.set_default {
-            format!(
-                "containerd runtime '{}' → {} and the default",
-                spec.name, spec.path
-            )
-        } else {
-            format!("containerd runtime '{}' → {}", spec.name, spec.path)
-        };
+        let what = runtime_change(
+            "containerd",
+            &spec,
+            spec.set_default.then_some("the default"),
+        );
         let services = self.system_containerd_services();
         self.file(&owner.path, owner.text.clone(), edit, what, services)
     }
@@ -692,14 +686,11 @@ impl Builder<'_> {
             bare_name_ok,
         };
         let edit = daemon_json::edit(Path::new(&path), old.as_deref(), &spec, want)?;
-        let what = if default_in_file {
-            format!(
-                "docker runtime '{}' → {} and default-runtime",
-                spec.name, spec.path
-            )
-        } else {
-            format!("docker runtime '{}' → {}", spec.name, spec.path)
-        };
+        let what = runtime_change(
+            "docker",
+            &spec,
+            default_in_file.then_some("default-runtime"),
+        );
         self.file(&path, old, edit, what, vec![Service::Docker])?;
         if self.inv.docker.is_none() {
             self.plan
@@ -1081,6 +1072,16 @@ impl View<'_> {
 
 /// The k3s services that would not run their containers through docker: in docker mode
 /// docker's settings only matter for k3s with `--docker`.
+/// How the plan lists a runtime entry written to `engine`'s config file: the runtime, its
+/// binary and, where the same file makes it the default, the setting that does.
+fn runtime_change(engine: &str, spec: &RuntimeSpec, default_setting: Option<&str>) -> String {
+    let entry = format!("{engine} runtime '{}' → {}", spec.name, spec.path);
+    match default_setting {
+        Some(setting) => format!("{entry} and {setting}"),
+        None => entry,
+    }
+}
+
 fn k3s_not_on_docker(inv: &Inventory) -> Vec<String> {
     inv.engines()
         .into_iter()
