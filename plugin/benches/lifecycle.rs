@@ -29,7 +29,8 @@ use edgegpu_plugin::{serve, LifecycleOptions};
 use edgegpu_testkit::host::{Board, FakeHost};
 use edgegpu_testkit::kubelet::{dial_plugin, FakeKubelet, FakeKubeletOptions};
 use edgegpu_testkit::process::{
-    binary_command, context_switches, cpu_time_us, rss_by_mapping, terminate, Footprint,
+    binary_command, context_switches, cpu_time_us, machine_line, rss_by_mapping, terminate,
+    Footprint,
 };
 use tokio::sync::{oneshot, watch};
 
@@ -328,13 +329,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    println!(
-        "machine: {} CPU(s), load average {}",
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        std::fs::read_to_string("/proc/loadavg")
-            .unwrap_or_default()
-            .trim()
-    );
+    println!("{}", machine_line());
     // EDGEGPU_BENCH_ONLY=footprint: only the binary's figures (quick when trying build settings).
     let only_footprint = std::env::var("EDGEGPU_BENCH_ONLY").is_ok_and(|v| v == "footprint");
     rt.block_on(async {

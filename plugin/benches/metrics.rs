@@ -22,7 +22,7 @@ use edgegpu_plugin::{build_gpu_resources, Cli};
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
 use edgegpu_testkit::kubelet::FakeKubelet;
 use edgegpu_testkit::pod_resources::FakePodResources;
-use edgegpu_testkit::process::{binary_command, cpu_time_us, terminate, Footprint};
+use edgegpu_testkit::process::{binary_command, cpu_time_us, machine_line, terminate, Footprint};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -201,13 +201,7 @@ async fn binary(metrics: bool, idle_seconds: u64) {
 }
 
 fn main() {
-    println!(
-        "machine: {} CPU(s), load average {}",
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        std::fs::read_to_string("/proc/loadavg")
-            .unwrap_or_default()
-            .trim()
-    );
+    println!("{}", machine_line());
     // One thread, like the binary (blocking sensor reads go to tokio's blocking pool).
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

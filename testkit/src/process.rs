@@ -164,3 +164,15 @@ pub fn terminate(pid: u32) {
     let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("a pid"));
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
 }
+
+/// The line a benchmark prints first: how many CPUs and how loaded the machine was, which
+/// every figure after it depends on.
+pub fn machine_line() -> String {
+    format!(
+        "machine: {} CPU(s), load average {}",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    )
+}
