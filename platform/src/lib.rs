@@ -55,6 +55,22 @@ pub struct Generation {
     pub thermal_zones: &'static [&'static str],
     /// INA3221 power monitor rails, per module.
     pub power_rails: &'static [PowerRails],
+    /// Whether CUDA MPS (GPU sharing with per-client limits) can run on this generation.
+    pub mps: Mps,
+}
+
+/// CUDA MPS on a Jetson. Tegra runs only Volta MPS (no pre-Volta MPS, no compute-mode
+/// change, no `-multiuser-server`, no CUDA IPC between clients: NVIDIA's MPS documentation,
+/// "When to use MPS" / "Considerations"), and the control binary ships with L4T's CUDA
+/// utilities only from some release on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mps {
+    /// This GPU cannot run MPS: the reason, for the refusal message.
+    Unsupported(&'static str),
+    /// Volta MPS. `binary_since_l4t`: the first L4T release (major, minor) whose CUDA
+    /// utilities package ships `nvidia-cuda-mps-control`; a host without the binary cannot
+    /// run MPS, whatever its release.
+    Volta { binary_since_l4t: (u32, u32) },
 }
 
 /// A module (board) family: `p3767` → `Jetson Orin NX`.
@@ -342,6 +358,25 @@ mod tests {
                     "{} listed twice (entry {j} of {a:?})",
                     m.part
                 );
+            }
+        }
+    }
+
+    /// Tegra runs only Volta MPS: an entry may offer MPS only for a Volta-or-later GPU, and
+    /// refuses it otherwise with a reason to show.
+    #[test]
+    fn mps_only_on_volta_and_later() {
+        for g in GENERATIONS {
+            let volta = g.cuda.capability.iter().all(|c| c.major >= 7);
+            match g.mps {
+                Mps::Volta { binary_since_l4t } => {
+                    assert!(volta, "{}: MPS offered on a pre-Volta GPU", g.soc);
+                    assert!(binary_since_l4t.0 >= 36, "{}", g.soc);
+                }
+                Mps::Unsupported(reason) => {
+                    assert!(!volta, "{}: a Volta GPU refused MPS ({reason})", g.soc);
+                    assert!(reason.contains("Volta"), "{}: {reason}", g.soc);
+                }
             }
         }
     }

@@ -30,9 +30,14 @@
 //!   r32, `ina3221` hwmon labels on r34+); which units a rail feeds: the module data sheets'
 //!   power-monitor sections and the L4T Developer Guide's power-management pages (Orin's
 //!   `VDD_CPU_GPU_CV` and `VDD_GPU_SOC` are shared rails).
+//! - `mps`: NVIDIA's MPS documentation ("Considerations": Tegra supports only Volta MPS, i.e.
+//!   compute capability 7.0 and later) and the L4T package `nvidia-l4t-cuda-utils`, which
+//!   ships `/usr/bin/nvidia-cuda-mps-control` from R36.4 (JetPack 6.1) on; meta-tegra
+//!   packages it as `tegra-cuda-utils` from its R36.4.0 branch on (and for R38/R39), never for
+//!   R32/R35.
 
 use crate::{
-    Capability, Cuda, Detect, Generation, GpuDriver, GpuSysfs, KnownGpuDir, Module, NameMatch,
+    Capability, Cuda, Detect, Generation, GpuDriver, GpuSysfs, KnownGpuDir, Module, Mps, NameMatch,
     Nvml, NvmlAnswers, PowerRails,
 };
 
@@ -148,6 +153,9 @@ pub static GENERATIONS: &[Generation] = &[
             gpu_rail: Some("POM_5V_GPU"),
             gpu_rail_is_gpu_only: true,
         }],
+        mps: Mps::Unsupported(
+            "its Maxwell GPU (compute capability 5.3) predates Volta, and Tegra runs only Volta MPS",
+        ),
     },
     Generation {
         soc: "T186",
@@ -226,6 +234,9 @@ pub static GENERATIONS: &[Generation] = &[
                 gpu_rail_is_gpu_only: false,
             },
         ],
+        mps: Mps::Unsupported(
+            "its Pascal GPU (compute capability 6.2) predates Volta, and Tegra runs only Volta MPS",
+        ),
     },
     Generation {
         soc: "T194",
@@ -310,6 +321,10 @@ pub static GENERATIONS: &[Generation] = &[
                 gpu_rail_is_gpu_only: false,
             },
         ],
+        // Volta, but no release for Xavier (R32, R35) ships the MPS binary.
+        mps: Mps::Volta {
+            binary_since_l4t: (36, 4),
+        },
     },
     Generation {
         soc: "T234",
@@ -431,6 +446,9 @@ pub static GENERATIONS: &[Generation] = &[
                 gpu_rail_is_gpu_only: false,
             },
         ],
+        mps: Mps::Volta {
+            binary_since_l4t: (36, 4),
+        },
     },
     Generation {
         soc: "T264",
@@ -502,5 +520,9 @@ pub static GENERATIONS: &[Generation] = &[
         },
         thermal_zones: &[],
         power_rails: &[],
+        // CUDA 13.0 for Thor brings MPS (NVIDIA's "What's new in CUDA 13.0 for Jetson Thor").
+        mps: Mps::Volta {
+            binary_since_l4t: (38, 2),
+        },
     },
 ];

@@ -100,6 +100,77 @@ pub struct Cli {
     /// GPU discovery, allocation and sharing settings.
     #[command(flatten)]
     pub gpu: GpuArgs,
+
+    /// Run as another program than the device plugin.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// The companion programs the plugin binary also is.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum Command {
+    /// Run the MPS control daemons the device plugin asks for (`<mps-root>/daemons.json`):
+    /// start the host's `nvidia-cuda-mps-control -f` for each MPS-shared resource with its
+    /// default limits, restart it when it dies, stop it on SIGTERM, and report each in
+    /// `<mps-root>/<resource>/status.json`. Runs beside the plugin (the Helm chart's
+    /// `mps.enabled` adds it as a privileged container; docs/sharing.md). Needs the GPU's
+    /// device nodes, the host's driver files (it chroots into --root) and the host's PID
+    /// namespace.
+    MpsControlDaemon(MpsDaemonArgs),
+}
+
+/// `mps-control-daemon` flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct MpsDaemonArgs {
+    /// The host's root: the companion chroots into it (unless --chroot=false), so the host's
+    /// nvidia-cuda-mps-control runs with the host's driver libraries.
+    #[arg(long, env = "HOST_ROOT", value_name = "DIR", default_value = "/")]
+    pub root: PathBuf,
+
+    /// Where the daemons' pipe and log directories, the plugin's daemons.json and the shared
+    /// memory directory live (a host path, the same in every container).
+    #[arg(long, env = "MPS_ROOT", value_name = "DIR", default_value = crate::config::DEFAULT_MPS_ROOT)]
+    pub mps_root: PathBuf,
+
+    /// nvidia-cuda-mps-control as a host path [default: the first found in /usr/bin,
+    /// /usr/sbin, /usr/local/nvidia/bin, /usr/local/cuda/bin, /bin].
+    #[arg(long, env = "MPS_CONTROL_BINARY", value_name = "PATH")]
+    pub mps_control_binary: Option<PathBuf>,
+
+    /// chroot into --root before starting anything. [default: true unless --root is /]
+    #[arg(long, env = "MPS_CHROOT", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new(),
+          value_name = "BOOL")]
+    pub chroot: Option<bool>,
+
+    /// Give the daemon <mps-root>/shm as its /dev/shm in a private mount namespace: client
+    /// containers get the same directory as /dev/shm, and no one the host's. Needs
+    /// CAP_SYS_ADMIN. [default: true]
+    #[arg(long, env = "MPS_PRIVATE_SHM", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new(),
+          value_name = "BOOL")]
+    pub mps_private_shm: Option<bool>,
+
+    /// Log output format (EDGEGPU_LOG sets the level, default info).
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+impl MpsDaemonArgs {
+    /// Whether to chroot into --root.
+    pub fn chroot(&self) -> bool {
+        self.chroot
+            .unwrap_or(self.root != std::path::Path::new("/"))
+    }
+
+    /// The root the companion sees the host under once [`crate::mps::daemon::isolate`] ran.
+    pub fn effective_root(&self) -> PathBuf {
+        if self.chroot() {
+            PathBuf::from("/")
+        } else {
+            self.root.clone()
+        }
+    }
 }
 
 impl Cli {

@@ -13,9 +13,14 @@ use anyhow::Context;
 use serde::Serialize;
 
 mod file;
+mod sharing;
 mod yaml;
 
-pub use file::{ConfigFile, ConfigFileError, FileFlags, Imex, ReplicatedResource, TimeSlicing};
+pub use file::{ConfigFile, ConfigFileError, FileFlags, Imex};
+pub use sharing::{
+    GpuMemorySharing, MemoryEnforcement, MemoryResource, MpsResource, MpsSharing,
+    ReplicatedResource, TimeSlicing, DEFAULT_MEMORY_UNIT, MAX_MPS_CLIENTS,
+};
 
 /// Command-line flags (each with an environment variable) for the GPU side of the plugin.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -98,7 +103,19 @@ pub struct GpuArgs {
     /// [default: distributed]
     #[arg(long, env = "SHARED_DEVICES_ALLOCATION_POLICY", value_enum)]
     pub shared_devices_allocation_policy: Option<AllocationPolicy>,
+
+    /// With MPS (`sharing.mps`, or `sharing.gpuMemory` enforced by MPS): the directory of the
+    /// MPS control daemons' pipe and log directories, `<DIR>/<resource>/{pipe,log}`, and of
+    /// the shared-memory directory `<DIR>/shm`. The same path on the host, in the plugin, in
+    /// the daemon and in client containers (MPS needs it identical). [default:
+    /// /run/edgegpu/mps]
+    #[arg(long, env = "MPS_ROOT", value_name = "DIR")]
+    pub mps_root: Option<PathBuf>,
 }
+
+/// `--mps-root` when not set: under /run, a tmpfs on every systemd host, so the MPS
+/// shared-memory directory is in memory and nothing outlives a reboot.
+pub const DEFAULT_MPS_ROOT: &str = "/run/edgegpu/mps";
 
 /// `--discovery`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -199,7 +216,14 @@ pub struct Config {
     pub extra_ignored_xids: BTreeSet<u64>,
     pub health_recovery_seconds: u64,
     pub shared_devices_allocation_policy: AllocationPolicy,
+    /// `sharing.timeSlicing` (kept under NVIDIA's historical key name in the logged config).
     pub sharing: Option<TimeSlicing>,
+    /// `sharing.mps`.
+    pub mps: Option<MpsSharing>,
+    /// `sharing.gpuMemory`.
+    pub gpu_memory: Option<GpuMemorySharing>,
+    /// `--mps-root`: where the MPS control daemons' pipe and log directories live.
+    pub mps_root: PathBuf,
     pub imex: Imex,
 }
 
@@ -218,6 +242,9 @@ impl Default for Config {
             health_recovery_seconds: 60,
             shared_devices_allocation_policy: AllocationPolicy::Distributed,
             sharing: None,
+            mps: None,
+            gpu_memory: None,
+            mps_root: PathBuf::from(DEFAULT_MPS_ROOT),
             imex: Imex::default(),
         }
     }
@@ -305,6 +332,13 @@ impl GpuArgs {
                 .or(flags.shared_devices_allocation_policy)
                 .unwrap_or(defaults.shared_devices_allocation_policy),
             sharing: file.time_slicing,
+            mps: file.mps,
+            gpu_memory: file.gpu_memory,
+            mps_root: self
+                .mps_root
+                .clone()
+                .or_else(|| flags.mps_root.clone())
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_MPS_ROOT)),
             imex: file.imex,
         })
     }

@@ -26,6 +26,7 @@ pub mod kubelet;
 pub mod labels;
 pub mod logging;
 pub mod metrics;
+pub mod mps;
 pub mod node;
 pub mod resource;
 pub mod runtime;
@@ -198,6 +199,29 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
     }
     result
+}
+
+/// Runs the MPS companion (`mps-control-daemon`) until SIGTERM/SIGINT; the caller has
+/// already isolated the process ([`mps::daemon::isolate`]).
+pub async fn run_mps_daemon(args: cli::MpsDaemonArgs) -> anyhow::Result<()> {
+    let mut signals = shutdown::ShutdownSignals::install()?;
+    tracing::info!(
+        "Starting edgegpu MPS control daemon companion {}",
+        cli::VERSION
+    );
+    let root = args.effective_root();
+    let binary = mps::support::find_control_binary(&root, args.mps_control_binary.as_deref())
+        .map(|host| under_root_if(&root, &host));
+    let options = mps::daemon::Options {
+        mps_root: args.mps_root.clone(),
+        binary,
+    };
+    mps::daemon::run(options, async move { signals.recv().await }).await
+}
+
+/// A host path as this process reaches it (under `root` unless that is `/`).
+fn under_root_if(root: &std::path::Path, host: &std::path::Path) -> std::path::PathBuf {
+    gpu::under_root(root, &host.to_string_lossy())
 }
 
 /// Writes the NFD feature file; a failure is logged, never fatal (labels are a convenience,

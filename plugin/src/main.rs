@@ -1,10 +1,29 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use edgegpu_plugin::cli::Command;
 use edgegpu_plugin::{logging, runtime, Cli};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(Command::MpsControlDaemon(args)) = cli.command {
+        if let Err(e) = logging::init(args.log_format) {
+            eprintln!("edgegpu-device-plugin: cannot set up logging: {e}");
+        }
+        // Before any thread exists: a private mount namespace covers the whole process only
+        // then.
+        let private_shm = args.mps_private_shm.unwrap_or(true);
+        if let Err(e) = edgegpu_plugin::mps::daemon::isolate(
+            &args.root,
+            &args.mps_root,
+            private_shm,
+            args.chroot(),
+        ) {
+            tracing::error!("{e:#}");
+            return ExitCode::FAILURE;
+        }
+        return runtime::run_to_exit(edgegpu_plugin::run_mps_daemon(args));
+    }
     if let Err(e) = logging::init(cli.log_format) {
         eprintln!("edgegpu-device-plugin: cannot set up logging: {e}");
     }

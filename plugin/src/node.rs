@@ -11,11 +11,13 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::allocate::device_specs::{Candidates, DeviceNodes, GpuNodes};
+use crate::allocate::plan::{GpuFacts, ResourcePlan};
 use crate::allocate::{mig, sharing, GpuResource, Unit};
 use crate::config::{Config, GpuArgs, Imex, MigStrategy};
 use crate::gpu::discovery::{self, Discovered};
 use crate::gpu::health::{self, Advertised, HealthTable, Target};
 use crate::gpu::Platform;
+use crate::mps;
 use crate::resource::Resource;
 
 /// The resources of this node, and the signal that they must be rebuilt.
@@ -164,12 +166,17 @@ pub async fn resources_of(
         _ => None,
     };
 
+    let facts = gpu_facts(root, config, platform.as_ref(), &gpus, nvml.clone()).await?;
     let mut resources = Vec::new();
     for (name, units) in split {
+        let plan =
+            crate::allocate::plan::plan(&name, config, platform.as_ref(), &gpus, &units, &facts)
+                .map_err(anyhow::Error::msg)?;
         resources.push(resource(
             root,
             config,
             &name,
+            plan,
             platform.clone(),
             &gpus,
             units,
@@ -177,6 +184,7 @@ pub async fn resources_of(
             nvml.clone(),
         ));
     }
+    publish_mps_daemons(&config.mps_root, &resources).await?;
     let (changed, reconfigured) = watch::channel(false);
     if !config.health_checks {
         tracing::info!("health checks disabled (--health-checks=false or DP_DISABLE_HEALTHCHECKS)");
@@ -295,6 +303,59 @@ impl Settling {
     }
 }
 
+/// [`GpuFacts::read`] on the blocking pool.
+async fn gpu_facts(
+    root: &Path,
+    config: &Config,
+    platform: Option<&Platform>,
+    gpus: &[crate::gpu::Gpu],
+    nvml: Option<Arc<nvml_wrapper::Nvml>>,
+) -> anyhow::Result<GpuFacts> {
+    let (root, config, platform, gpus) = (
+        root.to_path_buf(),
+        config.clone(),
+        platform.cloned(),
+        gpus.to_vec(),
+    );
+    Ok(tokio::task::spawn_blocking(move || {
+        GpuFacts::read(&root, &config, platform.as_ref(), &gpus, nvml.as_deref())
+    })
+    .await?)
+}
+
+/// Tells the MPS companion which control daemons this node's resources need (its
+/// `daemons.json`). Written only where MPS is used or was used (to stop what is no longer
+/// wanted), so nodes without MPS never get the directory.
+async fn publish_mps_daemons(
+    mps_root: &Path,
+    resources: &[Arc<GpuResource>],
+) -> anyhow::Result<()> {
+    let desired = mps::status::Desired {
+        daemons: resources
+            .iter()
+            .filter_map(|r| r.mps_daemon.clone())
+            .collect(),
+    };
+    let mps_root = mps_root.to_path_buf();
+    tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        let exists = mps_root.join(mps::status::DESIRED_FILE).exists();
+        if desired.daemons.is_empty() && !exists {
+            return Ok(());
+        }
+        let written = mps::status::write_desired(&mps_root, &desired).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot tell the MPS companion which daemons to run: writing {}: {e} (--mps-root must be writable by the plugin)",
+                mps_root.join(mps::status::DESIRED_FILE).display()
+            )
+        })?;
+        if written {
+            tracing::info!(daemons = desired.daemons.len(), file = %mps_root.join(mps::status::DESIRED_FILE).display(), "MPS control daemons requested");
+        }
+        Ok(())
+    })
+    .await?
+}
+
 /// One resource: IDs, replicas and the health table of `units` (and NVML, which its metrics
 /// read).
 #[allow(clippy::too_many_arguments)]
@@ -302,6 +363,7 @@ fn resource(
     root: &Path,
     config: &Config,
     resource_name: &str,
+    plan: ResourcePlan,
     platform: Option<Platform>,
     gpus: &[crate::gpu::Gpu],
     units: Vec<Unit>,
@@ -312,12 +374,12 @@ fn resource(
         .iter()
         .map(|u| u.id(gpus, config.device_id_strategy))
         .collect();
-    let (name, replication) = sharing::apply(resource_name, config.sharing.as_ref());
+    let configured_name = resource_name.to_string();
     let mut advertised = Vec::new();
     for (p, unit) in units.iter().enumerate() {
         let numa_node = gpus[unit.gpu].numa_node;
-        match replication {
-            Some(r) => advertised.extend((0..r.replicas).map(|n| Advertised {
+        match plan.devices_of(p) {
+            Some(n) => advertised.extend((0..n).map(|n| Advertised {
                 id: sharing::replica_id(&base_ids[p], n),
                 physical: p,
                 numa_node,
@@ -329,9 +391,17 @@ fn resource(
             }),
         }
     }
+    let ResourcePlan {
+        name,
+        replication,
+        limits,
+        daemon,
+        ..
+    } = plan;
     let table = Arc::new(HealthTable::new(&name, base_ids.clone(), advertised));
     Arc::new(GpuResource {
         name,
+        configured_name,
         config: config.clone(),
         root: root.to_path_buf(),
         platform,
@@ -339,6 +409,8 @@ fn resource(
         units,
         base_ids,
         replication,
+        limits,
+        mps_daemon: daemon,
         table,
         device_nodes,
         allocations: Default::default(),
@@ -405,6 +477,21 @@ async fn start_monitors(
                 r.table.keep_monitor(Arc::clone(&monitor));
             }
         }
+    }
+    // MPS: devices are healthy only while their control daemon is ready (health checks or
+    // not: without the daemon no client can start).
+    for r in resources {
+        let (Some(daemon), Some(paths)) = (
+            r.mps_daemon.clone(),
+            r.limits.as_ref().and_then(|l| l.mps.clone()),
+        ) else {
+            continue;
+        };
+        let targets = (0..r.units.len())
+            .map(|slot| Target::new(&r.table, slot))
+            .collect();
+        let guard = mps::watch::spawn(paths, daemon, targets)?;
+        r.table.keep_monitor(Arc::new(guard));
     }
     let Some(nvml) = nvml else { return Ok(()) };
     let watched: Vec<health::nvml::Watched> = if config.health_checks {

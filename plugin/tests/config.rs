@@ -150,11 +150,35 @@ const BAD: &[(&str, usize, &[&str])] = &[
     ),
     ("version: v1\nflags:\n  plugin:\n    deviceIDStrategy: serial\n", 4, &["flags.plugin.deviceIDStrategy", "uuid, index"]),
     ("version: v1\nflags: [a]\n", 2, &["flags: expected a mapping"]),
-    // Features edgegpu does not have.
+    // MPS: NVIDIA's rules, Volta MPS' client limit, edgegpu's limit keys.
     (
-        "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n",
-        4,
-        &["sharing.mps is not supported"],
+        "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 64\n",
+        6,
+        &["sharing.mps.resources[0].replicas", "at most 48 clients", "found 64"],
+    ),
+    ("version: v1\nsharing:\n  mps:\n    resources:\n    - name: gpu\n      replicas: 1\n", 6, &["sharing.mps.resources[0].replicas: number of replicas must be >= 2"]),
+    (
+        "version: v1\nsharing:\n  mps:\n    resources:\n    - name: gpu\n      replicas: 4\n      activeThreadPercentage: 0\n",
+        7,
+        &["sharing.mps.resources[0].activeThreadPercentage", "from 1 to 100", "found 0"],
+    ),
+    (
+        "version: v1\nsharing:\n  mps:\n    resources:\n    - name: gpu\n      replicas: 4\n      pinnedDeviceMemoryLimit: 1.5Gi\n",
+        7,
+        &["sharing.mps.resources[0].pinnedDeviceMemoryLimit", "invalid memory size `1.5Gi`"],
+    ),
+    // Memory units.
+    (
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - {name: gpu, replicas: 2}\n  gpuMemory:\n    resources:\n    - name: gpu\n",
+        7,
+        &["sharing.gpuMemory cannot be combined with sharing.timeSlicing or sharing.mps"],
+    ),
+    ("version: v1\nsharing:\n  gpuMemory:\n    enforcement: always\n    resources: [{name: gpu}]\n", 4, &["sharing.gpuMemory.enforcement", "auto, mps or none"]),
+    ("version: v1\nsharing:\n  gpuMemory:\n    unit: 1Gi\n", 4, &["sharing.gpuMemory: no resources specified"]),
+    (
+        "version: v1\nsharing:\n  gpuMemory:\n    unit: 1Gi\n    resources:\n    - name: gpu\n      memory: 512Mi\n",
+        7,
+        &["sharing.gpuMemory.resources[0].memory", "less than one unit"],
     ),
     // Malformed YAML.
     ("version: v1\nflags:\n\tfailOnInitError: true\n", 3, &[]),
@@ -459,6 +483,27 @@ const NVIDIA_SHAPED: &[(&str, &str, Expected)] = &[
         "time-slicing with ten replicas",
         "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 10\n",
         &[("sharing", "{\"renameByDefault\":false,\"failRequestsGreaterThanOne\":false,\"resources\":[{\"name\":\"nvidia.com/gpu\",\"replicas\":10}]}")],
+    ),
+    (
+        "MPS as NVIDIA's README configures it: failRequestsGreaterThanOne defaults to true",
+        "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 10\n",
+        &[
+            ("mps", "{\"renameByDefault\":false,\"failRequestsGreaterThanOne\":true,\"resources\":[{\"name\":\"nvidia.com/gpu\",\"replicas\":10}]}"),
+            ("sharing", "null"),
+        ],
+    ),
+    (
+        "MPS and time-slicing both set: MPS wins, as in NVIDIA's",
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - {name: gpu, replicas: 4}\n  mps:\n    renameByDefault: true\n    failRequestsGreaterThanOne: false\n    resources:\n    - name: gpu\n      replicas: 2\n      activeThreadPercentage: 30\n      pinnedDeviceMemoryLimit: 2Gi\n",
+        &[
+            ("mps", "{\"renameByDefault\":true,\"failRequestsGreaterThanOne\":false,\"resources\":[{\"name\":\"nvidia.com/gpu\",\"replicas\":2,\"activeThreadPercentage\":30,\"pinnedDeviceMemoryLimit\":2147483648}]}"),
+            ("sharing", "null"),
+        ],
+    ),
+    (
+        "edgegpu's memory units: gpushare's names kept",
+        "version: v1\nsharing:\n  gpuMemory:\n    unit: 1Gi\n    resources:\n    - name: nvidia.com/gpu\n      rename: aliyun.com/gpu-mem\n",
+        &[("gpuMemory", "{\"unit\":1073741824,\"enforcement\":\"auto\",\"resources\":[{\"name\":\"nvidia.com/gpu\",\"rename\":\"aliyun.com/gpu-mem\"}]}")],
     ),
     (
         "GPU Operator style time-slicing ConfigMap entry",

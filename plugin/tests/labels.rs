@@ -69,6 +69,7 @@ async fn jetson_labels_per_generation() {
             ("nvidia.com/cuda.driver.minor", "2"),
             ("nvidia.com/gpu.replicas", "1"),
             ("nvidia.com/gpu.sharing-strategy", "none"),
+            ("nvidia.com/mps.capable", "false"),
             ("edgegpu.io/gpu", "jetson"),
             (
                 "edgegpu.io/jetson.board",
@@ -165,6 +166,7 @@ async fn jetpack6_names_the_product_as_nvml_does() {
             ("nvidia.com/cuda.driver.minor", "2"),
             ("nvidia.com/gpu.replicas", "1"),
             ("nvidia.com/gpu.sharing-strategy", "none"),
+            ("nvidia.com/mps.capable", "false"),
             ("edgegpu.io/gpu", "jetson"),
             (
                 "edgegpu.io/jetson.board",
@@ -215,6 +217,7 @@ async fn discrete_labels_and_time_slicing() {
             ("nvidia.com/cuda.driver.minor", "4"),
             ("nvidia.com/gpu.replicas", "4"),
             ("nvidia.com/gpu.sharing-strategy", "time-slicing"),
+            ("nvidia.com/mps.capable", "false"),
             ("edgegpu.io/gpu", "discrete"),
         ])
     );

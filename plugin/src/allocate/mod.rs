@@ -5,7 +5,9 @@
 //! `gpu` side never reads this module.
 
 pub mod device_specs;
+pub mod limits;
 pub mod mig;
+pub mod plan;
 pub mod sharing;
 pub mod strategy;
 
@@ -16,7 +18,7 @@ use std::sync::Arc;
 
 use edgegpu_kubelet_api::v1beta1::{
     ContainerAllocateRequest, ContainerAllocateResponse, ContainerPreferredAllocationRequest,
-    ContainerPreferredAllocationResponse, Device, DevicePluginOptions, DeviceSpec,
+    ContainerPreferredAllocationResponse, Device, DevicePluginOptions, DeviceSpec, Mount,
 };
 use tokio::sync::watch;
 use tonic::Status;
@@ -83,7 +85,10 @@ impl Unit {
 
 /// Some devices of this node as one extended resource.
 pub struct GpuResource {
+    /// The advertised name.
     pub(crate) name: String,
+    /// The name before sharing renamed it (`nvidia.com/gpu` for `nvidia.com/gpu.shared`).
+    pub(crate) configured_name: String,
     pub(crate) config: Config,
     /// The host root the GPUs were found under (what metrics and labels read).
     pub(crate) root: PathBuf,
@@ -96,6 +101,10 @@ pub struct GpuResource {
     /// Per unit: its ID under `--device-id-strategy`.
     pub(crate) base_ids: Vec<String>,
     pub(crate) replication: Option<Replication>,
+    /// MPS replicas' or memory units' limits (`None`: whole GPUs or time-slicing).
+    pub(crate) limits: Option<limits::Limits>,
+    /// The MPS control daemon serving this resource, as the companion must run it.
+    pub(crate) mps_daemon: Option<crate::mps::plan::DaemonSettings>,
     pub(crate) table: Arc<HealthTable>,
     /// The `/dev` nodes for `--pass-device-specs` (`None` when it is off).
     /// Shared by the node's resources.
@@ -165,9 +174,33 @@ impl GpuResource {
         self.table.advertised()
     }
 
-    /// Time-slicing replicas per unit (`None`: units are not shared).
+    /// Time-slicing or MPS replicas per unit (`None`: units are not replicated).
     pub fn replication(&self) -> Option<Replication> {
         self.replication
+    }
+
+    /// The name before sharing renamed it (`nvidia.com/gpu` for `nvidia.com/gpu.shared`).
+    pub fn resource_name_configured(&self) -> &str {
+        &self.configured_name
+    }
+
+    /// How many devices unit `p` is advertised as, where units are shared (replicas or
+    /// memory units); `None` for whole units.
+    pub fn advertised_per_unit(&self, p: usize) -> Option<u32> {
+        if self.replication.is_none() && self.limits.is_none() {
+            return None;
+        }
+        Some(self.advertised().iter().filter(|a| a.physical == p).count() as u32)
+    }
+
+    /// The limits of MPS replicas or memory units (`None`: none set).
+    pub fn limits(&self) -> Option<&limits::Limits> {
+        self.limits.as_ref()
+    }
+
+    /// The MPS control daemon this resource needs (`None`: no MPS).
+    pub fn mps_daemon(&self) -> Option<&crate::mps::plan::DaemonSettings> {
+        self.mps_daemon.as_ref()
     }
 
     /// The unit (position in [`Self::units`]) behind an advertised device ID, also for a
@@ -270,13 +303,23 @@ impl Resource for GpuResource {
                 request.allocation_size
             ))
         })?;
+        let pick = match (&self.limits, self.replication) {
+            (
+                Some(limits::Limits {
+                    kind: limits::LimitKind::Memory { .. },
+                    ..
+                }),
+                _,
+            ) => sharing::Pick::OneGpu,
+            (_, Some(_)) => sharing::Pick::Replicas(self.config.shared_devices_allocation_policy),
+            (_, None) => sharing::Pick::Numa,
+        };
         let ids = sharing::preferred(
             advertised,
             &request.available_device_i_ds,
             &request.must_include_device_i_ds,
             size,
-            self.replication.is_some(),
-            self.config.shared_devices_allocation_policy,
+            pick,
         );
         Ok(ContainerPreferredAllocationResponse { device_i_ds: ids })
     }
@@ -371,6 +414,16 @@ fn allocate(res: &GpuResource, ids: &[String]) -> Result<ContainerAllocateRespon
         &cdi_ids,
         &mut response,
     );
+    if let Some(setup) = res.client_setup(&physical, ids)? {
+        response.envs.extend(setup.env());
+        response
+            .mounts
+            .extend(setup.mounts().into_iter().map(|m| Mount {
+                container_path: m.container.to_string_lossy().into_owned(),
+                host_path: m.host.to_string_lossy().into_owned(),
+                read_only: false,
+            }));
+    }
 
     if let Some(nodes) = &res.device_nodes {
         // The nodes were found by the watch; Allocate reads no file.

@@ -1,8 +1,11 @@
-//! Time-slicing replicas (`<id>::<n>`) and GetPreferredAllocation.
+//! Replicas (`<id>::<n>`: time-slicing, MPS clients, memory units) and
+//! GetPreferredAllocation.
 //!
 //! Without replicas the preferred allocation keeps a pod on one NUMA node when it can; with
 //! replicas it either spreads the pod over the physical GPUs with the fewest replicas in use
-//! (`distributed`) or fills one GPU first (`packed`).
+//! (`distributed`) or fills one GPU first (`packed`); memory units all come from one GPU
+//! (the one with the fewest free units that fits, keeping larger holes for larger pods, as
+//! gpushare's scheduler extender picks).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -61,6 +64,17 @@ pub fn base_id(id: &str) -> &str {
     }
 }
 
+/// How a resource's devices are picked for a container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pick {
+    /// Whole devices: one NUMA node when possible.
+    Numa,
+    /// Replicas, spread or packed.
+    Replicas(AllocationPolicy),
+    /// Memory units: all from one GPU.
+    OneGpu,
+}
+
 /// Preferred devices for one container. `available` and `must_include` are advertised IDs
 /// (the caller has checked they are known); returns `size` IDs or fewer if not enough exist.
 pub fn preferred(
@@ -68,8 +82,7 @@ pub fn preferred(
     available: &[String],
     must_include: &[String],
     size: usize,
-    replicated: bool,
-    policy: AllocationPolicy,
+    pick: Pick,
 ) -> Vec<String> {
     let position: HashMap<&str, usize> = advertised
         .iter()
@@ -93,12 +106,12 @@ pub fn preferred(
     if need == 0 {
         return chosen;
     }
-    let picked = if replicated {
-        pick_replicas(
+    let picked = match pick {
+        Pick::Replicas(policy) => pick_replicas(
             advertised, available, &chosen, &position, candidates, need, policy,
-        )
-    } else {
-        pick_numa(advertised, &chosen, &position, candidates, need)
+        ),
+        Pick::Numa => pick_numa(advertised, &chosen, &position, candidates, need),
+        Pick::OneGpu => pick_one_gpu(advertised, &chosen, &position, candidates, need),
     };
     chosen.extend(picked.into_iter().map(|i| advertised[i].id.clone()));
     chosen
@@ -151,6 +164,43 @@ fn pick_numa(
         }
     }
     out
+}
+
+/// Memory units: every unit from one GPU — the must-include units' GPU, else the GPU with
+/// the fewest free units that still has `need`, else (nothing fits) the one with the most,
+/// which Allocate then refuses with its reason.
+fn pick_one_gpu(
+    advertised: &[Advertised],
+    chosen: &[String],
+    position: &HashMap<&str, usize>,
+    candidates: Vec<usize>,
+    need: usize,
+) -> Vec<usize> {
+    let mut by_gpu: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for i in candidates {
+        by_gpu.entry(advertised[i].physical).or_default().push(i);
+    }
+    let home = chosen
+        .iter()
+        .filter_map(|id| position.get(id.as_str()))
+        .map(|i| advertised[*i].physical)
+        .next();
+    let gpu = match home {
+        Some(gpu) => Some(gpu),
+        None => by_gpu
+            .iter()
+            .filter(|(_, free)| free.len() >= need)
+            .min_by_key(|(gpu, free)| (free.len(), **gpu))
+            .or_else(|| {
+                by_gpu
+                    .iter()
+                    .max_by_key(|(gpu, free)| (free.len(), std::cmp::Reverse(**gpu)))
+            })
+            .map(|(gpu, _)| *gpu),
+    };
+    gpu.and_then(|g| by_gpu.remove(&g))
+        .map(|free| free.into_iter().take(need).collect())
+        .unwrap_or_default()
 }
 
 /// Replicas: `distributed` takes from the GPU with the fewest replicas in use, `packed` from
@@ -249,17 +299,10 @@ mod tests {
         let adv = gpus(&[Some(0), Some(1), Some(1), Some(0), Some(0)], 0);
         let all: Vec<String> = adv.iter().map(|a| a.id.clone()).collect();
         // 2 GPUs: node 1 has exactly 2 (smallest that fits).
-        let got = preferred(&adv, &all, &[], 2, false, AllocationPolicy::Distributed);
+        let got = preferred(&adv, &all, &[], 2, Pick::Numa);
         assert_eq!(got, ids(&["GPU-1", "GPU-2"]));
         // must include GPU-0 (node 0) → the other picks come from node 0.
-        let got = preferred(
-            &adv,
-            &all,
-            &ids(&["GPU-0"]),
-            2,
-            false,
-            AllocationPolicy::Distributed,
-        );
+        let got = preferred(&adv, &all, &ids(&["GPU-0"]), 2, Pick::Numa);
         assert_eq!(got, ids(&["GPU-0", "GPU-3"]));
     }
 
@@ -267,9 +310,15 @@ mod tests {
     fn replicas_distributed_and_packed() {
         let adv = gpus(&[Some(0), Some(1)], 4);
         let all: Vec<String> = adv.iter().map(|a| a.id.clone()).collect();
-        let got = preferred(&adv, &all, &[], 2, true, AllocationPolicy::Distributed);
+        let got = preferred(
+            &adv,
+            &all,
+            &[],
+            2,
+            Pick::Replicas(AllocationPolicy::Distributed),
+        );
         assert_eq!(got, ids(&["GPU-0::0", "GPU-1::0"]));
-        let got = preferred(&adv, &all, &[], 2, true, AllocationPolicy::Packed);
+        let got = preferred(&adv, &all, &[], 2, Pick::Replicas(AllocationPolicy::Packed));
         assert_eq!(got, ids(&["GPU-0::0", "GPU-0::1"]));
         // GPU-0 already has 3 replicas in use → distributed picks GPU-1 first.
         let avail: Vec<String> = all
@@ -277,9 +326,49 @@ mod tests {
             .filter(|id| !id.starts_with("GPU-0::") || id.ends_with("::3"))
             .cloned()
             .collect();
-        let got = preferred(&adv, &avail, &[], 1, true, AllocationPolicy::Distributed);
+        let got = preferred(
+            &adv,
+            &avail,
+            &[],
+            1,
+            Pick::Replicas(AllocationPolicy::Distributed),
+        );
         assert_eq!(got, ids(&["GPU-1::0"]));
-        let got = preferred(&adv, &avail, &[], 1, true, AllocationPolicy::Packed);
+        let got = preferred(
+            &adv,
+            &avail,
+            &[],
+            1,
+            Pick::Replicas(AllocationPolicy::Packed),
+        );
         assert_eq!(got, ids(&["GPU-0::3"]));
+    }
+
+    #[test]
+    fn memory_units_come_from_one_gpu_best_fit() {
+        // GPU-0 has 4 units, GPU-1 has 4; GPU-1's first 2 are taken → GPU-1 has 2 free.
+        let adv = gpus(&[None, None], 4);
+        let avail: Vec<String> = adv
+            .iter()
+            .map(|a| a.id.clone())
+            .filter(|id| id != "GPU-1::0" && id != "GPU-1::1")
+            .collect();
+        // 2 units: GPU-1 (2 free) fits exactly and leaves GPU-0's 4 for a bigger pod.
+        assert_eq!(
+            preferred(&adv, &avail, &[], 2, Pick::OneGpu),
+            ids(&["GPU-1::2", "GPU-1::3"])
+        );
+        // 3 units: only GPU-0 fits.
+        assert_eq!(
+            preferred(&adv, &avail, &[], 3, Pick::OneGpu),
+            ids(&["GPU-0::0", "GPU-0::1", "GPU-0::2"])
+        );
+        // A must-include unit fixes the GPU.
+        assert_eq!(
+            preferred(&adv, &avail, &ids(&["GPU-1::3"]), 2, Pick::OneGpu),
+            ids(&["GPU-1::3", "GPU-1::2"])
+        );
+        // 5 units fit on no GPU: the fullest candidate only (Allocate refuses a split).
+        assert_eq!(preferred(&adv, &avail, &[], 5, Pick::OneGpu).len(), 4);
     }
 }

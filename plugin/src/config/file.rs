@@ -21,15 +21,16 @@
 //!   checked and ignored likewise;
 //! - `imex.channelIDs` must be `[]` or `[0]`.
 //!
-//! Refused because edgegpu does not have the feature (docs/platforms/README.md):
-//! `sharing.mps` (no MPS control daemon). `imex` is checked at start (see
-//! [`crate::node`]). Every error names the line and column and the key path.
+//! The `sharing` section (time-slicing, MPS and edgegpu's memory-sized sharing) is read in
+//! [`super::sharing`]. `imex` is checked at start (see [`crate::node`]). Every error names the
+//! line and column and the key path.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use super::sharing::{GpuMemorySharing, MpsSharing, TimeSlicing};
 use super::yaml::{self, Node, Value};
 use super::{
     AllocationPolicy, DeviceIdStrategy, DeviceListStrategy, DiscoveryStrategy, MigStrategy,
@@ -44,8 +45,12 @@ const MAX_RESOURCE_NAME: usize = 63;
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ConfigFile {
     pub flags: FileFlags,
-    /// `sharing.timeSlicing`.
+    /// `sharing.timeSlicing` (`None` when `sharing.mps` is set: MPS wins, as in NVIDIA's).
     pub time_slicing: Option<TimeSlicing>,
+    /// `sharing.mps`.
+    pub mps: Option<MpsSharing>,
+    /// `sharing.gpuMemory` (edgegpu: GPU memory in units).
+    pub gpu_memory: Option<GpuMemorySharing>,
     pub imex: Imex,
     /// Settings that have no effect here and keys nobody knows, each with its position,
     /// for the start-up log.
@@ -66,6 +71,8 @@ pub struct FileFlags {
     pub device_list_strategy: Option<Vec<DeviceListStrategy>>,
     pub device_id_strategy: Option<DeviceIdStrategy>,
     pub shared_devices_allocation_policy: Option<AllocationPolicy>,
+    /// `flags.mpsRoot`.
+    pub mps_root: Option<PathBuf>,
 }
 
 /// `imex:`: IMEX channels to hand every GPU container (NVIDIA's README, "IMEX Support").
@@ -77,22 +84,6 @@ pub struct Imex {
     pub channel_ids: Vec<u32>,
     /// A requested channel that does not exist stops the plugin instead of being skipped.
     pub required: bool,
-}
-
-/// `sharing.timeSlicing:` — replicas of each GPU advertised as `<id>::<n>`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TimeSlicing {
-    pub rename_by_default: bool,
-    pub fail_requests_greater_than_one: bool,
-    pub resources: Vec<ReplicatedResource>,
-}
-
-/// One `sharing.timeSlicing.resources[]` entry; `name` is fully qualified.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ReplicatedResource {
-    pub name: String,
-    pub replicas: u32,
 }
 
 /// A config file that could not be used: names the file, the line/column and the key.
@@ -114,7 +105,7 @@ fn location(line: Option<usize>, column: Option<usize>) -> String {
     }
 }
 
-fn fail<T>(node: &Node, message: String) -> Result<T, ConfigFileError> {
+pub(super) fn fail<T>(node: &Node, message: String) -> Result<T, ConfigFileError> {
     Err(ConfigFileError {
         path: PathBuf::new(),
         line: Some(node.line),
@@ -162,13 +153,13 @@ impl ConfigFile {
 
 /// Walks the tree, collecting notes.
 #[derive(Default)]
-struct Reader {
+pub(super) struct Reader {
     notes: Vec<String>,
 }
 
 /// How a section matches its keys.
 #[derive(Clone, Copy, PartialEq)]
-enum Keys {
+pub(super) enum Keys {
     /// Go struct fields: case-insensitive, exact spelling preferred.
     AnyCase,
     /// Go `map[string]…` lookups: exact.
@@ -176,13 +167,13 @@ enum Keys {
 }
 
 impl Reader {
-    fn note(&mut self, note: String) {
+    pub(super) fn note(&mut self, note: String) {
         self.notes.push(note);
     }
 
     /// The entries of a mapping section (null = empty) by known key; the last of repeated
     /// keys wins, as in NVIDIA's reader. Unknown keys are noted and skipped.
-    fn section<'n>(
+    pub(super) fn section<'n>(
         &mut self,
         node: &'n Node,
         path: &str,
@@ -257,9 +248,9 @@ impl Reader {
         if let Some(r) = top.get("resources") {
             self.resources(r)?;
         }
-        let time_slicing = match top.get("sharing") {
+        let sharing = match top.get("sharing") {
             Some(s) => self.sharing(s)?,
-            None => None,
+            None => Default::default(),
         };
         let imex = match top.get("imex") {
             Some(i) => self.imex(i)?,
@@ -267,7 +258,9 @@ impl Reader {
         };
         Ok(ConfigFile {
             flags,
-            time_slicing,
+            time_slicing: sharing.time_slicing,
+            mps: sharing.mps,
+            gpu_memory: sharing.gpu_memory,
             imex,
             notes: Vec::new(),
         })
@@ -295,12 +288,7 @@ impl Reader {
             ],
             Keys::AnyCase,
         )?;
-        self.without_effect(
-            &f,
-            "flags",
-            &["mpsRoot", "nvidiaDriverRoot", "nvidiaDevRoot"],
-            string,
-        )?;
+        self.without_effect(&f, "flags", &["nvidiaDriverRoot", "nvidiaDevRoot"], string)?;
         self.without_effect(
             &f,
             "flags",
@@ -363,6 +351,10 @@ impl Reader {
                     .map(|n| u64::try_from(n).or_else(|_| fail(v, format!("{p}: must be >= 0"))))
                     .transpose()
             })?,
+            // NVIDIA's host directory of the MPS pipe and log directories: ours too.
+            mps_root: opt(&f, "mpsRoot", "flags", string)?
+                .filter(|r| !r.is_empty())
+                .map(PathBuf::from),
             ..FileFlags::default()
         };
         if let Some(p) = f.get("plugin") {
@@ -493,156 +485,6 @@ impl Reader {
         Ok(())
     }
 
-    fn sharing(&mut self, node: &Node) -> Result<Option<TimeSlicing>, ConfigFileError> {
-        let s = self.section(node, "sharing", &["timeSlicing", "mps"], Keys::AnyCase)?;
-        if let Some(mps) = s.get("mps").filter(|m| !m.is_null()) {
-            return fail(
-                mps,
-                "sharing.mps is not supported: edgegpu runs no MPS control daemon; use sharing.timeSlicing".into(),
-            );
-        }
-        match s.get("timeSlicing") {
-            Some(ts) => self.time_slicing(ts).map(Some),
-            None => Ok(None),
-        }
-    }
-
-    fn time_slicing(&mut self, node: &Node) -> Result<TimeSlicing, ConfigFileError> {
-        const PATH: &str = "sharing.timeSlicing";
-        let t = self.section(
-            node,
-            PATH,
-            &["renameByDefault", "failRequestsGreaterThanOne", "resources"],
-            Keys::Exact,
-        )?;
-        let Some(list) = t.get("resources") else {
-            return fail(node, format!("{PATH}: no resources specified"));
-        };
-        let path = format!("{PATH}.resources");
-        let items = seq(list, &path)?;
-        if items.is_empty() {
-            return fail(list, format!("{path}: no resources specified"));
-        }
-        let mut resources = Vec::new();
-        for (i, item) in items.iter().enumerate() {
-            resources.push(self.replicated_resource(item, &format!("{path}[{i}]"))?);
-        }
-        Ok(TimeSlicing {
-            // NVIDIA decodes `renameByDefault` into a plain bool: null is refused there too.
-            rename_by_default: match t.get("renameByDefault") {
-                Some(v) => match boolean(v, &format!("{PATH}.renameByDefault"))? {
-                    Some(b) => b,
-                    None => {
-                        return fail(
-                            v,
-                            format!("{PATH}.renameByDefault: expected true or false, found null"),
-                        )
-                    }
-                },
-                None => false,
-            },
-            fail_requests_greater_than_one: opt(&t, "failRequestsGreaterThanOne", PATH, boolean)?
-                .unwrap_or(false),
-            resources,
-        })
-    }
-
-    fn replicated_resource(
-        &mut self,
-        node: &Node,
-        path: &str,
-    ) -> Result<ReplicatedResource, ConfigFileError> {
-        let r = self.section(
-            node,
-            path,
-            &["name", "rename", "devices", "replicas"],
-            Keys::Exact,
-        )?;
-        let Some(name) = r.get("name") else {
-            return fail(node, format!("{path}: no resource name specified"));
-        };
-        let name = resource_name(name, &format!("{path}.name"))?;
-        if let Some(devices) = r.get("devices") {
-            if !self.devices_all(devices, &format!("{path}.devices"))? {
-                self.note(format!(
-                    "{}: customizing the 'devices' field in {path} is not supported; every GPU is shared (NVIDIA's plugin does the same)",
-                    at(devices)
-                ));
-            }
-        }
-        let Some(replicas_node) = r.get("replicas") else {
-            return fail(node, format!("{path}: no replicas specified"));
-        };
-        let replicas_path = format!("{path}.replicas");
-        let Some(replicas) = integer(replicas_node, &replicas_path)? else {
-            return fail(
-                replicas_node,
-                format!("{replicas_path}: number of replicas must be >= 2 (found null)"),
-            );
-        };
-        if replicas < 2 {
-            return fail(
-                replicas_node,
-                format!("{replicas_path}: number of replicas must be >= 2 (resource {name}: replicas {replicas})"),
-            );
-        }
-        let Ok(replicas) = u32::try_from(replicas) else {
-            return fail(
-                replicas_node,
-                format!("{replicas_path}: too many replicas: {replicas}"),
-            );
-        };
-        if let Some(node) = r.get("rename") {
-            let rename = resource_name(node, &format!("{path}.rename"))?;
-            self.note(format!(
-                "{}: setting the 'rename' field in {path} is not supported (`{rename}` ignored; renameByDefault names the shared resource <name>.shared), as in NVIDIA's plugin",
-                at(node)
-            ));
-        }
-        Ok(ReplicatedResource { name, replicas })
-    }
-
-    /// Checks `devices` as NVIDIA does; true when it is `all`.
-    fn devices_all(&mut self, node: &Node, path: &str) -> Result<bool, ConfigFileError> {
-        match &node.value {
-            Value::Scalar { text, plain } => {
-                if text == "all" {
-                    return Ok(true);
-                }
-                if *plain {
-                    if let Ok(count) = text.parse::<i64>() {
-                        if count > 0 {
-                            return Ok(false);
-                        }
-                        return fail(node, format!("{path}: devices set as '{count}' but a count of devices must be > 0"));
-                    }
-                }
-                fail(
-                    node,
-                    format!(
-                        "{path}: devices set as '{text}' but the only valid string input is 'all'"
-                    ),
-                )
-            }
-            Value::Seq(items) => {
-                for item in items {
-                    let ok = match &item.value {
-                        Value::Scalar { text, .. } => is_device_ref(text),
-                        _ => false,
-                    };
-                    if !ok {
-                        return fail(item, format!("{path}: unsupported device in devices list (expected a GPU index, a MIG index `gpu:mig` or a GPU/MIG UUID)"));
-                    }
-                }
-                Ok(false)
-            }
-            Value::Map(_) => fail(
-                node,
-                format!("{path}: unrecognized type for devices spec: a mapping"),
-            ),
-        }
-    }
-
     fn imex(&mut self, node: &Node) -> Result<Imex, ConfigFileError> {
         let i = self.section(node, "imex", &["channelIDs", "required"], Keys::AnyCase)?;
         let mut imex = Imex::default();
@@ -670,12 +512,12 @@ impl Reader {
 }
 
 /// `line L, column C` of a node, for notes.
-fn at(node: &Node) -> String {
+pub(super) fn at(node: &Node) -> String {
     format!("line {}, column {}", node.line, node.column)
 }
 
 /// Reads an optional entry with `read`, which gets the node and its key path.
-fn opt<T>(
+pub(super) fn opt<T>(
     section: &BTreeMap<&'static str, &Node>,
     key: &str,
     path: &str,
@@ -688,7 +530,7 @@ fn opt<T>(
 }
 
 /// A boolean: YAML 1.1's plain spellings (NVIDIA reads YAML 1.1); null is unset.
-fn boolean(node: &Node, path: &str) -> Result<Option<bool>, ConfigFileError> {
+pub(super) fn boolean(node: &Node, path: &str) -> Result<Option<bool>, ConfigFileError> {
     if node.is_null() {
         return Ok(None);
     }
@@ -712,7 +554,7 @@ fn boolean(node: &Node, path: &str) -> Result<Option<bool>, ConfigFileError> {
 }
 
 /// A string: any scalar; null is unset.
-fn string(node: &Node, path: &str) -> Result<Option<String>, ConfigFileError> {
+pub(super) fn string(node: &Node, path: &str) -> Result<Option<String>, ConfigFileError> {
     match &node.value {
         _ if node.is_null() => Ok(None),
         Value::Scalar { text, .. } => Ok(Some(text.clone())),
@@ -724,7 +566,7 @@ fn string(node: &Node, path: &str) -> Result<Option<String>, ConfigFileError> {
 }
 
 /// An integer (plain decimal scalar); null is unset.
-fn integer(node: &Node, path: &str) -> Result<Option<i64>, ConfigFileError> {
+pub(super) fn integer(node: &Node, path: &str) -> Result<Option<i64>, ConfigFileError> {
     if node.is_null() {
         return Ok(None);
     }
@@ -764,7 +606,7 @@ fn choice<T: Copy>(
 }
 
 /// A list; null is empty.
-fn seq<'n>(node: &'n Node, path: &str) -> Result<&'n [Node], ConfigFileError> {
+pub(super) fn seq<'n>(node: &'n Node, path: &str) -> Result<&'n [Node], ConfigFileError> {
     match &node.value {
         _ if node.is_null() => Ok(&[]),
         Value::Seq(items) => Ok(items),
@@ -805,7 +647,7 @@ fn device_list_strategy(
 /// the prefix must be a DNS subdomain and the whole at most 63 characters. Names with another
 /// prefix (which NVIDIA refuses) are kept as they are, for `--resource-name` other than
 /// `nvidia.com/…`.
-fn resource_name(node: &Node, path: &str) -> Result<String, ConfigFileError> {
+pub(super) fn resource_name(node: &Node, path: &str) -> Result<String, ConfigFileError> {
     let raw = match string(node, path)? {
         Some(n) if !n.is_empty() => n,
         _ => return fail(node, format!("{path}: no resource name specified")),
@@ -846,7 +688,7 @@ fn is_dns_subdomain(s: &str) -> bool {
 }
 
 /// A `devices` list entry NVIDIA accepts: GPU index, MIG index (`0:1`), GPU or MIG UUID.
-fn is_device_ref(s: &str) -> bool {
+pub(super) fn is_device_ref(s: &str) -> bool {
     let uint = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
     let uuid = |p: &str| {
         let hex = |p: &str, n: usize| p.len() == n && p.bytes().all(|b| b.is_ascii_hexdigit());
@@ -875,7 +717,7 @@ fn is_device_ref(s: &str) -> bool {
 }
 
 /// A scalar's text for messages.
-fn shown(node: &Node) -> String {
+pub(super) fn shown(node: &Node) -> String {
     match &node.value {
         Value::Scalar { text, plain: true } => format!("`{text}`"),
         Value::Scalar { text, plain: false } => format!("\"{text}\" (quoted: a string)"),

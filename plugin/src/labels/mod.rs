@@ -16,8 +16,8 @@ use std::sync::Arc;
 
 use edgegpu_platform::host::{jetpack, meminfo_bytes, MEMINFO};
 
-use crate::allocate::{mig, sharing, GpuResource, Unit};
-use crate::config::{GpuArgs, MigStrategy, TimeSlicing};
+use crate::allocate::{mig, plan, GpuResource, Unit};
+use crate::config::{GpuArgs, MigStrategy};
 use crate::gpu::discovery::{self, Gpu, MigDevice, Platform};
 use crate::gpu::under_root;
 
@@ -39,6 +39,7 @@ pub const KEYS: &[&str] = &[
     "nvidia.com/cuda.driver.minor",
     "nvidia.com/gpu.replicas",
     "nvidia.com/gpu.sharing-strategy",
+    "nvidia.com/mps.capable",
     "nvidia.com/mig.strategy",
     "nvidia.com/gpu.multiprocessors",
     "nvidia.com/gpu.slices.gi",
@@ -93,10 +94,13 @@ impl NodeLabels {
     }
 }
 
-/// One resource the plugin serves: its devices and its time-slicing replicas.
+/// One resource the plugin serves: its devices, its replicas (time-slicing, MPS clients or
+/// memory units per GPU) and how they share a GPU.
 struct Served {
     units: Vec<Unit>,
     replicas: Option<u32>,
+    /// GFD's sharing strategy: `none`, `time-slicing`, `mps`.
+    strategy: &'static str,
     /// Advertised under another name (`renameByDefault`: `<name>.shared`).
     renamed: bool,
 }
@@ -143,8 +147,12 @@ pub fn for_resources(resources: &[Arc<GpuResource>]) -> NodeLabels {
             .iter()
             .map(|r| Served {
                 units: r.units().to_vec(),
-                replicas: r.replication().map(|r| r.replicas),
-                renamed: renamed(first.config().sharing.as_ref()),
+                replicas: r
+                    .replication()
+                    .map(|rep| rep.replicas)
+                    .or_else(|| r.advertised_per_unit(0)),
+                strategy: plan::sharing_strategy(r.limits(), r.replication()),
+                renamed: r.name() != r.resource_name_configured(),
             })
             .collect(),
         invalid_mig: None,
@@ -171,19 +179,28 @@ pub fn for_host(root: &Path, resource_name: &str, args: &GpuArgs) -> anyhow::Res
         &discovered.gpus,
         &discovered.migs,
     ) {
-        Ok(split) => (
-            split
-                .into_iter()
-                .map(|(name, units)| Served {
+        Ok(split) => {
+            let platform = Some(&discovered.platform).filter(|_| !discovered.gpus.is_empty());
+            let facts = plan::GpuFacts::read(
+                root,
+                &config,
+                platform,
+                &discovered.gpus,
+                discovered.nvml.as_deref(),
+            );
+            let mut served = Vec::new();
+            for (name, units) in split {
+                let p = plan::plan(&name, &config, platform, &discovered.gpus, &units, &facts)
+                    .map_err(anyhow::Error::msg)?;
+                served.push(Served {
+                    replicas: p.replicas(),
+                    strategy: p.sharing_strategy(),
+                    renamed: p.name != name,
                     units,
-                    replicas: sharing::apply(&name, config.sharing.as_ref())
-                        .1
-                        .map(|r| r.replicas),
-                    renamed: renamed(config.sharing.as_ref()),
-                })
-                .collect(),
-            None,
-        ),
+                });
+            }
+            (served, None)
+        }
         Err(reason) => (Vec::new(), Some(reason)),
     };
     Ok(compute(&Facts {
@@ -195,11 +212,6 @@ pub fn for_host(root: &Path, resource_name: &str, args: &GpuArgs) -> anyhow::Res
         served,
         invalid_mig,
     }))
-}
-
-/// Whether time-sliced resources are advertised renamed (`<name>.shared`).
-fn renamed(sharing: Option<&TimeSlicing>) -> bool {
-    sharing.is_some_and(|ts| ts.rename_by_default)
 }
 
 /// GFD's architecture family of a compute capability (gpu-feature-discovery
@@ -244,14 +256,10 @@ fn compute(f: &Facts<'_>) -> NodeLabels {
             None => "0".to_string(),
         },
     );
-    labels.set(
-        "nvidia.com/gpu.sharing-strategy",
-        if whole_replicas.is_some() {
-            "time-slicing"
-        } else {
-            "none"
-        },
-    );
+    let strategy = whole.map_or("none", |s| s.strategy);
+    labels.set("nvidia.com/gpu.sharing-strategy", strategy);
+    // GFD's: true where the GPUs are shared through MPS (never for MIG devices).
+    labels.set("nvidia.com/mps.capable", (strategy == "mps").to_string());
     let product = platform.model_name(first).to_string();
     labels.set(
         "nvidia.com/gpu.product",

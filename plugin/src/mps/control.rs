@@ -1,0 +1,109 @@
+//! Talking to `nvidia-cuda-mps-control`: the daemon itself runs as `-f` (foreground, so the
+//! companion is its parent and sees it exit), and commands go through a second run of the
+//! binary with no arguments, the command on its standard input — the binary's documented
+//! user interface, and what NVIDIA's plugin does (`cmd/mps-control-daemon/mps/daemon.go`,
+//! `EchoPipeToControl`). Both find the daemon through `CUDA_MPS_PIPE_DIRECTORY`.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+
+use super::MpsPaths;
+
+/// How long one command may take (the real daemon answers in milliseconds; a hung one must
+/// not hang the companion).
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One control daemon's binary and directories.
+#[derive(Debug, Clone)]
+pub struct Control {
+    binary: PathBuf,
+    pipe: PathBuf,
+    log: PathBuf,
+}
+
+impl Control {
+    pub fn new(binary: &Path, paths: &MpsPaths) -> Control {
+        Control {
+            binary: binary.to_path_buf(),
+            pipe: paths.pipe.clone(),
+            log: paths.log.clone(),
+        }
+    }
+
+    /// The environment of the daemon and of every command: the pipe and log directories
+    /// (no defaults on Tegra: MPS documentation, "Environment Variables"), and CUDA's device
+    /// order = PCI bus order, so ordinals name the GPUs NVML indexes the same way.
+    fn env(&self, command: &mut tokio::process::Command) {
+        command
+            .env("CUDA_MPS_PIPE_DIRECTORY", &self.pipe)
+            .env("CUDA_MPS_LOG_DIRECTORY", &self.log)
+            .env("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
+    }
+
+    /// The daemon process, in the foreground, its output captured for our log.
+    pub fn daemon(&self) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new(&self.binary);
+        command
+            .arg("-f")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        self.env(&mut command);
+        command
+    }
+
+    /// Sends `command` and returns the daemon's answer (trimmed). An error names the command
+    /// and what the binary said.
+    pub async fn send(&self, command: &str) -> Result<String, String> {
+        let mut ui = tokio::process::Command::new(&self.binary);
+        ui.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        self.env(&mut ui);
+        let run = async {
+            let mut child = ui
+                .spawn()
+                .map_err(|e| format!("cannot run {}: {e}", self.binary.display()))?;
+            let mut stdin = child.stdin.take().expect("stdin is piped");
+            stdin
+                .write_all(format!("{command}\n").as_bytes())
+                .await
+                .map_err(|e| format!("writing to {}: {e}", self.binary.display()))?;
+            drop(stdin);
+            let output = child
+                .wait_with_output()
+                .await
+                .map_err(|e| format!("waiting for {}: {e}", self.binary.display()))?;
+            let stdout = String::from_utf8_lossy(&output.stdout).trim().to_string();
+            if output.status.success() {
+                Ok(stdout)
+            } else {
+                let stderr = String::from_utf8_lossy(&output.stderr).trim().to_string();
+                Err(format!(
+                    "`{command}` failed ({}): {}",
+                    output.status,
+                    if stderr.is_empty() { stdout } else { stderr }
+                ))
+            }
+        };
+        match tokio::time::timeout(COMMAND_TIMEOUT, run).await {
+            Ok(result) => result,
+            Err(_) => Err(format!(
+                "`{command}` got no answer in {}s",
+                COMMAND_TIMEOUT.as_secs()
+            )),
+        }
+    }
+
+    /// Whether a daemon answers on the pipe directory (NVIDIA's health probe command).
+    pub async fn answers(&self) -> bool {
+        self.send("get_default_active_thread_percentage")
+            .await
+            .is_ok()
+    }
+}

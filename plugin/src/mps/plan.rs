@@ -1,0 +1,280 @@
+//! What one MPS control daemon is told (its default limits), and what each client
+//! container gets in `Allocate`: the pipe directory, `/dev/shm`, and its limits in the
+//! variables MPS clients read.
+//!
+//! MPS facts used here (NVIDIA's MPS documentation, "Environment Variables" and the control
+//! commands; the units measured on an H100 80GB HBM3 with driver 580.159.04 / CUDA 13.0):
+//! - `set_default_device_pinned_mem_limit <dev> <N>M` and `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`
+//!   take binary units: `1000M` let a client reach 998 MiB in use, `300MB` 300 MiB;
+//! - a client's own variables can only lower the daemon's defaults (`0=2G` under a `1000M`
+//!   default stayed at 1000 MiB), so the daemon's defaults are the cap a pod cannot lift;
+//! - defaults apply to the next MPS server the daemon starts.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::MpsPaths;
+
+const MIB: u64 = 1 << 20;
+
+/// The container variables edgegpu sets next to MPS's own, so a pod (and devicequery's limits
+/// probe) can read the limit it was given even where nothing enforces it.
+pub const LIMIT_MIB_ENV: &str = "EDGEGPU_GPU_MEMORY_LIMIT_MIB";
+/// `true` where MPS enforces the limit, `false` where it is accounting only.
+pub const LIMIT_ENFORCED_ENV: &str = "EDGEGPU_GPU_MEMORY_LIMIT_ENFORCED";
+/// Why a limit is not enforced (only with `EDGEGPU_GPU_MEMORY_LIMIT_ENFORCED=false`).
+pub const LIMIT_NOTE_ENV: &str = "EDGEGPU_GPU_MEMORY_LIMIT_NOTE";
+
+/// One GPU's default pinned device-memory limit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceLimit {
+    /// CUDA ordinal in the daemon (PCI bus order: the daemon runs with
+    /// `CUDA_DEVICE_ORDER=PCI_BUS_ID`, the order NVML indexes GPUs in).
+    pub ordinal: u32,
+    /// `GPU-…` where the GPU has one (not a Jetson without NVML).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    pub mib: u64,
+}
+
+/// Everything the companion sets in one resource's control daemon; the status file carries
+/// it back so the plugin can tell the daemon runs this config's limits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DaemonSettings {
+    /// The advertised resource the daemon serves (`nvidia.com/gpu`, `nvidia.com/gpu-mem`).
+    pub resource: String,
+    /// Each client's share of the GPU's threads; `None`: all (memory units have no compute
+    /// share).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_thread_percentage: Option<u32>,
+    /// Per GPU, each client's memory cap; empty: none.
+    #[serde(default)]
+    pub pinned_memory_limits: Vec<DeviceLimit>,
+}
+
+impl DaemonSettings {
+    /// The control commands that apply the settings. Each GPU's limit is set by ordinal and
+    /// then by UUID (the daemon keeps both and the last set wins; NVIDIA's plugin sets only
+    /// the ordinal because UUID limits were not applied by older drivers, while the ordinal
+    /// alone depends on CUDA's device order): both name the same GPU with the same value.
+    pub fn commands(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for l in &self.pinned_memory_limits {
+            out.push(format!(
+                "set_default_device_pinned_mem_limit {} {}M",
+                l.ordinal, l.mib
+            ));
+            if let Some(uuid) = &l.uuid {
+                out.push(format!(
+                    "set_default_device_pinned_mem_limit {uuid} {}M",
+                    l.mib
+                ));
+            }
+        }
+        if let Some(pct) = self.active_thread_percentage {
+            out.push(format!("set_default_active_thread_percentage {pct}"));
+        }
+        out
+    }
+
+    /// What the daemon must answer to `get_default_*` once the settings are applied:
+    /// (query command, expected answer).
+    pub fn readback(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for l in &self.pinned_memory_limits {
+            out.push((
+                format!("get_default_device_pinned_mem_limit {}", l.ordinal),
+                format!("{}M", l.mib),
+            ));
+        }
+        if let Some(pct) = self.active_thread_percentage {
+            out.push((
+                "get_default_active_thread_percentage".into(),
+                format!("{pct}.0"),
+            ));
+        }
+        out
+    }
+}
+
+/// One container's limits on one GPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientLimit {
+    /// How the container's CUDA names the GPU: its UUID, else ordinal `0` (a Jetson has one
+    /// GPU).
+    pub device: String,
+    /// Its device-memory limit; `None`: unknown (no limit set).
+    pub mib: Option<u64>,
+}
+
+/// What `Allocate` adds to a container for limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientSetup {
+    /// Where MPS runs: its paths (the container joins the daemon); `None`: no MPS, the
+    /// limit is accounting only and `not_enforced` says why.
+    pub mps: Option<MpsPaths>,
+    pub not_enforced: Option<String>,
+    pub limits: Vec<ClientLimit>,
+    pub active_thread_percentage: Option<u32>,
+}
+
+/// A bind mount for the container (host path = container path unless noted).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientMount {
+    pub host: PathBuf,
+    pub container: PathBuf,
+}
+
+impl ClientSetup {
+    /// The container's variables: MPS's own where MPS runs, edgegpu's always.
+    pub fn env(&self) -> HashMap<String, String> {
+        let mut env = HashMap::new();
+        let total: Option<u64> = self.limits.iter().map(|l| l.mib).sum();
+        if let Some(total) = total {
+            env.insert(LIMIT_MIB_ENV.to_string(), total.to_string());
+        }
+        match &self.mps {
+            Some(paths) => {
+                env.insert(
+                    "CUDA_MPS_PIPE_DIRECTORY".into(),
+                    paths.pipe.to_string_lossy().into_owned(),
+                );
+                let entries: Vec<String> = self
+                    .limits
+                    .iter()
+                    .filter_map(|l| l.mib.map(|mib| format!("{}={mib}M", l.device)))
+                    .collect();
+                if !entries.is_empty() {
+                    env.insert("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".into(), entries.join(","));
+                }
+                if let Some(pct) = self.active_thread_percentage {
+                    env.insert("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".into(), pct.to_string());
+                }
+                if total.is_some() {
+                    env.insert(LIMIT_ENFORCED_ENV.to_string(), "true".into());
+                }
+            }
+            None => {
+                if total.is_some() {
+                    env.insert(LIMIT_ENFORCED_ENV.to_string(), "false".into());
+                    if let Some(why) = &self.not_enforced {
+                        env.insert(LIMIT_NOTE_ENV.to_string(), why.clone());
+                    }
+                }
+            }
+        }
+        env
+    }
+
+    /// The container's mounts: the pipe directory, and the shared-memory directory as
+    /// `/dev/shm` (the daemon sees the same one).
+    pub fn mounts(&self) -> Vec<ClientMount> {
+        match &self.mps {
+            Some(paths) => vec![
+                ClientMount {
+                    host: paths.pipe.clone(),
+                    container: paths.pipe.clone(),
+                },
+                ClientMount {
+                    host: paths.shm.clone(),
+                    container: PathBuf::from("/dev/shm"),
+                },
+            ],
+            None => Vec::new(),
+        }
+    }
+}
+
+/// `bytes` in whole MiB, rounded down (never grant more than configured).
+pub fn whole_mib(bytes: u64) -> u64 {
+    bytes / MIB
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn commands_set_ordinal_then_uuid_then_threads() {
+        let s = DaemonSettings {
+            resource: "nvidia.com/gpu".into(),
+            active_thread_percentage: Some(25),
+            pinned_memory_limits: vec![
+                DeviceLimit {
+                    ordinal: 0,
+                    uuid: Some("GPU-a".into()),
+                    mib: 20386,
+                },
+                DeviceLimit {
+                    ordinal: 1,
+                    uuid: None,
+                    mib: 100,
+                },
+            ],
+        };
+        assert_eq!(
+            s.commands(),
+            [
+                "set_default_device_pinned_mem_limit 0 20386M",
+                "set_default_device_pinned_mem_limit GPU-a 20386M",
+                "set_default_device_pinned_mem_limit 1 100M",
+                "set_default_active_thread_percentage 25",
+            ]
+        );
+        assert_eq!(
+            s.readback(),
+            [
+                (
+                    "get_default_device_pinned_mem_limit 0".to_string(),
+                    "20386M".to_string()
+                ),
+                (
+                    "get_default_device_pinned_mem_limit 1".to_string(),
+                    "100M".to_string()
+                ),
+                (
+                    "get_default_active_thread_percentage".to_string(),
+                    "25.0".to_string()
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn client_variables_with_and_without_mps() {
+        let paths = MpsPaths::new(Path::new("/run/edgegpu/mps"), "nvidia.com/gpu-mem");
+        let mut setup = ClientSetup {
+            mps: Some(paths),
+            not_enforced: None,
+            limits: vec![ClientLimit {
+                device: "0".into(),
+                mib: Some(768),
+            }],
+            active_thread_percentage: None,
+        };
+        let env = setup.env();
+        assert_eq!(env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=768M");
+        assert_eq!(
+            env["CUDA_MPS_PIPE_DIRECTORY"],
+            "/run/edgegpu/mps/nvidia.com/gpu-mem/pipe"
+        );
+        assert_eq!(env[LIMIT_MIB_ENV], "768");
+        assert_eq!(env[LIMIT_ENFORCED_ENV], "true");
+        assert!(!env.contains_key("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
+        assert_eq!(setup.mounts()[1].container, Path::new("/dev/shm"));
+        assert_eq!(setup.mounts()[1].host, Path::new("/run/edgegpu/mps/shm"));
+
+        setup.mps = None;
+        setup.not_enforced = Some("no MPS on Jetson Nano".into());
+        let env = setup.env();
+        assert_eq!(env[LIMIT_MIB_ENV], "768");
+        assert_eq!(env[LIMIT_ENFORCED_ENV], "false");
+        assert_eq!(env[LIMIT_NOTE_ENV], "no MPS on Jetson Nano");
+        assert!(!env.keys().any(|k| k.starts_with("CUDA_MPS_")));
+        assert!(setup.mounts().is_empty());
+    }
+}
