@@ -1515,3 +1515,46 @@ async fn pod_gpu_memory_per_mig_instance_and_on_thor() {
         "GPU-e1c7a9d2-38f4-4b6a-9d3e-00000000b100"
     );
 }
+
+#[tokio::test]
+async fn processes_nvml_does_not_list_leave_the_gpu_without_memory_series() {
+    // GPU 1's driver answers NOT_SUPPORTED for its processes: "unknown", not "no process".
+    let mut gpus = FakeGpu::two_on_two_numa_nodes();
+    gpus[1].unsupported = "processes";
+    let host = FakeHost::discrete(&gpus);
+    host.set_nvml_processes(0, &[(5001, Some(GIB))]);
+    host.set_nvml_processes(1, &[(5002, Some(GIB))]);
+    let dir = tempfile::tempdir().unwrap();
+    let pods = FakePodResources::start(&dir.path().join("kubelet.sock"))
+        .await
+        .unwrap();
+    pods.assign("ml", "a", "app", "nvidia.com/gpu", &[&gpus[0].uuid]);
+    pods.assign("ml", "b", "app", "nvidia.com/gpu", &[&gpus[1].uuid]);
+    host.write_kubelet_checkpoint(
+        &[
+            CheckpointEntry::new(UID_A, "app", "nvidia.com/gpu", &[&gpus[0].uuid]),
+            CheckpointEntry::new(UID_B, "app", "nvidia.com/gpu", &[&gpus[1].uuid]),
+        ],
+        CheckpointShape::PerNumaNode,
+    );
+    for (pid, uid) in [(5001, UID_A), (5002, UID_B)] {
+        host.put_process_in_pod(
+            pid,
+            uid,
+            "besteffort",
+            CgroupDriver::Systemd,
+            CgroupVersion::V2,
+        );
+    }
+    let resource = gpu_common::resource(host.root(), &["--discovery=nvml"])
+        .await
+        .unwrap();
+    let src = source(&resource, Some(pods.socket()))
+        .with_checkpoint(host.device_plugin_dir().join("kubelet_internal_checkpoint"));
+    let s = scrape(&src).await;
+    assert_eq!(
+        per_pod(&s, USED),
+        BTreeMap::from([(pod_key("0", "a", "app"), GIB as f64)])
+    );
+    assert_eq!(unattributed(&s), BTreeMap::from([("0".to_string(), 0.0)]));
+}
