@@ -54,6 +54,56 @@ pub const EMC_CLOCK_FILES: &[&str] = &[
     "/sys/kernel/debug/clk/override.emc/clk_rate",
 ];
 
+/// Per-process GPU memory of the nvgpu driver's nvmap allocator (the IOVMM heap, where CUDA's
+/// buffers live), in debugfs: root-only, and only where debugfs is mounted. Written by
+/// `nvmap_debug_maps_show` (L4T kernel `drivers/video/tegra/nvmap/nvmap_dev.c` up to r35; the
+/// out-of-tree nvmap of r36+, nvidia-oot `drivers/video/tegra/nvmap/nvmap_debug.c`, prints the
+/// same lines); jetson_stats reads it for its process list (`jtop/core/processes.py`). OpenRM
+/// (Thor) has no nvmap: NVML answers there.
+pub const NVMAP_IOVMM_MAPS: &str = "/sys/kernel/debug/nvmap/iovmm/maps";
+
+/// Each process's nvmap memory in bytes, from [`NVMAP_IOVMM_MAPS`]: `(pid, bytes)`, summed
+/// per PID (a process that opened `/dev/nvmap` twice has two clients), sorted by PID.
+///
+/// One line per client starts at column 0: `client_stringify`'s `"%-18s %18s %8u"` (client
+/// name, command, PID of the thread-group leader; `kernel` and 0 for kernel clients), then
+/// `" %10lluK"`: the client's share of its handles (each handle's size divided by the number
+/// of clients sharing it), in KiB. The handle and mapping lines under it start with the
+/// 18-space padding of an empty name, the headers with `CLIENT` or spaces, the last line with
+/// `total`. The command may contain spaces, so the line is read from its right end. Lines
+/// that do not fit are skipped: a format change loses data, it does not invent it.
+pub fn parse_nvmap_maps(text: &str) -> Vec<(u32, u64)> {
+    let mut per_pid: Vec<(u32, u64)> = Vec::new();
+    for line in text.lines() {
+        if line.starts_with(char::is_whitespace) {
+            continue;
+        }
+        let mut words = line.split_whitespace().rev();
+        let (Some(size), Some(pid), Some(_command), Some(_client)) =
+            (words.next(), words.next(), words.next(), words.next())
+        else {
+            continue;
+        };
+        let Some(kib) = size.strip_suffix('K').and_then(|k| k.parse::<u64>().ok()) else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<u32>() else {
+            continue;
+        };
+        // PID 0: a kernel client, no process.
+        if pid == 0 {
+            continue;
+        }
+        let bytes = kib.saturating_mul(1024);
+        match per_pid.iter_mut().find(|(p, _)| *p == pid) {
+            Some((_, sum)) => *sum = sum.saturating_add(bytes),
+            None => per_pid.push((pid, bytes)),
+        }
+    }
+    per_pid.sort_unstable();
+    per_pid
+}
+
 /// What a JetPack release line ships: its major version and the CUDA driver version
 /// (`cuDriverGetVersion`) of its L4T `libcuda`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,6 +220,83 @@ mod tests {
         assert_eq!(parse_l4t_release("garbage"), None);
         assert_eq!(l4t_major("38.2.1"), Some(38));
         assert_eq!(l4t_major("x"), None);
+    }
+
+    #[test]
+    fn nvmap_maps_per_process() {
+        // Lines as nvmap_debug_maps_show prints them: two clients of PID 4242 (summed), a
+        // command with a space, a kernel client, handle and mapping lines whose last words
+        // look like a PID and a size, and the total.
+        let pad = " ".repeat(18);
+        let text = format!(
+            "{:<18} {:>18} {:>8} {:>11}\n\
+             {pad} {:>18} {:>8} {:>11} {:>8} {:>6} {:>9} {:>21} {:>18}\n\
+             {:<18} {:>18} {:>8} {:>10}K\n\
+             {pad} {pad} {:>8x} {:>10}K {:>8x} {:>6} {:>16} {:>12} {:>12} {:>6}K\n\
+             {pad} {pad} {:>8} {:>11} {:>8} {:>6} {:>16} {:<12x}-{:>12x} {:>6}K\n\
+             \n\
+             {:<18} {:>18} {:>8} {:>10}K\n\
+             \n\
+             {:<18} {:>18} {:>8} {:>10}K\n\
+             \n\
+             {:<18} {:>18} {:>8} {:>10}K\n\
+             \n\
+             {:<18} {:<18} {:>8} {:>10}K\n",
+            "CLIENT",
+            "PROCESS",
+            "PID",
+            "SIZE",
+            "",
+            "BASE",
+            "SIZE",
+            "FLAGS",
+            "SHARE",
+            "UID",
+            "MAPS",
+            "MAPSIZE",
+            "user",
+            "python3",
+            4242,
+            1_048_576,
+            0,
+            1_048_576,
+            0x500,
+            1,
+            "0000000012345678",
+            "",
+            "",
+            1_048_576,
+            "",
+            "",
+            "",
+            "",
+            "",
+            0xffff_8000_0000u64,
+            0xffff_c000_0000u64,
+            1_048_576,
+            "user",
+            "python3",
+            4242,
+            2048,
+            "user",
+            "my app",
+            77,
+            512,
+            "user",
+            "kernel",
+            0,
+            64,
+            "total",
+            "",
+            "",
+            1_050_688,
+        );
+        assert_eq!(
+            parse_nvmap_maps(&text),
+            vec![(77, 512 * 1024), (4242, (1_048_576 + 2048) * 1024)]
+        );
+        assert_eq!(parse_nvmap_maps(""), vec![]);
+        assert_eq!(parse_nvmap_maps("garbage line\nuser x y zK\n"), vec![]);
     }
 
     #[test]

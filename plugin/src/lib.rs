@@ -128,6 +128,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                         cli.pod_resources_socket(),
                         cli.node_name(),
                     )
+                    // The kubelet keeps its device manager checkpoint beside our socket.
+                    .with_checkpoint(
+                        cli.device_plugin_path
+                            .join(kubelet::checkpoint::CHECKPOINT_FILE),
+                    )
                 })
                 .await
                 {

@@ -230,7 +230,7 @@ async fn memory_units_where_mps_cannot_run_are_accounted_and_say_so() {
 async fn memory_units_of_one_container_come_from_one_gpu() {
     let gpus = FakeGpu::two_on_two_numa_nodes();
     let host = FakeHost::discrete(&gpus);
-    let (root, root_flag) = mps_root();
+    let (_root, root_flag) = mps_root();
     let (_config, config) = config_file(&format!(
         "version: v1\nsharing:\n  gpuMemory:\n    unit: 1Gi\n    enforcement: none\n    resources:\n    - name: nvidia.com/gpu\n      memory: {}Mi\n",
         4 * 1024

@@ -18,7 +18,10 @@ use edgegpu_plugin::kubelet::stats::KubeletStats;
 use edgegpu_plugin::metrics::MetricsSource;
 use edgegpu_plugin::resource::Resource;
 use edgegpu_plugin::GpuResource;
-use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
+use edgegpu_testkit::host::{
+    Board, CgroupDriver, CgroupVersion, CheckpointEntry, CheckpointShape, FakeGpu, FakeHost,
+    FakeMig,
+};
 use edgegpu_testkit::pod_resources::FakePodResources;
 use gpu_common::Plugin;
 
@@ -1000,4 +1003,558 @@ async fn r470_without_memory_info_v2_still_has_framebuffer_series() {
     let used_mib = (gpus[0].memory_bytes / 100) as f64 / (1024.0 * 1024.0);
     assert_eq!(used[0].value, used_mib);
     assert_eq!(series(&s, "DCGM_FI_DEV_FB_FREE").len(), 2);
+}
+
+// Per-pod GPU memory, through the real binary: its `/metrics` over HTTP, with the fake host's
+// processes (fake NVML or nvmap debugfs), their cgroups, the kubelet's checkpoint in the
+// device-plugin directory and the fake pod-resources server.
+
+const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+const USED: &str = "edgegpu_pod_gpu_memory_used_bytes";
+const LIMIT: &str = "edgegpu_pod_gpu_memory_limit_bytes";
+const UNATTRIBUTED: &str = "edgegpu_gpu_memory_unattributed_bytes";
+
+/// The plugin binary serving `host` (registered with a fake kubelet in the host's
+/// device-plugin directory), its metrics on a port it picked.
+struct RunningPlugin {
+    child: std::process::Child,
+    addr: std::net::SocketAddr,
+    log: Arc<std::sync::Mutex<String>>,
+    _kubelet: edgegpu_testkit::kubelet::FakeKubelet,
+}
+
+impl RunningPlugin {
+    async fn start(host: &FakeHost, pod_resources: &Path, args: &[&str]) -> RunningPlugin {
+        use std::io::BufRead;
+        let dir = host.device_plugin_dir();
+        std::fs::create_dir_all(&dir).unwrap();
+        let kubelet = edgegpu_testkit::kubelet::FakeKubelet::start(&dir)
+            .await
+            .unwrap();
+        let mut child =
+            edgegpu_testkit::process::binary_command(env!("CARGO_BIN_EXE_edgegpu-device-plugin"))
+                .arg("--root")
+                .arg(host.root())
+                .arg("--device-plugin-path")
+                .arg(&dir)
+                .arg("--pod-resources-socket")
+                .arg(pod_resources)
+                .args([
+                    "--metrics-bind-address=127.0.0.1:0",
+                    "--node-name=node-1",
+                    "--feature-file=",
+                ])
+                .args(args)
+                .env("EDGEGPU_LOG", "info")
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+        // The log names the port; the rest of it is kept for the test's messages.
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(std::sync::Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let keep = log.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if let Some(rest) = line.split("Serving metrics on http://").nth(1) {
+                    let addr = rest.trim_end_matches("/metrics").trim().to_string();
+                    let _ = tx.send(addr);
+                }
+                keep.lock().unwrap().push_str(&(line + "\n"));
+            }
+        });
+        let addr = rx
+            .recv_timeout(gpu_common::WAIT)
+            .unwrap_or_else(|_| panic!("no metrics address in the log:\n{}", log.lock().unwrap()))
+            .parse()
+            .unwrap();
+        RunningPlugin {
+            child,
+            addr,
+            log,
+            _kubelet: kubelet,
+        }
+    }
+
+    /// `GET /metrics`: must answer 200; the body checked by Prometheus' parser, then parsed.
+    async fn scrape(&self) -> Vec<Sample> {
+        let response = http(
+            self.addr,
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        )
+        .await;
+        let (head, body) = response.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+        // HTTP/1.1 chunked bodies are not expected: hyper sends a Content-Length for a String.
+        prometheus_parses(body);
+        parse(body)
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// SIGTERM: the plugin must exit cleanly.
+    fn terminate(mut self) {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "{status}\n{}", self.log());
+    }
+}
+
+impl Drop for RunningPlugin {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `(gpu, namespace, pod, container)` → value of every sample of `name`.
+fn per_pod(samples: &[Sample], name: &str) -> BTreeMap<(String, String, String, String), f64> {
+    series(samples, name)
+        .into_iter()
+        .map(|s| {
+            let l = |k: &str| s.labels.get(k).cloned().unwrap_or_default();
+            (
+                (l("gpu"), l("namespace"), l("pod"), l("container")),
+                s.value,
+            )
+        })
+        .collect()
+}
+
+fn pod_key(gpu: &str, pod: &str, container: &str) -> (String, String, String, String) {
+    (gpu.into(), "ml".into(), pod.into(), container.into())
+}
+
+/// `gpu` → unattributed bytes.
+fn unattributed(samples: &[Sample]) -> BTreeMap<String, f64> {
+    series(samples, UNATTRIBUTED)
+        .into_iter()
+        .map(|s| (s.labels["gpu"].clone(), s.value))
+        .collect()
+}
+
+const UID_A: &str = "0c8a5e7d-1f2b-4c3d-9e8f-a1b2c3d4e5f6";
+const UID_B: &str = "7d2e9f10-3a4b-4c5d-8e6f-0a1b2c3d4e5f";
+const UID_C: &str = "a3b4c5d6-e7f8-4a9b-8c0d-1e2f3a4b5c6d";
+/// A pod that holds none of our devices (its process is not any GPU pod's).
+const UID_OTHER: &str = "f0e1d2c3-b4a5-4968-8776-655443322110";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_gpu_memory_on_a_discrete_server() {
+    // Two pods share GPU 0 through time-slicing replicas; a third holds a replica of GPU 1.
+    let gpus = FakeGpu::two_on_two_numa_nodes();
+    let host = FakeHost::discrete(&gpus);
+    let (_config, config_flag) = gpu_common::time_slicing_config(4);
+    let replica = |gpu: usize, n: u32| format!("{}::{n}", gpus[gpu].uuid);
+    let dir = tempfile::tempdir().unwrap();
+    let pods = FakePodResources::start(&dir.path().join("pod-resources.sock"))
+        .await
+        .unwrap();
+    pods.assign("ml", "a", "app", "nvidia.com/gpu", &[&replica(0, 0)]);
+    pods.assign("ml", "b", "worker", "nvidia.com/gpu", &[&replica(0, 1)]);
+    pods.assign("ml", "b", "sidecar", "example.com/fpga", &["f0"]);
+    pods.assign("ml", "c", "app", "nvidia.com/gpu", &[&replica(1, 2)]);
+    let entries = [
+        CheckpointEntry::new(UID_A, "app", "nvidia.com/gpu", &[&replica(0, 0)]),
+        CheckpointEntry::new(UID_B, "worker", "nvidia.com/gpu", &[&replica(0, 1)]),
+        CheckpointEntry::new(UID_B, "sidecar", "example.com/fpga", &["f0"]),
+        CheckpointEntry::new(UID_C, "app", "nvidia.com/gpu", &[&replica(1, 2)]),
+    ];
+    host.write_kubelet_checkpoint(&entries, CheckpointShape::PerNumaNode);
+    // GPU 0: pod a's process (systemd driver, cgroup v2), pod b's two (cgroupfs, v1), the
+    // MPS server or any host process (a systemd service), a process of a pod holding none of
+    // our devices, and one that ended before its cgroup was read (no /proc entry).
+    host.set_nvml_processes(
+        0,
+        &[
+            (1001, Some(3 * GIB)),
+            (1002, Some(GIB)),
+            (1003, Some(512 * MIB)),
+            (1004, Some(256 * MIB)),
+            (1005, Some(128 * MIB)),
+            (1006, Some(64 * MIB)),
+        ],
+    );
+    host.set_nvml_processes(1, &[]);
+    host.put_process_in_pod(
+        1001,
+        UID_A,
+        "burstable",
+        CgroupDriver::Systemd,
+        CgroupVersion::V2,
+    );
+    for pid in [1002, 1003] {
+        host.put_process_in_pod(
+            pid,
+            UID_B,
+            "besteffort",
+            CgroupDriver::Cgroupfs,
+            CgroupVersion::V1,
+        );
+    }
+    host.put_process_in_cgroup(1004, "/system.slice/nvidia-mps.service", CgroupVersion::V2);
+    host.put_process_in_pod(
+        1005,
+        UID_OTHER,
+        "guaranteed",
+        CgroupDriver::Systemd,
+        CgroupVersion::V2,
+    );
+
+    let plugin = RunningPlugin::start(&host, pods.socket(), &[&config_flag]).await;
+    let expected_used = BTreeMap::from([
+        (pod_key("0", "a", "app"), (3 * GIB) as f64),
+        (pod_key("0", "b", "worker"), (GIB + 512 * MIB) as f64),
+        // Pod c holds GPU 1, where nothing runs.
+        (pod_key("1", "c", "app"), 0.0),
+    ]);
+    let expected_unattributed = BTreeMap::from([
+        ("0".to_string(), ((256 + 128 + 64) * MIB) as f64),
+        ("1".to_string(), 0.0),
+    ]);
+    let s = plugin.scrape().await;
+    assert_eq!(per_pod(&s, USED), expected_used, "{}", plugin.log());
+    assert_eq!(unattributed(&s), expected_unattributed);
+    // The per-GPU labels, as on the GPU's other series.
+    let a = series(&s, USED)
+        .into_iter()
+        .find(|x| x.labels["pod"] == "a")
+        .unwrap();
+    assert_eq!(
+        gpu_labels(a),
+        (
+            "0",
+            gpus[0].uuid.as_str(),
+            "nvidia0",
+            "NVIDIA A100-SXM4-40GB",
+            "node-1"
+        )
+    );
+    // No resource gives a limit yet: no limit series.
+    absent(&s, LIMIT);
+
+    // A kubelet of 1.19 or older writes the IDs as a plain list: the same answer.
+    host.write_kubelet_checkpoint(&entries, CheckpointShape::ListBefore1_20);
+    let s = plugin.scrape().await;
+    assert_eq!(per_pod(&s, USED), expected_used);
+    assert_eq!(unattributed(&s), expected_unattributed);
+
+    // NVML does not give one of pod b's processes' memory: b's figure is left out, never
+    // undercounted.
+    host.set_nvml_processes(0, &[(1001, Some(3 * GIB)), (1002, Some(GIB)), (1003, None)]);
+    let s = plugin.scrape().await;
+    assert_eq!(
+        per_pod(&s, USED),
+        BTreeMap::from([
+            (pod_key("0", "a", "app"), (3 * GIB) as f64),
+            (pod_key("1", "c", "app"), 0.0),
+        ])
+    );
+    assert_eq!(unattributed(&s)["0"], 0.0);
+
+    // No checkpoint (a kubelet that has not written it): no per-pod series, every process
+    // unattributed, the scrape still whole.
+    host.remove_kubelet_checkpoint();
+    let s = plugin.scrape().await;
+    absent(&s, USED);
+    assert_eq!(unattributed(&s)["0"], (4 * GIB) as f64);
+    assert_eq!(series(&s, "DCGM_FI_DEV_FB_USED").len(), 3, "{s:?}");
+    assert!(plugin.log().contains("device manager checkpoint"));
+    plugin.terminate();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_gpu_memory_on_an_orin_from_nvmap() {
+    // JetPack 6 Orin with its NVML (identity only): the processes come from nvmap's debugfs.
+    let host = FakeHost::jetson_with_nvml(Board::Orin);
+    let (_config, config_flag) = gpu_common::time_slicing_config(4);
+    let dir = tempfile::tempdir().unwrap();
+    let pods = FakePodResources::start(&dir.path().join("pod-resources.sock"))
+        .await
+        .unwrap();
+    pods.assign("ml", "a", "infer", "nvidia.com/gpu", &["tegra::0"]);
+    pods.assign(
+        "ml",
+        "b",
+        "infer",
+        "nvidia.com/gpu",
+        &["tegra::1", "tegra::2"],
+    );
+    host.write_kubelet_checkpoint(
+        &[
+            CheckpointEntry::new(UID_A, "infer", "nvidia.com/gpu", &["tegra::0"]),
+            CheckpointEntry::new(UID_B, "infer", "nvidia.com/gpu", &["tegra::1", "tegra::2"]),
+        ],
+        CheckpointShape::ListBefore1_20,
+    );
+    // Pod a: cgroupfs driver on cgroup v2 (k3s); pod b: systemd on v1, two processes (one
+    // with two nvmap clients); nvargus-daemon on the host.
+    host.put_process_in_pod(
+        2001,
+        UID_A,
+        "burstable",
+        CgroupDriver::Cgroupfs,
+        CgroupVersion::V2,
+    );
+    for pid in [2002, 2003] {
+        host.put_process_in_pod(
+            pid,
+            UID_B,
+            "guaranteed",
+            CgroupDriver::Systemd,
+            CgroupVersion::V1,
+        );
+    }
+    host.put_process_in_cgroup(
+        2004,
+        "/system.slice/nvargus-daemon.service",
+        CgroupVersion::V1,
+    );
+    host.write_nvmap_maps(&[
+        ("python3", 2001, 1_572_864),
+        ("trtexec", 2002, 524_288),
+        ("trtexec", 2002, 4096),
+        ("gst-launch-1.0", 2003, 65_536),
+        ("nvargus-daemon", 2004, 32_768),
+    ]);
+    let plugin = RunningPlugin::start(&host, pods.socket(), &[&config_flag]).await;
+    let s = plugin.scrape().await;
+    assert_eq!(
+        per_pod(&s, USED),
+        BTreeMap::from([
+            (pod_key("0", "a", "infer"), (1_572_864u64 * 1024) as f64),
+            (
+                pod_key("0", "b", "infer"),
+                ((524_288u64 + 4096 + 65_536) * 1024) as f64
+            ),
+        ]),
+        "{}",
+        plugin.log()
+    );
+    assert_eq!(
+        unattributed(&s),
+        BTreeMap::from([("0".to_string(), (32_768u64 * 1024) as f64)])
+    );
+    assert_eq!(
+        gpu_labels(series(&s, USED)[0]),
+        (
+            "0",
+            "GPU-00000000-0000-0000-0000-0000000a10b0",
+            "nvidia0",
+            "Orin (nvgpu)",
+            "node-1"
+        )
+    );
+
+    // debugfs not mounted (the DaemonSets' default): no per-process figures, so no per-pod
+    // or unattributed series; the rest of the scrape is there.
+    host.remove_nvmap_maps();
+    let s = plugin.scrape().await;
+    absent(&s, USED);
+    absent(&s, UNATTRIBUTED);
+    assert_eq!(series(&s, "DCGM_FI_DEV_GPU_UTIL").len(), 2);
+    plugin.terminate();
+}
+
+/// `(gpu, GPU_I_ID, pod, container)` → value of every sample of `name`.
+fn per_instance_pod(
+    samples: &[Sample],
+    name: &str,
+) -> BTreeMap<(String, String, String, String), f64> {
+    series(samples, name)
+        .into_iter()
+        .map(|s| {
+            let l = |k: &str| s.labels.get(k).cloned().unwrap_or_default();
+            ((l("gpu"), l("GPU_I_ID"), l("pod"), l("container")), s.value)
+        })
+        .collect()
+}
+
+fn instance_pod(
+    gpu: &str,
+    gi: &str,
+    pod: &str,
+    container: &str,
+) -> (String, String, String, String) {
+    (gpu.into(), gi.into(), pod.into(), container.into())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_gpu_memory_per_mig_instance_and_on_thor() {
+    // A MIG server under `mixed`: a pod on GPU instance 5, another on the whole GPU 1. A MIG
+    // device's processes are its own (NVML's query on the MIG device handle).
+    let migs = FakeMig::h100_mixed();
+    let (host, gpus) = FakeHost::mig_server(&[0], &migs);
+    let dir = tempfile::tempdir().unwrap();
+    let pods = FakePodResources::start(&dir.path().join("kubelet.sock"))
+        .await
+        .unwrap();
+    pods.assign(
+        "ml",
+        "small",
+        "app",
+        "nvidia.com/mig-1g.10gb",
+        &[&migs[1].uuid],
+    );
+    pods.assign("ml", "big", "app", "nvidia.com/gpu", &[&gpus[1].uuid]);
+    host.write_kubelet_checkpoint(
+        &[
+            CheckpointEntry::new(UID_A, "app", "nvidia.com/mig-1g.10gb", &[&migs[1].uuid]),
+            CheckpointEntry::new(UID_B, "app", "nvidia.com/gpu", &[&gpus[1].uuid]),
+        ],
+        CheckpointShape::PerNumaNode,
+    );
+    host.set_nvml_mig_processes(&migs[1].uuid, &[(3001, Some(2 * GIB))]);
+    host.set_nvml_mig_processes(&migs[2].uuid, &[(3003, Some(MIB))]);
+    host.set_nvml_processes(1, &[(3002, Some(5 * GIB))]);
+    host.put_process_in_pod(
+        3001,
+        UID_A,
+        "besteffort",
+        CgroupDriver::Systemd,
+        CgroupVersion::V2,
+    );
+    host.put_process_in_pod(
+        3002,
+        UID_B,
+        "burstable",
+        CgroupDriver::Systemd,
+        CgroupVersion::V2,
+    );
+    let resources = gpu_common::resources(host.root(), &["--mig-strategy=mixed"])
+        .await
+        .unwrap();
+    let src = sources(&resources, Some(pods.socket()))
+        .with_checkpoint(host.device_plugin_dir().join("kubelet_internal_checkpoint"));
+    let s = scrape(&src).await;
+    assert_eq!(
+        per_instance_pod(&s, USED),
+        BTreeMap::from([
+            (instance_pod("0", "5", "small", "app"), (2 * GIB) as f64),
+            (instance_pod("1", "", "big", "app"), (5 * GIB) as f64),
+        ])
+    );
+    // Every GPU instance has its own figure; instance 6's process is nobody's.
+    assert_eq!(
+        per_instance_pod(&s, UNATTRIBUTED),
+        BTreeMap::from([
+            (instance_pod("0", "1", "", ""), 0.0),
+            (instance_pod("0", "5", "", ""), 0.0),
+            (instance_pod("0", "6", "", ""), MIB as f64),
+            (instance_pod("1", "", "", ""), 0.0),
+        ])
+    );
+    let small = series(&s, USED)
+        .into_iter()
+        .find(|x| x.labels["pod"] == "small")
+        .unwrap();
+    assert_eq!(small.labels["GPU_I_PROFILE"], "1g.10gb");
+
+    // Thor (OpenRM): no nvmap, NVML lists the processes. Two containers of one pod hold
+    // replicas of the GPU: its process cannot be pinned on either, so it counts for the pod.
+    let host = FakeHost::jetson_with_nvml(Board::Thor);
+    let (_config, config_flag) = gpu_common::time_slicing_config(4);
+    pods.remove_pod("ml", "small");
+    pods.remove_pod("ml", "big");
+    pods.assign("ml", "two", "x", "nvidia.com/gpu", &["tegra::0"]);
+    pods.assign("ml", "two", "y", "nvidia.com/gpu", &["tegra::1"]);
+    pods.assign("ml", "one", "app", "nvidia.com/gpu", &["tegra::2"]);
+    host.write_kubelet_checkpoint(
+        &[
+            CheckpointEntry::new(UID_A, "x", "nvidia.com/gpu", &["tegra::0"]),
+            CheckpointEntry::new(UID_A, "y", "nvidia.com/gpu", &["tegra::1"]),
+            CheckpointEntry::new(UID_C, "app", "nvidia.com/gpu", &["tegra::2"]),
+        ],
+        CheckpointShape::PerNumaNode,
+    );
+    host.set_nvml_processes(0, &[(4001, Some(GIB)), (4002, Some(2 * GIB))]);
+    host.put_process_in_pod(
+        4001,
+        UID_A,
+        "burstable",
+        CgroupDriver::Cgroupfs,
+        CgroupVersion::V2,
+    );
+    host.put_process_in_pod(
+        4002,
+        UID_C,
+        "burstable",
+        CgroupDriver::Cgroupfs,
+        CgroupVersion::V2,
+    );
+    let resource = gpu_common::resource(host.root(), &[&config_flag])
+        .await
+        .unwrap();
+    let src = source(&resource, Some(pods.socket()))
+        .with_checkpoint(host.device_plugin_dir().join("kubelet_internal_checkpoint"));
+    let s = scrape(&src).await;
+    assert_eq!(
+        per_instance_pod(&s, USED),
+        BTreeMap::from([
+            (instance_pod("0", "", "one", "app"), (2 * GIB) as f64),
+            // Both containers hold the GPU and use nothing the plugin can pin on them...
+            (instance_pod("0", "", "two", "x"), 0.0),
+            (instance_pod("0", "", "two", "y"), 0.0),
+            // ...and the pod's process is counted for the pod alone.
+            (instance_pod("0", "", "two", ""), GIB as f64),
+        ])
+    );
+    assert_eq!(
+        gpu_labels(series(&s, USED)[0]).1,
+        "GPU-e1c7a9d2-38f4-4b6a-9d3e-00000000b100"
+    );
+}
+
+#[tokio::test]
+async fn processes_nvml_does_not_list_leave_the_gpu_without_memory_series() {
+    // GPU 1's driver answers NOT_SUPPORTED for its processes: "unknown", not "no process".
+    let mut gpus = FakeGpu::two_on_two_numa_nodes();
+    gpus[1].unsupported = "processes";
+    let host = FakeHost::discrete(&gpus);
+    host.set_nvml_processes(0, &[(5001, Some(GIB))]);
+    host.set_nvml_processes(1, &[(5002, Some(GIB))]);
+    let dir = tempfile::tempdir().unwrap();
+    let pods = FakePodResources::start(&dir.path().join("kubelet.sock"))
+        .await
+        .unwrap();
+    pods.assign("ml", "a", "app", "nvidia.com/gpu", &[&gpus[0].uuid]);
+    pods.assign("ml", "b", "app", "nvidia.com/gpu", &[&gpus[1].uuid]);
+    host.write_kubelet_checkpoint(
+        &[
+            CheckpointEntry::new(UID_A, "app", "nvidia.com/gpu", &[&gpus[0].uuid]),
+            CheckpointEntry::new(UID_B, "app", "nvidia.com/gpu", &[&gpus[1].uuid]),
+        ],
+        CheckpointShape::PerNumaNode,
+    );
+    for (pid, uid) in [(5001, UID_A), (5002, UID_B)] {
+        host.put_process_in_pod(
+            pid,
+            uid,
+            "besteffort",
+            CgroupDriver::Systemd,
+            CgroupVersion::V2,
+        );
+    }
+    let resource = gpu_common::resource(host.root(), &["--discovery=nvml"])
+        .await
+        .unwrap();
+    let src = source(&resource, Some(pods.socket()))
+        .with_checkpoint(host.device_plugin_dir().join("kubelet_internal_checkpoint"));
+    let s = scrape(&src).await;
+    assert_eq!(
+        per_pod(&s, USED),
+        BTreeMap::from([(pod_key("0", "a", "app"), GIB as f64)])
+    );
+    assert_eq!(unattributed(&s), BTreeMap::from([("0".to_string(), 0.0)]));
 }

@@ -33,6 +33,12 @@
  *                    list names, whatever the file says. As the real NVML: utilisation of a
  *                    MIG-enabled GPU, and utilisation, clocks, temperature and power of a MIG
  *                    device, answer NOT_SUPPORTED (those are the whole GPU's).
+ *   processes-<index> (a GPU) or processes-<MIG uuid> (a MIG device): lines "<pid> <bytes>",
+ *                    read on every nvmlDeviceGetComputeRunningProcesses_v3: the processes with
+ *                    a compute context and the memory each uses ("-" for bytes answers
+ *                    NVML_VALUE_NOT_AVAILABLE). No file: no process. A board whose
+ *                    `unsupported` list names "processes" answers NOT_SUPPORTED. A MIG device's
+ *                    processes carry its GPU and compute instance ids, a GPU's 0xFFFFFFFF.
  *   The config's "cuda_driver_version=<int>" (e.g. 12040) is what
  *   nvmlSystemGetCudaDriverVersion_v2 answers, its "compute_capability=<major>.<minor>" what
  *   nvmlDeviceGetCudaComputeCapability answers for every GPU (NOT_SUPPORTED when absent).
@@ -587,6 +593,59 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *memory)
     return NVML_SUCCESS;
 }
 #endif
+
+/* nvmlProcessInfo_t of the _v3 query (nvml.h: nvmlProcessInfo_v2_t). */
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlProcessInfo_t;
+
+#define NVML_VALUE_NOT_AVAILABLE_ULL 0xFFFFFFFFFFFFFFFFULL
+#define MAX_PROCESSES 64
+
+/* As NVML: *count < the number of processes (or infos NULL with processes to report) answers
+ * INSUFFICIENT_SIZE with *count set to the number; otherwise the list and its length. */
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *count,
+                                                    nvmlProcessInfo_t *infos)
+{
+    nvmlReturn_t r = check_query(d, "processes");
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!count)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    char path[4400], line[256];
+    if (d->parent)
+        snprintf(path, sizeof path, "%s/processes-%s", dir, d->uuid);
+    else
+        snprintf(path, sizeof path, "%s/processes-%u", dir, d->index);
+    nvmlProcessInfo_t found[MAX_PROCESSES];
+    unsigned int n = 0;
+    FILE *f = fopen(path, "r");
+    while (f && n < MAX_PROCESSES && fgets(line, sizeof line, f)) {
+        unsigned int pid;
+        char bytes[64];
+        if (sscanf(line, "%u %63s", &pid, bytes) != 2)
+            continue;
+        found[n].pid = pid;
+        found[n].usedGpuMemory = strcmp(bytes, "-") == 0 ? NVML_VALUE_NOT_AVAILABLE_ULL
+                                                          : strtoull(bytes, NULL, 10);
+        found[n].gpuInstanceId = d->parent ? d->gi : NO_ID;
+        found[n].computeInstanceId = d->parent ? d->ci : NO_ID;
+        n++;
+    }
+    if (f)
+        fclose(f);
+    if (n > *count || (n > 0 && !infos)) {
+        *count = n;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    if (n > 0)
+        memcpy(infos, found, n * sizeof found[0]);
+    *count = n;
+    return NVML_SUCCESS;
+}
 
 typedef struct {
     unsigned int gpu, memory;

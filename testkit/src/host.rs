@@ -624,6 +624,48 @@ impl FakeMig {
     }
 }
 
+/// The kubelet's cgroup driver (`--cgroup-driver`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CgroupDriver {
+    Systemd,
+    Cgroupfs,
+}
+
+/// The host's cgroup version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CgroupVersion {
+    V1,
+    V2,
+}
+
+/// One entry of the kubelet's device manager checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointEntry {
+    pub pod_uid: String,
+    pub container: String,
+    pub resource: String,
+    pub device_ids: Vec<String>,
+}
+
+impl CheckpointEntry {
+    pub fn new(pod_uid: &str, container: &str, resource: &str, device_ids: &[&str]) -> Self {
+        CheckpointEntry {
+            pod_uid: pod_uid.into(),
+            container: container.into(),
+            resource: resource.into(),
+            device_ids: device_ids.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+}
+
+/// How the checkpoint writes `DeviceIDs`: a map NUMA node → IDs (Kubernetes 1.20 on), or a
+/// plain list (1.19 and older).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckpointShape {
+    PerNumaNode,
+    ListBefore1_20,
+}
+
 /// A fake host root in a temporary directory (removed on drop).
 pub struct FakeHost {
     dir: TempDir,
@@ -639,6 +681,10 @@ fn sysfs_bus_id(nvml_bus_id: &str) -> String {
         _ => bus,
     }
 }
+
+/// nvmap's per-process debugfs file (the L4T kernel's `nvmap/iovmm/maps`, spelled out here:
+/// the testkit does not take the plugin's paths on trust).
+const NVMAP_MAPS: &str = "/sys/kernel/debug/nvmap/iovmm/maps";
 
 /// The arch-specific lib dir NVML is installed in on this target.
 fn arch_lib_dir() -> &'static str {
@@ -842,6 +888,192 @@ impl FakeHost {
     /// other queries are the whole GPU's and answer NOT_SUPPORTED on a MIG device).
     pub fn set_nvml_mig_telemetry(&self, uuid: &str, values: &[(&str, u64)]) {
         self.write_nvml_telemetry(uuid, values);
+    }
+
+    /// Sets the processes the fake NVML lists for GPU `gpu` (its running compute processes):
+    /// `(pid, used bytes)`, `None` bytes answering `NVML_VALUE_NOT_AVAILABLE`.
+    pub fn set_nvml_processes(&self, gpu: u32, processes: &[(u32, Option<u64>)]) {
+        self.write_nvml_processes(&gpu.to_string(), processes);
+    }
+
+    /// The same for the MIG device `uuid` (its own processes).
+    pub fn set_nvml_mig_processes(&self, uuid: &str, processes: &[(u32, Option<u64>)]) {
+        self.write_nvml_processes(uuid, processes);
+    }
+
+    fn write_nvml_processes(&self, device: &str, processes: &[(u32, Option<u64>)]) {
+        let text: String = processes
+            .iter()
+            .map(|(pid, bytes)| match bytes {
+                Some(b) => format!("{pid} {b}\n"),
+                None => format!("{pid} -\n"),
+            })
+            .collect();
+        let dir = self.nvml_dir();
+        let tmp = dir.join(format!("processes-{device}.tmp"));
+        std::fs::write(&tmp, text).expect("write processes");
+        std::fs::rename(&tmp, dir.join(format!("processes-{device}"))).expect("publish processes");
+    }
+
+    /// Writes nvmap's per-process file (`/sys/kernel/debug/nvmap/iovmm/maps`) with one client
+    /// per `(command, pid, KiB)`, in the kernel's format (`nvmap_debug_maps_show`: headers,
+    /// client lines, a handle and a mapping line under each, a kernel client, the total).
+    pub fn write_nvmap_maps(&self, clients: &[(&str, u32, u64)]) {
+        let pad = "";
+        let mut text = format!(
+            "{:<18} {:>18} {:>8} {:>11}\n",
+            "CLIENT", "PROCESS", "PID", "SIZE"
+        );
+        text.push_str(&format!(
+            "{pad:<18} {pad:>18} {:>8} {:>11} {:>8} {:>6} {:>9} {:>21} {:>18}\n",
+            "BASE", "SIZE", "FLAGS", "SHARE", "UID", "MAPS", "MAPSIZE"
+        ));
+        let mut total = 0;
+        for (command, pid, kib) in clients {
+            total += kib;
+            text.push_str(&format!(
+                "{:<18} {:>18} {:>8} {:>10}K\n",
+                "user", command, pid, kib
+            ));
+            // A handle line whose last words look like a PID and a size: the parser must
+            // not take it for a client.
+            text.push_str(&format!(
+                "{pad:<18} {pad:<18} {:>8x} {:>10}K {:>8x} {:>6} {:>16} {pad:>12} {pad:>12} {:>6}K\n",
+                0, kib, 0x500, 1, "0000000081234567", kib
+            ));
+            text.push_str(&format!(
+                "{pad:<18} {pad:<18} {pad:>8} {pad:>11} {pad:>8} {pad:>6} {pad:>16} {:<12x}-{:>12x} {:>6}K\n",
+                0xffff_8000_0000u64, 0xffff_8010_0000u64, kib
+            ));
+            text.push('\n');
+        }
+        text.push_str(&format!(
+            "{:<18} {:>18} {:>8} {:>10}K\n\n",
+            "user", "kernel", 0, 64
+        ));
+        text.push_str(&format!(
+            "{:<18} {:<18} {:>8} {:>10}K\n",
+            "total",
+            "",
+            "",
+            total + 64
+        ));
+        self.write(NVMAP_MAPS, text);
+    }
+
+    /// Removes nvmap's per-process file (debugfs not mounted).
+    pub fn remove_nvmap_maps(&self) {
+        let _ = std::fs::remove_file(self.path(NVMAP_MAPS));
+    }
+
+    /// Puts process `pid` in the cgroup the kubelet makes for a container of pod `uid` of QoS
+    /// class `qos` (`guaranteed`, `burstable`, `besteffort`): `/proc/<pid>/cgroup` as the
+    /// kernel shows it for that cgroup driver and version.
+    pub fn put_process_in_pod(
+        &self,
+        pid: u32,
+        uid: &str,
+        qos: &str,
+        driver: CgroupDriver,
+        version: CgroupVersion,
+    ) {
+        let container = format!("{:064x}", u64::from(pid) * 0x9e37_79b9);
+        let path = match driver {
+            CgroupDriver::Cgroupfs if qos == "guaranteed" => {
+                format!("/kubepods/pod{uid}/{container}")
+            }
+            CgroupDriver::Cgroupfs => format!("/kubepods/{qos}/pod{uid}/{container}"),
+            CgroupDriver::Systemd => {
+                let uid = uid.replace('-', "_");
+                if qos == "guaranteed" {
+                    format!(
+                        "/kubepods.slice/kubepods-pod{uid}.slice/cri-containerd-{container}.scope"
+                    )
+                } else {
+                    format!(
+                        "/kubepods.slice/kubepods-{qos}.slice/kubepods-{qos}-pod{uid}.slice/cri-containerd-{container}.scope"
+                    )
+                }
+            }
+        };
+        self.put_process_in_cgroup(pid, &path, version);
+    }
+
+    /// Writes `/proc/<pid>/cgroup` for a process in cgroup `path` (v1: the same path in every
+    /// hierarchy, as with the kubelet's cgroups; v2: the one `0::` line).
+    pub fn put_process_in_cgroup(&self, pid: u32, path: &str, version: CgroupVersion) {
+        let text = match version {
+            CgroupVersion::V2 => format!("0::{path}\n"),
+            CgroupVersion::V1 => {
+                let mut t = String::new();
+                for (n, controllers) in [
+                    (12, "pids"),
+                    (11, "memory"),
+                    (10, "cpu,cpuacct"),
+                    (4, "devices"),
+                    (1, "name=systemd"),
+                ] {
+                    t.push_str(&format!("{n}:{controllers}:{path}\n"));
+                }
+                t.push_str("0::/\n");
+                t
+            }
+        };
+        self.write(&format!("/proc/{pid}/cgroup"), text);
+    }
+
+    /// Where the kubelet's device-plugin directory is in this root (tests point
+    /// `--device-plugin-path` and the fake kubelet at it).
+    pub fn device_plugin_dir(&self) -> PathBuf {
+        self.path("/var/lib/kubelet/device-plugins")
+    }
+
+    /// Writes the kubelet device manager's checkpoint (`kubelet_internal_checkpoint` in
+    /// [`Self::device_plugin_dir`]) holding `entries`, in `shape`, as the kubelet's
+    /// `checkpoint.go` marshals it (by rename, as the kubelet writes it).
+    pub fn write_kubelet_checkpoint(&self, entries: &[CheckpointEntry], shape: CheckpointShape) {
+        let entries: Vec<serde_json::Value> = entries
+            .iter()
+            .map(|e| {
+                let ids = match shape {
+                    CheckpointShape::ListBefore1_20 => serde_json::json!(e.device_ids),
+                    // Spread over two NUMA nodes, as a two-socket server's would be.
+                    CheckpointShape::PerNumaNode => {
+                        let on_node = |node: usize| -> Vec<&String> {
+                            e.device_ids.iter().skip(node).step_by(2).collect()
+                        };
+                        let mut per_node = serde_json::Map::new();
+                        per_node.insert("0".into(), serde_json::json!(on_node(0)));
+                        if e.device_ids.len() > 1 {
+                            per_node.insert("1".into(), serde_json::json!(on_node(1)));
+                        }
+                        serde_json::Value::Object(per_node)
+                    }
+                };
+                serde_json::json!({
+                    "PodUID": e.pod_uid,
+                    "ContainerName": e.container,
+                    "ResourceName": e.resource,
+                    "DeviceIDs": ids,
+                    // A ContainerAllocateResponse, protobuf in base64 ([]byte in Go's JSON).
+                    "AllocResp": "CiQKHE5WSURJQV9WSVNJQkxFX0RFVklDRVMSBGFsbA==",
+                })
+            })
+            .collect();
+        let file = serde_json::json!({
+            "Data": {"PodDeviceEntries": entries, "RegisteredDevices": {}},
+            "Checksum": 1_894_633_021u64,
+        });
+        let dir = self.device_plugin_dir();
+        std::fs::create_dir_all(&dir).expect("device-plugin dir");
+        let tmp = dir.join(".kubelet_internal_checkpoint.tmp");
+        std::fs::write(&tmp, file.to_string()).expect("write checkpoint");
+        std::fs::rename(&tmp, dir.join("kubelet_internal_checkpoint")).expect("publish checkpoint");
+    }
+
+    /// Removes the checkpoint (a kubelet that has not written it yet).
+    pub fn remove_kubelet_checkpoint(&self) {
+        let _ = std::fs::remove_file(self.device_plugin_dir().join("kubelet_internal_checkpoint"));
     }
 
     fn write_nvml_telemetry(&self, device: &str, values: &[(&str, u64)]) {

@@ -1,7 +1,8 @@
 //! What a pod receives: the advertised device IDs (whole GPUs or MIG devices, or
 //! time-slicing replicas of them), the answer to `Allocate` (strategies in [`strategy`],
 //! `/dev` nodes in [`device_specs`]) and to `GetPreferredAllocation` ([`sharing`]). Which
-//! resources the node serves under each MIG strategy is [`mig`]. Reads the `gpu` side; the
+//! resources the node serves under each MIG strategy is [`mig`]; the GPU memory limit a
+//! container was given, [`limits`]. Reads the `gpu` side; the
 //! `gpu` side never reads this module.
 
 pub mod device_specs;

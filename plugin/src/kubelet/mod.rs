@@ -9,12 +9,16 @@
 //! - [`socket`]: unique socket names and removal of only what this process bound.
 //! - [`stats`]: registration counters for the plugin's own metrics.
 //! - [`pod_resources`]: which container holds which device ID (the kubelet's pod-resources
-//!   API), for per-pod metrics.
+//!   API), for per-pod metrics; [`checkpoint`]: the same by pod UID (the device manager's
+//!   checkpoint file); [`pod_cgroup`]: which pod UID a process belongs to (the cgroups the
+//!   kubelet names), for per-pod GPU memory.
 //! - [`authority`]: lets kubelets older than 1.26 in (their `:authority` is a socket path).
 
 pub mod authority;
+pub mod checkpoint;
 pub mod lifecycle;
 pub mod plugin_watcher;
+pub mod pod_cgroup;
 pub mod pod_resources;
 pub mod registration;
 pub mod restart_watch;

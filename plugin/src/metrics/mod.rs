@@ -4,16 +4,19 @@
 //! lists every series).
 //!
 //! Everything is read when Prometheus scrapes — sensors ([`crate::gpu::sensors`]), the
-//! kubelet's pod resources ([`crate::kubelet::pod_resources`]), the counters of the kubelet
-//! and allocation sides — so an idle plugin does no work for its metrics.
+//! kubelet's pod resources ([`crate::kubelet::pod_resources`]), the GPUs' processes and
+//! which pods they belong to ([`pod_memory`]), the counters of the kubelet and allocation
+//! sides — so an idle plugin does no work for its metrics.
 //!
 //! - [`exposition`]: the text format.
+//! - [`pod_memory`]: per-pod GPU memory used, and the limits.
 //! - [`server`]: the HTTP endpoint.
 
 pub mod exposition;
+pub mod pod_memory;
 pub mod server;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -21,6 +24,7 @@ use edgegpu_kubelet_api::v1beta1::HEALTHY;
 
 use crate::allocate::GpuResource;
 use crate::gpu::health::HealthCounts;
+use crate::gpu::processes::Processes;
 use crate::gpu::sensors::{Reading, Readings, Sensors};
 use crate::gpu::{MigDevice, Platform};
 use crate::kubelet::pod_resources::{self, DeviceHolder};
@@ -34,10 +38,14 @@ pub struct MetricsSource {
     served: RwLock<Arc<Served>>,
     kubelet: Arc<KubeletStats>,
     pod_resources_socket: Option<PathBuf>,
+    /// The device manager's checkpoint (per-pod GPU memory); `None`: no per-pod memory.
+    checkpoint: Option<PathBuf>,
     hostname: String,
     pod_resources_errors: AtomicU64,
     /// The last pod-resources call failed (so a lasting failure is logged once).
     pod_resources_failing: AtomicBool,
+    /// The last checkpoint read failed (logged once until it reads again).
+    checkpoint_failing: AtomicBool,
 }
 
 /// The resources of one round of serving, what their series are about, and their sensors.
@@ -48,6 +56,12 @@ struct Served {
     /// Per resource, per unit: the entity the unit belongs to.
     unit_entity: Vec<Vec<usize>>,
     sensors: Arc<Sensors>,
+    /// The GPUs' processes; per entity, its MIG devices' positions in their readings (every
+    /// compute instance of a GPU instance: each has its own processes).
+    processes: Arc<Processes>,
+    entity_process_migs: Vec<Vec<usize>>,
+    /// The host root (the host's `/proc` for the processes' cgroups).
+    root: PathBuf,
 }
 
 /// What one set of GPU series describes, as dcgm-exporter cuts them: a whole GPU, or one GPU
@@ -83,6 +97,8 @@ impl Served {
     fn new(resources: Vec<Arc<GpuResource>>) -> Served {
         let mut entities: Vec<Entity> = Vec::new();
         let mut migs: Vec<MigDevice> = Vec::new();
+        let mut process_migs: Vec<MigDevice> = Vec::new();
+        let mut entity_process_migs: Vec<Vec<usize>> = Vec::new();
         let mut unit_entity = Vec::new();
         for r in &resources {
             let mut of_units = Vec::new();
@@ -104,23 +120,88 @@ impl Served {
                         gpu: unit.gpu,
                         instance,
                     });
+                    entity_process_migs.push(Vec::new());
                     entities.len() - 1
                 });
+                if let Some(m) = &unit.mig {
+                    let p = match process_migs.iter().position(|p| p.uuid == m.uuid) {
+                        Some(p) => p,
+                        None => {
+                            process_migs.push(m.clone());
+                            process_migs.len() - 1
+                        }
+                    };
+                    if !entity_process_migs[e].contains(&p) {
+                        entity_process_migs[e].push(p);
+                    }
+                }
                 of_units.push(e);
             }
             unit_entity.push(of_units);
         }
-        let sensors = match resources.first() {
-            Some(r) => Sensors::locate(r.root(), r.platform(), r.gpus(), &migs, r.nvml().cloned()),
-            None => Sensors::locate(std::path::Path::new("/"), None, &[], &[], None),
+        let (sensors, processes, root) = match resources.first() {
+            Some(r) => (
+                Sensors::locate(r.root(), r.platform(), r.gpus(), &migs, r.nvml().cloned()),
+                Processes::locate(
+                    r.root(),
+                    r.platform(),
+                    r.gpus(),
+                    &process_migs,
+                    r.nvml().cloned(),
+                ),
+                r.root().to_path_buf(),
+            ),
+            None => (
+                Sensors::locate(Path::new("/"), None, &[], &[], None),
+                Processes::locate(Path::new("/"), None, &[], &[], None),
+                PathBuf::from("/"),
+            ),
         };
         Served {
             resources,
             entities,
             unit_entity,
             sensors: Arc::new(sensors),
+            processes: Arc::new(processes),
+            entity_process_migs,
+            root,
         }
     }
+}
+
+impl Served {
+    /// The entity an advertised device ID of resource `r` belongs to.
+    fn entity_of(&self, r: usize, device_id: &str) -> Option<usize> {
+        let unit = self.resources[r].physical_of(device_id)?;
+        self.unit_entity[r].get(unit).copied()
+    }
+
+    /// The position of the resource named `name`.
+    fn resource_position(&self, name: &str) -> Option<usize> {
+        self.resources.iter().position(|r| r.name() == name)
+    }
+}
+
+/// Per entity, the containers holding it (sorted, each once); empty lists without a list.
+fn holders_per_entity(served: &Served, list: Option<&[DeviceHolder]>) -> Vec<Vec<Holder>> {
+    let mut per_entity = vec![Vec::new(); served.entities.len()];
+    for d in list.unwrap_or_default() {
+        let Some(r) = served.resource_position(&d.resource) else {
+            continue;
+        };
+        if let Some(e) = served.entity_of(r, &d.device_id) {
+            per_entity[e].push(Holder {
+                namespace: d.namespace.clone(),
+                pod: d.pod.clone(),
+                container: d.container.clone(),
+            });
+        }
+    }
+    for list in &mut per_entity {
+        list.sort();
+        list.dedup();
+    }
+    per_entity
 }
 
 impl MetricsSource {
@@ -137,10 +218,20 @@ impl MetricsSource {
             served: RwLock::new(Arc::new(Served::new(resources))),
             kubelet,
             pod_resources_socket,
+            checkpoint: None,
             hostname,
             pod_resources_errors: AtomicU64::new(0),
             pod_resources_failing: AtomicBool::new(false),
+            checkpoint_failing: AtomicBool::new(false),
         }
+    }
+
+    /// Per-pod GPU memory: the device manager's checkpoint that links a process's pod UID to
+    /// the devices its pod holds (`<device-plugin dir>/kubelet_internal_checkpoint`). Without
+    /// it (or without the pod-resources socket) the GPUs' processes are all unattributed.
+    pub fn with_checkpoint(mut self, checkpoint: PathBuf) -> Self {
+        self.checkpoint = Some(checkpoint);
+        self
     }
 
     /// The resources were rebuilt (SIGHUP, MIG reconfiguration): scrapes describe these from
@@ -154,54 +245,67 @@ impl MetricsSource {
     /// One scrape: every series, in the text format.
     pub async fn render(&self) -> String {
         let served = self.served.read().unwrap().clone();
-        let holders = self.holders(&served).await;
-        let sensors = served.sensors.clone();
-        let readings = match tokio::task::spawn_blocking(move || sensors.read()).await {
+        let list = self.pod_resources(&served).await;
+        let holders = holders_per_entity(&served, list.as_deref());
+        let (sensors, processes, root) = (
+            served.sensors.clone(),
+            served.processes.clone(),
+            served.root.clone(),
+        );
+        let checkpoint = self.checkpoint.clone();
+        let names: Vec<String> = served
+            .resources
+            .iter()
+            .map(|r| r.name().to_string())
+            .collect();
+        let read = tokio::task::spawn_blocking(move || {
+            let readings = sensors.read();
+            let inputs = pod_memory::Inputs::read(&processes, &root, checkpoint.as_deref(), &names);
+            (readings, inputs)
+        })
+        .await;
+        let (readings, inputs) = match read {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!("reading the GPU sensors failed: {e}");
-                Readings::default()
+                (Readings::default(), pod_memory::Inputs::default())
             }
         };
-        self.render_with(&served, &holders, &readings)
+        self.log_checkpoint(&inputs);
+        let memory = pod_memory::attribute(&served, list.as_deref(), &inputs);
+        self.render_with(&served, &holders, &readings, &memory)
     }
 
-    /// Per entity, the containers holding it (sorted, each once). Empty lists when the
-    /// pod-resources API is off or does not answer.
-    async fn holders(&self, served: &Served) -> Vec<Vec<Holder>> {
-        let mut per_entity = vec![Vec::new(); served.entities.len()];
-        let Some(socket) = &self.pod_resources_socket else {
-            return per_entity;
+    /// Logs a checkpoint that cannot be read once, until it reads again.
+    fn log_checkpoint(&self, inputs: &pod_memory::Inputs) {
+        let Some(read) = &inputs.checkpoint else {
+            return;
         };
+        let was_failing = self
+            .checkpoint_failing
+            .swap(read.is_err(), Ordering::Relaxed);
+        match (read, was_failing) {
+            (Err(e), false) => {
+                tracing::info!("{e}; GPU processes are not attributed to pods until it reads")
+            }
+            (Ok(_), true) => {
+                tracing::info!("device manager checkpoint read; per-pod GPU memory is back")
+            }
+            _ => {}
+        }
+    }
+
+    /// Which container holds which device ID of our resources (one List call); `None` when
+    /// the pod-resources API is off or does not answer (counted, logged once).
+    async fn pod_resources(&self, served: &Served) -> Option<Vec<DeviceHolder>> {
+        let socket = self.pod_resources_socket.as_ref()?;
         let names: Vec<&str> = served.resources.iter().map(|r| r.name()).collect();
         match pod_resources::holders(socket, &names).await {
             Ok(list) => {
                 if self.pod_resources_failing.swap(false, Ordering::Relaxed) {
                     tracing::info!("pod-resources API answers again; per-pod labels are back");
                 }
-                for DeviceHolder {
-                    resource,
-                    namespace,
-                    pod,
-                    container,
-                    device_id,
-                } in list
-                {
-                    let Some(r) = served.resources.iter().position(|r| r.name() == resource) else {
-                        continue;
-                    };
-                    if let Some(unit) = served.resources[r].physical_of(&device_id) {
-                        per_entity[served.unit_entity[r][unit]].push(Holder {
-                            namespace,
-                            pod,
-                            container,
-                        });
-                    }
-                }
-                for list in &mut per_entity {
-                    list.sort();
-                    list.dedup();
-                }
+                Some(list)
             }
             Err(e) => {
                 self.pod_resources_errors.fetch_add(1, Ordering::Relaxed);
@@ -212,12 +316,18 @@ impl MetricsSource {
                          turn attribution off)"
                     );
                 }
+                None
             }
         }
-        per_entity
     }
 
-    fn render_with(&self, served: &Served, holders: &[Vec<Holder>], readings: &Readings) -> String {
+    fn render_with(
+        &self,
+        served: &Served,
+        holders: &[Vec<Holder>],
+        readings: &Readings,
+        memory: &pod_memory::PodMemory,
+    ) -> String {
         let Some(first) = served.resources.first() else {
             return String::new();
         };
@@ -402,6 +512,9 @@ impl MetricsSource {
                 total.sample(&gpu_id_labels(p), v as f64);
             }
         }
+
+        // Per-pod GPU memory: what each container's processes use, and its limit.
+        pod_memory::render(&mut e, memory, &entity_labels);
 
         // The plugin's own health, per served resource.
         let platform_name = match platform {
