@@ -10,11 +10,20 @@
 pub const INSUFFICIENT_DRIVER: i32 = 35;
 pub const STUB_LIBRARY: i32 = 34;
 pub const NO_DEVICE: i32 = 100;
+/// What an allocation beyond the memory the process may use returns (also under an MPS limit).
+pub const OUT_OF_MEMORY: i32 = 2;
+pub const INVALID_CONTEXT: i32 = 201;
+/// CUDA_MPS_PIPE_DIRECTORY is set but no MPS control daemon answers there.
+pub const MPS_CONNECTION_FAILED: i32 = 805;
 
 /// (code, driver `CUresult` name, runtime `cudaGetErrorString` text)
-const KNOWN: [(i32, Option<&str>, &str); 15] = [
+const KNOWN: [(i32, Option<&str>, &str); 17] = [
     (1, Some("CUDA_ERROR_INVALID_VALUE"), "invalid argument"),
-    (2, Some("CUDA_ERROR_OUT_OF_MEMORY"), "out of memory"),
+    (
+        OUT_OF_MEMORY,
+        Some("CUDA_ERROR_OUT_OF_MEMORY"),
+        "out of memory",
+    ),
     (
         3,
         Some("CUDA_ERROR_NOT_INITIALIZED"),
@@ -47,6 +56,11 @@ const KNOWN: [(i32, Option<&str>, &str); 15] = [
         "invalid device ordinal",
     ),
     (
+        INVALID_CONTEXT,
+        Some("CUDA_ERROR_INVALID_CONTEXT"),
+        "invalid device context",
+    ),
+    (
         304,
         Some("CUDA_ERROR_OPERATING_SYSTEM"),
         "OS call failed or operation not supported on this OS",
@@ -70,6 +84,11 @@ const KNOWN: [(i32, Option<&str>, &str); 15] = [
         804,
         Some("CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE"),
         "forward compatibility was attempted on non supported HW",
+    ),
+    (
+        MPS_CONNECTION_FAILED,
+        Some("CUDA_ERROR_MPS_CONNECTION_FAILED"),
+        "MPS client failed to connect to the MPS control daemon or the MPS server",
     ),
     (999, Some("CUDA_ERROR_UNKNOWN"), "unknown error"),
 ];
@@ -117,5 +136,7 @@ mod tests {
         assert_eq!(driver_name(100), Some("CUDA_ERROR_NO_DEVICE"));
         assert_eq!(driver_name(34), Some("CUDA_ERROR_STUB_LIBRARY"));
         assert_eq!(driver_name(35), None); // runtime-only condition
+        assert_eq!(driver_name(2), Some("CUDA_ERROR_OUT_OF_MEMORY"));
+        assert_eq!(driver_name(805), Some("CUDA_ERROR_MPS_CONNECTION_FAILED"));
     }
 }

@@ -9,7 +9,7 @@
 //! its absence only leaves a fact out.
 
 use std::cell::OnceCell;
-use std::ffi::{c_char, c_int, c_uint, CStr};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::fmt;
 use std::mem::ManuallyDrop;
 
@@ -78,11 +78,29 @@ struct RequiredApi {
 /// `cuDeviceGetUuid(_v2)(CUuuid *uuid, CUdevice dev)`; `CUuuid` is 16 bytes.
 type GetUuidFn = unsafe extern "C" fn(*mut [u8; 16], CuDevice) -> CuResult;
 
+/// `CUcontext`: an opaque pointer.
+pub type CuContext = *mut c_void;
+/// `CUdeviceptr` on 64-bit targets (`unsigned long long`).
+pub type CuDevicePtr = u64;
+
+/// Context and memory entry points, resolved only for the allocation checks
+/// (`--check-limits`, `--allocate-mib`): the plain report must not depend on them. All are in
+/// the CUDA 10.2 driver; `cuDevicePrimaryCtxRelease_v2` (CUDA 11.0) is preferred when present.
+struct MemoryApi {
+    primary_ctx_retain: unsafe extern "C" fn(*mut CuContext, CuDevice) -> CuResult,
+    primary_ctx_release: unsafe extern "C" fn(CuDevice) -> CuResult,
+    ctx_set_current: unsafe extern "C" fn(CuContext) -> CuResult,
+    mem_alloc: unsafe extern "C" fn(*mut CuDevicePtr, usize) -> CuResult,
+    mem_free: unsafe extern "C" fn(CuDevicePtr) -> CuResult,
+    mem_get_info: unsafe extern "C" fn(*mut usize, *mut usize) -> CuResult,
+}
+
 /// A loaded CUDA driver library.
 pub struct Driver {
     soname: &'static str,
     api: RequiredApi,
     get_uuid: OnceCell<Option<GetUuidFn>>,
+    memory: OnceCell<Result<MemoryApi, LoadError>>,
     /// Never unloaded: the real driver starts threads and registers exit handlers, unloading it
     /// before exit is fragile, and the process ends right after the report anyway.
     library: ManuallyDrop<Library>,
@@ -140,6 +158,7 @@ impl Driver {
             soname,
             api,
             get_uuid: OnceCell::new(),
+            memory: OnceCell::new(),
             library: ManuallyDrop::new(library),
         })
     }
@@ -260,6 +279,117 @@ impl Driver {
         // SAFETY: 16-byte out buffer, the size of CUuuid.
         let status = unsafe { function(&mut uuid, device) };
         (status == 0).then_some(uuid)
+    }
+}
+
+impl Driver {
+    fn memory_api(&self) -> Result<&MemoryApi, LoadError> {
+        self.memory
+            .get_or_init(|| {
+                let (library, soname) = (&*self.library, self.soname);
+                // SAFETY: each signature is the one in NVIDIA's cuda.h (`cuMemAlloc` and friends
+                // are macros for the `_v2` symbols since CUDA 3.2).
+                unsafe {
+                    let release = match library.get(b"cuDevicePrimaryCtxRelease_v2") {
+                        Ok(symbol) => *symbol,
+                        Err(_) => required(library, soname, "cuDevicePrimaryCtxRelease")?,
+                    };
+                    Ok(MemoryApi {
+                        primary_ctx_retain: required(library, soname, "cuDevicePrimaryCtxRetain")?,
+                        primary_ctx_release: release,
+                        ctx_set_current: required(library, soname, "cuCtxSetCurrent")?,
+                        mem_alloc: required(library, soname, "cuMemAlloc_v2")?,
+                        mem_free: required(library, soname, "cuMemFree_v2")?,
+                        mem_get_info: required(library, soname, "cuMemGetInfo_v2")?,
+                    })
+                }
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// Retains `device`'s primary context (the one the CUDA runtime uses) and makes it
+    /// current. Under MPS this is where the client connects to the daemon.
+    pub fn retain_primary_context(
+        &self,
+        device: CuDevice,
+    ) -> Result<PrimaryContext<'_>, ContextError> {
+        let api = self.memory_api().map_err(ContextError::Load)?;
+        let mut context: CuContext = std::ptr::null_mut();
+        // SAFETY: valid out pointer.
+        check(unsafe { (api.primary_ctx_retain)(&mut context, device) }).map_err(|code| {
+            ContextError::Call {
+                call: "cuDevicePrimaryCtxRetain",
+                code,
+            }
+        })?;
+        // SAFETY: a context the driver just returned.
+        if let Err(code) = check(unsafe { (api.ctx_set_current)(context) }) {
+            // SAFETY: balances the retain above.
+            unsafe { (api.primary_ctx_release)(device) };
+            return Err(ContextError::Call {
+                call: "cuCtxSetCurrent",
+                code,
+            });
+        }
+        Ok(PrimaryContext { api, device })
+    }
+}
+
+/// Why a primary context could not be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContextError {
+    /// An entry point is missing.
+    Load(LoadError),
+    /// The named call failed with `code`.
+    Call { call: &'static str, code: CuResult },
+}
+
+/// A retained, current primary context; [`PrimaryContext::release`] gives it back (dropping it
+/// without does too, ignoring the result).
+pub struct PrimaryContext<'d> {
+    api: &'d MemoryApi,
+    device: CuDevice,
+}
+
+impl PrimaryContext<'_> {
+    /// `cuMemGetInfo_v2`: (free, total) bytes as the driver reports them to this process.
+    pub fn memory_info(&self) -> Result<(u64, u64), CuResult> {
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: valid out pointers of the C type size_t.
+        check(unsafe { (self.api.mem_get_info)(&mut free, &mut total) })?;
+        Ok((free as u64, total as u64))
+    }
+
+    /// `cuMemAlloc_v2` of `bytes` in this context.
+    pub fn alloc(&self, bytes: u64) -> Result<CuDevicePtr, CuResult> {
+        let size = usize::try_from(bytes).map_err(|_| 1)?; // CUDA_ERROR_INVALID_VALUE
+        let mut ptr: CuDevicePtr = 0;
+        // SAFETY: valid out pointer; the size is a plain value.
+        check(unsafe { (self.api.mem_alloc)(&mut ptr, size) })?;
+        Ok(ptr)
+    }
+
+    /// `cuMemFree_v2` of a pointer [`PrimaryContext::alloc`] returned.
+    pub fn free(&self, ptr: CuDevicePtr) -> Result<(), CuResult> {
+        // SAFETY: a device pointer, never dereferenced on the host; a stale one is an error
+        // code, not undefined behaviour, in the driver API.
+        check(unsafe { (self.api.mem_free)(ptr) })
+    }
+
+    /// `cuDevicePrimaryCtxRelease(_v2)`.
+    pub fn release(self) -> Result<(), CuResult> {
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: balances the retain of this context.
+        check(unsafe { (this.api.primary_ctx_release)(this.device) })
+    }
+}
+
+impl Drop for PrimaryContext<'_> {
+    fn drop(&mut self) {
+        // SAFETY: balances the retain; the process is about to report and exit anyway, so a
+        // failure has nobody to tell.
+        unsafe { (self.api.primary_ctx_release)(self.device) };
     }
 }
 

@@ -8,6 +8,7 @@ use crate::cores::cores_per_sm;
 use crate::cuda_error;
 use crate::cuda_version::CudaVersion;
 use crate::driver::LoadError;
+use crate::limits::{LimitsReport, Mode};
 use crate::probe::{Device, ProbeError, Report};
 
 pub const SCHEMA_VERSION: u32 = 1;
@@ -28,6 +29,50 @@ pub struct JsonReport {
     pub checks: Vec<JsonCheck>,
     /// `null` on success of the probe (checks may still fail).
     pub error: Option<JsonError>,
+    /// What `--check-limits` or `--allocate-mib` found; absent without them or when the probe
+    /// failed (added in schema_version 1: older documents never have it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limits: Option<JsonLimits>,
+}
+
+#[derive(Serialize)]
+pub struct JsonLimits {
+    /// The flag, e.g. `--check-limits` or `--allocate-mib 1500`.
+    pub check: String,
+    pub device: i32,
+    /// Each variable read, `null` when unset.
+    pub environment: serde_json::Map<String, serde_json::Value>,
+    /// The device's CUDA_MPS_PINNED_DEVICE_MEM_LIMIT entry (the lowest if several name it).
+    pub mps_pinned_device_mem_limit_bytes: Option<u64>,
+    pub accounted_memory_mib: Option<u64>,
+    pub limit_enforced: Option<bool>,
+    pub active_thread_percentage: Option<f64>,
+    /// The limit `--check-limits` checked.
+    pub limit_bytes: Option<u64>,
+    /// As the device reports it to this process.
+    pub multiprocessors: i32,
+    /// cuMemGetInfo right after creating the context.
+    pub memory_free_bytes: Option<u64>,
+    pub memory_total_bytes: Option<u64>,
+    /// `--allocate-mib` only.
+    pub requested_bytes: Option<u64>,
+    pub hold_seconds: Option<u64>,
+    /// The most allocated at once, and in how many allocations.
+    pub allocated_bytes: u64,
+    pub allocations: u32,
+    /// The first failed allocation.
+    pub refusal: Option<JsonRefusal>,
+    pub passed: bool,
+    pub message: String,
+}
+
+#[derive(Serialize)]
+pub struct JsonRefusal {
+    pub size_bytes: u64,
+    pub allocated_before_bytes: u64,
+    pub code: i32,
+    pub name: Option<String>,
+    pub message: String,
 }
 
 #[derive(Serialize)]
@@ -133,7 +178,11 @@ pub struct JsonError {
     pub detail: String,
 }
 
-pub fn render(probe: &Result<Report, ProbeError>, checks: &[CheckOutcome]) -> JsonReport {
+pub fn render(
+    probe: &Result<Report, ProbeError>,
+    checks: &[CheckOutcome],
+    limits_found: Option<&LimitsReport>,
+) -> JsonReport {
     let passed = probe.is_ok() && checks.iter().all(|c| c.passed);
     let mut report = JsonReport {
         schema_version: SCHEMA_VERSION,
@@ -154,6 +203,7 @@ pub fn render(probe: &Result<Report, ProbeError>, checks: &[CheckOutcome]) -> Js
             })
             .collect(),
         error: None,
+        limits: limits_found.map(limits),
     };
     let driver = |library, version: Option<CudaVersion>| {
         Some(JsonDriver {
@@ -243,6 +293,45 @@ pub fn render(probe: &Result<Report, ProbeError>, checks: &[CheckOutcome]) -> Js
         }
     }
     report
+}
+
+fn limits(l: &LimitsReport) -> JsonLimits {
+    let settings = l.settings.clone().unwrap_or_default();
+    let (requested_bytes, hold_seconds) = match l.mode {
+        Mode::CheckLimits => (None, None),
+        Mode::Allocate { mib, hold_seconds } => (Some(mib << 20), Some(hold_seconds)),
+    };
+    JsonLimits {
+        check: l.mode.flag(),
+        device: l.device,
+        environment: l
+            .environment
+            .values
+            .iter()
+            .map(|(name, value)| (name.to_string(), value.clone().into()))
+            .collect(),
+        mps_pinned_device_mem_limit_bytes: settings.mps_limit_bytes,
+        accounted_memory_mib: settings.accounted_mib,
+        limit_enforced: settings.enforced,
+        active_thread_percentage: settings.active_thread_percentage,
+        limit_bytes: l.limit_bytes,
+        multiprocessors: l.multiprocessors,
+        memory_free_bytes: l.memory_info.map(|(free, _)| free),
+        memory_total_bytes: l.memory_info.map(|(_, total)| total),
+        requested_bytes,
+        hold_seconds,
+        allocated_bytes: l.allocated_bytes,
+        allocations: l.allocations,
+        refusal: l.refusal.as_ref().map(|r| JsonRefusal {
+            size_bytes: r.size_bytes,
+            allocated_before_bytes: r.allocated_before_bytes,
+            code: r.failure.code,
+            name: r.failure.name.clone(),
+            message: r.failure.message.clone(),
+        }),
+        passed: l.passed,
+        message: l.message.clone(),
+    }
 }
 
 fn device(d: &Device) -> JsonDevice {

@@ -1,8 +1,9 @@
 //! `devicequery`: a deviceQuery-compatible CUDA probe that loads the CUDA driver library at run
 //! time (no CUDA runtime, no toolkit at build time), for verification pods on GPU nodes.
 //!
-//! Flow: print the header, [`probe`] the driver, evaluate the [`checks`], render [`text`] or
-//! [`json`]. The verdict is the last stdout line (`Result = PASS`/`FAIL`) and the exit status.
+//! Flow: print the header, [`probe`] the driver, evaluate the [`checks`], run the allocation
+//! check of [`limits`] if one was asked for, render [`text`] or [`json`]. The verdict is the
+//! last stdout line (`Result = PASS`/`FAIL`) and the exit status.
 
 pub mod checks;
 pub mod cli;
@@ -12,6 +13,7 @@ pub mod cuda_version;
 pub mod driver;
 pub mod json;
 pub mod layout;
+pub mod limits;
 pub mod probe;
 pub mod text;
 
@@ -42,20 +44,40 @@ pub fn run(args: Vec<OsString>) -> i32 {
         let _ = out.write_all(text::header(&argv0).as_bytes());
         let _ = out.flush();
     }
-    let probe = probe::probe(cli.device);
-    let checks = match &probe {
+    let (driver, probe) = probe::load_and_probe(cli.probed_device());
+    let mut checks = match &probe {
         Ok(report) => checks::evaluate(&cli.requirements(), report),
         Err(_) => Vec::new(),
     };
-    let passed = probe.is_ok() && checks.iter().all(|c| c.passed);
-    let written = if cli.json {
-        let document = json::render(&probe, &checks);
-        serde_json::to_writer_pretty(&mut out, &document)
-            .map_err(std::io::Error::from)
-            .and_then(|()| out.write_all(b"\n"))
-    } else {
-        out.write_all(text::body(&probe, &checks).as_bytes())
+    let mut written = Ok(());
+    if !cli.json {
+        // The report first: an allocation check that hangs or holds still shows it.
+        written = out
+            .write_all(text::report(&probe).as_bytes())
+            .and_then(|()| out.flush());
+    }
+    let limits = match (cli.mode(), &driver, &probe) {
+        (Some(mode), Some(driver), Ok(report)) => report.devices.first().map(|device| {
+            let environment = limits::Environment::from_process();
+            let mut sink = std::io::sink();
+            let lines: &mut dyn Write = if cli.json { &mut sink } else { &mut out };
+            let found = limits::run(mode, driver, device, &environment, lines);
+            checks.push(found.outcome());
+            found
+        }),
+        _ => None,
     };
+    let passed = probe.is_ok() && checks.iter().all(|c| c.passed);
+    let written = written.and_then(|()| {
+        if cli.json {
+            let document = json::render(&probe, &checks, limits.as_ref());
+            serde_json::to_writer_pretty(&mut out, &document)
+                .map_err(std::io::Error::from)
+                .and_then(|()| out.write_all(b"\n"))
+        } else {
+            out.write_all(text::verdict(&probe, &checks).as_bytes())
+        }
+    });
     let flushed = written.and_then(|()| out.flush());
     match (flushed, passed) {
         (Ok(()), true) => 0,

@@ -149,8 +149,19 @@ pub enum ProbeError {
 
 /// Probes the driver: all devices, or only `only_device`.
 pub fn probe(only_device: Option<u32>) -> Result<Report, ProbeError> {
-    let driver = Driver::load().map_err(ProbeError::Load)?;
-    probe_loaded(&driver, only_device)
+    load_and_probe(only_device).1
+}
+
+/// Like [`probe`], also returning the loaded driver (for the allocation checks that follow
+/// the report); `None` when it could not be loaded.
+pub fn load_and_probe(only_device: Option<u32>) -> (Option<Driver>, Result<Report, ProbeError>) {
+    match Driver::load() {
+        Ok(driver) => {
+            let report = probe_loaded(&driver, only_device);
+            (Some(driver), report)
+        }
+        Err(e) => (None, Err(ProbeError::Load(e))),
+    }
 }
 
 fn probe_loaded(driver: &Driver, only_device: Option<u32>) -> Result<Report, ProbeError> {
@@ -256,7 +267,8 @@ fn probe_loaded(driver: &Driver, only_device: Option<u32>) -> Result<Report, Pro
     })
 }
 
-fn failure(driver: &Driver, call: String, code: i32) -> CallFailure {
+/// A failed call in words: the code's names from devicequery's table, else the driver's.
+pub fn failure(driver: &Driver, call: String, code: i32) -> CallFailure {
     let name = cuda_error::driver_name(code)
         .map(str::to_string)
         .or_else(|| driver.error_name(code));

@@ -20,30 +20,40 @@ pub fn header(argv0: &str) -> String {
     format!("{argv0} Starting...\n\n CUDA Device Query (Runtime API) version (CUDART static linking)\n\n")
 }
 
-/// Everything after the header.
+/// Everything after the header: [`report`], then [`verdict`].
 pub fn body(probe: &Result<Report, ProbeError>, checks: &[CheckOutcome]) -> String {
+    let mut out = report(probe);
+    out.push_str(&verdict(probe, checks));
+    out
+}
+
+/// The deviceQuery report, or deviceQuery's lines for the failure and their explanation.
+pub fn report(probe: &Result<Report, ProbeError>) -> String {
     let mut out = String::new();
     match probe {
-        Ok(report) => {
-            write_report(&mut out, report);
-            let failed: Vec<&CheckOutcome> = checks.iter().filter(|c| !c.passed).collect();
-            for check in &failed {
-                own_line(
-                    &mut out,
-                    &format!("check failed: {}: {}", check.check, check.message),
-                );
-            }
-            out.push_str(if failed.is_empty() {
-                "Result = PASS\n"
-            } else {
-                "Result = FAIL\n"
-            });
-        }
-        Err(error) => {
-            write_failure(&mut out, error);
-            out.push_str("Result = FAIL\n");
+        Ok(report) => write_report(&mut out, report),
+        Err(error) => write_failure(&mut out, error),
+    }
+    out
+}
+
+/// A line for each failed check, then `Result = PASS` or `Result = FAIL`.
+pub fn verdict(probe: &Result<Report, ProbeError>, checks: &[CheckOutcome]) -> String {
+    let mut out = String::new();
+    let failed: Vec<&CheckOutcome> = checks.iter().filter(|c| !c.passed).collect();
+    if probe.is_ok() {
+        for check in &failed {
+            own_line(
+                &mut out,
+                &format!("check failed: {}: {}", check.check, check.message),
+            );
         }
     }
+    out.push_str(if probe.is_ok() && failed.is_empty() {
+        "Result = PASS\n"
+    } else {
+        "Result = FAIL\n"
+    });
     out
 }
 
@@ -52,7 +62,7 @@ fn own_line(out: &mut String, text: &str) {
 }
 
 /// A labelled line: two spaces, the label padded so the value starts at column 50.
-fn row(out: &mut String, label: &str, value: impl std::fmt::Display) {
+pub(crate) fn row(out: &mut String, label: &str, value: impl std::fmt::Display) {
     let _ = writeln!(out, "  {label:<47}{value}");
 }
 

@@ -17,31 +17,66 @@
  *   uuid <32 hex digits>          cuDeviceGetUuid(_v2); unset → CUDA_ERROR_NOT_SUPPORTED
  *   peer <from> <to> <0|1>        cuDeviceCanAccessPeer (default 0)
  *   result <function|all> <code>  make that entry point (or every one) return <code>
+ *   context_overhead <bytes>      device memory a primary context uses (machine-wide, default
+ *                                 0), counted in each process's used memory from its creation
+ *   mps_limits <enforce|ignore>   `ignore`: MPS memory limits and thread percentages have no
+ *                                 effect (a platform where they do not hold; default enforce)
+ *   mps_sm_granularity <n>        multiprocessors an active thread percentage is counted in
+ *                                 (default 2, the SMs of a TPC; see cuDeviceGetAttribute)
+ *
+ * Memory: each process has its own used counter per device (no other process is seen).
+ * cuDevicePrimaryCtxRetain creates the context (used = context_overhead) on first retain; the
+ * last release frees the context's allocations. cuMemAlloc_v2 fails with
+ * CUDA_ERROR_OUT_OF_MEMORY when used + size would exceed the capacity: the device's total_mem,
+ * or under MPS the per-process limit if lower. cuMemGetInfo_v2: total = total_mem, free =
+ * capacity - used.
+ *
+ * MPS (when CUDA_MPS_PIPE_DIRECTORY is set): the process connects once, at its first context
+ * call or MULTIPROCESSOR_COUNT query, to `<pipe>/control` (the fake nvidia-cuda-mps-control,
+ * fakes/mps_control.c); with no daemon listening, context calls fail with
+ * CUDA_ERROR_MPS_CONNECTION_FAILED. When connected, the daemon's defaults are read from
+ * `<pipe>/fake-mps-state` (the last valid `default_device_pinned_mem_limit` line naming the
+ * device by ordinal or `GPU-...` UUID wins). The limit is the lower of that default and the
+ * client's CUDA_MPS_PINNED_DEVICE_MEM_LIMIT entry (`<ordinal|UUID>=<n><K|KB|M|MB|G|GB>`,
+ * binary units as measured on an H100: `1000M` let a process reach 998 MiB); a client's value
+ * only lowers the daemon's (docs.nvidia.com/deploy/mps). Invalid values are ignored. The
+ * active thread percentage is the lower of the daemon default and
+ * CUDA_MPS_ACTIVE_THREAD_PERCENTAGE.
  *
  * Variants (see testkit/build.rs): FAKE_CUDA_LEGACY_10_2 leaves out the symbols a CUDA 10.2
- * driver does not have (cuDeviceGetUuid_v2, CUDA 11.4); FAKE_CUDA_LEGACY_9_0 also leaves out
- * cuDeviceGetUuid (CUDA 9.2); FAKE_CUDA_OMIT_TOTAL_MEM leaves out a symbol devicequery
- * requires; FAKE_CUDA_STUB behaves like the toolkit's stub libcuda.so: every call returns
- * CUDA_ERROR_STUB_LIBRARY and no configuration is read.
+ * driver does not have (cuDevicePrimaryCtxRelease_v2, CUDA 11.0; cuDeviceGetUuid_v2, CUDA 11.4);
+ * FAKE_CUDA_LEGACY_9_0 also leaves out cuDeviceGetUuid (CUDA 9.2); FAKE_CUDA_OMIT_TOTAL_MEM
+ * leaves out a symbol devicequery requires; FAKE_CUDA_STUB behaves like the toolkit's stub
+ * libcuda.so: every call returns CUDA_ERROR_STUB_LIBRARY and no configuration is read.
  */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef int CUdevice;
 typedef struct {
     char bytes[16];
 } CUuuid;
+typedef struct CUctx_st *CUcontext;
+/* 64-bit targets only, where cuda.h makes it unsigned long long. */
+typedef unsigned long long CUdeviceptr;
 
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_INVALID_VALUE 1
+#define CUDA_ERROR_OUT_OF_MEMORY 2
 #define CUDA_ERROR_NOT_INITIALIZED 3
 #define CUDA_ERROR_STUB_LIBRARY 34
 #define CUDA_ERROR_NO_DEVICE 100
 #define CUDA_ERROR_INVALID_DEVICE 101
+#define CUDA_ERROR_INVALID_CONTEXT 201
 #define CUDA_ERROR_NOT_SUPPORTED 801
+#define CUDA_ERROR_MPS_CONNECTION_FAILED 805
 #define CUDA_ERROR_UNKNOWN 999
 
 #define EXPORT __attribute__((visibility("default")))
@@ -64,6 +99,13 @@ STUB_FN(cuDeviceGetUuid(CUuuid *uuid, CUdevice d))
 STUB_FN(cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice d))
 STUB_FN(cuGetErrorName(CUresult error, const char **s))
 STUB_FN(cuGetErrorString(CUresult error, const char **s))
+STUB_FN(cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice d))
+STUB_FN(cuDevicePrimaryCtxRelease(CUdevice d))
+STUB_FN(cuDevicePrimaryCtxRelease_v2(CUdevice d))
+STUB_FN(cuCtxSetCurrent(CUcontext ctx))
+STUB_FN(cuMemAlloc_v2(CUdeviceptr *ptr, size_t bytes))
+STUB_FN(cuMemFree_v2(CUdeviceptr ptr))
+STUB_FN(cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes))
 
 #else
 
@@ -93,6 +135,9 @@ static struct {
         int code;
     } results[MAX_RESULTS];
     int nresults;
+    unsigned long long context_overhead;
+    int mps_ignore;
+    int mps_sm_granularity;
 } cfg;
 
 static void config_error(const char *path, int line, const char *what) {
@@ -124,6 +169,7 @@ static void load_config(void) {
     cfg.loaded = 1;
     cfg.driver_version = 12040;
     cfg.device_count = -1;
+    cfg.mps_sm_granularity = 2;
     const char *path = getenv("EDGEGPU_FAKE_CUDA_CONFIG");
     if (path == NULL || *path == '\0') {
         fprintf(stderr, "fake libcuda: EDGEGPU_FAKE_CUDA_CONFIG is not set\n");
@@ -187,6 +233,18 @@ static void load_config(void) {
             snprintf(cfg.results[cfg.nresults].function, sizeof cfg.results[0].function, "%s", function);
             cfg.results[cfg.nresults].code = code;
             cfg.nresults++;
+        } else if (strcmp(key, "context_overhead") == 0) {
+            long long v = parse_int(path, line, rest);
+            if (v < 0) config_error(path, line, "context_overhead must not be negative");
+            cfg.context_overhead = (unsigned long long)v;
+        } else if (strcmp(key, "mps_limits") == 0) {
+            if (strcmp(rest, "ignore") == 0) cfg.mps_ignore = 1;
+            else if (strcmp(rest, "enforce") == 0) cfg.mps_ignore = 0;
+            else config_error(path, line, "mps_limits needs enforce or ignore");
+        } else if (strcmp(key, "mps_sm_granularity") == 0) {
+            long long v = parse_int(path, line, rest);
+            if (v < 1) config_error(path, line, "mps_sm_granularity must be at least 1");
+            cfg.mps_sm_granularity = (int)v;
         } else {
             config_error(path, line, "unknown directive");
         }
@@ -217,6 +275,177 @@ static int device_count(void) { return cfg.device_count >= 0 ? cfg.device_count 
 static struct fake_device *device(CUdevice d) {
     if (d < 0 || d >= device_count() || d >= cfg.ndev) return NULL;
     return &cfg.dev[d];
+}
+
+/* ---- MPS client --------------------------------------------------------------------------- */
+
+#define NO_LIMIT (~0ULL)
+
+static struct {
+    int resolved;  /* environment and daemon looked at (once per process, like a real client) */
+    int active;    /* CUDA_MPS_PIPE_DIRECTORY is set */
+    int connected; /* a daemon listened on <pipe>/control */
+    double percentage;                     /* effective active thread percentage */
+    unsigned long long limit[MAX_DEVICES]; /* effective pinned memory limit, NO_LIMIT if none */
+} mps;
+
+/* `<n><K|KB|M|MB|G|GB>`, binary units; 0 for anything else (then ignored, like an invalid
+ * default at MPS server start). */
+static int parse_limit(const char *text, unsigned long long *bytes) {
+    const char *p = text;
+    unsigned long long value = 0;
+    if (!isdigit((unsigned char)*p)) return 0;
+    while (isdigit((unsigned char)*p)) {
+        if (value > (NO_LIMIT - 9) / 10) return 0;
+        value = value * 10 + (unsigned long long)(*p++ - '0');
+    }
+    unsigned shift;
+    if (strcmp(p, "K") == 0 || strcmp(p, "KB") == 0) shift = 10;
+    else if (strcmp(p, "M") == 0 || strcmp(p, "MB") == 0) shift = 20;
+    else if (strcmp(p, "G") == 0 || strcmp(p, "GB") == 0) shift = 30;
+    else return 0;
+    if (value > (NO_LIMIT >> shift)) return 0;
+    *bytes = value << shift;
+    return 1;
+}
+
+/* A percentage in (0, 100]; `text` may be the environment's, so it is not modified. */
+static int parse_percentage(const char *text, double *out) {
+    char *end = NULL;
+    double value = strtod(text, &end);
+    if (end == text) return 0;
+    while (isspace((unsigned char)*end)) end++;
+    if (*end != '\0' || !(value > 0.0 && value <= 100.0)) return 0;
+    *out = value;
+    return 1;
+}
+
+/* Whether `id` names device `d`: its ordinal, or its UUID as `GPU-xxxxxxxx-xxxx-...`. */
+static int identifies(const char *id, CUdevice d) {
+    if (isdigit((unsigned char)*id)) {
+        char *end = NULL;
+        long ordinal = strtol(id, &end, 10);
+        return *end == '\0' && ordinal == d;
+    }
+    const struct fake_device *dev = &cfg.dev[d];
+    if (!dev->has_uuid) return 0;
+    const unsigned char *u = dev->uuid;
+    char uuid[48];
+    snprintf(uuid, sizeof uuid, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2],
+             u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+    return strcasecmp(id, uuid) == 0;
+}
+
+static int daemon_listens(const char *pipe) {
+    struct sockaddr_un address = {.sun_family = AF_UNIX};
+    if ((size_t)snprintf(address.sun_path, sizeof address.sun_path, "%s/control", pipe) >= sizeof address.sun_path) return 0;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return 0;
+    int ok = connect(fd, (struct sockaddr *)&address, sizeof address) == 0;
+    close(fd);
+    return ok;
+}
+
+/* The daemon's defaults in force when this client connected (fake-mps-state). */
+static void read_daemon_defaults(const char *pipe, unsigned long long *limit, double *percentage) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/fake-mps-state", pipe);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return;
+    char line[1024];
+    while (fgets(line, sizeof line, f) != NULL) {
+        char key[64], id[256], value[64];
+        int n = sscanf(line, "%63s %255s %63s", key, id, value);
+        if (n == 2 && strcmp(key, "default_active_thread_percentage") == 0) {
+            parse_percentage(id, percentage);
+        } else if (n == 3 && strcmp(key, "default_device_pinned_mem_limit") == 0) {
+            unsigned long long bytes;
+            if (!parse_limit(value, &bytes)) continue;
+            for (int d = 0; d < cfg.ndev; d++)
+                if (identifies(id, d)) limit[d] = bytes; /* the line set last wins */
+        }
+    }
+    fclose(f);
+}
+
+/* The client's CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, lowering `limit` where it names a device. */
+static void apply_client_limits(unsigned long long *limit) {
+    const char *env = getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT");
+    if (env == NULL) return;
+    char copy[4096];
+    snprintf(copy, sizeof copy, "%s", env);
+    for (char *save = NULL, *entry = strtok_r(copy, ",", &save); entry != NULL; entry = strtok_r(NULL, ",", &save)) {
+        char *equals = strchr(entry, '=');
+        unsigned long long bytes;
+        if (equals == NULL) continue;
+        *equals = '\0';
+        if (!parse_limit(trim(equals + 1), &bytes)) continue;
+        for (int d = 0; d < cfg.ndev; d++)
+            if (identifies(trim(entry), d) && bytes < limit[d]) limit[d] = bytes;
+    }
+}
+
+static void mps_resolve(void) {
+    if (mps.resolved) return;
+    mps.resolved = 1;
+    mps.percentage = 100.0;
+    for (int d = 0; d < MAX_DEVICES; d++) mps.limit[d] = NO_LIMIT;
+    const char *pipe = getenv("CUDA_MPS_PIPE_DIRECTORY");
+    if (pipe == NULL || *pipe == '\0') return;
+    mps.active = 1;
+    mps.connected = daemon_listens(pipe);
+    if (cfg.mps_ignore) return;
+    if (mps.connected) read_daemon_defaults(pipe, mps.limit, &mps.percentage);
+    apply_client_limits(mps.limit);
+    const char *pct = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+    double client;
+    if (pct != NULL && parse_percentage(pct, &client) && client < mps.percentage) mps.percentage = client;
+}
+
+/* A context call under MPS needs the daemon. */
+static CUresult mps_connect(void) {
+    mps_resolve();
+    return mps.active && !mps.connected ? CUDA_ERROR_MPS_CONNECTION_FAILED : CUDA_SUCCESS;
+}
+
+/* The multiprocessors an MPS client sees: whole groups of `mps_sm_granularity` SMs (a TPC
+ * holds 2), rounded down, at least one group. Both measurements on a 132-SM H100 fit whole
+ * TPCs: 25 % of 66 TPCs = 16.5 -> 16 TPCs = 32 SMs (measured 32), 10 % -> 6 TPCs = 12
+ * (measured 12); rounding SMs down would give 33 and 13. */
+static int mps_multiprocessors(int count) {
+    mps_resolve();
+    if (!mps.active || cfg.mps_ignore || mps.percentage >= 100.0) return count;
+    int group = cfg.mps_sm_granularity;
+    int kept = (int)((double)(count / group) * mps.percentage / 100.0) * group;
+    if (kept < 1) kept = count < group ? count : group;
+    return kept;
+}
+
+/* ---- Contexts and memory ------------------------------------------------------------------ */
+
+struct CUctx_st {
+    CUdevice device;
+};
+
+static struct CUctx_st primary[MAX_DEVICES];
+static int primary_refs[MAX_DEVICES];
+static unsigned long long used[MAX_DEVICES];
+static __thread CUcontext current;
+
+static struct allocation {
+    CUdeviceptr ptr;
+    unsigned long long size;
+    CUdevice device;
+} *allocations;
+static size_t nallocations, allocations_cap;
+/* Fake device addresses, never dereferenced; 2 MiB apart like the driver's large pages. */
+static CUdeviceptr next_ptr = 0x7f0000000000ULL;
+
+/* What a process may use on device d: its memory, or under MPS the lower limit. */
+static unsigned long long capacity(CUdevice d) {
+    mps_resolve();
+    unsigned long long total = cfg.dev[d].total_mem;
+    return mps.limit[d] < total ? mps.limit[d] : total;
 }
 
 EXPORT CUresult cuInit(unsigned int flags) {
@@ -275,7 +504,8 @@ EXPORT CUresult cuDeviceGetAttribute(int *v, int attrib, CUdevice d) {
     struct fake_device *dev = device(d);
     if (dev == NULL) return CUDA_ERROR_INVALID_DEVICE;
     if (v == NULL || attrib < 0 || attrib >= MAX_ATTRIBUTE || !dev->attr_set[attrib]) return CUDA_ERROR_INVALID_VALUE;
-    *v = dev->attr[attrib];
+    /* CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: an MPS client sees its share. */
+    *v = attrib == 16 ? mps_multiprocessors(dev->attr[attrib]) : dev->attr[attrib];
     return CUDA_SUCCESS;
 }
 
@@ -305,6 +535,109 @@ EXPORT CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice d) { return get_uuid("cuD
 EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice d) { return get_uuid("cuDeviceGetUuid_v2", uuid, d); }
 #endif
 
+EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice d) {
+    ENTER("cuDevicePrimaryCtxRetain");
+    if (device(d) == NULL) return CUDA_ERROR_INVALID_DEVICE;
+    if (ctx == NULL) return CUDA_ERROR_INVALID_VALUE;
+    CUresult connected = mps_connect();
+    if (connected != CUDA_SUCCESS) return connected;
+    if (primary_refs[d] == 0) {
+        /* An MPS limit counts the context's own memory: below it, no context. */
+        if (cfg.context_overhead > capacity(d)) return CUDA_ERROR_OUT_OF_MEMORY;
+        used[d] = cfg.context_overhead;
+        primary[d].device = d;
+    }
+    primary_refs[d]++;
+    *ctx = &primary[d];
+    return CUDA_SUCCESS;
+}
+
+static CUresult primary_release(const char *function, CUdevice d) {
+    ENTER(function);
+    if (device(d) == NULL) return CUDA_ERROR_INVALID_DEVICE;
+    if (primary_refs[d] == 0) return CUDA_ERROR_INVALID_CONTEXT;
+    if (--primary_refs[d] > 0) return CUDA_SUCCESS;
+    /* The context goes, and everything allocated in it. */
+    size_t kept = 0;
+    for (size_t i = 0; i < nallocations; i++)
+        if (allocations[i].device != d) allocations[kept++] = allocations[i];
+    nallocations = kept;
+    used[d] = 0;
+    if (current == &primary[d]) current = NULL;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice d) { return primary_release("cuDevicePrimaryCtxRelease", d); }
+
+/* CUDA 11.0 */
+#if !defined(FAKE_CUDA_LEGACY_10_2) && !defined(FAKE_CUDA_LEGACY_9_0)
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) { return primary_release("cuDevicePrimaryCtxRelease_v2", d); }
+#endif
+
+EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
+    ENTER("cuCtxSetCurrent");
+    if (ctx == NULL) {
+        current = NULL;
+        return CUDA_SUCCESS;
+    }
+    CUresult connected = mps_connect();
+    if (connected != CUDA_SUCCESS) return connected;
+    for (int d = 0; d < MAX_DEVICES; d++) {
+        if (ctx == &primary[d] && primary_refs[d] > 0) {
+            current = ctx;
+            return CUDA_SUCCESS;
+        }
+    }
+    return CUDA_ERROR_INVALID_CONTEXT;
+}
+
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t bytes) {
+    ENTER("cuMemAlloc_v2");
+    if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+    if (ptr == NULL || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+    CUdevice d = current->device;
+    unsigned long long limit = capacity(d);
+    if (bytes > limit || used[d] > limit - bytes) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (nallocations == allocations_cap) {
+        size_t cap = allocations_cap ? 2 * allocations_cap : 64;
+        struct allocation *grown = realloc(allocations, cap * sizeof *grown);
+        if (grown == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+        allocations = grown;
+        allocations_cap = cap;
+    }
+    const unsigned long long page = 2ULL << 20;
+    allocations[nallocations++] = (struct allocation){next_ptr, bytes, d};
+    *ptr = next_ptr;
+    next_ptr += (bytes + page - 1) / page * page;
+    used[d] += bytes;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemFree_v2(CUdeviceptr ptr) {
+    ENTER("cuMemFree_v2");
+    if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+    for (size_t i = 0; i < nallocations; i++) {
+        if (allocations[i].ptr == ptr) {
+            used[allocations[i].device] -= allocations[i].size;
+            allocations[i] = allocations[--nallocations];
+            return CUDA_SUCCESS;
+        }
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes) {
+    ENTER("cuMemGetInfo_v2");
+    if (current == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+    if (free_bytes == NULL || total_bytes == NULL) return CUDA_ERROR_INVALID_VALUE;
+    CUdevice d = current->device;
+    unsigned long long limit = capacity(d);
+    /* Under MPS the total stays the whole GPU; free is what the limit leaves. */
+    *total_bytes = (size_t)cfg.dev[d].total_mem;
+    *free_bytes = (size_t)(limit > used[d] ? limit - used[d] : 0);
+    return CUDA_SUCCESS;
+}
+
 static const struct {
     int code;
     const char *name;
@@ -312,14 +645,17 @@ static const struct {
 } errors[] = {
     {0, "CUDA_SUCCESS", "no error"},
     {1, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {2, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
     {3, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
     {34, "CUDA_ERROR_STUB_LIBRARY", "CUDA driver is a stub library"},
     {46, "CUDA_ERROR_DEVICE_UNAVAILABLE", "CUDA-capable device(s) is/are busy or unavailable"},
     {100, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
     {101, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {201, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
     {304, "CUDA_ERROR_OPERATING_SYSTEM", "OS call failed or operation not supported on this OS"},
     {801, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
     {802, "CUDA_ERROR_SYSTEM_NOT_READY", "system not yet initialized"},
+    {805, "CUDA_ERROR_MPS_CONNECTION_FAILED", "MPS client failed to connect to the MPS control daemon or the MPS server"},
     {999, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
 

@@ -1,5 +1,6 @@
 //! Configuring the fake CUDA driver (`fakes/cuda.c`) for one test: which devices it reports,
-//! their attributes, the driver version, peer access and forced error codes.
+//! their attributes, the driver version, peer access, forced error codes, the memory a context
+//! uses and whether MPS limits hold (the MPS defaults come from the fake daemon, [`crate::mps`]).
 //!
 //! The fake reads a small text file named by [`CONFIG_ENV`]; [`FakeCuda::write`] produces it and
 //! [`FakeCuda::configure`] points a child process at it and at the library variant.
@@ -120,6 +121,12 @@ pub struct FakeCuda {
     pub peers: Vec<(usize, usize)>,
     /// (entry point or `all`, CUresult code) forced failures.
     pub results: Vec<(String, i32)>,
+    /// Device memory each primary context uses (default 0); an MPS limit counts it.
+    pub context_overhead: Option<u64>,
+    /// MPS limits and thread percentages have no effect (a platform where they do not hold).
+    pub ignore_mps_limits: bool,
+    /// Multiprocessors an MPS thread percentage is counted in (the fake's default: 2, a TPC).
+    pub mps_sm_granularity: Option<u32>,
 }
 
 impl FakeCuda {
@@ -130,6 +137,9 @@ impl FakeCuda {
             devices: Vec::new(),
             peers: Vec::new(),
             results: Vec::new(),
+            context_overhead: None,
+            ignore_mps_limits: false,
+            mps_sm_granularity: None,
         }
     }
 
@@ -154,6 +164,26 @@ impl FakeCuda {
         self
     }
 
+    /// Device memory a primary context uses, counted in each process's used memory (an MPS
+    /// client's limit includes it: measured ~514 MiB on a 132-SM H100 at 100 % threads).
+    pub fn context_overhead(mut self, bytes: u64) -> Self {
+        self.context_overhead = Some(bytes);
+        self
+    }
+
+    /// MPS memory limits and thread percentages are not enforced: the negative control for
+    /// `devicequery --check-limits`.
+    pub fn ignore_mps_limits(mut self) -> Self {
+        self.ignore_mps_limits = true;
+        self
+    }
+
+    /// Multiprocessors an MPS active thread percentage is counted in (1: plain rounding down).
+    pub fn mps_sm_granularity(mut self, multiprocessors: u32) -> Self {
+        self.mps_sm_granularity = Some(multiprocessors);
+        self
+    }
+
     /// The configuration file text the fake library parses.
     pub fn render(&self) -> String {
         let mut lines = vec![format!("driver_version {}", self.driver_version)];
@@ -162,6 +192,15 @@ impl FakeCuda {
         }
         for (function, code) in &self.results {
             lines.push(format!("result {function} {code}"));
+        }
+        if let Some(bytes) = self.context_overhead {
+            lines.push(format!("context_overhead {bytes}"));
+        }
+        if self.ignore_mps_limits {
+            lines.push("mps_limits ignore".to_string());
+        }
+        if let Some(n) = self.mps_sm_granularity {
+            lines.push(format!("mps_sm_granularity {n}"));
         }
         for device in &self.devices {
             lines.push(format!(

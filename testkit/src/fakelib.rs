@@ -1,4 +1,5 @@
-//! Where the fake NVIDIA driver libraries built by `build.rs` live.
+//! Where the fake NVIDIA driver libraries (and the fake `nvidia-cuda-mps-control`, in
+//! `mps-control/`) built by `build.rs` live.
 
 use std::path::PathBuf;
 

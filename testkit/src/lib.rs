@@ -7,6 +7,7 @@ pub mod fakelib;
 pub mod host;
 pub mod kubelet;
 pub mod l4t;
+pub mod mps;
 pub mod nodehost;
 pub mod pod_resources;
 pub mod process;

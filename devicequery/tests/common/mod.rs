@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::process::{Command, Output};
 
 use edgegpu_testkit::cuda::{attr, variant, FakeCuda, FakeCudaDevice};
 use edgegpu_testkit::process::binary_command;
@@ -200,7 +200,7 @@ pub struct Run {
 }
 
 impl Run {
-    fn from(output: Output) -> Run {
+    pub fn from(output: Output) -> Run {
         Run {
             status: output.status.code().unwrap_or(-1),
             stdout: String::from_utf8(output.stdout).expect("stdout is UTF-8"),
@@ -213,12 +213,48 @@ impl Run {
     }
 }
 
+/// The variables a shared GPU's container gets (read by `--check-limits`): never inherited
+/// from the test's own environment.
+pub const LIMIT_VARIABLES: [&str; 5] = [
+    "CUDA_MPS_PIPE_DIRECTORY",
+    "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+    "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+    "EDGEGPU_GPU_MEMORY_LIMIT_MIB",
+    "EDGEGPU_GPU_MEMORY_LIMIT_ENFORCED",
+];
+
+/// The command that runs the real binary with the fake driver `variant` configured as `fake`
+/// (its configuration written into `dir`) and `env` set.
+pub fn command(
+    fake: &FakeCuda,
+    library_variant: &str,
+    dir: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Command {
+    let mut cmd = binary_command(BIN);
+    fake.configure(&mut cmd, library_variant, dir);
+    for name in LIMIT_VARIABLES {
+        cmd.env_remove(name);
+    }
+    cmd.envs(env.iter().copied()).args(args);
+    cmd
+}
+
 /// Runs the real binary with the fake driver `variant` configured as `fake`.
 pub fn run_with(fake: &FakeCuda, library_variant: &str, args: &[&str]) -> Run {
+    run_with_env(fake, library_variant, args, &[])
+}
+
+/// [`run_with`] with `env` set (e.g. the variables of [`LIMIT_VARIABLES`]).
+pub fn run_with_env(
+    fake: &FakeCuda,
+    library_variant: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Run {
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = binary_command(BIN);
-    fake.configure(&mut cmd, library_variant, dir.path());
-    cmd.args(args);
+    let mut cmd = command(fake, library_variant, dir.path(), args, env);
     Run::from(cmd.output().expect("devicequery starts"))
 }
 
