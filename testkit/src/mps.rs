@@ -61,6 +61,26 @@ impl FakeHost {
             .unwrap_or_else(|e| panic!("copy the fake MPS control to {}: {e}", target.display()));
         target
     }
+
+    /// Installs the fake at `host_path` so that a program under test can exec it: the binary
+    /// itself, or, where the tests run under an emulator ([`crate::process::RUNNER_ENV`]), a
+    /// `/bin/sh` script running it through the emulator (the kernel cannot exec a foreign
+    /// binary without binfmt_misc). For programs that do not chroot into this root.
+    pub fn install_mps_control_runnable(&self, host_path: &str) -> PathBuf {
+        let runner = std::env::var(crate::process::RUNNER_ENV).unwrap_or_default();
+        if runner.trim().is_empty() {
+            return self.install_mps_control(host_path);
+        }
+        let target = self.path(host_path);
+        std::fs::create_dir_all(target.parent().expect("an absolute host path"))
+            .expect("create the binary's directory");
+        let script = format!("#!/bin/sh\nexec {runner} '{}' \"$@\"\n", binary().display());
+        std::fs::write(&target, script).expect("write the wrapper");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755))
+            .expect("make the wrapper executable");
+        target
+    }
 }
 
 /// The commands the daemon of `pipe_dir` received so far, in order.

@@ -6,58 +6,12 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+pub use edgegpu_testkit::cuda::devices::jetson;
+use edgegpu_testkit::cuda::devices::{ampere_textures, capability, common, pci};
 use edgegpu_testkit::cuda::{attr, variant, FakeCuda, FakeCudaDevice};
 use edgegpu_testkit::process::binary_command;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_devicequery");
-
-/// Attributes every CUDA device of the last decade reports identically.
-fn common(d: FakeCudaDevice) -> FakeCudaDevice {
-    d.attr(attr::MAX_THREADS_PER_BLOCK, 1024)
-        .attr(attr::MAX_BLOCK_DIM_X, 1024)
-        .attr(attr::MAX_BLOCK_DIM_Y, 1024)
-        .attr(attr::MAX_BLOCK_DIM_Z, 64)
-        .attr(attr::MAX_GRID_DIM_X, 2147483647)
-        .attr(attr::MAX_GRID_DIM_Y, 65535)
-        .attr(attr::MAX_GRID_DIM_Z, 65535)
-        .attr(attr::MAX_SHARED_MEMORY_PER_BLOCK, 49152)
-        .attr(attr::TOTAL_CONSTANT_MEMORY, 65536)
-        .attr(attr::WARP_SIZE, 32)
-        .attr(attr::MAX_PITCH, 2147483647)
-        .attr(attr::TEXTURE_ALIGNMENT, 512)
-        .attr(attr::GPU_OVERLAP, 1)
-        .attr(attr::CAN_MAP_HOST_MEMORY, 1)
-        .attr(attr::COMPUTE_MODE, 0)
-        .attr(attr::SURFACE_ALIGNMENT, 512)
-        .attr(attr::UNIFIED_ADDRESSING, 1)
-        .attr(attr::MANAGED_MEMORY, 1)
-}
-
-/// Texture limits of Ampere and newer.
-fn ampere_textures(d: FakeCudaDevice) -> FakeCudaDevice {
-    d.attr(attr::MAXIMUM_TEXTURE1D_WIDTH, 131072)
-        .attr(attr::MAXIMUM_TEXTURE2D_WIDTH, 131072)
-        .attr(attr::MAXIMUM_TEXTURE2D_HEIGHT, 65536)
-        .attr(attr::MAXIMUM_TEXTURE3D_WIDTH, 16384)
-        .attr(attr::MAXIMUM_TEXTURE3D_HEIGHT, 16384)
-        .attr(attr::MAXIMUM_TEXTURE3D_DEPTH, 16384)
-        .attr(attr::MAXIMUM_TEXTURE1D_LAYERED_WIDTH, 32768)
-        .attr(attr::MAXIMUM_TEXTURE1D_LAYERED_LAYERS, 2048)
-        .attr(attr::MAXIMUM_TEXTURE2D_LAYERED_WIDTH, 32768)
-        .attr(attr::MAXIMUM_TEXTURE2D_LAYERED_HEIGHT, 32768)
-        .attr(attr::MAXIMUM_TEXTURE2D_LAYERED_LAYERS, 2048)
-}
-
-fn capability(d: FakeCudaDevice, major: i32, minor: i32) -> FakeCudaDevice {
-    d.attr(attr::COMPUTE_CAPABILITY_MAJOR, major)
-        .attr(attr::COMPUTE_CAPABILITY_MINOR, minor)
-}
-
-fn pci(d: FakeCudaDevice, domain: i32, bus: i32, device: i32) -> FakeCudaDevice {
-    d.attr(attr::PCI_DOMAIN_ID, domain)
-        .attr(attr::PCI_BUS_ID, bus)
-        .attr(attr::PCI_DEVICE_ID, device)
-}
 
 /// Jetson Nano 4 GB as JetPack 4.2.1 reports it (values of the published deviceQuery output).
 pub fn nano() -> FakeCudaDevice {
@@ -94,28 +48,6 @@ pub fn nano() -> FakeCudaDevice {
 /// Orin NX 16 GB as JetPack 5 reports it (values of the published deviceQuery output).
 pub fn orin_nx() -> FakeCudaDevice {
     jetson("Orin", 8, 7)
-}
-
-/// A Jetson integrated GPU named `name` with compute capability `major.minor` and the rest of
-/// Orin NX's attributes (the generation-independent part of a report).
-pub fn jetson(name: &str, major: i32, minor: i32) -> FakeCudaDevice {
-    let d = ampere_textures(common(FakeCudaDevice::new(name, 16136011776)));
-    let d = pci(capability(d, major, minor), 0, 0, 0);
-    d.attr(attr::MULTIPROCESSOR_COUNT, 8)
-        .attr(attr::CLOCK_RATE, 918000)
-        .attr(attr::MEMORY_CLOCK_RATE, 918000)
-        .attr(attr::GLOBAL_MEMORY_BUS_WIDTH, 64)
-        .attr(attr::L2_CACHE_SIZE, 2097152)
-        .attr(attr::MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, 167936)
-        .attr(attr::MAX_REGISTERS_PER_BLOCK, 65536)
-        .attr(attr::MAX_THREADS_PER_MULTIPROCESSOR, 1536)
-        .attr(attr::ASYNC_ENGINE_COUNT, 2)
-        .attr(attr::KERNEL_EXEC_TIMEOUT, 0)
-        .attr(attr::INTEGRATED, 1)
-        .attr(attr::ECC_ENABLED, 0)
-        .attr(attr::COMPUTE_PREEMPTION_SUPPORTED, 1)
-        .attr(attr::COOPERATIVE_LAUNCH, 1)
-        .attr(attr::COOPERATIVE_MULTI_DEVICE_LAUNCH, 1)
 }
 
 pub const H100_UUID: [u8; 16] = [

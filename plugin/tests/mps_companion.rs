@@ -1,0 +1,416 @@
+//! The MPS companion end to end: the real `edgegpu-device-plugin mps-control-daemon` binary
+//! runs the fake `nvidia-cuda-mps-control` (a test double at the OS boundary that records the
+//! commands it gets) for the daemons the plugin asks for; the plugin serves through the fake
+//! kubelet; and devicequery, against the fake libcuda that honours the daemon's defaults and the
+//! container's MPS variables, checks the limits a container got.
+
+mod gpu_common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use edgegpu_kubelet_api::v1beta1::{ContainerAllocateRequest, HEALTHY, UNHEALTHY};
+use edgegpu_plugin::mps::plan::{DaemonSettings, DeviceLimit};
+use edgegpu_plugin::mps::status::{self, Desired, State};
+use edgegpu_plugin::resource::Resource;
+use edgegpu_testkit::cuda::{devices, variant, FakeCuda};
+use edgegpu_testkit::host::{Board, FakeHost};
+use edgegpu_testkit::mps;
+use edgegpu_testkit::process::{binary_command, terminate};
+use gpu_common::{config_file, Plugin, WAIT};
+
+const BIN: &str = env!("CARGO_BIN_EXE_edgegpu-device-plugin");
+const GPU: &str = "nvidia.com/gpu";
+
+/// The companion, as a test runs it: no chroot (the fake root has no libc), no private
+/// `/dev/shm` (needs CAP_SYS_ADMIN); both are covered by `isolate_chroots_and_covers_dev_shm`.
+struct Companion {
+    child: Child,
+    mps_root: PathBuf,
+}
+
+impl Companion {
+    fn start(host: &FakeHost, mps_root: &Path) -> Companion {
+        let child = binary_command(BIN)
+            .arg("mps-control-daemon")
+            .arg("--root")
+            .arg(host.root())
+            .arg("--chroot=false")
+            .arg("--mps-private-shm=false")
+            .arg("--mps-root")
+            .arg(mps_root)
+            .env("EDGEGPU_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the companion");
+        Companion {
+            child,
+            mps_root: mps_root.to_path_buf(),
+        }
+    }
+
+    fn pipe(&self, resource: &str) -> PathBuf {
+        self.mps_root.join(resource).join("pipe")
+    }
+
+    fn status(&self, resource: &str) -> Option<status::Status> {
+        status::read(&self.mps_root.join(resource).join("status.json")).unwrap()
+    }
+
+    /// Waits until `resource`'s status satisfies `pred`.
+    fn wait_status(
+        &self,
+        resource: &str,
+        what: &str,
+        pred: impl Fn(&status::Status) -> bool,
+    ) -> status::Status {
+        let t0 = Instant::now();
+        loop {
+            if let Some(s) = self.status(resource).filter(|s| pred(s)) {
+                return s;
+            }
+            assert!(
+                t0.elapsed() < WAIT,
+                "{what}: status {:?}",
+                self.status(resource)
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// SIGTERM; returns the exit status.
+    fn stop(mut self) -> std::process::ExitStatus {
+        terminate(self.child.id());
+        self.child.wait().unwrap()
+    }
+}
+
+impl Drop for Companion {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// devicequery, built by the same `cargo test --workspace` run next to this test binary.
+fn devicequery() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let path = exe.parent()?.parent()?.join("devicequery");
+    if path.is_file() {
+        return Some(path);
+    }
+    assert!(
+        std::env::var_os("EDGEGPU_REQUIRE_REAL_TOOLS").is_none(),
+        "devicequery not built next to {} (cargo test --workspace builds it)",
+        exe.display()
+    );
+    eprintln!(
+        "skipping the devicequery half: {} not built",
+        path.display()
+    );
+    None
+}
+
+/// Runs devicequery `args` as a container with `env` would, the fake libcuda describing an
+/// Orin.
+fn run_devicequery(
+    dq: &Path,
+    env: &std::collections::HashMap<String, String>,
+    args: &[&str],
+) -> (i32, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeCuda::new(12060).device(devices::jetson("Orin", 8, 7));
+    let mut cmd = binary_command(dq);
+    fake.configure(&mut cmd, variant::CURRENT, dir.path());
+    cmd.envs(env).args(args);
+    let out = cmd.output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+fn mps_config(pct: u32, limit: &str) -> (tempfile::NamedTempFile, String) {
+    config_file(&format!(
+        "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n      activeThreadPercentage: {pct}\n      pinnedDeviceMemoryLimit: {limit}\n"
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_companion_runs_the_daemon_the_plugin_asks_for_and_the_limits_hold() {
+    let host = FakeHost::jetson(Board::Orin);
+    host.install_mps_control_runnable(mps::HOST_PATH);
+    let root = tempfile::tempdir().unwrap();
+    let companion = Companion::start(&host, root.path());
+    let (_config, config) = mps_config(30, "2Gi");
+    let root_flag = format!("--mps-root={}", root.path().display());
+    let plugin = Plugin::start(host.root(), &["--discovery=tegra", &config, &root_flag]).await;
+    plugin
+        .wait_devices("healthy once the daemon is ready", |d| {
+            d.len() == 4 && d.iter().all(|x| x.health == HEALTHY)
+        })
+        .await;
+
+    // The daemon got the plugin's limits, by ordinal (a Jetson GPU has no UUID without NVML),
+    // and was checked back.
+    let commands = mps::commands(&companion.pipe(GPU));
+    let sets: Vec<&str> = commands
+        .iter()
+        .map(String::as_str)
+        .filter(|c| c.starts_with("set_"))
+        .collect();
+    assert_eq!(
+        sets,
+        [
+            "set_default_device_pinned_mem_limit 0 2048M",
+            "set_default_active_thread_percentage 30"
+        ]
+    );
+    assert!(commands.contains(&"get_default_device_pinned_mem_limit 0".to_string()));
+    let state = mps::state(&companion.pipe(GPU));
+    assert_eq!(state.pinned_mem_limit("0"), Some("2048M"));
+    let ready = companion.status(GPU).unwrap();
+    assert_eq!(ready.state, State::Ready);
+    assert_eq!(ready.settings.active_thread_percentage, Some(30));
+
+    // A container's environment from Allocate, run against the fake driver.
+    let (_, r) = plugin.kubelet.admit(GPU, 1).await.unwrap();
+    assert_eq!(r.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=2048M");
+    if let Some(dq) = devicequery() {
+        let (status, out) = run_devicequery(&dq, &r.envs, &["--check-limits"]);
+        assert_eq!(status, 0, "{out}");
+        assert!(out.ends_with("Result = PASS\n"), "{out}");
+        let (status, out) = run_devicequery(&dq, &r.envs, &["--allocate-mib", "3000"]);
+        assert_eq!(status, 1, "{out}");
+        assert!(out.contains("CUDA_ERROR_OUT_OF_MEMORY"), "{out}");
+        // A pod raising its own variable stays under the daemon's cap.
+        let mut lifted = r.envs.clone();
+        lifted.insert("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".into(), "0=65536M".into());
+        let (status, out) = run_devicequery(&dq, &lifted, &["--allocate-mib", "3000"]);
+        assert_eq!(status, 1, "{out}");
+    }
+
+    // SIGTERM: the daemon is told to quit and the status goes.
+    let pipe = companion.pipe(GPU);
+    let status_file = root.path().join(GPU).join("status.json");
+    assert!(companion.stop().success());
+    assert!(
+        mps::commands(&pipe).last().is_some_and(|c| c == "quit"),
+        "{:?}",
+        mps::commands(&pipe)
+    );
+    assert!(!mps::listening(&pipe));
+    assert!(!status_file.exists());
+    plugin
+        .wait_devices("unhealthy without a daemon", |d| {
+            d.iter().all(|x| x.health == UNHEALTHY)
+        })
+        .await;
+    plugin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_daemon_is_restarted_and_its_devices_recover() {
+    let host = FakeHost::jetson(Board::Orin);
+    host.install_mps_control_runnable(mps::HOST_PATH);
+    let root = tempfile::tempdir().unwrap();
+    let companion = Companion::start(&host, root.path());
+    let (_config, config) = mps_config(25, "1Gi");
+    let root_flag = format!("--mps-root={}", root.path().display());
+    let plugin = Plugin::start(host.root(), &["--discovery=tegra", &config, &root_flag]).await;
+    plugin
+        .wait_devices("healthy", |d| d.iter().all(|x| x.health == HEALTHY))
+        .await;
+    let first = companion.status(GPU).unwrap().pid.expect("pid");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(first as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    plugin
+        .wait_devices("unhealthy while the daemon is down", |d| {
+            d.iter().all(|x| x.health == UNHEALTHY)
+        })
+        .await;
+    let again = companion.wait_status(GPU, "restarted", |s| {
+        s.state == State::Ready && s.pid.is_some_and(|p| p != first)
+    });
+    assert_eq!(again.restarts, 1);
+    plugin
+        .wait_devices("healthy again", |d| d.iter().all(|x| x.health == HEALTHY))
+        .await;
+    // The new daemon got the limits again.
+    assert_eq!(
+        mps::state(&companion.pipe(GPU)).pinned_mem_limit("0"),
+        Some("1024M")
+    );
+    plugin.stop().await;
+    assert!(companion.stop().success());
+}
+
+#[test]
+fn new_settings_replace_the_daemon_and_removed_ones_stop_it() {
+    let host = FakeHost::jetson(Board::Orin);
+    host.install_mps_control_runnable(mps::HOST_PATH);
+    let root = tempfile::tempdir().unwrap();
+    let companion = Companion::start(&host, root.path());
+    let settings = |pct: u32| DaemonSettings {
+        resource: GPU.into(),
+        active_thread_percentage: Some(pct),
+        pinned_memory_limits: vec![DeviceLimit {
+            ordinal: 0,
+            uuid: Some("GPU-8225d642-a9b1-8191-0d08-79221b703a12".into()),
+            mib: 4096,
+        }],
+    };
+    let want = |pct: u32| {
+        status::write_desired(
+            root.path(),
+            &Desired {
+                daemons: vec![settings(pct)],
+            },
+        )
+        .unwrap();
+    };
+    want(50);
+    let first = companion.wait_status(GPU, "ready at 50 %", |s| {
+        s.state == State::Ready && s.settings == settings(50)
+    });
+    // By ordinal and then by UUID: both name the GPU.
+    let state = mps::state(&companion.pipe(GPU));
+    assert_eq!(state.pinned_mem_limit("0"), Some("4096M"));
+    assert_eq!(
+        state.pinned_mem_limit("GPU-8225d642-a9b1-8191-0d08-79221b703a12"),
+        Some("4096M")
+    );
+    want(20);
+    let second = companion.wait_status(GPU, "ready at 20 %", |s| {
+        s.state == State::Ready && s.settings == settings(20)
+    });
+    assert_ne!(
+        first.pid, second.pid,
+        "a new daemon: MPS applies defaults to new servers only"
+    );
+    let commands = mps::commands(&companion.pipe(GPU));
+    assert!(commands.contains(&"quit".to_string()), "{commands:?}");
+    assert_eq!(
+        commands.last().map(String::as_str),
+        Some("get_default_active_thread_percentage")
+    );
+    // Nothing wanted any more: the daemon quits and its status goes.
+    status::write_desired(root.path(), &Desired::default()).unwrap();
+    let t0 = Instant::now();
+    while companion.status(GPU).is_some() || mps::listening(&companion.pipe(GPU)) {
+        assert!(t0.elapsed() < WAIT, "the daemon was not stopped");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(companion.stop().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_without_the_binary_is_refused_with_the_reason() {
+    let host = FakeHost::jetson(Board::Orin);
+    let root = tempfile::tempdir().unwrap();
+    let companion = Companion::start(&host, root.path());
+    let (_config, config) = mps_config(25, "1Gi");
+    let root_flag = format!("--mps-root={}", root.path().display());
+    let plugin = Plugin::start(host.root(), &["--discovery=tegra", &config, &root_flag]).await;
+    let refused = companion.wait_status(GPU, "refused", |s| s.state == State::Refused);
+    assert!(
+        refused
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("has no nvidia-cuda-mps-control")),
+        "{refused:?}"
+    );
+    // The kubelet would not even ask (no healthy device); the plugin says why if asked.
+    let err = plugin
+        .resource
+        .allocate(&ContainerAllocateRequest {
+            devices_ids: vec!["tegra::0".into()],
+        })
+        .unwrap_err();
+    assert!(
+        err.message().contains("MPS cannot run on this host")
+            && err.message().contains("tegra-cuda-utils"),
+        "{}",
+        err.message()
+    );
+    plugin.stop().await;
+    assert!(companion.stop().success());
+}
+
+/// In a container the companion chroots into the host and covers `/dev/shm` with
+/// `<mps-root>/shm` in its own mount namespace; needs root, and the static fake inside the
+/// root (no emulator there).
+#[test]
+fn isolate_chroots_and_covers_dev_shm() {
+    if !nix::unistd::Uid::effective().is_root()
+        || std::env::var_os(edgegpu_testkit::process::RUNNER_ENV).is_some()
+    {
+        eprintln!("skipped: needs root and a native run (chroot, mount namespace)");
+        return;
+    }
+    let host = FakeHost::jetson(Board::Orin);
+    host.install_mps_control(mps::HOST_PATH);
+    host.mkdir("/dev/shm");
+    // What the daemon's standard input is opened from (a character device on a real host).
+    host.write("/dev/null", "");
+    host.write("/dev/shm/host-segment", "the host's shared memory");
+    let mps_root = "/run/edgegpu/mps";
+    let host_root = host.path(mps_root);
+    let mut child = binary_command(BIN)
+        .arg("mps-control-daemon")
+        .arg("--root")
+        .arg(host.root())
+        .arg("--mps-root")
+        .arg(mps_root)
+        .env("EDGEGPU_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    status::write_desired(
+        &host_root,
+        &Desired {
+            daemons: vec![DaemonSettings {
+                resource: GPU.into(),
+                active_thread_percentage: Some(50),
+                pinned_memory_limits: vec![],
+            }],
+        },
+    )
+    .unwrap();
+    let status_file = host_root.join(GPU).join("status.json");
+    let t0 = Instant::now();
+    let ready = loop {
+        if let Some(s) = status::read(&status_file)
+            .unwrap()
+            .filter(|s| s.state == State::Ready)
+        {
+            break s;
+        }
+        assert!(
+            t0.elapsed() < WAIT,
+            "not ready: {:?}",
+            status::read(&status_file)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    // The daemon's /dev/shm is <mps-root>/shm: the host's segment is not there.
+    let pid = ready.pid.unwrap();
+    let dev_shm = PathBuf::from(format!("/proc/{pid}/root/dev/shm"));
+    assert!(dev_shm.is_dir());
+    assert!(!dev_shm.join("host-segment").exists());
+    std::fs::write(host_root.join("shm/probe"), "x").unwrap();
+    assert!(
+        dev_shm.join("probe").exists(),
+        "the daemon sees <mps-root>/shm as /dev/shm"
+    );
+    // Paths inside are host paths: the pipe directory is the chroot's.
+    assert!(mps::listening(&host_root.join(GPU).join("pipe")));
+    terminate(child.id());
+    assert!(child.wait().unwrap().success());
+}
