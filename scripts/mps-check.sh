@@ -50,7 +50,7 @@ EXTRA_ENV=()
 allocate() {
     local name=$1 config=$2 count=$3 size=$4
     local t0=$(date +%s.%N)
-    "$ALLOC" --count "$count" --size "$size" --out "$OUT/$name" --wait 60 -- \
+    "$ALLOC" --count "$count" --size "$size" --out "$OUT/$name" --wait ${ALLOCATE_WAIT:-60} -- \
         --config "$config" --mps-root="$MPS" >"$OUT/$name.alloc.txt" 2>"$OUT/$name.plugin.log"
     local rc=$?
     local t1=$(date +%s.%N)
