@@ -24,8 +24,12 @@
  *   set_default_device_pinned_mem_limit <dev> <value>   no answer; not validated (the value
  *                                                is stored verbatim, last set wins per <dev>)
  *   get_default_device_pinned_mem_limit <dev>    the value set for exactly that identifier (no
- *                                                UUID <-> ordinal translation), or `No default
- *                                                pinned memory limit set for the device!`
+ *                                                UUID <-> ordinal translation), in the largest
+ *                                                unit that keeps it whole, as the real daemon
+ *                                                answers (measured, driver 580.159.04: `4096M`
+ *                                                -> `4G`, `80896M` -> `79G`, `1000M` stays), or
+ *                                                `No default pinned memory limit set for the
+ *                                                device!`
  *   get_server_list                              empty (the fake starts no MPS server)
  *   quit                                         no answer; removes socket and pid file, exit 0
  *   anything else                                an error line (UI client exits 1)
@@ -214,6 +218,33 @@ static void set_limit(const char *device, const char *value) {
 }
 
 /* Handles one command; writes the answer into `answer`; returns 0 (ok), 1 (error) or 2 (quit). */
+
+/* The real daemon's answer for a limit: the value in the largest of M, G, T that keeps it a
+ * whole number (`4096M` -> `4G`); anything it cannot read is echoed as set. */
+static void normalized_limit(const char *value, char *answer, size_t size) {
+    char *end = NULL;
+    unsigned long long n = strtoull(value, &end, 10);
+    unsigned long long mib;
+    if (end == value) {
+        snprintf(answer, size, "%s\n", value);
+        return;
+    }
+    if (strcmp(end, "M") == 0 || strcmp(end, "MB") == 0)
+        mib = n;
+    else if (strcmp(end, "G") == 0 || strcmp(end, "GB") == 0)
+        mib = n * 1024;
+    else {
+        snprintf(answer, size, "%s\n", value);
+        return;
+    }
+    if (mib != 0 && mib % (1024ULL * 1024) == 0)
+        snprintf(answer, size, "%lluT\n", mib / (1024ULL * 1024));
+    else if (mib != 0 && mib % 1024 == 0)
+        snprintf(answer, size, "%lluG\n", mib / 1024);
+    else
+        snprintf(answer, size, "%lluM\n", mib);
+}
+
 static int handle(char *command, char *answer, size_t size) {
     answer[0] = '\0';
     if (access(refuse_path, F_OK) == 0) {
@@ -267,7 +298,7 @@ static int handle(char *command, char *answer, size_t size) {
         EXPECT(1, "<device>");
         for (int i = daemon_state.nlimits - 1; i >= 0; i--) {
             if (strcmp(daemon_state.limits[i].device, words[1]) == 0) {
-                snprintf(answer, size, "%s\n", daemon_state.limits[i].value);
+                normalized_limit(daemon_state.limits[i].value, answer, size);
                 return 0;
             }
         }

@@ -44,10 +44,11 @@ fn commands_sent_through_the_ui_mode_are_answered_and_recorded() {
     let output = daemon.control(&sent);
     assert_eq!(output.status, 0, "{output:?}");
     // The set limit has no answer, get_server_list an empty one; the UUID was never set (no
-    // translation from the ordinal).
+    // translation from the ordinal). A limit is answered in the largest whole unit, as an
+    // H100's daemon (driver 580.159.04) answered `4G` for `4096M` and `79G` for `80896M`.
     assert_eq!(
         output.stdout,
-        "100.0\n25.0\n2048M\nNo default pinned memory limit set for the device!\n"
+        "100.0\n25.0\n2G\nNo default pinned memory limit set for the device!\n"
     );
     assert_eq!(daemon.commands(), sent);
     assert_eq!(
@@ -84,6 +85,16 @@ fn the_state_keeps_the_last_limit_per_identifier_in_the_order_set() {
     assert_eq!(
         daemon.send(&["get_default_device_pinned_mem_limit 0"]),
         "500M\n"
+    );
+    daemon.set_pinned_mem_limit("0", "80896M");
+    assert_eq!(
+        daemon.send(&["get_default_device_pinned_mem_limit 0"]),
+        "79G\n"
+    );
+    daemon.set_pinned_mem_limit("0", "1000M");
+    assert_eq!(
+        daemon.send(&["get_default_device_pinned_mem_limit 0"]),
+        "1000M\n"
     );
     // Not validated, like NVIDIA's: the value is kept verbatim.
     daemon.set_pinned_mem_limit("1", "lots");

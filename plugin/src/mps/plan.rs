@@ -81,23 +81,68 @@ impl DaemonSettings {
     }
 
     /// What the daemon must answer to `get_default_*` once the settings are applied:
-    /// (query command, expected answer).
-    pub fn readback(&self) -> Vec<(String, String)> {
+    /// (query command, expected value).
+    pub fn readback(&self) -> Vec<(String, Readback)> {
         let mut out = Vec::new();
         for l in &self.pinned_memory_limits {
             out.push((
                 format!("get_default_device_pinned_mem_limit {}", l.ordinal),
-                format!("{}M", l.mib),
+                Readback::MemoryMib(l.mib),
             ));
         }
         if let Some(pct) = self.active_thread_percentage {
             out.push((
                 "get_default_active_thread_percentage".into(),
-                format!("{pct}.0"),
+                Readback::Percentage(pct),
             ));
         }
         out
     }
+}
+
+/// A value read back from the daemon, compared by value: the daemon answers a limit in the
+/// largest unit that keeps it whole (`4096M` set, `4G` answered; `1000M` stays) and a
+/// percentage with a decimal (`25.0`) — measured, driver 580.159.04.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Readback {
+    MemoryMib(u64),
+    Percentage(u32),
+}
+
+impl Readback {
+    /// Whether the daemon's `answer` says this value.
+    pub fn accepts(&self, answer: &str) -> bool {
+        let answer = answer.trim();
+        match self {
+            Readback::MemoryMib(mib) => parse_mib(answer) == Some(*mib),
+            Readback::Percentage(pct) => answer
+                .parse::<f64>()
+                .is_ok_and(|v| (v - f64::from(*pct)).abs() < 0.05),
+        }
+    }
+}
+
+impl std::fmt::Display for Readback {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Readback::MemoryMib(mib) => write!(f, "{mib}M"),
+            Readback::Percentage(pct) => write!(f, "{pct}"),
+        }
+    }
+}
+
+/// `4G`, `1000M`, `512MB`, `1T` in MiB (MPS's units are binary); `None` for anything else.
+fn parse_mib(text: &str) -> Option<u64> {
+    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    let (number, unit) = text.split_at(digits);
+    let n: u64 = number.parse().ok()?;
+    let factor = match unit {
+        "M" | "MB" => 1,
+        "G" | "GB" => 1 << 10,
+        "T" | "TB" => 1 << 20,
+        _ => return None,
+    };
+    n.checked_mul(factor)
 }
 
 /// One container's limits on one GPU.
@@ -230,18 +275,33 @@ mod tests {
             [
                 (
                     "get_default_device_pinned_mem_limit 0".to_string(),
-                    "20386M".to_string()
+                    Readback::MemoryMib(20386)
                 ),
                 (
                     "get_default_device_pinned_mem_limit 1".to_string(),
-                    "100M".to_string()
+                    Readback::MemoryMib(100)
                 ),
                 (
                     "get_default_active_thread_percentage".to_string(),
-                    "25.0".to_string()
+                    Readback::Percentage(25)
                 ),
             ]
         );
+    }
+
+    /// The answers an H100's daemon gave (driver 580.159.04).
+    #[test]
+    fn readback_compares_values_as_the_daemon_writes_them() {
+        assert!(Readback::MemoryMib(4096).accepts("4G"));
+        assert!(Readback::MemoryMib(80896).accepts("79G\n"));
+        assert!(Readback::MemoryMib(1000).accepts("1000M"));
+        assert!(Readback::MemoryMib(1 << 20).accepts("1T"));
+        assert!(!Readback::MemoryMib(4096).accepts("4096"));
+        assert!(!Readback::MemoryMib(4096)
+            .accepts("No default pinned memory limit set for the device!"));
+        assert!(Readback::Percentage(25).accepts("25.0"));
+        assert!(Readback::Percentage(25).accepts("25"));
+        assert!(!Readback::Percentage(25).accepts("100.0"));
     }
 
     #[test]
