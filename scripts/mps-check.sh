@@ -144,7 +144,7 @@ kill -TERM "$COMPANION"
 wait "$COMPANION"
 expect "companion exit status" 0 $?
 sleep 1
-if pgrep -x nvidia-cuda-mps-control >/dev/null; then
+if pgrep -f nvidia-cuda-mps-control >/dev/null; then
     say "CHECK no control daemon left: UNEXPECTED"; failures=$((failures + 1))
 else
     say "CHECK no control daemon left: ok"
