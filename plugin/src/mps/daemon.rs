@@ -331,8 +331,9 @@ where
             waiting(why).await;
             told = true;
         }
+        // Short: a replaced daemon with no clients goes within milliseconds of its `quit`.
         tokio::select! {
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
             _ = stopped(stop) => return false,
         }
     }
