@@ -10,6 +10,8 @@
     and namespace): every rendered object valid for the oldest (1.25) and newest Kubernetes
     kubernetes-validate bundles (strict: unknown fields are errors), deploy/lint/check_policy.py's
     rules on the rendered objects, and what each case changes, asserted;
+  * the admission policies (Kubernetes 1.30+): rendered only where the API exists, valid, and
+    their CEL evaluated (cel-python) against the requests they must admit and refuse;
   * bad values stop `helm template` with the message a user would read (schema, cross-value
     and config-file checks, NVIDIA values edgegpu cannot honour);
   * Rancher: the catalog annotations Rancher's chart tooling requires, the icon, and
@@ -762,6 +764,98 @@ class AdmissionPolicy(unittest.TestCase):
         self.assertIsNone(admits(policy, "system:node:n1", None, old, tainted))
         self.assertIsNone(admits(policy, "system:serviceaccount:kube-system:r1-edgegpu-node-labeller",
                                  on_n1, old, tainted))
+
+
+def decide(policy, obj, operation="CREATE"):
+    """What the API server decides for OBJECT under POLICY (matchConstraints aside): None when a
+    match condition excludes it, else the messages of the failed validations ([] = admitted),
+    each its messageExpression's where it has one. The policy's variables are evaluated in
+    order, each seeing the ones before it, as the API server composes them. CEL by cel-python."""
+    env = celpy.Environment()
+    activation = {"object": celpy.json_to_cel(obj), "request": celpy.json_to_cel({"operation": operation})}
+    computed = {}
+
+    def holds(expression):
+        activation["variables"] = celpy.celtypes.MapType(
+            {celpy.celtypes.StringType(k): v for k, v in computed.items()})
+        return env.program(env.compile(expression)).evaluate(activation)
+
+    for variable in policy["spec"].get("variables") or []:
+        computed[variable["name"]] = holds(variable["expression"])
+    if not all(holds(c["expression"]) for c in policy["spec"].get("matchConditions") or []):
+        return None
+    return [str(holds(v["messageExpression"])) if "messageExpression" in v else v["message"]
+            for v in policy["spec"]["validations"] if not holds(v["expression"])]
+
+
+class MpsAdmissionPolicy(unittest.TestCase):
+    """mps.admissionPolicy: pods may not set the variables that carry their GPU limits."""
+
+    def test_rendered_only_with_mps_where_the_api_exists(self):
+        kinds = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+        mps = {"mps": {"enabled": True}}
+
+        def names(values, extra=VAP_CLUSTER):
+            return {d["metadata"]["name"] for d in render(values, extra=extra) if d["kind"] in kinds}
+
+        self.assertEqual(names({}), {"edgegpu-node-labeller"})
+        self.assertEqual(names(mps), {"edgegpu-node-labeller", "edgegpu-mps-limits"})
+        self.assertEqual(names(mps, extra=()), set())
+        self.assertEqual(names({"mps": {"enabled": True, "admissionPolicy": False}}), {"edgegpu-node-labeller"})
+        docs = [d for d in render(mps, release="r1", namespace="gpu", extra=VAP_CLUSTER)
+                if d["kind"] in kinds and d["metadata"]["name"] == "r1-edgegpu-mps-limits"]
+        self.assertEqual(len(docs), 2)
+        for doc in docs:
+            for version in ("1.30", NEWEST_KUBERNETES):
+                kubernetes_validate.validate(doc, version, strict=True)
+        binding = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding")
+        self.assertEqual(binding["spec"], {"policyName": "r1-edgegpu-mps-limits", "validationActions": ["Deny"]})
+        policy = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicy")
+        self.assertEqual(policy["spec"]["failurePolicy"], "Fail")
+        self.assertEqual(policy["spec"]["matchConstraints"]["resourceRules"],
+                         [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}])
+
+    def test_cel_refuses_limits_set_by_the_pod(self):
+        policy = of_kind(render({"mps": {"enabled": True}}, extra=VAP_CLUSTER),
+                         "ValidatingAdmissionPolicy")["edgegpu-mps-limits"]
+        units = {"limits": {"nvidia.com/gpu-mem": 4}}
+        replica = {"requests": {"nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 1}}
+
+        def pod_with(containers, init=None):
+            spec = {"containers": containers}
+            if init is not None:
+                spec["initContainers"] = init
+            return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
+
+        def refused(obj):
+            decision = decide(policy, obj)
+            self.assertIsNotNone(decision)
+            return decision
+
+        # What pods normally do: their own variables, a GPU without them, MPS variables without a GPU.
+        self.assertEqual(refused(pod_with([{"name": "app", "resources": units,
+                                            "env": [{"name": "CUDA_VISIBLE_DEVICES", "value": "0"},
+                                                    {"name": "MPS_MODE", "value": "x"}]}])), [])
+        self.assertEqual(refused(pod_with([{"name": "app", "resources": replica}])), [])
+        self.assertEqual(refused(pod_with([{"name": "app", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}},
+                                            "env": [{"name": "CUDA_MPS_PIPE_DIRECTORY", "value": "/tmp/mps"}]}])), [])
+        # Each variable the plugin sets, in a container or an init container that asks for a device.
+        for name in ("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PIPE_DIRECTORY",
+                     "CUDA_MPS_CLIENT_PRIORITY", "EDGEGPU_GPU_MEMORY_LIMIT_MIB", "EDGEGPU_GPU_MEMORY_LIMIT_ENFORCED",
+                     "EDGEGPU_GPU_MEMORY_LIMIT_NOTE"):
+            with self.subTest(name=name):
+                messages = refused(pod_with([{"name": "sidecar"},
+                                             {"name": "app", "resources": units,
+                                              "env": [{"name": "A", "value": "1"}, {"name": name, "value": "0=64G"}]}]))
+                self.assertEqual(len(messages), 1)
+                self.assertTrue(messages[0].startswith(f"container app sets {name} itself: on a shared GPU the device "
+                                                       "plugin sets the CUDA_MPS_* and EDGEGPU_GPU_MEMORY_LIMIT* "
+                                                       "variables"), messages[0])
+                self.assertTrue(messages[0].endswith("and a value in the pod spec would replace them; remove it"))
+                messages = refused(pod_with([{"name": "app"}], init=[{"name": "warmup", "resources": replica,
+                                                                     "env": [{"name": name, "value": "1"}]}]))
+                self.assertEqual(len(messages), 1)
+                self.assertIn(f"container warmup sets {name} itself", messages[0])
 
 
 class Dashboard(unittest.TestCase):
