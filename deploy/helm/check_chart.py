@@ -12,6 +12,7 @@
     rules on the rendered objects, and what each case changes, asserted;
   * the admission policies (Kubernetes 1.30+): rendered only where the API exists, valid, and
     their CEL evaluated (cel-python) against the requests they must admit and refuse;
+  * the `helm test` Jobs: devicequery, and with MPS the limits probe (devicequery --check-limits);
   * bad values stop `helm template` with the message a user would read (schema, cross-value
     and config-file checks, NVIDIA values edgegpu cannot honour);
   * Rancher: the catalog annotations Rancher's chart tooling requires, the icon, and
@@ -213,6 +214,8 @@ class Matrix(unittest.TestCase):
         self.assertEqual(list(of_kind(docs, "ClusterRole")), ["edgegpu-node-labeller"])
         job = of_kind(docs, "Job")["edgegpu-devicequery"]
         self.assertEqual(job["metadata"]["annotations"]["helm.sh/hook"], "test")
+        # The limits probe only with MPS (or devicequery.checkLimits).
+        self.assertEqual(list(of_kind(docs, "Job")), ["edgegpu-devicequery"])
         self.assertEqual(of_kind(docs, "ConfigMap"), {})
 
     def test_selectors_are_those_of_the_static_manifests_for_any_release(self):
@@ -415,6 +418,33 @@ class Matrix(unittest.TestCase):
         # Off (the default): nothing of it anywhere.
         rendered = yaml.safe_dump_all(render({}))
         self.assertNotIn("mps", rendered.lower())
+
+    def test_limits_probe_in_helm_test(self):
+        docs = self.render_checked({"mps": {"enabled": True}})
+        jobs = of_kind(docs, "Job")
+        limits = jobs["edgegpu-devicequery-limits"]
+        # After the devicequery Job, kept for its log until the next helm test.
+        self.assertEqual(limits["metadata"]["annotations"], {"helm.sh/hook": "test", "helm.sh/hook-weight": "1",
+                                                              "helm.sh/hook-delete-policy": "before-hook-creation"})
+        container, = pod(limits)["containers"]
+        self.assertEqual(container["args"], ["--check-limits"])
+        self.assertEqual(container["resources"]["limits"], {"nvidia.com/gpu": 1})
+        # The rest is the devicequery Job's: non-root, no capability, the GPU nodes' tolerations.
+        plain = pod(jobs["edgegpu-devicequery"])
+        for key in ("securityContext", "tolerations", "runtimeClassName", "automountServiceAccountToken"):
+            self.assertEqual(pod(limits)[key], plain[key], key)
+        self.assertEqual(container["securityContext"], plain["containers"][0]["securityContext"])
+        self.assertEqual(plain["containers"][0]["resources"]["limits"], {"nvidia.com/gpu": 1, "memory": "256Mi"})
+        # Memory units, without MPS (accounting only: the probe then fails, by design), or off.
+        values = {"devicequery": {"checkLimits": True, "limitsResource": "nvidia.com/gpu-mem", "limitsCount": 8}}
+        container, = pod(of_kind(render(values), "Job")["edgegpu-devicequery-limits"])["containers"]
+        self.assertEqual(container["resources"]["limits"], {"nvidia.com/gpu-mem": 8})
+        self.assertNotIn("edgegpu-devicequery-limits",
+                         of_kind(render({"mps": {"enabled": True}, "devicequery": {"checkLimits": False}}), "Job"))
+        # The static copy is this Job (deploy/generate.py --check proves it is current).
+        static = yaml.safe_load((REPO / "deploy" / "devicequery" / "limits-job.yaml").read_text())
+        self.assertEqual((static["metadata"]["name"], static["metadata"]["namespace"]),
+                         ("edgegpu-devicequery-limits", "default"))
 
     def test_mps_root_control_binary_and_node_selectors(self):
         values = {"mps": {"enabled": True, "root": "/var/run/gpu-mps",
@@ -995,6 +1025,8 @@ class BadValues(unittest.TestCase):
          "mps.enableHostPID=false: the MPS companion always runs in the host's PID namespace"),
         ({"mps": {"enableHostNetwork": True}}, "mps.enableHostNetwork: the MPS companion uses no network"),
         ({"mps": {"enabled": True, "daemon": {}}}, "at '/mps': additional properties 'daemon' not allowed"),
+        ({"devicequery": {"limitsResource": "gpu-mem"}}, "at '/devicequery/limitsResource': 'gpu-mem' does not match"),
+        ({"devicequery": {"limitsCount": 0}}, "at '/devicequery/limitsCount': minimum: got 0, want 1"),
     ]
 
     def test_each_is_rejected_with_its_message(self):
