@@ -389,7 +389,7 @@ class Matrix(unittest.TestCase):
         self.assertEqual(companion["image"], f"ghcr.io/edgegpu/edgegpu-device-plugin:{VERSION}")
         self.assertEqual(env(companion), {"MPS_ROOT": "/run/edgegpu/mps"})
         self.assertEqual(companion["securityContext"], {"privileged": True, "readOnlyRootFilesystem": True})
-        self.assertEqual(companion["resources"], {"requests": {"cpu": "10m", "memory": "16Mi"}})
+        self.assertEqual(companion["resources"], {"requests": {"cpu": "10m", "memory": "64Mi"}})
         self.assertEqual(companion["volumeMounts"], [
             {"name": "host-root", "mountPath": "/host", "readOnly": True, "mountPropagation": "HostToContainer"},
             {"name": "mps-root", "mountPath": "/host/run/edgegpu/mps"}])
