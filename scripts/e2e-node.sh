@@ -37,7 +37,8 @@
 #   --hold SECONDS         how long each holder pod keeps its GPU (default 45)
 #   --timeout SECONDS      limit for each wait (default 300)
 #   --metrics-port PORT    the plugin's metrics port (default 9400)
-#   --limits               also run step 5, the GPU memory limits check
+#   --limits               also run step 5, the GPU memory limits check (with --no-apply: the
+#                          chart installed with mps.enabled)
 #   --limits-count N       devices each limits pod asks for (default 1: one MPS replica; for
 #                          memory units e.g. --resource nvidia.com/gpu-mem --limits-count 8)
 #   --limits-hold SECONDS  how long the pod under its limit holds its memory (default 60)
@@ -104,6 +105,9 @@ is_count "$timeout" || die_usage "--timeout must be a number of seconds"
 is_count "$metrics_port" || die_usage "--metrics-port must be a port number"
 is_count "$limits_count" && [ "$limits_count" -gt 0 ] || die_usage "--limits-count must be a number >= 1"
 is_count "$limits_hold" || die_usage "--limits-hold must be a number of seconds"
+# deploy/*.yaml has no MPS companion; applied over the chart they would replace its DaemonSets.
+[ "$check_limits" = 0 ] || [ "$apply" = 0 ] ||
+    die_usage "--limits needs --no-apply: MPS comes with the Helm chart (mps.enabled), not with deploy/"
 [ -z "$expect" ] || is_count "$expect" || die_usage "--expect must be a number"
 [ -z "$config_file" ] || [ -f "$config_file" ] || die_usage "--config: no file $config_file"
 

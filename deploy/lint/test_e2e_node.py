@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 from pathlib import Path
 
@@ -147,9 +148,10 @@ class E2eNodeScriptTest(unittest.TestCase):
         self.assertEqual(self.final["configmaps"], existing)
 
     def run_limits(self, *args, config="mps-jetson.yaml", expect="4", **state):
-        state.setdefault("companion", True)
-        return self.run_script("--config", str(self.tmp / "deploy/examples" / config), "--expect", expect,
-                               "--limits", "--limits-hold", "3", *args, **state)
+        # The chart (mps.enabled) is installed already: --no-apply.
+        state = {"companion": True, "plugin_deployed": True, "plugin_started": time.time(), **state}
+        return self.run_script("--no-apply", "--config", str(self.tmp / "deploy/examples" / config),
+                               "--expect", expect, "--limits", "--limits-hold", "3", *args, **state)
 
     def test_mps_limits_hold_in_two_pods(self):
         self.assertEqual(self.run_limits(), 0, self.output)
@@ -191,7 +193,8 @@ class E2eNodeScriptTest(unittest.TestCase):
         self.assert_cleaned_up()
 
     def test_limits_need_two_free_devices(self):
-        self.assertEqual(self.run_script("--limits", "--limits-count", "1"), 1, self.output)
+        state = {"plugin_deployed": True, "plugin_started": time.time()}
+        self.assertEqual(self.run_script("--no-apply", "--limits", "--limits-count", "1", **state), 1, self.output)
         self.assertIn("FAIL limits: two pods of 1 nvidia.com/gpu need 2 free, orin-1 has 1", self.output)
         self.assert_cleaned_up()
 
@@ -204,6 +207,10 @@ class E2eNodeScriptTest(unittest.TestCase):
                                 capture_output=True, text=True, check=False)
         self.assertEqual(result.returncode, 2)
         self.assertIn("--limits-count must be a number >= 1", result.stderr)
+        result = subprocess.run([str(self.tmp / "scripts" / "e2e-node.sh"), "--limits"], env=self.env,
+                                capture_output=True, text=True, check=False)
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("--limits needs --no-apply: MPS comes with the Helm chart (mps.enabled)", result.stderr)
 
 
 if __name__ == "__main__":
