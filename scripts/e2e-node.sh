@@ -14,7 +14,13 @@
 #      (Insufficient <resource>) until a holder ends, then run. Without sharing on a one-GPU node
 #      that is "the second pod waits for the first"; with time-slicing replicas both run. While
 #      the holders run, the GPU series of /metrics must name them (pod label).
-#   5. removes everything it created (pods, the Job, the --config ConfigMap) unless --keep.
+#   5. with --limits, on a GPU shared with limits (MPS replicas or memory units: the chart's
+#      mps.enabled and a --config such as deploy/examples/mps-jetson.yaml): a pod runs
+#      `devicequery --check-limits` (PASS only when its GPU memory limit holds), then two pods
+#      at once: one allocates a quarter of its limit and holds it (--limits-hold), the other
+#      asks for more than its limit and must fail with CUDA_ERROR_OUT_OF_MEMORY while the
+#      first keeps running and then passes.
+#   6. removes everything it created (pods, the Job, the --config ConfigMap) unless --keep.
 #
 # Usage: scripts/e2e-node.sh [options]
 #   --node NAME            node to test (default: the only node that advertises the resource)
@@ -31,6 +37,12 @@
 #   --hold SECONDS         how long each holder pod keeps its GPU (default 45)
 #   --timeout SECONDS      limit for each wait (default 300)
 #   --metrics-port PORT    the plugin's metrics port (default 9400)
+#   --limits               also run step 5, the GPU memory limits check (with --no-apply: the
+#                          chart installed with mps.enabled)
+#   --limits-count N       devices each limits pod asks for (default 1: one MPS replica; for
+#                          memory units e.g. --resource nvidia.com/gpu-mem --limits-count 8)
+#   --limits-hold SECONDS  how long the pod under its limit holds its memory (default 60)
+#   --devicequery-image IMAGE  image of the limits pods (default: the devicequery Job's)
 #   --no-metrics           skip the /metrics checks (metrics turned off in the deployment)
 #   --keep                 leave the test pods and the Job for inspection
 #   -h, --help             this text
@@ -53,6 +65,10 @@ keep=0
 metrics_port=9400
 check_metrics=1
 max_holders=16
+check_limits=0
+limits_count=1
+limits_hold=60
+devicequery_image=""
 poll=${E2E_POLL_SECONDS:-2} # seconds between status reads (the script's tests shorten it)
 
 usage() { awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; }
@@ -77,12 +93,21 @@ while [ "$#" -gt 0 ]; do
         --keep) keep=1; shift ;;
         --metrics-port) need_value "$@"; metrics_port=$2; shift 2 ;;
         --no-metrics) check_metrics=0; shift ;;
+        --limits) check_limits=1; shift ;;
+        --limits-count) need_value "$@"; limits_count=$2; shift 2 ;;
+        --limits-hold) need_value "$@"; limits_hold=$2; shift 2 ;;
+        --devicequery-image) need_value "$@"; devicequery_image=$2; shift 2 ;;
         *) die_usage "unknown option '$1'" ;;
     esac
 done
 is_count "$hold" || die_usage "--hold must be a number of seconds"
 is_count "$timeout" || die_usage "--timeout must be a number of seconds"
 is_count "$metrics_port" || die_usage "--metrics-port must be a port number"
+is_count "$limits_count" && [ "$limits_count" -gt 0 ] || die_usage "--limits-count must be a number >= 1"
+is_count "$limits_hold" || die_usage "--limits-hold must be a number of seconds"
+# deploy/*.yaml has no MPS companion; applied over the chart they would replace its DaemonSets.
+[ "$check_limits" = 0 ] || [ "$apply" = 0 ] ||
+    die_usage "--limits needs --no-apply: MPS comes with the Helm chart (mps.enabled), not with deploy/"
 [ -z "$expect" ] || is_count "$expect" || die_usage "--expect must be a number"
 [ -z "$config_file" ] || [ -f "$config_file" ] || die_usage "--config: no file $config_file"
 
@@ -367,5 +392,132 @@ else
     fi
     k get pods -n "$namespace" -l "edgegpu-e2e/run=$run_id" -o wide || true
 fi
+
+# --- 5. GPU memory limits (--limits) -------------------------------------------------------------
+# A devicequery pod with $limits_count of the resource, run as the devicequery Job runs it
+# (non-root, the video group for the Jetson GPU nodes): dq_pod_manifest NAME ARGS... Every one
+# runs as the same uid: an MPS server serves one user at a time.
+dq_pod_manifest() {
+    local name=$1 arg args=""
+    shift
+    for arg in "$@"; do args+="${args:+, }\"$arg\""; done
+    cat <<EOF
+apiVersion: v1
+kind: Pod
+metadata:
+  name: $name
+  namespace: $namespace
+  labels: {app.kubernetes.io/part-of: edgegpu-e2e, edgegpu-e2e/run: $run_id}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  automountServiceAccountToken: false
+  nodeSelector: {kubernetes.io/hostname: $node}
+  tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+${runtime_class:+  runtimeClassName: $runtime_class}
+  securityContext:
+    runAsNonRoot: true
+    runAsUser: 65532
+    runAsGroup: 65532
+    supplementalGroups: [44]
+    seccompProfile: {type: RuntimeDefault}
+  containers:
+    - name: devicequery
+      image: $devicequery_image
+      args: [$args]
+      resources: {limits: {$resource: $limits_count}}
+      securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}
+EOF
+}
+ended() { [[ $(phase "$1") == Succeeded || $(phase "$1") == Failed ]]; }
+pod_log() { k logs -n "$namespace" "$1" 2>&1 || true; }
+# The line that explains a devicequery failure, else its last line.
+verdict_line() { grep -m1 '^devicequery: ' <<<"$1" || tail -n1 <<<"$1"; }
+is_holding() { grep -q '^ *Holding for:' <<<"$(pod_log "$1")"; }
+holding_or_ended() { is_holding "$1" || ended "$1"; }
+
+limits_check() {
+    local check=edgegpu-e2e-limits-check holder=edgegpu-e2e-limits-hold over=edgegpu-e2e-limits-over
+    local companion free check_log bytes limit below above over_log
+    if [ -z "$devicequery_image" ]; then
+        devicequery_image=$(k create --dry-run=client -f "$job_file" \
+            -o 'jsonpath={.spec.template.spec.containers[0].image}' 2>/dev/null || true)
+    fi
+    if [ -z "$devicequery_image" ]; then
+        fail "limits: no devicequery image: give --devicequery-image"
+        return
+    fi
+    companion=$(k get pods -n kube-system -l app.kubernetes.io/name=edgegpu-mps-control-daemon \
+        --field-selector "spec.nodeName=$node" -o 'jsonpath={.items[0].metadata.name}' 2>/dev/null || true)
+    if [ -n "$companion" ]; then
+        log "limits: MPS companion kube-system/$companion runs on $node"
+    else
+        log "limits: no MPS companion on $node (the chart's mps.enabled): limits can only be accounted there"
+    fi
+    # The contention pods still hold devices; their check is done.
+    k delete pods -n "$namespace" -l "edgegpu-e2e/run=$run_id" --ignore-not-found --wait=true >/dev/null 2>&1 || true
+    free=$(($(allocatable) - $(in_use)))
+    if [ "$free" -lt $((2 * limits_count)) ]; then
+        fail "limits: two pods of $limits_count $resource need $((2 * limits_count)) free, $node has $free"
+        return
+    fi
+
+    log "limits: $check runs devicequery --check-limits with $limits_count $resource ($devicequery_image)"
+    dq_pod_manifest "$check" --check-limits | k apply -f - >/dev/null
+    wait_until "$check to finish" "$timeout" ended "$check" || true
+    check_log=$(pod_log "$check")
+    echo "----- kubectl logs $check -----"
+    printf '%s\n' "$check_log"
+    echo "--------------------------------------"
+    if grep -q '^Result = PASS' <<<"$check_log"; then
+        pass "limits: --check-limits in $check: the limit held (Result = PASS)"
+    else
+        fail "limits: --check-limits in $check: $(verdict_line "$check_log")"
+    fi
+    # "  Memory limit checked:   2048 MiB (2147483648 bytes)": the limit the probe found.
+    bytes=$(sed -n 's/^ *Memory limit checked: .*(\([0-9][0-9]*\) bytes).*/\1/p' <<<"$check_log" | head -n1)
+    if [ -z "$bytes" ]; then
+        fail "limits: $check was given no GPU memory limit (is $resource shared with sharing.mps or sharing.gpuMemory?)"
+        return
+    fi
+    limit=$((bytes / 1048576))
+    # A quarter of it: under MPS the client's own context (~150-500 MiB on an H100) counts too.
+    below=$((limit / 4 > 0 ? limit / 4 : 1))
+    above=$((limit + (limit / 4 > 64 ? limit / 4 : 64)))
+
+    log "limits: $holder allocates $below MiB of its $limit MiB and holds it for ${limits_hold}s"
+    dq_pod_manifest "$holder" --allocate-mib "$below" --hold-seconds "$limits_hold" | k apply -f - >/dev/null
+    wait_until "$holder to hold its memory" "$timeout" holding_or_ended "$holder" || true
+    if ! is_holding "$holder"; then
+        fail "limits: $holder could not take $below MiB under its $limit MiB limit: $(verdict_line "$(pod_log "$holder")")"
+        return
+    fi
+    pass "limits: $holder holds $below MiB under its $limit MiB limit"
+
+    log "limits: $over asks for $above MiB, more than its $limit MiB limit, while $holder holds"
+    dq_pod_manifest "$over" --allocate-mib "$above" | k apply -f - >/dev/null
+    wait_until "$over to finish" "$timeout" ended "$over" || true
+    over_log=$(pod_log "$over")
+    if [ "$(phase "$over")" = Failed ] && grep -q 'CUDA_ERROR_OUT_OF_MEMORY' <<<"$over_log"; then
+        pass "limits: $over was refused $above MiB beyond its $limit MiB limit (CUDA_ERROR_OUT_OF_MEMORY)"
+    elif [ "$(phase "$over")" = Succeeded ]; then
+        fail "limits: $over allocated $above MiB, more than its $limit MiB limit: the limit is not enforced"
+    else
+        fail "limits: $over did not fail with CUDA_ERROR_OUT_OF_MEMORY (phase $(phase "$over")): $(verdict_line "$over_log")"
+    fi
+    case $(phase "$holder") in
+        Running) pass "limits: $holder kept running with its $below MiB while $over was refused" ;;
+        Succeeded) fail "limits: $holder ended before $over was decided: raise --limits-hold (now ${limits_hold}s)" ;;
+        *) fail "limits: $holder did not keep running (phase $(phase "$holder")): $(verdict_line "$(pod_log "$holder")")" ;;
+    esac
+    wait_until "$holder to finish" $((limits_hold + timeout)) ended "$holder" || true
+    if [ "$(phase "$holder")" = Succeeded ] && grep -q '^Result = PASS' <<<"$(pod_log "$holder")"; then
+        pass "limits: $holder held its memory for ${limits_hold}s and freed it (Result = PASS)"
+    else
+        fail "limits: $holder did not end with Result = PASS (phase $(phase "$holder")): $(verdict_line "$(pod_log "$holder")")"
+    fi
+    k get pods -n "$namespace" -l "edgegpu-e2e/run=$run_id" -o wide || true
+}
+[ "$check_limits" = 0 ] || limits_check
 
 finish

@@ -57,7 +57,7 @@ export PYTHONDONTWRITEBYTECODE=1
 helm=$(scripts/install-helm.sh)
 
 # --- what is validated ----------------------------------------------------------------------
-manifests=(deploy/*.yaml deploy/examples/*.yaml deploy/k3s/*.yaml deploy/devicequery/job.yaml)
+manifests=(deploy/*.yaml deploy/examples/*.yaml deploy/k3s/*.yaml deploy/devicequery/*.yaml)
 # YAML that is not a Kubernetes object kubernetes-validate has a schema for (the HelmChart is
 # checked by deploy/helm/check_chart.py).
 other_yaml=(deploy/k3s/helmchart/*.yaml deploy/helm/edgegpu/Chart.yaml deploy/helm/edgegpu/values.yaml

@@ -3,11 +3,16 @@
 
   * `helm lint --strict`, with the default values and with every values set of the matrix;
   * `helm template` over the matrix (defaults, Jetson only, discrete only, time-slicing config,
-    MIG strategy and the plugin flags, nodeSetup on, a replaced affinity, a custom GPU taint,
+    MIG strategy and the plugin flags, nodeSetup on, MPS on (the companion DaemonSet, its
+    directory, binary and node selectors, MPS and memory-unit configs), a replaced affinity, a
+    custom GPU taint,
     Rancher's global values, a values file shaped like NVIDIA's chart's, another release name
     and namespace): every rendered object valid for the oldest (1.25) and newest Kubernetes
     kubernetes-validate bundles (strict: unknown fields are errors), deploy/lint/check_policy.py's
     rules on the rendered objects, and what each case changes, asserted;
+  * the admission policies (Kubernetes 1.30+): rendered only where the API exists, valid, and
+    their CEL evaluated (cel-python) against the requests they must admit and refuse;
+  * the `helm test` Jobs: devicequery, and with MPS the limits probe (devicequery --check-limits);
   * bad values stop `helm template` with the message a user would read (schema, cross-value
     and config-file checks, NVIDIA values edgegpu cannot honour);
   * Rancher: the catalog annotations Rancher's chart tooling requires, the icon, and
@@ -65,6 +70,21 @@ sharing:
     resources:
       - name: nvidia.com/gpu
         replicas: 2
+"""
+MPS_CONFIG = """version: v1
+sharing:
+  mps:
+    resources:
+      - name: nvidia.com/gpu
+        replicas: 2
+        pinnedDeviceMemoryLimit: 2Gi
+"""
+GPU_MEMORY_CONFIG = """version: v1
+sharing:
+  gpuMemory:
+    unit: 512Mi
+    resources:
+      - name: nvidia.com/gpu
 """
 # Exactly the values Rancher adds to every chart it installs (the global.cattle block and
 # global.systemDefaultRegistry of Rancher's chart install action), with a system default
@@ -194,6 +214,8 @@ class Matrix(unittest.TestCase):
         self.assertEqual(list(of_kind(docs, "ClusterRole")), ["edgegpu-node-labeller"])
         job = of_kind(docs, "Job")["edgegpu-devicequery"]
         self.assertEqual(job["metadata"]["annotations"]["helm.sh/hook"], "test")
+        # The limits probe only with MPS (or devicequery.checkLimits).
+        self.assertEqual(list(of_kind(docs, "Job")), ["edgegpu-devicequery"])
         self.assertEqual(of_kind(docs, "ConfigMap"), {})
 
     def test_selectors_are_those_of_the_static_manifests_for_any_release(self):
@@ -350,6 +372,175 @@ class Matrix(unittest.TestCase):
         problems = check_policy.check_objects(REPO, plugin_sets + [jetson_only], {}, "test", configmap_required=False,
                                               runtime_class=False)
         self.assertTrue(any("node setup skips them although they run plugin" in p for p in problems), problems)
+
+    def test_mps(self):
+        """mps.enabled: the companion DaemonSet beside the plugins, the plugins stay unprivileged."""
+        values = {"mps": {"enabled": True}, "devicePlugin": {"jetson": {"config": "orin"}},
+                  "config": {"map": {"orin": MPS_CONFIG, "servers": GPU_MEMORY_CONFIG}, "default": "servers"}}
+        docs = self.render_checked(values)
+        daemonsets = of_kind(docs, "DaemonSet")
+        spec = pod(daemonsets["edgegpu-mps-control-daemon"])
+        self.assertIs(spec["hostPID"], True)
+        self.assertEqual(spec["terminationGracePeriodSeconds"], 20)
+        self.assertEqual(spec["securityContext"], {"runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False})
+        companion, = spec["containers"]
+        self.assertEqual(companion["command"], ["/usr/bin/edgegpu-device-plugin", "mps-control-daemon"])
+        self.assertEqual(companion["args"], ["--root=/host"])
+        self.assertEqual(companion["image"], f"ghcr.io/edgegpu/edgegpu-device-plugin:{VERSION}")
+        self.assertEqual(env(companion), {"MPS_ROOT": "/run/edgegpu/mps"})
+        self.assertEqual(companion["securityContext"], {"privileged": True, "readOnlyRootFilesystem": True})
+        self.assertEqual(companion["resources"], {"requests": {"cpu": "10m", "memory": "64Mi"}})
+        self.assertEqual(companion["volumeMounts"], [
+            {"name": "host-root", "mountPath": "/host", "readOnly": True, "mountPropagation": "HostToContainer"},
+            {"name": "mps-root", "mountPath": "/host/run/edgegpu/mps"}])
+        self.assertEqual(spec["volumes"], [
+            {"name": "host-root", "hostPath": {"path": "/", "type": "Directory"}},
+            {"name": "mps-root", "hostPath": {"path": "/run/edgegpu/mps", "type": "DirectoryOrCreate"}}])
+        # Exactly where a plugin runs: the two plugins' node selector terms.
+        terms = [term for ds in plugins(docs).values()
+                 for term in pod(ds)["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+                 ["nodeSelectorTerms"]]
+        self.assertEqual(spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+                         ["nodeSelectorTerms"], terms)
+        self.assertEqual(spec["tolerations"], pod(daemonsets["edgegpu-device-plugin-jetson"])["tolerations"])
+        for ds in plugins(docs).values():
+            plugin_spec = pod(ds)
+            self.assertNotIn("hostPID", plugin_spec)
+            self.assertEqual(plugin_spec["terminationGracePeriodSeconds"], 10)
+            plugin = plugin_spec["containers"][0]
+            self.assertEqual(env(plugin)["MPS_ROOT"], "/run/edgegpu/mps")
+            self.assertIn({"name": "mps-root", "mountPath": "/run/edgegpu/mps"}, plugin["volumeMounts"])
+            self.assertIn({"name": "mps-root", "hostPath": {"path": "/run/edgegpu/mps", "type": "DirectoryOrCreate"}},
+                          plugin_spec["volumes"])
+            self.assertEqual(plugin["securityContext"]["capabilities"], {"drop": ["ALL"]})
+            labeller, = plugin_spec["initContainers"]
+            self.assertNotIn("mps-root", [m["name"] for m in labeller["volumeMounts"]])
+        # Off (the default): nothing of it anywhere.
+        rendered = yaml.safe_dump_all(render({}))
+        self.assertNotIn("mps", rendered.lower())
+
+    def test_limits_probe_in_helm_test(self):
+        docs = self.render_checked({"mps": {"enabled": True}})
+        jobs = of_kind(docs, "Job")
+        limits = jobs["edgegpu-devicequery-limits"]
+        # After the devicequery Job, kept for its log until the next helm test.
+        self.assertEqual(limits["metadata"]["annotations"], {"helm.sh/hook": "test", "helm.sh/hook-weight": "1",
+                                                              "helm.sh/hook-delete-policy": "before-hook-creation"})
+        container, = pod(limits)["containers"]
+        self.assertEqual(container["args"], ["--check-limits"])
+        self.assertEqual(container["resources"]["limits"], {"nvidia.com/gpu": 1})
+        # The rest is the devicequery Job's: non-root, no capability, the GPU nodes' tolerations.
+        plain = pod(jobs["edgegpu-devicequery"])
+        for key in ("securityContext", "tolerations", "runtimeClassName", "automountServiceAccountToken"):
+            self.assertEqual(pod(limits)[key], plain[key], key)
+        self.assertEqual(container["securityContext"], plain["containers"][0]["securityContext"])
+        self.assertEqual(plain["containers"][0]["resources"]["limits"], {"nvidia.com/gpu": 1, "memory": "256Mi"})
+        # Memory units, without MPS (accounting only: the probe then fails, by design), or off.
+        values = {"devicequery": {"checkLimits": True, "limitsResource": "nvidia.com/gpu-mem", "limitsCount": 8}}
+        container, = pod(of_kind(render(values), "Job")["edgegpu-devicequery-limits"])["containers"]
+        self.assertEqual(container["resources"]["limits"], {"nvidia.com/gpu-mem": 8})
+        self.assertNotIn("edgegpu-devicequery-limits",
+                         of_kind(render({"mps": {"enabled": True}, "devicequery": {"checkLimits": False}}), "Job"))
+        # The static copy is this Job (deploy/generate.py --check proves it is current).
+        static = yaml.safe_load((REPO / "deploy" / "devicequery" / "limits-job.yaml").read_text())
+        self.assertEqual((static["metadata"]["name"], static["metadata"]["namespace"]),
+                         ("edgegpu-devicequery-limits", "default"))
+
+    def test_mps_root_control_binary_and_node_selectors(self):
+        values = {"mps": {"enabled": True, "root": "/var/run/gpu-mps",
+                          "controlBinary": "/usr/local/cuda-12.6/bin/nvidia-cuda-mps-control",
+                          "nodeSelector": {"nvidia.com/mps.capable": "true"},
+                          "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "1Gi"}}},
+                  "nodeSelector": {"example.com/pool": "edge"}, "devicePlugin": {"discrete": {"enabled": False}}}
+        docs = self.render_checked(values)
+        spec = pod(of_kind(docs, "DaemonSet")["edgegpu-mps-control-daemon"])
+        self.assertEqual(spec["nodeSelector"], {"example.com/pool": "edge", "nvidia.com/mps.capable": "true"})
+        companion, = spec["containers"]
+        self.assertEqual(env(companion), {"MPS_ROOT": "/var/run/gpu-mps",
+                                          "MPS_CONTROL_BINARY": "/usr/local/cuda-12.6/bin/nvidia-cuda-mps-control"})
+        self.assertEqual(companion["volumeMounts"][1], {"name": "mps-root", "mountPath": "/host/var/run/gpu-mps"})
+        self.assertEqual(companion["resources"]["limits"], {"memory": "1Gi"})
+        jetson = plugins(docs)["edgegpu-device-plugin-jetson"]
+        self.assertEqual(spec["affinity"], pod(jetson)["affinity"])
+        self.assertEqual(pod(jetson)["nodeSelector"], {"example.com/pool": "edge"})
+        self.assertIn({"name": "mps-root", "mountPath": "/var/run/gpu-mps"}, pod(jetson)["containers"][0]["volumeMounts"])
+        # No plugin, no companion (and no check failing on a missing one).
+        self.assertEqual(of_kind(render({"mps": {"enabled": True}, "devicePlugin": {"enabled": False}}), "DaemonSet")
+                         .keys(), {"edgegpu-node-labeller"})
+
+    def test_mps_configs_the_plugin_accepts(self):
+        entries = [
+            MPS_CONFIG, GPU_MEMORY_CONFIG,
+            "Sharing:\n  MPS:\n    renameByDefault: true\n    resources:\n    - name: gpu\n      replicas: 48\n"
+            "      activeThreadPercentage: 10\n",
+            "version: v1\nsharing:\n  gpuMemory:\n    enforcement: mps\n    resources:\n    - name: nvidia.com/gpu\n"
+            "      rename: aliyun.com/gpu-mem\n      memory: 24Gi\n",
+            # mps wins over timeSlicing, as in NVIDIA's plugin; a null section is no section.
+            "version: v1\nsharing:\n  timeSlicing:\n    resources: [{name: gpu, replicas: 4}]\n  mps:\n"
+            "    resources: [{name: gpu, replicas: 2}]\n",
+            "version: v1\nsharing:\n  mps: null\n  gpuMemory: {resources: [{name: gpu}]}\n",
+        ]
+        for entry in entries:
+            with self.subTest(entry=entry):
+                values = {"mps": {"enabled": True}, "config": {"map": {"a": entry}}}
+                result = helm("template", "edgegpu", str(CHART), values=values)
+                self.assertEqual(result.returncode, 0, result.stderr)
+        # Accounting only needs no companion.
+        values = {"config": {"map": {"a": GPU_MEMORY_CONFIG.replace("unit: 512Mi", "enforcement: none")}}}
+        self.assertEqual(helm("template", "edgegpu", str(CHART), values=values).returncode, 0)
+
+    def test_mps_policy_catches_privilege_and_mounts(self):
+        docs = render({"mps": {"enabled": True}})
+        rbac = [d for d in docs if d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")]
+        name = "edgegpu-mps-control-daemon"
+
+        def problems_with(change, plugin_change=None):
+            changed = copy.deepcopy([d for d in docs if d["kind"] == "DaemonSet"])
+            for ds in changed:
+                if ds["metadata"]["name"] == name:
+                    change(pod(ds))
+                elif plugin_change and ds["metadata"]["name"].startswith("edgegpu-device-plugin"):
+                    plugin_change(pod(ds))
+            return check_policy.check_objects(REPO, [d for d in changed if d is not None] + rbac, {}, "test",
+                                              configmap_required=False, runtime_class=False)
+
+        self.assertEqual(problems_with(lambda spec: None), [])
+        where = f"DaemonSet {name}"
+        self.assertIn(f"{where}: needs hostPID: MPS knows its clients in other pods by their host process IDs",
+                      problems_with(lambda spec: spec.pop("hostPID")))
+        self.assertIn(f"{where}: needs no service account: automountServiceAccountToken false, no serviceAccountName",
+                      problems_with(lambda spec: spec.update(automountServiceAccountToken=True)))
+        # Another host path, or the MPS directory read-only, or the host's / writable.
+        for change in (
+                lambda spec: (spec["volumes"].append({"name": "etc", "hostPath": {"path": "/etc", "type": "Directory"}}),
+                              spec["containers"][0]["volumeMounts"].append({"name": "etc", "mountPath": "/host-etc"})),
+                lambda spec: spec["containers"][0]["volumeMounts"][1].update(readOnly=True),
+                lambda spec: spec["containers"][0]["volumeMounts"][0].pop("readOnly")):
+            problems = problems_with(change)
+            self.assertTrue(any(p.startswith(f"{where} container mps-control-daemon: host mounts ") for p in problems),
+                            problems)
+        problems = problems_with(lambda spec: spec["containers"][0]["env"][0].update(value="/run/other"))
+        self.assertTrue(any("MPS_ROOT /run/other but edgegpu-device-plugin-jetson has '/run/edgegpu/mps'" in p
+                            for p in problems), problems)
+        problems = problems_with(lambda spec: spec["containers"][0].update(args=["--root=/host", "--debug"]))
+        self.assertIn(f"{where} container mps-control-daemon: argument --debug is not a flag of "
+                      "edgegpu-device-plugin mps-control-daemon (plugin/src)", problems)
+        # Fewer nodes than the plugins run on.
+        problems = problems_with(lambda spec: spec["affinity"]["nodeAffinity"]
+                                 ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"].pop(0))
+        self.assertTrue(any("the MPS companion skips them although they run plugin" in p for p in problems), problems)
+        # The plugins: no hostPID, the MPS directory read-write at its own path, a companion beside them.
+        problems = problems_with(lambda spec: None, lambda spec: spec.update(hostPID=True))
+        self.assertIn("DaemonSet edgegpu-device-plugin-jetson: hostPID must not be set", problems)
+        problems = problems_with(lambda spec: None, lambda spec: next(
+            m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "mps-root").update(readOnly=True))
+        self.assertIn("DaemonSet edgegpu-device-plugin-jetson container device-plugin: the MPS directory "
+                      "/run/edgegpu/mps (MPS_ROOT) must be mounted read-write at the same path", problems)
+        plugin_sets = [d for d in docs if d["kind"] == "DaemonSet" and d["metadata"]["name"] != name]
+        problems = check_policy.check_objects(REPO, plugin_sets + rbac, {}, "test", configmap_required=False,
+                                              runtime_class=False)
+        self.assertIn("test: ['edgegpu-device-plugin-discrete', 'edgegpu-device-plugin-jetson'] set MPS_ROOT but "
+                      "no MPS companion DaemonSet (edgegpu-mps-control-daemon) runs beside them", problems)
 
     def test_replaced_affinity_with_one_plugin(self):
         values = {"devicePlugin": {"discrete": {"enabled": False}}, "affinity": ORIN_AFFINITY,
@@ -605,6 +796,98 @@ class AdmissionPolicy(unittest.TestCase):
                                  on_n1, old, tainted))
 
 
+def decide(policy, obj, operation="CREATE"):
+    """What the API server decides for OBJECT under POLICY (matchConstraints aside): None when a
+    match condition excludes it, else the messages of the failed validations ([] = admitted),
+    each its messageExpression's where it has one. The policy's variables are evaluated in
+    order, each seeing the ones before it, as the API server composes them. CEL by cel-python."""
+    env = celpy.Environment()
+    activation = {"object": celpy.json_to_cel(obj), "request": celpy.json_to_cel({"operation": operation})}
+    computed = {}
+
+    def holds(expression):
+        activation["variables"] = celpy.celtypes.MapType(
+            {celpy.celtypes.StringType(k): v for k, v in computed.items()})
+        return env.program(env.compile(expression)).evaluate(activation)
+
+    for variable in policy["spec"].get("variables") or []:
+        computed[variable["name"]] = holds(variable["expression"])
+    if not all(holds(c["expression"]) for c in policy["spec"].get("matchConditions") or []):
+        return None
+    return [str(holds(v["messageExpression"])) if "messageExpression" in v else v["message"]
+            for v in policy["spec"]["validations"] if not holds(v["expression"])]
+
+
+class MpsAdmissionPolicy(unittest.TestCase):
+    """mps.admissionPolicy: pods may not set the variables that carry their GPU limits."""
+
+    def test_rendered_only_with_mps_where_the_api_exists(self):
+        kinds = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+        mps = {"mps": {"enabled": True}}
+
+        def names(values, extra=VAP_CLUSTER):
+            return {d["metadata"]["name"] for d in render(values, extra=extra) if d["kind"] in kinds}
+
+        self.assertEqual(names({}), {"edgegpu-node-labeller"})
+        self.assertEqual(names(mps), {"edgegpu-node-labeller", "edgegpu-mps-limits"})
+        self.assertEqual(names(mps, extra=()), set())
+        self.assertEqual(names({"mps": {"enabled": True, "admissionPolicy": False}}), {"edgegpu-node-labeller"})
+        docs = [d for d in render(mps, release="r1", namespace="gpu", extra=VAP_CLUSTER)
+                if d["kind"] in kinds and d["metadata"]["name"] == "r1-edgegpu-mps-limits"]
+        self.assertEqual(len(docs), 2)
+        for doc in docs:
+            for version in ("1.30", NEWEST_KUBERNETES):
+                kubernetes_validate.validate(doc, version, strict=True)
+        binding = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding")
+        self.assertEqual(binding["spec"], {"policyName": "r1-edgegpu-mps-limits", "validationActions": ["Deny"]})
+        policy = next(d for d in docs if d["kind"] == "ValidatingAdmissionPolicy")
+        self.assertEqual(policy["spec"]["failurePolicy"], "Fail")
+        self.assertEqual(policy["spec"]["matchConstraints"]["resourceRules"],
+                         [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}])
+
+    def test_cel_refuses_limits_set_by_the_pod(self):
+        policy = of_kind(render({"mps": {"enabled": True}}, extra=VAP_CLUSTER),
+                         "ValidatingAdmissionPolicy")["edgegpu-mps-limits"]
+        units = {"limits": {"nvidia.com/gpu-mem": 4}}
+        replica = {"requests": {"nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 1}}
+
+        def pod_with(containers, init=None):
+            spec = {"containers": containers}
+            if init is not None:
+                spec["initContainers"] = init
+            return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
+
+        def refused(obj):
+            decision = decide(policy, obj)
+            self.assertIsNotNone(decision)
+            return decision
+
+        # What pods normally do: their own variables, a GPU without them, MPS variables without a GPU.
+        self.assertEqual(refused(pod_with([{"name": "app", "resources": units,
+                                            "env": [{"name": "CUDA_VISIBLE_DEVICES", "value": "0"},
+                                                    {"name": "MPS_MODE", "value": "x"}]}])), [])
+        self.assertEqual(refused(pod_with([{"name": "app", "resources": replica}])), [])
+        self.assertEqual(refused(pod_with([{"name": "app", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}},
+                                            "env": [{"name": "CUDA_MPS_PIPE_DIRECTORY", "value": "/tmp/mps"}]}])), [])
+        # Each variable the plugin sets, in a container or an init container that asks for a device.
+        for name in ("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PIPE_DIRECTORY",
+                     "CUDA_MPS_CLIENT_PRIORITY", "EDGEGPU_GPU_MEMORY_LIMIT_MIB", "EDGEGPU_GPU_MEMORY_LIMIT_ENFORCED",
+                     "EDGEGPU_GPU_MEMORY_LIMIT_NOTE"):
+            with self.subTest(name=name):
+                messages = refused(pod_with([{"name": "sidecar"},
+                                             {"name": "app", "resources": units,
+                                              "env": [{"name": "A", "value": "1"}, {"name": name, "value": "0=64G"}]}]))
+                self.assertEqual(len(messages), 1)
+                self.assertTrue(messages[0].startswith(f"container app sets {name} itself: on a shared GPU the device "
+                                                       "plugin sets the CUDA_MPS_* and EDGEGPU_GPU_MEMORY_LIMIT* "
+                                                       "variables"), messages[0])
+                self.assertTrue(messages[0].endswith("and a value in the pod spec would replace them; remove it"))
+                messages = refused(pod_with([{"name": "app"}], init=[{"name": "warmup", "resources": replica,
+                                                                     "env": [{"name": name, "value": "1"}]}]))
+                self.assertEqual(len(messages), 1)
+                self.assertIn(f"container warmup sets {name} itself", messages[0])
+
+
 class Dashboard(unittest.TestCase):
     """The Grafana dashboard queries only series that edgegpu or dcgm-exporter serve, with the
     labels they carry (docs/metrics.md lists every series)."""
@@ -713,6 +996,37 @@ class BadValues(unittest.TestCase):
         ({"allowDefaultNamespace": False, "namespaceOverride": "default"},
          "allowDefaultNamespace is false and the namespace is default"),
         ({"affinity": "nodes-with-gpus"}, "at '/affinity': "),
+        # MPS.
+        ({"config": {"map": {"a": MPS_CONFIG}}},
+         "config.map.a uses sharing.mps, but mps.enabled is false: without the MPS companion no MPS control daemon "
+         "runs and the jetson plugin keeps those GPUs unhealthy; set mps.enabled=true"),
+        ({"config": {"map": {"a": GPU_MEMORY_CONFIG}}},
+         "config.map.a uses sharing.gpuMemory with enforcement auto, but mps.enabled is false"),
+        ({"mps": {"enabled": True}, "config": {"map": {"a": MPS_CONFIG.replace("replicas: 2", "replicas: 64")}}},
+         "config.map.a: sharing.mps.resources nvidia.com/gpu: replicas must be a whole number from 2 to 48"),
+        ({"mps": {"enabled": True}, "config": {"map": {"a": MPS_CONFIG + "        activeThreadPercentage: 0\n"}}},
+         "config.map.a: sharing.mps.resources nvidia.com/gpu: activeThreadPercentage must be a whole number from 1"),
+        ({"mps": {"enabled": True}, "config": {"map": {"a": "version: v1\nsharing:\n  mps:\n    resources:\n      - replicas: 2\n"}}},
+         "config.map.a: sharing.mps.resources[0] has no name"),
+        ({"mps": {"enabled": True}, "config": {"map": {"a": GPU_MEMORY_CONFIG + "    enforcement: strict\n"}}},
+         'config.map.a: sharing.gpuMemory.enforcement "strict" is not one of auto, mps, none'),
+        ({"mps": {"enabled": True}, "config": {"map": {"a": GPU_MEMORY_CONFIG.replace("    resources:\n      - name: nvidia.com/gpu\n", "    resources: []\n")}}},
+         "config.map.a: sharing.gpuMemory.resources must be a non-empty list"),
+        ({"mps": {"enabled": True}, "config": {"map": {"a": GPU_MEMORY_CONFIG + "  timeSlicing:\n    resources: [{name: gpu, replicas: 2}]\n"}}},
+         "config.map.a: sharing.gpuMemory cannot be combined with sharing.timeSlicing or sharing.mps"),
+        ({"mps": {"enabled": True, "root": "/run/nvidia/mps"}}, "mps.root /run/nvidia/mps is NVIDIA's MPS directory"),
+        ({"mps": {"enabled": True, "root": "/var/lib/kubelet/mps"}},
+         "mps.root /var/lib/kubelet/mps is inside /var/lib/kubelet, which the plugin pods use"),
+        ({"mps": {"enabled": True, "root": "/run/edgegpu/mps/"}}, "at '/mps/root': '/run/edgegpu/mps/' does not match"),
+        ({"mps": {"enabled": True, "root": "/run/../mps"}}, "at '/mps/root': '/run/../mps' does not match"),
+        ({"mps": {"enabled": True, "root": "run/mps"}}, "at '/mps/root': 'run/mps' does not match"),
+        ({"mps": {"enabled": True, "controlBinary": "nvidia-cuda-mps-control"}}, "at '/mps/controlBinary': "),
+        ({"mps": {"enabled": True, "enableHostPID": False}},
+         "mps.enableHostPID=false: the MPS companion always runs in the host's PID namespace"),
+        ({"mps": {"enableHostNetwork": True}}, "mps.enableHostNetwork: the MPS companion uses no network"),
+        ({"mps": {"enabled": True, "daemon": {}}}, "at '/mps': additional properties 'daemon' not allowed"),
+        ({"devicequery": {"limitsResource": "gpu-mem"}}, "at '/devicequery/limitsResource': 'gpu-mem' does not match"),
+        ({"devicequery": {"limitsCount": 0}}, "at '/devicequery/limitsCount': minimum: got 0, want 1"),
     ]
 
     def test_each_is_rejected_with_its_message(self):

@@ -34,6 +34,12 @@ objects. This script checks what docs/deploy.md promises:
   * the metrics (docs/metrics.md): the plugin's metrics port, its METRICS_BIND_ADDRESS, the
     prometheus.io/port annotation and the Service agree; the kubelet's pod-resources directory
     is mounted read-only, only into the plugin.
+  * MPS (Helm value mps.enabled, docs/sharing.md): the plugins mount the MPS directory
+    (MPS_ROOT) read-write at its own path and nothing else new; the companion DaemonSet
+    (edgegpu-mps-control-daemon) alone is privileged and in the host's PID namespace, runs the
+    plugin image's `mps-control-daemon` with flags it defines, mounts exactly the host's /
+    read-only at /host and the same MPS directory read-write at /host<MPS_ROOT>, has a token
+    for nothing, and runs on exactly the nodes that run a plugin.
 
 Usage: check_policy.py REPO_ROOT. Prints one line per problem; exit status 1 if there is any.
 deploy/helm/check_chart.py runs the same rules on the Helm chart's rendered output
@@ -128,6 +134,7 @@ def check_mounts(where, pod, container, plugin=True):
     mounts = container.get("volumeMounts") or []
     paths = {m["mountPath"] for m in mounts}
     feature_file = (env_map(container).get("FEATURE_FILE") or {}).get("value")
+    mps_root = (env_map(container).get("MPS_ROOT") or {}).get("value")
     for mount in mounts:
         volume = volumes.get(mount["name"])
         if volume is None:
@@ -141,6 +148,10 @@ def check_mounts(where, pod, container, plugin=True):
         # where NFD is not (yet) installed must not hold the plugin pod back.
         if host_path["path"] == NFD_FEATURES_DIR and kind == "DirectoryOrCreate":
             pass
+        # The MPS directory: under /run, a tmpfs, it is gone at every boot, and the companion
+        # fills it; the plugin pod must not wait for the companion to create it.
+        elif mps_root and host_path["path"] == mps_root and kind == "DirectoryOrCreate":
+            pass
         elif kind not in HOSTPATH_TYPES_NO_CREATE:
             problem(where, f"hostPath {host_path['path']} has type {kind!r}: use one of "
                     f"{sorted(HOSTPATH_TYPES_NO_CREATE)} (others create paths on the host)")
@@ -152,6 +163,9 @@ def check_mounts(where, pod, container, plugin=True):
         elif host_path["path"] == POD_RESOURCES_DIR:
             if mount["mountPath"] != POD_RESOURCES_DIR or not mount.get("readOnly"):
                 problem(where, f"{POD_RESOURCES_DIR} must be mounted readOnly at the same path")
+        elif mps_root and host_path["path"] == mps_root:
+            if mount["mountPath"] != mps_root or mount.get("readOnly"):
+                problem(where, f"the MPS directory {mps_root} (MPS_ROOT) must be mounted read-write at the same path")
         elif host_path["path"] == NFD_FEATURES_DIR:
             if mount["mountPath"] != NFD_FEATURES_DIR or mount.get("readOnly"):
                 problem(where, f"{NFD_FEATURES_DIR} must be mounted read-write at the same path")
@@ -167,6 +181,8 @@ def check_mounts(where, pod, container, plugin=True):
                 problem(where, f"/host/dev is mounted but {masked} is not masked")
     if plugin and DEVICE_PLUGIN_DIR not in paths:
         problem(where, f"{DEVICE_PLUGIN_DIR} is not mounted")
+    if mps_root and mps_root not in paths:
+        problem(where, f"MPS_ROOT is {mps_root}, but no volume is mounted there (the plugin writes daemons.json)")
     runs_labeller = "edgegpu-labeller" in " ".join(container.get("command") or [])
     for m in mounts:
         if is_token_volume(volumes.get(m["name"], {})) and not runs_labeller:
@@ -210,8 +226,13 @@ def check_config_wiring(where, pod, container, configmaps, configmap_required=Tr
     check_sharing_config(f"ConfigMap {cm_name} key {files[config_path]}", data.get(files[config_path]))
 
 
+MEMORY_SIZE = re.compile(r"^[0-9]+(Ki|Mi|Gi|Ti)$")
+
+
 def check_sharing_config(where, text):
-    """The subset of NVIDIA's `version: v1` rules the plugin enforces (kubelet-device-plugin.md 5.3)."""
+    """The subset of the config rules the plugin enforces (NVIDIA's `version: v1` for
+    timeSlicing and mps, edgegpu's gpuMemory; docs/sharing.md), for the shipped examples:
+    exactly one way of sharing, fully qualified names."""
     try:
         config = yaml.safe_load(text or "")
     except yaml.YAMLError as error:
@@ -220,14 +241,39 @@ def check_sharing_config(where, text):
     if not isinstance(config, dict) or config.get("version") != "v1":
         problem(where, "must be a mapping with version: v1")
         return
-    resources = (((config.get("sharing") or {}).get("timeSlicing") or {}).get("resources")) or []
+    sharing = config.get("sharing") or {}
+    ways = [k for k in ("timeSlicing", "mps", "gpuMemory") if sharing.get(k)]
+    if len(ways) != 1:
+        problem(where, f"must share one way (sharing.timeSlicing, .mps or .gpuMemory), found {ways}")
+        return
+    way = ways[0]
+    resources = sharing[way].get("resources") or []
     if not resources:
-        problem(where, "sharing.timeSlicing.resources is empty")
+        problem(where, f"sharing.{way}.resources is empty")
     for resource in resources:
         if not str(resource.get("name", "")).startswith("nvidia.com/"):
             problem(where, f"resource name {resource.get('name')!r} is not nvidia.com/...")
-        if not isinstance(resource.get("replicas"), int) or resource["replicas"] < 2:
-            problem(where, f"replicas must be an integer >= 2, got {resource.get('replicas')!r}")
+        if way == "gpuMemory":
+            if "memory" in resource and not MEMORY_SIZE.match(str(resource["memory"])):
+                problem(where, f"memory {resource['memory']!r} is not a binary quantity (e.g. 24Gi)")
+            continue
+        most = 48 if way == "mps" else None  # an MPS server serves at most 48 clients per GPU
+        replicas = resource.get("replicas")
+        if not isinstance(replicas, int) or replicas < 2 or (most and replicas > most):
+            problem(where, f"replicas must be an integer >= 2{f' and <= {most}' if most else ''}, got {replicas!r}")
+        if way == "mps":
+            pct = resource.get("activeThreadPercentage")
+            if pct is not None and (not isinstance(pct, int) or not 1 <= pct <= 100):
+                problem(where, f"activeThreadPercentage must be an integer from 1 to 100, got {pct!r}")
+            limit = resource.get("pinnedDeviceMemoryLimit")
+            if limit is not None and not MEMORY_SIZE.match(str(limit)):
+                problem(where, f"pinnedDeviceMemoryLimit {limit!r} is not a binary quantity (e.g. 2Gi)")
+    if way == "gpuMemory":
+        unit = sharing[way].get("unit", "256Mi")
+        if not MEMORY_SIZE.match(str(unit)):
+            problem(where, f"sharing.gpuMemory.unit {unit!r} is not a binary quantity (e.g. 256Mi)")
+        if sharing[way].get("enforcement", "auto") not in ("auto", "mps", "none"):
+            problem(where, f"sharing.gpuMemory.enforcement {sharing[way].get('enforcement')!r} is not auto, mps or none")
 
 
 def requirement_matches(requirement, labels):
@@ -331,6 +377,87 @@ def check_node_setup(ds, version, plugins, documented_labels):
         runs_plugin = any(selects(p["spec"]["template"]["spec"], labels) for p in plugins.values())
         if selects(pod, labels) != runs_plugin:
             problem(where, f"nodes labelled {labels}: node setup {'skips' if runs_plugin else 'runs on'} "
+                    f"them although they {'run' if runs_plugin else 'run no'} plugin")
+
+
+MPS_COMPANION = "edgegpu-mps-control-daemon"
+MPS_COMMAND = ["/usr/bin/edgegpu-device-plugin", "mps-control-daemon"]
+
+
+def check_mps_control_daemon(ds, version, plugins, cli, documented_labels):
+    """The MPS companion (Helm value mps.enabled): the one privileged part of MPS, with exactly
+    the host access it needs (docs/deploy.md 5), beside the plugins it serves."""
+    where = f"DaemonSet {ds['metadata']['name']}"
+    pod = ds["spec"]["template"]["spec"]
+    if pod.get("automountServiceAccountToken") is not False or pod.get("serviceAccountName"):
+        problem(where, "needs no service account: automountServiceAccountToken false, no serviceAccountName")
+    for host_ns in ("hostNetwork", "hostIPC"):
+        if pod.get(host_ns):
+            problem(where, f"{host_ns} must not be set")
+    if pod.get("hostPID") is not True:
+        problem(where, "needs hostPID: MPS knows its clients in other pods by their host process IDs")
+    if pod.get("priorityClassName") != "system-node-critical":
+        problem(where, "priorityClassName must be system-node-critical")
+    if pod.get("initContainers"):
+        problem(where, "has no init containers")
+    check_volumes_used(where, pod)
+    if [c["name"] for c in pod["containers"]] != ["mps-control-daemon"]:
+        problem(where, "must have exactly one container, mps-control-daemon")
+        return
+    container = pod["containers"][0]
+    cwhere = f"{where} container mps-control-daemon"
+    if not container.get("image", "").endswith(f":{version}"):
+        problem(cwhere, f"image {container.get('image')} is not tagged with the workspace version {version}")
+    plugin_images = {p["spec"]["template"]["spec"]["containers"][0]["image"] for p in plugins.values()}
+    if plugin_images and plugin_images != {container.get("image")}:
+        problem(cwhere, f"image {container.get('image')} is not the plugins' {sorted(plugin_images)}")
+    if container.get("command") != MPS_COMMAND:
+        problem(cwhere, f"command must be {MPS_COMMAND}")
+    if "--root=/host" not in (container.get("args") or []):
+        problem(cwhere, "must run with --root=/host (it chroots into the host's /)")
+    if container.get("ports"):
+        problem(cwhere, "serves nothing: no ports")
+    context = {**(pod.get("securityContext") or {}), **(container.get("securityContext") or {})}
+    if context.get("privileged") is not True or context.get("runAsUser") != 0:
+        problem(cwhere, "must be privileged as uid 0 (GPU device nodes, unshare, mount, chroot)")
+    resources = container.get("resources") or {}
+    for resource in ("cpu", "memory"):
+        request = (resources.get("requests") or {}).get(resource)
+        limit = (resources.get("limits") or {}).get(resource)
+        if request is None or quantity(request) is None:
+            problem(cwhere, f"needs a {resource} request")
+        elif limit is not None and (quantity(limit) is None or quantity(request) > quantity(limit)):
+            problem(cwhere, f"{resource} request {request} exceeds limit {limit}")
+    check_cli_alignment(cwhere, container, cli, "edgegpu-device-plugin mps-control-daemon (plugin/src)")
+    mps_root = (env_map(container).get("MPS_ROOT") or {}).get("value")
+    if not mps_root or not mps_root.startswith("/"):
+        problem(cwhere, "needs MPS_ROOT, an absolute host path")
+        return
+    for name, plugin in plugins.items():
+        theirs = (env_map(plugin["spec"]["template"]["spec"]["containers"][0]).get("MPS_ROOT") or {}).get("value")
+        if theirs != mps_root:
+            problem(where, f"MPS_ROOT {mps_root} but {name} has {theirs!r}: they meet in that directory")
+    # Exactly: the host's / read-only at /host, the MPS directory read-write at /host<MPS_ROOT>.
+    wanted = {"/": ("/host", True, "Directory"), mps_root: ("/host" + mps_root, False, "DirectoryOrCreate")}
+    volumes = {v["name"]: v for v in pod.get("volumes") or []}
+    found = {}
+    for volume in volumes.values():
+        if "hostPath" not in volume:
+            problem(cwhere, f"volume {volume['name']}: only the two host paths, nothing else")
+    for mount in container.get("volumeMounts") or []:
+        host_path = volumes.get(mount["name"], {}).get("hostPath")
+        if host_path is None:
+            problem(cwhere, f"mount {mount['mountPath']} names no host path volume")
+            continue
+        found[host_path["path"]] = (mount["mountPath"], bool(mount.get("readOnly")), host_path.get("type"))
+    if found != wanted:
+        problem(cwhere, f"host mounts {found}, expected exactly {wanted}")
+    if not documented_labels or not plugins:
+        return
+    for labels in label_combinations(plugins):
+        runs_plugin = any(selects(p["spec"]["template"]["spec"], labels) for p in plugins.values())
+        if selects(pod, labels) != runs_plugin:
+            problem(where, f"nodes labelled {labels}: the MPS companion {'skips' if runs_plugin else 'runs on'} "
                     f"them although they {'run' if runs_plugin else 'run no'} plugin")
 
 
@@ -610,9 +737,12 @@ def check_objects(repo, objects, configmaps, where, namespace="kube-system", con
                   if d["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "edgegpu-node-setup"]
     labellers = [d for d in all_daemonsets
                  if d["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "edgegpu-node-labeller"]
+    companions = [d for d in all_daemonsets
+                  if d["metadata"].get("labels", {}).get("app.kubernetes.io/name") == MPS_COMPANION]
     for ds in all_daemonsets:
-        if ds["metadata"]["name"] not in plugins and ds not in node_setup and ds not in labellers:
-            problem(f"DaemonSet {ds['metadata']['name']}", "is neither the device plugin, node setup nor the labeller")
+        if ds["metadata"]["name"] not in plugins and not any(ds in s for s in (node_setup, labellers, companions)):
+            problem(f"DaemonSet {ds['metadata']['name']}",
+                    "is neither the device plugin, node setup, the labeller nor the MPS companion")
     if not plugins and not node_setup:
         problem(where, "no DaemonSet")
     cli = plugin_cli(repo)
@@ -630,6 +760,12 @@ def check_objects(repo, objects, configmaps, where, namespace="kube-system", con
     check_metrics_service(objects, plugins)
     for ds in node_setup:
         check_node_setup(ds, version, plugins, documented_labels)
+    for ds in companions:
+        check_mps_control_daemon(ds, version, plugins, cli, documented_labels)
+    with_mps = sorted(n for n, ds in plugins.items()
+                      if "MPS_ROOT" in env_map(ds["spec"]["template"]["spec"]["containers"][0]))
+    if with_mps and not companions:
+        problem(where, f"{with_mps} set MPS_ROOT but no MPS companion DaemonSet ({MPS_COMPANION}) runs beside them")
 
     runtime_classes = [d for d in objects if d.get("kind") == "RuntimeClass"]
     if runtime_class and not any(rc["metadata"]["name"] == "nvidia" and rc.get("handler") == "nvidia"

@@ -11,7 +11,13 @@ Knobs in the initial state: node, gpus (physical GPUs the plugin finds), compone
 discrete), register_delay (s), job_log (the devicequery output), job_seconds, overcommit (a
 broken scheduler that ignores the resource, to prove the contention check can fail),
 labeller (false: nothing labels the node), attribution (false: the plugin's /metrics never names
-a pod, as without the pod-resources mount).
+a pod, as without the pod-resources mount), companion (true: the MPS companion's pod runs on the
+node), gpu_memory_mib (the GPU's memory, for MPS's default split), mps_enforced (false: MPS does not
+hold the limits, the negative control).
+
+Pods that run devicequery (args, no command) act out --check-limits and --allocate-mib with the
+limit the applied config gives (sharing.mps: pinnedDeviceMemoryLimit, else the GPU's memory /
+replicas), printing the lines scripts/e2e-node.sh reads (docs/devicequery.md).
 """
 
 import json
@@ -77,7 +83,7 @@ def tick(state):
     now = time.time()
     for pod in state["pods"]:
         if pod["phase"] == "Running" and pod.get("seconds") is not None and now >= pod["started"] + pod["seconds"]:
-            pod["phase"] = "Succeeded"
+            pod["phase"] = pod.get("outcome", "Succeeded")
     for job in state["jobs"].values():
         pod = next((p for p in state["pods"] if p.get("job") == job["name"]), None)
         if pod and pod["phase"] == "Succeeded":
@@ -111,9 +117,14 @@ def apply(state, docs):
         elif kind == "Pod":
             spec = doc["spec"]
             assert spec["nodeSelector"]["kubernetes.io/hostname"] == state["node"], spec
-            seconds = int(spec["containers"][0]["command"][1])
-            state["pods"].append({"name": meta["name"], "namespace": ns, "labels": meta.get("labels", {}),
-                                  "request": request_of(spec), "phase": "Pending", "seconds": seconds})
+            entry = {"name": meta["name"], "namespace": ns, "labels": meta.get("labels", {}),
+                     "request": request_of(spec), "phase": "Pending"}
+            container = spec["containers"][0]
+            if "command" in container:
+                entry["seconds"] = int(container["command"][1])
+            else:
+                entry.update(devicequery(state, [str(a) for a in container["args"]]))
+            state["pods"].append(entry)
         elif kind == "Job":
             spec = doc["spec"]["template"]["spec"]
             assert spec["nodeSelector"]["kubernetes.io/hostname"] == state["node"], spec
@@ -124,14 +135,56 @@ def apply(state, docs):
         print(f"{kind.lower()}/{meta['name']} configured")
 
 
+MIB_OF = {"Mi": 1, "Gi": 1024}
+
+
 def restart_plugin(state):
     state["plugin_started"] = time.time()
-    replicas = 1
+    replicas, limit = 1, None
     for cm in state["configmaps"].values():
-        config = yaml.safe_load(cm["data"]["config.yaml"])
-        replicas = config["sharing"]["timeSlicing"]["resources"][0]["replicas"]
+        sharing = yaml.safe_load(cm["data"]["config.yaml"])["sharing"]
+        resource = (sharing.get("mps") or sharing["timeSlicing"])["resources"][0]
+        replicas = resource["replicas"]
+        if "mps" in sharing:
+            size = str(resource.get("pinnedDeviceMemoryLimit", ""))
+            limit = (int(size[:-2]) * MIB_OF[size[-2:]] if size
+                     else state.get("gpu_memory_mib", 16384) // replicas)
     state["replicas_at_start"] = replicas
+    state["limit_mib"] = limit
     state["restarts"] = state.get("restarts", 0) + 1
+
+
+def devicequery(state, args):
+    """What a devicequery pod with ARGS does on the simulated GPU: how long it runs, how it ends,
+    its log while it runs and at the end."""
+    limit, enforced = state.get("limit_mib"), state.get("mps_enforced", True)
+    head = 'deviceQuery, CUDA Driver = CUDART, NumDevs = 1\n\n'
+    if "--check-limits" in args:
+        head += 'Memory limit check (--check-limits) on device 0: "Orin"\n'
+        if limit is None:
+            end = ("  EDGEGPU_GPU_MEMORY_LIMIT_MIB:                  (not set)\n"
+                   "devicequery: check failed: --check-limits: no memory limit was given for device 0: neither "
+                   "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (an entry for ordinal 0) nor EDGEGPU_GPU_MEMORY_LIMIT_MIB is set\n"
+                   "Result = FAIL")
+            return {"seconds": 0.3, "outcome": "Failed", "log": head, "final_log": head + end}
+        head += f"  Memory limit checked:                          {limit} MiB ({limit << 20} bytes)\n"
+        if enforced:
+            end = ("  First refusal:                                 64 MiB: 2 (CUDA_ERROR_OUT_OF_MEMORY) out of memory\n"
+                   "Result = PASS")
+            return {"seconds": 0.3, "outcome": "Succeeded", "log": head, "final_log": head + end}
+        end = (f"devicequery: check failed: --check-limits: the limit is not enforced: {limit * 1.1:.2f} MiB could be "
+               f"allocated on device 0, more than the {limit} MiB limit\nResult = FAIL")
+        return {"seconds": 0.3, "outcome": "Failed", "log": head, "final_log": head + end}
+    mib = int(args[args.index("--allocate-mib") + 1])
+    hold = int(args[args.index("--hold-seconds") + 1]) if "--hold-seconds" in args else 0
+    if enforced and limit is not None and mib > limit:
+        end = (f"devicequery: check failed: --allocate-mib {mib}: allocating {mib} MiB on device 0 failed with 2 "
+               "(CUDA_ERROR_OUT_OF_MEMORY): out of memory\nResult = FAIL")
+        return {"seconds": 0.3, "outcome": "Failed", "log": head, "final_log": head + end}
+    head += f"  Allocated:                                     {mib} MiB\n"
+    if hold:
+        head += f"  Holding for:                                   {hold} s\n"
+    return {"seconds": max(hold, 0.3), "outcome": "Succeeded", "log": head, "final_log": head + "Result = PASS"}
 
 
 def node_labels(state):
@@ -221,7 +274,10 @@ def main(args):
                 print(pod["request"])
     elif verb == "get" and words[1] == "pods" and "-l" in args:
         selector = opt(args, "-l")
-        if selector == "app.kubernetes.io/name=edgegpu-device-plugin":
+        if selector == "app.kubernetes.io/name=edgegpu-mps-control-daemon":
+            assert opt(args, "--field-selector") == f"spec.nodeName={node}" and ns == "kube-system", args
+            print("edgegpu-mps-control-daemon-x7k2p" if state.get("companion") else "", end="")
+        elif selector == "app.kubernetes.io/name=edgegpu-device-plugin":
             if state.get("plugin_deployed") and out == "jsonpath={.items[0].metadata.name}":
                 print(f"edgegpu-device-plugin-{state['component']}-abcde", end="")
             elif out != "jsonpath={.items[0].metadata.name}":
@@ -261,16 +317,26 @@ def main(args):
         print(" ".join(job["conditions"]), end="")
     elif verb == "create" and "--dry-run=client" in args:
         doc = read_manifests(opt(args, "-f"))[0]
-        field = re.fullmatch(r"jsonpath=\{\.metadata\.(name|namespace)\}", out).group(1)
-        print(doc["metadata"].get(field, ""), end="")
+        if out == "jsonpath={.spec.template.spec.containers[0].image}":
+            print(doc["spec"]["template"]["spec"]["containers"][0]["image"], end="")
+        else:
+            field = re.fullmatch(r"jsonpath=\{\.metadata\.(name|namespace)\}", out).group(1)
+            print(doc["metadata"].get(field, ""), end="")
     elif verb == "patch" and "--local" in args:
         doc = read_manifests(opt(args, "-f"))[0]
         patch = json.loads(opt(args, "-p"))
         doc["spec"]["template"]["spec"].update(patch["spec"]["template"]["spec"])
         print(yaml.safe_dump(doc))
     elif verb == "logs":
+        pod = find_pod(state, ns, words[1])
         if words[1].startswith("job/"):
             print(state["job_log"])
+        elif pod is not None and "log" in pod:
+            if pod["phase"] == "Pending":
+                sys.stderr.write(f'Error from server (BadRequest): container "devicequery" in pod "{pod["name"]}" '
+                                 "is waiting to start: ContainerCreating\n")
+                return 1
+            print(pod["final_log"] if pod["phase"] in ("Succeeded", "Failed") else pod["log"], end="")
         else:
             print("plugin log line")
     elif verb == "delete":

@@ -180,6 +180,10 @@ class PolicyTest(unittest.TestCase):
         self.assert_reported(mutate, "expected edgegpu-device-plugin-jetson")
 
     def test_config_map_name_mismatch(self):
+        # The other Jetson examples (MPS, memory units) fill the same ConfigMap: leave one.
+        for other in ("mps-jetson.yaml", "gpu-memory-jetson.yaml"):
+            (self.tmp / "deploy" / "examples" / other).unlink()
+
         def mutate(_, example):
             example["metadata"]["name"] = "something-else"
         self.assert_reported(mutate, "no example ConfigMap edgegpu-device-plugin-jetson-config")
@@ -193,6 +197,28 @@ class PolicyTest(unittest.TestCase):
         def mutate(_, example):
             example["data"]["config.yaml"] = example["data"]["config.yaml"].replace("replicas: 4", "replicas: 1")
         self.assert_reported(mutate, "replicas must be an integer >= 2, got 1")
+
+    def test_mps_and_memory_unit_configs(self):
+        mps = "version: v1\nsharing:\n  mps:\n    resources:\n      - name: nvidia.com/gpu\n        replicas: 4\n"
+        units = "version: v1\nsharing:\n  gpuMemory:\n    resources:\n      - name: nvidia.com/gpu\n"
+        cases = [
+            (mps.replace("replicas: 4", "replicas: 64"), "replicas must be an integer >= 2 and <= 48, got 64"),
+            (mps + "        activeThreadPercentage: 0\n", "activeThreadPercentage must be an integer from 1 to 100, got 0"),
+            (mps + "        pinnedDeviceMemoryLimit: 2G\n", "pinnedDeviceMemoryLimit '2G' is not a binary quantity"),
+            (units.replace("  gpuMemory:\n", "  gpuMemory:\n    unit: 1.5Gi\n"), "unit '1.5Gi' is not a binary quantity"),
+            (units.replace("  gpuMemory:\n", "  gpuMemory:\n    enforcement: strict\n"), "enforcement 'strict' is not auto"),
+            (mps + "  timeSlicing:\n    resources: [{name: nvidia.com/gpu, replicas: 2}]\n", "must share one way"),
+            (units.replace("nvidia.com/gpu", "gpu"), "resource name 'gpu' is not nvidia.com/..."),
+        ]
+        for text, expected in cases:
+            with self.subTest(expected=expected):
+                check_policy.problems.clear()
+                check_policy.check_sharing_config("example", text)
+                self.assertTrue(any(expected in p for p in check_policy.problems), check_policy.problems)
+        for text in (mps, units):
+            check_policy.problems.clear()
+            check_policy.check_sharing_config("example", text)
+            self.assertEqual(check_policy.problems, [])
 
     def test_config_volume_not_optional(self):
         def mutate(objects, _):

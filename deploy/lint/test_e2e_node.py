@@ -2,6 +2,9 @@
 scheduler) to prove its control flow: it passes on a healthy node, with and without
 time-slicing, fails when the node never advertises the resource, when devicequery does not pass
 and when the scheduler does not hold the extra pod back, and always removes what it created.
+With --limits and an MPS config it passes when the limit holds (the probe passes, the pod beyond
+its limit is refused with CUDA_ERROR_OUT_OF_MEMORY while the one under it runs on) and fails
+where MPS does not hold the limit or the GPU is shared without limits.
 
 Run: python -m unittest discover -s deploy/lint -p 'test_*.py'  (scripts/validate-manifests.sh does)
 """
@@ -12,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 from pathlib import Path
 
@@ -143,11 +147,70 @@ class E2eNodeScriptTest(unittest.TestCase):
         self.assertIn("already exists", self.output)
         self.assertEqual(self.final["configmaps"], existing)
 
+    def run_limits(self, *args, config="mps-jetson.yaml", expect="4", **state):
+        # The chart (mps.enabled) is installed already: --no-apply.
+        state = {"companion": True, "plugin_deployed": True, "plugin_started": time.time(), **state}
+        return self.run_script("--no-apply", "--config", str(self.tmp / "deploy/examples" / config),
+                               "--expect", expect, "--limits", "--limits-hold", "3", *args, **state)
+
+    def test_mps_limits_hold_in_two_pods(self):
+        self.assertEqual(self.run_limits(), 0, self.output)
+        self.assertIn("==> limits: MPS companion kube-system/edgegpu-mps-control-daemon-x7k2p runs on orin-1",
+                      self.output)
+        self.assertIn("==> limits: edgegpu-e2e-limits-check runs devicequery --check-limits with 1 nvidia.com/gpu "
+                      "(example/devicequery:test)", self.output)
+        # mps-jetson.yaml: pinnedDeviceMemoryLimit 4Gi.
+        self.assertIn("Memory limit checked:                          4096 MiB (4294967296 bytes)", self.output)
+        self.assertIn("PASS limits: --check-limits in edgegpu-e2e-limits-check: the limit held (Result = PASS)",
+                      self.output)
+        self.assertIn("PASS limits: edgegpu-e2e-limits-hold holds 1024 MiB under its 4096 MiB limit", self.output)
+        self.assertIn("PASS limits: edgegpu-e2e-limits-over was refused 5120 MiB beyond its 4096 MiB limit "
+                      "(CUDA_ERROR_OUT_OF_MEMORY)", self.output)
+        self.assertIn("PASS limits: edgegpu-e2e-limits-hold kept running with its 1024 MiB while "
+                      "edgegpu-e2e-limits-over was refused", self.output)
+        self.assertIn("PASS limits: edgegpu-e2e-limits-hold held its memory for 3s and freed it (Result = PASS)",
+                      self.output)
+        self.assertIn("e2e-node: 13 passed, 0 failed", self.output)
+        self.assert_cleaned_up()
+
+    def test_mps_limits_not_enforced_fail(self):
+        self.assertEqual(self.run_limits(companion=False, mps_enforced=False), 1, self.output)
+        self.assertIn("==> limits: no MPS companion on orin-1", self.output)
+        self.assertIn("FAIL limits: --check-limits in edgegpu-e2e-limits-check: devicequery: check failed: "
+                      "--check-limits: the limit is not enforced", self.output)
+        self.assertIn("FAIL limits: edgegpu-e2e-limits-over allocated 5120 MiB, more than its 4096 MiB limit: "
+                      "the limit is not enforced", self.output)
+        self.assertIn("e2e-node: 11 passed, 2 failed", self.output)
+        self.assert_cleaned_up()
+
+    def test_limits_on_a_gpu_shared_without_limits_fail(self):
+        self.assertEqual(self.run_limits(config="time-slicing-jetson.yaml"), 1, self.output)
+        self.assertIn("FAIL limits: --check-limits in edgegpu-e2e-limits-check: devicequery: check failed: "
+                      "--check-limits: no memory limit was given for device 0", self.output)
+        self.assertIn("FAIL limits: edgegpu-e2e-limits-check was given no GPU memory limit (is nvidia.com/gpu "
+                      "shared with sharing.mps or sharing.gpuMemory?)", self.output)
+        self.assertNotIn("edgegpu-e2e-limits-hold", self.output)
+        self.assert_cleaned_up()
+
+    def test_limits_need_two_free_devices(self):
+        state = {"plugin_deployed": True, "plugin_started": time.time()}
+        self.assertEqual(self.run_script("--no-apply", "--limits", "--limits-count", "1", **state), 1, self.output)
+        self.assertIn("FAIL limits: two pods of 1 nvidia.com/gpu need 2 free, orin-1 has 1", self.output)
+        self.assert_cleaned_up()
+
     def test_usage_errors(self):
         result = subprocess.run([str(self.tmp / "scripts" / "e2e-node.sh"), "--hold", "soon"], env=self.env,
                                 capture_output=True, text=True, check=False)
         self.assertEqual(result.returncode, 2)
         self.assertIn("--hold must be a number of seconds", result.stderr)
+        result = subprocess.run([str(self.tmp / "scripts" / "e2e-node.sh"), "--limits-count", "0"], env=self.env,
+                                capture_output=True, text=True, check=False)
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("--limits-count must be a number >= 1", result.stderr)
+        result = subprocess.run([str(self.tmp / "scripts" / "e2e-node.sh"), "--limits"], env=self.env,
+                                capture_output=True, text=True, check=False)
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("--limits needs --no-apply: MPS comes with the Helm chart (mps.enabled)", result.stderr)
 
 
 if __name__ == "__main__":

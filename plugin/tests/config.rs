@@ -103,6 +103,88 @@ fn entries_the_helm_chart_lets_through_are_read() {
     }
 }
 
+/// What a config shares with limits: its MPS resources, and its memory-unit resources with the
+/// names they are advertised under.
+type Limited<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)]);
+
+/// The MPS and memory-unit entries deploy/helm/check_chart.py
+/// (`test_mps_configs_the_plugin_accepts`) renders with mps.enabled, and the examples'
+/// configs (deploy/examples/mps-*.yaml, gpu-memory-jetson.yaml): what the chart lets through
+/// the plugin reads, each as the way of sharing the chart took it for.
+#[test]
+fn mps_entries_the_helm_chart_lets_through_are_read() {
+    const GPU: &[&str] = &["nvidia.com/gpu"];
+    const UNITS: &[(&str, &str)] = &[("nvidia.com/gpu", "nvidia.com/gpu-mem")];
+    let entries: &[(&str, Limited)] = &[
+        (
+            "version: v1\nsharing:\n  mps:\n    resources:\n      - name: nvidia.com/gpu\n        replicas: 2\n        pinnedDeviceMemoryLimit: 2Gi\n",
+            (GPU, &[]),
+        ),
+        (
+            "version: v1\nsharing:\n  gpuMemory:\n    unit: 512Mi\n    resources:\n      - name: nvidia.com/gpu\n",
+            (&[], UNITS),
+        ),
+        (
+            "Sharing:\n  MPS:\n    renameByDefault: true\n    resources:\n    - name: gpu\n      replicas: 48\n      activeThreadPercentage: 10\n",
+            (GPU, &[]),
+        ),
+        (
+            "version: v1\nsharing:\n  gpuMemory:\n    enforcement: mps\n    resources:\n    - name: nvidia.com/gpu\n      rename: aliyun.com/gpu-mem\n      memory: 24Gi\n",
+            (&[], &[("nvidia.com/gpu", "aliyun.com/gpu-mem")]),
+        ),
+        (
+            "version: v1\nsharing:\n  timeSlicing:\n    resources: [{name: gpu, replicas: 4}]\n  mps:\n    resources: [{name: gpu, replicas: 2}]\n",
+            (GPU, &[]),
+        ),
+        (
+            "version: v1\nsharing:\n  mps: null\n  gpuMemory: {resources: [{name: gpu}]}\n",
+            (&[], UNITS),
+        ),
+        (
+            "version: v1\nsharing:\n  gpuMemory:\n    enforcement: none\n    resources:\n      - name: nvidia.com/gpu\n",
+            (&[], UNITS),
+        ),
+    ];
+    let mut cases: Vec<(String, Limited)> =
+        entries.iter().map(|(t, l)| (t.to_string(), *l)).collect();
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples");
+    let shipped: [(&str, Limited); 3] = [
+        ("mps-jetson.yaml", (GPU, &[])),
+        ("mps-discrete.yaml", (GPU, &[])),
+        ("gpu-memory-jetson.yaml", (&[], UNITS)),
+    ];
+    for (file, limited) in shipped {
+        let text = std::fs::read_to_string(examples.join(file)).unwrap();
+        let config = text
+            .split("config.yaml: |\n")
+            .nth(1)
+            .expect("a config.yaml key");
+        let config: String = config
+            .lines()
+            .map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l)))
+            .collect();
+        cases.push((config, limited));
+    }
+    for (text, (mps, units)) in &cases {
+        let f = ConfigFile::parse(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+        let got_mps: Vec<&str> = f
+            .mps
+            .iter()
+            .flat_map(|m| &m.resources)
+            .map(|r| r.name.as_str())
+            .collect();
+        assert_eq!(got_mps, *mps, "{text:?}");
+        let got_units: Vec<(&str, &str)> = f
+            .gpu_memory
+            .iter()
+            .flat_map(|g| &g.resources)
+            .map(|r| (r.name.as_str(), r.rename.as_str()))
+            .collect();
+        assert_eq!(got_units, *units, "{text:?}");
+        assert!(f.time_slicing.is_none(), "{text:?}: one way of sharing");
+    }
+}
+
 /// (file contents, expected line, words the message must contain)
 const BAD: &[(&str, usize, &[&str])] = &[
     // NVIDIA's parse errors, at the line of the value at fault.

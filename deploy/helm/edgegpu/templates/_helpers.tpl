@@ -340,3 +340,34 @@ The read-only host files a plugin variant's discovery, health checks and sensors
 - {name: host-sys-devices, mountPath: /host/sys/devices, readOnly: true}
 {{- end }}
 {{- end -}}
+
+{{/*
+Every node that runs one of the enabled plugin DaemonSets, as an affinity (YAML): the plugins'
+required node selector terms, ORed; {} when no plugin is enabled. Node setup and the MPS
+companion run exactly there.
+*/}}
+{{- define "edgegpu.plugins.anyAffinity" -}}
+{{- $terms := list -}}
+{{- range $variant := include "edgegpu.plugin.enabledVariants" . | fromJsonArray -}}
+{{- $affinity := include "edgegpu.plugin.affinity" (dict "root" $ "variant" $variant) | fromYaml -}}
+{{- $terms = concat $terms (dig "nodeAffinity" "requiredDuringSchedulingIgnoredDuringExecution" "nodeSelectorTerms" (list) $affinity) -}}
+{{- end -}}
+{{- if $terms -}}
+nodeAffinity:
+  requiredDuringSchedulingIgnoredDuringExecution:
+    nodeSelectorTerms:
+      {{- toYaml $terms | nindent 6 }}
+{{- else -}}
+{}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when the MPS companion is enabled (mps may be null in NVIDIA-shaped values), else "". */}}
+{{- define "edgegpu.mps.enabled" -}}
+{{- if dig "mps" "enabled" false .Values.AsMap -}}true{{- end -}}
+{{- end -}}
+
+{{/* The host directory of the MPS files (mps.root; null: the default). */}}
+{{- define "edgegpu.mps.root" -}}
+{{- dig "mps" "root" "" .Values.AsMap | default "/run/edgegpu/mps" -}}
+{{- end -}}
