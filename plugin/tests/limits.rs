@@ -63,7 +63,7 @@ async fn orin_mps_replicas_wait_for_the_daemon_and_carry_their_limits() {
     let desired = status::read_desired(root.path())
         .unwrap()
         .expect("daemons.json");
-    assert_eq!(desired.daemons, [wanted.clone()]);
+    assert_eq!(desired.daemons, std::slice::from_ref(&wanted));
 
     // No daemon yet: no pod may start a client.
     plugin
