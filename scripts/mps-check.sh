@@ -95,6 +95,14 @@ if allocate mps "$OUT/mps.yaml" 2 1; then
     in_container "$OUT/mps" 0 "$OUT/mps-c0-override.txt" "$DQ" --allocate-mib 6144
     expect "replica 0 raising its own limit variable to 64 GiB, then 6 GiB" 1 $?
     EXTRA_ENV=()
+    # A process leaving MPS: on a discrete GPU the companion made it EXCLUSIVE_PROCESS, so the
+    # MPS server holds the only context and this one gets none.
+    nvidia-smi --query-gpu=compute_mode --format=csv,noheader | sed 's/^/    compute mode while MPS serves: /' | tee -a "$OUT/summary.txt"
+    EXTRA_ENV=("CUDA_MPS_PIPE_DIRECTORY=/nonexistent")
+    in_container "$OUT/mps" 0 "$OUT/mps-c0-bypass.txt" "$DQ" --allocate-mib 6144
+    expect "replica 0 leaving MPS (another pipe directory), then 6 GiB" 1 $?
+    grep -h "CUDA_ERROR\|check failed" "$OUT/mps-c0-bypass.txt" | head -2 | sed 's/^/    /' | tee -a "$OUT/summary.txt"
+    EXTRA_ENV=()
     nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv >"$OUT/mps-apps.csv" 2>&1
     sed 's/^/    /' "$OUT/mps-apps.csv" | tee -a "$OUT/summary.txt"
     wait $HOLD
@@ -143,6 +151,7 @@ say "== companion stops on SIGTERM"
 kill -TERM "$COMPANION"
 wait "$COMPANION"
 expect "companion exit status" 0 $?
+nvidia-smi --query-gpu=compute_mode --format=csv,noheader | sed 's/^/    compute mode after the companion: /' | tee -a "$OUT/summary.txt"
 sleep 1
 if pgrep -f nvidia-cuda-mps-control >/dev/null; then
     say "CHECK no control daemon left: UNEXPECTED"; failures=$((failures + 1))

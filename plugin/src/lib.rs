@@ -217,9 +217,21 @@ pub async fn run_mps_daemon(args: cli::MpsDaemonArgs) -> anyhow::Result<()> {
     let root = args.effective_root();
     let binary = mps::support::find_control_binary(&root, args.mps_control_binary.as_deref())
         .map(|host| under_root_if(&root, &host));
+    // Discrete GPUs' compute mode needs NVML; a Jetson without it needs nothing of it.
+    let nvml = {
+        let root = root.clone();
+        match tokio::task::spawn_blocking(move || gpu::discovery::nvml::load_nvml(&root)).await? {
+            Ok(nvml) => Some(Arc::new(nvml)),
+            Err(e) => {
+                tracing::info!("{e:#}");
+                None
+            }
+        }
+    };
     let options = mps::daemon::Options {
         mps_root: args.mps_root.clone(),
         binary,
+        nvml,
     };
     mps::daemon::run(options, async move { signals.recv().await }).await
 }

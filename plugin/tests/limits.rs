@@ -53,6 +53,7 @@ async fn orin_mps_replicas_wait_for_the_daemon_and_carry_their_limits() {
     let per_replica_mib = Board::Orin.mem_total_kb() * 1024 / 4 / MIB;
     let wanted = DaemonSettings {
         resource: "nvidia.com/gpu".into(),
+        exclusive_gpus: vec![],
         active_thread_percentage: Some(25),
         pinned_memory_limits: vec![DeviceLimit {
             ordinal: 0,
@@ -154,6 +155,11 @@ async fn discrete_mps_names_gpus_by_uuid_with_overrides() {
     let desired = status::read_desired(root.path()).unwrap().unwrap();
     let wanted = &desired.daemons[0];
     assert_eq!(wanted.resource, "nvidia.com/gpu.shared");
+    // Discrete GPUs go EXCLUSIVE_PROCESS while MPS serves them (not a Jetson: see the Orin test).
+    assert_eq!(
+        wanted.exclusive_gpus,
+        gpus.iter().map(|g| g.uuid.clone()).collect::<Vec<_>>()
+    );
     assert_eq!(wanted.active_thread_percentage, Some(40));
     assert_eq!(
         wanted.pinned_memory_limits,

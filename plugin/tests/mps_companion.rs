@@ -15,7 +15,7 @@ use edgegpu_plugin::mps::plan::{DaemonSettings, DeviceLimit};
 use edgegpu_plugin::mps::status::{self, Desired, State};
 use edgegpu_plugin::resource::Resource;
 use edgegpu_testkit::cuda::{devices, variant, FakeCuda};
-use edgegpu_testkit::host::{Board, FakeHost};
+use edgegpu_testkit::host::{Board, FakeGpu, FakeHost};
 use edgegpu_testkit::mps;
 use edgegpu_testkit::process::{binary_command, terminate};
 use gpu_common::{config_file, Plugin, WAIT};
@@ -258,6 +258,7 @@ fn new_settings_replace_the_daemon_and_removed_ones_stop_it() {
     let companion = Companion::start(&host, root.path());
     let settings = |pct: u32| DaemonSettings {
         resource: GPU.into(),
+        exclusive_gpus: vec![],
         active_thread_percentage: Some(pct),
         pinned_memory_limits: vec![DeviceLimit {
             ordinal: 0,
@@ -342,6 +343,32 @@ async fn a_host_without_the_binary_is_refused_with_the_reason() {
     assert!(companion.stop().success());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discrete_gpus_are_exclusive_to_the_mps_server_while_it_serves_them() {
+    let gpus = FakeGpu::two_on_two_numa_nodes();
+    let host = FakeHost::discrete(&gpus);
+    host.install_mps_control_runnable(mps::HOST_PATH);
+    let root = tempfile::tempdir().unwrap();
+    let companion = Companion::start(&host, root.path());
+    let (_config, config) = mps_config(50, "8Gi");
+    let root_flag = format!("--mps-root={}", root.path().display());
+    let plugin = Plugin::start(host.root(), &[&config, &root_flag]).await;
+    plugin
+        .wait_devices("healthy", |d| {
+            d.len() == 8 && d.iter().all(|x| x.health == HEALTHY)
+        })
+        .await;
+    // NVML's EXCLUSIVE_PROCESS (3): only the MPS server may hold a context, so no client
+    // leaves MPS and its limits.
+    assert_eq!((host.compute_mode(0), host.compute_mode(1)), (3, 3));
+    let state = mps::state(&companion.pipe(GPU));
+    assert_eq!(state.pinned_mem_limit(&gpus[1].uuid), Some("8192M"));
+    plugin.stop().await;
+    // The companion stops: the daemon quits and the GPUs get their mode back.
+    assert!(companion.stop().success());
+    assert_eq!((host.compute_mode(0), host.compute_mode(1)), (0, 0));
+}
+
 /// In a container the companion chroots into the host and covers `/dev/shm` with
 /// `<mps-root>/shm` in its own mount namespace; needs root, and the static fake inside the
 /// root (no emulator there).
@@ -377,6 +404,7 @@ fn isolate_chroots_and_covers_dev_shm() {
         &Desired {
             daemons: vec![DaemonSettings {
                 resource: GPU.into(),
+                exclusive_gpus: vec![],
                 active_thread_percentage: Some(50),
                 pinned_memory_limits: vec![],
             }],

@@ -39,6 +39,11 @@
  *                    NVML_VALUE_NOT_AVAILABLE). No file: no process. A board whose
  *                    `unsupported` list names "processes" answers NOT_SUPPORTED. A MIG device's
  *                    processes carry its GPU and compute instance ids, a GPU's 0xFFFFFFFF.
+ *   compute-mode-<index>  the GPU's compute mode as nvmlDeviceSetComputeMode last set it
+ *                    (NVML's enum: 0 default, 2 prohibited, 3 exclusive process), read by
+ *                    nvmlDeviceGetComputeMode; no file: 0. A board whose `unsupported` list
+ *                    names "compute_mode" answers NOT_SUPPORTED to both (Tegra cannot change
+ *                    compute modes).
  *   The config's "cuda_driver_version=<int>" (e.g. 12040) is what
  *   nvmlSystemGetCudaDriverVersion_v2 answers, its "compute_capability=<major>.<minor>" what
  *   nvmlDeviceGetCudaComputeCapability answers for every GPU (NOT_SUPPORTED when absent).
@@ -725,6 +730,48 @@ nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t d, int *major, int 
         return NVML_ERROR_NOT_SUPPORTED;
     *major = cc_major;
     *minor = cc_minor;
+    return NVML_SUCCESS;
+}
+
+static void compute_mode_path(nvmlDevice_t d, char *path, size_t size)
+{
+    snprintf(path, size, "%s/compute-mode-%u", dir, d->index);
+}
+
+nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t d, int *mode)
+{
+    nvmlReturn_t r = check_device_query(d, "compute_mode");
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!mode)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    char path[4200];
+    compute_mode_path(d, path, sizeof path);
+    *mode = 0;
+    FILE *f = fopen(path, "r");
+    if (f) {
+        if (fscanf(f, "%d", mode) != 1)
+            *mode = 0;
+        fclose(f);
+    }
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceSetComputeMode(nvmlDevice_t d, int mode)
+{
+    nvmlReturn_t r = check_device_query(d, "compute_mode");
+    if (r != NVML_SUCCESS)
+        return r;
+    /* NVML's enum: DEFAULT 0, EXCLUSIVE_THREAD 1 (removed), PROHIBITED 2, EXCLUSIVE_PROCESS 3. */
+    if (mode != 0 && mode != 2 && mode != 3)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    char path[4200];
+    compute_mode_path(d, path, sizeof path);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return NVML_ERROR_UNKNOWN;
+    fprintf(f, "%d\n", mode);
+    fclose(f);
     return NVML_SUCCESS;
 }
 

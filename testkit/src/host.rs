@@ -1376,6 +1376,15 @@ impl FakeHost {
             .expect("this root has no fake NVML")
     }
 
+    /// The compute mode the fake NVML holds for GPU `gpu` (NVML's enum: 0 default, 3
+    /// exclusive process), as `nvmlDeviceSetComputeMode` left it.
+    pub fn compute_mode(&self, gpu: u32) -> u32 {
+        std::fs::read_to_string(self.nvml_dir().join(format!("compute-mode-{gpu}")))
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
     /// Queues a critical XID event for the GPU with NVML index `gpu`.
     pub fn inject_xid(&self, gpu: u32, xid: u64) {
         let dir = self.nvml_dir();

@@ -157,6 +157,7 @@ pub fn plan(
             }
             let daemon = DaemonSettings {
                 resource: name.clone(),
+                exclusive_gpus: exclusive_gpus(platform, gpus, units),
                 active_thread_percentage: Some(pct),
                 pinned_memory_limits: units
                     .iter()
@@ -251,6 +252,7 @@ pub fn plan(
                 // limit variable cannot go beyond it.
                 Some(DaemonSettings {
                     resource: name.clone(),
+                    exclusive_gpus: exclusive_gpus(platform, gpus, units),
                     active_thread_percentage: None,
                     pinned_memory_limits: units
                         .iter()
@@ -290,6 +292,17 @@ pub fn plan(
         limits: None,
         daemon: None,
     })
+}
+
+/// The discrete GPUs of `units` (UUIDs), which the companion makes `EXCLUSIVE_PROCESS` while
+/// MPS serves them; none on a Jetson (Tegra cannot change compute modes).
+fn exclusive_gpus(platform: Option<&Platform>, gpus: &[Gpu], units: &[Unit]) -> Vec<String> {
+    if !matches!(platform, Some(Platform::Nvml)) {
+        return Vec::new();
+    }
+    let mut out: Vec<String> = units.iter().map(|u| gpus[u.gpu].uuid.clone()).collect();
+    out.dedup();
+    out
 }
 
 fn unshared(resource_name: &str) -> ResourcePlan {

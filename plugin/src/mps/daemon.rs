@@ -17,6 +17,11 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::watch;
 
+use std::sync::Arc;
+
+use nvml_wrapper::Nvml;
+
+use super::compute_mode;
 use super::control::Control;
 use super::plan::DaemonSettings;
 use super::status::{self, Desired, State, Status};
@@ -39,6 +44,8 @@ pub struct Options {
     pub mps_root: PathBuf,
     /// `nvidia-cuda-mps-control`, or why the host has none.
     pub binary: Result<PathBuf, String>,
+    /// The host's NVML, for discrete GPUs' compute mode (`None` on a Jetson without NVML).
+    pub nvml: Option<Arc<Nvml>>,
 }
 
 /// Runs the companion until `shutdown` resolves.
@@ -146,7 +153,12 @@ fn reconcile(options: &Options, running: &mut BTreeMap<String, Supervisor>, desi
         tracing::info!(resource = %name, commands = ?settings.commands(), "starting an MPS control daemon");
         running.insert(
             name,
-            Supervisor::start(settings, paths, options.binary.clone()),
+            Supervisor::start(
+                settings,
+                paths,
+                options.binary.clone(),
+                options.nvml.clone(),
+            ),
         );
     }
 }
@@ -159,9 +171,14 @@ struct Supervisor {
 }
 
 impl Supervisor {
-    fn start(settings: DaemonSettings, paths: MpsPaths, binary: Result<PathBuf, String>) -> Self {
+    fn start(
+        settings: DaemonSettings,
+        paths: MpsPaths,
+        binary: Result<PathBuf, String>,
+        nvml: Option<Arc<Nvml>>,
+    ) -> Self {
         let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(supervise(settings.clone(), paths, binary, stopped));
+        let task = tokio::spawn(supervise(settings.clone(), paths, binary, nvml, stopped));
         Supervisor {
             settings,
             stop,
@@ -190,7 +207,72 @@ async fn supervise(
     settings: DaemonSettings,
     paths: MpsPaths,
     binary: Result<PathBuf, String>,
+    nvml: Option<Arc<Nvml>>,
     mut stop: watch::Receiver<bool>,
+) {
+    match binary {
+        Ok(binary) => {
+            let exclusive = exclusive_gpus(&settings, nvml.clone()).await;
+            keep_running(&settings, &paths, &binary, &mut stop).await;
+            if let (Some(nvml), Some(exclusive)) = (nvml, exclusive) {
+                let problems =
+                    tokio::task::spawn_blocking(move || compute_mode::restore(&nvml, exclusive))
+                        .await
+                        .unwrap_or_default();
+                for p in problems {
+                    tracing::warn!(resource = %settings.resource, "{p}");
+                }
+            }
+        }
+        Err(why) => {
+            let refused = Status {
+                state: State::Refused,
+                reason: Some(why),
+                pid: None,
+                restarts: 0,
+                settings: settings.clone(),
+            };
+            report(&paths, refused).await;
+            stopped(&mut stop).await;
+        }
+    }
+    status_gone(&paths).await;
+}
+
+/// Puts the daemon's discrete GPUs in `EXCLUSIVE_PROCESS` ([`compute_mode`]); `None` when
+/// there are none or NVML is missing (logged: MPS then works without that fence).
+async fn exclusive_gpus(
+    settings: &DaemonSettings,
+    nvml: Option<Arc<Nvml>>,
+) -> Option<compute_mode::Exclusive> {
+    if settings.exclusive_gpus.is_empty() {
+        return None;
+    }
+    let Some(nvml) = nvml else {
+        tracing::warn!(
+            resource = %settings.resource,
+            "NVML is not available: the GPUs stay in their compute mode, and a process that leaves MPS escapes its limits"
+        );
+        return None;
+    };
+    let uuids = settings.exclusive_gpus.clone();
+    let (exclusive, problems) =
+        tokio::task::spawn_blocking(move || compute_mode::enter(&nvml, &uuids))
+            .await
+            .ok()?;
+    for p in problems {
+        tracing::warn!(resource = %settings.resource, "{p}; a process that leaves MPS escapes its limits");
+    }
+    tracing::info!(resource = %settings.resource, gpus = ?settings.exclusive_gpus, "GPUs in EXCLUSIVE_PROCESS compute mode while MPS serves them");
+    Some(exclusive)
+}
+
+/// Starts the daemon and keeps it running (restarting it with backoff) until `stop`.
+async fn keep_running(
+    settings: &DaemonSettings,
+    paths: &MpsPaths,
+    binary: &Path,
+    stop: &mut watch::Receiver<bool>,
 ) {
     let resource = settings.resource.clone();
     let status = |state: State, reason: Option<String>, pid: Option<u32>, restarts: u64| Status {
@@ -200,34 +282,25 @@ async fn supervise(
         restarts,
         settings: settings.clone(),
     };
-    let binary = match binary {
-        Ok(b) => b,
-        Err(why) => {
-            report(&paths, status(State::Refused, Some(why), None, 0)).await;
-            stopped(&mut stop).await;
-            status_gone(&paths).await;
-            return;
-        }
-    };
-    let control = Control::new(&binary, &paths);
+    let control = Control::new(binary, paths);
     let mut restarts = 0u64;
     let mut backoff = Duration::from_secs(1);
     loop {
-        report(&paths, status(State::Starting, None, None, restarts)).await;
-        if let Err(e) = prepare_dirs(&paths).await {
+        report(paths, status(State::Starting, None, None, restarts)).await;
+        if let Err(e) = prepare_dirs(paths).await {
             let why = format!("cannot create the MPS directories: {e}");
             tracing::error!(resource = %resource, "{why}");
-            report(&paths, status(State::Failed, Some(why), None, restarts)).await;
-        } else if wait_for_previous(&paths, &mut stop, |why| {
-            report(&paths, status(State::Starting, Some(why), None, restarts))
+            report(paths, status(State::Failed, Some(why), None, restarts)).await;
+        } else if wait_for_previous(paths, stop, |why| {
+            report(paths, status(State::Starting, Some(why), None, restarts))
         })
         .await
         {
-            match start(&control, &settings).await {
+            match start(&control, settings).await {
                 Ok(mut child) => {
                     let pid = child.id();
                     tracing::info!(resource = %resource, pid = ?pid, "MPS control daemon ready");
-                    report(&paths, status(State::Ready, None, pid, restarts)).await;
+                    report(paths, status(State::Ready, None, pid, restarts)).await;
                     backoff = Duration::from_secs(1);
                     let why = loop {
                         tokio::select! {
@@ -235,9 +308,8 @@ async fn supervise(
                                 Ok(s) => format!("the MPS control daemon exited ({s})"),
                                 Err(e) => format!("waiting for the MPS control daemon: {e}"),
                             },
-                            _ = stopped(&mut stop) => {
+                            _ = stopped(stop) => {
                                 quit(&control, child, &resource).await;
-                                status_gone(&paths).await;
                                 return;
                             }
                             _ = tokio::time::sleep(PROBE_INTERVAL) => {
@@ -251,26 +323,22 @@ async fn supervise(
                     };
                     tracing::error!(resource = %resource, "{why}; restarting it");
                     restarts += 1;
-                    report(&paths, status(State::Failed, Some(why), None, restarts)).await;
+                    report(paths, status(State::Failed, Some(why), None, restarts)).await;
                 }
                 Err(why) => {
                     tracing::error!(resource = %resource, "{why}");
                     restarts += 1;
-                    report(&paths, status(State::Failed, Some(why), None, restarts)).await;
+                    report(paths, status(State::Failed, Some(why), None, restarts)).await;
                 }
             }
         }
         let stopping = *stop.borrow();
         if stopping {
-            status_gone(&paths).await;
             return;
         }
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
-            _ = stopped(&mut stop) => {
-                status_gone(&paths).await;
-                return;
-            }
+            _ = stopped(stop) => return,
         }
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }

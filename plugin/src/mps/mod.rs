@@ -16,6 +16,7 @@
 //! unprivileged. Nothing here uses NVML device minor numbers (a Jetson has none): GPUs are
 //! named by CUDA ordinal and, where known, UUID.
 
+pub mod compute_mode;
 pub mod control;
 pub mod daemon;
 pub mod plan;

@@ -53,6 +53,13 @@ pub struct DaemonSettings {
     /// Per GPU, each client's memory cap; empty: none.
     #[serde(default)]
     pub pinned_memory_limits: Vec<DeviceLimit>,
+    /// Discrete GPUs (UUIDs) the companion puts in `EXCLUSIVE_PROCESS` compute mode while the
+    /// daemon serves them, so that only the MPS server holds a context and no process
+    /// escapes the limits by leaving MPS (NVIDIA's plugin does the same,
+    /// `cmd/mps-control-daemon/mps/daemon.go`). Empty on Jetson: Tegra cannot change compute
+    /// modes (MPS documentation).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclusive_gpus: Vec<String>,
 }
 
 impl DaemonSettings {
@@ -247,6 +254,7 @@ mod tests {
     fn commands_set_ordinal_then_uuid_then_threads() {
         let s = DaemonSettings {
             resource: "nvidia.com/gpu".into(),
+            exclusive_gpus: vec![],
             active_thread_percentage: Some(25),
             pinned_memory_limits: vec![
                 DeviceLimit {

@@ -127,6 +127,7 @@ mod tests {
             restarts: 1,
             settings: DaemonSettings {
                 resource: "nvidia.com/gpu".into(),
+                exclusive_gpus: vec![],
                 active_thread_percentage: Some(50),
                 pinned_memory_limits: vec![],
             },

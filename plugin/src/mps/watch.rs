@@ -132,6 +132,7 @@ mod tests {
     fn settings(pct: u32) -> DaemonSettings {
         DaemonSettings {
             resource: "nvidia.com/gpu".into(),
+            exclusive_gpus: vec![],
             active_thread_percentage: Some(pct),
             pinned_memory_limits: vec![],
         }

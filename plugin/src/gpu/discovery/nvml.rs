@@ -80,6 +80,12 @@ fn numa_from_sysfs(root: &Path, bus_id: &str) -> Option<i64> {
     (n >= 0).then_some(n)
 }
 
+/// Loads and initialises NVML from the host under `root` (for callers that only need the
+/// library, e.g. the MPS companion setting compute modes).
+pub fn load_nvml(root: &Path) -> anyhow::Result<Nvml> {
+    load(root).map(|(nvml, _)| nvml)
+}
+
 /// Loads NVML and lists its GPUs. A GPU whose UUID cannot be read is skipped (logged).
 pub fn load_and_enumerate(root: &Path) -> anyhow::Result<(Nvml, Vec<Gpu>)> {
     let (nvml, _) = load(root)?;
