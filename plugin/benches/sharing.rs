@@ -132,17 +132,8 @@ async fn config_change_to_new_limits(rounds: usize) {
         .unwrap();
     };
     write_config(25);
-    let mut companion = binary_command(BIN)
-        .arg("mps-control-daemon")
-        .arg("--root")
-        .arg(host.root())
-        .arg("--chroot=false")
-        .arg("--mps-private-shm=false")
-        .arg("--mps-root")
-        .arg(&mps_root)
+    let mut companion = edgegpu_testkit::mps::companion_command(BIN, host.root(), &mps_root)
         .env("EDGEGPU_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let kubelet = FakeKubelet::start(&plugin_dir).await.unwrap();

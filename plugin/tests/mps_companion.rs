@@ -32,17 +32,7 @@ struct Companion {
 
 impl Companion {
     fn start(host: &FakeHost, mps_root: &Path) -> Companion {
-        let child = binary_command(BIN)
-            .arg("mps-control-daemon")
-            .arg("--root")
-            .arg(host.root())
-            .arg("--chroot=false")
-            .arg("--mps-private-shm=false")
-            .arg("--mps-root")
-            .arg(mps_root)
-            .env("EDGEGPU_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+        let child = mps::companion_command(BIN, host.root(), mps_root)
             .spawn()
             .expect("start the companion");
         Companion {
@@ -138,20 +128,50 @@ fn mps_config(pct: u32, limit: &str) -> (tempfile::NamedTempFile, String) {
     ))
 }
 
+/// A node: `host` with the fake control binary installed, the companion, and the plugin
+/// sharing `nvidia.com/gpu` in 4 MPS replicas of `pct` % and `limit` each (`extra` plugin
+/// flags), every device healthy.
+struct MpsNode {
+    companion: Companion,
+    plugin: Plugin,
+    root: tempfile::TempDir,
+    _config: tempfile::NamedTempFile,
+}
+
+impl MpsNode {
+    async fn start(host: &FakeHost, pct: u32, limit: &str, extra: &[&str]) -> MpsNode {
+        host.install_mps_control_runnable(mps::HOST_PATH);
+        let root = tempfile::tempdir().unwrap();
+        let companion = Companion::start(host, root.path());
+        let (config_handle, config) = mps_config(pct, limit);
+        let root_flag = format!("--mps-root={}", root.path().display());
+        let mut args: Vec<&str> = vec![&config, &root_flag];
+        args.extend_from_slice(extra);
+        let plugin = Plugin::start(host.root(), &args).await;
+        plugin
+            .wait_devices("healthy once the daemon is ready", |d| {
+                !d.is_empty() && d.iter().all(|x| x.health == HEALTHY)
+            })
+            .await;
+        MpsNode {
+            companion,
+            plugin,
+            root,
+            _config: config_handle,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_companion_runs_the_daemon_the_plugin_asks_for_and_the_limits_hold() {
     let host = FakeHost::jetson(Board::Orin);
-    host.install_mps_control_runnable(mps::HOST_PATH);
-    let root = tempfile::tempdir().unwrap();
-    let companion = Companion::start(&host, root.path());
-    let (_config, config) = mps_config(30, "2Gi");
-    let root_flag = format!("--mps-root={}", root.path().display());
-    let plugin = Plugin::start(host.root(), &["--discovery=tegra", &config, &root_flag]).await;
-    plugin
-        .wait_devices("healthy once the daemon is ready", |d| {
-            d.len() == 4 && d.iter().all(|x| x.health == HEALTHY)
-        })
-        .await;
+    let MpsNode {
+        companion,
+        plugin,
+        root,
+        _config,
+    } = MpsNode::start(&host, 30, "2Gi", &["--discovery=tegra"]).await;
+    assert_eq!(plugin.devices().len(), 4);
 
     // The daemon got the plugin's limits, by ordinal (a Jetson GPU has no UUID without NVML),
     // and was checked back.
@@ -214,15 +234,12 @@ async fn the_companion_runs_the_daemon_the_plugin_asks_for_and_the_limits_hold()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_daemon_is_restarted_and_its_devices_recover() {
     let host = FakeHost::jetson(Board::Orin);
-    host.install_mps_control_runnable(mps::HOST_PATH);
-    let root = tempfile::tempdir().unwrap();
-    let companion = Companion::start(&host, root.path());
-    let (_config, config) = mps_config(25, "1Gi");
-    let root_flag = format!("--mps-root={}", root.path().display());
-    let plugin = Plugin::start(host.root(), &["--discovery=tegra", &config, &root_flag]).await;
-    plugin
-        .wait_devices("healthy", |d| d.iter().all(|x| x.health == HEALTHY))
-        .await;
+    let MpsNode {
+        companion,
+        plugin,
+        root: _root,
+        _config,
+    } = MpsNode::start(&host, 25, "1Gi", &["--discovery=tegra"]).await;
     let first = companion.status(GPU).unwrap().pid.expect("pid");
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(first as i32),
@@ -347,17 +364,13 @@ async fn a_host_without_the_binary_is_refused_with_the_reason() {
 async fn discrete_gpus_are_exclusive_to_the_mps_server_while_it_serves_them() {
     let gpus = FakeGpu::two_on_two_numa_nodes();
     let host = FakeHost::discrete(&gpus);
-    host.install_mps_control_runnable(mps::HOST_PATH);
-    let root = tempfile::tempdir().unwrap();
-    let companion = Companion::start(&host, root.path());
-    let (_config, config) = mps_config(50, "8Gi");
-    let root_flag = format!("--mps-root={}", root.path().display());
-    let plugin = Plugin::start(host.root(), &[&config, &root_flag]).await;
-    plugin
-        .wait_devices("healthy", |d| {
-            d.len() == 8 && d.iter().all(|x| x.health == HEALTHY)
-        })
-        .await;
+    let MpsNode {
+        companion,
+        plugin,
+        root: _root,
+        _config,
+    } = MpsNode::start(&host, 50, "8Gi", &[]).await;
+    assert_eq!(plugin.devices().len(), 8);
     // NVML's EXCLUSIVE_PROCESS (3): only the MPS server may hold a context, so no client
     // leaves MPS and its limits.
     assert_eq!((host.compute_mode(0), host.compute_mode(1)), (3, 3));

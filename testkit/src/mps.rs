@@ -83,6 +83,24 @@ impl FakeHost {
     }
 }
 
+/// The device plugin's MPS companion (`<plugin binary> mps-control-daemon`) as tests run it
+/// against a fake root: no chroot (the root has no libc), no private `/dev/shm` (needs
+/// CAP_SYS_ADMIN), its files under `mps_root`, its output discarded.
+pub fn companion_command(plugin_binary: &str, root: &Path, mps_root: &Path) -> Command {
+    let mut cmd = binary_command(plugin_binary);
+    cmd.arg("mps-control-daemon")
+        .arg("--root")
+        .arg(root)
+        .arg("--chroot=false")
+        .arg("--mps-private-shm=false")
+        .arg("--mps-root")
+        .arg(mps_root)
+        .env("EDGEGPU_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    cmd
+}
+
 /// The commands the daemon of `pipe_dir` received so far, in order.
 pub fn commands(pipe_dir: &Path) -> Vec<String> {
     match std::fs::read_to_string(pipe_dir.join(COMMANDS_FILE)) {
