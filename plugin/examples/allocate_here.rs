@@ -17,6 +17,8 @@
 //! a container could not be admitted.
 
 use std::path::PathBuf;
+mod common;
+
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -84,31 +86,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    {
-        use tracing_subscriber::layer::SubscriberExt;
-        use tracing_subscriber::util::SubscriberInitExt;
-        let filter: tracing_subscriber::filter::Targets = std::env::var("EDGEGPU_LOG")
-            .unwrap_or_else(|_| "info".into())
-            .parse()
-            .unwrap_or_default();
-        tracing_subscriber::fmt()
-            .with_writer(std::io::stderr)
-            .finish()
-            .with(filter)
-            .init();
-    }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    match runtime.block_on(run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("allocate_here: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    common::init_logging(&std::env::var("EDGEGPU_LOG").unwrap_or_else(|_| "info".into()));
+    common::run_to_exit("allocate_here", run(args))
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {

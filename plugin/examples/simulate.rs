@@ -14,6 +14,8 @@
 //! Then it shuts down and exits 0. Plugin flags after a second `--` replace the board's
 //! default flags.
 
+mod common;
+
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -125,28 +127,8 @@ fn main() -> ExitCode {
     } else {
         "warn,edgegpu_plugin::gpu::health=error"
     };
-    {
-        use tracing_subscriber::layer::SubscriberExt;
-        use tracing_subscriber::util::SubscriberInitExt;
-        let filter: tracing_subscriber::filter::Targets = level.parse().expect("valid filter");
-        tracing_subscriber::fmt()
-            .with_writer(std::io::stderr)
-            .finish()
-            .with(filter)
-            .init();
-    }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    match runtime.block_on(simulate(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("simulate: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    common::init_logging(level);
+    common::run_to_exit("simulate", simulate(args))
 }
 
 fn health_line(d: &Device) -> String {
