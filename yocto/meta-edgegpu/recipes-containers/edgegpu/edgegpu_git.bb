@@ -24,6 +24,7 @@ SRC_URI = "git://github.com/edgegpu/edgegpu.git;protocol=https;branch=main;dests
            file://edgegpu-node-setup.service \
            file://edgegpu-node-setup.default \
            file://edgegpu-device-plugin.service \
+           file://edgegpu-mps-control-daemon.service \
            file://edgegpu-device-plugin.default \
            file://edgegpu-cdi-refresh.service \
            file://edgegpu-cdi-refresh.path \
@@ -84,6 +85,7 @@ do_install:append:class-target() {
     install -d ${D}${systemd_system_unitdir} ${D}${sysconfdir}/default
     install -m 0644 ${EDGEGPU_UNPACKDIR}/edgegpu-node-setup.service ${D}${systemd_system_unitdir}/
     install -m 0644 ${EDGEGPU_UNPACKDIR}/edgegpu-device-plugin.service ${D}${systemd_system_unitdir}/
+    install -m 0644 ${EDGEGPU_UNPACKDIR}/edgegpu-mps-control-daemon.service ${D}${systemd_system_unitdir}/
     install -m 0644 ${EDGEGPU_UNPACKDIR}/edgegpu-node-setup.default ${D}${sysconfdir}/default/edgegpu-node-setup
     install -m 0644 ${EDGEGPU_UNPACKDIR}/edgegpu-device-plugin.default ${D}${sysconfdir}/default/edgegpu-device-plugin
     install -m 0644 ${EDGEGPU_UNPACKDIR}/edgegpu-cdi-refresh.service ${D}${systemd_system_unitdir}/
@@ -117,6 +119,7 @@ FILES:edgegpu-device-plugin += "${bindir}/edgegpu-device-plugin"
 # Host mode: the plugin as a systemd service instead of the Kubernetes DaemonSet. Opt-in by
 # installing this package; never together with the DaemonSet on one node.
 FILES:edgegpu-device-plugin-host += "${systemd_system_unitdir}/edgegpu-device-plugin.service \
+                                     ${systemd_system_unitdir}/edgegpu-mps-control-daemon.service \
                                      ${sysconfdir}/default/edgegpu-device-plugin"
 FILES:edgegpu-node-setup += "${bindir}/edgegpu-node-setup \
                              ${systemd_system_unitdir}/edgegpu-node-setup.service \
@@ -142,7 +145,7 @@ RDEPENDS:edgegpu-cdi = "edgegpu-node-setup"
 
 SYSTEMD_PACKAGES = "edgegpu-node-setup edgegpu-device-plugin-host edgegpu-cdi"
 SYSTEMD_SERVICE:edgegpu-node-setup = "edgegpu-node-setup.service"
-SYSTEMD_SERVICE:edgegpu-device-plugin-host = "edgegpu-device-plugin.service"
+SYSTEMD_SERVICE:edgegpu-device-plugin-host = "edgegpu-device-plugin.service edgegpu-mps-control-daemon.service"
 SYSTEMD_AUTO_ENABLE:edgegpu-node-setup = "enable"
 SYSTEMD_AUTO_ENABLE:edgegpu-device-plugin-host = "enable"
 SYSTEMD_SERVICE:edgegpu-cdi = "edgegpu-cdi-refresh.service edgegpu-cdi-refresh.path"
