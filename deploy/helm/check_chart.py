@@ -173,6 +173,22 @@ def images(docs):
             for c in pod(d)["containers"] + (pod(d).get("initContainers") or [])]
 
 
+def host_pid_value(values):
+    """Whether VALUES set metrics.podGpuMemory.hostPID (the one value that may put a plugin in the
+    host's PID namespace; check_policy forbids it otherwise)."""
+    return bool(((values or {}).get("metrics") or {}).get("podGpuMemory", {}).get("hostPID"))
+
+
+def mounts(container):
+    """A container's mounts by path: (volume name, readOnly)."""
+    return {m["mountPath"]: (m["name"], bool(m.get("readOnly"))) for m in container.get("volumeMounts") or []}
+
+
+def host_paths(ds):
+    """A pod's hostPath volumes by name: (path, type)."""
+    return {v["name"]: (v["hostPath"]["path"], v["hostPath"].get("type")) for v in pod(ds)["volumes"] if "hostPath" in v}
+
+
 def schema_errors(docs):
     errors = []
     for doc in docs:
@@ -197,7 +213,7 @@ class Matrix(unittest.TestCase):
         problems = check_policy.check_objects(
             REPO, [d for d in docs if "helm.sh/hook" not in d["metadata"].get("annotations", {})],
             configmaps, where=f"helm template ({values})", namespace=namespace, configmap_required=False,
-            documented_labels=documented_labels)
+            documented_labels=documented_labels, host_pid_allowed=host_pid_value(values))
         self.assertEqual(problems, [])
         return docs
 
@@ -531,7 +547,8 @@ class Matrix(unittest.TestCase):
         self.assertTrue(any("the MPS companion skips them although they run plugin" in p for p in problems), problems)
         # The plugins: no hostPID, the MPS directory read-write at its own path, a companion beside them.
         problems = problems_with(lambda spec: None, lambda spec: spec.update(hostPID=True))
-        self.assertIn("DaemonSet edgegpu-device-plugin-jetson: hostPID must not be set", problems)
+        self.assertIn("DaemonSet edgegpu-device-plugin-jetson: hostPID must not be set (only the Helm value "
+                      "metrics.podGpuMemory.hostPID sets it, on the discrete DaemonSet)", problems)
         problems = problems_with(lambda spec: None, lambda spec: next(
             m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "mps-root").update(readOnly=True))
         self.assertIn("DaemonSet edgegpu-device-plugin-jetson container device-plugin: the MPS directory "
@@ -668,6 +685,84 @@ class Matrix(unittest.TestCase):
             self.assertEqual(env(plugin)["POD_RESOURCES_SOCKET"], "")
             self.assertNotIn("pod-resources", [v["name"] for v in pod(ds)["volumes"]])
         self.assertEqual(of_kind(docs, "Service")["edgegpu-metrics"]["spec"]["ports"][0]["port"], 9500)
+
+    def test_pod_gpu_memory_defaults(self):
+        """metrics.podGpuMemory.enabled (default): the host's /proc read-only at /host/proc in both
+        plugin containers, /proc/meminfo alone for the Jetson labeller; no debugfs, no hostPID."""
+        docs = self.render_checked({})
+        daemonsets = plugins(docs)
+        for name, ds in daemonsets.items():
+            plugin = pod(ds)["containers"][0]
+            self.assertEqual(mounts(plugin)["/host/proc"], ("host-proc", True), name)
+            self.assertEqual(host_paths(ds)["host-proc"], ("/proc", "Directory"), name)
+            self.assertNotIn("/host/proc/meminfo", mounts(plugin), name)
+            self.assertNotIn("hostPID", pod(ds), name)
+            self.assertFalse([p for p, _ in host_paths(ds).values() if p.startswith("/sys/kernel")], name)
+            labeller, = pod(ds)["initContainers"]
+            self.assertNotIn("/host/proc", mounts(labeller), name)
+        jetson = daemonsets["edgegpu-device-plugin-jetson"]
+        labeller, = pod(jetson)["initContainers"]
+        self.assertEqual(mounts(labeller)["/host/proc/meminfo"], ("host-proc-meminfo", True))
+        self.assertEqual(host_paths(jetson)["host-proc-meminfo"], ("/proc/meminfo", "File"))
+        discrete = daemonsets["edgegpu-device-plugin-discrete"]
+        self.assertNotIn("host-proc-meminfo", host_paths(discrete))
+        # The static manifests are this rendering: the host's /proc there too.
+        static = {d["metadata"]["name"]: d for d in yaml.safe_load_all((REPO / "deploy" / "device-plugin.yaml").read_text())
+                  if d and d["kind"] == "DaemonSet"}
+        for name in daemonsets:
+            self.assertEqual(host_paths(static[name])["host-proc"], ("/proc", "Directory"), name)
+
+    def test_pod_gpu_memory_opt_ins(self):
+        values = {"metrics": {"podGpuMemory": {"nvmapDebugfs": True, "hostPID": True}}}
+        docs = self.render_checked(values)
+        jetson, discrete = (plugins(docs)[f"edgegpu-device-plugin-{v}"] for v in ("jetson", "discrete"))
+        # nvmapDebugfs: the Jetson plugin container only, read-only, type Directory.
+        self.assertEqual(mounts(pod(jetson)["containers"][0])["/host/sys/kernel/debug/nvmap/iovmm"],
+                         ("host-nvmap-iovmm", True))
+        self.assertEqual(host_paths(jetson)["host-nvmap-iovmm"], ("/sys/kernel/debug/nvmap/iovmm", "Directory"))
+        self.assertNotIn("/host/sys/kernel/debug/nvmap/iovmm", mounts(pod(jetson)["initContainers"][0]))
+        self.assertNotIn("host-nvmap-iovmm", host_paths(discrete))
+        # hostPID: the discrete DaemonSet only, nothing else of its security context changes.
+        self.assertIs(pod(discrete)["hostPID"], True)
+        self.assertNotIn("hostPID", pod(jetson))
+        defaults = plugins(render({}))
+        for ds in (jetson, discrete):
+            name = ds["metadata"]["name"]
+            self.assertEqual(pod(ds)["securityContext"], pod(defaults[name])["securityContext"])
+            self.assertEqual(pod(ds)["containers"][0]["securityContext"],
+                             pod(defaults[name])["containers"][0]["securityContext"])
+        # check_policy allows hostPID only when told the value is set.
+        problems = check_policy.check_objects(REPO, [d for d in docs if d["kind"] != "Job"], {}, "test",
+                                              configmap_required=False)
+        self.assertIn("DaemonSet edgegpu-device-plugin-discrete: hostPID must not be set (only the Helm value "
+                      "metrics.podGpuMemory.hostPID sets it, on the discrete DaemonSet)", problems)
+        # Each alone.
+        docs = self.render_checked({"metrics": {"podGpuMemory": {"hostPID": True}}})
+        self.assertNotIn("host-nvmap-iovmm", host_paths(plugins(docs)["edgegpu-device-plugin-jetson"]))
+        docs = self.render_checked({"metrics": {"podGpuMemory": {"nvmapDebugfs": True}}})
+        self.assertNotIn("hostPID", pod(plugins(docs)["edgegpu-device-plugin-discrete"]))
+
+    def test_pod_gpu_memory_off(self):
+        """Off, or without what it needs (the metrics, their pod attribution): the mounts of before,
+        and the opt-ins do nothing."""
+        opt_ins = {"nvmapDebugfs": True, "hostPID": True}
+        for values in ({"metrics": {"podGpuMemory": {"enabled": False, **opt_ins}}},
+                       {"metrics": {"podAttribution": False, "podGpuMemory": opt_ins}},
+                       {"metrics": {"enabled": False, "podGpuMemory": opt_ins}}):
+            with self.subTest(values=values):
+                docs = self.render_checked(values)
+                for name, ds in plugins(docs).items():
+                    self.assertNotIn("hostPID", pod(ds), name)
+                    self.assertNotIn("host-proc", host_paths(ds), name)
+                    self.assertNotIn("host-nvmap-iovmm", host_paths(ds), name)
+                jetson = plugins(docs)["edgegpu-device-plugin-jetson"]
+                for container in pod(jetson)["containers"] + pod(jetson)["initContainers"]:
+                    self.assertEqual(mounts(container)["/host/proc/meminfo"], ("host-proc-meminfo", True))
+        # Without the labeller the Jetson pod has no /proc/meminfo volume left over.
+        docs = self.render_checked({"nodeLabels": {"enabled": False}})
+        jetson = plugins(docs)["edgegpu-device-plugin-jetson"]
+        self.assertNotIn("host-proc-meminfo", host_paths(jetson))
+        self.assertEqual(mounts(pod(jetson)["containers"][0])["/host/proc"], ("host-proc", True))
 
     def test_node_labels_off_and_nfd_feature_file(self):
         docs = self.render_checked({"nodeLabels": {"enabled": False, "nfdFeatureFile": True}})
@@ -973,6 +1068,9 @@ class BadValues(unittest.TestCase):
         ({"config": {"map": {"a": "version: v1\nsharing: [\n"}}}, "config.map.a is not YAML"),
         ({"metrics": {"port": 0}}, "at '/metrics/port': minimum: got 0, want 1"),
         ({"metrics": {"podMonitor": {"interval": "soon"}}}, "at '/metrics/podMonitor/interval': 'soon' does not match"),
+        ({"metrics": {"podGpuMemory": {"hostPid": True}}}, "at '/metrics/podGpuMemory': additional properties 'hostPid'"),
+        ({"metrics": {"podGpuMemory": {"nvmapDebugfs": "yes"}}},
+         "at '/metrics/podGpuMemory/nvmapDebugfs': got string, want boolean"),
         ({"nodeLabels": {"labeler": {}}}, "at '/nodeLabels': additional properties 'labeler' not allowed"),
         ({"config": {"map": {"default": JETSON_CONFIG, "b": DISCRETE_CONFIG}, "fallbackStrategies": ["single"]}},
          "config.map has 2 entries (b, default), config.default is empty and no config.fallbackStrategies entry "

@@ -11,6 +11,12 @@ objects. This script checks what docs/deploy.md promises:
   * host paths: valid hostPath types that never create anything on the host; every host mount
     read-only except the kubelet's device-plugin directory; /host/dev comes with /host/dev/pts and
     /host/dev/shm masked; every mount names a volume and every volume is mounted;
+  * per-pod GPU memory (docs/metrics.md 2.4): the host's whole /proc only in the device-plugin
+    container (its labeller, which holds a token, gets /proc/meminfo alone); nothing of
+    /sys/kernel (debugfs: a read-only bind of it is not recursive) but nvmap's
+    /sys/kernel/debug/nvmap/iovmm, on the Jetson DaemonSet only; hostPID on a plugin DaemonSet
+    only where the caller says the Helm value metrics.podGpuMemory.hostPID is set (never in the
+    static manifests), on the discrete DaemonSet only, and with the host's /proc mounted;
   * node selection: the DaemonSets never select the same node, and label sets a user would set
     (docs/deploy.md) land on the intended DaemonSet;
   * the optional config: CONFIG_FILE and the config volume name the same ConfigMap, the example
@@ -57,6 +63,11 @@ DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 # Mounted at their own path (not under /host): the kubelet's pod-resources socket (read-only)
 # and Node Feature Discovery's feature-file directory (read-write, only with FEATURE_FILE set).
 POD_RESOURCES_DIR = "/var/lib/kubelet/pod-resources"
+# Per-pod GPU memory: the host's /proc (every process's cgroup), and on nvgpu Jetsons the one
+# debugfs directory the plugin may mount, nvmap's (per-process GPU memory).
+HOST_PROC = "/proc"
+SYS_KERNEL = "/sys/kernel"
+NVMAP_IOVMM_DIR = "/sys/kernel/debug/nvmap/iovmm"
 NFD_FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 # Host paths every Linux node has: all the node-labeller DaemonSet (on every node) may mount.
@@ -157,6 +168,9 @@ def check_mounts(where, pod, container, plugin=True):
                     f"{sorted(HOSTPATH_TYPES_NO_CREATE)} (others create paths on the host)")
         if host_path["path"] in (DEVICE_PLUGIN_DIR, POD_RESOURCES_DIR, NFD_FEATURES_DIR) and not plugin:
             problem(where, f"{host_path['path']} is for the device-plugin container only")
+        if host_path["path"] == HOST_PROC and not plugin:
+            problem(where, "the host's /proc is for the device-plugin container only (this container holds "
+                    "the labeller's token and reads /proc/meminfo alone)")
         if host_path["path"] == DEVICE_PLUGIN_DIR:
             if mount["mountPath"] != DEVICE_PLUGIN_DIR or mount.get("readOnly"):
                 problem(where, f"{DEVICE_PLUGIN_DIR} must be mounted read-write at the same path")
@@ -525,7 +539,9 @@ HOST_READERS = {
 NOT_MOUNTED_BY_DESIGN = ("/usr/lib", "/usr/lib64", "/lib", "/lib64",
                          # The EMC's actmon and clock files (docs/metrics.md): read when present,
                          # but /sys/kernel holds debugfs, whose recursive bind mount would not be
-                         # read-only; those series are left out in a pod instead.
+                         # read-only; those series are left out in a pod instead. nvmap's
+                         # per-process file is mounted only as an opt-in
+                         # (metrics.podGpuMemory.nvmapDebugfs, check_sys_kernel_mounts).
                          "/sys/kernel")
 # Paths in a shared source file that only the other kind of node reads.
 NOT_READ_ON = {}
@@ -559,7 +575,10 @@ def check_host_path_coverage(where, repo, component, pod, container):
             problem(where, f"the plugin reads {path} (plugin/src, platform/src) but no host mount covers it")
 
 
-def check_daemonset(ds, version, configmaps, cli, repo, namespace="kube-system", configmap_required=True):
+def check_daemonset(ds, version, configmaps, cli, repo, namespace="kube-system", configmap_required=True,
+                    host_pid_allowed=False):
+    """HOST_PID_ALLOWED: the Helm value metrics.podGpuMemory.hostPID is set (the static manifests
+    never have it)."""
     name = ds["metadata"]["name"]
     where = f"DaemonSet {name}"
     pod = ds["spec"]["template"]["spec"]
@@ -571,9 +590,12 @@ def check_daemonset(ds, version, configmaps, cli, repo, namespace="kube-system",
         problem(where, "priorityClassName must be system-node-critical")
     if pod.get("automountServiceAccountToken") is not False:
         problem(where, "automountServiceAccountToken must be false (only the labeller mounts a token)")
-    for host_ns in ("hostNetwork", "hostPID", "hostIPC"):
+    for host_ns in ("hostNetwork", "hostIPC"):
         if pod.get(host_ns):
             problem(where, f"{host_ns} must not be set")
+    component = ds["metadata"].get("labels", {}).get("app.kubernetes.io/component")
+    if pod.get("hostPID"):
+        check_plugin_host_pid(where, pod, component, host_pid_allowed)
     if not any(t.get("key") == "nvidia.com/gpu" and t.get("operator") == "Exists" for t in pod.get("tolerations") or []):
         problem(where, "needs the toleration nvidia.com/gpu Exists")
     check_volumes_used(where, pod)
@@ -581,6 +603,9 @@ def check_daemonset(ds, version, configmaps, cli, repo, namespace="kube-system",
     volumes = {v["name"]: v for v in pod.get("volumes") or []}
     plugin_host_mounts = {volumes[m["name"]]["hostPath"]["path"] for m in pod["containers"][0].get("volumeMounts") or []
                           if "hostPath" in volumes.get(m["name"], {})}
+    for container in pod["containers"] + (pod.get("initContainers") or []):
+        check_sys_kernel_mounts(f"{where} container {container['name']}", pod, container, component,
+                                plugin=container is pod["containers"][0])
     pod_seccomp = ((pod.get("securityContext") or {}).get("seccompProfile") or {}).get("type")
     for container in pod["containers"] + (pod.get("initContainers") or []):
         cwhere = f"{where} container {container['name']}"
@@ -600,17 +625,51 @@ def check_daemonset(ds, version, configmaps, cli, repo, namespace="kube-system",
             check_cli_alignment(cwhere, container, labeller_cli(repo), "edgegpu-labeller (labeller/src)")
             for m in container.get("volumeMounts") or []:
                 path = volumes.get(m["name"], {}).get("hostPath", {}).get("path")
-                if path and path not in plugin_host_mounts:
+                if path and not any(path == p or path.startswith(p.rstrip("/") + "/") for p in plugin_host_mounts):
                     problem(cwhere, f"mounts host path {path}, which the plugin itself does not")
             continue
         check_mounts(cwhere, pod, container)
         check_config_wiring(cwhere, pod, container, configmaps, configmap_required)
         check_cli_alignment(cwhere, container, cli, "edgegpu-device-plugin (plugin/src)")
-        component = ds["metadata"].get("labels", {}).get("app.kubernetes.io/component")
         if component not in HOST_READERS:
             problem(where, f"app.kubernetes.io/component {component!r} is not one of {sorted(HOST_READERS)}")
         else:
             check_host_path_coverage(cwhere, repo, component, pod, container)
+
+
+def check_plugin_host_pid(where, pod, component, allowed):
+    """hostPID on a plugin DaemonSet: per-pod GPU memory from NVML, which lists only the GPU
+    processes of the caller's PID namespace. An opt-in (metrics.podGpuMemory.hostPID): it lets
+    the plugin container, uid 0, signal every root process of the node."""
+    if not allowed:
+        problem(where, "hostPID must not be set (only the Helm value metrics.podGpuMemory.hostPID sets it, "
+                "on the discrete DaemonSet)")
+        return
+    if component != "discrete":
+        problem(where, "hostPID only on the discrete DaemonSet (NVML's per-process GPU memory; nvmap on a "
+                "Jetson prints global PIDs)")
+    volumes = {v["name"]: v for v in pod.get("volumes") or []}
+    mounted = {volumes.get(m["name"], {}).get("hostPath", {}).get("path"): m["mountPath"]
+               for m in pod["containers"][0].get("volumeMounts") or []}
+    if mounted.get(HOST_PROC) != "/host" + HOST_PROC:
+        problem(where, "hostPID without the host's /proc at /host/proc: the processes NVML lists could not be "
+                "attributed to pods")
+
+
+def check_sys_kernel_mounts(where, pod, container, component, plugin):
+    """Nothing of /sys/kernel, which holds debugfs and whose read-only bind would leave the
+    mounts below it writable, but nvmap's iovmm directory for the Jetson plugin container."""
+    volumes = {v["name"]: v for v in pod.get("volumes") or []}
+    for mount in container.get("volumeMounts") or []:
+        path = volumes.get(mount["name"], {}).get("hostPath", {}).get("path", "")
+        if path != SYS_KERNEL and not path.startswith(SYS_KERNEL + "/"):
+            continue
+        if path != NVMAP_IOVMM_DIR:
+            problem(where, f"host path {path}: nothing of {SYS_KERNEL} (debugfs; a read-only bind mount is not "
+                    f"recursive) but {NVMAP_IOVMM_DIR}")
+        elif component != "jetson" or not plugin:
+            problem(where, f"{NVMAP_IOVMM_DIR} (nvmap's per-process GPU memory) is for the Jetson device-plugin "
+                    "container only")
 
 
 def check_metrics_port(where, ds):
@@ -724,10 +783,12 @@ def check(repo):
 
 
 def check_objects(repo, objects, configmaps, where, namespace="kube-system", configmap_required=True,
-                  documented_labels=True, runtime_class=True):
+                  documented_labels=True, runtime_class=True, host_pid_allowed=False):
     """Returns the problems in OBJECTS (the static manifests, or one rendering of the chart).
     CONFIGMAPS fill the plugins' optional config (configmap_required: each must have one);
-    DOCUMENTED_LABELS: the affinities are the built-in ones; RUNTIME_CLASS: it must be there."""
+    DOCUMENTED_LABELS: the affinities are the built-in ones; RUNTIME_CLASS: it must be there;
+    HOST_PID_ALLOWED: rendered with metrics.podGpuMemory.hostPID=true (the discrete plugin may
+    then run in the host's PID namespace)."""
     problems.clear()
     version = workspace_version(repo)
     all_daemonsets = [d for d in objects if d.get("kind") == "DaemonSet"]
@@ -747,7 +808,7 @@ def check_objects(repo, objects, configmaps, where, namespace="kube-system", con
         problem(where, "no DaemonSet")
     cli = plugin_cli(repo)
     for ds in plugins.values():
-        check_daemonset(ds, version, configmaps, cli, repo, namespace, configmap_required)
+        check_daemonset(ds, version, configmaps, cli, repo, namespace, configmap_required, host_pid_allowed)
     if plugins:
         check_node_selection(plugins, documented_labels)
     accounts = check_rbac(objects)

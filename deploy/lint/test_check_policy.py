@@ -322,6 +322,89 @@ class PolicyTest(unittest.TestCase):
             pod(labeller_ds(objects))["securityContext"]["runAsNonRoot"] = False
         self.assert_reported(mutate, "must run as a non-root user")
 
+    def problems_of_objects(self, mutate, **options):
+        """check_objects on the static manifests changed by MUTATE, as the chart's checks call it."""
+        objects = copy.deepcopy(self.objects)
+        mutate(objects)
+        examples = [d for p in (REPO / "deploy" / "examples").glob("*.yaml") for d in check_policy.load(p)]
+        configmaps = {d["metadata"]["name"]: d for d in examples if d.get("kind") == "ConfigMap"}
+        others = [d for p in (REPO / "deploy").glob("*.yaml") if p.name != "device-plugin.yaml"
+                  for d in check_policy.load(p)]
+        return check_policy.check_objects(REPO, objects + others, configmaps, "test", **options)
+
+    def test_host_pid_only_with_the_helm_value(self):
+        def host_pid(pick):
+            return lambda objects, _=None: pod(pick(objects)).update(hostPID=True)
+        # The static manifests: never (they are the chart's defaults, hostPID false).
+        for pick in (discrete, jetson):
+            self.assert_reported(host_pid(pick), "hostPID must not be set (only the Helm value "
+                                 "metrics.podGpuMemory.hostPID sets it, on the discrete DaemonSet)")
+        self.assertIn("DaemonSet edgegpu-device-plugin-discrete: hostPID must not be set (only the Helm value "
+                      "metrics.podGpuMemory.hostPID sets it, on the discrete DaemonSet)",
+                      self.problems_of_objects(host_pid(discrete)))
+        # With the value: the discrete DaemonSet, which mounts the host's /proc, may.
+        self.assertEqual(self.problems_of_objects(lambda objects: None, host_pid_allowed=True), [])
+        self.assertEqual(self.problems_of_objects(host_pid(discrete), host_pid_allowed=True), [])
+        # The Jetson one never: nvmap's PIDs are global.
+        self.assertIn("DaemonSet edgegpu-device-plugin-jetson: hostPID only on the discrete DaemonSet (NVML's "
+                      "per-process GPU memory; nvmap on a Jetson prints global PIDs)",
+                      self.problems_of_objects(host_pid(jetson), host_pid_allowed=True))
+
+        def without_proc(objects):
+            ds = discrete(objects)
+            pod(ds)["hostPID"] = True
+            container(ds)["volumeMounts"].remove(mount(ds, "/host/proc"))
+            pod(ds)["volumes"].remove(volume(ds, "host-proc"))
+        self.assertIn("DaemonSet edgegpu-device-plugin-discrete: hostPID without the host's /proc at /host/proc: "
+                      "the processes NVML lists could not be attributed to pods",
+                      self.problems_of_objects(without_proc, host_pid_allowed=True))
+
+    def test_host_proc_only_in_the_plugin_container(self):
+        def mutate(objects, _):
+            ds = discrete(objects)
+            pod(ds)["initContainers"][0]["volumeMounts"].append(
+                {"name": "host-proc", "mountPath": "/host/proc", "readOnly": True})
+        self.assert_reported(mutate, "container labels: the host's /proc is for the device-plugin container only")
+
+    def test_labeller_reads_meminfo_under_the_plugins_proc(self):
+        # The Jetson labeller mounts /proc/meminfo, which the plugin reads in the host's /proc.
+        ds = jetson(self.objects)
+        labeller_paths = [volume(ds, m["name"])["hostPath"]["path"] for m in pod(ds)["initContainers"][0]["volumeMounts"]
+                          if "hostPath" in volume(ds, m["name"])]
+        self.assertIn("/proc/meminfo", labeller_paths)
+        self.assertNotIn("/proc", labeller_paths)
+        self.assertEqual(mount(ds, "/host/proc")["readOnly"], True)
+
+    def nvmap_mount(self, objects, pick, init=False):
+        ds = pick(objects)
+        pod(ds)["volumes"].append({"name": "host-nvmap-iovmm",
+                                   "hostPath": {"path": "/sys/kernel/debug/nvmap/iovmm", "type": "Directory"}})
+        target = pod(ds)["initContainers"][0] if init else container(ds)
+        target["volumeMounts"].append({"name": "host-nvmap-iovmm", "mountPath": "/host/sys/kernel/debug/nvmap/iovmm",
+                                       "readOnly": True})
+
+    def test_nvmap_debugfs_only_for_the_jetson_plugin(self):
+        self.assertEqual(self.problems_after(lambda objects, _: self.nvmap_mount(objects, jetson)), [])
+        self.assert_reported(lambda objects, _: self.nvmap_mount(objects, discrete),
+                             "container device-plugin: /sys/kernel/debug/nvmap/iovmm (nvmap's per-process GPU memory) "
+                             "is for the Jetson device-plugin container only")
+
+        def both(objects, _):
+            self.nvmap_mount(objects, jetson)
+            pod(jetson(objects))["initContainers"][0]["volumeMounts"].append(
+                {"name": "host-nvmap-iovmm", "mountPath": "/host/sys/kernel/debug/nvmap/iovmm", "readOnly": True})
+        self.assert_reported(both, "container labels: /sys/kernel/debug/nvmap/iovmm (nvmap's per-process GPU memory) "
+                             "is for the Jetson device-plugin container only")
+
+    def test_nothing_else_of_sys_kernel(self):
+        def mutate(objects, _):
+            ds = jetson(objects)
+            pod(ds)["volumes"].append({"name": "debugfs", "hostPath": {"path": "/sys/kernel/debug", "type": "Directory"}})
+            container(ds)["volumeMounts"].append({"name": "debugfs", "mountPath": "/host/sys/kernel/debug",
+                                                  "readOnly": True})
+        self.assert_reported(mutate, "host path /sys/kernel/debug: nothing of /sys/kernel (debugfs; a read-only bind "
+                             "mount is not recursive) but /sys/kernel/debug/nvmap/iovmm")
+
     def test_runtime_class_required(self):
         (self.tmp / "deploy" / "runtimeclass.yaml").unlink()
         self.assertIn("deploy/: no RuntimeClass nvidia with handler nvidia", check_policy.check(self.tmp))

@@ -18,6 +18,20 @@ pub const SOC0_SERIAL: &str = "/sys/devices/soc0/serial_number";
 /// The board's serial number NVIDIA's bootloader writes into the device tree (what jetson_stats
 /// `jtop/core/jetson_variables.py` reads as the board serial).
 pub const DT_SERIAL: &str = "/proc/device-tree/serial-number";
+/// The device tree in sysfs, where the host's `/proc/device-tree` points: an absolute symlink
+/// (Linux `drivers/of/base.c`, `of_core_init`: `proc_symlink("device-tree", NULL,
+/// "/sys/firmware/devicetree/base")`). Read through another root, e.g. a pod that mounts the
+/// host's `/proc` at `/host/proc`, that link resolves in the reader's own `/sys/firmware`,
+/// which container runtimes mask: readers of the `/proc/device-tree` paths above fall back to
+/// the same file here ([`device_tree_in_sysfs`]).
+pub const DEVICE_TREE_SYSFS: &str = "/sys/firmware/devicetree/base";
+
+/// A `/proc/device-tree/…` path as the same file under [`DEVICE_TREE_SYSFS`]; `None` for any
+/// other path.
+pub fn device_tree_in_sysfs(path: &str) -> Option<String> {
+    let property = path.strip_prefix("/proc/device-tree/")?;
+    Some(format!("{DEVICE_TREE_SYSFS}/{property}"))
+}
 /// `tegra_chip_id` module parameter of L4T's `tegra_fuse` driver.
 pub const CHIP_ID: &str = "/sys/module/tegra_fuse/parameters/tegra_chip_id";
 /// L4T release file (package `nvidia-l4t-core`): `# R36 (release), REVISION: 4.3, …`.
@@ -206,6 +220,20 @@ pub fn l4t_major(version: &str) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn device_tree_paths_in_sysfs() {
+        assert_eq!(
+            device_tree_in_sysfs(COMPATIBLE).as_deref(),
+            Some("/sys/firmware/devicetree/base/compatible")
+        );
+        assert_eq!(
+            device_tree_in_sysfs(DTSFILENAME).as_deref(),
+            Some("/sys/firmware/devicetree/base/nvidia,dtsfilename")
+        );
+        assert_eq!(device_tree_in_sysfs(MEMINFO), None);
+        assert_eq!(device_tree_in_sysfs("/proc/device-tree"), None);
+    }
 
     #[test]
     fn l4t_release_lines() {

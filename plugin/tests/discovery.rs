@@ -20,6 +20,39 @@ async fn auto_discovery_without_nvml_falls_through_to_tegra() {
     }
 }
 
+/// A pod that mounts the host's `/proc` at `<root>/proc` (the chart's per-pod GPU memory) gets
+/// the host's `/proc/device-tree`: an absolute link to `/sys/firmware/devicetree/base`, which
+/// resolves in the pod's own, masked, `/sys/firmware`. Detection then reads the device tree
+/// where the DaemonSet mounts it, `<root>/sys/firmware/devicetree/base`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn device_tree_is_read_from_sysfs_when_the_proc_link_leads_nowhere() {
+    let host = FakeHost::jetson(Board::Orin);
+    host.write("/proc/device-tree/serial-number", "1422919082137\0");
+    let sysfs = host.path("/sys/firmware/devicetree/base");
+    std::fs::create_dir_all(sysfs.parent().unwrap()).unwrap();
+    std::fs::rename(host.path("/proc/device-tree"), &sysfs).unwrap();
+    // As the host's link resolves in a pod: to a directory that is not there.
+    std::os::unix::fs::symlink(
+        "/nonexistent-masked/sys/firmware/devicetree/base",
+        host.path("/proc/device-tree"),
+    )
+    .unwrap();
+    let res = gpu_common::resource(host.root(), &[]).await.expect("tegra");
+    match res.platform() {
+        Some(Platform::Tegra { detection, .. }) => {
+            assert_eq!(detection.generation.map(|g| g.soc), Some("T234"));
+            assert_eq!(
+                detection.generation_from,
+                Some("/proc/device-tree/compatible")
+            );
+            assert_eq!(detection.model.as_deref(), Some(Board::Orin.model()));
+            assert!(detection.module.is_some(), "{detection:?}");
+            assert_eq!(detection.serial.as_deref(), Some("1422919082137"));
+        }
+        other => panic!("expected Tegra, got {other:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auto_on_every_jetson_serves_tegra_with_specs() {
     for board in Board::ALL {
@@ -149,5 +182,13 @@ fn the_binary_logs_what_it_looked_for_when_nothing_matched() {
             "{p} missing from:\n{log}"
         );
     }
+    // A device-tree file is also looked for in sysfs.
+    assert!(
+        log.contains(&format!(
+            "{root}/proc/device-tree/compatible is missing or unreadable, as is \
+             {root}/sys/firmware/devicetree/base/compatible"
+        )),
+        "{log}"
+    );
     assert!(!log.contains("Detected platform: unknown"));
 }

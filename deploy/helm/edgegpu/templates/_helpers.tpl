@@ -318,26 +318,67 @@ seccompProfile:
 {{- end -}}
 
 {{/*
+"true" when the plugins read per-pod GPU memory (metrics.podGpuMemory.enabled, which needs the
+metrics and their pod attribution; podGpuMemory may be null in hand-written values), else "".
+*/}}
+{{- define "edgegpu.podGpuMemory" -}}
+{{- $metrics := .Values.metrics -}}
+{{- if and $metrics.enabled $metrics.podAttribution (dig "podGpuMemory" "enabled" false $metrics) -}}true{{- end -}}
+{{- end -}}
+
+{{/* "true" when the Jetson plugin mounts nvmap's debugfs directory (per-pod GPU memory on nvgpu). */}}
+{{- define "edgegpu.podGpuMemory.nvmap" -}}
+{{- if and (include "edgegpu.podGpuMemory" .) (dig "podGpuMemory" "nvmapDebugfs" false .Values.metrics) -}}true{{- end -}}
+{{- end -}}
+
+{{/* "true" when the discrete plugin runs in the host's PID namespace (per-pod GPU memory from NVML). */}}
+{{- define "edgegpu.podGpuMemory.hostPID" -}}
+{{- if and (include "edgegpu.podGpuMemory" .) (dig "podGpuMemory" "hostPID" false .Values.metrics) -}}true{{- end -}}
+{{- end -}}
+
+{{/*
 The read-only host files a plugin variant's discovery, health checks and sensors read (under
---root /host), shared by the plugin and its labeller. dict "root" $ "variant" v.
+--root /host), for the plugin container or its labeller. dict "root" $ "variant" v "plugin"
+bool: the labeller (plugin false) gets /proc/meminfo alone, never the host's whole /proc.
 */}}
 {{- define "edgegpu.plugin.hostFileMounts" -}}
+{{- $hostProc := and .plugin (include "edgegpu.podGpuMemory" .root) -}}
 {{- if eq .variant "jetson" -}}
+{{- if $hostProc -}}
+# Detection signals (docs/device-plugin.md); the plugin reads the device tree
+# here: the host's /proc below hides the image's /host/proc/device-tree link.
+{{- else -}}
 # Detection signals (docs/device-plugin.md); /host/proc/device-tree is a
 # symlink in the image to /host/sys/firmware/devicetree/base, as on the host.
+{{- end }}
 - {name: host-devicetree, mountPath: /host/sys/firmware/devicetree/base, readOnly: true}
 - {name: host-sys-devices, mountPath: /host/sys/devices, readOnly: true}
 - {name: host-sys-class, mountPath: /host/sys/class, readOnly: true}
 - {name: host-sys-module, mountPath: /host/sys/module, readOnly: true}
 # Power rails (docs/metrics.md).
 - {name: host-sys-bus, mountPath: /host/sys/bus, readOnly: true}
+{{- if not $hostProc }}
 - {name: host-proc-meminfo, mountPath: /host/proc/meminfo, readOnly: true}
+{{- end }}
 - {name: host-nv-tegra-release, mountPath: /host/etc/nv_tegra_release, readOnly: true}
 {{- else -}}
 # A GPU's NUMA node when NVML cannot tell (older drivers): /sys/bus/pci/devices/*
 # are links into /sys/devices.
 - {name: host-sys-bus, mountPath: /host/sys/bus, readOnly: true}
 - {name: host-sys-devices, mountPath: /host/sys/devices, readOnly: true}
+{{- end }}
+{{- if $hostProc }}
+# The host's /proc: each GPU process's /proc/<pid>/cgroup names its pod (per-pod
+{{- if eq .variant "jetson" }}
+# GPU memory); MemTotal and NvMapMemUsed in /proc/meminfo.
+{{- else }}
+# GPU memory); the driver's MIG minors (--pass-device-specs).
+{{- end }}
+- {name: host-proc, mountPath: /host/proc, readOnly: true}
+{{- end }}
+{{- if and .plugin (include "edgegpu.podGpuMemory.nvmap" .root) (eq .variant "jetson") }}
+# nvmap's per-process GPU memory (debugfs; metrics.podGpuMemory.nvmapDebugfs).
+- {name: host-nvmap-iovmm, mountPath: /host/sys/kernel/debug/nvmap/iovmm, readOnly: true}
 {{- end }}
 {{- end -}}
 

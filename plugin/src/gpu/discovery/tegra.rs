@@ -7,8 +7,8 @@
 use std::path::Path;
 
 use edgegpu_platform::host::{
-    parse_chip_id, parse_l4t_release, CHIP_ID, COMPATIBLE, DTSFILENAME, DT_SERIAL, MODEL,
-    NV_TEGRA_RELEASE, SOC0_FAMILY, SOC0_SERIAL, SOC0_SOC_ID,
+    device_tree_in_sysfs, parse_chip_id, parse_l4t_release, CHIP_ID, COMPATIBLE, DTSFILENAME,
+    DT_SERIAL, MODEL, NV_TEGRA_RELEASE, SOC0_FAMILY, SOC0_SERIAL, SOC0_SOC_ID,
 };
 use edgegpu_platform::{module_product, Generation, GENERATIONS};
 
@@ -46,9 +46,24 @@ pub struct TegraDetection {
     pub serial: Option<String>,
 }
 
+/// Why a signal's file was not read.
+const MISSING: &str = "is missing or unreadable";
+
+/// Reads host file `path` under `root`; a `/proc/device-tree/…` file that is not there is read
+/// from the device tree in sysfs. The host's `/proc/device-tree` is an absolute link into
+/// `/sys/firmware`: in a pod that mounts the host's `/proc` (per-pod GPU memory) it resolves
+/// in the pod's own, masked, `/sys/firmware`, while the DaemonSet mounts the device tree at
+/// `/host/sys/firmware/devicetree/base` (`edgegpu_platform::host::DEVICE_TREE_SYSFS`).
+fn read_host(root: &Path, path: &str) -> Option<Vec<u8>> {
+    std::fs::read(under_root(root, path)).ok().or_else(|| {
+        let sysfs = device_tree_in_sysfs(path)?;
+        std::fs::read(under_root(root, &sysfs)).ok()
+    })
+}
+
 /// Reads a device-tree string property: NUL-separated, NUL-terminated.
 fn read_dt_strings(root: &Path, path: &str) -> Option<Vec<String>> {
-    let bytes = std::fs::read(under_root(root, path)).ok()?;
+    let bytes = read_host(root, path)?;
     Some(
         bytes
             .split(|b| *b == 0)
@@ -59,12 +74,12 @@ fn read_dt_strings(root: &Path, path: &str) -> Option<Vec<String>> {
 }
 
 fn read_trimmed(root: &Path, path: &str) -> Option<String> {
-    std::fs::read_to_string(under_root(root, path))
-        .ok()
-        .map(|s| {
-            s.trim_matches(|c: char| c.is_whitespace() || c == '\0')
-                .to_string()
-        })
+    let bytes = read_host(root, path)?;
+    let text = String::from_utf8(bytes).ok()?;
+    Some(
+        text.trim_matches(|c: char| c.is_whitespace() || c == '\0')
+            .to_string(),
+    )
 }
 
 impl TegraDetection {
@@ -87,8 +102,13 @@ impl TegraDetection {
     }
 
     fn missed(&mut self, root: &Path, path: &str, why: &str) {
-        self.looked_for
-            .push(format!("{} {why}", under_root(root, path).display()));
+        let mut line = format!("{} {why}", under_root(root, path).display());
+        if why == MISSING {
+            if let Some(sysfs) = device_tree_in_sysfs(path) {
+                line += &format!(", as is {}", under_root(root, &sysfs).display());
+            }
+        }
+        self.looked_for.push(line);
     }
 
     fn set_generation(&mut self, generation: Option<&'static Generation>, from: &'static str) {
@@ -149,7 +169,7 @@ impl TegraDetection {
                     None => d.missed(root, COMPATIBLE, "has no `nvidia,tegra<N>` entry"),
                 }
             }
-            None => d.missed(root, COMPATIBLE, "is missing or unreadable"),
+            None => d.missed(root, COMPATIBLE, MISSING),
         }
 
         // 2. device-tree `model`: human board name.
@@ -168,7 +188,7 @@ impl TegraDetection {
                 );
                 d.model = Some(model);
             }
-            None => d.missed(root, MODEL, "is missing or unreadable"),
+            None => d.missed(root, MODEL, MISSING),
         }
 
         // 3. `nvidia,dtsfilename`: first dash token of the file name is the SoC.
@@ -188,7 +208,7 @@ impl TegraDetection {
                     d.missed(root, DTSFILENAME, &format!("is `{path}` (not a tegra dts)"));
                 }
             }
-            None => d.missed(root, DTSFILENAME, "is missing or unreadable"),
+            None => d.missed(root, DTSFILENAME, MISSING),
         }
 
         // 4. soc0/family starts with "tegra" (go-nvlib's test); soc0/soc_id may hold the chip id.
@@ -203,7 +223,7 @@ impl TegraDetection {
                 }
             }
             Some(family) => d.missed(root, SOC0_FAMILY, &format!("is `{family}` (not Tegra)")),
-            None => d.missed(root, SOC0_FAMILY, "is missing or unreadable"),
+            None => d.missed(root, SOC0_FAMILY, MISSING),
         }
 
         // 5. tegra_fuse chip id (what Wind River's patch checked).
@@ -220,7 +240,7 @@ impl TegraDetection {
                 }
                 None => d.missed(root, CHIP_ID, &format!("holds `{text}`, not a number")),
             },
-            None => d.missed(root, CHIP_ID, "is missing or unreadable"),
+            None => d.missed(root, CHIP_ID, MISSING),
         }
 
         // 6. /etc/nv_tegra_release: L4T version (BOARD is unreliable and not used).
@@ -245,7 +265,7 @@ impl TegraDetection {
                 d.set_generation(by_release, NV_TEGRA_RELEASE);
                 d.l4t = l4t;
             }
-            Err(_) => d.missed(root, NV_TEGRA_RELEASE, "is missing or unreadable"),
+            Err(_) => d.missed(root, NV_TEGRA_RELEASE, MISSING),
         }
 
         // 7. Files whose existence alone names a generation (Thor's devfreq node, jtop's test).
