@@ -687,9 +687,12 @@ class Matrix(unittest.TestCase):
         self.assertEqual(of_kind(docs, "Service")["edgegpu-metrics"]["spec"]["ports"][0]["port"], 9500)
 
     def test_pod_gpu_memory_defaults(self):
-        """metrics.podGpuMemory.enabled (default): the host's /proc read-only at /host/proc in both
-        plugin containers, /proc/meminfo alone for the Jetson labeller; no debugfs, no hostPID."""
-        docs = self.render_checked({})
+        """metrics.podGpuMemory.enabled (an opt-in): the host's /proc read-only at /host/proc in both
+        plugin containers, /proc/meminfo alone for the Jetson labeller; no debugfs, no hostPID.
+        Off by default, as in the static manifests."""
+        for name, ds in plugins(self.render_checked({})).items():
+            self.assertNotIn("host-proc", host_paths(ds), name)
+        docs = self.render_checked({"metrics": {"podGpuMemory": {"enabled": True}}})
         daemonsets = plugins(docs)
         for name, ds in daemonsets.items():
             plugin = pod(ds)["containers"][0]
@@ -706,14 +709,14 @@ class Matrix(unittest.TestCase):
         self.assertEqual(host_paths(jetson)["host-proc-meminfo"], ("/proc/meminfo", "File"))
         discrete = daemonsets["edgegpu-device-plugin-discrete"]
         self.assertNotIn("host-proc-meminfo", host_paths(discrete))
-        # The static manifests are this rendering: the host's /proc there too.
+        # The static manifests are the defaults: no host /proc there.
         static = {d["metadata"]["name"]: d for d in yaml.safe_load_all((REPO / "deploy" / "device-plugin.yaml").read_text())
                   if d and d["kind"] == "DaemonSet"}
         for name in daemonsets:
-            self.assertEqual(host_paths(static[name])["host-proc"], ("/proc", "Directory"), name)
+            self.assertNotIn("host-proc", host_paths(static[name]), name)
 
     def test_pod_gpu_memory_opt_ins(self):
-        values = {"metrics": {"podGpuMemory": {"nvmapDebugfs": True, "hostPID": True}}}
+        values = {"metrics": {"podGpuMemory": {"enabled": True, "nvmapDebugfs": True, "hostPID": True}}}
         docs = self.render_checked(values)
         jetson, discrete = (plugins(docs)[f"edgegpu-device-plugin-{v}"] for v in ("jetson", "discrete"))
         # nvmapDebugfs: the Jetson plugin container only, read-only, type Directory.
@@ -737,18 +740,20 @@ class Matrix(unittest.TestCase):
         self.assertIn("DaemonSet edgegpu-device-plugin-discrete: hostPID must not be set (only the Helm value "
                       "metrics.podGpuMemory.hostPID sets it, on the discrete DaemonSet)", problems)
         # Each alone.
-        docs = self.render_checked({"metrics": {"podGpuMemory": {"hostPID": True}}})
+        docs = self.render_checked({"metrics": {"podGpuMemory": {"enabled": True, "hostPID": True}}})
         self.assertNotIn("host-nvmap-iovmm", host_paths(plugins(docs)["edgegpu-device-plugin-jetson"]))
-        docs = self.render_checked({"metrics": {"podGpuMemory": {"nvmapDebugfs": True}}})
+        docs = self.render_checked({"metrics": {"podGpuMemory": {"enabled": True, "nvmapDebugfs": True}}})
         self.assertNotIn("hostPID", pod(plugins(docs)["edgegpu-device-plugin-discrete"]))
 
     def test_pod_gpu_memory_off(self):
         """Off, or without what it needs (the metrics, their pod attribution): the mounts of before,
         and the opt-ins do nothing."""
         opt_ins = {"nvmapDebugfs": True, "hostPID": True}
+        on = {"enabled": True, **opt_ins}
         for values in ({"metrics": {"podGpuMemory": {"enabled": False, **opt_ins}}},
-                       {"metrics": {"podAttribution": False, "podGpuMemory": opt_ins}},
-                       {"metrics": {"enabled": False, "podGpuMemory": opt_ins}}):
+                       {"metrics": {"podGpuMemory": opt_ins}},
+                       {"metrics": {"podAttribution": False, "podGpuMemory": on}},
+                       {"metrics": {"enabled": False, "podGpuMemory": on}}):
             with self.subTest(values=values):
                 docs = self.render_checked(values)
                 for name, ds in plugins(docs).items():
@@ -759,7 +764,7 @@ class Matrix(unittest.TestCase):
                 for container in pod(jetson)["containers"] + pod(jetson)["initContainers"]:
                     self.assertEqual(mounts(container)["/host/proc/meminfo"], ("host-proc-meminfo", True))
         # Without the labeller the Jetson pod has no /proc/meminfo volume left over.
-        docs = self.render_checked({"nodeLabels": {"enabled": False}})
+        docs = self.render_checked({"nodeLabels": {"enabled": False}, "metrics": {"podGpuMemory": {"enabled": True}}})
         jetson = plugins(docs)["edgegpu-device-plugin-jetson"]
         self.assertNotIn("host-proc-meminfo", host_paths(jetson))
         self.assertEqual(mounts(pod(jetson)["containers"][0])["/host/proc"], ("host-proc", True))

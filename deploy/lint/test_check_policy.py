@@ -41,6 +41,18 @@ def volume(ds, name):
     return next(v for v in pod(ds)["volumes"] if v["name"] == name)
 
 
+def with_host_proc(objects):
+    """The plugin DaemonSets as the chart renders them with metrics.podGpuMemory.enabled (off in
+    the static manifests): the host's /proc read-only at /host/proc in the plugin container,
+    which then reads /proc/meminfo there."""
+    for ds in (jetson(objects), discrete(objects)):
+        pod(ds)["volumes"].append({"name": "host-proc", "hostPath": {"path": "/proc", "type": "Directory"}})
+        mounts = container(ds)["volumeMounts"]
+        mounts[:] = [m for m in mounts if m["mountPath"] != "/host/proc/meminfo"]
+        mounts.append({"name": "host-proc", "mountPath": "/host/proc", "readOnly": True})
+    return objects
+
+
 def labeller_ds(objects):
     return next(o for o in objects if o["kind"] == "DaemonSet" and o["metadata"]["name"] == "edgegpu-node-labeller")
 
@@ -334,7 +346,7 @@ class PolicyTest(unittest.TestCase):
 
     def test_host_pid_only_with_the_helm_value(self):
         def host_pid(pick):
-            return lambda objects, _=None: pod(pick(objects)).update(hostPID=True)
+            return lambda objects, _=None: pod(pick(with_host_proc(objects))).update(hostPID=True)
         # The static manifests: never (they are the chart's defaults, hostPID false).
         for pick in (discrete, jetson):
             self.assert_reported(host_pid(pick), "hostPID must not be set (only the Helm value "
@@ -343,7 +355,7 @@ class PolicyTest(unittest.TestCase):
                       "metrics.podGpuMemory.hostPID sets it, on the discrete DaemonSet)",
                       self.problems_of_objects(host_pid(discrete)))
         # With the value: the discrete DaemonSet, which mounts the host's /proc, may.
-        self.assertEqual(self.problems_of_objects(lambda objects: None, host_pid_allowed=True), [])
+        self.assertEqual(self.problems_of_objects(with_host_proc, host_pid_allowed=True), [])
         self.assertEqual(self.problems_of_objects(host_pid(discrete), host_pid_allowed=True), [])
         # The Jetson one never: nvmap's PIDs are global.
         self.assertIn("DaemonSet edgegpu-device-plugin-jetson: hostPID only on the discrete DaemonSet (NVML's "
@@ -351,7 +363,7 @@ class PolicyTest(unittest.TestCase):
                       self.problems_of_objects(host_pid(jetson), host_pid_allowed=True))
 
         def without_proc(objects):
-            ds = discrete(objects)
+            ds = discrete(with_host_proc(objects))
             pod(ds)["hostPID"] = True
             container(ds)["volumeMounts"].remove(mount(ds, "/host/proc"))
             pod(ds)["volumes"].remove(volume(ds, "host-proc"))
@@ -361,14 +373,17 @@ class PolicyTest(unittest.TestCase):
 
     def test_host_proc_only_in_the_plugin_container(self):
         def mutate(objects, _):
-            ds = discrete(objects)
+            ds = discrete(with_host_proc(objects))
             pod(ds)["initContainers"][0]["volumeMounts"].append(
                 {"name": "host-proc", "mountPath": "/host/proc", "readOnly": True})
         self.assert_reported(mutate, "container labels: the host's /proc is for the device-plugin container only")
 
     def test_labeller_reads_meminfo_under_the_plugins_proc(self):
-        # The Jetson labeller mounts /proc/meminfo, which the plugin reads in the host's /proc.
-        ds = jetson(self.objects)
+        # The Jetson labeller mounts /proc/meminfo, which the plugin reads in the host's /proc
+        # (metrics.podGpuMemory.enabled), or in its own /proc/meminfo mount (the default).
+        self.assertEqual(mount(jetson(self.objects), "/host/proc/meminfo")["readOnly"], True)
+        self.assertEqual(self.problems_after(lambda objects, _: with_host_proc(objects)), [])
+        ds = jetson(with_host_proc(copy.deepcopy(self.objects)))
         labeller_paths = [volume(ds, m["name"])["hostPath"]["path"] for m in pod(ds)["initContainers"][0]["volumeMounts"]
                           if "hostPath" in volume(ds, m["name"])]
         self.assertIn("/proc/meminfo", labeller_paths)

@@ -1558,3 +1558,61 @@ async fn processes_nvml_does_not_list_leave_the_gpu_without_memory_series() {
     );
     assert_eq!(unattributed(&s), BTreeMap::from([("0".to_string(), 0.0)]));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_outside_the_host_pid_namespace_does_not_claim_idle_gpus() {
+    // The host's /proc says this process has a PID in the host's namespace and one in its
+    // own: NVML would list none of the pods' processes, so the GPU's used memory is unknown,
+    // not 0.
+    let gpus = FakeGpu::two_on_two_numa_nodes();
+    let host = FakeHost::discrete(&gpus);
+    host.set_nvml_processes(0, &[(5001, Some(GIB))]);
+    host.write(
+        "/proc/self/status",
+        "Name:\tedgegpu-device-\nNSpid:\t4242\t7\n",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let pods = FakePodResources::start(&dir.path().join("kubelet.sock"))
+        .await
+        .unwrap();
+    pods.assign("ml", "a", "app", "nvidia.com/gpu", &[&gpus[0].uuid]);
+    host.write_kubelet_checkpoint(
+        &[CheckpointEntry::new(
+            UID_A,
+            "app",
+            "nvidia.com/gpu",
+            &[&gpus[0].uuid],
+        )],
+        CheckpointShape::PerNumaNode,
+    );
+    host.put_process_in_pod(
+        5001,
+        UID_A,
+        "besteffort",
+        CgroupDriver::Systemd,
+        CgroupVersion::V2,
+    );
+    let resource = gpu_common::resource(host.root(), &["--discovery=nvml"])
+        .await
+        .unwrap();
+    let src = source(&resource, Some(pods.socket()))
+        .with_checkpoint(host.device_plugin_dir().join("kubelet_internal_checkpoint"));
+    let s = scrape(&src).await;
+    assert_eq!(per_pod(&s, USED), BTreeMap::new());
+    assert_eq!(unattributed(&s), BTreeMap::new());
+    // In the host's namespace the same host reads the process.
+    host.write(
+        "/proc/self/status",
+        "Name:\tedgegpu-device-\nNSpid:\t4242\n",
+    );
+    let resource = gpu_common::resource(host.root(), &["--discovery=nvml"])
+        .await
+        .unwrap();
+    let src = source(&resource, Some(pods.socket()))
+        .with_checkpoint(host.device_plugin_dir().join("kubelet_internal_checkpoint"));
+    let s = scrape(&src).await;
+    assert_eq!(
+        per_pod(&s, USED),
+        BTreeMap::from([(pod_key("0", "a", "app"), GIB as f64)])
+    );
+}

@@ -17,7 +17,11 @@
 //! each client's PID with `pid_vnr`, `kernel-open/nvidia/os-interface.c` `os_find_ns_pid`,
 //! and leave out processes the caller cannot see, `src/nvidia/src/kernel/gpu/gpu_rmapi.c`
 //! `_gpuConvertPid`), so a plugin outside the host's PID namespace sees none of the pods'
-//! processes. nvmap prints the kernel's global PID of the process (its thread-group leader).
+//! processes: its GPUs then read `None` (cannot tell), not an empty list, which would claim an
+//! idle GPU. Whether the plugin is in the host's namespace is read from `NSpid` of
+//! `<root>/proc/self/status`: the host's procfs lists one PID per namespace level from the
+//! host's down (Linux `fs/proc/array.c`, `proc_pid_status`). nvmap prints the kernel's global
+//! PID of the process (its thread-group leader).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -65,6 +69,21 @@ enum GpuSource {
     None,
 }
 
+/// Whether this process is in the host's PID namespace, from the host's procfs under `root`:
+/// `NSpid` has one entry per namespace level from the procfs's down, so one entry = the
+/// host's. `None` where the host's `/proc` is not there (nothing to tell by).
+fn in_host_pid_namespace(root: &Path) -> Option<bool> {
+    let status = std::fs::read_to_string(under_root(root, "/proc/self/status")).ok()?;
+    nspid_levels(&status).map(|levels| levels == 1)
+}
+
+/// How many PIDs the `NSpid:` line of a `/proc/<pid>/status` lists.
+fn nspid_levels(status: &str) -> Option<usize> {
+    let line = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
+    let n = line.split_whitespace().count();
+    (n > 0).then_some(n)
+}
+
 /// A MIG device: its parent's NVML UUID and its index on the parent.
 struct MigTarget {
     parent: Option<String>,
@@ -88,6 +107,15 @@ impl Processes {
         migs: &[MigDevice],
         nvml: Option<Arc<Nvml>>,
     ) -> Processes {
+        // NVML cannot see the pods' processes from another PID namespace: say nothing rather
+        // than "no process".
+        let nvml = match in_host_pid_namespace(root) {
+            Some(false) => {
+                tracing::info!("not in the host's PID namespace: NVML cannot list the GPUs' processes (per-pod GPU memory needs hostPID on discrete GPUs)");
+                None
+            }
+            _ => nvml,
+        };
         let gpu_source = match (platform, &nvml) {
             (Some(Platform::Nvml), Some(nvml)) => GpuSource::Nvml {
                 nvml: nvml.clone(),
@@ -200,4 +228,25 @@ fn read_nvmap(maps: &Path) -> Option<Vec<GpuProcess>> {
             })
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nspid_counts_namespace_levels() {
+        // The host's procfs: a process of the host, and one in a pod (host PID, pod PID).
+        assert_eq!(nspid_levels("Name:\tx\nNSpid:\t4242\n"), Some(1));
+        assert_eq!(nspid_levels("Name:\tx\nNSpid:\t4242\t7\n"), Some(2));
+        // Kernels before 4.1 have no NSpid line.
+        assert_eq!(nspid_levels("Name:\tx\nPid:\t4242\n"), None);
+        let root = tempfile::tempdir().unwrap();
+        assert_eq!(in_host_pid_namespace(root.path()), None);
+        std::fs::create_dir_all(root.path().join("proc/self")).unwrap();
+        std::fs::write(root.path().join("proc/self/status"), "NSpid:\t4242\t7\n").unwrap();
+        assert_eq!(in_host_pid_namespace(root.path()), Some(false));
+        std::fs::write(root.path().join("proc/self/status"), "NSpid:\t4242\n").unwrap();
+        assert_eq!(in_host_pid_namespace(root.path()), Some(true));
+    }
 }
