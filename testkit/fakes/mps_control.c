@@ -343,10 +343,14 @@ static ssize_t read_command(int fd, char *buf, size_t size) {
 
 static void on_stop_signal(int signal) { stop_signal = signal; }
 
-static void serve(int listener) {
-    /* SIGTERM/SIGINT are blocked except inside ppoll, so a stop request is never lost between
-     * checking the flag and waiting. */
-    sigset_t stop_signals, wait_mask;
+/* The signal mask ppoll waits with: everything but SIGTERM/SIGINT as before. */
+static sigset_t wait_mask;
+
+/* SIGTERM/SIGINT are blocked except inside ppoll, so a stop request is never lost between
+ * checking the flag and waiting; set up before the socket listens, so a stop sent as soon as a
+ * client sees the daemon is handled, not fatal. */
+static void catch_stop_signals(void) {
+    sigset_t stop_signals;
     sigemptyset(&stop_signals);
     sigaddset(&stop_signals, SIGTERM);
     sigaddset(&stop_signals, SIGINT);
@@ -357,7 +361,9 @@ static void serve(int listener) {
     sigemptyset(&action.sa_mask);
     sigaction(SIGTERM, &action, NULL);
     sigaction(SIGINT, &action, NULL);
+}
 
+static void serve(int listener) {
     for (;;) {
         struct pollfd waiting = {.fd = listener, .events = POLLIN};
         int ready = ppoll(&waiting, 1, NULL, &wait_mask);
@@ -486,6 +492,7 @@ static int run_daemon(int daemonize) {
         setsid();
     }
 
+    catch_stop_signals();
     int listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (listener < 0) die("socket: %s", strerror(errno));
     struct sockaddr_un address = {.sun_family = AF_UNIX};
