@@ -331,3 +331,39 @@ async fn mps_with_mig_devices_is_refused() {
         "{err:#}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thor_on_jetpack_7_runs_mps_by_ordinal_without_touching_the_compute_mode() {
+    // Thor's CUDA 13.0 brings MPS (L4T R38.2); like every Jetson it has no compute mode to
+    // change and its one GPU is CUDA device 0.
+    let host = FakeHost::jetson(Board::Thor);
+    let (root, root_flag) = mps_root();
+    let (_config, config) = config_file(
+        "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n",
+    );
+    let plugin = Plugin::start(host.root(), &["--discovery=tegra", &config, &root_flag]).await;
+    let desired = status::read_desired(root.path())
+        .unwrap()
+        .expect("daemons.json");
+    let wanted = &desired.daemons[0];
+    assert_eq!(wanted.active_thread_percentage, Some(50));
+    assert!(wanted.exclusive_gpus.is_empty());
+    assert_eq!(
+        wanted.pinned_memory_limits,
+        [DeviceLimit {
+            ordinal: 0,
+            uuid: None,
+            mib: Board::Thor.mem_total_kb() * 1024 / 2 / MIB,
+        }]
+    );
+    report(root.path(), wanted, State::Ready);
+    plugin
+        .wait_devices("healthy", |d| d.iter().all(|x| x.health == HEALTHY))
+        .await;
+    let r = plugin.allocate(&["tegra::1"]).await.unwrap();
+    assert_eq!(
+        r.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"],
+        format!("0={}M", Board::Thor.mem_total_kb() * 1024 / 2 / MIB)
+    );
+    plugin.stop().await;
+}
