@@ -343,19 +343,26 @@ async fn a_host_without_the_binary_is_refused_with_the_reason() {
             .is_some_and(|r| r.contains("has no nvidia-cuda-mps-control")),
         "{refused:?}"
     );
-    // The kubelet would not even ask (no healthy device); the plugin says why if asked.
-    let err = plugin
-        .resource
-        .allocate(&ContainerAllocateRequest {
-            devices_ids: vec!["tegra::0".into()],
-        })
-        .unwrap_err();
-    assert!(
-        err.message().contains("MPS cannot run on this host")
-            && err.message().contains("tegra-cuda-utils"),
-        "{}",
-        err.message()
-    );
+    // The kubelet would not even ask (no healthy device); the plugin says why if asked, once
+    // its watch has read the companion's report.
+    let ask = || {
+        plugin
+            .resource
+            .allocate(&ContainerAllocateRequest {
+                devices_ids: vec!["tegra::0".into()],
+            })
+            .unwrap_err()
+            .message()
+            .to_string()
+    };
+    let t0 = Instant::now();
+    let mut message = ask();
+    while !message.contains("MPS cannot run on this host") {
+        assert!(t0.elapsed() < WAIT, "{message}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        message = ask();
+    }
+    assert!(message.contains("tegra-cuda-utils"), "{message}");
     plugin.stop().await;
     assert!(companion.stop().success());
 }
