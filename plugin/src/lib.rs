@@ -216,7 +216,7 @@ pub async fn run_mps_daemon(args: cli::MpsDaemonArgs) -> anyhow::Result<()> {
     );
     let root = args.effective_root();
     let binary = mps::support::find_control_binary(&root, args.mps_control_binary.as_deref())
-        .map(|host| under_root_if(&root, &host));
+        .map(|host| gpu::under_root(&root, &host.to_string_lossy()));
     // Discrete GPUs' compute mode needs NVML; a Jetson without it needs nothing of it.
     let nvml = {
         let root = root.clone();
@@ -234,11 +234,6 @@ pub async fn run_mps_daemon(args: cli::MpsDaemonArgs) -> anyhow::Result<()> {
         nvml,
     };
     mps::daemon::run(options, async move { signals.recv().await }).await
-}
-
-/// A host path as this process reaches it (under `root` unless that is `/`).
-fn under_root_if(root: &std::path::Path, host: &std::path::Path) -> std::path::PathBuf {
-    gpu::under_root(root, &host.to_string_lossy())
 }
 
 /// Writes the NFD feature file; a failure is logged, never fatal (labels are a convenience,

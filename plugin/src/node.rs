@@ -303,7 +303,8 @@ impl Settling {
     }
 }
 
-/// [`GpuFacts::read`] on the blocking pool.
+/// [`GpuFacts::read`] on the blocking pool; nothing to read (and no task) unless the config
+/// shares GPUs with limits.
 async fn gpu_facts(
     root: &Path,
     config: &Config,
@@ -311,6 +312,9 @@ async fn gpu_facts(
     gpus: &[crate::gpu::Gpu],
     nvml: Option<Arc<nvml_wrapper::Nvml>>,
 ) -> anyhow::Result<GpuFacts> {
+    if !GpuFacts::needed(config) {
+        return Ok(GpuFacts::default());
+    }
     let (root, config, platform, gpus) = (
         root.to_path_buf(),
         config.clone(),

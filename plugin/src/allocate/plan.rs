@@ -24,6 +24,11 @@ pub struct GpuFacts {
 }
 
 impl GpuFacts {
+    /// Whether `config` shares GPUs with limits, the only sharing that needs these facts.
+    pub fn needed(config: &Config) -> bool {
+        config.mps.is_some() || config.gpu_memory.is_some()
+    }
+
     /// Reads what the config's sharing needs (nothing when it shares without limits): each
     /// GPU's memory (a Jetson's GPU uses the system's memory, which CUDA reports as its
     /// total: `MemTotal`) and, through NVML, compute capability. Blocking.
@@ -34,7 +39,7 @@ impl GpuFacts {
         gpus: &[Gpu],
         nvml: Option<&nvml_wrapper::Nvml>,
     ) -> GpuFacts {
-        if config.mps.is_none() && config.gpu_memory.is_none() {
+        if !GpuFacts::needed(config) {
             return GpuFacts::default();
         }
         let system = matches!(platform, Some(Platform::Tegra { .. }))
@@ -117,10 +122,7 @@ pub fn plan(
 ) -> Result<ResourcePlan, String> {
     let mig = units.iter().any(|u| u.mig.is_some());
     let support = || match platform {
-        Some(p) => support::check(p, gpus, mig, |g| {
-            let i = gpus.iter().position(|x| x.uuid == g.uuid)?;
-            facts.capability.get(i).copied().flatten()
-        }),
+        Some(p) => support::check(p, gpus, mig, |i| facts.capability.get(i).copied().flatten()),
         // No GPU found: nothing to share, nothing to refuse.
         None => Ok(()),
     };

@@ -28,13 +28,13 @@ pub const CONTROL_BINARY_DIRS: &[&str] = &[
 pub const CONTROL_BINARY: &str = "nvidia-cuda-mps-control";
 
 /// Why MPS cannot serve GPUs on this node, or `Ok` where it can (the binary aside).
-/// `mig`: the resource serves MIG devices. `capability`: a GPU's compute capability where
-/// known (NVML); GPUs without one are not refused for it.
+/// `mig`: the resource serves MIG devices. `capability`: the compute capability of the GPU at
+/// a position of `gpus`, where known (NVML); GPUs without one are not refused for it.
 pub fn check(
     platform: &Platform,
     gpus: &[Gpu],
     mig: bool,
-    capability: impl Fn(&Gpu) -> Option<(u32, u32)>,
+    capability: impl Fn(usize) -> Option<(u32, u32)>,
 ) -> Result<(), String> {
     if mig {
         // NVIDIA's plugin refuses it too ("sharing using MPS is not supported for MIG
@@ -74,8 +74,8 @@ pub fn check(
             }
         }
         Platform::Nvml => {
-            for gpu in gpus {
-                if let Some(cc) = capability(gpu) {
+            for (i, gpu) in gpus.iter().enumerate() {
+                if let Some(cc) = capability(i) {
                     if cc < VOLTA {
                         return Err(format!(
                             "GPU {} ({}) has compute capability {}.{}: MPS limits need Volta (7.0) or later",

@@ -66,7 +66,7 @@ pub fn spawn(
         let mut last: Option<Result<(), String>> = None;
         loop {
             // (Re)place the watch on the deepest existing directory towards the status file.
-            let dir = nearest_dir(paths.dir());
+            let dir = crate::gpu::watch_dir_for(Path::new("/"), &paths.status);
             if watched.as_ref().map(|(d, _)| d) != dir.as_ref() {
                 let mut watches = stream.watches();
                 if let Some((_, wd)) = watched.take() {
@@ -118,11 +118,6 @@ pub fn spawn(
         }
     });
     Ok(AbortOnDrop::new(&task))
-}
-
-/// `dir` if it exists, else its nearest existing ancestor.
-fn nearest_dir(dir: &Path) -> Option<PathBuf> {
-    dir.ancestors().find(|d| d.is_dir()).map(Path::to_path_buf)
 }
 
 #[cfg(test)]
