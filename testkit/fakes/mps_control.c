@@ -497,12 +497,24 @@ static int run_daemon(int daemonize) {
     if (listener < 0) die("socket: %s", strerror(errno));
     struct sockaddr_un address = {.sun_family = AF_UNIX};
     memcpy(address.sun_path, socket_path, sizeof socket_path);
-    if (bind(listener, (struct sockaddr *)&address, sizeof address) != 0) die("cannot bind %s: %s", socket_path, strerror(errno));
-    if (listen(listener, 16) != 0) die("cannot listen on %s: %s", socket_path, strerror(errno));
-    FILE *pid_file = fopen(pid_path, "we");
-    if (pid_file == NULL || fprintf(pid_file, "%d\n", (int)getpid()) < 0 || fclose(pid_file) != 0) {
-        unlink(socket_path);
+    /* The pid file is complete before the socket accepts: whoever waits for the socket may read
+     * it at once (written aside and renamed, so it is never seen empty). */
+    char pid_tmp[PATH_MAX];
+    join(pid_tmp, sizeof pid_tmp, pipe_dir, ".nvidia-cuda-mps-control.pid.tmp");
+    FILE *pid_file = fopen(pid_tmp, "we");
+    if (pid_file == NULL || fprintf(pid_file, "%d\n", (int)getpid()) < 0 || fclose(pid_file) != 0
+        || rename(pid_tmp, pid_path) != 0) {
+        unlink(pid_tmp);
         die("cannot write %s: %s", pid_path, strerror(errno));
+    }
+    if (bind(listener, (struct sockaddr *)&address, sizeof address) != 0) {
+        unlink(pid_path);
+        die("cannot bind %s: %s", socket_path, strerror(errno));
+    }
+    if (listen(listener, 16) != 0) {
+        unlink(pid_path);
+        unlink(socket_path);
+        die("cannot listen on %s: %s", socket_path, strerror(errno));
     }
     write_state();
     log_line("Start");
