@@ -134,6 +134,18 @@ fn colour_at_a_terminal_unless_no_color() {
     assert!(!plain.contains('\u{1b}'), "NO_COLOR=1: {plain:?}");
 }
 
+/// `--help` says what `:PORT` binds: a dual-stack socket (metrics/server.rs), not IPv4 only.
+#[test]
+fn help_says_the_metrics_port_listens_on_ipv6_and_ipv4() {
+    let out = binary_command(BIN).arg("--help").output().unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    let start = help.find("--metrics-bind-address").expect("metrics flag");
+    let text = help[start..].split("[env: ").next().unwrap();
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(text.contains("IPv6 and IPv4"), "{text}");
+    assert!(!text.contains("every IPv4 address"), "{text}");
+}
+
 #[test]
 fn help_documents_every_flag_with_env_and_default() {
     let out = binary_command(BIN).arg("--help").output().unwrap();
