@@ -20,6 +20,8 @@
     accepts;
   * the k3s HelmChart (deploy/k3s/helmchart/edgegpu.yaml) embeds exactly this chart: its
     chartContent, decoded and rendered by helm, gives what the chart directory gives.
+  * docs/helm.md's table of what the chart installs lists every object it renders (every
+    option on, the 1.30+ admission API served).
 
 Run: python deploy/helm/check_chart.py  (scripts/validate-manifests.sh does, in its venv)
 Env: HELM (default .tools/helm/bin/helm).
@@ -986,6 +988,49 @@ class MpsAdmissionPolicy(unittest.TestCase):
                                                                      "env": [{"name": name, "value": "1"}]}]))
                 self.assertEqual(len(messages), 1)
                 self.assertIn(f"container warmup sets {name} itself", messages[0])
+
+
+class InstallTable(unittest.TestCase):
+    """docs/helm.md's "What the chart installs" names every object the chart can render."""
+
+    VAP = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"
+
+    def rows(self):
+        text = (REPO / "docs" / "helm.md").read_text()
+        table = text.split("What the chart installs:", 1)[1].split("**The RuntimeClass.**", 1)[0]
+        rows = []
+        for line in table.splitlines():
+            if line.startswith("| ") and not line.startswith(("| Object", "|---")):
+                cell = line.split("|")[1]
+                names = [re.escape(n).replace(re.escape("<kind>"), "(jetson|discrete)")
+                         for n in re.findall(r"`([^`]+)`", cell)]
+                rows.append((cell, [re.compile(f"^{n}$") for n in names]))
+        return rows
+
+    @staticmethod
+    def names_kind(cell, kind):
+        # "ConfigMaps", "ValidatingAdmissionPolicy + Binding", "ClusterRole(Binding)".
+        return kind in cell or (kind.endswith("Binding") and kind[:-len("Binding")] in cell and "Binding" in cell)
+
+    def test_every_rendered_object_is_listed(self):
+        values = {"mps": {"enabled": True}, "nodeSetup": {"enabled": True},
+                  "config": {"map": {"mps": MPS_CONFIG}},
+                  "metrics": {"podMonitor": {"enabled": True}, "grafanaDashboard": {"enabled": True}}}
+        docs = render(values, extra=("--api-versions", self.VAP, "--api-versions", "monitoring.coreos.com/v1"))
+        kinds = {d["kind"] for d in docs}
+        # Every kind the templates can make is in this rendering.
+        for kind in ("DaemonSet", "ConfigMap", "RuntimeClass", "Job", "ValidatingAdmissionPolicy",
+                     "ValidatingAdmissionPolicyBinding", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+                     "Service", "PodMonitor"):
+            self.assertIn(kind, kinds)
+        rows = self.rows()
+        for doc in docs:
+            kind, name = doc["kind"], doc["metadata"]["name"]
+            documented = name if kind == "RuntimeClass" else "<release>-" + name.removeprefix("edgegpu-")
+            with self.subTest(object=f"{kind}/{name}"):
+                self.assertTrue(any(self.names_kind(cell, kind) and any(p.match(documented) for p in names)
+                                    for cell, names in rows),
+                                f"{kind} `{documented}` is not in docs/helm.md's table of what the chart installs")
 
 
 class Dashboard(unittest.TestCase):
