@@ -347,6 +347,13 @@ def check_node_selection(daemonsets, documented_labels=True):
         ({"nvidia.com/gpu.present": "true", "kubernetes.io/arch": "arm64"}, "edgegpu-device-plugin-discrete"),
         ({"kubernetes.io/arch": "amd64"}, None),
         ({"kubernetes.io/arch": "arm64"}, None),
+        # Any other value of edgegpu.io/gpu (host: the plugin runs as a host service, Yocto's
+        # host mode) keeps both plugins off the node, whatever NFD or the GPU Operator found.
+        ({"edgegpu.io/gpu": "host", "feature.node.kubernetes.io/pci-10de.present": "true",
+          "kubernetes.io/arch": "amd64"}, None),
+        ({"edgegpu.io/gpu": "host", "nvidia.com/gpu.present": "true", "kubernetes.io/arch": "arm64"}, None),
+        ({"edgegpu.io/gpu": "host", "feature.node.kubernetes.io/cpu-model.vendor_id": "NVIDIA",
+          "kubernetes.io/arch": "arm64"}, None),
     ]
     for labels, expected in expectations:
         # The DaemonSet of that component under its rendered name (a Helm release prefixes it).

@@ -87,7 +87,9 @@ already starts with it.
 {{/*
 The built-in node affinity of each plugin DaemonSet, in flow style (the Yocto layer's checks
 read the edgegpu.io/gpu values from the rendered manifests). The two select disjoint node sets:
-a node labelled edgegpu.io/gpu wins over what NFD or the GPU Operator found.
+a node labelled edgegpu.io/gpu wins over what NFD or the GPU Operator found, and any other value
+(e.g. host, on a node whose plugin runs as a host service: docs/yocto.md "Host mode") runs
+neither plugin, so that a node never gets two.
 */}}
 {{- define "edgegpu.plugin.defaultAffinity.jetson" -}}
 nodeAffinity:
@@ -98,7 +100,7 @@ nodeAffinity:
           - {key: kubernetes.io/arch, operator: In, values: [arm64]}
       - matchExpressions:
           - {key: feature.node.kubernetes.io/cpu-model.vendor_id, operator: In, values: [NVIDIA]}
-          - {key: edgegpu.io/gpu, operator: NotIn, values: [discrete]}
+          - {key: edgegpu.io/gpu, operator: DoesNotExist}
           - {key: kubernetes.io/arch, operator: In, values: [arm64]}
 {{- end -}}
 
@@ -110,11 +112,11 @@ nodeAffinity:
           - {key: edgegpu.io/gpu, operator: In, values: [discrete]}
       - matchExpressions:
           - {key: nvidia.com/gpu.present, operator: In, values: ["true"]}
-          - {key: edgegpu.io/gpu, operator: NotIn, values: [jetson]}
+          - {key: edgegpu.io/gpu, operator: DoesNotExist}
           - {key: feature.node.kubernetes.io/cpu-model.vendor_id, operator: NotIn, values: [NVIDIA]}
       - matchExpressions:
           - {key: feature.node.kubernetes.io/pci-10de.present, operator: In, values: ["true"]}
-          - {key: edgegpu.io/gpu, operator: NotIn, values: [jetson]}
+          - {key: edgegpu.io/gpu, operator: DoesNotExist}
           - {key: feature.node.kubernetes.io/cpu-model.vendor_id, operator: NotIn, values: [NVIDIA]}
 {{- end -}}
 
