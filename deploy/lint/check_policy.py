@@ -488,6 +488,8 @@ def plugin_cli(repo, sources=None):
     if sources is None:
         sources = "\n".join(p.read_text(encoding="utf-8") for p in sorted((repo / "plugin" / "src").rglob("*.rs")))
     envs = set(re.findall(r'\benv\s*=\s*"([A-Z0-9_]+)"', sources))
+    # Read outside clap: EDGEGPU_LOG and NO_COLOR (logging.rs's LOG_ENV, NO_COLOR_ENV).
+    envs |= set(re.findall(r'\b(?:LOG|NO_COLOR)_ENV:\s*&str\s*=\s*"([A-Z0-9_]+)"', sources))
     flags = set(re.findall(r'\b(?:long|visible_alias)\s*=\s*"([a-z0-9-]+)"', sources))
     for attrs, field in re.findall(r"#\[arg\((.*?)\)\]\s*pub\s+(\w+)\s*:", sources, re.S):
         if re.search(r"\blong\b(?!\s*=)", attrs):

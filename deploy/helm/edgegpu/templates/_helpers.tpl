@@ -17,7 +17,8 @@ the names of the static manifests in deploy/, which deploy/generate.sh renders f
 
 {{/* The namespace of the chart's objects: namespaceOverride (NVIDIA's value), else the release's. */}}
 {{- define "edgegpu.namespace" -}}
-{{- .Values.namespaceOverride | default .Release.Namespace -}}
+{{- /* namespace: NVIDIA's chart up to v0.11 had it, with namespaceOverride's meaning. */ -}}
+{{- .Values.namespaceOverride | default .Values.namespace | default .Release.Namespace -}}
 {{- end -}}
 
 {{/*
@@ -256,6 +257,15 @@ matches the keys of the top level, flags and sharing in any case.
 - name: PASS_DEVICE_SPECS
   value: {{ .Values.compatWithCPUManager | quote }}
 {{- end }}
+{{- end -}}
+
+{{/*
+The variables the chart itself sets in a plugin container (any value set), as a JSON list:
+devicePlugin.containers.main.env may not set them (validate.yaml); CI checks the list covers
+every variable a rendering gives the container.
+*/}}
+{{- define "edgegpu.plugin.chartEnvNames" -}}
+{{- list "DEVICE_DISCOVERY_STRATEGY" "NVIDIA_VISIBLE_DEVICES" "NVIDIA_DRIVER_CAPABILITIES" "MIG_STRATEGY" "FAIL_ON_INIT_ERROR" "DEVICE_LIST_STRATEGY" "DEVICE_ID_STRATEGY" "PASS_DEVICE_SPECS" "NODE_NAME" "METRICS_BIND_ADDRESS" "POD_RESOURCES_SOCKET" "FEATURE_FILE" "MPS_ROOT" "CONFIG_FILE" | toJson -}}
 {{- end -}}
 
 {{/* Name of the node labeller's ServiceAccount, ClusterRole and DaemonSet. */}}
