@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # All the checks, as CI runs them (.ci/run calls exactly this). Installs what is missing first.
-#   1. formatting, 2. clippy (deny warnings), 3. the test suite (x86_64),
+#   1. formatting, 2. clippy (deny warnings), 3. the test suite (x86_64), and the docs checked
+#   against the programs it built (scripts/check-docs.py),
 #   4. MSRV: cargo +1.75 check --locked, 5. manifest and Yocto layer checks,
 #   6. release cross-builds (glibc 2.17 / static checks, size table), and the container images
 #      built from them (sizes, smoke runs, reproducibility),
@@ -30,6 +31,9 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "cargo test --workspace (x86_64)"
 cargo test --workspace --locked
+
+step "docs in step with the code: flags, programs, Job names, figures (scripts/check-docs.py)"
+python3 scripts/check-docs.py
 
 step "cargo +$MSRV check --workspace --all-targets --locked"
 cargo "+$MSRV" check --workspace --all-targets --locked

@@ -7,7 +7,8 @@
     directory, binary and node selectors, MPS and memory-unit configs), a replaced affinity, a
     custom GPU taint,
     Rancher's global values, a values file shaped like NVIDIA's chart's, another release name
-    and namespace): every rendered object valid for the oldest (1.25) and newest Kubernetes
+    and namespace, and the values.yaml of every NVIDIA chart release, deploy/helm/nvidia-values/,
+    with the keys NVIDIA has proposed since): every rendered object valid for the oldest (1.25) and newest Kubernetes
     kubernetes-validate bundles (strict: unknown fields are errors), deploy/lint/check_policy.py's
     rules on the rendered objects, and what each case changes, asserted;
   * the admission policies (Kubernetes 1.30+): rendered only where the API exists, valid, and
@@ -20,6 +21,8 @@
     accepts;
   * the k3s HelmChart (deploy/k3s/helmchart/edgegpu.yaml) embeds exactly this chart: its
     chartContent, decoded and rendered by helm, gives what the chart directory gives.
+  * docs/helm.md's table of what the chart installs lists every object it renders (every
+    option on, the 1.30+ admission API served).
 
 Run: python deploy/helm/check_chart.py  (scripts/validate-manifests.sh does, in its venv)
 Env: HELM (default .tools/helm/bin/helm).
@@ -130,6 +133,14 @@ NVIDIA_SHAPED_VALUES = {
     "mps": {"root": "/run/nvidia/mps", "enableHostPID": True},
     "cdi": {"nvidiaHookPath": None, "featureFlags": None},
 }
+# NVIDIA's chart values as its releases ship them (deploy/helm/nvidia-values/README.md).
+NVIDIA_RELEASED = sorted((REPO / "deploy" / "helm" / "nvidia-values").glob("v*.yaml"),
+                         key=lambda p: [int(n) for n in re.findall(r"\d+", p.stem)])
+# NVIDIA's keys that change nothing here, at the values the chart accepts (docs/helm.md section
+# 4 says why for each); every other key of NVIDIA's is edgegpu's too, with its meaning.
+NVIDIA_NO_EFFECT = {"legacyDaemonsetAPI", "nvidiaDriverRoot", "gdrcopyEnabled", "gdsEnabled", "mofedEnabled",
+                    "deviceDiscoveryStrategy", "selectorLabelsOverride", "allowDefaultNamespace",
+                    "podSecurityContext", "securityContext", "gfd", "nfd", "cdi", "componentSelectorLabels"}
 ORIN_AFFINITY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
     {"matchExpressions": [{"key": "example.com/board", "operator": "In", "values": ["orin"]}]}]}}}
 
@@ -836,6 +847,94 @@ def admits(policy, username, extra, old, new):
     return [v["message"] for v in policy["spec"]["validations"] if not holds(v["expression"])]
 
 
+class NvidiaReleasedValues(unittest.TestCase):
+    """Every values file NVIDIA's chart releases shipped (v0.7 to v0.20 and main), and the keys
+    NVIDIA has proposed since, install as a user migrating brings them."""
+
+    render_checked = Matrix.render_checked
+
+    def test_fixtures_cover_every_release(self):
+        names = [p.stem for p in NVIDIA_RELEASED]
+        self.assertEqual(names[0], "v0.7.0")  # the first release with a Helm chart
+        self.assertEqual(names[-1], "v0.19.0")  # v0.19.0 to v0.20.0 and main ship the same values
+        self.assertEqual(len(names), 14)
+
+    def test_each_release_installs_with_edgegpu_image(self):
+        for path in NVIDIA_RELEASED:
+            values = yaml.safe_load(path.read_text())
+            with self.subTest(release=path.stem):
+                # As exported: NVIDIA's image is refused, with what to do.
+                result = helm("template", "edgegpu", str(CHART), "--namespace", "kube-system", values=values)
+                self.assertNotEqual(result.returncode, 0)
+                self.assertIn("is NVIDIA's device plugin", result.stderr)
+                self.assertIn("remove image.repository", result.stderr)
+                # Without the image block: valid, within policy, and the keys edgegpu does not
+                # use change nothing.
+                values.pop("image")
+                docs = self.render_checked(values)
+                used = {k: v for k, v in values.items() if k not in NVIDIA_NO_EFFECT}
+                self.assertEqual(docs, render(used))
+                self.assertEqual(sorted(plugins(docs)),
+                                 ["edgegpu-device-plugin-discrete", "edgegpu-device-plugin-jetson"])
+                self.assertEqual({d["metadata"].get("namespace") for d in docs
+                                  if d["kind"] not in ("RuntimeClass", "ClusterRole", "ClusterRoleBinding")},
+                                 {"kube-system"})
+
+    def test_old_namespace_value_places_the_objects(self):
+        # NVIDIA's charts up to v0.11 put their DaemonSet into `namespace` (default kube-system),
+        # whatever the release's namespace: here too.
+        docs = render({"namespace": "gpu-system"}, namespace="default")
+        self.assertEqual(schema_errors(docs), [])
+        cluster_scoped = ("RuntimeClass", "ClusterRole", "ClusterRoleBinding")
+        self.assertEqual({d["metadata"].get("namespace") for d in docs if d["kind"] not in cluster_scoped},
+                         {"gpu-system"})
+        self.assertEqual(docs, render({"namespaceOverride": "gpu-system"}, namespace="default"))
+        # The same name twice is no conflict.
+        self.assertEqual(render({"namespace": "gpu-system", "namespaceOverride": "gpu-system"}), docs)
+
+    def test_every_released_key_is_documented(self):
+        text = (REPO / "docs" / "helm.md").read_text()
+        section = text.split("## 4. Migrating from NVIDIA's nvidia-device-plugin chart", 1)[1].split("\n## 5.", 1)[0]
+        keys = {k for p in NVIDIA_RELEASED for k in yaml.safe_load(p.read_text())}
+        keys |= {"componentSelectorLabels", "devicePlugin.containers"}
+        for key in sorted(keys):
+            self.assertRegex(section, rf"`{re.escape(key)}[`.]", f"docs/helm.md section 4 does not list {key}")
+
+    def test_component_selector_labels_change_nothing(self):
+        # NVIDIA's proposal (PR 1716) adds app.kubernetes.io/component to its selectors, which
+        # edgegpu's always carry (deploy/device-plugin.yaml's selectors are fixed).
+        for enabled in (True, False, None):
+            with self.subTest(enabled=enabled):
+                self.assertEqual(self.render_checked({"componentSelectorLabels": {"enabled": enabled}}), render({}))
+        for ds in plugins(render({})).values():
+            self.assertIn("app.kubernetes.io/component", ds["spec"]["selector"]["matchLabels"])
+
+    def test_main_container_env(self):
+        extra = [{"name": "EDGEGPU_LOG", "value": "debug"}, {"name": "NO_COLOR", "value": "1"}]
+        values = {"devicePlugin": {"containers": {"init": {}, "sidecar": None, "main": {"env": extra}}}}
+        docs = self.render_checked(values)
+        defaults = plugins(render({}))
+        for name, ds in plugins(docs).items():
+            plugin = pod(ds)["containers"][0]
+            self.assertEqual(plugin["name"], "device-plugin")
+            self.assertEqual(plugin["env"][-2:], extra, name)
+            plugin["env"] = plugin["env"][:-2]
+            self.assertEqual(ds, defaults[name])
+            # The init container `labels` is not NVIDIA's main container.
+            self.assertNotIn("EDGEGPU_LOG", env(pod(ds)["initContainers"][0]))
+
+    def test_chart_env_names_cover_what_the_chart_sets(self):
+        helpers = (CHART / "templates" / "_helpers.tpl").read_text()
+        listed = re.search(r'define "edgegpu.plugin.chartEnvNames".*?\{\{- list (.*?) \| toJson', helpers, re.S)
+        reserved = set(re.findall(r'"([A-Z0-9_]+)"', listed.group(1)))
+        everything = {"migStrategy": "mixed", "failOnInitError": False, "deviceListStrategy": "cdi-cri",
+                      "deviceIDStrategy": "index", "compatWithCPUManager": True, "mps": {"enabled": True},
+                      "metrics": {"podAttribution": False}, "config": {"map": {"a": JETSON_CONFIG}}}
+        for values in (everything, {}):
+            for name, ds in plugins(render(values)).items():
+                self.assertLessEqual(set(env(pod(ds)["containers"][0])), reserved, name)
+
+
 class AdmissionPolicy(unittest.TestCase):
     """The node labeller's ValidatingAdmissionPolicy: only where the API exists, valid, and
     its CEL allows the labeller's own patches and nothing else."""
@@ -988,6 +1087,49 @@ class MpsAdmissionPolicy(unittest.TestCase):
                 self.assertIn(f"container warmup sets {name} itself", messages[0])
 
 
+class InstallTable(unittest.TestCase):
+    """docs/helm.md's "What the chart installs" names every object the chart can render."""
+
+    VAP = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"
+
+    def rows(self):
+        text = (REPO / "docs" / "helm.md").read_text()
+        table = text.split("What the chart installs:", 1)[1].split("**The RuntimeClass.**", 1)[0]
+        rows = []
+        for line in table.splitlines():
+            if line.startswith("| ") and not line.startswith(("| Object", "|---")):
+                cell = line.split("|")[1]
+                names = [re.escape(n).replace(re.escape("<kind>"), "(jetson|discrete)")
+                         for n in re.findall(r"`([^`]+)`", cell)]
+                rows.append((cell, [re.compile(f"^{n}$") for n in names]))
+        return rows
+
+    @staticmethod
+    def names_kind(cell, kind):
+        # "ConfigMaps", "ValidatingAdmissionPolicy + Binding", "ClusterRole(Binding)".
+        return kind in cell or (kind.endswith("Binding") and kind[:-len("Binding")] in cell and "Binding" in cell)
+
+    def test_every_rendered_object_is_listed(self):
+        values = {"mps": {"enabled": True}, "nodeSetup": {"enabled": True},
+                  "config": {"map": {"mps": MPS_CONFIG}},
+                  "metrics": {"podMonitor": {"enabled": True}, "grafanaDashboard": {"enabled": True}}}
+        docs = render(values, extra=("--api-versions", self.VAP, "--api-versions", "monitoring.coreos.com/v1"))
+        kinds = {d["kind"] for d in docs}
+        # Every kind the templates can make is in this rendering.
+        for kind in ("DaemonSet", "ConfigMap", "RuntimeClass", "Job", "ValidatingAdmissionPolicy",
+                     "ValidatingAdmissionPolicyBinding", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+                     "Service", "PodMonitor"):
+            self.assertIn(kind, kinds)
+        rows = self.rows()
+        for doc in docs:
+            kind, name = doc["kind"], doc["metadata"]["name"]
+            documented = name if kind == "RuntimeClass" else "<release>-" + name.removeprefix("edgegpu-")
+            with self.subTest(object=f"{kind}/{name}"):
+                self.assertTrue(any(self.names_kind(cell, kind) and any(p.match(documented) for p in names)
+                                    for cell, names in rows),
+                                f"{kind} `{documented}` is not in docs/helm.md's table of what the chart installs")
+
+
 class Dashboard(unittest.TestCase):
     """The Grafana dashboard queries only series that edgegpu or dcgm-exporter serve, with the
     labels they carry (docs/metrics.md lists every series)."""
@@ -1130,7 +1272,28 @@ class BadValues(unittest.TestCase):
         ({"mps": {"enabled": True, "daemon": {}}}, "at '/mps': additional properties 'daemon' not allowed"),
         ({"devicequery": {"limitsResource": "gpu-mem"}}, "at '/devicequery/limitsResource': 'gpu-mem' does not match"),
         ({"devicequery": {"limitsCount": 0}}, "at '/devicequery/limitsCount': minimum: got 0, want 1"),
+        # NVIDIA's older and proposed keys.
+        ({"legacyDaemonsetAPI": True}, "legacyDaemonsetAPI: extensions/v1beta1 DaemonSets were removed"),
+        ({"namespace": "gpu", "namespaceOverride": "other"}, 'namespace "gpu" and namespaceOverride "other"'),
+        ({"componentSelectorLabels": {"enabled": True, "labels": {}}},
+         "at '/componentSelectorLabels': additional properties 'labels' not allowed"),
+        ({"devicePlugin": {"containers": {"init": {"image": "x"}}}},
+         "devicePlugin.containers.init: the edgegpu plugin pods have no init container of NVIDIA's"),
+        ({"devicePlugin": {"containers": {"sidecar": {"resources": {}}, "main": {}}}},
+         "devicePlugin.containers.sidecar: the edgegpu plugin pods have no sidecar container of NVIDIA's"),
+        ({"devicePlugin": {"containers": {"main": {"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]}}}},
+         "devicePlugin.containers.main.env: NVIDIA_VISIBLE_DEVICES is read by the NVIDIA container runtime"),
+        ({"devicePlugin": {"containers": {"main": {"env": [{"name": "MIG_STRATEGY", "value": "mixed"}]}}}},
+         "devicePlugin.containers.main.env: MIG_STRATEGY is set by the chart"),
+        ({"devicePlugin": {"containers": {"main": {"env": [{"value": "1"}]}}}},
+         "at '/devicePlugin/containers/main/env/0': missing property 'name'"),
+        ({"devicePlugin": {"containers": {"main": {"args": ["--x"]}}}},
+         "at '/devicePlugin/containers/main': additional properties 'args' not allowed"),
     ]
+
+    def test_docs_give_their_number(self):
+        text = (REPO / "docs" / "helm.md").read_text()
+        self.assertIn(f"; {len(self.CASES)} bad values sets (", text)
 
     def test_each_is_rejected_with_its_message(self):
         for values, message in self.CASES:

@@ -347,6 +347,13 @@ def check_node_selection(daemonsets, documented_labels=True):
         ({"nvidia.com/gpu.present": "true", "kubernetes.io/arch": "arm64"}, "edgegpu-device-plugin-discrete"),
         ({"kubernetes.io/arch": "amd64"}, None),
         ({"kubernetes.io/arch": "arm64"}, None),
+        # Any other value of edgegpu.io/gpu (host: the plugin runs as a host service, Yocto's
+        # host mode) keeps both plugins off the node, whatever NFD or the GPU Operator found.
+        ({"edgegpu.io/gpu": "host", "feature.node.kubernetes.io/pci-10de.present": "true",
+          "kubernetes.io/arch": "amd64"}, None),
+        ({"edgegpu.io/gpu": "host", "nvidia.com/gpu.present": "true", "kubernetes.io/arch": "arm64"}, None),
+        ({"edgegpu.io/gpu": "host", "feature.node.kubernetes.io/cpu-model.vendor_id": "NVIDIA",
+          "kubernetes.io/arch": "arm64"}, None),
     ]
     for labels, expected in expectations:
         # The DaemonSet of that component under its rendered name (a Helm release prefixes it).
@@ -481,6 +488,8 @@ def plugin_cli(repo, sources=None):
     if sources is None:
         sources = "\n".join(p.read_text(encoding="utf-8") for p in sorted((repo / "plugin" / "src").rglob("*.rs")))
     envs = set(re.findall(r'\benv\s*=\s*"([A-Z0-9_]+)"', sources))
+    # Read outside clap: EDGEGPU_LOG and NO_COLOR (logging.rs's LOG_ENV, NO_COLOR_ENV).
+    envs |= set(re.findall(r'\b(?:LOG|NO_COLOR)_ENV:\s*&str\s*=\s*"([A-Z0-9_]+)"', sources))
     flags = set(re.findall(r'\b(?:long|visible_alias)\s*=\s*"([a-z0-9-]+)"', sources))
     for attrs, field in re.findall(r"#\[arg\((.*?)\)\]\s*pub\s+(\w+)\s*:", sources, re.S):
         if re.search(r"\blong\b(?!\s*=)", attrs):

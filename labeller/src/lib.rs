@@ -97,7 +97,8 @@ pub struct Args {
     )]
     pub resource_name: String,
 
-    /// Log output format (EDGEGPU_LOG sets the level, default info).
+    /// Log output format (EDGEGPU_LOG sets the level, default info). Text is coloured only
+    /// when stderr is a terminal, never with NO_COLOR set to a non-empty value.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 

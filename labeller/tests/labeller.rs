@@ -357,6 +357,28 @@ async fn bad_settings_are_refused_with_their_name() {
     assert!(api.requests().is_empty());
 }
 
+/// The labeller's pod log is a pipe: no ANSI colour codes in it (tracing-subscriber's default
+/// colours whatever stderr is).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_to_a_pipe_carry_no_colour_codes() {
+    let host = FakeHost::jetson(Board::Orin);
+    let api = FakeApiServer::start(NODE, &[]).await;
+    let mut cmd = labeller(host.root(), &api, &["--kind-only"]);
+    cmd.env_remove("NO_COLOR");
+    let out = run(cmd).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(" INFO "),
+        "no log line: {}",
+        stderr(&out)
+    );
+    assert!(
+        !out.stderr.contains(&0x1b),
+        "escape codes in a piped log: {:?}",
+        stderr(&out)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dry_run_prints_the_patch() {
     let host = FakeHost::jetson(Board::Orin);

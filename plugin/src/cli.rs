@@ -56,13 +56,15 @@ pub struct Cli {
     #[arg(long, env = "HOST_ROOT", value_name = "DIR", default_value = "/")]
     pub root: PathBuf,
 
-    /// Log output format (EDGEGPU_LOG sets the level, default info).
+    /// Log output format (EDGEGPU_LOG sets the level, default info). Text is coloured only
+    /// when stderr is a terminal, never with NO_COLOR set to a non-empty value.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
-    /// Serve Prometheus metrics (GET /metrics) on HOST:PORT; `:PORT` listens on every IPv4
-    /// address (the manifests use :9400, dcgm-exporter's port). Empty: no metrics endpoint.
-    /// See docs/metrics.md.
+    /// Serve Prometheus metrics (GET /metrics) on HOST:PORT or [IPv6]:PORT; `:PORT` listens on
+    /// every address, IPv6 and IPv4 (one dual-stack socket; IPv4 only on a host without IPv6),
+    /// as the manifests' :9400 (dcgm-exporter's port) does. Empty: no metrics endpoint. See
+    /// docs/metrics.md.
     #[arg(
         long,
         env = "METRICS_BIND_ADDRESS",
@@ -151,7 +153,8 @@ pub struct MpsDaemonArgs {
           value_name = "BOOL")]
     pub mps_private_shm: Option<bool>,
 
-    /// Log output format (EDGEGPU_LOG sets the level, default info).
+    /// Log output format (EDGEGPU_LOG sets the level, default info). Text is coloured only
+    /// when stderr is a terminal, never with NO_COLOR set to a non-empty value.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 }

@@ -61,6 +61,91 @@ fn edgegpu_log_sets_the_level() {
     assert!(quiet.contains("GPU discovery failed"), "{quiet}");
 }
 
+/// A container log is a pipe: its lines carry no ANSI colour codes (tracing-subscriber's
+/// default colours them whatever stderr is).
+#[test]
+fn logs_to_a_pipe_carry_no_colour_codes() {
+    let host = FakeHost::empty();
+    let dir = tempfile::tempdir().unwrap();
+    let out = binary_command(BIN)
+        .arg("--root")
+        .arg(host.root())
+        .arg("--device-plugin-path")
+        .arg(dir.path())
+        .args(["--discovery", "tegra"])
+        .env("EDGEGPU_LOG", "info")
+        .env_remove("NO_COLOR")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("Starting edgegpu device plugin"),
+        "{stderr}"
+    );
+    assert!(
+        !out.stderr.contains(&0x1b),
+        "escape codes in a piped log:\n{stderr:?}"
+    );
+}
+
+/// At a terminal (a pseudo-terminal from util-linux's `script`) the text is coloured, unless
+/// `NO_COLOR` is set to a non-empty value (https://no-color.org).
+#[test]
+fn colour_at_a_terminal_unless_no_color() {
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("SKIP: no `script` (util-linux) to give the plugin a terminal");
+        return;
+    }
+    let host = FakeHost::empty();
+    let dir = tempfile::tempdir().unwrap();
+    let mut plugin = binary_command(BIN);
+    plugin
+        .arg("--root")
+        .arg(host.root())
+        .arg("--device-plugin-path")
+        .arg(dir.path())
+        .args(["--discovery", "tegra"]);
+    let words: Vec<String> = std::iter::once(plugin.get_program())
+        .chain(plugin.get_args())
+        .map(|w| w.to_str().unwrap().to_string())
+        .collect();
+    assert!(words.iter().all(|w| !w.contains(['\'', ' '])), "{words:?}");
+    let at_terminal = |no_color: &str| {
+        let out = std::process::Command::new("script")
+            .args(["-qec", &words.join(" "), "/dev/null"])
+            .env("EDGEGPU_LOG", "info")
+            .env("NO_COLOR", no_color)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(text.contains("Starting edgegpu device plugin"), "{text}");
+        text
+    };
+    assert!(
+        at_terminal("").contains('\u{1b}'),
+        "no colour at a terminal"
+    );
+    let plain = at_terminal("1");
+    assert!(!plain.contains('\u{1b}'), "NO_COLOR=1: {plain:?}");
+}
+
+/// `--help` says what `:PORT` binds: a dual-stack socket (metrics/server.rs), not IPv4 only.
+#[test]
+fn help_says_the_metrics_port_listens_on_ipv6_and_ipv4() {
+    let out = binary_command(BIN).arg("--help").output().unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    let start = help.find("--metrics-bind-address").expect("metrics flag");
+    let text = help[start..].split("[env: ").next().unwrap();
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(text.contains("IPv6 and IPv4"), "{text}");
+    assert!(!text.contains("every IPv4 address"), "{text}");
+}
+
 #[test]
 fn help_documents_every_flag_with_env_and_default() {
     let out = binary_command(BIN).arg("--help").output().unwrap();

@@ -72,6 +72,7 @@ NODE_LABEL_RECIPE = os.path.join("recipes-containers", "edgegpu", "edgegpu-k3s-n
 NODE_LABEL_KEY = "edgegpu.io/gpu"
 NODE_LABEL_TEGRA = "jetson"
 NODE_LABEL_OTHER = "discrete"
+NODE_LABEL_HOST = "host"
 # Where k3s (server and agent) reads config drop-ins, merged in name order; "+:" appends.
 NODE_LABEL_DROPIN = "${sysconfdir}/rancher/k3s/config.yaml.d/50-edgegpu-node-label.yaml"
 NODE_LABEL_HEADER = "# Installed by meta-edgegpu: lets the edgegpu device-plugin DaemonSet select this node."
@@ -660,6 +661,23 @@ def manifest_label_values(repo):
     return values
 
 
+def manifest_label_absent_terms(repo):
+    """Whether every node selector term of the deploy/k3s manifests that does not select a
+    NODE_LABEL_KEY value with In requires the key to be absent."""
+    found = False
+    for path in glob.glob(os.path.join(repo, "deploy", "k3s", "*.yaml")):
+        for term in re.split(r"^\s*- matchExpressions:\s*$", read_text(path), flags=re.M)[1:]:
+            term = term.split("\n\n", 1)[0]
+            expressions = re.findall(r"^\s*- \{key: ([^,]+), operator: (\w+)", term, re.M)
+            if not expressions:
+                continue
+            found = True
+            ours = [op for key, op in expressions if key.strip() == NODE_LABEL_KEY]
+            if "In" not in ours and "DoesNotExist" not in ours:
+                return False
+    return found
+
+
 def expand(value, variables, depth=0):
     """Bitbake-style ${VAR} expansion with `variables`; unknown references stay as they are."""
     if depth > 10:
@@ -745,6 +763,22 @@ def check_node_label(layer, repo, workspace, report):
             f"(and the defaults need {NODE_LABEL_TEGRA}, {NODE_LABEL_OTHER})",
         )
 
+    # Host mode: a value no DaemonSet selects, which keeps the NFD/GFD terms off the node too
+    # (they require edgegpu.io/gpu to be absent).
+    host = recipe.value("EDGEGPU_NODE_LABEL_HOST")
+    if host != NODE_LABEL_HOST or host in selected:
+        report.error(
+            recipe.loc("EDGEGPU_NODE_LABEL_HOST"),
+            f'EDGEGPU_NODE_LABEL_HOST must be "{NODE_LABEL_HOST}", a value the deploy/k3s DaemonSets '
+            f"do not select (they select {sorted(selected)})",
+        )
+    if not manifest_label_absent_terms(repo):
+        report.error(
+            recipe.loc("EDGEGPU_NODE_LABEL_HOST"),
+            f"the deploy/k3s DaemonSets' other node selector terms must require {NODE_LABEL_KEY} to be "
+            f"absent (DoesNotExist), or a node labelled {NODE_LABEL_KEY}={NODE_LABEL_HOST} still runs a plugin",
+        )
+
     variables = {v.VarName: clean(v.VarValueStripped) for v in recipe.variables if not v.SubItem}
     files = [expand(f, variables) for f in recipe.items("FILES", "${PN}")]
     if NODE_LABEL_DROPIN not in files:
@@ -780,7 +814,7 @@ def check_node_label(layer, repo, workspace, report):
     # must see (node-label+: appends to labels set in config.yaml or earlier drop-ins).
     dropin = NODE_LABEL_DROPIN.replace("${sysconfdir}", "/etc")
     where = recipe.line_of(r"^do_install\s*\(\)")
-    for label in sorted(values | {NODE_LABEL_TEGRA, NODE_LABEL_OTHER}):
+    for label in sorted(values | {NODE_LABEL_TEGRA, NODE_LABEL_OTHER, NODE_LABEL_HOST}):
         status, installed, stderr = render_node_label(recipe, templates[0], label)
         want = {dropin: f"{NODE_LABEL_HEADER}\nnode-label+:\n  - {NODE_LABEL_KEY}={label}\n"}
         if status != 0 or installed != want:

@@ -43,7 +43,7 @@ spec:
               - matchExpressions:
                   - {key: edgegpu.io/gpu, operator: In, values: [jetson]}
               - matchExpressions:
-                  - {key: edgegpu.io/gpu, operator: NotIn, values: [discrete]}
+                  - {key: edgegpu.io/gpu, operator: DoesNotExist}
 ---
 apiVersion: apps/v1
 kind: DaemonSet
@@ -367,6 +367,20 @@ class CheckLayer(unittest.TestCase):
             r"edgegpu.io/gpu in \['dgpu', 'jetson'\]"
         )
 
+    def test_node_label_host_value_is_selected_by_no_daemonset(self):
+        # Host mode: a value a DaemonSet selects would give the node a second plugin.
+        self.repo.replace(NODE_LABEL, 'EDGEGPU_NODE_LABEL_HOST = "host"', 'EDGEGPU_NODE_LABEL_HOST = "jetson"')
+        self.assertError(r'EDGEGPU_NODE_LABEL_HOST must be "host", a value the deploy/k3s DaemonSets do not select')
+
+    def test_node_label_host_needs_the_other_terms_to_require_no_label(self):
+        # A term that selects by NFD's labels unless edgegpu.io/gpu is jetson runs a plugin on a
+        # node labelled host.
+        self.repo.write(
+            "deploy/k3s/device-plugin.yaml",
+            DAEMONSET.replace("operator: DoesNotExist}", "operator: NotIn, values: [discrete]}"),
+        )
+        self.assertError(r"other node selector terms must require edgegpu.io/gpu to be absent \(DoesNotExist\)")
+
     def test_node_label_template_must_append(self):
         # "node-label:" would replace the labels of config.yaml instead of adding to them.
         self.repo.replace(NODE_LABEL_TEMPLATE, "node-label+:", "node-label:")
@@ -382,7 +396,7 @@ class CheckLayer(unittest.TestCase):
 
     def test_node_label_unknown_value_must_fail_the_build(self):
         # A do_install that accepts any value: a typo would label the node for no DaemonSet.
-        self.repo.replace(NODE_LABEL, 'case " ${EDGEGPU_NODE_LABEL_VALUES} " in', 'case " $label " in')
+        self.repo.replace(NODE_LABEL, 'case " ${EDGEGPU_NODE_LABEL_VALUES} ${EDGEGPU_NODE_LABEL_HOST} " in', 'case " $label " in')
         self.assertError(r"with EDGEGPU_NODE_LABEL = 'gpu' .* do_install must fail")
 
     def test_node_label_empty_installs_nothing(self):

@@ -17,7 +17,8 @@ the names of the static manifests in deploy/, which deploy/generate.sh renders f
 
 {{/* The namespace of the chart's objects: namespaceOverride (NVIDIA's value), else the release's. */}}
 {{- define "edgegpu.namespace" -}}
-{{- .Values.namespaceOverride | default .Release.Namespace -}}
+{{- /* namespace: NVIDIA's chart up to v0.11 had it, with namespaceOverride's meaning. */ -}}
+{{- .Values.namespaceOverride | default .Values.namespace | default .Release.Namespace -}}
 {{- end -}}
 
 {{/*
@@ -87,7 +88,9 @@ already starts with it.
 {{/*
 The built-in node affinity of each plugin DaemonSet, in flow style (the Yocto layer's checks
 read the edgegpu.io/gpu values from the rendered manifests). The two select disjoint node sets:
-a node labelled edgegpu.io/gpu wins over what NFD or the GPU Operator found.
+a node labelled edgegpu.io/gpu wins over what NFD or the GPU Operator found, and any other value
+(e.g. host, on a node whose plugin runs as a host service: docs/yocto.md "Host mode") runs
+neither plugin, so that a node never gets two.
 */}}
 {{- define "edgegpu.plugin.defaultAffinity.jetson" -}}
 nodeAffinity:
@@ -98,7 +101,7 @@ nodeAffinity:
           - {key: kubernetes.io/arch, operator: In, values: [arm64]}
       - matchExpressions:
           - {key: feature.node.kubernetes.io/cpu-model.vendor_id, operator: In, values: [NVIDIA]}
-          - {key: edgegpu.io/gpu, operator: NotIn, values: [discrete]}
+          - {key: edgegpu.io/gpu, operator: DoesNotExist}
           - {key: kubernetes.io/arch, operator: In, values: [arm64]}
 {{- end -}}
 
@@ -110,11 +113,11 @@ nodeAffinity:
           - {key: edgegpu.io/gpu, operator: In, values: [discrete]}
       - matchExpressions:
           - {key: nvidia.com/gpu.present, operator: In, values: ["true"]}
-          - {key: edgegpu.io/gpu, operator: NotIn, values: [jetson]}
+          - {key: edgegpu.io/gpu, operator: DoesNotExist}
           - {key: feature.node.kubernetes.io/cpu-model.vendor_id, operator: NotIn, values: [NVIDIA]}
       - matchExpressions:
           - {key: feature.node.kubernetes.io/pci-10de.present, operator: In, values: ["true"]}
-          - {key: edgegpu.io/gpu, operator: NotIn, values: [jetson]}
+          - {key: edgegpu.io/gpu, operator: DoesNotExist}
           - {key: feature.node.kubernetes.io/cpu-model.vendor_id, operator: NotIn, values: [NVIDIA]}
 {{- end -}}
 
@@ -254,6 +257,15 @@ matches the keys of the top level, flags and sharing in any case.
 - name: PASS_DEVICE_SPECS
   value: {{ .Values.compatWithCPUManager | quote }}
 {{- end }}
+{{- end -}}
+
+{{/*
+The variables the chart itself sets in a plugin container (any value set), as a JSON list:
+devicePlugin.containers.main.env may not set them (validate.yaml); CI checks the list covers
+every variable a rendering gives the container.
+*/}}
+{{- define "edgegpu.plugin.chartEnvNames" -}}
+{{- list "DEVICE_DISCOVERY_STRATEGY" "NVIDIA_VISIBLE_DEVICES" "NVIDIA_DRIVER_CAPABILITIES" "MIG_STRATEGY" "FAIL_ON_INIT_ERROR" "DEVICE_LIST_STRATEGY" "DEVICE_ID_STRATEGY" "PASS_DEVICE_SPECS" "NODE_NAME" "METRICS_BIND_ADDRESS" "POD_RESOURCES_SOCKET" "FEATURE_FILE" "MPS_ROOT" "CONFIG_FILE" | toJson -}}
 {{- end -}}
 
 {{/* Name of the node labeller's ServiceAccount, ClusterRole and DaemonSet. */}}

@@ -26,9 +26,13 @@ PACKAGE_ARCH = "${MACHINE_ARCH}"
 
 # The values the DaemonSets in deploy/k3s select on (checked against them in CI).
 EDGEGPU_NODE_LABEL_VALUES = "jetson discrete"
+# The value for host-mode nodes (edgegpu-device-plugin-host): no DaemonSet selects a node whose
+# edgegpu.io/gpu has another value, and the node labeller never changes it, so the node never
+# runs a second plugin (checked in CI against deploy/k3s).
+EDGEGPU_NODE_LABEL_HOST = "host"
 # Which one this image's nodes get: "jetson" where meta-tegra's MACHINEOVERRIDES contain
-# "tegra", else "discrete". Set it in local.conf to override; "" installs no drop-in (e.g. for
-# host-mode nodes, which must not also run the DaemonSet).
+# "tegra", else "discrete". Set it in local.conf to override: "host" on images that install
+# edgegpu-device-plugin-host; "" installs no drop-in.
 EDGEGPU_NODE_LABEL ?= "${@'jetson' if 'tegra' in (d.getVar('MACHINEOVERRIDES') or '').split(':') else 'discrete'}"
 
 EDGEGPU_K3S_CONFIG_DIR = "${sysconfdir}/rancher/k3s/config.yaml.d"
@@ -41,9 +45,9 @@ do_compile[noexec] = "1"
 do_install() {
     label="${EDGEGPU_NODE_LABEL}"
     [ -n "$label" ] || return 0
-    case " ${EDGEGPU_NODE_LABEL_VALUES} " in
+    case " ${EDGEGPU_NODE_LABEL_VALUES} ${EDGEGPU_NODE_LABEL_HOST} " in
     *" $label "*) ;;
-    *) bbfatal "EDGEGPU_NODE_LABEL is '$label': the edgegpu DaemonSets select only on one of: ${EDGEGPU_NODE_LABEL_VALUES} (or empty for no label)" ;;
+    *) bbfatal "EDGEGPU_NODE_LABEL is '$label': the edgegpu DaemonSets select only on one of: ${EDGEGPU_NODE_LABEL_VALUES} (${EDGEGPU_NODE_LABEL_HOST}: a host-mode node, which none selects; empty: no label)" ;;
     esac
     # The template says node-label+: (append to the list from config.yaml and earlier
     # drop-ins, not replace it). k3s applies node labels when the node registers.

@@ -44,8 +44,9 @@ inherit cargo cargo-update-recipe-crates systemd
 # scripts/gen-crates-inc.py (same output as `bitbake -c update_crates edgegpu`).
 require ${BPN}-crates.inc
 
-# k3s-manifests: the RuntimeClass and device-plugin DaemonSet from deploy/k3s, installed where
-#   the k3s server applies them on its own (auto-deploy manifests directory).
+# k3s-manifests: the device-plugin DaemonSets, node labeller and metrics Service from deploy/k3s
+#   (no RuntimeClass: k3s or edgegpu-node-setup owns it), installed where the k3s server applies
+#   them on its own (auto-deploy manifests directory).
 # devicequery-job: also the one-shot devicequery Job (a GPU smoke test at first boot).
 PACKAGECONFIG ??= "k3s-manifests"
 PACKAGECONFIG[k3s-manifests] = ""
