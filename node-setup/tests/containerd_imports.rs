@@ -351,3 +351,117 @@ fn the_deprecated_systemd_cgroup_keeps_the_legacy_default() {
         );
     }
 }
+
+/// k3s's template drop-in directory (k3s PR #13680), next to `template`.
+const K3S_DIR: &str = "/var/lib/rancher/k3s/agent/etc/containerd";
+
+/// The k3s installer's server unit at `version`, the NVIDIA runtime on its PATH, a base-
+/// only template of config version `config_version`, and a drop-in that declares only a
+/// kata runtime in its CRI table (kata-deploy's shape).
+fn k3s_with_kata_drop_in(version: &str, config_version: i64) -> (NodeHost, String) {
+    let (template, dir, plugin) = if config_version == 3 {
+        (
+            "config-v3.toml.tmpl",
+            "config-v3.toml.d",
+            "'io.containerd.cri.v1.runtime'",
+        )
+    } else {
+        (
+            "config.toml.tmpl",
+            "config.toml.d",
+            "\"io.containerd.grpc.v1.cri\"",
+        )
+    };
+    let drop_in = format!(
+        "version = {config_version}\n[plugins.{plugin}.containerd.runtimes.kata]\n  runtime_type = \"io.containerd.kata.v2\"\n"
+    );
+    let host = NodeHost::new();
+    host.k3s_binary(Some(version))
+        .write(
+            "/etc/systemd/system/k3s.service",
+            common::fixture("units/k3s-installer-server.service"),
+        )
+        .nvidia_runtime()
+        .write(
+            &format!("{K3S_DIR}/{template}"),
+            "{{ template \"base\" . }}\n",
+        )
+        .write(&format!("{K3S_DIR}/{dir}/50-kata.toml"), &drop_in);
+    (host, drop_in)
+}
+
+/// What containerd `tool` makes of k3s's base rendered with default-runtime nvidia (our
+/// stand-in base, config version `config_version`) importing `drop_in` as the newer base
+/// does: (default, nvidia's binary, kata declared).
+fn k3s_rendered_with_drop_in(
+    tool: &std::path::Path,
+    config_version: i64,
+    drop_in: &str,
+) -> Option<(String, Option<String>, bool)> {
+    let data = common::K3sData {
+        default_runtime: Some("nvidia"),
+        ..Default::default()
+    };
+    let rendered =
+        common::render_k3s_template("{{ template \"base\" . }}\n", config_version, &data)?
+            .expect("renders");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("50-kata.toml"), drop_in).unwrap();
+    let with_import = rendered.replacen(
+        &format!("version = {config_version}\n"),
+        &format!(
+            "version = {config_version}\nimports = [\"{}/*.toml\"]\n",
+            dir.path().display()
+        ),
+        1,
+    );
+    let dumped = common::containerd_dump_text(tool, &with_import).expect("loads");
+    Some((
+        dumped.default.clone(),
+        dumped.get("nvidia", &["options", "BinaryName"]),
+        dumped.runtimes.contains_key("kata"),
+    ))
+}
+
+#[test]
+fn k3s_template_drop_ins_merge_as_k3s_containerd_does() {
+    // k3s with containerd 2 (v1.32.2): the drop-in's CRI table merges into the base's;
+    // nvidia stays the default k3s's setting makes it.
+    let (h, drop_in) = k3s_with_kata_drop_in("v1.32.2+k3s1", 3);
+    let out = run(&h, &["apply"]);
+    assert_eq!(out.code, 0, "{}", show(&out));
+    assert_eq!(run(&h, &["check"]).code, 0);
+    for (release, tool) in containerd_releases() {
+        if release.starts_with("1.") {
+            continue;
+        }
+        if let Some((default, binary, kata)) = k3s_rendered_with_drop_in(&tool, 3, &drop_in) {
+            assert_eq!(default, "nvidia", "containerd {release}");
+            assert_eq!(binary.as_deref(), Some(RUNTIME), "containerd {release}");
+            assert!(kata, "containerd {release}");
+        }
+    }
+    // k3s with containerd 1.7 (v1.30.4): the drop-in's table replaces the base's, which
+    // loses both the default and the runtime: refused, naming the drop-in.
+    let (h, drop_in) = k3s_with_kata_drop_in("v1.30.4+k3s1", 2);
+    refused(
+        &h,
+        &[
+            &format!("{K3S_DIR}/config.toml.d/50-kata.toml:2"),
+            "replaces the earlier ones before containerd 2.0",
+        ],
+        "kata drop-in, k3s on containerd 1.7",
+    );
+    for (release, tool) in containerd_releases() {
+        if !release.starts_with("1.7") {
+            continue;
+        }
+        if let Some((default, binary, _)) = k3s_rendered_with_drop_in(&tool, 2, &drop_in) {
+            assert_eq!(
+                (default.as_str(), binary),
+                ("runc", None),
+                "containerd {release}"
+            );
+        }
+    }
+}
