@@ -725,3 +725,49 @@ pub fn containerd_start_cri(tool: &Path, config: &str) -> String {
     let _ = child.wait();
     line
 }
+
+/// The config version a containerd config `text` says (`version = N` at the top level;
+/// none: 1).
+pub fn config_version(text: &str) -> i64 {
+    text.parse::<toml_edit::DocumentMut>()
+        .ok()
+        .and_then(|d| d.get("version").and_then(|v| v.as_integer()))
+        .unwrap_or(1)
+}
+
+/// `containerd config dump` of `config` by every real release here that loads its config
+/// version (see [`containerd_releases`]): Debian 12's 1.6 always (it reads versions 1 and
+/// 2, and loads a version-3 file as TOML without reading its tables), 1.7 for versions 1
+/// and 2, 2.x for 2 and 3 (it moves version 2 into version 3's plugins). 2.x writes
+/// strings with single quotes: they are turned into double quotes, so that one check
+/// reads every release's output. Returns (release, success, output).
+pub fn containerd_dumps(config: &str) -> Vec<(String, bool, String)> {
+    let version = config_version(config);
+    containerd_releases()
+        .into_iter()
+        .filter(|(r, _)| match version {
+            1 => r.starts_with("1."),
+            2 => true,
+            _ => !r.starts_with("1.") || r.starts_with("1.6"),
+        })
+        .map(|(release, tool)| {
+            let (good, out) = containerd_dump(&tool, config);
+            let out = if release.starts_with("1.") {
+                out
+            } else {
+                out.replace('\'', "\"")
+            };
+            (release, good, out)
+        })
+        .collect()
+}
+
+/// Whether `release` reads the CRI runtime tables of a config of `version` (1.6 loads a
+/// version-3 file but reads none of its plugin tables).
+pub fn reads_cri_tables(release: &str, version: i64) -> bool {
+    if release.starts_with("1.") {
+        version <= 2
+    } else {
+        version >= 2
+    }
+}
