@@ -173,6 +173,49 @@ struct Builder<'a> {
 /// of an error, and whatever stops node-setup (a refusal) is a blocker instead of an
 /// error; only files that cannot be read or parsed stay errors.
 pub fn build(opts: &Options, for_check: bool) -> Result<Plan> {
+    let mut plan = build_either(opts, for_check)?;
+    note_temp_files(&mut plan, &opts.host);
+    Ok(plan)
+}
+
+/// Notes the temporary files interrupted runs left next to the files this plan reads or
+/// writes and in node-setup's state directory (`apply` and `revert` remove them before
+/// they write; one that finds nothing to change leaves them).
+fn note_temp_files(plan: &mut Plan, host: &HostRoot) {
+    let mut dirs: Vec<PathBuf> = vec![
+        host.path(crate::state::STATE_DIR),
+        host.path(crate::state::BACKUP_DIR),
+    ];
+    let files = plan.changes.iter().map(|c| c.write_path.clone()).chain(
+        plan.checks
+            .iter()
+            .filter(|c| c.file.starts_with('/'))
+            .map(|c| host.path(c.file.split([':', ' ']).next().unwrap_or_default())),
+    );
+    for f in files {
+        if let Some(d) = f.parent() {
+            if !dirs.iter().any(|x| x == d) {
+                dirs.push(d.to_path_buf());
+            }
+        }
+    }
+    for dir in dirs {
+        for f in crate::fsops::temp_files(&dir).unwrap_or_default() {
+            let pid = f
+                .file_name()
+                .and_then(|n| crate::fsops::temp_file_pid(&n.to_string_lossy()))
+                .unwrap_or_default();
+            let shown = f
+                .strip_prefix(host.root())
+                .map_or_else(|_| f.display().to_string(), |p| format!("/{}", p.display()));
+            plan.notes.push(format!(
+                "{shown} is a temporary file an interrupted edgegpu-node-setup run (pid {pid}) left; apply and revert remove it before they write"
+            ));
+        }
+    }
+}
+
+fn build_either(opts: &Options, for_check: bool) -> Result<Plan> {
     if opts.cdi {
         return match cdi::build(opts, for_check) {
             Err(SetupError::Refused(why)) if for_check => {
