@@ -715,6 +715,7 @@ mod editor {
     const WANT: CdiWant = CdiWant {
         enable: true,
         spec_dir: Some("/var/run/cdi"),
+        version: None,
     };
 
     fn edited(text: &str, flavor: Flavor) -> String {
@@ -788,5 +789,36 @@ mod editor {
         let text = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  enable_cdi = true\n  cdi_spec_dirs = ['/var/run/cdi']\n";
         let e = edit_cdi(Path::new("c.toml"), Some(text), Flavor::System, WANT).unwrap();
         assert_eq!(e.new, None);
+    }
+}
+
+#[test]
+fn an_import_without_a_version_key_owns_the_cri_table_it_names() {
+    // containerd 1.x reads an import without `version` with the merged config's version
+    // (2): its [plugins."io.containerd.grpc.v1.cri"] replaces the main file's, so that is
+    // where enable_cdi must go.
+    let host = NodeHost::new();
+    let import = "/etc/containerd/conf.d/10-site.toml";
+    host.write(
+        CONTAINERD,
+        "version = 2\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n",
+    )
+    .write(
+        import,
+        "[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"registry.k8s.io/pause:3.9\"\n",
+    )
+    .executable("/usr/bin/containerd", "");
+    dpkg(&host, "containerd", "1.7.24~ds1-6+deb13u1");
+    generated_spec(&host);
+    let (_, files) = round_trip(&host);
+    assert!(
+        files.read(import).contains("enable_cdi = true"),
+        "{}",
+        files.read(import)
+    );
+    ok_cdi(&host, &["apply"]);
+    if let Some(tool) = cdi_validator("containerd") {
+        let dump = common::containerd_dump_host_text(&tool, &host, CONTAINERD).unwrap();
+        assert!(dump.contains("enable_cdi = true"), "{dump}");
     }
 }

@@ -13,8 +13,8 @@ use super::systemd::Unit;
 use super::{Source, Sourced};
 use crate::error::Result;
 use crate::formats::containerd::{
-    copy_from_plugin, describe, legacy_default_type, version_of_cri_plugin, DefaultRuntime,
-    Description, Flavor, Node, RuntimeCopy, Setting, CRI_V1, CRI_V2, CRI_V3,
+    copy_from_plugin, describe, describe_as, legacy_default_type, version_of_cri_plugin,
+    DefaultRuntime, Description, Flavor, Node, RuntimeCopy, Setting, CRI_V1, CRI_V2, CRI_V3,
 };
 use crate::host::HostRoot;
 
@@ -256,6 +256,25 @@ pub fn load_with_imports(host: &HostRoot, main: &str, flavor: Flavor) -> Result<
             text,
             description,
         });
+    }
+    // An imported file without a `version` key is read with the merged config's version
+    // (the main file's, unless an import's non-zero `version` says otherwise): its CRI
+    // table is named for that version, not for version 1.
+    let mut merged = files[0].description.version;
+    for f in &files[1..] {
+        if let Some(v) = f.description.version_key.filter(|v| *v != 0) {
+            merged = v;
+        }
+    }
+    for f in files.iter_mut().skip(1) {
+        if f.description.version_key.is_none() && f.description.version != merged {
+            f.description = describe_as(
+                Path::new(&f.path),
+                f.text.as_deref(),
+                Flavor::System,
+                Some(merged),
+            )?;
+        }
     }
     Ok(files)
 }
@@ -629,7 +648,7 @@ impl MergedCri {
         if version >= 3 {
             if let Some(g) = grpc.as_ref().and_then(|g| g.get("containerd")) {
                 ignored.push(format!(
-                    "{}: containerd 2 ignores the runtime settings of [plugins.\"{CRI_V2}\"] in a config merged as version {version} (it moves them to [plugins.\"{CRI_V3}\"] only from version 2)",
+                    "{}: containerd 2 ignores the runtime settings of this version-1 or version-2 CRI table ([plugins.cri] or [plugins.\"{CRI_V2}\"]) in a config merged as version {version}: it reads [plugins.\"{CRI_V3}\"], and moves the older table's settings there only when the merged version is 2",
                     g.at()
                 ));
             }

@@ -332,6 +332,7 @@ impl Builder<'_> {
             let want = CdiWant {
                 enable: !own.enabled.value,
                 spec_dir: self.missing_spec_dir(&own, &t.path),
+                version: None,
             };
             let edit = containerd::edit_cdi(Path::new(&t.path), t.text.as_deref(), flavor, want)?;
             let services = self.k3s_units();
@@ -380,6 +381,7 @@ impl Builder<'_> {
         let want = CdiWant {
             enable: !now.enabled.value,
             spec_dir: self.missing_spec_dir(&now, &owner.path),
+            version: Some(owner.description.version),
         };
         let edit = containerd::edit_cdi(
             Path::new(&owner.path),

@@ -619,6 +619,29 @@ pub fn containerd_dump_host(tool: &Path, host: &NodeHost, main: &str) -> Result<
     dump_cri(tool, &config)
 }
 
+/// `containerd config dump` of the host's containerd files, as [`containerd_dump_host`]
+/// copies them; the whole output, or containerd's error.
+pub fn containerd_dump_host_text(
+    tool: &Path,
+    host: &NodeHost,
+    main: &str,
+) -> Result<String, String> {
+    let dir = tempfile::tempdir().unwrap();
+    let host_dir = main.rsplit_once('/').map_or("/", |(d, _)| d).to_string();
+    let copy_dir = dir.path().join("etc");
+    copy_tree(
+        &host.path(&host_dir),
+        &copy_dir,
+        &host_dir,
+        &copy_dir.to_string_lossy(),
+    );
+    let text = std::fs::read_to_string(copy_dir.join(main.rsplit('/').next().unwrap())).unwrap();
+    match containerd_dump(tool, &text) {
+        (true, out) => Ok(out),
+        (false, out) => Err(out),
+    }
+}
+
 /// [`containerd_dump_host`] of one config file's `text`.
 pub fn containerd_dump_text(tool: &Path, text: &str) -> Result<DumpedCri, String> {
     let dir = tempfile::tempdir().unwrap();
