@@ -554,9 +554,10 @@ impl MergedCri {
     /// when its deprecated `systemd_cgroup` or `no_pivot` is on and the default runtime
     /// does not run under the legacy `io.containerd.runtime.v1.linux` shim.
     fn legacy_options_conflicts(&self) -> Vec<String> {
-        let Some(plugin) = &self.plugin else {
+        let switches = self.legacy_switches();
+        if switches.is_empty() {
             return Vec::new();
-        };
+        }
         let default = self.default();
         let name = if self.legacy_default.is_some() {
             "default"
@@ -579,8 +580,7 @@ impl MergedCri {
         if runtime_type == LINUX_V1 {
             return Vec::new();
         }
-        let _ = plugin;
-        self.legacy_switches()
+        switches
             .into_iter()
             .map(|(key, at)| format!(
                 "{at}: containerd 1.x's CRI plugin would not load: the deprecated {key} only works while the default runtime runs under {LINUX_V1}, and '{name}' runs under {runtime_type} (pkg/cri/config ValidatePluginConfig). Remove {key} (for systemd_cgroup: set SystemdCgroup = true in the options of each runtime instead) and run apply again"
