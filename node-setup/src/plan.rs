@@ -1161,8 +1161,10 @@ impl View<'_> {
                 legacy_default: false,
             }]);
         }
-        // k3s's containerd merges the files the template imports as its release does.
+        // k3s's containerd merges the files the template imports as its release does
+        // (only containerd 2 reads a version-3 template).
         let merges = match self.inv.version() {
+            _ if t.version >= 3 => vec![Merge::Keys],
             Some(v) if v.uses_containerd2() => vec![Merge::Keys],
             Some(_) => vec![Merge::Replace],
             None => vec![Merge::Replace, Merge::Keys],

@@ -441,6 +441,25 @@ fn k3s_template_drop_ins_merge_as_k3s_containerd_does() {
             assert!(kata, "containerd {release}");
         }
     }
+    // k3s's release unknown: a version-3 template means containerd 2.
+    let h = NodeHost::new();
+    h.write(
+        "/etc/systemd/system/k3s.service",
+        common::fixture("units/k3s-installer-server.service"),
+    )
+    .executable("/usr/local/bin/k3s", "#!/bin/sh\n")
+    .nvidia_runtime()
+    .write(
+        &format!("{K3S_DIR}/config-v3.toml.tmpl"),
+        "{{ template \"base\" . }}\n",
+    )
+    .write(
+        &format!("{K3S_DIR}/config-v3.toml.d/50-kata.toml"),
+        &drop_in,
+    );
+    let out = run(&h, &["apply"]);
+    assert_eq!(out.code, 0, "k3s version unknown: {}", show(&out));
+    assert_eq!(run(&h, &["check"]).code, 0);
     // k3s with containerd 1.7 (v1.30.4): the drop-in's table replaces the base's, which
     // loses both the default and the runtime: refused, naming the drop-in.
     let (h, drop_in) = k3s_with_kata_drop_in("v1.30.4+k3s1", 2);
