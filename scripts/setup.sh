@@ -20,8 +20,15 @@
 #   - Debian 13's containerd (1.7) and dockerd (26), binaries only, into .tools/cdi-validators:
 #     node-setup's CDI mode writes keys Debian 12's containerd 1.6 ignores (enable_cdi,
 #     cdi_spec_dirs) and dockerd 20.10 refuses (cdi-spec-dirs); its tests validate them with
-#     releases that know them. Fetched with apt-get download into a private apt state
-#     directory: nothing is installed and the system's apt sources stay as they are.
+#     releases that know them, and load every version-2 config node-setup writes in 1.7 too.
+#   - Debian sid's containerd (2.1 or newer; 2.1.9 when this was written), the binary only, into
+#     .tools/containerd-sid: the only containerd here that reads config version 3, and the
+#     first whose imports merge plugin tables key by key (containerd 2.0 on); node-setup's
+#     tests load every version-2 and version-3 config they produce in it, and compare its
+#     `config dump` of imported files with node-setup's own reading. The script stops if
+#     sid's release is older than 2.1.
+#     Both are fetched with apt-get download into a private apt state directory: nothing is
+#     installed and the system's apt sources stay as they are.
 #   - rustup: the 1.75 toolchain (MSRV check) and the cross targets.
 # Usage: scripts/setup.sh            (everything)
 set -euo pipefail
@@ -54,20 +61,51 @@ if [ ${#missing_apt[@]} -gt 0 ]; then
     fi
 fi
 
+# Extracts packages of Debian suite $1 (apt-get download into a private apt state
+# directory; nothing installed, system sources untouched) into the directory $2, then copies
+# the files named after "--" (paths inside the packages) into $3.
+fetch_debian_files() {
+    local suite=$1 apt_dir=$2 dest=$3
+    shift 3
+    local packages=() files=()
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do packages+=("$1"); shift; done
+    shift
+    files=("$@")
+    mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial"
+    echo "deb http://deb.debian.org/debian $suite main" >"$apt_dir/sources.list"
+    local apt_opts=(-qq -o "Dir::Etc::SourceList=$apt_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
+        -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache" -o "APT::Sandbox::User=$(id -un)")
+    apt-get "${apt_opts[@]}" update
+    (cd "$apt_dir" && apt-get "${apt_opts[@]}" download "${packages[@]}" 2>/dev/null)
+    for deb in "$apt_dir"/*.deb; do dpkg-deb -x "$deb" "$apt_dir/root"; done
+    mkdir -p "$dest"
+    for f in "${files[@]}"; do cp "$apt_dir/root/$f" "$dest/"; done
+}
+
 CDI_VALIDATORS=.tools/cdi-validators
 if [ ! -x "$CDI_VALIDATORS/containerd" ] || [ ! -x "$CDI_VALIDATORS/dockerd" ]; then
     log "fetching Debian 13's containerd and dockerd into $CDI_VALIDATORS"
     apt_dir=$(mktemp -d)
-    mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial"
-    echo 'deb http://deb.debian.org/debian trixie main' >"$apt_dir/sources.list"
-    apt_opts=(-qq -o "Dir::Etc::SourceList=$apt_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
-        -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache" -o "APT::Sandbox::User=$(id -un)")
-    apt-get "${apt_opts[@]}" update
-    (cd "$apt_dir" && apt-get "${apt_opts[@]}" download containerd docker.io 2>/dev/null)
-    for deb in "$apt_dir"/*.deb; do dpkg-deb -x "$deb" "$apt_dir/root"; done
-    mkdir -p "$CDI_VALIDATORS"
-    cp "$apt_dir/root/usr/bin/containerd" "$apt_dir/root/usr/sbin/dockerd" "$CDI_VALIDATORS/"
+    fetch_debian_files trixie "$apt_dir" "$CDI_VALIDATORS" containerd docker.io -- usr/bin/containerd usr/sbin/dockerd
     rm -rf "$apt_dir"
+fi
+
+CONTAINERD_SID=.tools/containerd-sid
+if [ ! -x "$CONTAINERD_SID/containerd" ]; then
+    log "fetching Debian sid's containerd into $CONTAINERD_SID"
+    apt_dir=$(mktemp -d)
+    fetch_debian_files sid "$apt_dir" "$apt_dir/bin" containerd -- usr/bin/containerd
+    # "containerd github.com/containerd/containerd/v2 2.1.9+unknown" (third word)
+    sid_release=$("$apt_dir/bin/containerd" --version | awk '{print $3}')
+    if ! printf '%s\n' "$sid_release" | grep -Eq '^v?(2\.([1-9]|[1-9][0-9])|[3-9]|[1-9][0-9])\.'; then
+        echo "Debian sid's containerd is $sid_release; node-setup's tests need 2.1 or newer" >&2
+        rm -rf "$apt_dir"
+        exit 1
+    fi
+    mkdir -p "$CONTAINERD_SID"
+    cp "$apt_dir/bin/containerd" "$CONTAINERD_SID/"
+    rm -rf "$apt_dir"
+    log "containerd $sid_release in $CONTAINERD_SID"
 fi
 
 if [ ! -x "$VENV/bin/python" ]; then

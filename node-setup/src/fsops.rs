@@ -111,27 +111,45 @@ pub fn create_dirs(dir: &Path) -> io::Result<Vec<PathBuf>> {
     Ok(created)
 }
 
-/// Removes the temporary files a killed run left in `dir` (ours are named
-/// `.<file>.edgegpu-tmp.<pid>`). Only called while holding the run lock, so no other
-/// run is writing them. Returns the files removed.
-pub fn remove_stale_temps(dir: &Path) -> io::Result<Vec<PathBuf>> {
+/// The process id in the name of a temporary file [`atomic_write`] makes
+/// (`.<file>.edgegpu-tmp.<pid>`), or `None` for any other name.
+pub fn temp_file_pid(name: &str) -> Option<u32> {
+    let (file, pid) = name.strip_prefix('.')?.rsplit_once(".edgegpu-tmp.")?;
+    if file.is_empty() || pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+/// The temporary files of [`atomic_write`] in `dir` (regular files named
+/// `.<file>.edgegpu-tmp.<pid>`; a directory, link or other file of such a name is not
+/// ours). A missing directory has none.
+pub fn temp_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
-    let mut removed = Vec::new();
+    let mut found = Vec::new();
     for entry in entries {
         let entry = entry?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        // Only files: a directory of that name is not something we ever write.
-        let ours = entry.file_type()?.is_file()
-            && name.starts_with('.')
-            && name
-                .rsplit_once(".edgegpu-tmp.")
-                .is_some_and(|(_, pid)| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()));
-        if ours && remove_if_exists(&entry.path())? {
-            removed.push(entry.path());
+        if entry.file_type()?.is_file() && temp_file_pid(&name).is_some() {
+            found.push(entry.path());
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// Removes the temporary files a killed run left in `dir` (see [`temp_files`]). Only
+/// called while holding the run lock, so no other run is writing them. Returns the
+/// files removed.
+pub fn remove_stale_temps(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut removed = Vec::new();
+    for f in temp_files(dir)? {
+        if remove_if_exists(&f)? {
+            removed.push(f);
         }
     }
     Ok(removed)

@@ -68,17 +68,54 @@ fn preflight(host: &HostRoot, dirs: impl IntoIterator<Item = std::path::PathBuf>
     Ok(())
 }
 
-/// Removes what a killed run left half-written in the directories this run writes to.
-fn clean_stale_temps(dirs: impl IntoIterator<Item = std::path::PathBuf>) -> Result<()> {
+/// Removes what a killed run left half-written in the directories this run writes to,
+/// and in those of every file an earlier apply wrote (the manifest lists them: a killed
+/// apply or revert may have been writing there while this run writes elsewhere).
+fn clean_stale_temps(
+    host: &HostRoot,
+    dirs: impl IntoIterator<Item = std::path::PathBuf>,
+) -> Result<()> {
+    let recorded: Vec<std::path::PathBuf> = Manifest::load(host)
+        .ok()
+        .flatten()
+        .map(|m| {
+            m.entries
+                .iter()
+                .filter_map(|e| host.path(&e.path).parent().map(Path::to_path_buf))
+                .collect()
+        })
+        .unwrap_or_default();
     let mut seen = Vec::new();
-    for dir in dirs {
+    let written = dirs.into_iter().map(|d| (d, true));
+    for (dir, must) in written.chain(recorded.into_iter().map(|d| (d, false))) {
         if seen.contains(&dir) {
             continue;
         }
-        for f in fsops::remove_stale_temps(&dir)
-            .map_err(io(format!("cleaning temporary files in {}", dir.display())))?
-        {
-            tracing::warn!(file = %f.display(), "removed a temporary file left by an interrupted run");
+        let removed = match fsops::remove_stale_temps(&dir) {
+            Ok(removed) => removed,
+            Err(e) if must => {
+                return Err(SetupError::io(
+                    format!("cleaning temporary files in {}", dir.display()),
+                    e,
+                ))
+            }
+            // (A directory this run does not write to: what it cannot clean stays.)
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "could not look for temporary files");
+                Vec::new()
+            }
+        };
+        for f in removed {
+            let pid = f
+                .file_name()
+                .and_then(|n| fsops::temp_file_pid(&n.to_string_lossy()))
+                .unwrap_or_default();
+            let shown = f
+                .strip_prefix(host.root())
+                .map_or_else(|_| f.display().to_string(), |p| format!("/{}", p.display()));
+            tracing::warn!(
+                "removed {shown}: a temporary file an interrupted edgegpu-node-setup run (pid {pid}) left"
+            );
         }
         seen.push(dir);
     }
@@ -94,6 +131,7 @@ pub fn apply(plan: &Plan, host: &HostRoot, restarts: Restarts, lock: &RunLock) -
         return Ok(report);
     }
     clean_stale_temps(
+        host,
         plan.changes
             .iter()
             .filter_map(|c| c.write_path.parent().map(Path::to_path_buf))
@@ -345,6 +383,7 @@ pub fn revert(
 ) -> Result<Report> {
     let mut report = Report::default();
     clean_stale_temps(
+        host,
         steps
             .iter()
             .filter_map(|s| host.path(&s.path).parent().map(Path::to_path_buf))

@@ -13,13 +13,15 @@ use serde::Serialize;
 use crate::detect::{
     Choice, ContainerdTarget, Inventory, K3sEngine, K3sVersion, Mode, K3S_TEMPLATES,
 };
-use crate::effective::containerd::{effective_cri, load_with_imports, Containerd, Loaded};
+use crate::effective::containerd::{
+    effective_cri, load_with_imports, system_merges, Containerd, Layer, Loaded, Merge, MergedCri,
+};
 use crate::effective::docker::Docker;
 use crate::effective::k3s::{K3s, Role};
 use crate::effective::systemd::{Unit, DEFAULT_PATH};
 use crate::effective::{Source, Sourced};
 use crate::error::{Result, SetupError};
-use crate::formats::containerd::{self, DefaultRuntime, Flavor, Want};
+use crate::formats::containerd::{self, CopyFrom, DefaultRuntime, Flavor, RuntimeCopy, Want};
 use crate::formats::unit::{self, UnitFile};
 use crate::formats::{daemon_json, k3s_yaml, Edit};
 use crate::host::HostRoot;
@@ -101,6 +103,13 @@ pub struct Effective {
     /// Settings that stop the engine from starting at all, naming them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub conflicts: Vec<String>,
+    /// Tables the engine ignores, each naming its file and line and why (said when the
+    /// runtime is not what was asked for).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ignored: Vec<String>,
+    /// The default comes from containerd 1.x's deprecated `default_runtime` table.
+    #[serde(skip)]
+    pub legacy_default: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -164,6 +173,49 @@ struct Builder<'a> {
 /// of an error, and whatever stops node-setup (a refusal) is a blocker instead of an
 /// error; only files that cannot be read or parsed stay errors.
 pub fn build(opts: &Options, for_check: bool) -> Result<Plan> {
+    let mut plan = build_either(opts, for_check)?;
+    note_temp_files(&mut plan, &opts.host);
+    Ok(plan)
+}
+
+/// Notes the temporary files interrupted runs left next to the files this plan reads or
+/// writes and in node-setup's state directory (`apply` and `revert` remove them before
+/// they write; one that finds nothing to change leaves them).
+fn note_temp_files(plan: &mut Plan, host: &HostRoot) {
+    let mut dirs: Vec<PathBuf> = vec![
+        host.path(crate::state::STATE_DIR),
+        host.path(crate::state::BACKUP_DIR),
+    ];
+    let files = plan.changes.iter().map(|c| c.write_path.clone()).chain(
+        plan.checks
+            .iter()
+            .filter(|c| c.file.starts_with('/'))
+            .map(|c| host.path(c.file.split([':', ' ']).next().unwrap_or_default())),
+    );
+    for f in files {
+        if let Some(d) = f.parent() {
+            if !dirs.iter().any(|x| x == d) {
+                dirs.push(d.to_path_buf());
+            }
+        }
+    }
+    for dir in dirs {
+        for f in crate::fsops::temp_files(&dir).unwrap_or_default() {
+            let pid = f
+                .file_name()
+                .and_then(|n| crate::fsops::temp_file_pid(&n.to_string_lossy()))
+                .unwrap_or_default();
+            let shown = f
+                .strip_prefix(host.root())
+                .map_or_else(|_| f.display().to_string(), |p| format!("/{}", p.display()));
+            plan.notes.push(format!(
+                "{shown} is a temporary file an interrupted edgegpu-node-setup run (pid {pid}) left; apply and revert remove it before they write"
+            ));
+        }
+    }
+}
+
+fn build_either(opts: &Options, for_check: bool) -> Result<Plan> {
     if opts.cdi {
         return match cdi::build(opts, for_check) {
             Err(SetupError::Refused(why)) if for_check => {
@@ -522,6 +574,8 @@ impl Builder<'_> {
                     spec: &spec,
                     declare_runtime: declare,
                     set_default: default_in_file,
+                    version: None,
+                    copy: CopyFrom::ThisFile,
                 };
                 let edit = containerd::edit(Path::new(&t.path), t.text.as_deref(), flavor, want)?;
                 let what = runtime_change(
@@ -612,30 +666,70 @@ impl Builder<'_> {
         )
     }
 
-    /// The system containerd: the file that owns the CRI plugin table (the main config,
-    /// or the last import that has the table) gets the runtime and the default.
+    /// The system containerd: the file whose CRI plugin table takes effect, as containerd
+    /// merges its files (see [`Merge`]: before 2.0 the last file with the table the
+    /// merged version names; from 2.0 the last one with a table that wins the merge) gets
+    /// the runtime and the default. When the release is not known and the two rules
+    /// name different files, the first edit that works under both is planned (else the
+    /// first, which the check of the planned result refuses, naming what decides).
     fn system_containerd(&mut self) -> Result<()> {
         let spec = self.spec().clone();
         let unit = Unit::load(self.host(), "containerd.service")?;
         let c = Containerd::read(self.host(), unit.as_ref())?;
-        let owner = c.cri_owner().clone();
-        if owner.path != c.config.value {
+        let (merges, release) = system_merges(self.host(), &c.files[0])?;
+        let layers: Vec<Layer> = c.files.iter().map(Layer::of).collect();
+        let merged: Vec<MergedCri> = merges.iter().map(|m| MergedCri::of(&layers, *m)).collect();
+        if spec.set_default {
+            legacy_default_settings(&merged, &spec)?;
+        }
+        let copy = merged[0].copy(&spec.name);
+        let mut owners: Vec<(usize, Option<i64>)> = Vec::new();
+        for m in &merged {
+            let (file, version) = m.owner;
+            let empty = c.files[file]
+                .text
+                .as_deref()
+                .map_or(true, |t| t.trim().is_empty());
+            // An empty file is written with a version of its own (2, read by both).
+            let owner = (file, (!empty).then_some(version));
+            if !owners.contains(&owner) {
+                owners.push(owner);
+            }
+        }
+        let mut planned = Vec::new();
+        for &owner in &owners {
+            let edit = self.system_edit(&c, owner, copy.as_ref())?;
+            let works = owners.len() == 1 || self.works_everywhere(&c, owner.0, &edit, &merges)?;
+            planned.push((owner, edit));
+            if works {
+                let last = planned.len() - 1;
+                planned.swap(0, last);
+                break;
+            }
+        }
+        let ((file, _), edit) = planned.swap_remove(0);
+        let owner = c.files[file].clone();
+        if c.files.len() > 1 {
             self.plan.notes.push(format!(
-                "{} is imported by {} and has the CRI plugin table, which replaces the earlier one (containerd imports): editing {}",
+                "containerd imports files; how they merge: {release}"
+            ));
+        }
+        if owner.path != c.config.value {
+            let how = match merges.as_slice() {
+                [Merge::Keys] => "containerd 2 merges imported tables key by key and this is the last file with the CRI plugin table",
+                _ => "its CRI plugin table replaces the earlier one before containerd 2.0",
+            };
+            self.plan.notes.push(format!(
+                "{} is imported by {} ({how}): editing {}",
                 owner.path, c.config.value, owner.path
             ));
         }
-        let want = Want {
-            spec: &spec,
-            declare_runtime: true,
-            set_default: spec.set_default,
-        };
-        let edit = containerd::edit(
-            Path::new(&owner.path),
-            owner.text.as_deref(),
-            Flavor::System,
-            want,
-        )?;
+        if let Some(copy) = &copy {
+            self.plan.notes.push(format!(
+                "runtime '{}' copies the settings of runtime '{}', which pods use now (SystemdCgroup included)",
+                spec.name, copy.from
+            ));
+        }
         let what = runtime_change(
             "containerd",
             &spec,
@@ -643,6 +737,50 @@ impl Builder<'_> {
         );
         let services = self.system_containerd_services();
         self.file(&owner.path, owner.text.clone(), edit, what, services)
+    }
+
+    /// The edit of the system containerd's file `owner` (index in `c.files`, and the
+    /// config version whose CRI plugin name to write under, `None`: the file's own).
+    fn system_edit(
+        &self,
+        c: &Containerd,
+        owner: (usize, Option<i64>),
+        copy: Option<&RuntimeCopy>,
+    ) -> Result<Edit> {
+        let spec = self.spec();
+        let f = &c.files[owner.0];
+        let want = Want {
+            spec,
+            declare_runtime: true,
+            set_default: spec.set_default,
+            version: owner.1,
+            copy: CopyFrom::Given(copy),
+        };
+        containerd::edit(Path::new(&f.path), f.text.as_deref(), Flavor::System, want)
+    }
+
+    /// Whether, with `edit` written to file `index`, containerd would use the runtime (as
+    /// the default, if asked) however it merges its files (`merges`).
+    fn works_everywhere(
+        &self,
+        c: &Containerd,
+        index: usize,
+        edit: &Edit,
+        merges: &[Merge],
+    ) -> Result<bool> {
+        let spec = self.spec();
+        let mut files = c.files.clone();
+        if let Some(new) = &edit.new {
+            let f = &mut files[index];
+            f.description = containerd::describe(Path::new(&f.path), Some(new), Flavor::System)?;
+            f.text = Some(new.clone());
+        }
+        let layers: Vec<Layer> = files.iter().map(Layer::of).collect();
+        Ok(merges.iter().all(|m| {
+            let merged = MergedCri::of(&layers, *m);
+            (!spec.set_default || merged.default().value == spec.name)
+                && merged.binary(&spec.name).value.as_deref() == Some(spec.path.as_str())
+        }))
     }
 
     /// Restarting the system containerd: containerd, then the k3s units that use it.
@@ -850,18 +988,19 @@ impl View<'_> {
                 .k3s_services()
                 .into_iter()
                 .map(|k| self.effective_k3s(k))
-                .collect(),
+                .collect::<Result<Vec<_>>>()
+                .map(|v| v.into_iter().flatten().collect()),
             Mode::Containerd(ContainerdTarget::System) => {
                 let unit = Unit::load(self.host, "containerd.service")?;
                 let c = Containerd::read(self.host, unit.as_ref())?;
-                let (default_runtime, runtime_binary) =
-                    effective_cri(&c.files, &self.spec.name, None);
-                Ok(vec![Effective {
-                    engine: "system containerd".into(),
-                    default_runtime,
-                    runtime_binary,
-                    conflicts: Vec::new(),
-                }])
+                let (merges, _) = system_merges(self.host, &c.files[0])?;
+                let layers: Vec<Layer> = c.files.iter().map(Layer::of).collect();
+                Ok(merged_effective(
+                    "system containerd",
+                    &layers,
+                    &merges,
+                    &self.spec.name,
+                ))
             }
             Mode::Docker => Ok(vec![self.effective_docker()?]),
         }
@@ -875,7 +1014,17 @@ impl View<'_> {
         for e in self.effective(mode)? {
             out.extend(e.conflicts.iter().cloned());
             let default = &e.default_runtime;
-            if spec.set_default && default.value != spec.name {
+            let binary_ok = e.runtime_binary.value.as_deref() == Some(spec.path.as_str());
+            if (spec.set_default && default.value != spec.name) || !binary_ok {
+                // What the engine ignores may be why.
+                out.extend(e.ignored.iter().cloned());
+            }
+            if spec.set_default && e.legacy_default {
+                out.push(format!(
+                    "{}: {} would use the deprecated default_runtime table as its default runtime (named 'default'), whatever default_runtime_name says (containerd 1.x, pkg/cri/config ValidatePluginConfig); move its settings into a runtimes table and remove it, then run apply again; or pass --no-set-default to only register the runtime",
+                    default.source, e.engine
+                ));
+            } else if spec.set_default && default.value != spec.name {
                 let fix = match &default.source {
                     Source::Flag { .. } => format!(
                         "a command-line flag beats every config file; remove the flag (or set it to {})",
@@ -937,7 +1086,7 @@ impl View<'_> {
         Ok(())
     }
 
-    fn effective_k3s(&self, k: &K3s) -> Result<Effective> {
+    fn effective_k3s(&self, k: &K3s) -> Result<Vec<Effective>> {
         let spec = self.spec;
         let t = self.template(k)?;
         let setting = || {
@@ -970,7 +1119,7 @@ impl View<'_> {
             ),
         }
         };
-        let (mut default_runtime, mut runtime_binary, uses_base, mut imported) = match &t.text {
+        let (default_runtime, runtime_binary, uses_base, mut imported) = match &t.text {
             None => (setting(), detected(), true, Vec::new()),
             Some(text) => {
                 let files = load_with_imports(
@@ -1001,17 +1150,35 @@ impl View<'_> {
             }
         };
         self.add_drop_ins(&t, uses_base, &mut imported)?;
-        (default_runtime, runtime_binary) = effective_cri(
-            &imported,
+        let engine = format!("k3s containerd ({})", k.name());
+        if imported.is_empty() {
+            return Ok(vec![Effective {
+                engine,
+                default_runtime,
+                runtime_binary,
+                conflicts: Vec::new(),
+                ignored: Vec::new(),
+                legacy_default: false,
+            }]);
+        }
+        // k3s's containerd merges the files the template imports as its release does
+        // (only containerd 2 reads a version-3 template).
+        let merges = match self.inv.version() {
+            _ if t.version >= 3 => vec![Merge::Keys],
+            Some(v) if v.uses_containerd2() => vec![Merge::Keys],
+            Some(_) => vec![Merge::Replace],
+            None => vec![Merge::Replace, Merge::Keys],
+        };
+        let layers: Vec<Layer> = std::iter::once(Layer::k3s_template(
+            &t.path,
+            t.version,
             &spec.name,
-            Some((default_runtime, runtime_binary)),
-        );
-        Ok(Effective {
-            engine: format!("k3s containerd ({})", k.name()),
-            default_runtime,
-            runtime_binary,
-            conflicts: Vec::new(),
-        })
+            &default_runtime,
+            &runtime_binary,
+        ))
+        .chain(imported.iter().map(Layer::of))
+        .collect();
+        Ok(merged_effective(&engine, &layers, &merges, &spec.name))
     }
 
     fn effective_docker(&self) -> Result<Effective> {
@@ -1066,8 +1233,87 @@ impl View<'_> {
             default_runtime,
             runtime_binary,
             conflicts,
+            ignored: Vec::new(),
+            legacy_default: false,
         })
     }
+}
+
+/// Refuses to make a runc v2 runtime the default where containerd 1.x's deprecated CRI
+/// settings decide the default (a `default_runtime` table) or need it under the legacy
+/// shim (`systemd_cgroup`, `no_pivot`: the CRI plugin would not load), naming them as
+/// the files say now (pkg/cri/config ValidatePluginConfig).
+fn legacy_default_settings(merged: &[MergedCri], spec: &RuntimeSpec) -> Result<()> {
+    let mut why = Vec::new();
+    for m in merged {
+        if let Some(at) = &m.legacy_default {
+            why.push(format!(
+                "{at}: {} uses the deprecated default_runtime table as its default runtime (named 'default'), whatever default_runtime_name says (pkg/cri/config ValidatePluginConfig): node-setup cannot make '{}' the default. Move its settings into a runtimes table (and default_runtime_name) and remove it, then run apply again; or pass --no-set-default to only register the runtime",
+                m.merge.releases(),
+                spec.name
+            ));
+        }
+        for (key, at) in m.legacy_switches() {
+            why.push(format!(
+                "{at}: with runtime '{}' (io.containerd.runc.v2) as the default, {}'s CRI plugin would not load: the deprecated {key} only works while the default runtime runs under io.containerd.runtime.v1.linux (pkg/cri/config ValidatePluginConfig). Remove {key} (for systemd_cgroup: set SystemdCgroup = true in the options of each runtime instead) and run apply again; or pass --no-set-default to only register the runtime",
+                spec.name,
+                m.merge.releases()
+            ));
+        }
+    }
+    if why.is_empty() {
+        Ok(())
+    } else {
+        Err(SetupError::Refused(why.join("\n")))
+    }
+}
+
+/// What a containerd engine uses after merging `layers` as each of `merges` does: one
+/// entry when they agree, else one per release family, named after it.
+fn merged_effective(
+    engine: &str,
+    layers: &[Layer],
+    merges: &[Merge],
+    name: &str,
+) -> Vec<Effective> {
+    let all: Vec<(Merge, Effective)> = merges
+        .iter()
+        .map(|m| {
+            let merged = MergedCri::of(layers, *m);
+            let e = Effective {
+                engine: engine.to_string(),
+                default_runtime: merged.default(),
+                runtime_binary: merged.binary(name),
+                conflicts: merged.conflicts.clone(),
+                ignored: merged.ignored.clone(),
+                legacy_default: merged.legacy_default.is_some()
+                    && merged.default().source == *merged.legacy_default.as_ref().expect("checked"),
+            };
+            (*m, e)
+        })
+        .collect();
+    let same = all.windows(2).all(|w| {
+        w[0].1.default_runtime.value == w[1].1.default_runtime.value
+            && w[0].1.runtime_binary.value == w[1].1.runtime_binary.value
+    });
+    if same {
+        let mut iter = all.into_iter().map(|(_, e)| e);
+        let mut first = iter.next().expect("at least one merge");
+        for e in iter {
+            for c in e.conflicts {
+                if !first.conflicts.contains(&c) {
+                    first.conflicts.push(c);
+                }
+            }
+        }
+        return vec![first];
+    }
+    all.into_iter()
+        .map(|(m, mut e)| {
+            e.engine = format!("{engine} (if {})", m.releases());
+            e
+        })
+        .collect()
 }
 
 /// The k3s services that would not run their containers through docker: in docker mode
@@ -1124,7 +1370,7 @@ fn docker_conflicts(d: &Docker, json: &daemon_json::DaemonJson, text: Option<&st
 /// What to do about a file that replaces the CRI plugin table without the setting.
 fn replaced_fix(spec: &RuntimeSpec) -> String {
     format!(
-        "containerd before 2.1 replaces the whole CRI plugin table with the one of the file it imports last, so what came before it is lost; set default_runtime_name = \"{}\" and declare runtime '{}' in that file too, or remove its CRI plugin table",
+        "containerd before 2.0 replaces the whole CRI plugin table with the one of the file it imports last, so what came before it is lost; set default_runtime_name = \"{}\" and declare runtime '{}' in that file too, or remove its CRI plugin table",
         spec.name, spec.name
     )
 }

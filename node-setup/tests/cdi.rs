@@ -1159,3 +1159,43 @@ fn an_output_that_is_not_a_regular_file_is_refused_and_left_alone() {
     let kind = std::fs::symlink_metadata(&fifo).unwrap().file_type();
     assert!(kind.is_fifo(), "the FIFO was replaced");
 }
+
+#[test]
+fn a_spec_write_an_interrupted_run_left_is_removed_by_the_next() {
+    // The refresh unit killed at boot (or a power cut) left its temporary file next to
+    // the spec; `cdi generate` takes no lock, so only files of processes that are gone
+    // are removed, and only the spec's own.
+    let host = FakeHost::jetson(Board::Orin);
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("nvidia.yaml");
+    let gone = {
+        let mut child = Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        pid
+    };
+    let stale = dir.path().join(format!(".nvidia.yaml.edgegpu-tmp.{gone}"));
+    let running = dir
+        .path()
+        .join(format!(".nvidia.yaml.edgegpu-tmp.{}", std::process::id()));
+    let other = dir.path().join(format!(".other.yaml.edgegpu-tmp.{gone}"));
+    let foreign = dir.path().join(".nvidia.yaml.edgegpu-tmp.12ab");
+    for f in [&stale, &running, &other, &foreign] {
+        std::fs::write(f, "half").unwrap();
+    }
+    let out = generate(host.root(), &["--output", spec.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(!stale.exists(), "{said}");
+    assert!(
+        said.contains(&format!(
+            "removed {}: a temporary file an interrupted run (pid {gone}) left",
+            stale.display()
+        )),
+        "{said}"
+    );
+    for kept in [&running, &other, &foreign] {
+        assert!(kept.exists(), "{} must stay: {said}", kept.display());
+    }
+    assert!(spec.exists());
+}

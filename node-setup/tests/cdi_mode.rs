@@ -125,25 +125,28 @@ fn refused(host: &NodeHost, args: &[&str], needles: &[&str]) -> String {
     out.stderr
 }
 
-/// containerd 1.7 loads `config` and reads CDI on with /var/run/cdi among the spec dirs;
-/// Debian 12's containerd 1.6 loads it too (it does not know the keys).
+/// Every real containerd that loads `config`'s version loads it (see
+/// `common::containerd_dumps`), and those that know the CDI keys (1.7, 2.x) read CDI on
+/// with /var/run/cdi among the spec dirs; Debian 12's 1.6 does not know them.
 fn containerd_reads_cdi(config: &str) {
-    if let Some(tool) = cdi_validator("containerd") {
-        let (ok, out) = containerd_dump(&tool, config);
-        assert!(ok, "containerd 1.7 rejects:\n{out}\n---\n{config}");
+    let version = common::config_version(config);
+    for (release, ok, out) in common::containerd_dumps(config) {
+        assert!(ok, "containerd {release} rejects:\n{out}\n---\n{config}");
+        if release.starts_with("1.6") || !common::reads_cri_tables(&release, version) {
+            continue;
+        }
         assert!(
             out.contains("enable_cdi = true"),
-            "CDI not on in the dump:\n{out}\n---\n{config}"
+            "containerd {release}: CDI not on in the dump:\n{out}\n---\n{config}"
         );
         let dirs = out
             .lines()
             .find(|l| l.trim_start().starts_with("cdi_spec_dirs"))
             .unwrap_or_default();
-        assert!(dirs.contains("\"/var/run/cdi\""), "{dirs}\n{out}");
-    }
-    if let Some(tool) = real_tool("containerd", "containerd") {
-        let (ok, out) = containerd_dump(&tool, config);
-        assert!(ok, "containerd 1.6 rejects:\n{out}\n---\n{config}");
+        assert!(
+            dirs.contains("\"/var/run/cdi\""),
+            "containerd {release}: {dirs}\n{out}"
+        );
     }
 }
 
@@ -281,7 +284,7 @@ fn a_full_v3_template_that_turns_cdi_off_is_turned_on() {
         "{new}"
     );
     // containerd 1.x cannot load a version-3 config: Go renders it and the rendered TOML
-    // has the settings in the CRI runtime plugin's table.
+    // has the settings in the CRI runtime plugin's table; containerd 2.x loads it.
     let Some(rendered) = render_k3s_template(&new, 3, &K3sData::default()) else {
         return;
     };
@@ -296,6 +299,8 @@ fn a_full_v3_template_that_turns_cdi_off_is_turned_on() {
         .filter_map(|d| d.as_str())
         .collect();
     assert_eq!(dirs, ["/etc/cdi", "/var/run/cdi"], "{rendered}");
+    // And containerd 2 reads it so.
+    containerd_reads_cdi(&rendered);
 }
 
 #[test]
@@ -409,6 +414,7 @@ fn system_containerd_release_decides_the_default() {
     generated_spec(&host);
     let (_, files) = round_trip(&host);
     assert!(files.read(CONTAINERD).contains("    enable_cdi = true\n"));
+    containerd_reads_cdi(&files.read(CONTAINERD));
     // containerd 1.6 has no CDI at all.
     let host = NodeHost::new();
     host.write(CONTAINERD, fixture("containerd/v2.toml"));
@@ -709,6 +715,7 @@ mod editor {
     const WANT: CdiWant = CdiWant {
         enable: true,
         spec_dir: Some("/var/run/cdi"),
+        version: None,
     };
 
     fn edited(text: &str, flavor: Flavor) -> String {
@@ -782,5 +789,36 @@ mod editor {
         let text = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  enable_cdi = true\n  cdi_spec_dirs = ['/var/run/cdi']\n";
         let e = edit_cdi(Path::new("c.toml"), Some(text), Flavor::System, WANT).unwrap();
         assert_eq!(e.new, None);
+    }
+}
+
+#[test]
+fn an_import_without_a_version_key_owns_the_cri_table_it_names() {
+    // containerd 1.x reads an import without `version` with the merged config's version
+    // (2): its [plugins."io.containerd.grpc.v1.cri"] replaces the main file's, so that is
+    // where enable_cdi must go.
+    let host = NodeHost::new();
+    let import = "/etc/containerd/conf.d/10-site.toml";
+    host.write(
+        CONTAINERD,
+        "version = 2\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n",
+    )
+    .write(
+        import,
+        "[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"registry.k8s.io/pause:3.9\"\n",
+    )
+    .executable("/usr/bin/containerd", "");
+    dpkg(&host, "containerd", "1.7.24~ds1-6+deb13u1");
+    generated_spec(&host);
+    let (_, files) = round_trip(&host);
+    assert!(
+        files.read(import).contains("enable_cdi = true"),
+        "{}",
+        files.read(import)
+    );
+    ok_cdi(&host, &["apply"]);
+    if let Some(tool) = cdi_validator("containerd") {
+        let dump = common::containerd_dump_host_text(&tool, &host, CONTAINERD).unwrap();
+        assert!(dump.contains("enable_cdi = true"), "{dump}");
     }
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 
-use common::{containerd_dump, fixture, ok, real_tool, run, run_env, systemd_verify};
+use common::{fixture, ok, real_tool, run, run_env, systemd_verify};
 use edgegpu_testkit::nodehost::{NodeHost, Snapshot};
 use edgegpu_testkit::process::binary_command;
 
@@ -376,11 +376,10 @@ fn meta_virtualization_k3s_uses_the_system_containerd() {
     assert!(
         config.starts_with("# /etc/containerd/config.toml written by hand; keep these comments!\n")
     );
-    if let Some(tool) = real_tool("containerd", "containerd") {
-        let (good, out) = containerd_dump(&tool, &config);
+    for (release, good, out) in common::containerd_dumps(&config) {
         assert!(
             good && out.contains("default_runtime_name = \"nvidia\""),
-            "{out}"
+            "containerd {release}: {out}"
         );
     }
 }

@@ -168,6 +168,16 @@ fn a_plan_made_before_another_run_wrote_is_not_written() {
     assert_eq!(strip(&before), strip(&host));
 }
 
+/// Files named like node-setup's temporary files that are not ours: another name
+/// pattern, a directory, a symlink. No run removes them.
+const FOREIGN: [&str; 5] = [
+    "/etc/docker/.keep.me",
+    "/etc/docker/.daemon.json.edgegpu-tmp.",
+    "/etc/docker/.daemon.json.edgegpu-tmp.12ab",
+    "/etc/docker/daemon.json.edgegpu-tmp.77",
+    "/etc/docker/.edgegpu-tmp.78",
+];
+
 #[test]
 fn temporary_files_left_by_a_killed_run_are_removed_by_the_next() {
     let host = docker_host();
@@ -175,12 +185,91 @@ fn temporary_files_left_by_a_killed_run_are_removed_by_the_next() {
         .write(
             "/var/lib/edgegpu/node-setup/.manifest.json.edgegpu-tmp.424242",
             "{",
-        )
-        .write("/etc/docker/.keep.me", "not ours");
-    ok(&host, &["apply"]);
+        );
+    for f in FOREIGN {
+        host.write(f, "not ours");
+    }
+    std::fs::create_dir_all(host.path("/etc/docker/.x.edgegpu-tmp.79")).unwrap();
+    host.symlink("/etc/docker/.y.edgegpu-tmp.80", "/etc/docker/daemon.json");
+    let out = run(&host, &["apply"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
     let snap = host.snapshot();
-    assert!(temp_files(&snap).is_empty(), "{:?}", temp_files(&snap));
-    assert!(host.exists("/etc/docker/.keep.me"));
+    let left: Vec<String> = temp_files(&snap)
+        .iter()
+        .map(|p| format!("/{}", p.display()))
+        .collect();
+    assert!(
+        left.iter().all(|p| FOREIGN.contains(&p.as_str())
+            || p.ends_with(".x.edgegpu-tmp.79")
+            || p.ends_with(".y.edgegpu-tmp.80")),
+        "{left:?}"
+    );
+    // Said before (the plan's notes) and when done (the log).
+    for f in [
+        "/etc/docker/.daemon.json.edgegpu-tmp.424242",
+        "/var/lib/edgegpu/node-setup/.manifest.json.edgegpu-tmp.424242",
+    ] {
+        assert!(
+            out.stdout.contains(&format!(
+                "note: {f} is a temporary file an interrupted edgegpu-node-setup run (pid 424242) left"
+            )),
+            "{}",
+            out.stdout
+        );
+        assert!(
+            out.stderr.contains(&format!(
+                "removed {f}: a temporary file an interrupted edgegpu-node-setup run (pid 424242) left"
+            )),
+            "{}",
+            out.stderr
+        );
+    }
+    for f in FOREIGN {
+        assert_eq!(host.read(f), "not ours", "{f}");
+    }
+    assert!(host.path("/etc/docker/.x.edgegpu-tmp.79").is_dir());
+    assert!(host.is_symlink("/etc/docker/.y.edgegpu-tmp.80"));
+}
+
+#[test]
+fn temporary_files_where_an_earlier_apply_wrote_are_removed_too() {
+    // A revert killed while it put k3s's unit back left its temporary file there, after
+    // restoring daemon.json: the next apply writes only daemon.json, and still removes
+    // the file the manifest's other directory holds.
+    let host = docker_host();
+    let original = host.read("/etc/docker/daemon.json");
+    ok(&host, &["apply"]);
+    host.write("/etc/docker/daemon.json", &original).write(
+        "/etc/systemd/system/.k3s.service.edgegpu-tmp.4343",
+        "[Unit]\n",
+    );
+    let out = run(&host, &["apply"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains("wrote /etc/docker/daemon.json"),
+        "{}",
+        out.stdout
+    );
+    assert!(!out.stdout.contains("wrote /etc/systemd"), "{}", out.stdout);
+    assert!(!host.exists("/etc/systemd/system/.k3s.service.edgegpu-tmp.4343"));
+    assert!(
+        out.stderr
+            .contains("removed /etc/systemd/system/.k3s.service.edgegpu-tmp.4343"),
+        "{}",
+        out.stderr
+    );
+    // With nothing to change, apply writes nothing, removes nothing, and says what is left.
+    host.write("/etc/docker/.daemon.json.edgegpu-tmp.4444", "{");
+    let out = run(&host, &["apply"]);
+    assert!(out.stdout.contains("already configured"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("note: /etc/docker/.daemon.json.edgegpu-tmp.4444 is a temporary file an interrupted edgegpu-node-setup run (pid 4444) left"),
+        "{}",
+        out.stdout
+    );
+    // revert removes it.
+    ok(&host, &["revert"]);
+    assert!(!host.exists("/etc/docker/.daemon.json.edgegpu-tmp.4444"));
 }
 
 #[test]

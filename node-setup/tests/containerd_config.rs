@@ -5,7 +5,10 @@ mod common;
 
 use std::path::Path;
 
-use common::{containerd_dump, containerd_major, fixture, real_tool};
+use common::{
+    containerd_dump, containerd_dump_text, containerd_releases_for, containerd_start_cri, fixture,
+    real_tool,
+};
 use edgegpu_node_setup::error::SetupError;
 use edgegpu_node_setup::formats::containerd::{describe, DefaultRuntime, Flavor};
 use edgegpu_node_setup::formats::Edit;
@@ -374,55 +377,52 @@ fn inline_tables_are_extended_inline() {
 
 #[test]
 fn containerd_config_dump_accepts_generated_configs() {
-    let Some(tool) = real_tool("containerd", "containerd") else {
-        return;
-    };
-    let major = containerd_major(&tool);
-    let mut cases = vec![
-        ("containerd/v2.toml", 2),
-        ("containerd/v1.toml", 1),
-        ("containerd/v3.toml", 3),
+    // Every release that reads the version: 1.6 and 1.7 read 1 and 2, 2.x reads 2 and 3.
+    let mut files = vec![
+        (
+            "containerd/v2.toml".to_string(),
+            edited("containerd/v2.toml", &nvidia(), Flavor::System),
+        ),
+        (
+            "containerd/v1.toml".to_string(),
+            edited("containerd/v1.toml", &nvidia(), Flavor::System),
+        ),
+        (
+            "containerd/v3.toml".to_string(),
+            edited("containerd/v3.toml", &nvidia(), Flavor::System),
+        ),
     ];
-    cases.retain(|(_, v)| {
-        // containerd 1.x reads versions 1-2, 2.x reads 2-3 (and migrates 2).
-        let supported = if major >= 2 { *v >= 2 } else { *v <= 2 };
-        if !supported {
-            eprintln!("SKIP containerd config dump of a version-{v} config: containerd {major}.x cannot load it");
-        }
-        supported
-    });
-    assert!(!cases.is_empty());
-    for (file, _) in cases {
-        let new = edited(file, &nvidia(), Flavor::System);
-        let (ok, out) = containerd_dump(&tool, &new);
-        assert!(
-            ok,
-            "containerd rejects the edited {file}:\n{out}\n---\n{new}"
-        );
-        // The dump is containerd's own reading of the file: our runtime must be in it.
-        assert!(
-            out.contains("containerd.runtimes.nvidia]"),
-            "{file}: runtime missing from dump:\n{out}"
-        );
-        assert!(
-            out.contains("BinaryName = \"/usr/bin/nvidia-container-runtime\""),
-            "{file}:\n{out}"
-        );
-        assert!(
-            out.contains("default_runtime_name = \"nvidia\""),
-            "{file}:\n{out}"
-        );
-    }
-    // A new file written from nothing loads too.
+    // A new file written from nothing.
     let new = edit(Path::new("c"), None, &nvidia(), Flavor::System)
         .unwrap()
         .new
         .unwrap();
-    let (ok, out) = containerd_dump(&tool, &new);
-    assert!(
-        ok && out.contains("default_runtime_name = \"nvidia\""),
-        "{out}"
-    );
+    files.push(("a new file".into(), new));
+    for (file, new) in files {
+        let version = common::config_version(&new);
+        for (release, ok, out) in common::containerd_dumps(&new) {
+            assert!(
+                ok,
+                "containerd {release} rejects the edited {file}:\n{out}\n---\n{new}"
+            );
+            if !common::reads_cri_tables(&release, version) {
+                continue;
+            }
+            // The dump is containerd's own reading of the file: our runtime must be in it.
+            assert!(
+                out.contains("containerd.runtimes.nvidia]"),
+                "{file}: containerd {release}: runtime missing from dump:\n{out}"
+            );
+            assert!(
+                out.contains("BinaryName = \"/usr/bin/nvidia-container-runtime\""),
+                "{file}: containerd {release}:\n{out}"
+            );
+            assert!(
+                out.contains("default_runtime_name = \"nvidia\""),
+                "{file}: containerd {release}:\n{out}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -434,4 +434,201 @@ fn containerd_config_dump_rejects_a_duplicate_table() {
     let bad = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n";
     let (ok, out) = containerd_dump(&tool, bad);
     assert!(!ok, "{out}");
+}
+
+/// One of the shapes `nvidia-ctk runtime configure` is tested with (NVIDIA
+/// nvidia-container-toolkit pkg/config/engine/containerd config_test.go and
+/// config_v1_test.go), with values a real node has: the config, its version, and what
+/// the NVIDIA runtime's options must say afterwards.
+struct Shape {
+    what: &'static str,
+    version: i64,
+    config: &'static str,
+    systemd_cgroup: &'static str,
+    root: Option<&'static str>,
+    /// Whether the NVIDIA runtime becomes the default too.
+    set_default: bool,
+}
+
+const SHAPES: [Shape; 8] = [
+    Shape {
+        what: "runc with an empty runtime_type (the toolkit writes runc.v2 and copies the options)",
+        version: 2,
+        config: "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  privileged_without_host_devices = false\n  runtime_engine = \"\"\n  runtime_root = \"\"\n  runtime_type = \"\"\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n  BinaryName = \"/usr/bin/runc\"\n  SystemdCgroup = true\n",
+        systemd_cgroup: "true",
+        root: None,
+        set_default: true,
+    },
+    Shape {
+        what: "a custom default runtime name, preferred to runc",
+        version: 2,
+        config: "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  default_runtime_name = \"default\"\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n  SystemdCgroup = false\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.default]\n  runtime_type = \"io.containerd.runc.v2\"\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.default.options]\n  BinaryName = \"/usr/bin/runc\"\n  SystemdCgroup = true\n",
+        systemd_cgroup: "true",
+        root: None,
+        set_default: true,
+    },
+    Shape {
+        what: "config version 1, runc under the legacy io.containerd.runtime.v1.linux shim (Runtime, RuntimeRoot, SystemdCgroup)",
+        version: 1,
+        config: "[plugins.cri.containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runtime.v1.linux\"\n[plugins.cri.containerd.runtimes.runc.options]\n  Runtime = \"/usr/bin/runc\"\n  RuntimeRoot = \"/run/runc-v1\"\n  SystemdCgroup = true\n",
+        systemd_cgroup: "true",
+        root: Some("/run/runc-v1"),
+        set_default: true,
+    },
+    Shape {
+        what: "config version 1, the legacy shim with runtime_engine/runtime_root and the CRI plugin's systemd_cgroup",
+        version: 1,
+        config: "[plugins.cri]\n  systemd_cgroup = true\n[plugins.cri.containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runtime.v1.linux\"\n  runtime_engine = \"/usr/bin/runc\"\n  runtime_root = \"/run/runc-legacy\"\n",
+        systemd_cgroup: "true",
+        root: Some("/run/runc-legacy"),
+        // (The deprecated systemd_cgroup needs a default under the legacy shim:
+        // registered only; see the_deprecated_cri_settings_keep_the_legacy_default.)
+        set_default: false,
+    },
+    Shape {
+        what: "config version 1, runc under io.containerd.runc.v1 (runc v2's options)",
+        version: 1,
+        config: "[plugins.cri.containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v1\"\n[plugins.cri.containerd.runtimes.runc.options]\n  BinaryName = \"/usr/bin/runc\"\n  Root = \"/run/runc-root\"\n  SystemdCgroup = true\n",
+        systemd_cgroup: "true",
+        root: Some("/run/runc-root"),
+        set_default: true,
+    },
+    Shape {
+        what: "an existing entry of the same name with fewer options",
+        version: 2,
+        config: "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n  SystemdCgroup = true\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\n  runtime_type = \"io.containerd.runc.v2\"\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\n  BinaryName = \"/usr/bin/nvidia-container-runtime\"\n",
+        systemd_cgroup: "true",
+        root: None,
+        set_default: true,
+    },
+    Shape {
+        what: "an existing entry of the same name with another cgroup driver",
+        version: 2,
+        config: "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n  SystemdCgroup = true\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\n  runtime_type = \"io.containerd.runc.v2\"\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\n  BinaryName = \"/usr/bin/nvidia-container-runtime\"\n  SystemdCgroup = false\n",
+        systemd_cgroup: "true",
+        root: None,
+        set_default: true,
+    },
+    Shape {
+        what: "config version 3",
+        version: 3,
+        config: "version = 3\n[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.runc.options]\n  BinaryName = \"/usr/bin/runc\"\n  SystemdCgroup = true\n",
+        systemd_cgroup: "true",
+        root: None,
+        set_default: true,
+    },
+];
+
+/// The NVIDIA runtime's table in an edited config: (runtime_type, options, the keys of
+/// the table itself).
+fn nvidia_table(text: &str, version: i64) -> (String, toml_edit::Table, Vec<String>) {
+    let plugin = match version {
+        1 => "cri",
+        2 => "io.containerd.grpc.v1.cri",
+        _ => "io.containerd.cri.v1.runtime",
+    };
+    let doc: toml_edit::DocumentMut = text.parse().unwrap();
+    let t = doc["plugins"][plugin]["containerd"]["runtimes"]["nvidia"]
+        .as_table()
+        .unwrap_or_else(|| panic!("no nvidia table:\n{text}"));
+    (
+        t["runtime_type"].as_str().unwrap_or_default().to_string(),
+        t["options"].as_table().cloned().unwrap_or_default(),
+        t.iter().map(|(k, _)| k.to_string()).collect(),
+    )
+}
+
+#[test]
+fn the_new_runtime_keeps_the_cgroup_driver_of_the_runtime_pods_use_in_every_shape() {
+    for shape in &SHAPES {
+        let what = shape.what;
+        let sp = spec("nvidia", shape.set_default);
+        let new = edit(Path::new("c.toml"), Some(shape.config), &sp, Flavor::System)
+            .unwrap()
+            .new
+            .unwrap_or_else(|| panic!("{what}: no change"));
+        let (runtime_type, options, keys) = nvidia_table(&new, shape.version);
+        assert_eq!(runtime_type, "io.containerd.runc.v2", "{what}:\n{new}");
+        assert_eq!(
+            options.get("SystemdCgroup").map(|v| v.to_string().trim().to_string()),
+            Some(shape.systemd_cgroup.to_string()),
+            "{what}: a pod moved to nvidia would change cgroup driver (NVIDIA/nvidia-docker#1788):\n{new}"
+        );
+        assert_eq!(
+            options.get("Root").and_then(|v| v.as_str()),
+            shape.root,
+            "{what}:\n{new}"
+        );
+        assert_eq!(
+            options.get("BinaryName").and_then(|v| v.as_str()),
+            Some("/usr/bin/nvidia-container-runtime"),
+            "{what}:\n{new}"
+        );
+        for key in ["runtime_root", "runtime_engine"] {
+            assert!(
+                !keys.iter().any(|k| k == key),
+                "{what}: {key} is refused by containerd 1.x on a runc.v2 runtime:\n{new}"
+            );
+        }
+        assert!(
+            options.get("Runtime").is_none(),
+            "{what}: the legacy binary key:\n{new}"
+        );
+        // Idempotent.
+        let again = edit(Path::new("c.toml"), Some(&new), &sp, Flavor::System).unwrap();
+        assert!(
+            again.new.is_none(),
+            "{what}: second edit changed:\n{:?}",
+            again.new
+        );
+        // Every real containerd that reads this version reads the same.
+        for (release, tool) in containerd_releases_for(shape.version) {
+            let dumped = containerd_dump_text(&tool, &new)
+                .unwrap_or_else(|e| panic!("{what}: containerd {release}: {e}\n{new}"));
+            assert_eq!(
+                dumped.systemd_cgroup("nvidia"),
+                shape.systemd_cgroup,
+                "{what}: containerd {release}: {}",
+                dumped.summary()
+            );
+            if shape.set_default {
+                assert_eq!(dumped.default, "nvidia", "{what}: containerd {release}");
+            }
+            if release.starts_with("1.") {
+                // Its CRI plugin validates the runtimes when it starts (config dump does
+                // not): runtime_root or runtime_engine on a runc.v2 runtime would stop it.
+                let started = containerd_start_cri(&tool, &new);
+                assert!(
+                    started.contains("Start cri plugin with config")
+                        && !started.contains("invalid plugin config"),
+                    "{what}: containerd {release}: {started}"
+                );
+                let nvidia = started
+                    .split("nvidia:{")
+                    .nth(1)
+                    .and_then(|t| t.split("Options:map[").nth(1))
+                    .and_then(|t| t.split(']').next())
+                    .unwrap_or_else(|| panic!("{what}: {started}"));
+                assert!(
+                    nvidia.contains(&format!("SystemdCgroup:{}", shape.systemd_cgroup)),
+                    "{what}: containerd {release} starts nvidia with options {nvidia}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_runtime_root_on_a_runc_v2_runtime_stops_containerd_1s_cri_plugin() {
+    // Proves the start check above can fail: copying the legacy shim's runtime_root as
+    // it is would stop the CRI plugin of containerd 1.x.
+    let Some(tool) = real_tool("containerd", "containerd") else {
+        return;
+    };
+    let bad = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n  runtime_root = \"/run/runc-legacy\"\n";
+    let started = containerd_start_cri(&tool, bad);
+    assert!(
+        started.contains("runtime_root") && started.contains("only works for runtime"),
+        "{started}"
+    );
 }

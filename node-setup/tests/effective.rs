@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{containerd_dump, fixture, ok, real_tool, run, Out};
+use common::{containerd_dumps, fixture, ok, real_tool, run, Out};
 use edgegpu_testkit::nodehost::NodeHost;
 
 const UNIT: &str = "/etc/systemd/system/k3s.service";
@@ -326,16 +326,19 @@ fn containerd_imports_that_own_the_cri_plugin_are_edited() {
         "options copied from runc:\n{cri}"
     );
     assert_eq!(run(&host, &["check"]).code, 0);
-    // containerd itself agrees: the effective default is ours.
-    if let Some(tool) = real_tool("containerd", "Debian package containerd") {
-        let main = host.path("/etc/containerd/config.toml");
-        let text = std::fs::read_to_string(&main).unwrap().replace(
-            "/etc/containerd/conf.d",
-            &host.path("/etc/containerd/conf.d").to_string_lossy(),
+    // containerd itself agrees (every release: 1.x replaces, 2.x merges the tables):
+    // the effective default is ours.
+    let main = host.path("/etc/containerd/config.toml");
+    let text = std::fs::read_to_string(&main).unwrap().replace(
+        "/etc/containerd/conf.d",
+        &host.path("/etc/containerd/conf.d").to_string_lossy(),
+    );
+    for (release, good, dump) in containerd_dumps(&text) {
+        assert!(good, "containerd {release}: {dump}");
+        assert!(
+            dump.contains("default_runtime_name = \"nvidia\""),
+            "containerd {release}: {dump}"
         );
-        let (good, dump) = containerd_dump(&tool, &text);
-        assert!(good, "{dump}");
-        assert!(dump.contains("default_runtime_name = \"nvidia\""), "{dump}");
     }
 }
 
@@ -394,9 +397,18 @@ fn a_runtime_outside_k3s_search_path_is_registered_in_a_template() {
     };
     if let Some(rendered) = common::render_k3s_template(&t, 3, &data) {
         let rendered = rendered.unwrap();
-        if let Some(tool) = real_tool("containerd", "Debian package containerd") {
-            let (good, dump) = containerd_dump(&tool, &rendered);
-            assert!(good, "{dump}\n{rendered}");
+        for (release, good, dump) in containerd_dumps(&rendered) {
+            assert!(good, "containerd {release}: {dump}\n{rendered}");
+            if common::reads_cri_tables(&release, 3) {
+                assert!(
+                    dump.contains("default_runtime_name = \"nvidia\"")
+                        && dump.contains(&format!(
+                            "BinaryName = \"{}\"",
+                            "/opt/nvidia/bin/nvidia-container-runtime"
+                        )),
+                    "containerd {release}: {dump}\n{rendered}"
+                );
+            }
         }
     }
     // A PATH set in the unit that does not hold the binary: the same.
@@ -876,9 +888,8 @@ fn a_template_edit_keeps_conditional_lines_in_their_table() {
         Some(runtime),
         "{rendered}"
     );
-    if let Some(tool) = real_tool("containerd", "Debian package containerd") {
-        let (good, dump) = containerd_dump(&tool, &rendered);
-        assert!(good, "{dump}\n{rendered}");
+    for (release, good, dump) in containerd_dumps(&rendered) {
+        assert!(good, "containerd {release}: {dump}\n{rendered}");
     }
 }
 

@@ -161,6 +161,7 @@ fn check_toml(text: &str, flavor: Flavor) {
     let want = CdiWant {
         enable: true,
         spec_dir: Some("/var/run/cdi"),
+        version: None,
     };
     if let Ok(Some(new)) = edit_cdi(Path::new("c.toml"), Some(text), flavor, want).map(|e| e.new) {
         let d = describe(Path::new("c.toml"), Some(&new), flavor).expect("our output parses");

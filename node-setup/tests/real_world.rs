@@ -9,7 +9,7 @@
 mod common;
 
 use common::{
-    containerd_dump, dockerd_validate, fixture, real_tool, render_k3s_template, run,
+    containerd_dumps, dockerd_validate, fixture, real_tool, render_k3s_template, run,
     systemd_verify, K3sData,
 };
 use edgegpu_testkit::nodehost::NodeHost;
@@ -54,19 +54,21 @@ fn renders_and_loads(
             "runtime {runtime} declared {tables} times:\n{rendered}"
         ));
     }
-    if let Some(tool) = real_tool("containerd", "Debian package containerd") {
-        let (good, dump) = containerd_dump(&tool, &rendered);
+    for (release, good, dump) in containerd_dumps(&rendered) {
         if !good {
             return Err(format!(
-                "containerd rejects the rendered config:\n{dump}\n{rendered}"
+                "containerd {release} rejects the rendered config:\n{dump}\n{rendered}"
             ));
         }
-        // containerd 1.x reads config version 2; a version 3 file it only parses.
-        if version == 2
+        // containerd 1.x reads config version 2, 2.x versions 2 and 3; 1.6 only parses
+        // a version-3 file.
+        if common::reads_cri_tables(&release, version)
             && default.is_some()
             && !dump.contains(&format!("default_runtime_name = \"{runtime}\""))
         {
-            return Err(format!("containerd's default is not {runtime}:\n{dump}"));
+            return Err(format!(
+                "containerd {release}'s default is not {runtime}:\n{dump}"
+            ));
         }
     }
     Ok(())
@@ -279,17 +281,16 @@ fn containerd_case(main: &str, imports: &[(&str, &str)]) -> Result<(), String> {
     if out.code != 0 || run(&host, &["check"]).code != 0 {
         return Err(format!("apply/check:\n{}{}", out.stdout, out.stderr));
     }
-    if let Some(tool) = real_tool("containerd", "Debian package containerd") {
-        let conf_d = host.path("/etc/containerd/conf.d");
-        let main = host
-            .read("/etc/containerd/config.toml")
-            .replace("/etc/containerd/conf.d", &conf_d.to_string_lossy());
-        let (good, dump) = containerd_dump(&tool, &main);
+    let conf_d = host.path("/etc/containerd/conf.d");
+    let main = host
+        .read("/etc/containerd/config.toml")
+        .replace("/etc/containerd/conf.d", &conf_d.to_string_lossy());
+    for (release, good, dump) in containerd_dumps(&main) {
         if !good
             || !dump.contains("default_runtime_name = \"nvidia\"")
             || !dump.contains("BinaryName = \"/usr/bin/nvidia-container-runtime\"")
         {
-            return Err(format!("containerd's own reading:\n{dump}"));
+            return Err(format!("containerd {release}'s own reading:\n{dump}"));
         }
     }
     Ok(())

@@ -140,6 +140,35 @@ fn names(files: &[PathBuf]) -> String {
         .join(", ")
 }
 
+/// The temporary files earlier runs left next to `target` (`.<name>.edgegpu-tmp.<pid>`,
+/// see fsops::atomic_write) whose process is gone: a run killed while writing the spec
+/// (the refresh unit at boot, a power cut). `cdi generate` takes no lock, so the file of
+/// a run still going (its process exists) stays. Returns those removed, with their pid.
+fn remove_interrupted_writes(target: &Path) -> Vec<(PathBuf, u32)> {
+    let (Some(dir), Some(name)) = (target.parent(), target.file_name()) else {
+        return Vec::new();
+    };
+    let prefix = format!(".{}.edgegpu-tmp.", name.to_string_lossy());
+    let mut removed = Vec::new();
+    for f in fsops::temp_files(dir).unwrap_or_default() {
+        let file_name = f.file_name().map(|n| n.to_string_lossy().into_owned());
+        let Some(pid) = file_name
+            .filter(|n| n.starts_with(&prefix))
+            .and_then(|n| fsops::temp_file_pid(&n))
+        else {
+            continue;
+        };
+        let gone = i32::try_from(pid).is_ok_and(|p| {
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), None)
+                == Err(nix::errno::Errno::ESRCH)
+        });
+        if gone && fsops::remove_if_exists(&f).unwrap_or(false) {
+            removed.push((f, pid));
+        }
+    }
+    removed
+}
+
 /// `cdi generate`: writes the spec to `output` (a path on this machine; default
 /// [`DEFAULT_OUTPUT`] under `--root`; `-` for standard output) and says what it wrote.
 pub fn run(
@@ -187,6 +216,7 @@ pub fn run(
         fsops::create_dirs(dir)
             .map_err(|e| SetupError::io(format!("creating {}", dir.display()), e))?;
     }
+    let removed = remove_interrupted_writes(&target);
     let unchanged = std::fs::read(&target).is_ok_and(|old| old == text.as_bytes());
     if !unchanged {
         fsops::atomic_write(&target, text.as_bytes(), 0o644)
@@ -201,6 +231,13 @@ pub fn run(
         spec.cdi_version,
         spec.kind
     );
+    for (f, pid) in &removed {
+        let _ = writeln!(
+            out,
+            "  removed {}: a temporary file an interrupted run (pid {pid}) left",
+            f.display()
+        );
+    }
     let _ = writeln!(out, "  source: {}", generated.source);
     let _ = writeln!(out, "  devices: {}", spec.device_names().join(", "));
     let nodes: usize = spec

@@ -26,7 +26,7 @@ pub enum Source {
         flag: String,
     },
     /// A containerd file that replaces the whole CRI plugin table of the files loaded
-    /// before it (containerd before 2.1, `imports`) without setting this (1-based line
+    /// before it (containerd before 2.0, `imports`) without setting this (1-based line
     /// of its CRI plugin table).
     Replaced { file: String, line: usize },
     /// Nothing sets it: the program's built-in default.
@@ -53,7 +53,7 @@ impl fmt::Display for Source {
             Source::Flag { file, line, flag } => write!(f, "{file}:{line} (flag {flag})"),
             Source::Replaced { file, line } => write!(
                 f,
-                "{file}:{line} (its CRI plugin table replaces the earlier ones before containerd 2.1)"
+                "{file}:{line} (its CRI plugin table replaces the earlier ones before containerd 2.0)"
             ),
             Source::Default { what } => write!(f, "{what}"),
         }

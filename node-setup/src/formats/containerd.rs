@@ -17,9 +17,13 @@ use super::go_template::{self, ActionKind};
 use super::Edit;
 
 mod cdi;
+mod copy;
+mod node;
 use crate::error::{line_column, Result, SetupError};
 use crate::RuntimeSpec;
 pub use cdi::{edit_cdi, CdiWant, Setting};
+pub use copy::{copy_from_plugin, legacy_default_type, runtime_copy, RuntimeCopy};
+pub use node::Node;
 
 /// The runc v2 shim: NVIDIA's runtime is runc-compatible and runs under it.
 const RUNC_V2: &str = "io.containerd.runc.v2";
@@ -53,6 +57,21 @@ impl Flavor {
     }
 }
 
+/// The CRI plugin's name in config version 1, 2 and 3: the table that holds the
+/// runtimes (containerd docs/cri/config.md, docs/PLUGINS.md).
+pub const CRI_V1: &str = "cri";
+pub const CRI_V2: &str = "io.containerd.grpc.v1.cri";
+pub const CRI_V3: &str = "io.containerd.cri.v1.runtime";
+
+/// The config version whose CRI plugin table is named `plugin`.
+pub fn version_of_cri_plugin(plugin: &str) -> i64 {
+    match plugin {
+        CRI_V1 => 1,
+        CRI_V2 => 2,
+        _ => 3,
+    }
+}
+
 /// Key paths of the CRI plugin's `containerd` table, which differ only in the plugin's
 /// name per config version: `cri` (1), `io.containerd.grpc.v1.cri` (2),
 /// `io.containerd.cri.v1.runtime` (3) (containerd docs/cri/config.md, docs/PLUGINS.md).
@@ -64,9 +83,9 @@ struct CriKeys {
 impl CriKeys {
     fn for_version(version: i64) -> CriKeys {
         let plugin = match version {
-            1 => "cri",
-            2 => "io.containerd.grpc.v1.cri",
-            _ => "io.containerd.cri.v1.runtime",
+            1 => CRI_V1,
+            2 => CRI_V2,
+            _ => CRI_V3,
         };
         CriKeys { plugin }
     }
@@ -345,17 +364,20 @@ pub struct Declared {
     pub line: usize,
 }
 
-impl Declared {
-    /// Runs under the runc shim (as the NVIDIA runtime does), as far as the file says.
-    fn is_runc_type(&self) -> bool {
-        self.runtime_type.as_deref().map_or(true, |t| t == RUNC_V2)
-    }
-}
-
 /// What a containerd config or k3s template decides about runtimes.
 #[derive(Debug, Clone)]
 pub struct Description {
+    /// The config version the file is read with (its `version` key, else what its
+    /// flavor implies; see [`describe_as`] for imported files).
     pub version: i64,
+    /// The `version` key as written (`None`: none). containerd reads a file without one
+    /// as version 1 when it is the main config, and with the merged config's version
+    /// when it is imported (services/server/config/config.go).
+    pub version_key: Option<i64>,
+    /// Every CRI plugin table the file has, under any of its three names (version 1, 2,
+    /// 3), whatever the file's own version: which one counts depends on how containerd
+    /// merges the files it loads (see effective::containerd).
+    pub cri_plugins: Vec<(String, Node<usize>)>,
     /// 1-based line of `{{ template "base" . }}`.
     pub base_line: Option<usize>,
     pub default: DefaultRuntime,
@@ -407,23 +429,16 @@ impl Description {
             .map(|(l, t)| (*l, t.as_str()))
     }
 
-    /// The runtime whose table a new runtime copies, among the tables written in the
-    /// file: the first of the default runtime (unless it is an NVIDIA one), `runc`,
-    /// `crun` (NVIDIA's toolkit: pkg/config/engine GetLowLevelRuntimes) that runs under
-    /// the runc shim. The toolkit copies the first that exists whatever its type; a kata
-    /// default's options mean nothing to runc, so node-setup falls back to runc instead.
-    fn options_source(&self, new_runtime: &str) -> Option<&str> {
-        let default = match &self.default {
-            DefaultRuntime::Literal { name, .. } if !name.starts_with("nvidia") => {
-                Some(name.as_str())
-            }
-            _ => None,
-        };
-        default
-            .into_iter()
-            .chain(["runc", "crun"])
-            .filter(|n| *n != new_runtime)
-            .find(|n| self.runtimes.get(*n).is_some_and(Declared::is_runc_type))
+    /// What a new runtime `new_runtime` copies from this file alone (see [`copy`]).
+    pub fn own_copy(&self, new_runtime: &str) -> Option<RuntimeCopy> {
+        let plugin = CriKeys::for_version(self.version).plugin;
+        let table = self
+            .cri_plugins
+            .iter()
+            .find(|(p, _)| p == plugin)
+            .map(|(_, n)| n);
+        // The deprecated default_runtime table exists in config versions 1 and 2 only.
+        copy_from_plugin(table, new_runtime, self.version < 3)
     }
 }
 
@@ -562,11 +577,32 @@ fn explicit_tables(
 
 /// Reads what a containerd config or k3s template decides about runtimes.
 pub fn describe(file: &Path, text: Option<&str>, flavor: Flavor) -> Result<Description> {
+    describe_as(file, text, flavor, None)
+}
+
+/// [`describe`], reading the runtimes under the CRI plugin name of config version
+/// `version` instead of the file's own (an imported file without a `version` key is read
+/// with the merged config's version).
+pub fn describe_as(
+    file: &Path,
+    text: Option<&str>,
+    flavor: Flavor,
+    version: Option<i64>,
+) -> Result<Description> {
     let text = text.unwrap_or("");
     let sk = prepare(file, text, flavor)?;
     let doc = ImDocument::parse(sk.text.as_str()).map_err(|e| malformed(file, &sk.text, &e, 0))?;
     let root = doc.as_item();
-    let version = file_version(file, text, sk.base_line.is_some(), root, flavor)?;
+    let own_version = file_version(file, text, sk.base_line.is_some(), root, flavor)?;
+    let version = version.unwrap_or(own_version);
+    let version_key = get(root, &["version"]).and_then(Item::as_integer);
+    let cri_plugins = [CRI_V1, CRI_V2, CRI_V3]
+        .into_iter()
+        .filter_map(|p| {
+            let item = get(root, &["plugins", p])?;
+            Some((p.to_string(), node::from_item(&sk.text, item)?))
+        })
+        .collect();
     let keys = CriKeys::for_version(version);
     let at = |i: usize| i + 1;
     let default =
@@ -674,6 +710,8 @@ pub fn describe(file: &Path, text: Option<&str>, flavor: Flavor) -> Result<Descr
     }
     Ok(Description {
         version,
+        version_key,
+        cri_plugins,
         base_line: sk.base_line.map(at),
         default,
         runtimes,
@@ -767,6 +805,22 @@ pub struct Want<'a> {
     pub declare_runtime: bool,
     /// Write `default_runtime_name` in this file.
     pub set_default: bool,
+    /// The config version whose CRI plugin name the file's runtimes are read and written
+    /// under, when it is not the file's own: containerd reads an imported file with the
+    /// merged config's version (see effective::containerd). `None`: the file's own.
+    pub version: Option<i64>,
+    /// What the runtime's table copies from the runtime pods use now.
+    pub copy: CopyFrom<'a>,
+}
+
+/// Where the new runtime's copied settings come from (see [`copy`]).
+#[derive(Debug, Clone, Copy)]
+pub enum CopyFrom<'a> {
+    /// The runtime pods use now as this file alone says.
+    ThisFile,
+    /// As the caller found it, other files included (containerd merges its imports):
+    /// `None` when no runtime qualifies.
+    Given(Option<&'a RuntimeCopy>),
 }
 
 /// Descends into table `key` of `parent`, creating it (without a header of its own) when
@@ -824,41 +878,22 @@ fn set(table: &mut Item, key: &str, value: Value) -> bool {
     true
 }
 
-/// Adds the runtime table (copying the options of the runtime `copy_from`) and, if
-/// asked, the default to `doc`. Returns whether the document changed.
+/// Adds the runtime table (with what `copy` says the runtime pods use now has) and, if
+/// asked, the default to `doc`. An existing table of the runtime keeps what it says,
+/// except: `BinaryName` is ours, a type other than the runc shim's becomes
+/// `io.containerd.runc.v2`, keys it lacks are copied, and `SystemdCgroup` is made the
+/// copied runtime's (a pod moved to the NVIDIA runtime must keep its cgroup driver).
+/// `extra_options` are added where missing. Returns whether the document changed.
 fn add_runtime(
     file: &Path,
     doc: &mut DocumentMut,
     version: i64,
     want: Want,
-    copy_from: Option<&str>,
+    copy: Option<&RuntimeCopy>,
     extra_options: &[(&str, Value)],
 ) -> Result<bool> {
     let keys = CriKeys::for_version(version);
     let spec = want.spec;
-    // The new runtime behaves like the default one (NVIDIA's toolkit copies its table):
-    // a missing SystemdCgroup = true gives unstable pods (nvidia-docker #1788).
-    let source = copy_from
-        .and_then(|n| get(doc.as_item(), &keys.runtime(n)))
-        .and_then(|t| t.as_table_like())
-        .map(|t| {
-            let options: Vec<(String, Value)> = t
-                .get("options")
-                .and_then(|o| o.as_table_like())
-                .map(|o| {
-                    o.iter()
-                        .filter(|(k, _)| *k != "BinaryName")
-                        .filter_map(|(k, v)| Some((k.to_string(), v.as_value()?.clone())))
-                        .collect()
-                })
-                .unwrap_or_default();
-            let top: Vec<(String, Value)> = t
-                .iter()
-                .filter(|(k, _)| !matches!(*k, "options" | "runtime_type"))
-                .filter_map(|(k, v)| Some((k.to_string(), v.as_value()?.clone())))
-                .collect();
-            (top, options)
-        });
     let mut changed = false;
     let plugins = child(file, doc.as_item_mut(), "plugins", "")?;
     let cri_item = child(file, plugins, keys.plugin, "plugins")?;
@@ -873,21 +908,34 @@ fn add_runtime(
         let runtimes = child(file, containerd, "runtimes", &ctrd_path)?;
         let rt_path = format!("{ctrd_path}.runtimes.{}", spec.name);
         let rt = child(file, runtimes, &spec.name, &format!("{ctrd_path}.runtimes"))?;
-        let fresh = rt.as_table_like().is_some_and(|t| t.is_empty());
-        changed |= set(rt, "runtime_type", Value::from(RUNC_V2));
-        if let (true, Some((top, _))) = (fresh, &source) {
-            for (k, v) in top {
+        let runc_type = rt
+            .get("runtime_type")
+            .and_then(Item::as_str)
+            .is_some_and(|t| t == RUNC_V2 || t == "io.containerd.runc.v1");
+        if !runc_type {
+            changed |= set(rt, "runtime_type", Value::from(RUNC_V2));
+        }
+        let has = |t: &Item, k: &str| t.as_table_like().is_some_and(|t| t.contains_key(k));
+        for (k, v) in copy.iter().flat_map(|c| &c.top) {
+            if !has(rt, k) {
                 changed |= set(rt, k, v.clone());
             }
         }
         let options = child(file, rt, "options", &rt_path)?;
         changed |= set(options, "BinaryName", Value::from(spec.path.as_str()));
-        let copied = source
+        let copied = copy
             .iter()
-            .flat_map(|(_, o)| o.iter().map(|(k, v)| (k.as_str(), v)));
+            .flat_map(|c| c.options.iter().map(|(k, v)| (k.as_str(), v)));
+        // The cgroup driver is made the default runtime's; with the runtime already the
+        // default (or a stand-in for a default that is not runc) what it has stays.
+        let keep_driver = copy.is_some_and(|c| c.is_default) || !extra_options.is_empty();
         for (k, v) in copied.chain(extra_options.iter().map(|(k, v)| (*k, v))) {
-            let has = options.as_table_like().is_some_and(|t| t.contains_key(k));
-            if !has {
+            // (A value a template expression renders is the template's to decide.)
+            let templated = options
+                .get(k)
+                .and_then(Item::as_str)
+                .is_some_and(|t| t.starts_with(VALUE_PLACEHOLDER));
+            if !has(options, k) || (k == "SystemdCgroup" && keep_driver && !templated) {
                 changed |= set(options, k, v.clone());
             }
         }
@@ -1105,7 +1153,7 @@ fn finish_edit(
         template_lines_keep_their_tables(file, source, &out)?;
     }
     // Validate our own output before it may be written.
-    let after = describe(file, Some(&out), flavor)?;
+    let after = describe_as(file, Some(&out), flavor, Some(before.version))?;
     // A table we now write outside every control structure must not be one a control
     // structure may emit as well (a table declared twice).
     if let Some((line, path)) = before.hidden_tables.iter().find(|(_, p)| {
@@ -1132,14 +1180,14 @@ pub fn edit(file: &Path, text: Option<&str>, flavor: Flavor, want: Want) -> Resu
         original.to_string()
     };
     let mut sk = prepare(file, &source, flavor)?;
-    let before = describe(file, Some(&source), flavor)?;
+    let before = describe_as(file, Some(&source), flavor, want.version)?;
     let spec = want.spec;
     let has_runtime = before
         .runtimes
         .get(&spec.name)
         .is_some_and(|r| r.binary.as_deref() == Some(spec.path.as_str()));
-    let declare = want.declare_runtime && !has_runtime;
-    if declare {
+    let declare = want.declare_runtime;
+    if declare && !has_runtime {
         if let Some((line, text)) = before.hidden_runtime_table(&spec.name) {
             return Err(SetupError::Refused(format!(
                 "{}:{line}: a template line declares runtime '{}' ({}) where node-setup cannot edit it (a template expression or control structure); edit the template by hand",
@@ -1169,7 +1217,7 @@ pub fn edit(file: &Path, text: Option<&str>, flavor: Flavor, want: Want) -> Resu
     let version = before.version;
     let mut result = Edit::unchanged();
     let out = if let Some(base) = sk.base_line {
-        if !declare {
+        if !declare || has_runtime {
             // Nothing to add after the base: leave the file (or its absence) alone.
             return Ok(result);
         }
@@ -1214,12 +1262,19 @@ pub fn edit(file: &Path, text: Option<&str>, flavor: Flavor, want: Want) -> Resu
             // Without a version key containerd would read the file as version 1.
             doc.insert("version", Item::Value(Value::from(version)));
         }
-        let copy_from = before.options_source(&spec.name).map(String::from);
+        let own;
+        let copy = match want.copy {
+            CopyFrom::Given(copy) => copy,
+            CopyFrom::ThisFile => {
+                own = before.own_copy(&spec.name);
+                own.as_ref()
+            }
+        };
         let want = Want {
             declare_runtime: declare,
             ..want
         };
-        add_runtime(file, &mut doc, version, want, copy_from.as_deref(), &[])?;
+        add_runtime(file, &mut doc, version, want, copy, &[])?;
         if is_template {
             place_new_tables_last(&mut doc);
         }

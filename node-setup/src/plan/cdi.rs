@@ -216,7 +216,7 @@ fn fix(source: &Source, change: &str) -> String {
             "that file decides after (or instead of) what node-setup writes; {change} (or remove that setting)"
         ),
         Source::Replaced { .. } => format!(
-            "containerd before 2.1 replaces the whole CRI plugin table with the one of the file it imports last, so what came before it is lost; {change} in that file too, or remove its CRI plugin table"
+            "containerd before 2.0 replaces the whole CRI plugin table with the one of the file it imports last, so what came before it is lost; {change} in that file too, or remove its CRI plugin table"
         ),
         Source::Default { .. } => "node-setup cannot set it here".to_string(),
     }
@@ -332,6 +332,7 @@ impl Builder<'_> {
             let want = CdiWant {
                 enable: !own.enabled.value,
                 spec_dir: self.missing_spec_dir(&own, &t.path),
+                version: None,
             };
             let edit = containerd::edit_cdi(Path::new(&t.path), t.text.as_deref(), flavor, want)?;
             let services = self.k3s_units();
@@ -380,6 +381,7 @@ impl Builder<'_> {
         let want = CdiWant {
             enable: !now.enabled.value,
             spec_dir: self.missing_spec_dir(&now, &owner.path),
+            version: Some(owner.description.version),
         };
         let edit = containerd::edit_cdi(
             Path::new(&owner.path),

@@ -230,7 +230,9 @@ pub fn containerd_edit(
     spec: &edgegpu_node_setup::RuntimeSpec,
     flavor: edgegpu_node_setup::formats::containerd::Flavor,
 ) -> edgegpu_node_setup::error::Result<edgegpu_node_setup::formats::Edit> {
-    use edgegpu_node_setup::formats::containerd::{describe, edit, DefaultRuntime, Flavor, Want};
+    use edgegpu_node_setup::formats::containerd::{
+        describe, edit, CopyFrom, DefaultRuntime, Flavor, Want,
+    };
     let d = describe(Path::new(file), text, flavor)?;
     let template = matches!(flavor, Flavor::K3sTemplate { .. });
     let base = template && (text.map_or(true, |t| t.trim().is_empty()) || d.base_line.is_some());
@@ -244,6 +246,8 @@ pub fn containerd_edit(
             spec,
             declare_runtime: !(base && detected),
             set_default: spec.set_default && !k3s_default,
+            version: None,
+            copy: CopyFrom::ThisFile,
         },
     )
 }
@@ -484,4 +488,309 @@ pub fn generated_spec(host: &NodeHost) {
         "cdi generate: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The real containerd releases here, oldest first: Debian 12's 1.6 (`/usr/bin/containerd`,
+/// the `containerd` package), Debian 13's 1.7 (`.tools/cdi-validators/containerd`) and
+/// Debian sid's 2.1 or newer (`.tools/containerd-sid/containerd`, `EDGEGPU_CONTAINERD_SID`
+/// names another), the last two fetched by scripts/setup.sh. Each missing one fails the
+/// test when EDGEGPU_REQUIRE_REAL_TOOLS=1, else is skipped with a line saying so.
+pub fn containerd_releases() -> Vec<(String, PathBuf)> {
+    let mut out = Vec::new();
+    if let Some(t) = real_tool("containerd", "Debian package containerd") {
+        out.push(t);
+    }
+    if let Some(t) = cdi_validator("containerd") {
+        out.push(t);
+    }
+    let sid = std::env::var_os("EDGEGPU_CONTAINERD_SID")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../.tools/containerd-sid/containerd")
+        });
+    if sid.is_file() {
+        out.push(sid);
+    } else if std::env::var(REQUIRE_REAL_TOOLS).as_deref() == Ok("1") {
+        panic!(
+            "{} is required ({REQUIRE_REAL_TOOLS}=1) but missing; scripts/setup.sh fetches it",
+            sid.display()
+        );
+    } else {
+        eprintln!("SKIP real-tool check with containerd 2.x: {} not found (scripts/setup.sh fetches Debian sid's containerd there; set {REQUIRE_REAL_TOOLS}=1 to make this fatal)", sid.display());
+    }
+    out.into_iter()
+        .map(|t| (containerd_version(&t), t))
+        .collect()
+}
+
+/// `1.6.20`, `1.7.24`, `2.1.9`: the release `containerd --version` says.
+pub fn containerd_version(tool: &Path) -> String {
+    let out = Command::new(tool)
+        .arg("--version")
+        .output()
+        .expect("containerd --version");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace()
+        .nth(2)
+        .unwrap_or("?")
+        .trim_start_matches('v')
+        .split(['~', '+'])
+        .next()
+        .unwrap_or("?")
+        .to_string()
+}
+
+/// The releases of [`containerd_releases`] that read config `version` (1.x: 1 and 2;
+/// 2.x: 2 and 3, and version 1 without its CRI settings).
+pub fn containerd_releases_for(version: i64) -> Vec<(String, PathBuf)> {
+    containerd_releases()
+        .into_iter()
+        .filter(|(r, _)| {
+            if r.starts_with("1.") {
+                version <= 2
+            } else {
+                version >= 2
+            }
+        })
+        .collect()
+}
+
+/// The CRI runtime settings in a `containerd config dump`: the default runtime and each
+/// runtime's table (the `io.containerd.cri.v1.runtime` plugin in 2.x, the
+/// `io.containerd.grpc.v1.cri` plugin in 1.x).
+#[derive(Debug)]
+pub struct DumpedCri {
+    pub default: String,
+    pub runtimes: toml_edit::Table,
+}
+
+impl DumpedCri {
+    /// The runtime's SystemdCgroup option (`false` when unset, as containerd reads it).
+    pub fn systemd_cgroup(&self, name: &str) -> String {
+        self.get(name, &["options", "SystemdCgroup"])
+            .unwrap_or_else(|| "false".into())
+    }
+
+    /// The default and each runtime's type and main options, for messages.
+    pub fn summary(&self) -> String {
+        let runtimes: Vec<String> = self
+            .runtimes
+            .iter()
+            .map(|(name, _)| {
+                format!(
+                    "{name}: type {:?}, BinaryName {:?}, SystemdCgroup {}",
+                    self.get(name, &["runtime_type"]),
+                    self.get(name, &["options", "BinaryName"]),
+                    self.systemd_cgroup(name)
+                )
+            })
+            .collect();
+        format!("default {:?}; {}", self.default, runtimes.join("; "))
+    }
+
+    /// `runtimes.<name>.<path...>` as TOML text (`None`: absent).
+    pub fn get(&self, name: &str, path: &[&str]) -> Option<String> {
+        let mut item = self.runtimes.get(name)?;
+        for k in path {
+            item = item.as_table_like()?.get(k)?;
+        }
+        Some(match item.as_str() {
+            Some(s) => s.to_string(),
+            None => item.to_string().trim().to_string(),
+        })
+    }
+}
+
+/// Runs `containerd config dump` on a copy of the host's containerd files: `main` (a host
+/// path) and every file under its directory, with that directory's host path rewritten to
+/// the copy's in every file (imports name host paths). Returns containerd's reading of the
+/// CRI runtime settings, or its error output.
+pub fn containerd_dump_host(tool: &Path, host: &NodeHost, main: &str) -> Result<DumpedCri, String> {
+    let dir = tempfile::tempdir().unwrap();
+    let host_dir = main.rsplit_once('/').map_or("/", |(d, _)| d).to_string();
+    let copy_dir = dir.path().join("etc");
+    copy_tree(
+        &host.path(&host_dir),
+        &copy_dir,
+        &host_dir,
+        &copy_dir.to_string_lossy(),
+    );
+    let config = copy_dir.join(main.rsplit('/').next().unwrap());
+    dump_cri(tool, &config)
+}
+
+/// `containerd config dump` of the host's containerd files, as [`containerd_dump_host`]
+/// copies them; the whole output, or containerd's error.
+pub fn containerd_dump_host_text(
+    tool: &Path,
+    host: &NodeHost,
+    main: &str,
+) -> Result<String, String> {
+    let dir = tempfile::tempdir().unwrap();
+    let host_dir = main.rsplit_once('/').map_or("/", |(d, _)| d).to_string();
+    let copy_dir = dir.path().join("etc");
+    copy_tree(
+        &host.path(&host_dir),
+        &copy_dir,
+        &host_dir,
+        &copy_dir.to_string_lossy(),
+    );
+    let text = std::fs::read_to_string(copy_dir.join(main.rsplit('/').next().unwrap())).unwrap();
+    match containerd_dump(tool, &text) {
+        (true, out) => Ok(out),
+        (false, out) => Err(out),
+    }
+}
+
+/// [`containerd_dump_host`] of one config file's `text`.
+pub fn containerd_dump_text(tool: &Path, text: &str) -> Result<DumpedCri, String> {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, text).unwrap();
+    dump_cri(tool, &config)
+}
+
+fn dump_cri(tool: &Path, config: &Path) -> Result<DumpedCri, String> {
+    let out = Command::new(tool)
+        .arg("--config")
+        .arg(config)
+        .args(["config", "dump"])
+        .output()
+        .expect("run containerd");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    if !out.status.success() {
+        return Err(format!("{stdout}{stderr}"));
+    }
+    let doc: toml_edit::DocumentMut = stdout
+        .parse()
+        .map_err(|e| format!("dump does not parse: {e}\n{stdout}"))?;
+    let plugins = doc["plugins"].as_table().ok_or("no plugins in the dump")?;
+    let cri = ["io.containerd.cri.v1.runtime", "io.containerd.grpc.v1.cri"]
+        .iter()
+        .find_map(|p| {
+            plugins
+                .get(p)?
+                .get("containerd")?
+                .get("runtimes")
+                .map(|_| p)
+        })
+        .ok_or_else(|| format!("no CRI runtimes in the dump:\n{stdout}"))?;
+    let containerd = &plugins[cri]["containerd"];
+    Ok(DumpedCri {
+        default: containerd["default_runtime_name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        runtimes: containerd["runtimes"]
+            .as_table()
+            .cloned()
+            .unwrap_or_default(),
+    })
+}
+
+/// Copies the files under `from` to `to`, replacing `old` by `new` in their text.
+fn copy_tree(from: &Path, to: &Path, old: &str, new: &str) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target, old, new);
+        } else {
+            let text = std::fs::read_to_string(entry.path()).unwrap();
+            std::fs::write(&target, text.replace(old, new)).unwrap();
+        }
+    }
+}
+
+/// Starts containerd with `config` (its state in a scratch directory, its sockets there
+/// too) and returns how its CRI plugin logs the configuration it starts with — after its
+/// own validation, which `config dump` does not run (containerd 1.x: `Start cri plugin
+/// with config {...}`; 2.x: `starting cri plugin` with the config as JSON) — or the error
+/// that stopped it. containerd is stopped as soon as that line is seen (20 s at most).
+pub fn containerd_start_cri(tool: &Path, config: &str) -> String {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.toml");
+    std::fs::write(&file, config).unwrap();
+    let mut child = Command::new(tool)
+        .arg("--config")
+        .arg(&file)
+        .arg("--root")
+        .arg(dir.path().join("root"))
+        .arg("--state")
+        .arg(dir.path().join("state"))
+        .arg("--address")
+        .arg(dir.path().join("c.sock"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start containerd");
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
+            let found = line.contains("Start cri plugin with config")
+                || line.contains("starting cri plugin")
+                || line.contains("invalid plugin config")
+                || (line.contains("failed to load plugin io.containerd.") && line.contains("cri"))
+                || line.starts_with("containerd: ");
+            if found && tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let line = rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .unwrap_or_else(|_| "(no CRI plugin line within 20 s)".into());
+    let _ = child.kill();
+    let _ = child.wait();
+    line
+}
+
+/// The config version a containerd config `text` says (`version = N` at the top level;
+/// none: 1).
+pub fn config_version(text: &str) -> i64 {
+    text.parse::<toml_edit::DocumentMut>()
+        .ok()
+        .and_then(|d| d.get("version").and_then(|v| v.as_integer()))
+        .unwrap_or(1)
+}
+
+/// `containerd config dump` of `config` by every real release here that loads its config
+/// version (see [`containerd_releases`]): Debian 12's 1.6 always (it reads versions 1 and
+/// 2, and loads a version-3 file as TOML without reading its tables), 1.7 for versions 1
+/// and 2, 2.x for 2 and 3 (it moves version 2 into version 3's plugins). 2.x writes
+/// strings with single quotes: they are turned into double quotes, so that one check
+/// reads every release's output. Returns (release, success, output).
+pub fn containerd_dumps(config: &str) -> Vec<(String, bool, String)> {
+    let version = config_version(config);
+    containerd_releases()
+        .into_iter()
+        .filter(|(r, _)| match version {
+            1 => r.starts_with("1."),
+            2 => true,
+            _ => !r.starts_with("1.") || r.starts_with("1.6"),
+        })
+        .map(|(release, tool)| {
+            let (good, out) = containerd_dump(&tool, config);
+            let out = if release.starts_with("1.") {
+                out
+            } else {
+                out.replace('\'', "\"")
+            };
+            (release, good, out)
+        })
+        .collect()
+}
+
+/// Whether `release` reads the CRI runtime tables of a config of `version` (1.6 loads a
+/// version-3 file but reads none of its plugin tables).
+pub fn reads_cri_tables(release: &str, version: i64) -> bool {
+    if release.starts_with("1.") {
+        version <= 2
+    } else {
+        version >= 2
+    }
 }

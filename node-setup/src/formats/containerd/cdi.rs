@@ -11,7 +11,7 @@ use std::path::Path;
 use toml_edit::{Item, Value};
 
 use super::{
-    child, describe, finish_edit, get, parse, place_new_tables_last, prepare, set, span_line,
+    child, describe_as, finish_edit, get, parse, place_new_tables_last, prepare, set, span_line,
     template_value, CriKeys, Description, Flavor, Skeleton, VALUE_PLACEHOLDER,
 };
 use crate::error::{Result, SetupError};
@@ -105,6 +105,9 @@ pub struct CdiWant<'a> {
     /// Add this directory to the `cdi_spec_dirs` the file sets (a file that does not set
     /// them keeps containerd's default, which has it).
     pub spec_dir: Option<&'a str>,
+    /// The config version whose CRI plugin name the file is read and written under, when
+    /// not its own (an import without `version` is read with the merged config's).
+    pub version: Option<i64>,
 }
 
 /// Plans the CDI edit of a containerd config (`flavor` System) or of a k3s template that
@@ -119,7 +122,7 @@ pub fn edit_cdi(file: &Path, text: Option<&str>, flavor: Flavor, want: CdiWant) 
             "internal error: the base template emits the CRI plugin table; it cannot be edited here",
         ));
     }
-    let before = describe(file, Some(original), flavor)?;
+    let before = describe_as(file, Some(original), flavor, want.version)?;
     let by_hand = |what: &str, line: usize, text: &str| {
         SetupError::Refused(format!(
             "{}:{line}: {what} is decided by a template expression or inside a control structure ({text}); node-setup cannot change it. Edit the template by hand",
