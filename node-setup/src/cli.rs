@@ -41,8 +41,9 @@ Exit codes:
   0  success (check: the node is fully configured)
   1  check: the node is not fully configured, or something blocks it (`blocked:`)
   2  invalid command line
-  3  refused: malformed file, missing runtime binary, conflicting setting, nothing to
-     configure (nothing was written); check: a file cannot be read or parsed
+  3  refused, nothing written: a file cannot be read (not root?) or parsed, missing
+     runtime binary, conflicting setting, nothing to configure; check: it cannot tell
+     (a file cannot be read or parsed)
   4  failed: a write or a service restart failed
 
 Typical use on a k3s host:  sudo edgegpu-node-setup apply

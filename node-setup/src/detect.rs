@@ -305,7 +305,7 @@ fn version_from_binary(host: &HostRoot, bin: &str) -> Result<Option<K3sVersion>>
     loop {
         let n = file
             .read(&mut buf[keep..])
-            .map_err(|e| SetupError::io(format!("reading {}", path.display()), e))?;
+            .map_err(|e| SetupError::unreadable(bin, e))?;
         let filled = keep + n;
         let window = &buf[..filled];
         let mut from = 0;

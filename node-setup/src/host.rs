@@ -105,9 +105,8 @@ impl HostRoot {
                             "{host_path}: too many levels of symbolic links"
                         )));
                     }
-                    let target = std::fs::read_link(&on_disk).map_err(|e| {
-                        SetupError::io(format!("reading symlink {}", next.display()), e)
-                    })?;
+                    let target = std::fs::read_link(&on_disk)
+                        .map_err(|e| SetupError::unreadable(next.display().to_string(), e))?;
                     let target = target.to_string_lossy();
                     let base = if target.starts_with('/') {
                         PathBuf::from("/")
@@ -140,7 +139,7 @@ impl HostRoot {
                         }
                     }
                 }
-                Err(e) => return Err(SetupError::io(format!("inspecting {}", next.display()), e)),
+                Err(e) => return Err(SetupError::unreadable(next.display().to_string(), e)),
             }
         }
         let host = current.to_string_lossy().into_owned();
@@ -262,7 +261,7 @@ impl HostRoot {
                 column,
                 message,
             },
-            SetupError::Io { source, .. } => SetupError::io(format!("reading {host_path}"), source),
+            SetupError::Unreadable { source, .. } => SetupError::unreadable(host_path, source),
             other => other,
         })
     }
@@ -296,7 +295,7 @@ impl HostRoot {
                 .map(|e| e.file_name().to_string_lossy().into_owned())
                 .collect(),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(SetupError::io(format!("listing {host_dir}"), e)),
+            Err(e) => return Err(SetupError::unreadable(host_dir, e)),
         };
         let prefix = format!("{}/", dir.host_path.trim_end_matches('/'));
         names.extend(
@@ -329,7 +328,7 @@ pub fn read_optional(path: &Path) -> Result<Option<String>> {
             }
         }),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(SetupError::io(format!("reading {}", path.display()), e)),
+        Err(e) => Err(SetupError::unreadable(path.display().to_string(), e)),
     }
 }
 
