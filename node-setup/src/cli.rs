@@ -108,7 +108,7 @@ pub struct GlobalArgs {
     pub runtime_name: String,
 
     /// Do not restart or reload any service (print the systemctl commands instead).
-    #[arg(long, global = true, env = "EDGEGPU_NO_RESTART")]
+    #[arg(long, global = true, env = "EDGEGPU_NO_RESTART", value_parser = env_bool)]
     pub no_restart: bool,
 
     /// Make the runtime the default one (the default).
@@ -116,25 +116,33 @@ pub struct GlobalArgs {
     pub set_default: bool,
 
     /// Register the runtime without making it the default (pods then select it with
-    /// `runtimeClassName`).
-    #[arg(
-        long,
-        global = true,
-        env = "EDGEGPU_NO_SET_DEFAULT",
-        overrides_with = "set_default"
-    )]
+    /// `runtimeClassName`). [env: EDGEGPU_NO_SET_DEFAULT=1]
+    #[arg(long, global = true, overrides_with = "set_default")]
     pub no_set_default: bool,
+
+    /// EDGEGPU_NO_SET_DEFAULT, read apart from `--no-set-default`: clap takes a flag
+    /// given by its environment variable and the other flag on the command line for a
+    /// conflict (overrides are applied to the command line only), while the command line
+    /// must win.
+    #[arg(
+        long = "no-set-default-from-env",
+        global = true,
+        hide = true,
+        env = "EDGEGPU_NO_SET_DEFAULT",
+        value_parser = env_bool
+    )]
+    pub no_set_default_env: bool,
 
     /// apply: make the runtime the default even if its binary is missing under --root.
     /// revert: restore originals even if the files changed after apply.
-    #[arg(long, global = true, env = "EDGEGPU_FORCE")]
+    #[arg(long, global = true, env = "EDGEGPU_FORCE", value_parser = env_bool)]
     pub force: bool,
 
     /// CDI mode: configure the engine to inject GPUs from CDI specs itself (containerd
     /// enable_cdi, docker features.cdi; /var/run/cdi among the spec dirs) instead of
     /// registering the NVIDIA runtime. The runtime options do not apply; check checks
     /// this state; revert undoes any apply.
-    #[arg(long, global = true, env = "EDGEGPU_CDI")]
+    #[arg(long, global = true, env = "EDGEGPU_CDI", value_parser = env_bool)]
     pub cdi: bool,
 
     /// k3s version to assume instead of reading it from the k3s binary (e.g. v1.30.4+k3s1).
@@ -147,9 +155,31 @@ pub struct GlobalArgs {
     pub k3s_version: Option<String>,
 }
 
+/// The value of an on/off option's environment variable (`EDGEGPU_FORCE=1`): `1`,
+/// `true`, `yes`, `on`, `y`, `t` turn it on and `0`, `false`, `no`, `off`, `n`, `f` or
+/// an empty value leave it off (any case; clap's boolish words, plus empty = unset as
+/// in shells); anything else is an invalid command line. The flag itself (`--force`)
+/// arrives here as `true`.
+pub fn env_bool(value: &str) -> Result<bool, String> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "" | "0" | "false" | "no" | "off" | "n" | "f" => Ok(false),
+        "1" | "true" | "yes" | "on" | "y" | "t" => Ok(true),
+        _ => Err(
+            "use 1, true, yes or on to turn it on; 0, false, no, off or empty to leave it off"
+                .into(),
+        ),
+    }
+}
+
 impl GlobalArgs {
+    /// `--set-default` / `--no-set-default` (the last one given), else
+    /// EDGEGPU_NO_SET_DEFAULT, else make it the default.
     pub fn set_default(&self) -> bool {
-        !self.no_set_default
+        if self.set_default || self.no_set_default {
+            self.set_default
+        } else {
+            !self.no_set_default_env
+        }
     }
 }
 

@@ -7,8 +7,9 @@ mod common;
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use common::{docker_host, fixture, run};
+use common::{docker_host, fixture, run, run_env};
 use edgegpu_node_setup::exit_code;
+use edgegpu_testkit::nodehost::NodeHost;
 use edgegpu_testkit::process::binary_command;
 
 const DAEMON_JSON: &str = "/etc/docker/daemon.json";
@@ -143,4 +144,105 @@ fn exit_codes_agree_in_help_docs_and_code_and_each_one_happens() {
     assert_eq!(host.read(DAEMON_JSON), fixture("docker/log-opts.json"));
 
     assert_eq!(seen, code_table, "every documented code happens");
+}
+
+/// Each on/off option's environment variable takes the words users write: 1/true/yes/on
+/// turn it on, 0/false/no/off and an empty value leave it off; anything else is an invalid
+/// command line; the command line beats the environment.
+#[test]
+fn boolean_environment_variables_take_1_true_0_false() {
+    const ON: [&str; 5] = ["1", "true", "TRUE", "yes", "on"];
+    const OFF: [&str; 5] = ["0", "false", "False", "no", ""];
+    let cases = ON
+        .iter()
+        .map(|v| (*v, true))
+        .chain(OFF.iter().map(|v| (*v, false)));
+
+    for (value, on) in cases {
+        // EDGEGPU_NO_RESTART: the reason restarts are skipped names it (checked before
+        // the root, which is not / here).
+        let host = docker_host();
+        let out = run_env(&host, &["apply"], &[("EDGEGPU_NO_RESTART", value)]);
+        assert_eq!(out.code, 0, "{value:?}: {}", out.stderr);
+        let reason = if on {
+            "(--no-restart)"
+        } else {
+            "(--root is not /)"
+        };
+        assert!(
+            out.stdout
+                .contains(&format!("not restarting services {reason}")),
+            "EDGEGPU_NO_RESTART={value:?}:\n{}",
+            out.stdout
+        );
+
+        // EDGEGPU_FORCE: a default runtime whose binary is missing.
+        let host = NodeHost::new();
+        host.write(DAEMON_JSON, "{}\n");
+        let out = run_env(&host, &["apply", "--dry-run"], &[("EDGEGPU_FORCE", value)]);
+        let want = if on { 0 } else { 3 };
+        assert_eq!(out.code, want, "EDGEGPU_FORCE={value:?}: {}", out.stderr);
+
+        // EDGEGPU_CDI: CDI mode.
+        let host = docker_host();
+        let out = run_env(&host, &["check"], &[("EDGEGPU_CDI", value)]);
+        let first = out.stdout.lines().next().unwrap_or_default().to_string();
+        let want = if on {
+            "mode: docker, CDI"
+        } else {
+            "mode: docker"
+        };
+        assert_eq!(first, want, "EDGEGPU_CDI={value:?}:\n{}", out.stdout);
+
+        // EDGEGPU_NO_SET_DEFAULT: only register the runtime.
+        let out = run_env(
+            &host,
+            &["apply", "--dry-run"],
+            &[("EDGEGPU_NO_SET_DEFAULT", value)],
+        );
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        assert_eq!(
+            out.stdout.contains("(present), as the default"),
+            !on,
+            "EDGEGPU_NO_SET_DEFAULT={value:?}:\n{}",
+            out.stdout
+        );
+    }
+
+    // The command line beats the environment, both ways.
+    let host = docker_host();
+    let out = run_env(
+        &host,
+        &["--set-default", "apply", "--dry-run"],
+        &[("EDGEGPU_NO_SET_DEFAULT", "1")],
+    );
+    assert!(
+        out.stdout.contains("(present), as the default"),
+        "{}",
+        out.stderr
+    );
+    let out = run_env(
+        &host,
+        &["--no-set-default", "apply", "--dry-run"],
+        &[("EDGEGPU_NO_SET_DEFAULT", "0")],
+    );
+    assert!(!out.stdout.contains("as the default"), "{}", out.stdout);
+    let out = run_env(&host, &["--force", "check"], &[("EDGEGPU_FORCE", "0")]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+
+    // Anything else is refused like a bad flag value, naming the accepted words.
+    for var in [
+        "EDGEGPU_NO_RESTART",
+        "EDGEGPU_FORCE",
+        "EDGEGPU_CDI",
+        "EDGEGPU_NO_SET_DEFAULT",
+    ] {
+        let out = run_env(&host, &["check"], &[(var, "maybe")]);
+        assert_eq!(out.code, 2, "{var}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("invalid value 'maybe'") && out.stderr.contains("1, true, yes"),
+            "{var}: {}",
+            out.stderr
+        );
+    }
 }
