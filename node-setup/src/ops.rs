@@ -177,7 +177,11 @@ pub fn apply(plan: &Plan, host: &HostRoot, restarts: Restarts, lock: &RunLock) -
         let written = fsops::digest(c.new.as_bytes());
         match manifest.entries.iter_mut().find(|e| e.path == c.target) {
             // Keep the backup of the state before the *first* apply.
-            Some(e) => e.written = written,
+            Some(e) => {
+                e.written = written;
+                e.services.extend(c.services.iter().cloned());
+                e.services = restart::ordered(std::mem::take(&mut e.services));
+            }
             None => {
                 let backup = c.old.as_ref().map(|old| {
                     let b = state::backup_path(&c.target);
@@ -188,6 +192,7 @@ pub fn apply(plan: &Plan, host: &HostRoot, restarts: Restarts, lock: &RunLock) -
                     path: c.target.clone(),
                     backup,
                     written,
+                    services: restart::ordered(c.services.clone()),
                 });
             }
         }
@@ -433,6 +438,36 @@ pub fn revert(
         fsops::remove_dir_if_empty(&path)
             .map_err(io(format!("removing directory {}", path.display())))?;
     }
-    do_restarts(&mut report, &manifest.services, restarts)?;
+    do_restarts(&mut report, &revert_services(manifest, steps), restarts)?;
     Ok(report)
+}
+
+/// What revert restarts: what apply restarted, except that dockerd is restarted instead
+/// of reloaded when a reload would not undo the change to its daemon.json (a reload never
+/// removes a runtime or the default runtime, see
+/// [`crate::formats::daemon_json::reload_applies`]), or when the manifest does not say
+/// which file is daemon.json (written by an older release).
+pub fn revert_services(manifest: &Manifest, steps: &[RevertStep]) -> Vec<restart::Service> {
+    use restart::Service;
+    let mut services = manifest.services.clone();
+    if services.contains(&Service::Docker) {
+        let daemon_json: Vec<&Entry> = manifest
+            .entries
+            .iter()
+            .filter(|e| e.services.contains(&Service::Docker))
+            .collect();
+        let reload_undoes = !daemon_json.is_empty()
+            && daemon_json.iter().all(|e| {
+                steps.iter().filter(|s| s.path == e.path).all(|s| {
+                    crate::formats::daemon_json::reload_applies(
+                        s.current.as_deref(),
+                        s.restore.as_deref(),
+                    )
+                })
+            });
+        if !reload_undoes {
+            services.push(Service::DockerRestart);
+        }
+    }
+    restart::ordered(services)
 }

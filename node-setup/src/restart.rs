@@ -13,11 +13,16 @@ pub enum Service {
     /// `systemctl daemon-reload` after a unit file changed.
     DaemonReload,
     Containerd,
-    /// dockerd re-reads `runtimes` and `default-runtime` on SIGHUP (reload).
+    /// dockerd re-reads `runtimes` and `default-runtime` on SIGHUP (reload), but a
+    /// reload only adds and changes them (see
+    /// [`crate::formats::daemon_json::reload_applies`]): a change a reload cannot carry
+    /// out gets [`Service::DockerRestart`].
     Docker,
-    /// dockerd registers its CDI device driver (with `cdi-spec-dirs`) only when it
-    /// starts (moby cmd/dockerd/daemon.go, RegisterCDIDriver): a reload updates the
-    /// `features` map but registers nothing, so CDI needs a restart.
+    /// dockerd restarted: for what a reload cannot do. dockerd registers its CDI device
+    /// driver (with `cdi-spec-dirs`) only when it starts (moby cmd/dockerd/daemon.go,
+    /// RegisterCDIDriver): a reload updates the `features` map but registers nothing,
+    /// so CDI needs a restart. And a reload never removes a runtime or the default
+    /// runtime, so undoing an apply (revert) restarts dockerd.
     DockerRestart,
     /// A k3s unit (`k3s.service`, `k3s-agent.service`).
     K3s(String),
