@@ -191,6 +191,9 @@ pub enum Command {
         /// Print the plan as unified diffs and write nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Output format (json: one document on stdout, see docs/node-setup.md).
+        #[arg(long, value_enum, default_value = "text", env = "EDGEGPU_OUTPUT")]
+        output: OutputFormat,
     },
     /// Report what is configured, what each engine actually uses (and which file, line or
     /// flag decides it), and what is missing; exit 0 only when fully configured.
@@ -206,6 +209,9 @@ pub enum Command {
         /// Print what would be restored as unified diffs and write nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Output format (json: one document on stdout, see docs/node-setup.md).
+        #[arg(long, value_enum, default_value = "text", env = "EDGEGPU_OUTPUT")]
+        output: OutputFormat,
     },
     /// Container Device Interface (CDI) specs for the GPUs of this host.
     Cdi {

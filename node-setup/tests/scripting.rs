@@ -246,3 +246,323 @@ fn boolean_environment_variables_take_1_true_0_false() {
         );
     }
 }
+
+fn json(out: &common::Out) -> serde_json::Value {
+    serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}:\nstdout:\n{}\nstderr:\n{}", out.stdout, out.stderr))
+}
+
+/// `apply` and `revert` say in JSON what was decided, each file written with its backup,
+/// each service and its command, and the exit status with its meaning.
+#[test]
+fn apply_and_revert_report_in_json() {
+    let host = docker_host();
+    let before = host.snapshot();
+
+    let out = run(&host, &["apply", "--dry-run", "--output", "json"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let v = json(&out);
+    assert_eq!(v["command"], "apply");
+    assert_eq!(v["dry_run"], true);
+    assert_eq!(v["result"], "changes-pending");
+    assert_eq!(v["decision"]["mode"], "docker");
+    assert!(
+        v["decision"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("predates the default-runtime setting"),
+        "{v}"
+    );
+    let files = v["files"].as_array().unwrap();
+    assert_eq!(files.len(), 3, "{v}");
+    assert!(files.iter().all(|f| f["written"] == false
+        && f["action"] == "update"
+        && f["diff"].as_str().unwrap().starts_with("--- a/")));
+    assert_eq!(v["restarts"][0]["status"], "planned");
+    assert_eq!(before, host.snapshot(), "a dry run writes nothing");
+
+    let out = run(&host, &["apply", "--output", "json"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let v = json(&out);
+    assert_eq!(v["result"], "applied");
+    assert_eq!(v["exit_code"], 0);
+    assert_eq!(v["exit_meaning"], "success");
+    assert_eq!(v["error"], serde_json::Value::Null);
+    let files = v["files"].as_array().unwrap();
+    let paths: Vec<&str> = files.iter().map(|f| f["path"].as_str().unwrap()).collect();
+    assert_eq!(
+        paths,
+        [
+            "/etc/systemd/system/k3s.service",
+            "/etc/systemd/system/k3s-agent.service",
+            DAEMON_JSON
+        ]
+    );
+    for f in files {
+        assert_eq!(f["written"], true);
+        assert!(f.get("diff").is_none());
+        let backup = f["backup"].as_str().unwrap();
+        assert!(
+            host.exists(backup),
+            "the backup named in the JSON exists: {backup}"
+        );
+    }
+    let restarts: Vec<(&str, &str, &str)> = v["restarts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["action"].as_str().unwrap(),
+                r["command"].as_str().unwrap(),
+                r["status"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        restarts,
+        [
+            ("daemon-reload", "systemctl daemon-reload", "to-run"),
+            (
+                "reload",
+                "systemctl try-reload-or-restart docker.service",
+                "to-run"
+            ),
+            (
+                "restart",
+                "systemctl try-restart k3s-agent.service",
+                "to-run"
+            ),
+            ("restart", "systemctl try-restart k3s.service", "to-run"),
+        ]
+    );
+    assert_eq!(v["restarts"][0]["unit"], serde_json::Value::Null);
+    assert_eq!(v["restarts"][3]["unit"], "k3s.service");
+    assert_eq!(v["restarts_skipped"], "--root is not /");
+    let to_finish: Vec<&str> = restarts.iter().map(|r| r.1).collect();
+    assert_eq!(v["to_finish"], serde_json::json!(to_finish));
+
+    let v = json(&run(&host, &["apply", "--output", "json"]));
+    assert_eq!(v["result"], "already-configured");
+    assert_eq!(v["files"], serde_json::json!([]));
+
+    // EDGEGPU_OUTPUT selects it too.
+    let out = run_env(
+        &host,
+        &["revert", "--dry-run"],
+        &[("EDGEGPU_OUTPUT", "json")],
+    );
+    let v = json(&out);
+    assert_eq!(v["command"], "revert");
+    assert_eq!(v["result"], "changes-pending");
+    assert!(v["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|f| f["action"] == "restore" && f["written"] == false));
+
+    let v = json(&run(&host, &["revert", "--output", "json"]));
+    assert_eq!(v["result"], "reverted");
+    assert_eq!(v["files"].as_array().unwrap().len(), 3);
+    assert_eq!(v["restarts"][1]["action"], "restart", "{v}");
+    assert_eq!(
+        v["restarts"][1]["command"],
+        "systemctl try-restart docker.service"
+    );
+    assert_eq!(content(&before), content(&host.snapshot()));
+
+    let v = json(&run(&host, &["revert", "--output", "json"]));
+    assert_eq!(v["result"], "nothing-to-revert");
+
+    // A refusal is a document too (stdout), besides the error line (stderr).
+    let host = docker_host();
+    host.write(DAEMON_JSON, fixture("docker/malformed.json"));
+    for cmd in ["apply", "check", "revert"] {
+        let out = run(&host, &[cmd, "--output", "json"]);
+        let v = json(&out);
+        if cmd == "revert" {
+            assert_eq!(v["result"], "nothing-to-revert");
+            continue;
+        }
+        assert_eq!(out.code, 3, "{cmd}");
+        assert_eq!(v["command"], cmd);
+        assert_eq!(v["result"], "refused");
+        assert_eq!(v["exit_code"], 3);
+        assert!(
+            v["error"]
+                .as_str()
+                .unwrap()
+                .starts_with("/etc/docker/daemon.json:5:3: "),
+            "{v}"
+        );
+        assert!(out.stderr.contains("error: /etc/docker/daemon.json:5:3"));
+    }
+}
+
+fn content(
+    s: &edgegpu_testkit::nodehost::Snapshot,
+) -> std::collections::BTreeMap<std::path::PathBuf, Vec<u8>> {
+    s.iter()
+        .map(|(p, (c, _, _))| (p.clone(), c.clone()))
+        .collect()
+}
+
+/// Records systemctl calls instead of running them, failing those that name `fail_on`.
+#[derive(Default)]
+struct Recorder {
+    calls: Vec<String>,
+    fail_on: Option<&'static str>,
+}
+
+impl edgegpu_node_setup::restart::ServiceManager for Recorder {
+    fn systemctl(&mut self, args: &[String]) -> Result<(), String> {
+        let call = args.join(" ");
+        self.calls.push(call.clone());
+        match self.fail_on {
+            Some(f) if call.contains(f) => Err(format!("systemctl {call} failed (exit status: 1)")),
+            _ => {
+                std::thread::sleep(std::time::Duration::from_millis(120));
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The library entry point with restarts through `rec` (the tree is not /, so the binary
+/// would only print the commands). Returns (code, stdout, stderr).
+fn run_restarting(host: &NodeHost, args: &[&str], rec: &mut Recorder) -> (u8, String, String) {
+    use clap::Parser;
+    let root = host.root().to_str().unwrap();
+    let cli = edgegpu_node_setup::cli::Cli::parse_from(
+        ["edgegpu-node-setup", "--root", root].iter().chain(args),
+    );
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = edgegpu_node_setup::run_with(
+        cli,
+        edgegpu_node_setup::ops::Restarts::Run(rec),
+        &mut out,
+        &mut err,
+    );
+    (
+        code,
+        String::from_utf8(out).unwrap(),
+        String::from_utf8(err).unwrap(),
+    )
+}
+
+/// While services restart, stderr says which unit, the result and the time, at the
+/// default log level; a failed restart names the files already written and the commands
+/// that finish the job (or the revert that undoes it).
+#[test]
+fn restarts_report_progress_and_a_failure_says_how_to_finish() {
+    let host = docker_host();
+    let mut rec = Recorder::default();
+    let (code, out, err) = run_restarting(&host, &["apply"], &mut rec);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(rec.calls.len(), 4);
+    for (unit, doing, done) in [
+        (
+            "systemd",
+            "reloading unit files (systemctl daemon-reload)",
+            "unit files reloaded in ",
+        ),
+        (
+            "docker.service",
+            "reloading (systemctl try-reload-or-restart docker.service)",
+            "reloaded in ",
+        ),
+        (
+            "k3s-agent.service",
+            "restarting (systemctl try-restart k3s-agent.service)",
+            "restarted in ",
+        ),
+        (
+            "k3s.service",
+            "restarting (systemctl try-restart k3s.service)",
+            "restarted in ",
+        ),
+    ] {
+        let starting = format!("edgegpu-node-setup: {unit}: {doing} ...\n");
+        let finished = format!("edgegpu-node-setup: {unit}: {done}");
+        assert!(err.contains(&starting), "{starting:?} in:\n{err}");
+        let line = err
+            .lines()
+            .find(|l| l.starts_with(&finished))
+            .unwrap_or_else(|| panic!("{finished:?} in:\n{err}"));
+        let secs: f64 = line[finished.len()..]
+            .strip_suffix(" s")
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(secs >= 0.1, "the time it took: {line}");
+    }
+    assert!(
+        out.contains("ran: systemctl try-restart k3s.service"),
+        "{out}"
+    );
+
+    // The agent's restart fails: k3s.service is not restarted, the error lists the
+    // written files and the commands left, and the JSON says the same.
+    let host = docker_host();
+    let mut rec = Recorder {
+        fail_on: Some("k3s-agent"),
+        ..Default::default()
+    };
+    let (code, out, err) = run_restarting(&host, &["apply", "--output", "json"], &mut rec);
+    assert_eq!(code, exit_code::FAILED, "{err}");
+    assert_eq!(
+        rec.calls,
+        [
+            "daemon-reload",
+            "try-reload-or-restart docker.service",
+            "try-restart k3s-agent.service"
+        ]
+    );
+    assert!(
+        err.contains("edgegpu-node-setup: k3s-agent.service: FAILED after "),
+        "{err}"
+    );
+    let expected = "edgegpu-node-setup: error: systemctl try-restart k3s-agent.service failed: systemctl try-restart k3s-agent.service failed (exit status: 1)
+  written: /etc/systemd/system/k3s.service, /etc/systemd/system/k3s-agent.service, /etc/docker/daemon.json
+  already done: systemctl daemon-reload, systemctl try-reload-or-restart docker.service
+  to finish, fix the cause and run:
+    systemctl try-restart k3s-agent.service
+    systemctl try-restart k3s.service
+  or undo instead: edgegpu-node-setup revert
+";
+    assert!(err.ends_with(expected), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["result"], "restart-failed", "the files are written");
+    assert_eq!(v["exit_code"], 4);
+    let statuses: Vec<&str> = v["restarts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["done", "done", "failed", "not-run"]);
+    assert!(v["restarts"][0]["seconds"].as_f64().unwrap() >= 0.1);
+    assert_eq!(
+        v["to_finish"],
+        serde_json::json!([
+            "systemctl try-restart k3s-agent.service",
+            "systemctl try-restart k3s.service"
+        ])
+    );
+    assert_eq!(v["to_undo"], "edgegpu-node-setup revert");
+    assert!(v["error"].as_str().unwrap().contains("to finish"));
+
+    // Revert's failed restart says the same the other way round.
+    let mut rec = Recorder {
+        fail_on: Some("docker"),
+        ..Default::default()
+    };
+    let (code, _, err) = run_restarting(&host, &["revert"], &mut rec);
+    assert_eq!(code, exit_code::FAILED, "{err}");
+    assert!(
+        err.contains("  restored or removed: ")
+            && err.contains("    systemctl try-restart docker.service\n    systemctl try-restart k3s-agent.service\n")
+            && err.contains("or undo instead: edgegpu-node-setup apply"),
+        "{err}"
+    );
+}
