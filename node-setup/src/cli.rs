@@ -39,7 +39,8 @@ originals.
 
 Exit codes:
   0  success (check: the node is fully configured)
-  1  check: the node is not fully configured, or something blocks it (`blocked:`)
+  1  check: the node is not fully configured, or something blocks it (`blocked:`);
+     apply/revert --dry-run --exit-code: changes are pending
   2  invalid command line
   3  refused, nothing written: a file cannot be read (not root?) or parsed, missing
      runtime binary, conflicting setting, nothing to configure; check: it cannot tell
@@ -191,6 +192,10 @@ pub enum Command {
         /// Print the plan as unified diffs and write nothing.
         #[arg(long)]
         dry_run: bool,
+        /// With --dry-run: exit 1 when a file would change, 0 when nothing would (like
+        /// `git diff --exit-code`): a drift check.
+        #[arg(long, requires = "dry_run")]
+        exit_code: bool,
         /// Output format (json: one document on stdout, see docs/node-setup.md).
         #[arg(long, value_enum, default_value = "text", env = "EDGEGPU_OUTPUT")]
         output: OutputFormat,
@@ -209,6 +214,10 @@ pub enum Command {
         /// Print what would be restored as unified diffs and write nothing.
         #[arg(long)]
         dry_run: bool,
+        /// With --dry-run: exit 1 when something would be restored or removed, 0 when
+        /// nothing was applied.
+        #[arg(long, requires = "dry_run")]
+        exit_code: bool,
         /// Output format (json: one document on stdout, see docs/node-setup.md).
         #[arg(long, value_enum, default_value = "text", env = "EDGEGPU_OUTPUT")]
         output: OutputFormat,

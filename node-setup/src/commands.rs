@@ -64,7 +64,11 @@ pub fn restarts<'a>(cli: &Cli, manager: &'a mut dyn ServiceManager) -> Restarts<
 pub fn run(cli: Cli, restarts: Restarts, out: &mut dyn Write, err: &mut dyn Write) -> Result<u8> {
     let opts = options(&cli);
     match cli.command {
-        Command::Apply { dry_run, output } => {
+        Command::Apply {
+            dry_run,
+            exit_code,
+            output,
+        } => {
             let mut doc = RunDoc::new("apply", dry_run, output);
             let result = apply(
                 &opts,
@@ -74,6 +78,7 @@ pub fn run(cli: Cli, restarts: Restarts, out: &mut dyn Write, err: &mut dyn Writ
                 err,
                 &mut doc,
             );
+            let result = pending(exit_code, &doc, result);
             finish(output, doc, result, out)
         }
         Command::Check { output } => {
@@ -85,7 +90,11 @@ pub fn run(cli: Cli, restarts: Restarts, out: &mut dyn Write, err: &mut dyn Writ
             }
             result
         }
-        Command::Revert { dry_run, output } => {
+        Command::Revert {
+            dry_run,
+            exit_code,
+            output,
+        } => {
             let mut doc = RunDoc::new("revert", dry_run, output);
             let result = revert(
                 &opts,
@@ -95,11 +104,23 @@ pub fn run(cli: Cli, restarts: Restarts, out: &mut dyn Write, err: &mut dyn Writ
                 err,
                 &mut doc,
             );
+            let result = pending(exit_code, &doc, result);
             finish(output, doc, result, out)
         }
         Command::Cdi {
             command: CdiCommand::Generate { output, format },
         } => crate::cdi::run(&opts.host, output.as_deref(), format, out),
+    }
+}
+
+/// `--dry-run --exit-code`: a dry run that would write exits 1 (like `git diff
+/// --exit-code`), so that scripts can check for drift.
+fn pending(flag: bool, doc: &RunDoc, result: Result<u8>) -> Result<u8> {
+    match result {
+        Ok(exit_code::OK) if flag && doc.result == "changes-pending" => {
+            Ok(exit_code::CHANGES_PENDING)
+        }
+        other => other,
     }
 }
 

@@ -7,7 +7,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use common::{docker_host, fixture, run, run_env};
+use common::{docker_host, fixture, ok, run, run_env};
 use edgegpu_node_setup::exit_code;
 use edgegpu_testkit::nodehost::NodeHost;
 use edgegpu_testkit::process::binary_command;
@@ -92,6 +92,11 @@ fn exit_codes_agree_in_help_docs_and_code_and_each_one_happens() {
         &run(&host, &["check"]),
         exit_code::NOT_CONFIGURED,
         "check before apply",
+    );
+    expect(
+        &run(&host, &["apply", "--dry-run", "--exit-code"]),
+        exit_code::CHANGES_PENDING,
+        "a dry run with changes pending",
     );
     expect(&run(&host, &["apply"]), exit_code::OK, "apply");
     expect(&run(&host, &["check"]), exit_code::OK, "check after apply");
@@ -565,4 +570,40 @@ fn restarts_report_progress_and_a_failure_says_how_to_finish() {
             && err.contains("or undo instead: edgegpu-node-setup apply"),
         "{err}"
     );
+}
+
+/// `--dry-run --exit-code` works like `git diff --exit-code`: 1 while changes are
+/// pending, 0 when there are none, so it serves as a drift check.
+#[test]
+fn dry_run_exit_code_tells_whether_changes_are_pending() {
+    let host = docker_host();
+    let drift = |host: &NodeHost, cmd: &str| {
+        let out = run(host, &[cmd, "--dry-run", "--exit-code"]);
+        assert!(out.code == 0 || out.code == 1, "{cmd}: {}", out.stderr);
+        out.code
+    };
+    assert_eq!(drift(&host, "apply"), 1, "not applied yet");
+    assert_eq!(drift(&host, "revert"), 0, "nothing to revert");
+    // Without --exit-code a dry run succeeds either way.
+    assert_eq!(run(&host, &["apply", "--dry-run"]).code, 0);
+    let v = json(&run(
+        &host,
+        &["apply", "--dry-run", "--exit-code", "--output", "json"],
+    ));
+    assert_eq!(v["exit_code"], 1);
+    assert_eq!(v["exit_meaning"], "changes pending (--dry-run --exit-code)");
+    ok(&host, &["apply"]);
+    assert_eq!(drift(&host, "apply"), 0, "configured");
+    assert_eq!(drift(&host, "revert"), 1, "revert would restore");
+    // Someone takes the default away: drift.
+    let text = host
+        .read(DAEMON_JSON)
+        .replace(",\n    \"default-runtime\": \"nvidia\"", "");
+    assert!(!text.contains("default-runtime"), "{text}");
+    host.write(DAEMON_JSON, &text);
+    assert_eq!(drift(&host, "apply"), 1, "drift");
+    // It needs --dry-run.
+    let out = run(&host, &["apply", "--exit-code"]);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("--dry-run"), "{}", out.stderr);
 }
