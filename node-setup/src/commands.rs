@@ -82,7 +82,7 @@ pub fn run(cli: Cli, restarts: Restarts, out: &mut dyn Write, err: &mut dyn Writ
             finish(output, doc, result, out)
         }
         Command::Check { output } => {
-            let result = check(&opts, output, out);
+            let result = check(&opts, output, out, err);
             if output == OutputFormat::Json {
                 if let Err(e) = &result {
                     error_doc("check", e, out);
@@ -690,6 +690,9 @@ struct CheckJson<'a> {
     effective: EffectiveJson<'a>,
     /// Settings node-setup does not own that stop it, naming them.
     blockers: &'a [String],
+    /// Files that could not be read for lack of permission (not root): the answer
+    /// above is computed without them, and the exit code is 3 (cannot tell).
+    unreadable: &'a [crate::host::Unreadable],
     exit_code: u8,
     exit_meaning: &'static str,
 }
@@ -703,13 +706,46 @@ enum EffectiveJson<'a> {
     Cdi(&'a [plan::cdi::EffectiveCdi]),
 }
 
-fn check(opts: &plan::Options, format: OutputFormat, out: &mut dyn Write) -> Result<u8> {
-    let plan = plan::build(opts, true)?;
+fn check(
+    opts: &plan::Options,
+    format: OutputFormat,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<u8> {
+    // A user who is not root may not read every file (the k3s installer's environment
+    // files are root-only): check answers without them, names them, and exits 3
+    // (cannot tell) instead of stopping at the first one.
+    let tolerant = plan::Options {
+        host: opts.host.tolerating_unreadable(),
+        ..opts.clone()
+    };
+    let plan = plan::build(&tolerant, true)?;
+    let unreadable = tolerant.host.unreadable();
     let configured = plan.configured();
+    let code = if unreadable.is_empty() {
+        check_code(configured)
+    } else {
+        exit_code::REFUSED
+    };
+    let verdict = match (configured, plan.cdi.is_some()) {
+        (true, _) => "node is fully configured",
+        (false, false) => "node is NOT fully configured (run: edgegpu-node-setup apply)",
+        (false, true) => "node is NOT fully configured (run: edgegpu-node-setup apply --cdi)",
+    };
+    let cannot_tell = (!unreadable.is_empty()).then(|| {
+        format!(
+            "cannot tell: {} could not be read (permission denied: run check as root); without {}: {verdict}",
+            unreadable
+                .iter()
+                .map(|u| u.file.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            if unreadable.len() == 1 { "it" } else { "them" }
+        )
+    });
     match format {
         OutputFormat::Json => {
             let cdi = plan.cdi.is_some();
-            let code = check_code(configured);
             let json = CheckJson {
                 command: "check",
                 configured,
@@ -728,8 +764,13 @@ fn check(opts: &plan::Options, format: OutputFormat, out: &mut dyn Write) -> Res
                     EffectiveJson::Runtime(&plan.effective)
                 },
                 blockers: &plan.blockers,
+                unreadable: &unreadable,
                 exit_code: code,
-                exit_meaning: meaning("check", false, code),
+                exit_meaning: if unreadable.is_empty() {
+                    meaning("check", false, code)
+                } else {
+                    "cannot tell: files in `unreadable` could not be read (run as root); `configured` is the answer without them"
+                },
             };
             say!(
                 out,
@@ -738,6 +779,14 @@ fn check(opts: &plan::Options, format: OutputFormat, out: &mut dyn Write) -> Res
             );
         }
         OutputFormat::Text => {
+            for u in &unreadable {
+                say!(
+                    out,
+                    "unreadable: {}: {} (run check as root); the answer below is computed as if it did not exist",
+                    u.file,
+                    u.error
+                );
+            }
             describe(&plan, out);
             for item in &plan.checks {
                 say!(
@@ -748,20 +797,13 @@ fn check(opts: &plan::Options, format: OutputFormat, out: &mut dyn Write) -> Res
                     item.what
                 );
             }
-            say!(
-                out,
-                "{}",
-                match (configured, plan.cdi.is_some()) {
-                    (true, _) => "node is fully configured",
-                    (false, false) =>
-                        "node is NOT fully configured (run: edgegpu-node-setup apply)",
-                    (false, true) =>
-                        "node is NOT fully configured (run: edgegpu-node-setup apply --cdi)",
-                }
-            );
+            say!(out, "{}", cannot_tell.as_deref().unwrap_or(verdict));
         }
     }
-    Ok(check_code(configured))
+    if let Some(why) = &cannot_tell {
+        say!(err, "edgegpu-node-setup: {why}");
+    }
+    Ok(code)
 }
 
 fn check_code(configured: bool) -> u8 {

@@ -607,3 +607,119 @@ fn dry_run_exit_code_tells_whether_changes_are_pending() {
     assert_eq!(out.code, 2);
     assert!(out.stderr.contains("--dry-run"), "{}", out.stderr);
 }
+
+/// Runs the binary as an unprivileged user: as root through `setpriv` (user and group
+/// nobody), else as the current user (who cannot read a mode-000 file either). `None`
+/// (after a skip line) when privileges cannot be dropped.
+fn run_unprivileged(host: &NodeHost, args: &[&str]) -> Option<common::Out> {
+    let bin = binary_command(env!("CARGO_BIN_EXE_edgegpu-node-setup"));
+    let mut cmd = if nix::unistd::geteuid().is_root() {
+        let Some(setpriv) = common::real_tool("setpriv", "util-linux") else {
+            eprintln!("SKIP: cannot drop privileges without setpriv");
+            return None;
+        };
+        let mut c = std::process::Command::new(setpriv);
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(bin.get_program())
+            .args(bin.get_args());
+        c
+    } else {
+        bin
+    };
+    // nobody must reach the tree (temporary directories are 0700).
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(host.root(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = cmd
+        .env_remove("EDGEGPU_OUTPUT")
+        .arg("--root")
+        .arg(host.root())
+        .args(args)
+        .output()
+        .expect("run edgegpu-node-setup unprivileged");
+    let out = common::Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    if out.stderr.contains("setpriv: ") {
+        eprintln!("SKIP: setpriv cannot drop privileges here: {}", out.stderr);
+        return None;
+    }
+    Some(out)
+}
+
+/// `check` by a user who is not root, on a host whose k3s environment file is root-only
+/// (the installer writes it 0600): it says which file it could not read and what the
+/// answer is without it, exits 3 (cannot tell), in text and in JSON.
+#[test]
+fn check_without_root_names_what_it_cannot_read_and_answers_without_it() {
+    const ENV: &str = "/etc/systemd/system/k3s.service.env";
+    let host = NodeHost::new();
+    host.k3s_binary(Some("v1.30.4+k3s1"))
+        .write(
+            "/etc/systemd/system/k3s.service",
+            fixture("units/k3s-installer-server.service"),
+        )
+        .nvidia_runtime()
+        // What decides where k3s reads its settings, only root can see.
+        .write(
+            ENV,
+            "K3S_CONFIG_FILE=/etc/k3s/site.yaml\nK3S_TOKEN=secret\n",
+        )
+        .set_mode(
+            ENV,
+            if nix::unistd::geteuid().is_root() {
+                0o600
+            } else {
+                0o000
+            },
+        );
+    ok(&host, &["apply"]);
+    assert!(host.exists("/etc/k3s/site.yaml.d/99-edgegpu-nvidia-runtime.yaml"));
+    assert_eq!(run(&host, &["check"]).code, 0, "root sees it configured");
+
+    let Some(out) = run_unprivileged(&host, &["check"]) else {
+        return;
+    };
+    assert_eq!(out.code, 3, "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.starts_with(&format!(
+            "unreadable: {ENV}: Permission denied (os error 13) (run check as root); the answer below is computed as if it did not exist\n"
+        )),
+        "{}",
+        out.stdout
+    );
+    let last = format!(
+        "cannot tell: {ENV} could not be read (permission denied: run check as root); without it: node is NOT fully configured (run: edgegpu-node-setup apply)\n"
+    );
+    assert!(out.stdout.ends_with(&last), "{}", out.stdout);
+    assert!(out.stderr.contains(&last), "{}", out.stderr);
+
+    let out = run_unprivileged(&host, &["check", "--output", "json"]).unwrap();
+    assert_eq!(out.code, 3, "{}", out.stderr);
+    let v = json(&out);
+    assert_eq!(v["unreadable"][0]["file"], ENV);
+    assert_eq!(
+        v["unreadable"][0]["error"],
+        "Permission denied (os error 13)"
+    );
+    assert_eq!(v["configured"], false);
+    assert_eq!(v["exit_code"], 3);
+    assert!(v["exit_meaning"]
+        .as_str()
+        .unwrap()
+        .starts_with("cannot tell"));
+    let v = json(&run(&host, &["check", "--output", "json"]));
+    assert_eq!(v["unreadable"], serde_json::json!([]), "root reads it");
+
+    // apply plans from every file or not at all: a refusal that says why (3, not 4).
+    let out = run_unprivileged(&host, &["apply", "--dry-run"]).unwrap();
+    assert_eq!(out.code, 3, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!(
+            "error: cannot read {ENV}: Permission denied (os error 13) (run as root)"
+        )),
+        "{}",
+        out.stderr
+    );
+}
