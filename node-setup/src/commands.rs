@@ -178,6 +178,9 @@ fn describe(plan: &Plan, out: &mut dyn Write) {
             for f in &c.findings {
                 say!(out, "  found: {f}");
             }
+            for w in &c.warnings {
+                say!(out, "warning: {w}");
+            }
         }
         None => say!(out, "mode: none{cdi} (see blocked)"),
     }
@@ -301,6 +304,9 @@ struct Decision {
     cdi: bool,
     reason: Option<String>,
     findings: Vec<String>,
+    /// What the choice does beyond the runtime (auto moving k3s to docker), with what to
+    /// pass instead.
+    warnings: Vec<String>,
     notes: Vec<String>,
 }
 
@@ -369,6 +375,10 @@ impl RunDoc {
                 .choice
                 .as_ref()
                 .map_or_else(Vec::new, |c| c.findings.clone()),
+            warnings: plan
+                .choice
+                .as_ref()
+                .map_or_else(Vec::new, |c| c.warnings.clone()),
             notes: plan.notes.clone(),
         });
     }
@@ -678,6 +688,8 @@ struct CheckJson<'a> {
     cdi: bool,
     reason: Option<&'a str>,
     findings: &'a [String],
+    /// What the mode does beyond the runtime (auto moving k3s to docker).
+    warnings: &'a [String],
     #[serde(skip_serializing_if = "Option::is_none")]
     runtime: Option<&'a RuntimeSpec>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -753,6 +765,7 @@ fn check(
                 cdi,
                 reason: plan.choice.as_ref().map(|c| c.reason.as_str()),
                 findings: plan.choice.as_ref().map_or(&[], |c| &c.findings),
+                warnings: plan.choice.as_ref().map_or(&[], |c| &c.warnings),
                 runtime: (!cdi).then_some(&plan.spec),
                 runtime_present: (!cdi).then_some(plan.runtime_present),
                 cdi_specs: plan.cdi.as_ref(),
