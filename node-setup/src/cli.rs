@@ -39,10 +39,12 @@ originals.
 
 Exit codes:
   0  success (check: the node is fully configured)
-  1  check: the node is not fully configured, or something blocks it (`blocked:`)
+  1  check: the node is not fully configured, or something blocks it (`blocked:`);
+     apply/revert --dry-run --exit-code: changes are pending
   2  invalid command line
-  3  refused: malformed file, missing runtime binary, conflicting setting, nothing to
-     configure (nothing was written); check: a file cannot be read or parsed
+  3  refused, nothing written: a file cannot be read (not root?) or parsed, missing
+     runtime binary, conflicting setting, nothing to configure; check: it cannot tell
+     (a file cannot be read or parsed)
   4  failed: a write or a service restart failed
 
 Typical use on a k3s host:  sudo edgegpu-node-setup apply
@@ -107,7 +109,7 @@ pub struct GlobalArgs {
     pub runtime_name: String,
 
     /// Do not restart or reload any service (print the systemctl commands instead).
-    #[arg(long, global = true, env = "EDGEGPU_NO_RESTART")]
+    #[arg(long, global = true, env = "EDGEGPU_NO_RESTART", value_parser = env_bool)]
     pub no_restart: bool,
 
     /// Make the runtime the default one (the default).
@@ -115,25 +117,33 @@ pub struct GlobalArgs {
     pub set_default: bool,
 
     /// Register the runtime without making it the default (pods then select it with
-    /// `runtimeClassName`).
-    #[arg(
-        long,
-        global = true,
-        env = "EDGEGPU_NO_SET_DEFAULT",
-        overrides_with = "set_default"
-    )]
+    /// `runtimeClassName`). [env: EDGEGPU_NO_SET_DEFAULT=1]
+    #[arg(long, global = true, overrides_with = "set_default")]
     pub no_set_default: bool,
+
+    /// EDGEGPU_NO_SET_DEFAULT, read apart from `--no-set-default`: clap takes a flag
+    /// given by its environment variable and the other flag on the command line for a
+    /// conflict (overrides are applied to the command line only), while the command line
+    /// must win.
+    #[arg(
+        long = "no-set-default-from-env",
+        global = true,
+        hide = true,
+        env = "EDGEGPU_NO_SET_DEFAULT",
+        value_parser = env_bool
+    )]
+    pub no_set_default_env: bool,
 
     /// apply: make the runtime the default even if its binary is missing under --root.
     /// revert: restore originals even if the files changed after apply.
-    #[arg(long, global = true, env = "EDGEGPU_FORCE")]
+    #[arg(long, global = true, env = "EDGEGPU_FORCE", value_parser = env_bool)]
     pub force: bool,
 
     /// CDI mode: configure the engine to inject GPUs from CDI specs itself (containerd
     /// enable_cdi, docker features.cdi; /var/run/cdi among the spec dirs) instead of
     /// registering the NVIDIA runtime. The runtime options do not apply; check checks
     /// this state; revert undoes any apply.
-    #[arg(long, global = true, env = "EDGEGPU_CDI")]
+    #[arg(long, global = true, env = "EDGEGPU_CDI", value_parser = env_bool)]
     pub cdi: bool,
 
     /// k3s version to assume instead of reading it from the k3s binary (e.g. v1.30.4+k3s1).
@@ -146,9 +156,31 @@ pub struct GlobalArgs {
     pub k3s_version: Option<String>,
 }
 
+/// The value of an on/off option's environment variable (`EDGEGPU_FORCE=1`): `1`,
+/// `true`, `yes`, `on`, `y`, `t` turn it on and `0`, `false`, `no`, `off`, `n`, `f` or
+/// an empty value leave it off (any case; clap's boolish words, plus empty = unset as
+/// in shells); anything else is an invalid command line. The flag itself (`--force`)
+/// arrives here as `true`.
+pub fn env_bool(value: &str) -> Result<bool, String> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "" | "0" | "false" | "no" | "off" | "n" | "f" => Ok(false),
+        "1" | "true" | "yes" | "on" | "y" | "t" => Ok(true),
+        _ => Err(
+            "use 1, true, yes or on to turn it on; 0, false, no, off or empty to leave it off"
+                .into(),
+        ),
+    }
+}
+
 impl GlobalArgs {
+    /// `--set-default` / `--no-set-default` (the last one given), else
+    /// EDGEGPU_NO_SET_DEFAULT, else make it the default.
     pub fn set_default(&self) -> bool {
-        !self.no_set_default
+        if self.set_default || self.no_set_default {
+            self.set_default
+        } else {
+            !self.no_set_default_env
+        }
     }
 }
 
@@ -160,6 +192,13 @@ pub enum Command {
         /// Print the plan as unified diffs and write nothing.
         #[arg(long)]
         dry_run: bool,
+        /// With --dry-run: exit 1 when a file would change, 0 when nothing would (like
+        /// `git diff --exit-code`): a drift check.
+        #[arg(long, requires = "dry_run")]
+        exit_code: bool,
+        /// Output format (json: one document on stdout, see docs/node-setup.md).
+        #[arg(long, value_enum, default_value = "text", env = "EDGEGPU_OUTPUT")]
+        output: OutputFormat,
     },
     /// Report what is configured, what each engine actually uses (and which file, line or
     /// flag decides it), and what is missing; exit 0 only when fully configured.
@@ -175,6 +214,13 @@ pub enum Command {
         /// Print what would be restored as unified diffs and write nothing.
         #[arg(long)]
         dry_run: bool,
+        /// With --dry-run: exit 1 when something would be restored or removed, 0 when
+        /// nothing was applied.
+        #[arg(long, requires = "dry_run")]
+        exit_code: bool,
+        /// Output format (json: one document on stdout, see docs/node-setup.md).
+        #[arg(long, value_enum, default_value = "text", env = "EDGEGPU_OUTPUT")]
+        output: OutputFormat,
     },
     /// Container Device Interface (CDI) specs for the GPUs of this host.
     Cdi {

@@ -305,7 +305,7 @@ fn version_from_binary(host: &HostRoot, bin: &str) -> Result<Option<K3sVersion>>
     loop {
         let n = file
             .read(&mut buf[keep..])
-            .map_err(|e| SetupError::io(format!("reading {}", path.display()), e))?;
+            .map_err(|e| SetupError::unreadable(bin, e))?;
         let filled = keep + n;
         let window = &buf[..filled];
         let mut from = 0;
@@ -368,6 +368,10 @@ pub struct Choice {
     pub mode: Mode,
     pub findings: Vec<String>,
     pub reason: String,
+    /// What the choice does beyond the runtime that the operator must know before
+    /// applying it (auto moving k3s to another container engine), with what to pass
+    /// instead.
+    pub warnings: Vec<String>,
 }
 
 /// What `--mode` asked for.
@@ -497,11 +501,38 @@ pub fn choose(inv: &Inventory, request: ModeRequest) -> Result<Choice> {
         }
         ModeRequest::Auto => auto(inv)?,
     };
+    let warnings = match (request, &mode) {
+        (ModeRequest::Auto, Mode::Docker) => engine_switch(inv).into_iter().collect(),
+        _ => Vec::new(),
+    };
     Ok(Choice {
         mode,
         findings,
         reason,
+        warnings,
     })
+}
+
+/// When auto's docker mode moves k3s services that run their own containerd to docker:
+/// what that means and what to pass to keep containerd.
+fn engine_switch(inv: &Inventory) -> Option<String> {
+    let moved: Vec<String> = inv
+        .engines()
+        .into_iter()
+        .filter(|(_, e)| *e == K3sEngine::Embedded)
+        .map(|(k, _)| {
+            k.unit
+                .as_ref()
+                .map_or("k3s".to_string(), |u| u.name.clone())
+        })
+        .collect();
+    if moved.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "auto moves {} from k3s's own containerd to docker: apply adds --docker to k3s, and after the restart its pods run under docker (images pulled into k3s's containerd are not in docker's image store). To keep k3s on containerd, pass --mode containerd --no-set-default (the runtime is registered, not made the default: pods ask for it with runtimeClassName), or upgrade k3s to v1.29.0 or later and run apply again (k3s-default-runtime mode)",
+        moved.join(" and ")
+    ))
 }
 
 fn auto(inv: &Inventory) -> Result<(Mode, String)> {

@@ -2,18 +2,37 @@
 
 use std::path::PathBuf;
 
-/// Exit codes, documented in `--help` and docs/node-setup.md.
+/// Exit codes, documented in `--help` and docs/node-setup.md (a test checks that the
+/// three tables agree).
 pub mod exit_code {
     /// Success; for `check`: the node is fully configured.
     pub const OK: u8 = 0;
-    /// `check` only: something is missing (the node is not fully configured).
+    /// `check`: something is missing (the node is not fully configured) or blocked.
     pub const NOT_CONFIGURED: u8 = 1;
-    // 2 is clap's code for an invalid command line.
-    /// The host cannot be configured as asked: a malformed file, a missing runtime binary,
-    /// nothing to configure, a conflicting setting. Nothing was written.
+    /// `apply --dry-run --exit-code`, `revert --dry-run --exit-code`: changes are
+    /// pending (like `git diff --exit-code`). The same number as [`NOT_CONFIGURED`]:
+    /// both say "the node is not as asked".
+    pub const CHANGES_PENDING: u8 = 1;
+    /// An invalid command line (clap's own code).
+    pub const USAGE: u8 = 2;
+    /// The host cannot be configured as asked, or cannot be told: a file that cannot be
+    /// read or parsed, a missing runtime binary, nothing to configure, a conflicting
+    /// setting. Nothing was written.
     pub const REFUSED: u8 = 3;
     /// Writing a file or restarting a service failed.
     pub const FAILED: u8 = 4;
+
+    /// What `code` means, in the words of the exit-code table (for JSON output).
+    pub fn meaning(code: u8) -> &'static str {
+        match code {
+            OK => "success",
+            NOT_CONFIGURED => "not configured, blocked, or changes pending",
+            USAGE => "invalid command line",
+            REFUSED => "refused or cannot tell (a file cannot be read or parsed); nothing written",
+            FAILED => "a write or a service restart failed",
+            _ => "unknown",
+        }
+    }
 }
 
 /// A failure with enough context for the operator to fix it by hand.
@@ -33,7 +52,15 @@ pub enum SetupError {
     /// The requested configuration is impossible or unsafe on this host.
     #[error("{0}")]
     Refused(String),
-    /// Reading, writing or restarting failed.
+    /// A file or directory the plan needs cannot be read (nothing was written yet).
+    /// `file` is the host path, as the operator knows it.
+    #[error("cannot read {file}: {source}{}", if source.kind() == std::io::ErrorKind::PermissionDenied { " (run as root)" } else { "" })]
+    Unreadable {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Writing, removing or locking failed.
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -48,9 +75,10 @@ pub enum SetupError {
 impl SetupError {
     pub fn exit_code(&self) -> u8 {
         match self {
-            SetupError::Malformed { .. } | SetupError::Invalid { .. } | SetupError::Refused(_) => {
-                exit_code::REFUSED
-            }
+            SetupError::Malformed { .. }
+            | SetupError::Invalid { .. }
+            | SetupError::Refused(_)
+            | SetupError::Unreadable { .. } => exit_code::REFUSED,
             SetupError::Io { .. } | SetupError::Restart(_) => exit_code::FAILED,
         }
     }
@@ -58,6 +86,13 @@ impl SetupError {
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         SetupError::Io {
             context: context.into(),
+            source,
+        }
+    }
+
+    pub fn unreadable(file: impl Into<String>, source: std::io::Error) -> Self {
+        SetupError::Unreadable {
+            file: file.into(),
             source,
         }
     }

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::error::{Result, SetupError};
 
@@ -33,6 +33,17 @@ pub struct HostRoot {
     /// Planned contents by host path of the file itself (symlinks resolved): read as if
     /// they were on disk.
     planned: Arc<BTreeMap<String, String>>,
+    /// When set ([`HostRoot::tolerating_unreadable`]): files and directories that could
+    /// not be read for lack of permission, read as if they did not exist.
+    unreadable: Option<Arc<Mutex<Vec<Unreadable>>>>,
+}
+
+/// A file that could not be read for lack of permission.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Unreadable {
+    /// Host path.
+    pub file: String,
+    pub error: String,
 }
 
 impl HostRoot {
@@ -47,7 +58,45 @@ impl HostRoot {
             root,
             live,
             planned: Arc::default(),
+            unreadable: None,
         }
+    }
+
+    /// This host, with files and directories that cannot be read for lack of permission
+    /// (`check` run by a user who is not root, on a host with root-only files such as
+    /// the k3s installer's `k3s.service.env`) read as if they did not exist instead of
+    /// stopping the run; [`HostRoot::unreadable`] lists them.
+    pub fn tolerating_unreadable(&self) -> HostRoot {
+        HostRoot {
+            unreadable: Some(Arc::default()),
+            ..self.clone()
+        }
+    }
+
+    /// What could not be read (see [`HostRoot::tolerating_unreadable`]), each once.
+    pub fn unreadable(&self) -> Vec<Unreadable> {
+        self.unreadable
+            .as_ref()
+            .map(|u| u.lock().unwrap_or_else(|e| e.into_inner()).clone())
+            .unwrap_or_default()
+    }
+
+    /// Whether a permission error on `host_path` is to be read as "absent"; records it.
+    fn tolerate(&self, host_path: &str, error: &SetupError) -> bool {
+        let (Some(list), SetupError::Unreadable { source, .. }) = (&self.unreadable, error) else {
+            return false;
+        };
+        if source.kind() != io::ErrorKind::PermissionDenied {
+            return false;
+        }
+        let mut list = list.lock().unwrap_or_else(|e| e.into_inner());
+        if !list.iter().any(|u| u.file == host_path) {
+            list.push(Unreadable {
+                file: host_path.to_string(),
+                error: source.to_string(),
+            });
+        }
+        true
     }
 
     /// This host as it would be with `files` (host path of the file itself, content)
@@ -105,9 +154,8 @@ impl HostRoot {
                             "{host_path}: too many levels of symbolic links"
                         )));
                     }
-                    let target = std::fs::read_link(&on_disk).map_err(|e| {
-                        SetupError::io(format!("reading symlink {}", next.display()), e)
-                    })?;
+                    let target = std::fs::read_link(&on_disk)
+                        .map_err(|e| SetupError::unreadable(next.display().to_string(), e))?;
                     let target = target.to_string_lossy();
                     let base = if target.starts_with('/') {
                         PathBuf::from("/")
@@ -140,7 +188,7 @@ impl HostRoot {
                         }
                     }
                 }
-                Err(e) => return Err(SetupError::io(format!("inspecting {}", next.display()), e)),
+                Err(e) => return Err(SetupError::unreadable(next.display().to_string(), e)),
             }
         }
         let host = current.to_string_lossy().into_owned();
@@ -246,11 +294,20 @@ impl HostRoot {
     /// Reads `host_path` (through symlinks; planned contents first). `Ok(None)` when the
     /// file does not exist. Errors name the host path.
     pub fn read(&self, host_path: &str) -> Result<Option<String>> {
-        let r = self.resolve_full(host_path)?;
+        let r = match self.resolve_full(host_path) {
+            Err(e) if self.tolerate(host_path, &e) => return Ok(None),
+            other => other?,
+        };
         if let Some(text) = self.planned.get(&r.host_path) {
             return Ok(Some(text.clone()));
         }
-        read_optional(&r.disk).map_err(|e| match e {
+        let read = read_optional(&r.disk);
+        if let Err(e) = &read {
+            if self.tolerate(host_path, e) {
+                return Ok(None);
+            }
+        }
+        read.map_err(|e| match e {
             SetupError::Malformed {
                 line,
                 column,
@@ -262,7 +319,7 @@ impl HostRoot {
                 column,
                 message,
             },
-            SetupError::Io { source, .. } => SetupError::io(format!("reading {host_path}"), source),
+            SetupError::Unreadable { source, .. } => SetupError::unreadable(host_path, source),
             other => other,
         })
     }
@@ -296,7 +353,13 @@ impl HostRoot {
                 .map(|e| e.file_name().to_string_lossy().into_owned())
                 .collect(),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(SetupError::io(format!("listing {host_dir}"), e)),
+            Err(e) => {
+                let e = SetupError::unreadable(host_dir, e);
+                if !self.tolerate(host_dir, &e) {
+                    return Err(e);
+                }
+                Vec::new()
+            }
         };
         let prefix = format!("{}/", dir.host_path.trim_end_matches('/'));
         names.extend(
@@ -329,7 +392,7 @@ pub fn read_optional(path: &Path) -> Result<Option<String>> {
             }
         }),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(SetupError::io(format!("reading {}", path.display()), e)),
+        Err(e) => Err(SetupError::unreadable(path.display().to_string(), e)),
     }
 }
 

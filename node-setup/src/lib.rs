@@ -37,14 +37,28 @@ pub struct RuntimeSpec {
     pub set_default: bool,
 }
 
-/// Runs one command; returns the exit code. Errors are printed to `err`.
+/// Runs one command; returns the exit code. Services are restarted through `manager`
+/// only for `--root /` without `--no-restart`. Errors and restart progress are printed
+/// to `err`.
 pub fn run(
     cli: cli::Cli,
     manager: &mut dyn restart::ServiceManager,
     out: &mut dyn std::io::Write,
     err: &mut dyn std::io::Write,
 ) -> u8 {
-    match commands::run(cli, manager, out) {
+    let restarts = commands::restarts(&cli, manager);
+    run_with(cli, restarts, out, err)
+}
+
+/// [`run`] with the restart decision made by the caller (tests restart through a
+/// recorder on a tree that is not `/`).
+pub fn run_with(
+    cli: cli::Cli,
+    restarts: ops::Restarts,
+    out: &mut dyn std::io::Write,
+    err: &mut dyn std::io::Write,
+) -> u8 {
+    match commands::run(cli, restarts, out, err) {
         Ok(code) => code,
         Err(e) => {
             if let Err(write_error) = writeln!(err, "edgegpu-node-setup: error: {e}") {

@@ -33,8 +33,19 @@ impl RunLock {
     pub fn acquire(host: &HostRoot, waiting: &mut dyn FnMut(String)) -> Result<RunLock> {
         let path = host.path(LOCK);
         let dir = host.path(state::STATE_DIR);
-        let io_err =
-            |what: &str, e: io::Error| SetupError::io(format!("{what} {}", path.display()), e);
+        let io_err = |what: &str, e: io::Error| {
+            // Before the lock nothing is written: not being root is a refusal (exit 3),
+            // not a failed write.
+            if e.kind() == io::ErrorKind::PermissionDenied
+                || e.raw_os_error() == Some(Errno::EROFS as i32)
+            {
+                return SetupError::Refused(format!(
+                    "{what} {}: {e} (run as root); nothing was written",
+                    path.display()
+                ));
+            }
+            SetupError::io(format!("{what} {}", path.display()), e)
+        };
         let created =
             fsops::create_dirs(&dir).map_err(|e| io_err("creating the directory of", e))?;
         let created_dirs = created

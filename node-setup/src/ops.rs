@@ -16,14 +16,45 @@ pub enum Restarts<'a> {
     Skip(&'static str),
 }
 
+/// What `apply` or `revert` did. A failed restart is not an error here (the files are
+/// written by then): it is in `restarts` (see [`Report::restart_failed`]), and the
+/// caller reports it.
 #[derive(Debug, Default)]
 pub struct Report {
     /// Host paths written (or removed, for revert).
     pub written: Vec<String>,
-    /// systemctl commands run.
+    /// apply: the backup of each written file's original (host paths; `None`: the
+    /// file is new), in the order of `written`.
+    pub backups: Vec<Option<String>>,
+    /// systemctl commands run successfully.
     pub restarted: Vec<String>,
+    /// The services to pick up the change, in order.
+    pub services: Vec<restart::Service>,
+    /// What running them did (`None` when they were not run).
+    pub restarts: Option<restart::Run>,
     /// systemctl commands not run, and why.
     pub restart_skipped: Option<(String, Vec<String>)>,
+}
+
+impl Report {
+    /// The restart that failed, if one did.
+    pub fn restart_failed(&self) -> Option<&restart::Outcome> {
+        self.restarts.as_ref().and_then(|r| r.failed())
+    }
+
+    /// The commands still to run after a failed restart: the failed one, then those it
+    /// stopped.
+    pub fn restarts_left(&self) -> Vec<String> {
+        let Some(run) = &self.restarts else {
+            return Vec::new();
+        };
+        run.failed()
+            .map(|o| &o.service)
+            .into_iter()
+            .chain(run.not_run.iter())
+            .map(|s| s.command())
+            .collect()
+    }
 }
 
 fn commands(services: &[restart::Service]) -> Vec<String> {
@@ -33,19 +64,24 @@ fn commands(services: &[restart::Service]) -> Vec<String> {
         .collect()
 }
 
-fn do_restarts(
-    report: &mut Report,
-    services: &[restart::Service],
-    restarts: Restarts,
-) -> Result<()> {
+fn do_restarts(report: &mut Report, services: &[restart::Service], restarts: Restarts) {
+    report.services = restart::ordered(services.to_vec());
     if services.is_empty() {
-        return Ok(());
+        return;
     }
     match restarts {
-        Restarts::Run(manager) => report.restarted = restart::restart(services, manager)?,
+        Restarts::Run(manager) => {
+            let run = restart::run_each(services, manager);
+            report.restarted = run
+                .outcomes
+                .iter()
+                .filter(|o| o.result.is_ok())
+                .map(|o| o.service.command())
+                .collect();
+            report.restarts = Some(run);
+        }
         Restarts::Skip(why) => report.restart_skipped = Some((why.to_string(), commands(services))),
     }
-    Ok(())
 }
 
 fn io(context: String) -> impl FnOnce(std::io::Error) -> SetupError {
@@ -177,7 +213,11 @@ pub fn apply(plan: &Plan, host: &HostRoot, restarts: Restarts, lock: &RunLock) -
         let written = fsops::digest(c.new.as_bytes());
         match manifest.entries.iter_mut().find(|e| e.path == c.target) {
             // Keep the backup of the state before the *first* apply.
-            Some(e) => e.written = written,
+            Some(e) => {
+                e.written = written;
+                e.services.extend(c.services.iter().cloned());
+                e.services = restart::ordered(std::mem::take(&mut e.services));
+            }
             None => {
                 let backup = c.old.as_ref().map(|old| {
                     let b = state::backup_path(&c.target);
@@ -188,6 +228,7 @@ pub fn apply(plan: &Plan, host: &HostRoot, restarts: Restarts, lock: &RunLock) -
                     path: c.target.clone(),
                     backup,
                     written,
+                    services: restart::ordered(c.services.clone()),
                 });
             }
         }
@@ -210,7 +251,18 @@ pub fn apply(plan: &Plan, host: &HostRoot, restarts: Restarts, lock: &RunLock) -
         return Err(e);
     }
     report.written = plan.changes.iter().map(|c| c.host_path.clone()).collect();
-    do_restarts(&mut report, &plan.services, restarts)?;
+    report.backups = plan
+        .changes
+        .iter()
+        .map(|c| {
+            manifest
+                .entries
+                .iter()
+                .find(|e| e.path == c.target)
+                .and_then(|e| e.backup.clone())
+        })
+        .collect();
+    do_restarts(&mut report, &plan.services, restarts);
     Ok(report)
 }
 
@@ -433,6 +485,36 @@ pub fn revert(
         fsops::remove_dir_if_empty(&path)
             .map_err(io(format!("removing directory {}", path.display())))?;
     }
-    do_restarts(&mut report, &manifest.services, restarts)?;
+    do_restarts(&mut report, &revert_services(manifest, steps), restarts);
     Ok(report)
+}
+
+/// What revert restarts: what apply restarted, except that dockerd is restarted instead
+/// of reloaded when a reload would not undo the change to its daemon.json (a reload never
+/// removes a runtime or the default runtime, see
+/// [`crate::formats::daemon_json::reload_applies`]), or when the manifest does not say
+/// which file is daemon.json (written by an older release).
+pub fn revert_services(manifest: &Manifest, steps: &[RevertStep]) -> Vec<restart::Service> {
+    use restart::Service;
+    let mut services = manifest.services.clone();
+    if services.contains(&Service::Docker) {
+        let daemon_json: Vec<&Entry> = manifest
+            .entries
+            .iter()
+            .filter(|e| e.services.contains(&Service::Docker))
+            .collect();
+        let reload_undoes = !daemon_json.is_empty()
+            && daemon_json.iter().all(|e| {
+                steps.iter().filter(|s| s.path == e.path).all(|s| {
+                    crate::formats::daemon_json::reload_applies(
+                        s.current.as_deref(),
+                        s.restore.as_deref(),
+                    )
+                })
+            });
+        if !reload_undoes {
+            services.push(Service::DockerRestart);
+        }
+    }
+    restart::ordered(services)
 }

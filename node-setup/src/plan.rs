@@ -81,6 +81,8 @@ pub struct FileChange {
     pub old: Option<String>,
     pub new: String,
     pub purpose: String,
+    /// What must pick this file up (recorded in the manifest, for revert).
+    pub services: Vec<Service>,
 }
 
 /// One requirement and whether the host meets it now.
@@ -439,7 +441,7 @@ impl Builder<'_> {
         });
         if let Some(new) = edit.new {
             // Restart only what reads a file that changes.
-            self.plan.services.extend(services);
+            self.plan.services.extend(services.iter().cloned());
             let resolved = self.host().resolve_for_write(host_path)?;
             self.plan.changes.push(FileChange {
                 host_path: host_path.to_string(),
@@ -448,6 +450,7 @@ impl Builder<'_> {
                 old,
                 new,
                 purpose: what,
+                services,
             });
         }
         Ok(())
@@ -829,7 +832,15 @@ impl Builder<'_> {
             &spec,
             default_in_file.then_some("default-runtime"),
         );
-        self.file(&path, old, edit, what, vec![Service::Docker])?;
+        // A reload picks up what apply adds; whatever it cannot carry out (see
+        // reload_applies) gets a restart.
+        let service = match &edit.new {
+            Some(new) if !daemon_json::reload_applies(old.as_deref(), Some(new)) => {
+                Service::DockerRestart
+            }
+            _ => Service::Docker,
+        };
+        self.file(&path, old, edit, what, vec![service])?;
         if self.inv.docker.is_none() {
             self.plan
                 .notes

@@ -35,6 +35,11 @@ pub struct Entry {
     pub backup: Option<String>,
     /// Digest of what apply wrote last, to notice later edits by someone else.
     pub written: String,
+    /// What reads this file ([`Service::Docker`]: it is dockerd's daemon.json), so that
+    /// revert can tell whether a reload undoes the change. Absent in manifests of older
+    /// releases.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<Service>,
 }
 
 impl Manifest {

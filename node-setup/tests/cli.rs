@@ -321,6 +321,68 @@ fn old_k3s_with_docker_gets_the_flag_and_daemon_json_and_verifies() {
     }
 }
 
+/// auto's docker mode on an older k3s moves k3s from its own containerd to docker: the
+/// output says so before anything is written, and names what keeps containerd.
+#[test]
+fn auto_says_when_it_moves_k3s_to_docker_and_how_to_keep_containerd() {
+    let host = NodeHost::new();
+    k3s_server(&host, Some("v1.27.4+k3s1"));
+    host.write(DAEMON_JSON, fixture("docker/log-opts.json"));
+    let out = ok(&host, &["apply", "--dry-run"]);
+    let warnings: Vec<&str> = out.lines().filter(|l| l.starts_with("warning: ")).collect();
+    assert_eq!(warnings.len(), 1, "{out}");
+    let w = warnings[0];
+    assert!(
+        w.starts_with("warning: auto moves k3s.service from k3s's own containerd to docker: ")
+            && w.contains("pass --mode containerd --no-set-default")
+            && w.contains("upgrade k3s to v1.29.0"),
+        "{w}"
+    );
+    // Right after the choice it explains, before the diffs.
+    assert!(out.find("  why: ").unwrap() < out.find(w).unwrap());
+    assert!(out.find(w).unwrap() < out.find("--- a/").unwrap());
+    // In JSON too: apply's decision and check's document.
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&host, &["apply", "--dry-run", "--output", "json"])).unwrap();
+    assert_eq!(
+        v["decision"]["warnings"][0],
+        w.trim_start_matches("warning: ")
+    );
+    let out = run(&host, &["check", "--output", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v["warnings"][0], w.trim_start_matches("warning: "));
+    // What it names keeps k3s on its containerd.
+    let kept = ok(
+        &host,
+        &["--mode", "containerd", "--no-set-default", "apply"],
+    );
+    assert!(
+        kept.contains("mode: containerd") && !kept.contains("warning:"),
+        "{kept}"
+    );
+    assert_eq!(
+        host.read(UNIT),
+        fixture("units/k3s-installer-server.service")
+    );
+    ok(
+        &host,
+        &["--mode", "containerd", "--no-set-default", "revert"],
+    );
+
+    // No warning where nothing moves: docker asked for, k3s already on docker, no k3s.
+    let out = ok(&host, &["--mode", "docker", "apply", "--dry-run"]);
+    assert!(!out.contains("warning:"), "{out}");
+    ok(&host, &["apply"]);
+    let out = ok(&host, &["check"]);
+    assert!(
+        out.contains("runs with --docker") && !out.contains("warning:"),
+        "{out}"
+    );
+    let host = NodeHost::new();
+    host.write(DAEMON_JSON, "{}").nvidia_runtime();
+    assert!(!ok(&host, &["apply", "--dry-run"]).contains("warning:"));
+}
+
 #[test]
 fn meta_virtualization_units_are_edited_in_their_single_line_layout() {
     let host = NodeHost::new();

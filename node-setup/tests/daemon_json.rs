@@ -221,3 +221,39 @@ fn wrong_shapes_are_refused() {
         assert!(err.contains(what), "{text}: {err}");
     }
 }
+
+/// When a dockerd reload (SIGHUP) carries a daemon.json change out: it replaces
+/// `runtimes` only when the new file has the key and the default only when the new file
+/// names one (moby daemon/reload_unix.go); tests/docker_reload.rs checks the same
+/// against a running dockerd.
+#[test]
+fn a_reload_carries_out_additions_but_never_removals() {
+    use edgegpu_node_setup::formats::daemon_json::reload_applies;
+    let plain = r#"{"log-driver": "json-file"}"#;
+    let nvidia = r#"{"log-driver": "json-file", "runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}}, "default-runtime": "nvidia"}"#;
+    let registered = r#"{"runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}}}"#;
+    let crun = r#"{"runtimes": {"crun": {"path": "/usr/bin/crun"}}, "default-runtime": "crun"}"#;
+    // What apply does: add.
+    assert!(reload_applies(None, Some(nvidia)));
+    assert!(reload_applies(Some(""), Some(nvidia)));
+    assert!(reload_applies(Some(plain), Some(nvidia)));
+    assert!(reload_applies(Some(crun), Some(nvidia)));
+    assert!(reload_applies(Some(registered), Some(nvidia)));
+    // What revert does: take away.
+    assert!(!reload_applies(Some(nvidia), None), "file removed");
+    assert!(!reload_applies(Some(nvidia), Some("")), "emptied");
+    assert!(
+        !reload_applies(Some(nvidia), Some(plain)),
+        "runtimes and default gone"
+    );
+    assert!(
+        !reload_applies(Some(nvidia), Some(registered)),
+        "default gone"
+    );
+    assert!(
+        !reload_applies(Some(registered), Some(plain)),
+        "runtimes gone"
+    );
+    assert!(reload_applies(Some(nvidia), Some(crun)), "both replaced");
+    assert!(!reload_applies(Some(nvidia), Some("{")), "does not parse");
+}

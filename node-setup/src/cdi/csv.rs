@@ -15,7 +15,7 @@ pub fn files(dir: &Path) -> Result<Vec<PathBuf>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(SetupError::io(format!("reading {}", dir.display()), e)),
+        Err(e) => return Err(SetupError::unreadable(dir.display().to_string(), e)),
     };
     let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))

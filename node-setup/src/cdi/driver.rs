@@ -84,7 +84,7 @@ pub fn gpus(root: &HostRoot) -> Result<ProcfsGpus> {
     let entries = match std::fs::read_dir(&dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(ProcfsGpus::default()),
-        Err(e) => return Err(SetupError::io(format!("reading {}", dir.display()), e)),
+        Err(e) => return Err(SetupError::unreadable(dir.display().to_string(), e)),
     };
     let mut infos = Vec::new();
     let mut paths: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
@@ -92,7 +92,7 @@ pub fn gpus(root: &HostRoot) -> Result<ProcfsGpus> {
     for p in paths {
         let file = p.join("information");
         let text = std::fs::read_to_string(&file)
-            .map_err(|e| SetupError::io(format!("reading {}", file.display()), e))?;
+            .map_err(|e| SetupError::unreadable(file.display().to_string(), e))?;
         let info = parse_gpu_information(&text).map_err(|m| SetupError::invalid(&file, m))?;
         infos.push(info);
     }
@@ -116,7 +116,7 @@ fn mig_minors(root: &HostRoot) -> Result<Option<MigMinors>> {
     let text = match std::fs::read_to_string(&file) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(SetupError::io(format!("reading {}", file.display()), e)),
+        Err(e) => return Err(SetupError::unreadable(file.display().to_string(), e)),
     };
     MigMinors::parse(&text)
         .map(Some)

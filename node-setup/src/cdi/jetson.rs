@@ -40,7 +40,7 @@ pub fn devices(
     let mut entries: Vec<csv::Entry> = Vec::new();
     for file in csv_files {
         let text = std::fs::read_to_string(file)
-            .map_err(|e| SetupError::io(format!("reading {}", file.display()), e))?;
+            .map_err(|e| SetupError::unreadable(file.display().to_string(), e))?;
         for entry in csv::parse(file, &text)? {
             // L4T's lists repeat entries (within a file and across files).
             if !entries

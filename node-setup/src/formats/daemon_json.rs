@@ -200,6 +200,37 @@ fn detect_indent(text: &str) -> String {
         .to_string()
 }
 
+/// Whether reloading dockerd (`systemctl reload docker`: SIGHUP) makes a dockerd
+/// running on daemon.json `old` use the runtimes and default runtime it would start with
+/// from `new` (`None`: no file). dockerd's reload adds and changes, but never removes:
+/// it replaces `runtimes` only when the file sets that key, and the default runtime only
+/// when the file names one; without the file it fails (`--config-file` given) or keeps
+/// everything (moby daemon/reload_unix.go, reloadPlatform, and daemon/config/config.go,
+/// Reload; the same from v20.10 to the current release). So a change that takes the
+/// `runtimes` key or `default-runtime` away, or the file itself, needs a restart: after a
+/// reload the running daemon would keep the old runtime, and as its default. A file that
+/// does not parse gets a restart too (it is never reload's job to tell).
+pub fn reload_applies(old: Option<&str>, new: Option<&str>) -> bool {
+    let parse = |text: &str| DaemonJson::parse(Path::new("daemon.json"), text).ok();
+    let Some(new) = new.and_then(parse) else {
+        return false;
+    };
+    let old = match old {
+        Some(text) => match parse(text) {
+            Some(doc) => doc,
+            None => return false,
+        },
+        None => DaemonJson {
+            root: Map::new(),
+            indent: String::new(),
+        },
+    };
+    let names_default = |d: &DaemonJson| d.default_runtime().is_some_and(|r| !r.is_empty());
+    let runtimes_reach = new.root.contains_key("runtimes") || !old.root.contains_key("runtimes");
+    let default_reaches = names_default(&new) || !names_default(&old);
+    runtimes_reach && default_reaches
+}
+
 /// What the daemon.json edit must achieve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Want {
