@@ -709,12 +709,17 @@ fn copy_tree(from: &Path, to: &Path, old: &str, new: &str) {
 /// own validation, which `config dump` does not run (containerd 1.x: `Start cri plugin
 /// with config {...}`; 2.x: `starting cri plugin` with the config as JSON) — or the error
 /// that stopped it. containerd is stopped as soon as that line is seen (20 s at most).
+/// It runs in a private mount namespace with a tmpfs on /opt: its `opt` plugin creates
+/// /opt/containerd at start, and a test must leave the machine as it was.
 pub fn containerd_start_cri(tool: &Path, config: &str) -> String {
     use std::io::{BufRead, BufReader};
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("config.toml");
     std::fs::write(&file, config).unwrap();
-    let mut child = Command::new(tool)
+    let mut child = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(r#"mount -t tmpfs edgegpu-test-opt /opt && exec "$0" "$@""#)
+        .arg(tool)
         .arg("--config")
         .arg(&file)
         .arg("--root")
