@@ -68,19 +68,9 @@ pub fn run(cli: Cli, restarts: Restarts, out: &mut dyn Write, err: &mut dyn Writ
             dry_run,
             exit_code,
             output,
-        } => {
-            let mut doc = RunDoc::new("apply", dry_run, output);
-            let result = apply(
-                &opts,
-                dry_run,
-                restarts,
-                text_out(output, out),
-                err,
-                &mut doc,
-            );
-            let result = pending(exit_code, &doc, result);
-            finish(output, doc, result, out)
-        }
+        } => run_writing(
+            "apply", apply, &opts, dry_run, exit_code, output, restarts, out, err,
+        ),
         Command::Check { output } => {
             let result = check(&opts, output, out, err);
             if output == OutputFormat::Json {
@@ -94,19 +84,9 @@ pub fn run(cli: Cli, restarts: Restarts, out: &mut dyn Write, err: &mut dyn Writ
             dry_run,
             exit_code,
             output,
-        } => {
-            let mut doc = RunDoc::new("revert", dry_run, output);
-            let result = revert(
-                &opts,
-                dry_run,
-                restarts,
-                text_out(output, out),
-                err,
-                &mut doc,
-            );
-            let result = pending(exit_code, &doc, result);
-            finish(output, doc, result, out)
-        }
+        } => run_writing(
+            "revert", revert, &opts, dry_run, exit_code, output, restarts, out, err,
+        ),
         Command::Cdi {
             command: CdiCommand::Generate { output, format },
         } => crate::cdi::run(&opts.host, output.as_deref(), format, out),
@@ -554,6 +534,42 @@ fn with_progress<'a, 'r: 'a>(
         Restarts::Run(inner) => Restarts::Run(slot.insert(Progress { inner, err })),
         Restarts::Skip(why) => Restarts::Skip(why),
     }
+}
+
+/// `apply` or `revert` (`command`, carried out by `run`): their result in text or JSON,
+/// with `--exit-code`'s meaning of pending changes.
+type WritingCommand = fn(
+    &plan::Options,
+    bool,
+    Restarts,
+    Box<dyn Write + '_>,
+    &mut dyn Write,
+    &mut RunDoc,
+) -> Result<u8>;
+
+#[allow(clippy::too_many_arguments)]
+fn run_writing(
+    command: &'static str,
+    run: WritingCommand,
+    opts: &plan::Options,
+    dry_run: bool,
+    exit_code: bool,
+    output: OutputFormat,
+    restarts: Restarts,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<u8> {
+    let mut doc = RunDoc::new(command, dry_run, output);
+    let result = run(
+        opts,
+        dry_run,
+        restarts,
+        text_out(output, out),
+        err,
+        &mut doc,
+    );
+    let result = pending(exit_code, &doc, result);
+    finish(output, doc, result, out)
 }
 
 fn apply(

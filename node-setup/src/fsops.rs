@@ -2,17 +2,25 @@
 //! which also counts writes so tests and the benchmark can prove that an idempotent run
 //! writes nothing.
 
+use std::cell::Cell;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
-static WRITES: AtomicU64 = AtomicU64::new(0);
+thread_local! {
+    // Per thread: node-setup writes from one thread, and tests that run in parallel in
+    // one process must not count each other's writes.
+    static WRITES: Cell<u64> = const { Cell::new(0) };
+}
 
-/// Number of files written (replaced or created) by this process so far.
+/// Number of files written (replaced, created or removed) by the calling thread so far.
 pub fn write_count() -> u64 {
-    WRITES.load(Ordering::SeqCst)
+    WRITES.with(Cell::get)
+}
+
+fn count_write() {
+    WRITES.with(|w| w.set(w.get() + 1));
 }
 
 /// Replaces `path` (which must not be a symlink: resolve it first) with `contents`:
@@ -39,7 +47,7 @@ pub fn atomic_write(path: &Path, contents: &[u8], new_mode: u32) -> io::Result<(
     let result = write_temp_and_rename(&tmp, path, dir, contents, existing.as_ref(), new_mode);
     match &result {
         Ok(()) => {
-            WRITES.fetch_add(1, Ordering::SeqCst);
+            count_write();
         }
         Err(_) => {
             // The write's own error is what the caller needs; a temp file we could not
@@ -184,7 +192,7 @@ pub fn remove_dir_if_empty(dir: &Path) -> io::Result<()> {
 /// Removes `path` and fsyncs its directory.
 pub fn remove_file(path: &Path) -> io::Result<()> {
     std::fs::remove_file(path)?;
-    WRITES.fetch_add(1, Ordering::SeqCst);
+    count_write();
     if let Some(dir) = path.parent() {
         File::open(dir)?.sync_all()?;
     }

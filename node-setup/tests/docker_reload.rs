@@ -284,23 +284,29 @@ fn has_nvidia(d: &PrivateDockerd) -> bool {
     default == "nvidia" || names.iter().any(|n| n == "nvidia")
 }
 
-/// One layout: the daemon starts on `original` (`None`: no daemon.json), apply and its
-/// restart plan put it on nvidia, revert and its plan take nvidia away again. Returns
-/// revert's plan ("reload" or "restart").
-fn scenario(bin: &Path, original: Option<&str>, runc_default_after: &str) -> &'static str {
-    let what = format!("{} with daemon.json {original:?}", bin.display());
+/// A host with the NVIDIA runtime and docker on `original` (`None`: docker installed, no
+/// daemon.json yet), and a private dockerd started on it.
+fn docker_on(bin: &Path, original: Option<&str>) -> (NodeHost, PrivateDockerd) {
     let host = NodeHost::new();
     host.nvidia_runtime();
     match original {
         Some(text) => {
             host.write(DAEMON_JSON, text);
         }
-        // Docker installed, no daemon.json yet.
         None => {
             host.executable("/usr/bin/dockerd", "");
         }
     }
-    let mut d = PrivateDockerd::start(bin, &host);
+    let d = PrivateDockerd::start(bin, &host);
+    (host, d)
+}
+
+/// One layout: the daemon starts on `original` (`None`: no daemon.json), apply and its
+/// restart plan put it on nvidia, revert and its plan take nvidia away again. Returns
+/// revert's plan ("reload" or "restart").
+fn scenario(bin: &Path, original: Option<&str>, runc_default_after: &str) -> &'static str {
+    let what = format!("{} with daemon.json {original:?}", bin.display());
+    let (host, mut d) = docker_on(bin, original);
     assert!(!has_nvidia(&d), "{what}: {:?}", d.runtimes());
 
     let applied = ok(&host, &["--mode", "docker", "apply"]);
@@ -332,17 +338,7 @@ fn scenario(bin: &Path, original: Option<&str>, runc_default_after: &str) -> &'s
 /// built-in default (moby daemon/config, New: runc) while 20.10 keeps nvidia; with a
 /// file that names no default, both keep nvidia.
 fn sighup_alone_after_revert(bin: &Path, original: Option<&str>) -> String {
-    let host = NodeHost::new();
-    host.nvidia_runtime();
-    match original {
-        Some(text) => {
-            host.write(DAEMON_JSON, text);
-        }
-        None => {
-            host.executable("/usr/bin/dockerd", "");
-        }
-    }
-    let mut d = PrivateDockerd::start(bin, &host);
+    let (host, mut d) = docker_on(bin, original);
     ok(&host, &["--mode", "docker", "apply"]);
     // A daemon that started on the applied file (a node configured long ago).
     d.restart();

@@ -209,15 +209,10 @@ pub fn containerd_dump(tool: &Path, config: &str) -> (bool, String) {
 
 /// Major version of the installed containerd (`containerd --version`).
 pub fn containerd_major(tool: &Path) -> u32 {
-    let out = Command::new(tool)
-        .arg("--version")
-        .output()
-        .expect("containerd --version");
-    let text = String::from_utf8_lossy(&out.stdout);
-    // "containerd github.com/containerd/containerd 1.6.20~ds1 ..." or "... v2.0.0 ..."
-    text.split_whitespace()
-        .nth(2)
-        .and_then(|v| v.trim_start_matches('v').split('.').next()?.parse().ok())
+    containerd_version(tool)
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
         .unwrap_or(1)
 }
 
