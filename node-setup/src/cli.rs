@@ -47,6 +47,9 @@ Exit codes:
      (a file cannot be read or parsed)
   4  failed: a write or a service restart failed
 
+Logs go to stderr: EDGEGPU_LOG=info (a tracing filter; default warn) shows more; colour
+only when stderr is a terminal and NO_COLOR is unset or empty.
+
 Typical use on a k3s host:  sudo edgegpu-node-setup apply
 See docs/node-setup.md for details.";
 
