@@ -923,6 +923,13 @@ class NvidiaReleasedValues(unittest.TestCase):
             # The init container `labels` is not NVIDIA's main container.
             self.assertNotIn("EDGEGPU_LOG", env(pod(ds)["initContainers"][0]))
 
+    def test_null_containers_render_as_the_defaults(self):
+        # The schema allows null at each level (a values file may write `main:` empty).
+        for containers in (None, {"main": None}, {"main": {"env": None}}):
+            with self.subTest(containers=containers):
+                docs = self.render_checked({"devicePlugin": {"containers": containers}})
+                self.assertEqual(plugins(docs), plugins(render({})))
+
     def test_chart_env_names_cover_what_the_chart_sets(self):
         helpers = (CHART / "templates" / "_helpers.tpl").read_text()
         listed = re.search(r'define "edgegpu.plugin.chartEnvNames".*?\{\{- list (.*?) \| toJson', helpers, re.S)

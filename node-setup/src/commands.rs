@@ -593,7 +593,15 @@ fn apply(
         return Ok(exit_code::OK);
     }
     if dry_run {
-        let manifest = Manifest::load(&opts.host)?;
+        // The manifest (root-only) only names the backups here: a drift check by a user
+        // who cannot read it still answers, with the backup paths apply would use.
+        let manifest = match Manifest::load(&opts.host) {
+            Err(e) if e.is_permission_denied() => {
+                tracing::warn!("{e}: backups shown as apply would name them");
+                None
+            }
+            other => other?,
+        };
         say!(
             out,
             "dry run: {} file(s) would change, nothing written",
@@ -934,7 +942,8 @@ fn revert(
             },
             s.path
         );
-        doc.files.push(file_doc(s, true, None));
+        doc.files
+            .push(file_doc(s, report.written.contains(&s.path), None));
     }
     report_restarts(&report, out);
     doc.restarts(&report);

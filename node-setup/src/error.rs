@@ -83,6 +83,12 @@ impl SetupError {
         }
     }
 
+    /// A file this user may not read (not root on a host with root-only files).
+    pub fn is_permission_denied(&self) -> bool {
+        matches!(self, SetupError::Unreadable { source, .. }
+            if source.kind() == std::io::ErrorKind::PermissionDenied)
+    }
+
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         SetupError::Io {
             context: context.into(),

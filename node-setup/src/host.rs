@@ -86,7 +86,7 @@ impl HostRoot {
         let (Some(list), SetupError::Unreadable { source, .. }) = (&self.unreadable, error) else {
             return false;
         };
-        if source.kind() != io::ErrorKind::PermissionDenied {
+        if !error.is_permission_denied() {
             return false;
         }
         let mut list = list.lock().unwrap_or_else(|e| e.into_inner());

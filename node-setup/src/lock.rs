@@ -36,11 +36,17 @@ impl RunLock {
         let io_err = |what: &str, e: io::Error| {
             // Before the lock nothing is written: not being root is a refusal (exit 3),
             // not a failed write.
-            if e.kind() == io::ErrorKind::PermissionDenied
-                || e.raw_os_error() == Some(Errno::EROFS as i32)
-            {
+            let advice = if e.raw_os_error() == Some(Errno::EROFS as i32) {
+                // A read-only root (a Yocto image's): root cannot write here either.
+                Some("the file system is read-only: run node-setup where it can write, e.g. on the image at build time with --root")
+            } else if e.kind() == io::ErrorKind::PermissionDenied {
+                Some("run as root")
+            } else {
+                None
+            };
+            if let Some(advice) = advice {
                 return SetupError::Refused(format!(
-                    "{what} {}: {e} (run as root); nothing was written",
+                    "{what} {}: {e} ({advice}); nothing was written",
                     path.display()
                 ));
             }

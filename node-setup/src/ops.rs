@@ -449,19 +449,16 @@ pub fn revert(
     )?;
     for s in steps {
         let disk = host.path(&s.path);
+        // A file already as it was before apply is left alone (and not reported written).
         match &s.restore {
-            Some(content) => {
-                if s.current.as_deref() != Some(content.as_str()) {
-                    fsops::atomic_write(&disk, content.as_bytes(), 0o644)
-                        .map_err(io(format!("restoring {}", disk.display())))?;
-                }
+            Some(content) if s.current.as_deref() != Some(content.as_str()) => {
+                fsops::atomic_write(&disk, content.as_bytes(), 0o644)
+                    .map_err(io(format!("restoring {}", disk.display())))?;
             }
-            None => {
-                if s.current.is_some() {
-                    fsops::remove_file(&disk)
-                        .map_err(io(format!("removing {}", disk.display())))?;
-                }
+            None if s.current.is_some() => {
+                fsops::remove_file(&disk).map_err(io(format!("removing {}", disk.display())))?;
             }
+            _ => continue,
         }
         report.written.push(s.path.clone());
     }
@@ -503,13 +500,20 @@ pub fn revert_services(manifest: &Manifest, steps: &[RevertStep]) -> Vec<restart
             .iter()
             .filter(|e| e.services.contains(&Service::Docker))
             .collect();
+        // A file changed after apply (a forced revert) says nothing of what the running
+        // dockerd loaded: only a restart is sure to leave it on the restored file.
         let reload_undoes = !daemon_json.is_empty()
             && daemon_json.iter().all(|e| {
                 steps.iter().filter(|s| s.path == e.path).all(|s| {
-                    crate::formats::daemon_json::reload_applies(
-                        s.current.as_deref(),
-                        s.restore.as_deref(),
-                    )
+                    let as_applied = s
+                        .current
+                        .as_deref()
+                        .is_some_and(|c| fsops::digest(c.as_bytes()) == e.written);
+                    as_applied
+                        && crate::formats::daemon_json::reload_applies(
+                            s.current.as_deref(),
+                            s.restore.as_deref(),
+                        )
                 })
             });
         if !reload_undoes {

@@ -263,6 +263,7 @@ fn json(out: &common::Out) -> serde_json::Value {
 fn apply_and_revert_report_in_json() {
     let host = docker_host();
     let before = host.snapshot();
+    let original_daemon_json = host.read(DAEMON_JSON);
 
     let out = run(&host, &["apply", "--dry-run", "--output", "json"]);
     assert_eq!(out.code, 0, "{}", out.stderr);
@@ -366,9 +367,17 @@ fn apply_and_revert_report_in_json() {
         .iter()
         .all(|f| f["action"] == "restore" && f["written"] == false));
 
-    let v = json(&run(&host, &["revert", "--output", "json"]));
+    // Someone already put daemon.json back as it was: revert (forced, since the file
+    // changed after apply) leaves it alone and says it wrote nothing there.
+    host.write(DAEMON_JSON, &original_daemon_json);
+    let v = json(&run(&host, &["--force", "revert", "--output", "json"]));
     assert_eq!(v["result"], "reverted");
-    assert_eq!(v["files"].as_array().unwrap().len(), 3);
+    let files = v["files"].as_array().unwrap();
+    assert_eq!(files.len(), 3);
+    for f in files {
+        let untouched = f["path"] == DAEMON_JSON;
+        assert_eq!(f["written"], !untouched, "{f}");
+    }
     assert_eq!(v["restarts"][1]["action"], "restart", "{v}");
     assert_eq!(
         v["restarts"][1]["command"],
@@ -595,6 +604,13 @@ fn dry_run_exit_code_tells_whether_changes_are_pending() {
     ok(&host, &["apply"]);
     assert_eq!(drift(&host, "apply"), 0, "configured");
     assert_eq!(drift(&host, "revert"), 1, "revert would restore");
+    // Drift seen by a user who may not read node-setup's root-only manifest.
+    let unchanged = host.read(DAEMON_JSON);
+    host.write(DAEMON_JSON, "{}\n");
+    if let Some(out) = run_unprivileged(&host, &["apply", "--dry-run", "--exit-code"]) {
+        assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
+    }
+    host.write(DAEMON_JSON, &unchanged);
     // Someone takes the default away: drift.
     let text = host
         .read(DAEMON_JSON)
@@ -666,17 +682,15 @@ fn check_without_root_names_what_it_cannot_read_and_answers_without_it() {
             ENV,
             "K3S_CONFIG_FILE=/etc/k3s/site.yaml\nK3S_TOKEN=secret\n",
         )
-        .set_mode(
-            ENV,
-            if nix::unistd::geteuid().is_root() {
-                0o600
-            } else {
-                0o000
-            },
-        );
+        .set_mode(ENV, 0o600);
     ok(&host, &["apply"]);
     assert!(host.exists("/etc/k3s/site.yaml.d/99-edgegpu-nvidia-runtime.yaml"));
     assert_eq!(run(&host, &["check"]).code, 0, "root sees it configured");
+    if !nix::unistd::geteuid().is_root() {
+        // Run without root, the suite's own user stands for root above and for the
+        // unprivileged user below, who cannot read a mode-000 file either.
+        host.set_mode(ENV, 0o000);
+    }
 
     let Some(out) = run_unprivileged(&host, &["check"]) else {
         return;
@@ -709,8 +723,10 @@ fn check_without_root_names_what_it_cannot_read_and_answers_without_it() {
         .as_str()
         .unwrap()
         .starts_with("cannot tell"));
-    let v = json(&run(&host, &["check", "--output", "json"]));
-    assert_eq!(v["unreadable"], serde_json::json!([]), "root reads it");
+    if nix::unistd::geteuid().is_root() {
+        let v = json(&run(&host, &["check", "--output", "json"]));
+        assert_eq!(v["unreadable"], serde_json::json!([]), "root reads it");
+    }
 
     // apply plans from every file or not at all: a refusal that says why (3, not 4).
     let out = run_unprivileged(&host, &["apply", "--dry-run"]).unwrap();

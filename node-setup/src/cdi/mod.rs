@@ -143,7 +143,9 @@ fn names(files: &[PathBuf]) -> String {
 /// The temporary files earlier runs left next to `target` (`.<name>.edgegpu-tmp.<pid>`,
 /// see fsops::atomic_write) whose process is gone: a run killed while writing the spec
 /// (the refresh unit at boot, a power cut). `cdi generate` takes no lock, so the file of
-/// a run still going (its process exists) stays. Returns those removed, with their pid.
+/// a run still going (its process exists) stays. A writer in another PID namespace can look
+/// gone: its write then fails at the rename, leaving the spec as it was, and it says so.
+/// Returns those removed, with their pid.
 fn remove_interrupted_writes(target: &Path) -> Vec<(PathBuf, u32)> {
     let (Some(dir), Some(name)) = (target.parent(), target.file_name()) else {
         return Vec::new();

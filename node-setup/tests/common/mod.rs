@@ -704,16 +704,27 @@ fn copy_tree(from: &Path, to: &Path, old: &str, new: &str) {
 /// own validation, which `config dump` does not run (containerd 1.x: `Start cri plugin
 /// with config {...}`; 2.x: `starting cri plugin` with the config as JSON) — or the error
 /// that stopped it. containerd is stopped as soon as that line is seen (20 s at most).
-/// It runs in a private mount namespace with a tmpfs on /opt: its `opt` plugin creates
-/// /opt/containerd at start, and a test must leave the machine as it was.
+/// It runs in a private mount namespace with tmpfs on /opt and /run (as root; else in a user
+/// namespace too): at start its `opt` plugin creates /opt/containerd, and containerd 2's NRI
+/// creates /run/nri/nri.sock, replacing the socket of a containerd the machine runs. A test
+/// must leave the machine as it was.
 pub fn containerd_start_cri(tool: &Path, config: &str) -> String {
     use std::io::{BufRead, BufReader};
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("config.toml");
     std::fs::write(&file, config).unwrap();
+    let namespaces: &[&str] = if nix::unistd::geteuid().is_root() {
+        &["--mount"]
+    } else {
+        &["--user", "--map-root-user", "--mount"]
+    };
     let mut child = Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c"])
-        .arg(r#"mount -t tmpfs edgegpu-test-opt /opt && exec "$0" "$@""#)
+        .args(namespaces)
+        .args(["--propagation", "private", "sh", "-c"])
+        .arg(concat!(
+            "mount -t tmpfs edgegpu-test-opt /opt && mount -t tmpfs edgegpu-test-run /run",
+            r#" && exec "$0" "$@""#
+        ))
         .arg(tool)
         .arg("--config")
         .arg(&file)
@@ -735,7 +746,10 @@ pub fn containerd_start_cri(tool: &Path, config: &str) -> String {
                 || line.contains("starting cri plugin")
                 || line.contains("invalid plugin config")
                 || (line.contains("failed to load plugin io.containerd.") && line.contains("cri"))
-                || line.starts_with("containerd: ");
+                || line.starts_with("containerd: ")
+                // The private namespace could not be made: say why instead of timing out.
+                || line.starts_with("unshare: ")
+                || line.starts_with("mount: ");
             if found && tx.send(line).is_err() {
                 return;
             }
