@@ -103,7 +103,7 @@ pub async fn serve(
         "Starting FS watcher for {}",
         opts.device_plugin_dir.display()
     );
-    let mut watcher = DirWatcher::new(&opts).await?;
+    let mut watcher = DirWatcher::new(&opts.device_plugin_dir, &opts.kubelet_socket).await?;
     tokio::pin!(shutdown);
     let mut number = 0u64;
     loop {
@@ -146,7 +146,7 @@ pub async fn serve(
             }
             Some(RestartReason::WatchLost) => {
                 tracing::info!("{}", RestartReason::WatchLost);
-                watcher = DirWatcher::new(&opts).await?;
+                watcher = DirWatcher::new(&opts.device_plugin_dir, &opts.kubelet_socket).await?;
             }
             Some(reason) => tracing::info!("{reason}"),
         }

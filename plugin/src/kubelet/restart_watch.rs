@@ -9,8 +9,6 @@ use edgegpu_kubelet_api::v1beta1::KUBELET_SOCKET_NAME;
 use futures_util::{FutureExt, StreamExt};
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
 
-use super::lifecycle::LifecycleOptions;
-
 /// Why a generation ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RestartReason {
@@ -92,17 +90,19 @@ pub(crate) struct DirWatcher {
 }
 
 impl DirWatcher {
-    /// Creates the directory if needed and adds the watches (file-system calls, on the
-    /// blocking pool).
-    pub(crate) async fn new(opts: &LifecycleOptions) -> anyhow::Result<DirWatcher> {
-        let opts = opts.clone();
-        tokio::task::spawn_blocking(move || Self::watch(&opts))
+    /// Watches `plugin_dir` (the device-plugin directory, created if needed) and the
+    /// directory of `kubelet_socket` (file-system calls, on the blocking pool).
+    pub(crate) async fn new(
+        plugin_dir: &Path,
+        kubelet_socket: &Path,
+    ) -> anyhow::Result<DirWatcher> {
+        let (plugin_dir, kubelet_socket) = (plugin_dir.to_path_buf(), kubelet_socket.to_path_buf());
+        tokio::task::spawn_blocking(move || Self::watch(plugin_dir, &kubelet_socket))
             .await??
             .into_stream()
     }
 
-    fn watch(opts: &LifecycleOptions) -> anyhow::Result<Watched> {
-        let plugin_dir = opts.device_plugin_dir.clone();
+    fn watch(plugin_dir: PathBuf, kubelet_socket: &Path) -> anyhow::Result<Watched> {
         std::fs::create_dir_all(&plugin_dir)
             .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", plugin_dir.display()))?;
         let inotify = Inotify::init().map_err(|e| anyhow::anyhow!("inotify_init: {e}"))?;
@@ -116,14 +116,12 @@ impl DirWatcher {
             .watches()
             .add(&plugin_dir, mask)
             .map_err(|e| anyhow::anyhow!("cannot watch {}: {e}", plugin_dir.display()))?;
-        let kubelet_dir = opts
-            .kubelet_socket
+        let kubelet_dir = kubelet_socket
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."))
             .to_path_buf();
-        let kubelet_name = opts
-            .kubelet_socket
+        let kubelet_name = kubelet_socket
             .file_name()
             .map(OsStr::to_os_string)
             .unwrap_or_else(|| OsString::from(KUBELET_SOCKET_NAME));
