@@ -58,152 +58,176 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         cli.resource_name
     );
     // A bad or busy metrics address ends the plugin before discovery, with its message.
-    let mut metrics_listener = match cli.metrics_address()? {
-        Some(addr) => Some(metrics::server::bind(addr).await?),
-        None => None,
-    };
+    let mut metrics = MetricsEndpoint::bind(&cli).await?;
     // One set of options (and registration counters) for every round.
     let options = cli.lifecycle_options();
-    let mut metrics_source: Option<Arc<metrics::MetricsSource>> = None;
-    let (metrics_stop, metrics_stopped) = tokio::sync::watch::channel(false);
+    let result = serve_rounds(&cli, &options, &mut signals, &mut metrics).await;
+    metrics.stop();
+    if let Some(path) = cli.feature_file() {
+        remove_feature_file(path).await;
+    }
+    result
+}
+
+/// Round after round: discover, serve until a signal or a MIG reconfiguration, rebuild.
+/// `Ok` on SIGTERM/SIGINT.
+async fn serve_rounds(
+    cli: &Cli,
+    options: &LifecycleOptions,
+    signals: &mut shutdown::ShutdownSignals,
+    metrics: &mut MetricsEndpoint,
+) -> anyhow::Result<()> {
     // After a MIG geometry change (or a rebuild that met a refused geometry): wait until the
     // geometry is valid and stable before serving it; never exit for a geometry met while
     // running, which is what reconfigurations pass through.
     let mut settle = false;
     let mut first_round = true;
-    let result = loop {
+    loop {
         if settle {
-            let settled = tokio::select! {
-                r = node::settle_mig_geometry(&cli.root, &cli.resource_name, &cli.gpu) => r,
-                _ = signals.recv() => break Ok(()),
-            };
-            if let Err(e) = settled {
-                break Err(e);
+            tokio::select! {
+                r = node::settle_mig_geometry(&cli.root, &cli.resource_name, &cli.gpu) => r?,
+                _ = signals.recv() => return Ok(()),
             }
             settle = false;
         }
         let node = tokio::select! {
             node = build_gpu_resources(&cli.root, &cli.resource_name, &cli.gpu) => node,
-            _ = signals.recv() => break Ok(()),
+            _ = signals.recv() => return Ok(()),
         };
-        let NodeResources {
-            resources,
-            mut reconfigured,
-        } = match node {
+        let node = match node {
             Ok(node) => node,
             // Changed again between settling and discovery: settle again.
             Err(e) if !first_round && e.downcast_ref::<node::InvalidMigGeometry>().is_some() => {
                 settle = true;
                 continue;
             }
-            Err(e) => break Err(e),
+            Err(e) => return Err(e),
         };
         first_round = false;
-        // Labels and sensors read host files (and NVML): off the runtime thread.
         if let Some(path) = cli.feature_file() {
-            let (path, resources) = (path.to_path_buf(), resources.clone());
-            if let Err(e) =
-                tokio::task::spawn_blocking(move || write_feature_file(&path, &resources)).await
-            {
-                tracing::warn!("writing the feature file failed: {e}");
-            }
+            publish_feature_file(path, &node.resources).await;
         }
-        // The metrics endpoint outlives the rounds: it starts with the first and describes
-        // the resources of the current one.
-        match (&metrics_source, metrics_listener.take()) {
-            (Some(source), _) => {
-                let (source, resources) = (source.clone(), resources.clone());
-                if let Err(e) = tokio::task::spawn_blocking(move || source.replace(resources)).await
-                {
-                    tracing::warn!("locating the GPU sensors failed: {e}");
-                }
-            }
-            (None, Some(listener)) => {
-                let (resources, stats, cli) =
-                    (resources.clone(), options.stats.clone(), cli.clone());
-                let source = match tokio::task::spawn_blocking(move || {
-                    metrics::MetricsSource::new(
-                        resources,
-                        stats,
-                        cli.pod_resources_socket(),
-                        cli.node_name(),
-                    )
-                    // The kubelet keeps its device manager checkpoint beside our socket.
-                    .with_checkpoint(
-                        cli.device_plugin_path
-                            .join(kubelet::checkpoint::CHECKPOINT_FILE),
-                    )
-                })
-                .await
-                {
-                    Ok(source) => Arc::new(source),
-                    Err(e) => break Err(anyhow::anyhow!("locating the GPU sensors failed: {e}")),
-                };
-                let mut stopped = metrics_stopped.clone();
-                tokio::spawn(metrics::server::serve(
-                    listener,
-                    source.clone(),
-                    async move {
-                        let _ = stopped.wait_for(|s| *s).await;
-                    },
-                ));
-                metrics_source = Some(source);
-            }
-            (None, None) => {}
-        }
-        let resources: Vec<Arc<dyn resource::Resource>> = resources
-            .into_iter()
-            .map(|r| r as Arc<dyn resource::Resource>)
-            .collect();
-        let (end_tx, mut end_rx) = tokio::sync::mpsc::channel::<RoundEnd>(1);
-        let signals_ref = &mut signals;
-        let stop = async {
-            let end = tokio::select! {
-                shutdown = signals_ref.shutdown_or_hangup() => if shutdown {
-                    RoundEnd::Shutdown
-                } else {
-                    RoundEnd::Rebuild("SIGHUP")
-                },
-                _ = async {
-                    // No MIG watch (its sender is gone): nothing will ever change.
-                    if reconfigured.wait_for(|c| *c).await.is_err() {
-                        std::future::pending::<()>().await;
-                    }
-                } => RoundEnd::Reconfigured,
-            };
-            let _ = end_tx.send(end).await;
-        };
-        if let Err(e) = serve_all(resources, options.clone(), stop).await {
-            break Err(e);
-        }
-        match end_rx.recv().await {
-            Some(RoundEnd::Rebuild(why)) => {
-                tracing::info!("Rebuilding the resources: {why}");
-            }
-            Some(RoundEnd::Reconfigured) => {
+        metrics.describe(cli, &node.resources, options).await?;
+        match serve_round(node, options, signals).await? {
+            RoundEnd::Rebuild(why) => tracing::info!("Rebuilding the resources: {why}"),
+            RoundEnd::Reconfigured => {
                 tracing::info!("Rebuilding the resources: the MIG geometry changed");
                 settle = true;
             }
-            Some(RoundEnd::Shutdown) | None => break Ok(()),
-        }
-    };
-    metrics_stop.send_replace(true);
-    if let Some(path) = cli.feature_file() {
-        let path = path.to_path_buf();
-        let removed = tokio::task::spawn_blocking(move || {
-            labels::feature_file::remove(&path).map(|r| (r, path))
-        })
-        .await;
-        match removed {
-            Ok(Ok((true, path))) => {
-                tracing::info!(file = %path.display(), "Node Feature Discovery feature file removed")
-            }
-            Ok(Ok((false, _))) => {}
-            Ok(Err(e)) => tracing::warn!("{e:#}"),
-            Err(e) => tracing::warn!("removing the feature file failed: {e}"),
+            RoundEnd::Shutdown => return Ok(()),
         }
     }
-    result
+}
+
+/// Serves one round's resources until a signal or (MIG strategies) a changed geometry.
+async fn serve_round(
+    node: NodeResources,
+    options: &LifecycleOptions,
+    signals: &mut shutdown::ShutdownSignals,
+) -> anyhow::Result<RoundEnd> {
+    let NodeResources {
+        resources,
+        mut reconfigured,
+    } = node;
+    let resources: Vec<Arc<dyn resource::Resource>> = resources
+        .into_iter()
+        .map(|r| r as Arc<dyn resource::Resource>)
+        .collect();
+    let (end_tx, mut end_rx) = tokio::sync::mpsc::channel::<RoundEnd>(1);
+    let stop = async {
+        let end = tokio::select! {
+            shutdown = signals.shutdown_or_hangup() => if shutdown {
+                RoundEnd::Shutdown
+            } else {
+                RoundEnd::Rebuild("SIGHUP")
+            },
+            _ = async {
+                // No MIG watch (its sender is gone): nothing will ever change.
+                if reconfigured.wait_for(|c| *c).await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            } => RoundEnd::Reconfigured,
+        };
+        let _ = end_tx.send(end).await;
+    };
+    serve_all(resources, options.clone(), stop).await?;
+    Ok(end_rx.recv().await.unwrap_or(RoundEnd::Shutdown))
+}
+
+/// `/metrics`: bound once, before discovery; it outlives the rounds, starting with the first
+/// and describing the resources of the current one.
+struct MetricsEndpoint {
+    /// Until the first round starts the server.
+    listener: Option<tokio::net::TcpListener>,
+    source: Option<Arc<metrics::MetricsSource>>,
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+impl MetricsEndpoint {
+    /// Binds `--metrics-bind-address` (nothing when it is empty).
+    async fn bind(cli: &Cli) -> anyhow::Result<MetricsEndpoint> {
+        let listener = match cli.metrics_address()? {
+            Some(addr) => Some(metrics::server::bind(addr).await?),
+            None => None,
+        };
+        Ok(MetricsEndpoint {
+            listener,
+            source: None,
+            stop: tokio::sync::watch::channel(false).0,
+        })
+    }
+
+    /// Scrapes describe `resources` from now on; the first call starts the server. Sensors
+    /// are located off the runtime thread (they read host files and NVML).
+    async fn describe(
+        &mut self,
+        cli: &Cli,
+        resources: &[Arc<GpuResource>],
+        options: &LifecycleOptions,
+    ) -> anyhow::Result<()> {
+        let resources = resources.to_vec();
+        if let Some(source) = &self.source {
+            let source = source.clone();
+            if let Err(e) = tokio::task::spawn_blocking(move || source.replace(resources)).await {
+                tracing::warn!("locating the GPU sensors failed: {e}");
+            }
+            return Ok(());
+        }
+        let Some(listener) = self.listener.take() else {
+            return Ok(());
+        };
+        let (stats, cli) = (options.stats.clone(), cli.clone());
+        let source = tokio::task::spawn_blocking(move || {
+            metrics::MetricsSource::new(
+                resources,
+                stats,
+                cli.pod_resources_socket(),
+                cli.node_name(),
+            )
+            // The kubelet keeps its device manager checkpoint beside our socket.
+            .with_checkpoint(
+                cli.device_plugin_path
+                    .join(kubelet::checkpoint::CHECKPOINT_FILE),
+            )
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("locating the GPU sensors failed: {e}"))?;
+        let source = Arc::new(source);
+        let mut stopped = self.stop.subscribe();
+        tokio::spawn(metrics::server::serve(
+            listener,
+            source.clone(),
+            async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            },
+        ));
+        self.source = Some(source);
+        Ok(())
+    }
+
+    fn stop(&self) {
+        self.stop.send_replace(true);
+    }
 }
 
 /// Runs the MPS companion (`mps-control-daemon`) until SIGTERM/SIGINT; the caller has
@@ -234,6 +258,31 @@ pub async fn run_mps_daemon(args: cli::MpsDaemonArgs) -> anyhow::Result<()> {
         nvml,
     };
     mps::daemon::run(options, async move { signals.recv().await }).await
+}
+
+/// Writes the NFD feature file off the runtime thread (labels read host files and NVML).
+async fn publish_feature_file(path: &std::path::Path, resources: &[Arc<GpuResource>]) {
+    let (path, resources) = (path.to_path_buf(), resources.to_vec());
+    if let Err(e) = tokio::task::spawn_blocking(move || write_feature_file(&path, &resources)).await
+    {
+        tracing::warn!("writing the feature file failed: {e}");
+    }
+}
+
+/// Removes the NFD feature file on the way out (its labels describe a plugin that stopped).
+async fn remove_feature_file(path: &std::path::Path) {
+    let path = path.to_path_buf();
+    let removed =
+        tokio::task::spawn_blocking(move || labels::feature_file::remove(&path).map(|r| (r, path)))
+            .await;
+    match removed {
+        Ok(Ok((true, path))) => {
+            tracing::info!(file = %path.display(), "Node Feature Discovery feature file removed")
+        }
+        Ok(Ok((false, _))) => {}
+        Ok(Err(e)) => tracing::warn!("{e:#}"),
+        Err(e) => tracing::warn!("removing the feature file failed: {e}"),
+    }
 }
 
 /// Writes the NFD feature file; a failure is logged, never fatal (labels are a convenience,

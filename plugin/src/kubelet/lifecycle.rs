@@ -34,7 +34,7 @@ use tonic::transport::Server;
 use super::authority::AuthorityShim;
 use super::plugin_watcher::PluginWatcherService;
 use super::registration::{backoff, register_request, register_until_success};
-use super::restart_watch::{DirWatcher, RestartReason};
+use super::restart_watch::{DirWatcher, RestartReason, WatchError};
 use super::server::{self, DevicePluginService};
 use super::socket::{socket_prefix, OwnedSocket};
 use super::stats::KubeletStats;
@@ -46,6 +46,21 @@ const COMPETITOR_DIAL_TIMEOUT: Duration = Duration::from_millis(500);
 /// How long a stopping generation may take to close its connections before its server
 /// task is aborted.
 const STOP_GRACE: Duration = Duration::from_millis(500);
+
+/// Why a lifecycle ended, or (the socket variants, logged and retried) why a generation
+/// could not start. `serve` and `serve_all` return it inside an `anyhow::Error`.
+#[derive(Debug, thiserror::Error)]
+pub enum LifecycleError {
+    #[error("cannot create the plugin socket in {}: {error}", .dir.display())]
+    PluginSocket { dir: PathBuf, error: io::Error },
+    #[error("cannot create the registration socket in {}: {error}", .dir.display())]
+    RegistrationSocket { dir: PathBuf, error: io::Error },
+    /// The device-plugin directory cannot be watched: kubelet restarts would go unseen.
+    #[error(transparent)]
+    Watch(#[from] WatchError),
+    #[error("a resource's lifecycle task failed: {0}")]
+    TaskFailed(tokio::task::JoinError),
+}
 
 /// Where the plugin meets the kubelet.
 #[derive(Debug, Clone)]
@@ -87,7 +102,7 @@ impl Default for LifecycleOptions {
 /// Serves `resource` until `shutdown` completes, surviving kubelet restarts.
 ///
 /// Returns `Ok(())` after a clean shutdown (every socket this call created is gone), or
-/// an error when the directory cannot be watched. Sockets that cannot be bound are
+/// an error ([`LifecycleError::Watch`]) when the directory cannot be watched. Sockets that cannot be bound are
 /// retried with backoff.
 pub async fn serve(
     resource: Arc<dyn Resource>,
@@ -103,7 +118,9 @@ pub async fn serve(
         "Starting FS watcher for {}",
         opts.device_plugin_dir.display()
     );
-    let mut watcher = DirWatcher::new(&opts).await?;
+    let mut watcher = DirWatcher::new(&opts.device_plugin_dir, &opts.kubelet_socket)
+        .await
+        .map_err(LifecycleError::Watch)?;
     tokio::pin!(shutdown);
     let mut number = 0u64;
     loop {
@@ -120,7 +137,7 @@ pub async fn serve(
         let reason = loop {
             tokio::select! {
                 _ = &mut shutdown => break None,
-                reason = watcher.next_restart(&own_name, yielded_to.as_deref()) => break Some(reason?),
+                reason = watcher.next_restart(&own_name, yielded_to.as_deref()) => break Some(reason.map_err(LifecycleError::Watch)?),
                 Some(()) = generation.stream_lost.recv() => {
                     match live_competitor(&opts.device_plugin_dir, &prefix, &own_name).await {
                         Some(other) => {
@@ -146,7 +163,9 @@ pub async fn serve(
             }
             Some(RestartReason::WatchLost) => {
                 tracing::info!("{}", RestartReason::WatchLost);
-                watcher = DirWatcher::new(&opts).await?;
+                watcher = DirWatcher::new(&opts.device_plugin_dir, &opts.kubelet_socket)
+                    .await
+                    .map_err(LifecycleError::Watch)?;
             }
             Some(reason) => tracing::info!("{reason}"),
         }
@@ -183,7 +202,7 @@ pub async fn serve_all(
                 None => break,
                 Some(Ok(Ok(()))) => {}
                 Some(Ok(Err(e))) => { first_error = Some(e); break; }
-                Some(Err(e)) => { first_error = Some(anyhow::anyhow!("a resource's lifecycle task failed: {e}")); break; }
+                Some(Err(e)) => { first_error = Some(LifecycleError::TaskFailed(e).into()); break; }
             },
         }
     }
@@ -195,8 +214,7 @@ pub async fn serve_all(
                 first_error.get_or_insert(e);
             }
             Err(e) => {
-                first_error
-                    .get_or_insert(anyhow::anyhow!("a resource's lifecycle task failed: {e}"));
+                first_error.get_or_insert(LifecycleError::TaskFailed(e).into());
             }
         }
     }
@@ -250,15 +268,13 @@ impl Generation {
         opts: &LifecycleOptions,
         prefix: &str,
         number: u64,
-    ) -> anyhow::Result<Generation> {
+    ) -> Result<Generation, LifecycleError> {
         let resource_name = resource.resource_name();
         let (socket, listener) = OwnedSocket::bind_unique(&opts.device_plugin_dir, prefix)
             .await
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "cannot create the plugin socket in {}: {e}",
-                    opts.device_plugin_dir.display()
-                )
+            .map_err(|error| LifecycleError::PluginSocket {
+                dir: opts.device_plugin_dir.clone(),
+                error,
             })?;
         // Bind the registration socket too before spawning anything, so that a failure
         // leaves no server task behind (dropping `socket` unlinks it).
@@ -266,11 +282,9 @@ impl Generation {
             Some(registry_dir) => Some(
                 OwnedSocket::bind_unique(registry_dir, prefix)
                     .await
-                    .map_err(|e| {
-                        anyhow::anyhow!(
-                            "cannot create the registration socket in {}: {e}",
-                            registry_dir.display()
-                        )
+                    .map_err(|error| LifecycleError::RegistrationSocket {
+                        dir: registry_dir.clone(),
+                        error,
                     })?,
             ),
             None => None,

@@ -5,13 +5,13 @@
 //! Asked once per scrape over a fresh connection: no connection is kept open between scrapes,
 //! so an idle plugin has nothing to wake up for.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use edgegpu_kubelet_api::podresources::pod_resources_lister_client::PodResourcesListerClient;
 use edgegpu_kubelet_api::podresources::ListPodResourcesRequest;
 
-use super::registration::unix_channel;
+use super::registration::{unix_channel, DialError};
 
 /// A List call must not hold a scrape up for long (Prometheus' default scrape timeout is 10 s).
 const LIST_TIMEOUT: Duration = Duration::from_secs(2);
@@ -28,18 +28,37 @@ pub struct DeviceHolder {
     pub device_id: String,
 }
 
+/// Why the pod-resources API gave no answer (logged once until it answers again).
+#[derive(Debug, thiserror::Error)]
+pub enum PodResourcesError {
+    /// The socket could not be dialed (only the innermost cause is shown).
+    #[error("cannot dial {}: {}", .socket.display(), .error.root_cause())]
+    Dial { socket: PathBuf, error: DialError },
+    #[error("List did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("List failed: {message} ({code:?})")]
+    Failed { message: String, code: tonic::Code },
+}
+
 /// The device IDs of `resources` that running containers hold, sorted (one List call).
-pub async fn holders(socket: &Path, resources: &[&str]) -> anyhow::Result<Vec<DeviceHolder>> {
-    let channel = unix_channel(socket, LIST_TIMEOUT).await.map_err(|f| {
-        let e = f.into_error();
-        anyhow::anyhow!("cannot dial {}: {}", socket.display(), e.root_cause())
-    })?;
+pub async fn holders(
+    socket: &Path,
+    resources: &[&str],
+) -> Result<Vec<DeviceHolder>, PodResourcesError> {
+    let channel =
+        unix_channel(socket, LIST_TIMEOUT)
+            .await
+            .map_err(|error| PodResourcesError::Dial {
+                socket: socket.to_path_buf(),
+                error,
+            })?;
     let mut client = PodResourcesListerClient::new(channel);
     let response = tokio::time::timeout(LIST_TIMEOUT, client.list(ListPodResourcesRequest {}))
         .await
-        .map_err(|_| anyhow::anyhow!("List did not answer within {LIST_TIMEOUT:?}"))?
-        .map_err(|status| {
-            anyhow::anyhow!("List failed: {} ({:?})", status.message(), status.code())
+        .map_err(|_| PodResourcesError::Timeout(LIST_TIMEOUT))?
+        .map_err(|status| PodResourcesError::Failed {
+            message: status.message().to_string(),
+            code: status.code(),
         })?
         .into_inner();
     let mut out = Vec::new();

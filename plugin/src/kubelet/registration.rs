@@ -30,26 +30,62 @@ const DIAL_TIMEOUT: Duration = Duration::from_secs(5);
 /// The kubelet dials back inside `Register` with a 10 s timeout; leave it room.
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// Why dialing a kubelet socket or a registration attempt failed.
-#[derive(Debug)]
-pub(crate) enum Failure {
+/// Why dialing a kubelet socket failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DialError {
     /// The socket is missing or not listening yet (ENOENT, ECONNREFUSED).
-    NotListening(anyhow::Error),
-    Other(anyhow::Error),
+    #[error(transparent)]
+    NotListening(tonic::transport::Error),
+    /// Any other connect failure.
+    #[error(transparent)]
+    Failed(tonic::transport::Error),
+    #[error("timed out after {0:?}")]
+    TimedOut(Duration),
 }
 
-impl Failure {
-    /// The error, whatever the kind of failure.
-    pub(crate) fn into_error(self) -> anyhow::Error {
-        match self {
-            Failure::NotListening(e) | Failure::Other(e) => e,
+impl DialError {
+    /// The innermost cause (e.g. the `connect()` error), the part worth logging.
+    pub fn root_cause(&self) -> &(dyn std::error::Error + 'static) {
+        let mut cause: &(dyn std::error::Error + 'static) = self;
+        while let Some(next) = cause.source() {
+            cause = next;
         }
+        cause
+    }
+}
+
+/// Why one `Register` attempt failed. Logged on every retry: each message names what an
+/// operator checks first (docs/device-plugin.md lists them).
+#[derive(Debug, thiserror::Error)]
+pub enum RegistrationError {
+    /// `kubelet.sock` could not be dialed (only the innermost cause is shown).
+    #[error("cannot dial {}: {}", .socket.display(), .error.root_cause())]
+    Dial { socket: PathBuf, error: DialError },
+    /// The kubelet answered `Register` with an error.
+    #[error("kubelet rejected the registration: {message} ({code:?})")]
+    Rejected { message: String, code: tonic::Code },
+    /// The kubelet accepted the connection but `Register` did not return in time.
+    #[error("Register did not answer within {0:?}")]
+    Timeout(Duration),
+}
+
+impl RegistrationError {
+    /// The kubelet socket is missing or not listening yet: the normal start of a kubelet,
+    /// retried quickly.
+    pub fn is_not_listening(&self) -> bool {
+        matches!(
+            self,
+            RegistrationError::Dial {
+                error: DialError::NotListening(_),
+                ..
+            }
+        )
     }
 }
 
 /// Opens a gRPC channel over a unix socket. The URI is a placeholder required by tonic;
 /// the connector ignores it and the kubelet ignores the authority.
-pub(crate) async fn unix_channel(path: &Path, timeout: Duration) -> Result<Channel, Failure> {
+pub(crate) async fn unix_channel(path: &Path, timeout: Duration) -> Result<Channel, DialError> {
     let path: PathBuf = path.to_path_buf();
     // The connector's io::Error reaches us wrapped by tonic; keep its kind aside.
     let dial_error = Arc::new(Mutex::new(None::<io::ErrorKind>));
@@ -75,14 +111,12 @@ pub(crate) async fn unix_channel(path: &Path, timeout: Duration) -> Result<Chann
             let kind = *dial_error.lock().unwrap_or_else(|p| p.into_inner());
             match kind {
                 Some(io::ErrorKind::ConnectionRefused | io::ErrorKind::NotFound) => {
-                    Err(Failure::NotListening(e.into()))
+                    Err(DialError::NotListening(e))
                 }
-                _ => Err(Failure::Other(e.into())),
+                _ => Err(DialError::Failed(e)),
             }
         }
-        Err(_) => Err(Failure::Other(anyhow::anyhow!(
-            "timed out after {timeout:?}"
-        ))),
+        Err(_) => Err(DialError::TimedOut(timeout)),
     }
 }
 
@@ -101,31 +135,24 @@ pub fn register_request(
 }
 
 /// One attempt: dial `kubelet_socket` and call `Register`.
-async fn register_once(kubelet_socket: &Path, request: RegisterRequest) -> Result<(), Failure> {
-    let dial_failed = |e: anyhow::Error| {
-        anyhow::anyhow!(
-            "cannot dial {}: {}",
-            kubelet_socket.display(),
-            e.root_cause()
-        )
-    };
+async fn register_once(
+    kubelet_socket: &Path,
+    request: RegisterRequest,
+) -> Result<(), RegistrationError> {
     let channel = unix_channel(kubelet_socket, DIAL_TIMEOUT)
         .await
-        .map_err(|f| match f {
-            Failure::NotListening(e) => Failure::NotListening(dial_failed(e)),
-            Failure::Other(e) => Failure::Other(dial_failed(e)),
+        .map_err(|error| RegistrationError::Dial {
+            socket: kubelet_socket.to_path_buf(),
+            error,
         })?;
     let mut client = RegistrationClient::new(channel);
     match tokio::time::timeout(REGISTER_TIMEOUT, client.register(request)).await {
         Ok(Ok(_)) => Ok(()),
-        Ok(Err(status)) => Err(Failure::Other(anyhow::anyhow!(
-            "kubelet rejected the registration: {} ({:?})",
-            status.message(),
-            status.code()
-        ))),
-        Err(_) => Err(Failure::Other(anyhow::anyhow!(
-            "Register did not answer within {REGISTER_TIMEOUT:?}"
-        ))),
+        Ok(Err(status)) => Err(RegistrationError::Rejected {
+            message: status.message().to_string(),
+            code: status.code(),
+        }),
+        Err(_) => Err(RegistrationError::Timeout(REGISTER_TIMEOUT)),
     }
 }
 
@@ -154,7 +181,7 @@ pub async fn register_until_success(
     let mut attempt = 0u32;
     let mut quick = 0u32;
     loop {
-        let (e, delay) = match register_once(kubelet_socket, request.clone()).await {
+        let e = match register_once(kubelet_socket, request.clone()).await {
             Ok(()) => {
                 stats.registered();
                 tracing::info!(
@@ -164,18 +191,21 @@ pub async fn register_until_success(
                 );
                 return;
             }
-            Err(Failure::NotListening(e)) => match refused_retry(quick) {
-                Some(delay) => {
-                    quick += 1;
-                    tracing::debug!(
-                        "kubelet socket not listening yet ({e:#}); retrying in {delay:?}"
-                    );
-                    tokio::time::sleep(delay).await;
-                    continue;
-                }
-                None => (e, backoff(attempt)),
-            },
-            Err(Failure::Other(e)) => (e, backoff(attempt)),
+            Err(e) => e,
+        };
+        let quick_retry = if e.is_not_listening() {
+            refused_retry(quick)
+        } else {
+            None
+        };
+        let delay = match quick_retry {
+            Some(delay) => {
+                quick += 1;
+                tracing::debug!("kubelet socket not listening yet ({e:#}); retrying in {delay:?}");
+                tokio::time::sleep(delay).await;
+                continue;
+            }
+            None => backoff(attempt),
         };
         stats.registration_failed();
         tracing::warn!(

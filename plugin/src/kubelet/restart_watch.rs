@@ -3,13 +3,12 @@
 //! directory and then creates `kubelet.sock`; either event ends the current generation.
 
 use std::ffi::{OsStr, OsString};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use edgegpu_kubelet_api::v1beta1::KUBELET_SOCKET_NAME;
 use futures_util::{FutureExt, StreamExt};
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
-
-use super::lifecycle::LifecycleOptions;
 
 /// Why a generation ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +52,27 @@ impl std::fmt::Display for RestartReason {
     }
 }
 
+/// Why the directories cannot be watched (any of these ends the lifecycle). The cause is
+/// part of each message and not a `source`, so `{:#}` does not print it twice.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error("cannot create {}: {error}", .dir.display())]
+    CreateDir { dir: PathBuf, error: io::Error },
+    #[error("inotify_init: {0}")]
+    Init(io::Error),
+    #[error("cannot watch {}: {error}", .dir.display())]
+    Watch { dir: PathBuf, error: io::Error },
+    #[error("inotify: {0}")]
+    EventStream(io::Error),
+    #[error("reading inotify events: {0}")]
+    Read(io::Error),
+    #[error("inotify event stream ended")]
+    Ended,
+    /// The blocking task that adds the watches did not finish.
+    #[error("{0}")]
+    Task(tokio::task::JoinError),
+}
+
 /// The watches, before their event stream is registered with the runtime.
 struct Watched {
     inotify: Inotify,
@@ -64,11 +84,11 @@ struct Watched {
 }
 
 impl Watched {
-    fn into_stream(self) -> anyhow::Result<DirWatcher> {
+    fn into_stream(self) -> Result<DirWatcher, WatchError> {
         let events = self
             .inotify
             .into_event_stream(vec![0u8; 4096])
-            .map_err(|e| anyhow::anyhow!("inotify: {e}"))?;
+            .map_err(WatchError::EventStream)?;
         Ok(DirWatcher {
             events,
             plugin_dir: self.plugin_dir,
@@ -92,46 +112,57 @@ pub(crate) struct DirWatcher {
 }
 
 impl DirWatcher {
-    /// Creates the directory if needed and adds the watches (file-system calls, on the
-    /// blocking pool).
-    pub(crate) async fn new(opts: &LifecycleOptions) -> anyhow::Result<DirWatcher> {
-        let opts = opts.clone();
-        tokio::task::spawn_blocking(move || Self::watch(&opts))
-            .await??
+    /// Watches `plugin_dir` (the device-plugin directory, created if needed) and the
+    /// directory of `kubelet_socket` (file-system calls, on the blocking pool).
+    pub(crate) async fn new(
+        plugin_dir: &Path,
+        kubelet_socket: &Path,
+    ) -> Result<DirWatcher, WatchError> {
+        let (plugin_dir, kubelet_socket) = (plugin_dir.to_path_buf(), kubelet_socket.to_path_buf());
+        tokio::task::spawn_blocking(move || Self::watch(plugin_dir, &kubelet_socket))
+            .await
+            .map_err(WatchError::Task)??
             .into_stream()
     }
 
-    fn watch(opts: &LifecycleOptions) -> anyhow::Result<Watched> {
-        let plugin_dir = opts.device_plugin_dir.clone();
-        std::fs::create_dir_all(&plugin_dir)
-            .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", plugin_dir.display()))?;
-        let inotify = Inotify::init().map_err(|e| anyhow::anyhow!("inotify_init: {e}"))?;
+    fn watch(plugin_dir: PathBuf, kubelet_socket: &Path) -> Result<Watched, WatchError> {
+        std::fs::create_dir_all(&plugin_dir).map_err(|error| WatchError::CreateDir {
+            dir: plugin_dir.clone(),
+            error,
+        })?;
+        let inotify = Inotify::init().map_err(WatchError::Init)?;
         let mask = WatchMask::CREATE
             | WatchMask::DELETE
             | WatchMask::MOVED_FROM
             | WatchMask::MOVED_TO
             | WatchMask::DELETE_SELF
             | WatchMask::MOVE_SELF;
-        let plugin_wd = inotify
-            .watches()
-            .add(&plugin_dir, mask)
-            .map_err(|e| anyhow::anyhow!("cannot watch {}: {e}", plugin_dir.display()))?;
-        let kubelet_dir = opts
-            .kubelet_socket
+        let plugin_wd =
+            inotify
+                .watches()
+                .add(&plugin_dir, mask)
+                .map_err(|error| WatchError::Watch {
+                    dir: plugin_dir.clone(),
+                    error,
+                })?;
+        let kubelet_dir = kubelet_socket
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."))
             .to_path_buf();
-        let kubelet_name = opts
-            .kubelet_socket
+        let kubelet_name = kubelet_socket
             .file_name()
             .map(OsStr::to_os_string)
             .unwrap_or_else(|| OsString::from(KUBELET_SOCKET_NAME));
         // Adding the same directory twice returns the same descriptor (mask replaced).
-        let kubelet_wd = inotify
-            .watches()
-            .add(&kubelet_dir, mask)
-            .map_err(|e| anyhow::anyhow!("cannot watch {}: {e}", kubelet_dir.display()))?;
+        let kubelet_wd =
+            inotify
+                .watches()
+                .add(&kubelet_dir, mask)
+                .map_err(|error| WatchError::Watch {
+                    dir: kubelet_dir.clone(),
+                    error,
+                })?;
         Ok(Watched {
             inotify,
             plugin_dir,
@@ -149,7 +180,7 @@ impl DirWatcher {
         &mut self,
         own_name: &OsStr,
         other_instance: Option<&OsStr>,
-    ) -> anyhow::Result<RestartReason> {
+    ) -> Result<RestartReason, WatchError> {
         let mut reason = None;
         loop {
             let next = if reason.is_none() {
@@ -162,8 +193,8 @@ impl DirWatcher {
             };
             let event = match next {
                 Some(Ok(event)) => event,
-                Some(Err(e)) => return Err(anyhow::anyhow!("reading inotify events: {e}")),
-                None => return Err(anyhow::anyhow!("inotify event stream ended")),
+                Some(Err(e)) => return Err(WatchError::Read(e)),
+                None => return Err(WatchError::Ended),
             };
             if let Some(found) = self.classify(&event, own_name, other_instance) {
                 // A kubelet restart wins over our socket's deletion: it is the event

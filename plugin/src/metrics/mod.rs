@@ -9,10 +9,12 @@
 //! sides — so an idle plugin does no work for its metrics.
 //!
 //! - [`exposition`]: the text format.
+//! - `families`: one function per metric family, called in order by `render`.
 //! - [`pod_memory`]: per-pod GPU memory used, and the limits.
 //! - [`server`]: the HTTP endpoint.
 
 pub mod exposition;
+mod families;
 pub mod pod_memory;
 pub mod server;
 
@@ -20,17 +22,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use edgegpu_kubelet_api::v1beta1::HEALTHY;
-
 use crate::allocate::GpuResource;
-use crate::gpu::health::HealthCounts;
 use crate::gpu::processes::Processes;
-use crate::gpu::sensors::{Reading, Readings, Sensors};
-use crate::gpu::{MigDevice, Platform};
+use crate::gpu::sensors::{Readings, Sensors};
+use crate::gpu::MigDevice;
 use crate::kubelet::pod_resources::{self, DeviceHolder};
-use crate::kubelet::stats::{KubeletStats, Reregistration};
-use crate::resource::Resource;
-use exposition::{Exposition, Kind};
+use crate::kubelet::stats::KubeletStats;
+use exposition::Exposition;
 
 /// Everything a scrape reads.
 pub struct MetricsSource {
@@ -321,6 +319,8 @@ impl MetricsSource {
         }
     }
 
+    /// Every family, in the order they are written: the GPUs' telemetry, per-pod memory,
+    /// then the plugin's own health.
     fn render_with(
         &self,
         served: &Served,
@@ -328,345 +328,37 @@ impl MetricsSource {
         readings: &Readings,
         memory: &pod_memory::PodMemory,
     ) -> String {
-        let Some(first) = served.resources.first() else {
+        if served.resources.is_empty() {
             return String::new();
-        };
-        let gpus = first.gpus();
-        let platform = first.platform();
-        let gpu_labels: Vec<[(&str, String); 4]> = gpus
-            .iter()
-            .map(|g| {
-                [
-                    ("gpu", g.index.to_string()),
-                    (
-                        "UUID",
-                        platform.map_or_else(|| g.uuid.clone(), |p| p.uuid_label(g)),
-                    ),
-                    ("device", format!("nvidia{}", g.minor.unwrap_or(g.index))),
-                    (
-                        "modelName",
-                        platform
-                            .map_or(g.name.as_str(), |p| p.model_name(g))
-                            .to_string(),
-                    ),
-                ]
-            })
-            .collect();
-        // dcgm-exporter's label order: gpu, UUID, device, modelName, then a GPU instance's
-        // GPU_I_PROFILE and GPU_I_ID, then Hostname.
-        let gpu_id_labels = |gpu: usize| -> Vec<(&str, &str)> {
-            let mut labels: Vec<(&str, &str)> = gpu_labels[gpu]
-                .iter()
-                .map(|(k, v)| (*k, v.as_str()))
-                .collect();
-            labels.push(("Hostname", self.hostname.as_str()));
-            labels
-        };
-        let gi_ids: Vec<String> = served
-            .entities
-            .iter()
-            .map(|e| {
-                e.instance
-                    .as_ref()
-                    .map_or(String::new(), |i| i.id.to_string())
-            })
-            .collect();
-        let entity_labels = |e: usize| -> Vec<(&str, &str)> {
-            let entity = &served.entities[e];
-            let mut labels: Vec<(&str, &str)> = gpu_labels[entity.gpu]
-                .iter()
-                .map(|(k, v)| (*k, v.as_str()))
-                .collect();
-            if let Some(i) = &entity.instance {
-                labels.push(("GPU_I_PROFILE", i.profile.as_str()));
-                labels.push(("GPU_I_ID", gi_ids[e].as_str()));
-            }
-            labels.push(("Hostname", self.hostname.as_str()));
-            labels
-        };
-        // What an entity reads: a GPU its own reading; a GPU instance its GPU's clocks,
-        // temperature and power with its own framebuffer, and no utilisation (NVML and DCGM
-        // report none per instance; the GPU's would be every instance's).
-        let no_reading = Reading::default();
-        let entity_readings: Vec<Reading> = served
-            .entities
-            .iter()
-            .map(|e| {
-                let gpu = readings.gpus.get(e.gpu).unwrap_or(&no_reading);
-                match &e.instance {
-                    None => gpu.clone(),
-                    Some(i) => {
-                        let mig = readings.migs.get(i.mig).unwrap_or(&no_reading);
-                        Reading {
-                            utilization_percent: None,
-                            sm_clock_mhz: gpu.sm_clock_mhz,
-                            memory_clock_mhz: gpu.memory_clock_mhz,
-                            temperature_celsius: gpu.temperature_celsius,
-                            power_watts: gpu.power_watts,
-                            framebuffer_used_mib: mig.framebuffer_used_mib,
-                            framebuffer_free_mib: mig.framebuffer_free_mib,
-                            ..Reading::default()
-                        }
-                    }
-                }
-            })
-            .collect();
+        }
+        let labels = families::SeriesLabels::new(served, &self.hostname);
         let mut e = Exposition::new();
-
-        // dcgm-exporter's fields (etc/default-counters.csv): one series per GPU or GPU
-        // instance, or one per container holding it (time-slicing: several).
-        type Field = (&'static str, &'static str, fn(&Reading) -> Option<f64>);
-        const DCGM: [Field; 7] = [
-            (
-                "DCGM_FI_DEV_SM_CLOCK",
-                "SM clock frequency (in MHz).",
-                |r| r.sm_clock_mhz,
-            ),
-            (
-                "DCGM_FI_DEV_MEM_CLOCK",
-                "Memory clock frequency (in MHz).",
-                |r| r.memory_clock_mhz,
-            ),
-            ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", |r| {
-                r.temperature_celsius
-            }),
-            ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", |r| {
-                r.power_watts
-            }),
-            ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", |r| {
-                r.utilization_percent
-            }),
-            (
-                "DCGM_FI_DEV_FB_FREE",
-                "Framebuffer memory free (in MiB).",
-                |r| r.framebuffer_free_mib,
-            ),
-            (
-                "DCGM_FI_DEV_FB_USED",
-                "Framebuffer memory used (in MiB).",
-                |r| r.framebuffer_used_mib,
-            ),
-        ];
-        for (name, help, get) in DCGM {
-            let mut family = e.family(name, Kind::Gauge, help);
-            for (n, reading) in entity_readings.iter().enumerate() {
-                let Some(value) = get(reading) else { continue };
-                let base = entity_labels(n);
-                if holders[n].is_empty() {
-                    family.sample(&base, value);
-                }
-                for h in &holders[n] {
-                    let mut labels = base.clone();
-                    labels.extend([
-                        ("pod", h.pod.as_str()),
-                        ("namespace", h.namespace.as_str()),
-                        ("container", h.container.as_str()),
-                    ]);
-                    family.sample(&labels, value);
-                }
-            }
-        }
-
-        // Jetson signals dcgm-exporter has no name for: per GPU.
-        let per_gpu = || readings.gpus.iter().enumerate().take(gpu_labels.len());
-        let mut emc = e.family(
-            "edgegpu_emc_utilization_percent",
-            Kind::Gauge,
-            "Jetson memory controller (EMC) load (in %).",
-        );
-        for (p, r) in per_gpu() {
-            if let Some(v) = r.emc_utilization_percent {
-                emc.sample(&gpu_id_labels(p), v);
-            }
-        }
-        let mut rails = e.family(
-            "edgegpu_power_rail_watts",
-            Kind::Gauge,
-            "Jetson INA3221 power rail (in W); feeds_gpu: the rail powers the GPU, alone or with other units.",
-        );
-        for (p, r) in per_gpu() {
-            for rail in &r.rails {
-                let mut labels = gpu_id_labels(p);
-                labels.push(("rail", &rail.label));
-                labels.push(("feeds_gpu", if rail.feeds_gpu { "true" } else { "false" }));
-                rails.sample(&labels, rail.watts);
-            }
-        }
-        let mut used = e.family(
-            "edgegpu_gpu_shared_memory_used_bytes",
-            Kind::Gauge,
-            "Jetson memory held by the GPU's nvmap allocator (NvMapMemUsed, in bytes).",
-        );
-        for (p, r) in per_gpu() {
-            if let Some(v) = r.shared_memory_used_bytes {
-                used.sample(&gpu_id_labels(p), v as f64);
-            }
-        }
-        let mut total = e.family(
-            "edgegpu_gpu_shared_memory_total_bytes",
-            Kind::Gauge,
-            "Jetson memory the GPU shares with the CPU (MemTotal, in bytes).",
-        );
-        for (p, r) in per_gpu() {
-            if let (Some(_), Some(v)) = (r.shared_memory_used_bytes, r.shared_memory_total_bytes) {
-                total.sample(&gpu_id_labels(p), v as f64);
-            }
-        }
-
-        // Per-pod GPU memory: what each container's processes use, and its limit.
-        pod_memory::render(&mut e, memory, &entity_labels);
-
-        // The plugin's own health, per served resource.
-        let platform_name = match platform {
-            Some(Platform::Tegra { .. }) => "tegra",
-            Some(Platform::Nvml) => "nvml",
-            None => "none",
-        };
-        let mut build = e.family(
-            "edgegpu_build_info",
-            Kind::Gauge,
-            "The plugin's version and platform, per served resource; always 1.",
-        );
-        for r in &served.resources {
-            build.sample(
-                &[
-                    ("version", env!("CARGO_PKG_VERSION")),
-                    ("platform", platform_name),
-                    ("resource", r.name()),
-                ],
-                1.0,
-            );
-        }
+        let entity_readings = families::entity_readings(served, readings);
+        families::dcgm_fields(&mut e, &labels, &entity_readings, holders);
+        families::emc_utilization(&mut e, &labels, readings);
+        families::power_rails(&mut e, &labels, readings);
+        families::shared_memory_used(&mut e, &labels, readings);
+        families::shared_memory_total(&mut e, &labels, readings);
+        pod_memory::render(&mut e, memory, &|n| labels.entity(n));
+        families::build_info(&mut e, served);
         let stats: Vec<_> = served
             .resources
             .iter()
             .map(|r| (r.name(), self.kubelet.resource(r.name())))
             .collect();
-        let mut registered = e.family(
-            "edgegpu_registered",
-            Kind::Gauge,
-            "1 while the kubelet has accepted the current registration.",
-        );
-        for (name, k) in &stats {
-            registered.sample(
-                &[("resource", name)],
-                f64::from(u8::from(k.is_registered())),
-            );
-        }
-        let mut registrations = e.family(
-            "edgegpu_registrations_total",
-            Kind::Counter,
-            "Registrations the kubelet accepted.",
-        );
-        for (name, k) in &stats {
-            registrations.sample(&[("resource", name)], k.registrations() as f64);
-        }
-        let mut failures = e.family(
-            "edgegpu_registration_failures_total",
-            Kind::Counter,
-            "Registration attempts that failed (each is retried).",
-        );
-        for (name, k) in &stats {
-            failures.sample(&[("resource", name)], k.registration_failures() as f64);
-        }
-        let mut rereg = e.family(
-            "edgegpu_reregistrations_total",
-            Kind::Counter,
-            "Times the plugin served and registered again, by reason.",
-        );
-        for (name, k) in &stats {
-            for reason in Reregistration::ALL {
-                rereg.sample(
-                    &[("resource", name), ("reason", reason.label())],
-                    k.reregistrations(reason) as f64,
-                );
-            }
-        }
-        let mut allocations = e.family(
-            "edgegpu_allocations_total",
-            Kind::Counter,
-            "Container allocations answered with devices.",
-        );
-        for r in &served.resources {
-            allocations.sample(
-                &[("resource", r.name())],
-                r.allocations().succeeded() as f64,
-            );
-        }
-        let mut refused = e.family(
-            "edgegpu_allocation_failures_total",
-            Kind::Counter,
-            "Container allocations refused (unknown, unhealthy or too many device IDs).",
-        );
-        for r in &served.resources {
-            refused.sample(&[("resource", r.name())], r.allocations().failed() as f64);
-        }
-        let mut by_health = e.family(
-            "edgegpu_devices",
-            Kind::Gauge,
-            "Devices advertised to the kubelet (GPUs, MIG devices or time-slicing replicas), by health.",
-        );
-        for r in &served.resources {
-            let devices = r.devices().borrow().clone();
-            let healthy = devices.iter().filter(|d| d.health == HEALTHY).count();
-            by_health.sample(
-                &[("resource", r.name()), ("health", "Healthy")],
-                healthy as f64,
-            );
-            by_health.sample(
-                &[("resource", r.name()), ("health", "Unhealthy")],
-                (devices.len() - healthy) as f64,
-            );
-        }
-        // Per entity: healthy while every unit of it is; transitions of all its units.
-        let mut health: Vec<Option<HealthCounts>> = vec![None; served.entities.len()];
-        for (r, resource) in served.resources.iter().enumerate() {
-            for (unit, counts) in resource.health().into_iter().enumerate() {
-                let slot = &mut health[served.unit_entity[r][unit]];
-                let sum = slot.get_or_insert(HealthCounts {
-                    healthy: true,
-                    ..HealthCounts::default()
-                });
-                sum.healthy &= counts.healthy;
-                sum.became_unhealthy += counts.became_unhealthy;
-                sum.became_healthy += counts.became_healthy;
-            }
-        }
-        let mut gpu_healthy = e.family(
-            "edgegpu_gpu_healthy",
-            Kind::Gauge,
-            "1 while the GPU (or MIG GPU instance) passes its health checks.",
-        );
-        for (n, h) in health.iter().enumerate() {
-            if let Some(h) = h {
-                gpu_healthy.sample(&entity_labels(n), f64::from(u8::from(h.healthy)));
-            }
-        }
-        let mut transitions = e.family(
-            "edgegpu_gpu_health_transitions_total",
-            Kind::Counter,
-            "Health changes of the GPU (or MIG GPU instance), by the state it changed to.",
-        );
-        for (n, h) in health.iter().enumerate() {
-            if let Some(h) = h {
-                let mut labels = entity_labels(n);
-                labels.push(("to", "unhealthy"));
-                transitions.sample(&labels, h.became_unhealthy as f64);
-                labels.pop();
-                labels.push(("to", "healthy"));
-                transitions.sample(&labels, h.became_healthy as f64);
-            }
-        }
+        families::registered(&mut e, &stats);
+        families::registrations(&mut e, &stats);
+        families::registration_failures(&mut e, &stats);
+        families::reregistrations(&mut e, &stats);
+        families::allocations(&mut e, served);
+        families::allocation_failures(&mut e, served);
+        families::devices_by_health(&mut e, served);
+        let health = families::entity_health(served);
+        families::gpu_healthy(&mut e, &labels, &health);
+        families::gpu_health_transitions(&mut e, &labels, &health);
         if self.pod_resources_socket.is_some() {
-            e.family(
-                "edgegpu_pod_resources_errors_total",
-                Kind::Counter,
-                "Scrapes whose pod-resources List call failed (series then carry no pod labels).",
-            )
-            .sample(
-                &[],
-                self.pod_resources_errors.load(Ordering::Relaxed) as f64,
-            );
+            let errors = self.pod_resources_errors.load(Ordering::Relaxed);
+            families::pod_resources_errors(&mut e, errors);
         }
         e.into_text()
     }
