@@ -2,6 +2,7 @@
 //! README's simulation command. Never shipped in a release build or an image.
 
 pub mod apiserver;
+pub mod bench;
 pub mod board;
 pub mod cuda;
 pub mod fakelib;
