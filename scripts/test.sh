@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # All the checks, as CI runs them (.ci/run calls exactly this). Installs what is missing first.
-#   1. formatting, 2. clippy (deny warnings), 3. the test suite (x86_64), and the docs checked
-#   against the programs it built (scripts/check-docs.py),
+#   1. formatting, 2. clippy (deny warnings), 3. the test suite (x86_64), every benchmark once in
+#   smoke mode (a few iterations, figures printed, nothing asserted on time), and the docs
+#   checked against the programs the tests built (scripts/check-docs.py),
 #   4. MSRV: cargo +1.75 check --locked, 5. manifest and Yocto layer checks,
 #   6. release cross-builds (glibc 2.17 / static checks, size table), and the container images
 #      built from them (sizes, smoke runs, reproducibility),
@@ -31,6 +32,12 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "cargo test --workspace (x86_64)"
 cargo test --workspace --locked
+
+# The benchmarks run as test-profile programs next to what the step above built (only the bench
+# targets themselves are compiled), each with a handful of iterations: they cannot rot, and no
+# figure is judged here (scripts/bench.sh measures).
+step "benchmarks in smoke mode (EDGEGPU_BENCH_SMOKE=1: a few iterations each, figures printed)"
+EDGEGPU_BENCH_SMOKE=1 cargo test --workspace --locked --bench '*'
 
 step "docs in step with the code: flags, programs, Job names, figures (scripts/check-docs.py)"
 python3 scripts/check-docs.py

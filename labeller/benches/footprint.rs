@@ -3,12 +3,14 @@
 //! the node-labeller DaemonSet's container does; its RSS and wake-ups while it sleeps, and how
 //! long labelling took.
 //!
-//! Run: `cargo bench -p edgegpu-labeller --bench footprint`.
+//! Run: `cargo bench -p edgegpu-labeller --bench footprint`; smoke mode (short idle windows,
+//! as scripts/test.sh runs it): `edgegpu_testkit::bench`.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use edgegpu_testkit::apiserver::FakeApiServer;
+use edgegpu_testkit::bench::{smoke_line, window};
 use edgegpu_testkit::host::{Board, FakeHost};
 use edgegpu_testkit::process::{binary_command, terminate, Footprint};
 
@@ -46,9 +48,9 @@ async fn run(kind_only: bool, idle_seconds: u64) {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let labelled = t0.elapsed();
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    tokio::time::sleep(window(Duration::from_secs(1))).await;
     let pid = child.id();
-    let footprint = Footprint::measure(pid, Duration::from_secs(idle_seconds)).await;
+    let footprint = Footprint::measure(pid, window(Duration::from_secs(idle_seconds))).await;
     println!(
         "labeller{}: start -> labelled {labelled:.2?}; then sleeping: {footprint}",
         if kind_only {
@@ -67,6 +69,9 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    if let Some(line) = smoke_line() {
+        println!("{line}");
+    }
     rt.block_on(async {
         run(true, 5).await;
         run(false, 5).await;

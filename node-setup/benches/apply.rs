@@ -2,7 +2,8 @@
 //! plan, backup, atomic writes, manifest) on fake host trees, and proof that a second
 //! apply performs zero writes. Prints figures; exits non-zero if the second apply writes.
 //! The first apply's time is mostly fsync latency (files, renames, new directories) of
-//! the disk under the temp dir; "detect+plan" is the compute part.
+//! the disk under the temp dir; "detect+plan" is the compute part. Smoke mode (a few rounds,
+//! as scripts/test.sh runs it, the zero-writes check included): `edgegpu_testkit::bench`.
 
 use std::time::{Duration, Instant};
 
@@ -10,6 +11,7 @@ use clap::Parser;
 use edgegpu_node_setup::cli::Cli;
 use edgegpu_node_setup::fsops;
 use edgegpu_node_setup::restart::ServiceManager;
+use edgegpu_testkit::bench::{iterations, smoke_line};
 use edgegpu_testkit::nodehost::NodeHost;
 
 // The host layouts and fixtures the tests use.
@@ -54,6 +56,10 @@ fn apply(host: &NodeHost) -> (Duration, u64) {
 }
 
 fn main() {
+    if let Some(line) = smoke_line() {
+        println!("{line}");
+    }
+    let rounds = iterations(ROUNDS);
     let mut failed = false;
     for (name, make) in [
         (
@@ -65,7 +71,7 @@ fn main() {
     ] {
         // Detect + plan alone (reads and edits in memory, no write): the compute part.
         let mut planning = Vec::new();
-        for _ in 0..ROUNDS {
+        for _ in 0..rounds {
             let host = make();
             let opts = edgegpu_node_setup::plan::Options {
                 host: edgegpu_node_setup::host::HostRoot::new(host.root()),
@@ -89,7 +95,7 @@ fn main() {
         let mut second = Vec::new();
         let mut first_writes = 0;
         let mut second_writes = 0;
-        for _ in 0..ROUNDS {
+        for _ in 0..rounds {
             let host = make();
             let (t, w) = apply(&host);
             first.push(t);
@@ -108,14 +114,14 @@ fn main() {
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
         println!(
             "{name}: detect+plan median {:.2} ms",
-            ms(planning[ROUNDS / 2])
+            ms(planning[rounds / 2])
         );
         println!(
-            "{name}: first apply median {:.2} ms (min {:.2}, max {:.2}), {first_writes} writes incl. backups+manifest; second apply median {:.2} ms, {second_writes} writes in {ROUNDS} rounds",
-            ms(first[ROUNDS / 2]),
+            "{name}: first apply median {:.2} ms (min {:.2}, max {:.2}), {first_writes} writes incl. backups+manifest; second apply median {:.2} ms, {second_writes} writes in {rounds} rounds",
+            ms(first[rounds / 2]),
             ms(first[0]),
-            ms(first[ROUNDS - 1]),
-            ms(second[ROUNDS / 2]),
+            ms(first[rounds - 1]),
+            ms(second[rounds / 2]),
         );
         if second_writes != 0 {
             eprintln!("{name}: second apply wrote {second_writes} files");

@@ -1,11 +1,13 @@
 //! `cargo bench -p edgegpu-node-setup --bench cdi`: time of `cdi generate` (read the inputs,
 //! build, validate and serialise the spec) per simulated platform, and of writing it
-//! atomically. Prints figures.
+//! atomically. Prints figures. Smoke mode (a few rounds, as scripts/test.sh runs it):
+//! `edgegpu_testkit::bench`.
 
 use std::time::{Duration, Instant};
 
 use edgegpu_node_setup::cdi;
 use edgegpu_node_setup::host::HostRoot;
+use edgegpu_testkit::bench::{iterations, smoke_line};
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
 
 const ROUNDS: usize = 200;
@@ -27,7 +29,7 @@ fn bench(what: &str, host: &FakeHost) {
     let mut generate = Vec::new();
     let mut yaml = Vec::new();
     let mut devices = 0;
-    for _ in 0..ROUNDS {
+    for _ in 0..iterations(ROUNDS) {
         let t = Instant::now();
         let g = cdi::generate(&root).expect("generate");
         generate.push(t.elapsed());
@@ -41,7 +43,7 @@ fn bench(what: &str, host: &FakeHost) {
     // The whole command, atomic write (fsync) included.
     let mut write = Vec::new();
     let out = host.path("/var/run/cdi/bench.yaml");
-    for i in 0..20 {
+    for i in 0..iterations(20) {
         // A changed file each time, so every round writes.
         let _ = std::fs::remove_file(&out);
         let t = Instant::now();
@@ -54,6 +56,9 @@ fn bench(what: &str, host: &FakeHost) {
 }
 
 fn main() {
+    if let Some(line) = smoke_line() {
+        println!("{line}");
+    }
     for board in Board::ALL {
         let host = FakeHost::jetson_with_nvml(board);
         host.write("/usr/bin/nvidia-cdi-hook", "#!/bin/sh\n");

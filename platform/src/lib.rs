@@ -4,10 +4,12 @@
 //! Detection, health checks and the device specs of the device plugin all read it (and
 //! devicequery and GPU telemetry are meant to), so supporting a new generation means adding
 //! one entry there and nothing else. Host paths and parsers that do not depend on the
-//! generation are in [`host`].
+//! generation are in [`host`]; the CDI device names the device plugin and node-setup share, in
+//! [`cdi`].
 //!
 //! No I/O happens here: the crate only describes; callers read the host under their own root.
 
+pub mod cdi;
 pub mod csv;
 pub mod host;
 pub mod procfs;

@@ -7,7 +7,8 @@
 //! - discovery time per simulated board (files only, and hybrid with NVML on JetPack 6+), a
 //!   discrete server and a MIG server.
 //!
-//! `cargo bench -p edgegpu-plugin --bench gpu_health`
+//! `cargo bench -p edgegpu-plugin --bench gpu_health`; smoke mode (a few iterations, as
+//! scripts/test.sh runs it): `edgegpu_testkit::bench`.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use edgegpu_kubelet_api::v1beta1::{ContainerAllocateRequest, Device, HEALTHY, UN
 use edgegpu_plugin::resource::Resource;
 use edgegpu_plugin::Cli;
 use edgegpu_plugin::{build_gpu_resource, build_gpu_resources, GpuResource};
+use edgegpu_testkit::bench::{iterations, smoke_line};
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
 use tokio::sync::watch;
 
@@ -73,7 +75,7 @@ async fn tegra_health_latency() {
     let res = resource(host.root(), &["--discovery=tegra"]).await;
     let mut rx = res.devices();
     let (mut lost, mut back) = (Vec::new(), Vec::new());
-    for _ in 0..100 {
+    for _ in 0..iterations(100) {
         // Timed from just before the change, so the figure includes the filesystem operation.
         let t = Instant::now();
         host.remove_node("/dev/nvmap");
@@ -88,7 +90,7 @@ async fn tegra_health_latency() {
     report("tegra: /dev/nvmap restored → Healthy published", back);
 
     let mut sysfs = Vec::new();
-    for _ in 0..50 {
+    for _ in 0..iterations(50) {
         let t = Instant::now();
         host.break_gpu_sysfs();
         wait_for(&mut rx, "tegra", UNHEALTHY).await;
@@ -105,7 +107,7 @@ async fn nvml_xid_latency() {
     let res = resource(host.root(), &["--health-recovery-seconds=1"]).await;
     let mut rx = res.devices();
     let mut xid = Vec::new();
-    for _ in 0..10 {
+    for _ in 0..iterations(10) {
         let t = Instant::now();
         host.inject_xid(0, 79);
         wait_for(&mut rx, &gpus[0].uuid, UNHEALTHY).await;
@@ -145,7 +147,7 @@ async fn allocate_cost() {
             devices_ids: vec![id],
         };
         let mut samples = Vec::new();
-        for _ in 0..2000 {
+        for _ in 0..iterations(2000) {
             let t = Instant::now();
             let r = res.allocate(&request).unwrap();
             samples.push(t.elapsed());
@@ -164,7 +166,7 @@ async fn discovery_time() {
     // Files only (--discovery tegra), every generation.
     for board in Board::ALL {
         let mut samples = Vec::new();
-        for _ in 0..20 {
+        for _ in 0..iterations(20) {
             let host = FakeHost::jetson(board);
             let t = Instant::now();
             let res = resource(host.root(), &["--discovery=tegra", "--health-checks=false"]).await;
@@ -176,7 +178,7 @@ async fn discovery_time() {
     // JetPack 6+: auto, NVML loaded (a fresh copy per root) and the hybrid Tegra probe.
     for board in Board::ALL.into_iter().filter(|b| b.nvml().is_some()) {
         let mut samples = Vec::new();
-        for _ in 0..20 {
+        for _ in 0..iterations(20) {
             let host = FakeHost::jetson_with_nvml(board);
             let t = Instant::now();
             let res = resource(host.root(), &["--discovery=auto", "--health-checks=false"]).await;
@@ -189,7 +191,7 @@ async fn discovery_time() {
         );
     }
     let mut samples = Vec::new();
-    for _ in 0..20 {
+    for _ in 0..iterations(20) {
         let host = FakeHost::discrete(&FakeGpu::two_on_two_numa_nodes());
         let t = Instant::now();
         let res = resource(host.root(), &["--discovery=nvml", "--health-checks=false"]).await;
@@ -198,7 +200,7 @@ async fn discovery_time() {
     }
     report("discovery (nvml, fake, 2 GPUs incl. dlopen)", samples);
     let mut samples = Vec::new();
-    for _ in 0..20 {
+    for _ in 0..iterations(20) {
         let (host, _) = FakeHost::mig_server(&[0], &FakeMig::h100_mixed());
         let t = Instant::now();
         let node = build_gpu_resources(
@@ -220,6 +222,9 @@ async fn discovery_time() {
 
 fn main() {
     // `cargo bench` passes `--bench`; any other argument is a filter we do not support.
+    if let Some(line) = smoke_line() {
+        println!("{line}");
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

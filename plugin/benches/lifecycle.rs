@@ -11,7 +11,8 @@
 //!
 //! Run: `cargo bench -p edgegpu-plugin --bench lifecycle`. Extra arguments for the binary
 //! (e.g. a metrics flag): `EDGEGPU_BENCH_PLUGIN_ARGS="--flag value" cargo bench …`; only the
-//! binary's figures: `EDGEGPU_BENCH_ONLY=footprint cargo bench …`.
+//! binary's figures: `EDGEGPU_BENCH_ONLY=footprint cargo bench …`. Smoke mode (a few
+//! iterations, short idle windows, as scripts/test.sh runs it): `edgegpu_testkit::bench`.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -26,6 +27,7 @@ use edgegpu_kubelet_api::v1beta1::{
 };
 use edgegpu_plugin::resource::Resource;
 use edgegpu_plugin::{serve, LifecycleOptions};
+use edgegpu_testkit::bench::{iterations, smoke_line, window};
 use edgegpu_testkit::host::{Board, FakeHost};
 use edgegpu_testkit::kubelet::{dial_plugin, FakeKubelet, FakeKubeletOptions};
 use edgegpu_testkit::process::{
@@ -147,7 +149,7 @@ fn summary(mut samples: Vec<Duration>) -> String {
 
 async fn start_to_registered(rounds: usize) {
     let mut samples = Vec::new();
-    for _ in 0..rounds {
+    for _ in 0..iterations(rounds) {
         let dir = tempfile::tempdir().unwrap();
         let kubelet = FakeKubelet::start(dir.path()).await.unwrap();
         let t0 = Instant::now();
@@ -171,7 +173,7 @@ async fn restart_to_reregistered(rounds: usize, listen_delay: Duration) {
     kubelet.wait_for_registration(GPU, WAIT).await.unwrap();
     let mut from_create = Vec::new();
     let mut from_listen = Vec::new();
-    for _ in 0..rounds {
+    for _ in 0..iterations(rounds) {
         let before = kubelet.registration_count();
         kubelet.stop().await;
         // t0: the kubelet deletes the sockets and creates kubelet.sock again.
@@ -203,6 +205,7 @@ fn thread_cpu_us(tid: i32) -> u64 {
 }
 
 async fn allocate_latency(callers: usize, calls_each: usize, shared_connection: bool) {
+    let calls_each = iterations(calls_each);
     let dir = tempfile::tempdir().unwrap();
     let kubelet = FakeKubelet::start(dir.path()).await.unwrap();
     let plugin = PluginThread::start(dir.path());
@@ -259,13 +262,14 @@ async fn lifecycle_idle_wakeups(seconds: u64) {
     let kubelet = FakeKubelet::start(dir.path()).await.unwrap();
     let plugin = PluginThread::start(dir.path());
     kubelet.wait_for_registration(GPU, WAIT).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(window(Duration::from_millis(500))).await;
     let files = vec![format!("/proc/self/task/{}/status", plugin.tid)];
     let before = context_switches(&files);
-    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let idle = window(Duration::from_secs(seconds));
+    tokio::time::sleep(idle).await;
     let after = context_switches(&files);
     println!(
-        "lifecycle thread idle for {seconds} s (registered, ListAndWatch open): {} context switches",
+        "lifecycle thread idle for {idle:?} (registered, ListAndWatch open): {} context switches",
         after - before
     );
 }
@@ -296,13 +300,14 @@ async fn binary_footprint(seconds: u64) {
     if !extra.is_empty() {
         println!("binary: extra arguments: {extra}");
     }
-    for _ in 0..1000 {
+    let allocates = iterations(1000);
+    for _ in 0..allocates {
         kubelet.allocate(GPU, &["tegra"]).await.unwrap();
     }
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    tokio::time::sleep(window(Duration::from_secs(1))).await;
     let pid = child.id();
-    let footprint = Footprint::measure(pid, Duration::from_secs(seconds)).await;
-    println!("binary steady state after 1000 Allocates: {footprint}");
+    let footprint = Footprint::measure(pid, window(Duration::from_secs(seconds))).await;
+    println!("binary steady state after {allocates} Allocates: {footprint}");
     println!("  where it goes (Rss by mapping): {}", rss_by_mapping(pid));
     let own = std::fs::read_dir(dir.path())
         .unwrap()
@@ -330,6 +335,9 @@ fn main() {
         .build()
         .unwrap();
     println!("{}", machine_line());
+    if let Some(line) = smoke_line() {
+        println!("{line}");
+    }
     // EDGEGPU_BENCH_ONLY=footprint: only the binary's figures (quick when trying build settings).
     let only_footprint = std::env::var("EDGEGPU_BENCH_ONLY").is_ok_and(|v| v == "footprint");
     rt.block_on(async {

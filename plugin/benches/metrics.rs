@@ -7,7 +7,8 @@
 //! - the real binary's RSS with metrics off and on, and its idle context switches with the
 //!   endpoint open (the endpoint must not wake the process up between scrapes).
 //!
-//! Run: `cargo bench -p edgegpu-plugin --bench metrics`.
+//! Run: `cargo bench -p edgegpu-plugin --bench metrics`; smoke mode (a few iterations, short
+//! idle windows, as scripts/test.sh runs it): `edgegpu_testkit::bench`.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -19,6 +20,7 @@ use clap::Parser;
 use edgegpu_plugin::kubelet::stats::KubeletStats;
 use edgegpu_plugin::metrics::MetricsSource;
 use edgegpu_plugin::{build_gpu_resources, Cli};
+use edgegpu_testkit::bench::{iterations, smoke_line, window};
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
 use edgegpu_testkit::kubelet::FakeKubelet;
 use edgegpu_testkit::pod_resources::FakePodResources;
@@ -64,8 +66,9 @@ async fn source_for(host: &FakeHost, args: &[&str], pods: Option<&Path>) -> Metr
 
 /// Renders `rounds` scrapes on this (current-thread) runtime, like the binary.
 async fn scrape_cost(what: &str, source: &MetricsSource, rounds: usize) {
+    let rounds = iterations(rounds);
     let mut bytes = 0;
-    for _ in 0..20 {
+    for _ in 0..iterations(20) {
         bytes = source.render().await.len();
     }
     let mut samples = Vec::with_capacity(rounds);
@@ -178,20 +181,21 @@ async fn binary(metrics: bool, idle_seconds: u64) {
     if metrics {
         let mut samples = Vec::new();
         let cpu_before = cpu_us(&pid.to_string());
-        for _ in 0..200 {
+        let scrapes = iterations(200);
+        for _ in 0..scrapes {
             let t = Instant::now();
             http_get(addr).await;
             samples.push(t.elapsed());
         }
         let cpu = cpu_us(&pid.to_string()) - cpu_before;
         scrape_line = format!(
-            "; 200 HTTP scrapes: {}, plugin CPU {:.1} µs/scrape",
+            "; {scrapes} HTTP scrapes: {}, plugin CPU {:.1} µs/scrape",
             summary(samples),
-            cpu as f64 / 200.0
+            cpu as f64 / scrapes as f64
         );
     }
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let footprint = Footprint::measure(pid, Duration::from_secs(idle_seconds)).await;
+    tokio::time::sleep(window(Duration::from_secs(1))).await;
+    let footprint = Footprint::measure(pid, window(Duration::from_secs(idle_seconds))).await;
     println!(
         "binary, metrics {:<3}: {footprint}{scrape_line}",
         if metrics { "on" } else { "off" }
@@ -202,6 +206,9 @@ async fn binary(metrics: bool, idle_seconds: u64) {
 
 fn main() {
     println!("{}", machine_line());
+    if let Some(line) = smoke_line() {
+        println!("{line}");
+    }
     // One thread, like the binary (blocking sensor reads go to tokio's blocking pool).
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -8,7 +8,8 @@
 //!   timed to `daemons.json` rewritten, to the companion's status `ready` with the new
 //!   settings, and to the kubelet seeing the devices healthy again.
 //!
-//! Run: `cargo bench -p edgegpu-plugin --bench sharing`.
+//! Run: `cargo bench -p edgegpu-plugin --bench sharing`; smoke mode (a few iterations, short
+//! idle windows, as scripts/test.sh runs it): `edgegpu_testkit::bench`.
 
 use std::path::Path;
 use std::process::{Child, Stdio};
@@ -16,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use edgegpu_kubelet_api::v1beta1::HEALTHY;
 use edgegpu_plugin::mps::status::{self, State, Status};
+use edgegpu_testkit::bench::{iterations, smoke_line, window};
 use edgegpu_testkit::host::{Board, FakeHost};
 use edgegpu_testkit::kubelet::FakeKubelet;
 use edgegpu_testkit::process::{binary_command, machine_line, terminate, Footprint};
@@ -99,14 +101,15 @@ async fn allocate_and_footprint(name: &str, yaml: &str, resource: &str) {
         .await
         .unwrap();
     let id = kubelet.devices(resource)[0].id.clone();
-    let mut samples = Vec::with_capacity(1000);
-    for _ in 0..1000 {
+    let calls = iterations(1000);
+    let mut samples = Vec::with_capacity(calls);
+    for _ in 0..calls {
         let t0 = Instant::now();
         kubelet.allocate(resource, &[&id]).await.unwrap();
         samples.push(t0.elapsed());
     }
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let footprint = Footprint::measure(child.id(), Duration::from_secs(3)).await;
+    tokio::time::sleep(window(Duration::from_secs(1))).await;
+    let footprint = Footprint::measure(child.id(), window(Duration::from_secs(3))).await;
     println!(
         "{name:<28} Allocate round trip {} | steady state {footprint}",
         summary(samples)
@@ -117,6 +120,7 @@ async fn allocate_and_footprint(name: &str, yaml: &str, resource: &str) {
 
 /// SIGHUP with a changed thread percentage → new limits in force.
 async fn config_change_to_new_limits(rounds: usize) {
+    let rounds = iterations(rounds);
     let host = FakeHost::jetson(Board::Orin);
     host.install_mps_control_runnable(edgegpu_testkit::mps::HOST_PATH);
     let dir = tempfile::tempdir().unwrap();
@@ -207,6 +211,9 @@ fn main() {
         .build()
         .unwrap();
     println!("{}", machine_line());
+    if let Some(line) = smoke_line() {
+        println!("{line}");
+    }
     rt.block_on(async {
         allocate_and_footprint("whole GPU", "version: v1\n", "nvidia.com/gpu").await;
         allocate_and_footprint(

@@ -14,68 +14,9 @@ use std::path::{Path, PathBuf};
 
 use tempfile::TempDir;
 
-/// A Jetson module generation (with the L4T release the fake root carries).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Board {
-    /// Jetson Nano devkit, T210, L4T r32.7.6 (JetPack 4.6.6).
-    Nano,
-    /// Jetson AGX Xavier, T194, L4T r35.4.1 (JetPack 5.1.2).
-    Xavier,
-    /// Jetson AGX Orin devkit, T234, L4T r36.4.3 (JetPack 6.2).
-    Orin,
-    /// Jetson Orin NX 16 GB on its devkit carrier, T234, L4T r39.2.0 (JetPack 7.2).
-    OrinR39,
-    /// Jetson AGX Thor devkit, T264, L4T r38.2.1 (JetPack 7.0).
-    Thor,
-}
+pub use crate::board::Board;
 
 impl Board {
-    pub const ALL: [Board; 5] = [
-        Board::Nano,
-        Board::Xavier,
-        Board::Orin,
-        Board::OrinR39,
-        Board::Thor,
-    ];
-
-    /// Lower-case name (`nano`, `xavier`, `orin`, `orin-r39`, `thor`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Board::Nano => "nano",
-            Board::Xavier => "xavier",
-            Board::Orin => "orin",
-            Board::OrinR39 => "orin-r39",
-            Board::Thor => "thor",
-        }
-    }
-
-    /// The SoC (`T234`), as the platform table names it.
-    pub fn soc(self) -> &'static str {
-        match self {
-            Board::Nano => "T210",
-            Board::Xavier => "T194",
-            Board::Orin | Board::OrinR39 => "T234",
-            Board::Thor => "T264",
-        }
-    }
-
-    /// CUDA's view of the GPU on this board's release: (CUDA driver API version, compute
-    /// capability, `cuDeviceGetName`). CUDA versions: JetPack 4.6 10.2, 5.1 11.4, 6.2 12.6,
-    /// 7.0 13.0, 7.2 13.2 (the JetPack release notes).
-    pub fn cuda(self) -> ((u32, u32), (u32, u32), &'static str) {
-        match self {
-            Board::Nano => ((10, 2), (5, 3), "NVIDIA Tegra X1"),
-            Board::Xavier => ((11, 4), (7, 2), "Xavier"),
-            Board::Orin => ((12, 6), (8, 7), "Orin"),
-            Board::OrinR39 => ((13, 2), (8, 7), "Orin"),
-            Board::Thor => ((13, 0), (11, 0), "NVIDIA Thor"),
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<Board> {
-        Board::ALL.into_iter().find(|b| b.name() == name)
-    }
-
     /// `/proc/device-tree/compatible` entries, most specific first.
     pub fn compatible(self) -> &'static [&'static str] {
         match self {
@@ -148,22 +89,6 @@ impl Board {
             Board::OrinR39 => "# R39 (release), REVISION: 2.0, GCID: 43120515, BOARD: generic, EABI: aarch64, DATE: Tue Mar 10 09:12:45 UTC 2026\n# KERNEL_VARIANT: oot\nTARGET_USERSPACE_LIB_DIR=nvidia\nTARGET_USERSPACE_LIB_DIR_PATH=usr/lib/aarch64-linux-gnu/nvidia\n",
             Board::Thor => "# R38 (release), REVISION: 2.1, GCID: 41844464, BOARD: generic, EABI: aarch64, DATE: Mon Aug 18 20:23:11 UTC 2025\n# KERNEL_VARIANT: oot\nTARGET_USERSPACE_LIB_DIR=nvidia\nTARGET_USERSPACE_LIB_DIR_PATH=usr/lib/aarch64-linux-gnu/nvidia\n",
         }
-    }
-
-    /// The L4T version the plugin should report.
-    pub fn l4t(self) -> &'static str {
-        match self {
-            Board::Nano => "32.7.6",
-            Board::Xavier => "35.4.1",
-            Board::Orin => "36.4.3",
-            Board::OrinR39 => "39.2.0",
-            Board::Thor => "38.2.1",
-        }
-    }
-
-    /// The L4T major release.
-    pub fn l4t_major(self) -> u32 {
-        self.l4t().split('.').next().unwrap().parse().unwrap()
     }
 
     /// Device nodes present on the board.
@@ -738,7 +663,12 @@ impl FakeHost {
             host.write(node, "");
         }
         // L4T's container lists and the libraries, links and files they name.
-        crate::l4t::install(&host, board);
+        for entry in crate::l4t::layout(board) {
+            match entry {
+                crate::l4t::Entry::File { path, contents } => host.write(&path, contents),
+                crate::l4t::Entry::Link { path, target } => host.symlink_raw(&path, &target),
+            }
+        }
 
         // GPU sysfs: device dir with `load` and `of_node/name`, devfreq dir with `cur_freq`,
         // and /sys/class/devfreq/<name> as a relative link, as the kernel makes it.

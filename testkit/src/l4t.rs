@@ -22,7 +22,7 @@
 //! Each list also names entries the board does not have, which the generator skips (as the
 //! NVIDIA runtime does). Which device nodes exist is `Board::device_nodes`.
 
-use crate::host::{Board, FakeHost};
+use crate::board::Board;
 
 const LIB: &str = "/usr/lib/aarch64-linux-gnu";
 
@@ -253,76 +253,105 @@ impl Board {
     }
 }
 
-/// Writes the board's CSV files and the files they name that the board has.
-pub(crate) fn install(host: &FakeHost, board: Board) {
+/// One thing [`layout`] puts in a fake root: a file with its contents, or a symlink with
+/// exactly `target` as its content. Host paths, absolute.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Entry {
+    File { path: String, contents: String },
+    Link { path: String, target: String },
+}
+
+/// The board's CSV files and the files they name that the board has, in the order they are
+/// made (`crate::host` writes them into a root).
+pub(crate) fn layout(board: Board) -> Vec<Entry> {
+    let mut out = Layout(Vec::new());
     for (name, text) in board.csv_files() {
-        host.write(
-            &format!("/etc/nvidia-container-runtime/host-files-for-container.d/{name}"),
-            text,
-        );
+        out.0.push(Entry::File {
+            path: format!("/etc/nvidia-container-runtime/host-files-for-container.d/{name}"),
+            contents: text,
+        });
     }
     let libs = board.lib_dir();
-    let file = |path: &str| host.write(path, "ELF");
     // libcuda and its links: `libcuda.so` next to the other libraries reaches the library
     // through the `tegra` directory (a link to `nvidia` from JetPack 6).
-    file(&format!("{libs}/libcuda.so.1.1"));
-    host.symlink_raw(&format!("{libs}/libcuda.so"), "libcuda.so.1.1");
-    host.symlink_raw(&format!("{LIB}/libcuda.so"), "tegra/libcuda.so");
+    out.file(&format!("{libs}/libcuda.so.1.1"));
+    out.link(&format!("{libs}/libcuda.so"), "libcuda.so.1.1");
+    out.link(&format!("{LIB}/libcuda.so"), "tegra/libcuda.so");
     for lib in ["libnvrm_gpu.so", "libnvos.so", "libnvv4l2.so"] {
-        file(&format!("{libs}/{lib}"));
+        out.file(&format!("{libs}/{lib}"));
     }
-    host.symlink_raw(&format!("{libs}/libv4l2.so.0"), "libnvv4l2.so");
-    file(&format!("{LIB}/tegra-egl/libEGL_nvidia.so.0"));
-    file(&format!("{LIB}/tegra-egl/ld.so.conf"));
+    out.link(&format!("{libs}/libv4l2.so.0"), "libnvv4l2.so");
+    out.file(&format!("{LIB}/tegra-egl/libEGL_nvidia.so.0"));
+    out.file(&format!("{LIB}/tegra-egl/ld.so.conf"));
     match board {
         Board::Nano => {
-            file(&format!("{libs}/libnvrm.so"));
-            file("/usr/share/glvnd/egl_vendor.d/10_nvidia.json");
-            file("/lib/firmware/tegra21x/nvhost_nvdec020_ns.fw");
-            file("/usr/sbin/nvargus-daemon");
+            out.file(&format!("{libs}/libnvrm.so"));
+            out.file("/usr/share/glvnd/egl_vendor.d/10_nvidia.json");
+            out.file("/lib/firmware/tegra21x/nvhost_nvdec020_ns.fw");
+            out.file("/usr/sbin/nvargus-daemon");
         }
         Board::Xavier => {
-            file("/lib/firmware/tegra19x/nvhost_nvdec040_ns.fw");
-            file(&format!("{libs}/weston/desktop-shell.so"));
-            file(&format!("{libs}/weston/weston"));
-            file(&format!("{libs}/nvidia_icd.json"));
-            file("/usr/share/glvnd/egl_vendor.d/10-nvidia.json");
-            host.symlink_raw(&format!("{LIB}/libv4l2.so.0"), "tegra/libv4l2.so.0");
+            out.file("/lib/firmware/tegra19x/nvhost_nvdec040_ns.fw");
+            out.file(&format!("{libs}/weston/desktop-shell.so"));
+            out.file(&format!("{libs}/weston/weston"));
+            out.file(&format!("{libs}/nvidia_icd.json"));
+            out.file("/usr/share/glvnd/egl_vendor.d/10-nvidia.json");
+            out.link(&format!("{LIB}/libv4l2.so.0"), "tegra/libv4l2.so.0");
         }
         Board::Orin | Board::OrinR39 | Board::Thor => {
-            host.symlink_raw(&format!("{LIB}/tegra"), "nvidia");
-            host.symlink_raw(&format!("{libs}/libcuda.so.1"), "libcuda.so.1.1");
+            out.link(&format!("{LIB}/tegra"), "nvidia");
+            out.link(&format!("{libs}/libcuda.so.1"), "libcuda.so.1.1");
             let version = board.driver_version();
-            file(&format!("{libs}/libnvidia-ptxjitcompiler.so.{version}"));
-            host.symlink_raw(
+            out.file(&format!("{libs}/libnvidia-ptxjitcompiler.so.{version}"));
+            out.link(
                 &format!("{libs}/libnvidia-ptxjitcompiler.so.1"),
                 &format!("libnvidia-ptxjitcompiler.so.{version}"),
             );
-            file(&format!("{libs}/libnvrm_mem.so"));
-            file(&format!("{libs}/libGLX_nvidia.so.0"));
-            file(&format!("{libs}/ld.so.conf"));
-            file(&format!("{libs}/nvidia_icd.json"));
-            file(&format!("{libs}/weston/desktop-shell.so"));
-            file(&format!("{libs}/weston/weston"));
-            file(&format!("{LIB}/gstreamer-1.0/libgstnvvidconv.so"));
-            file(&format!(
+            out.file(&format!("{libs}/libnvrm_mem.so"));
+            out.file(&format!("{libs}/libGLX_nvidia.so.0"));
+            out.file(&format!("{libs}/ld.so.conf"));
+            out.file(&format!("{libs}/nvidia_icd.json"));
+            out.file(&format!("{libs}/weston/desktop-shell.so"));
+            out.file(&format!("{libs}/weston/weston"));
+            out.file(&format!("{LIB}/gstreamer-1.0/libgstnvvidconv.so"));
+            out.file(&format!(
                 "{LIB}/gstreamer-1.0/nvgstipctestapp-1.0_README.txt"
             ));
             // An absolute link through the `tegra` link.
-            host.symlink_raw(
+            out.link(
                 "/etc/vulkan/icd.d/nvidia_icd.json",
                 &format!("{LIB}/tegra/nvidia_icd.json"),
             );
-            file("/usr/share/glvnd/egl_vendor.d/10-nvidia.json");
-            file("/usr/sbin/nvidia-smi");
+            out.file("/usr/share/glvnd/egl_vendor.d/10-nvidia.json");
+            out.file("/usr/sbin/nvidia-smi");
             if board != Board::Thor {
-                file("/lib/firmware/tegra23x/nvhost_nvdec050_desc_prod.bin");
+                out.file("/lib/firmware/tegra23x/nvhost_nvdec050_desc_prod.bin");
             }
             // The card's link in `by-path`, as udev makes it.
-            host.symlink_raw(
+            out.link(
                 "/dev/dri/by-path/platform-13800000.display-card",
                 "../card0",
             );
         }
+    }
+    out.0
+}
+
+struct Layout(Vec<Entry>);
+
+impl Layout {
+    /// A library or other file the lists name (its contents do not matter).
+    fn file(&mut self, path: &str) {
+        self.0.push(Entry::File {
+            path: path.to_string(),
+            contents: "ELF".to_string(),
+        });
+    }
+
+    fn link(&mut self, path: &str, target: &str) {
+        self.0.push(Entry::Link {
+            path: path.to_string(),
+            target: target.to_string(),
+        });
     }
 }

@@ -2,6 +2,8 @@
 //! README's simulation command. Never shipped in a release build or an image.
 
 pub mod apiserver;
+pub mod bench;
+pub mod board;
 pub mod cuda;
 pub mod fakelib;
 pub mod host;

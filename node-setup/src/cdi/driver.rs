@@ -11,6 +11,7 @@
 
 use std::path::Path;
 
+use edgegpu_platform::cdi as device_name;
 use edgegpu_platform::host::DRIVER_LIB_DIRS;
 use edgegpu_platform::procfs::{
     parse_driver_version, parse_gpu_information, GpuInformation, MigMinors, CAPABILITIES_DIR,
@@ -215,9 +216,9 @@ pub fn gpu_devices(
             gpu.info.minor
         )));
     }
-    let mut out = vec![device(index.to_string(), nodes)];
+    let mut out = vec![device(device_name::gpu_by_index(index), nodes)];
     if let Some(uuid) = &gpu.info.uuid {
-        out.push(device(uuid.clone(), nodes));
+        out.push(device(device_name::gpu_by_uuid(uuid), nodes));
     }
     for mig in &gpu.migs {
         for caps in &mig.caps_nodes {
@@ -233,7 +234,7 @@ pub fn gpu_devices(
         let mut paths = nodes.to_vec();
         paths.extend(mig.caps_nodes.iter().cloned());
         out.push(device(
-            format!("{index}:gi{}:ci{}", mig.gpu_instance, mig.compute_instance),
+            device_name::mig_device(index, mig.gpu_instance, mig.compute_instance),
             &paths,
         ));
     }
@@ -251,7 +252,7 @@ pub fn all_device(devices: &[Device]) -> Device {
             }
         }
     }
-    device("all".into(), &nodes)
+    device(device_name::ALL.into(), &nodes)
 }
 
 /// A host with the NVIDIA driver and no L4T lists (discrete GPUs): the GPUs' devices and

@@ -13,6 +13,7 @@
 //! The generation's required nodes (`edgegpu_platform`'s table) are checked: a spec whose
 //! device `0` lacks one gives containers no GPU, which the report says.
 
+use edgegpu_platform::cdi as device_name;
 use edgegpu_platform::host::{
     l4t_major, parse_chip_id, parse_l4t_release, CHIP_ID, COMPATIBLE, NV_TEGRA_RELEASE,
 };
@@ -107,7 +108,10 @@ pub fn devices(
         .collect();
     let mut devices = match igpus.first() {
         Some(igpu) => driver::gpu_devices(root, 0, igpu, &igpu_nodes)?,
-        None => vec![driver::device("0".into(), &igpu_nodes)],
+        None => vec![driver::device(
+            device_name::INTEGRATED_GPU.into(),
+            &igpu_nodes,
+        )],
     };
     // Discrete GPUs: their own node and the control nodes, plus the CSV's Tegra nodes (not
     // the GPU and control nodes, which belong to the GPU they name) — nvidia-ctk's dGPU mode.

@@ -6,8 +6,9 @@
 use serde::Serialize;
 
 /// The CDI kind of NVIDIA GPUs (what `nvidia-ctk cdi generate` writes, and what the device
-/// plugin's CDI strategies name: `nvidia.com/gpu=<device>`).
-pub const KIND: &str = "nvidia.com/gpu";
+/// plugin's CDI strategies name: `nvidia.com/gpu=<device>`; one definition for both, in
+/// `edgegpu_platform::cdi`).
+pub const KIND: &str = edgegpu_platform::cdi::KIND;
 
 /// A CDI spec file.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -21,6 +21,7 @@ use edgegpu_kubelet_api::v1beta1::{
     ContainerAllocateRequest, ContainerAllocateResponse, ContainerPreferredAllocationRequest,
     ContainerPreferredAllocationResponse, Device, DevicePluginOptions, DeviceSpec, Mount,
 };
+use edgegpu_platform::cdi;
 use tokio::sync::watch;
 use tonic::Status;
 
@@ -65,7 +66,8 @@ impl Unit {
     /// --mode=csv`); a GPU its ID (UUID or index, both are in the spec); a MIG device
     /// `<gpu index>:gi<G>:ci<C>`, on Thor too (the names the driver's procfs gives exactly:
     /// nvidia-ctk's `<gpu>:<mig index>` and `MIG-…` need NVML's MIG order and UUIDs, which
-    /// procfs lacks — docs/cdi.md, "Names next to nvidia-ctk's").
+    /// procfs lacks — docs/cdi.md, "Names next to nvidia-ctk's"). Every name is
+    /// `edgegpu_platform::cdi`'s, which node-setup's generator uses too.
     pub fn cdi_name(
         &self,
         gpus: &[Gpu],
@@ -73,13 +75,11 @@ impl Unit {
         strategy: DeviceIdStrategy,
     ) -> String {
         let gpu = &gpus[self.gpu];
-        match (&self.mig, platform) {
-            (Some(m), _) => format!(
-                "{}:gi{}:ci{}",
-                gpu.index, m.gpu_instance, m.compute_instance
-            ),
-            (None, Some(Platform::Tegra { .. })) => "0".into(),
-            (None, _) => self.id(gpus, strategy),
+        match (&self.mig, platform, strategy) {
+            (Some(m), _, _) => cdi::mig_device(gpu.index, m.gpu_instance, m.compute_instance),
+            (None, Some(Platform::Tegra { .. }), _) => cdi::INTEGRATED_GPU.into(),
+            (None, _, DeviceIdStrategy::Uuid) => cdi::gpu_by_uuid(&gpu.uuid),
+            (None, _, DeviceIdStrategy::Index) => cdi::gpu_by_index(gpu.index),
         }
     }
 }

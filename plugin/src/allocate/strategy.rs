@@ -10,8 +10,6 @@ use crate::config::DeviceListStrategy;
 
 /// Env var the NVIDIA container runtime reads.
 const VISIBLE_DEVICES_ENV: &str = "NVIDIA_VISIBLE_DEVICES";
-/// CDI kind of the devices (`nvidia-ctk cdi generate` names them `nvidia.com/gpu=<id>`).
-const CDI_KIND: &str = "nvidia.com/gpu";
 /// Annotation prefix the CRI runtimes read CDI devices from, plus NVIDIA's key stem.
 const CDI_ANNOTATION_PREFIX: &str = "cdi.k8s.io/nvidia-device-plugin_";
 
@@ -25,7 +23,7 @@ pub fn apply(
 ) {
     let cdi_names: Vec<String> = cdi_ids
         .iter()
-        .map(|id| format!("{CDI_KIND}={id}"))
+        .map(|id| edgegpu_platform::cdi::qualified(id))
         .collect();
     if strategies.contains(&DeviceListStrategy::CdiAnnotations) {
         response.annotations.insert(

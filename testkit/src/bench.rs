@@ -1,0 +1,80 @@
+//! The benchmarks' smoke mode. With [`SMOKE_ENV`] set (`scripts/test.sh` sets it), every
+//! benchmark runs a handful of iterations and short idle windows, prints its figures as usual
+//! and exits within seconds: CI executes each one, so a benchmark cannot rot unnoticed, without
+//! waiting for figures worth quoting. Smoke figures are no measurement (few samples, usually a
+//! debug build) and nothing asserts on them; `scripts/bench.sh` runs the full benchmarks.
+
+use std::time::Duration;
+
+/// Environment variable that turns smoke mode on (any value but empty or `0`).
+pub const SMOKE_ENV: &str = "EDGEGPU_BENCH_SMOKE";
+
+/// Iterations of a loop in smoke mode (at most; fewer where the full run has fewer).
+pub const SMOKE_ITERATIONS: usize = 3;
+
+/// Longest wait or idle window in smoke mode.
+pub const SMOKE_WINDOW: Duration = Duration::from_millis(200);
+
+/// Whether the benchmarks run in smoke mode.
+pub fn smoke() -> bool {
+    is_on(std::env::var_os(SMOKE_ENV).as_deref())
+}
+
+fn is_on(value: Option<&std::ffi::OsStr>) -> bool {
+    value.is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// `full` iterations, or at most [`SMOKE_ITERATIONS`] in smoke mode.
+pub fn iterations(full: usize) -> usize {
+    scaled(full, SMOKE_ITERATIONS, smoke())
+}
+
+/// A wait or idle window of `full`, or at most [`SMOKE_WINDOW`] in smoke mode.
+pub fn window(full: Duration) -> Duration {
+    scaled(full, SMOKE_WINDOW, smoke())
+}
+
+fn scaled<T: Ord>(full: T, most: T, smoke: bool) -> T {
+    if smoke {
+        full.min(most)
+    } else {
+        full
+    }
+}
+
+/// The line a benchmark prints first in smoke mode (empty otherwise), so that nobody quotes
+/// its figures.
+pub fn smoke_line() -> Option<String> {
+    smoke().then(|| {
+        format!(
+            "smoke mode ({SMOKE_ENV}): at most {SMOKE_ITERATIONS} iterations and {SMOKE_WINDOW:?} windows; figures are not measurements"
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn on_unless_unset_empty_or_zero() {
+        assert!(!is_on(None));
+        assert!(!is_on(Some(OsStr::new(""))));
+        assert!(!is_on(Some(OsStr::new("0"))));
+        assert!(is_on(Some(OsStr::new("1"))));
+        assert!(is_on(Some(OsStr::new("yes"))));
+    }
+
+    #[test]
+    fn scaled_down_only_in_smoke_mode() {
+        assert_eq!(scaled(2000, SMOKE_ITERATIONS, false), 2000);
+        assert_eq!(scaled(2000, SMOKE_ITERATIONS, true), SMOKE_ITERATIONS);
+        assert_eq!(scaled(1, SMOKE_ITERATIONS, true), 1);
+        let five = Duration::from_secs(5);
+        assert_eq!(scaled(five, SMOKE_WINDOW, false), five);
+        assert_eq!(scaled(five, SMOKE_WINDOW, true), SMOKE_WINDOW);
+        let short = Duration::from_millis(2);
+        assert_eq!(scaled(short, SMOKE_WINDOW, true), short);
+    }
+}
