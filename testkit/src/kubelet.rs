@@ -61,6 +61,8 @@ pub const GET_INFO_TIMEOUT: Duration = Duration::from_secs(1);
 /// How often the fake's plugin watcher rescans `plugins_registry` (the real one uses
 /// fsnotify; polling is good enough for a test double and adds no dependency).
 const WATCHER_SCAN: Duration = Duration::from_millis(20);
+/// gRPC's first reconnection backoff (grpc-go backoff.DefaultConfig: BaseDelay 1 s).
+const DIAL_BACKOFF: Duration = Duration::from_secs(1);
 
 /// How the fake kubelet is set up.
 #[derive(Debug, Clone)]
@@ -945,14 +947,27 @@ async fn run_plugin_watcher(shared: Arc<Shared>, registry: PathBuf, epoch: u64) 
 
 async fn register_through_watcher(shared: Arc<Shared>, socket: PathBuf, epoch: u64) {
     let old = shared.opts.old_kubelet_authority;
-    let channel = match dial_plugin(&socket, old, DIAL_TIMEOUT).await {
-        Ok(c) => c,
-        Err(e) => {
-            shared.log(format!(
-                "plugin watcher: cannot dial {}: {e:#}",
-                socket.display()
-            ));
-            return;
+    // A socket found between the plugin's bind() and listen() refuses the dial. The
+    // kubelet dials with gRPC's blocking dial, which retries a refused connection (gRPC's
+    // connection backoff: 1 s first) until the dial timeout ends, so this dials again too.
+    let deadline = tokio::time::Instant::now() + DIAL_TIMEOUT;
+    let channel = loop {
+        match dial_plugin(&socket, old, DIAL_TIMEOUT).await {
+            Ok(c) => break c,
+            Err(e) if tokio::time::Instant::now() + DIAL_BACKOFF < deadline => {
+                shared.log(format!(
+                    "plugin watcher: dialing {} again: {e:#}",
+                    socket.display()
+                ));
+                tokio::time::sleep(DIAL_BACKOFF).await;
+            }
+            Err(e) => {
+                shared.log(format!(
+                    "plugin watcher: cannot dial {}: {e:#}",
+                    socket.display()
+                ));
+                return;
+            }
         }
     };
     let mut client = WatcherClient::new(channel);
