@@ -65,24 +65,31 @@ pub fn spawn(
         let mut watched: Option<(PathBuf, inotify::WatchDescriptor)> = None;
         let mut last: Option<Result<(), String>> = None;
         loop {
-            // (Re)place the watch on the deepest existing directory towards the status file.
-            let dir = crate::gpu::watch_dir_for(Path::new("/"), &paths.status);
-            if watched.as_ref().map(|(d, _)| d) != dir.as_ref() {
+            // (Re)place the watch on the deepest existing directory towards the status file,
+            // until that stays the same: a directory made below the old one before the new
+            // watch was in place sends it no event, so it is looked for again after.
+            loop {
+                let dir = crate::gpu::watch_dir_for(Path::new("/"), &paths.status);
+                if watched.as_ref().map(|(d, _)| d) == dir.as_ref() {
+                    break;
+                }
                 let mut watches = stream.watches();
                 if let Some((_, wd)) = watched.take() {
                     let _ = watches.remove(wd);
                 }
-                if let Some(d) = dir {
-                    match watches.add(
-                        &d,
-                        WatchMask::MOVED_TO
-                            | WatchMask::CREATE
-                            | WatchMask::DELETE
-                            | WatchMask::CLOSE_WRITE
-                            | WatchMask::DELETE_SELF,
-                    ) {
-                        Ok(wd) => watched = Some((d, wd)),
-                        Err(e) => tracing::warn!("cannot watch {}: {e}", d.display()),
+                let Some(d) = dir else { break };
+                match watches.add(
+                    &d,
+                    WatchMask::MOVED_TO
+                        | WatchMask::CREATE
+                        | WatchMask::DELETE
+                        | WatchMask::CLOSE_WRITE
+                        | WatchMask::DELETE_SELF,
+                ) {
+                    Ok(wd) => watched = Some((d, wd)),
+                    Err(e) => {
+                        tracing::warn!("cannot watch {}: {e}", d.display());
+                        break;
                     }
                 }
             }
