@@ -10,7 +10,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use edgegpu_testkit::apiserver::FakeApiServer;
-use edgegpu_testkit::bench::{smoke_line, window};
+use edgegpu_testkit::bench::{announce_smoke_mode, window};
 use edgegpu_testkit::host::{Board, FakeHost};
 use edgegpu_testkit::process::{binary_command, terminate, Footprint};
 
@@ -69,9 +69,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    if let Some(line) = smoke_line() {
-        println!("{line}");
-    }
+    announce_smoke_mode();
     rt.block_on(async {
         run(true, 5).await;
         run(false, 5).await;

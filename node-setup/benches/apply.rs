@@ -11,7 +11,7 @@ use clap::Parser;
 use edgegpu_node_setup::cli::Cli;
 use edgegpu_node_setup::fsops;
 use edgegpu_node_setup::restart::ServiceManager;
-use edgegpu_testkit::bench::{iterations, smoke_line};
+use edgegpu_testkit::bench::{announce_smoke_mode, iterations};
 use edgegpu_testkit::nodehost::NodeHost;
 
 // The host layouts and fixtures the tests use.
@@ -56,9 +56,7 @@ fn apply(host: &NodeHost) -> (Duration, u64) {
 }
 
 fn main() {
-    if let Some(line) = smoke_line() {
-        println!("{line}");
-    }
+    announce_smoke_mode();
     let rounds = iterations(ROUNDS);
     let mut failed = false;
     for (name, make) in [

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use edgegpu_node_setup::cdi;
 use edgegpu_node_setup::host::HostRoot;
-use edgegpu_testkit::bench::{iterations, smoke_line};
+use edgegpu_testkit::bench::{announce_smoke_mode, iterations};
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
 
 const ROUNDS: usize = 200;
@@ -56,9 +56,7 @@ fn bench(what: &str, host: &FakeHost) {
 }
 
 fn main() {
-    if let Some(line) = smoke_line() {
-        println!("{line}");
-    }
+    announce_smoke_mode();
     for board in Board::ALL {
         let host = FakeHost::jetson_with_nvml(board);
         host.write("/usr/bin/nvidia-cdi-hook", "#!/bin/sh\n");

@@ -19,7 +19,7 @@ use edgegpu_kubelet_api::v1beta1::{ContainerAllocateRequest, Device, HEALTHY, UN
 use edgegpu_plugin::resource::Resource;
 use edgegpu_plugin::Cli;
 use edgegpu_plugin::{build_gpu_resource, build_gpu_resources, GpuResource};
-use edgegpu_testkit::bench::{iterations, smoke_line};
+use edgegpu_testkit::bench::{announce_smoke_mode, iterations};
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
 use tokio::sync::watch;
 
@@ -222,9 +222,7 @@ async fn discovery_time() {
 
 fn main() {
     // `cargo bench` passes `--bench`; any other argument is a filter we do not support.
-    if let Some(line) = smoke_line() {
-        println!("{line}");
-    }
+    announce_smoke_mode();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

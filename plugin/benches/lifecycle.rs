@@ -27,7 +27,7 @@ use edgegpu_kubelet_api::v1beta1::{
 };
 use edgegpu_plugin::resource::Resource;
 use edgegpu_plugin::{serve, LifecycleOptions};
-use edgegpu_testkit::bench::{iterations, smoke_line, window};
+use edgegpu_testkit::bench::{announce_smoke_mode, iterations, window};
 use edgegpu_testkit::host::{Board, FakeHost};
 use edgegpu_testkit::kubelet::{dial_plugin, FakeKubelet, FakeKubeletOptions};
 use edgegpu_testkit::process::{
@@ -335,9 +335,7 @@ fn main() {
         .build()
         .unwrap();
     println!("{}", machine_line());
-    if let Some(line) = smoke_line() {
-        println!("{line}");
-    }
+    announce_smoke_mode();
     // EDGEGPU_BENCH_ONLY=footprint: only the binary's figures (quick when trying build settings).
     let only_footprint = std::env::var("EDGEGPU_BENCH_ONLY").is_ok_and(|v| v == "footprint");
     rt.block_on(async {

@@ -20,7 +20,7 @@ use clap::Parser;
 use edgegpu_plugin::kubelet::stats::KubeletStats;
 use edgegpu_plugin::metrics::MetricsSource;
 use edgegpu_plugin::{build_gpu_resources, Cli};
-use edgegpu_testkit::bench::{iterations, smoke_line, window};
+use edgegpu_testkit::bench::{announce_smoke_mode, iterations, window};
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
 use edgegpu_testkit::kubelet::FakeKubelet;
 use edgegpu_testkit::pod_resources::FakePodResources;
@@ -206,9 +206,7 @@ async fn binary(metrics: bool, idle_seconds: u64) {
 
 fn main() {
     println!("{}", machine_line());
-    if let Some(line) = smoke_line() {
-        println!("{line}");
-    }
+    announce_smoke_mode();
     // One thread, like the binary (blocking sensor reads go to tokio's blocking pool).
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

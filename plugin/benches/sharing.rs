@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use edgegpu_kubelet_api::v1beta1::HEALTHY;
 use edgegpu_plugin::mps::status::{self, State, Status};
-use edgegpu_testkit::bench::{iterations, smoke_line, window};
+use edgegpu_testkit::bench::{announce_smoke_mode, iterations, window};
 use edgegpu_testkit::host::{Board, FakeHost};
 use edgegpu_testkit::kubelet::FakeKubelet;
 use edgegpu_testkit::process::{binary_command, machine_line, terminate, Footprint};
@@ -211,9 +211,7 @@ fn main() {
         .build()
         .unwrap();
     println!("{}", machine_line());
-    if let Some(line) = smoke_line() {
-        println!("{line}");
-    }
+    announce_smoke_mode();
     rt.block_on(async {
         allocate_and_footprint("whole GPU", "version: v1\n", "nvidia.com/gpu").await;
         allocate_and_footprint(

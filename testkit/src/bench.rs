@@ -42,14 +42,14 @@ fn scaled<T: Ord>(full: T, most: T, smoke: bool) -> T {
     }
 }
 
-/// The line a benchmark prints first in smoke mode (empty otherwise), so that nobody quotes
-/// its figures.
-pub fn smoke_line() -> Option<String> {
-    smoke().then(|| {
-        format!(
+/// Prints the line a benchmark starts with in smoke mode (nothing otherwise), so that nobody
+/// quotes its figures.
+pub fn announce_smoke_mode() {
+    if smoke() {
+        println!(
             "smoke mode ({SMOKE_ENV}): at most {SMOKE_ITERATIONS} iterations and {SMOKE_WINDOW:?} windows; figures are not measurements"
-        )
-    })
+        );
+    }
 }
 
 #[cfg(test)]
