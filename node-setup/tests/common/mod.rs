@@ -193,9 +193,14 @@ pub fn containerd_dump(tool: &Path, config: &str) -> (bool, String) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("config.toml");
     std::fs::write(&file, config).unwrap();
+    containerd_dump_file(tool, &file)
+}
+
+/// `containerd --config <file> config dump`: (success, stdout and stderr).
+fn containerd_dump_file(tool: &Path, file: &Path) -> (bool, String) {
     let out = Command::new(tool)
         .arg("--config")
-        .arg(&file)
+        .arg(file)
         .args(["config", "dump"])
         .output()
         .expect("run containerd");
@@ -601,16 +606,7 @@ impl DumpedCri {
 /// the copy's in every file (imports name host paths). Returns containerd's reading of the
 /// CRI runtime settings, or its error output.
 pub fn containerd_dump_host(tool: &Path, host: &NodeHost, main: &str) -> Result<DumpedCri, String> {
-    let dir = tempfile::tempdir().unwrap();
-    let host_dir = main.rsplit_once('/').map_or("/", |(d, _)| d).to_string();
-    let copy_dir = dir.path().join("etc");
-    copy_tree(
-        &host.path(&host_dir),
-        &copy_dir,
-        &host_dir,
-        &copy_dir.to_string_lossy(),
-    );
-    let config = copy_dir.join(main.rsplit('/').next().unwrap());
+    let (_dir, config) = copy_host_config(host, main);
     dump_cri(tool, &config)
 }
 
@@ -621,6 +617,17 @@ pub fn containerd_dump_host_text(
     host: &NodeHost,
     main: &str,
 ) -> Result<String, String> {
+    let (_dir, config) = copy_host_config(host, main);
+    match containerd_dump_file(tool, &config) {
+        (true, out) => Ok(out),
+        (false, out) => Err(out),
+    }
+}
+
+/// Copies `main` (a host path) and every file under its directory to a scratch directory,
+/// with that directory's host path rewritten to the copy's in every file (imports name host
+/// paths). Returns the scratch directory (removed when dropped) and the copy of `main`.
+fn copy_host_config(host: &NodeHost, main: &str) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let host_dir = main.rsplit_once('/').map_or("/", |(d, _)| d).to_string();
     let copy_dir = dir.path().join("etc");
@@ -630,11 +637,8 @@ pub fn containerd_dump_host_text(
         &host_dir,
         &copy_dir.to_string_lossy(),
     );
-    let text = std::fs::read_to_string(copy_dir.join(main.rsplit('/').next().unwrap())).unwrap();
-    match containerd_dump(tool, &text) {
-        (true, out) => Ok(out),
-        (false, out) => Err(out),
-    }
+    let config = copy_dir.join(main.rsplit('/').next().unwrap());
+    (dir, config)
 }
 
 /// [`containerd_dump_host`] of one config file's `text`.
