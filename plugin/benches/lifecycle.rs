@@ -11,7 +11,8 @@
 //!
 //! Run: `cargo bench -p edgegpu-plugin --bench lifecycle`. Extra arguments for the binary
 //! (e.g. a metrics flag): `EDGEGPU_BENCH_PLUGIN_ARGS="--flag value" cargo bench …`; only the
-//! binary's figures: `EDGEGPU_BENCH_ONLY=footprint cargo bench …`. Smoke mode (a few
+//! binary's figures: `EDGEGPU_BENCH_ONLY=footprint cargo bench …`; another build of the binary
+//! (the release one users run: `EDGEGPU_BENCH_PLUGIN_BINARY=dist/x86_64/…`). Smoke mode (a few
 //! iterations, short idle windows, as scripts/test.sh runs it): `edgegpu_testkit::bench`.
 
 use std::path::Path;
@@ -275,7 +276,14 @@ async fn lifecycle_idle_wakeups(seconds: u64) {
 }
 
 async fn binary_footprint(seconds: u64) {
-    let bin = env!("CARGO_BIN_EXE_edgegpu-device-plugin");
+    // The binary this bench built has the test doubles' features too (cargo unifies them, e.g.
+    // tokio's multi-threaded scheduler); the one users run comes from `cargo build --release`
+    // or scripts/build-release.sh, and is measured by naming it here.
+    let bin = std::env::var("EDGEGPU_BENCH_PLUGIN_BINARY")
+        .ok()
+        .filter(|path| !path.is_empty())
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_edgegpu-device-plugin").to_string());
+    println!("binary measured: {bin}");
     let host = FakeHost::jetson(Board::Orin);
     let dir = tempfile::tempdir().unwrap();
     let kubelet = FakeKubelet::start(dir.path()).await.unwrap();
@@ -289,7 +297,6 @@ async fn binary_footprint(seconds: u64) {
         .args(extra.split_whitespace())
         .env("EDGEGPU_LOG", "warn")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
         .spawn()
         .unwrap();
     kubelet.wait_for_registration(GPU, WAIT).await.unwrap();

@@ -21,6 +21,7 @@
 pub mod allocate;
 pub mod cli;
 pub mod config;
+pub mod footprint;
 pub mod gpu;
 pub mod kubelet;
 pub mod labels;
@@ -108,6 +109,7 @@ async fn serve_rounds(
             publish_feature_file(path, &node.resources).await;
         }
         metrics.describe(cli, &node.resources, options).await?;
+        release_start_up_pages();
         match serve_round(node, options, signals).await? {
             RoundEnd::Rebuild(why) => tracing::info!("Rebuilding the resources: {why}"),
             RoundEnd::Reconfigured => {
@@ -298,5 +300,13 @@ fn write_feature_file(path: &std::path::Path, resources: &[Arc<GpuResource>]) {
             path.parent().unwrap_or(path).display()
         ),
         Err(e) => tracing::warn!("{e:#}"),
+    }
+}
+
+/// Start-up is over for this round: its code pages go back to the kernel (see [`footprint`]).
+fn release_start_up_pages() {
+    match footprint::release_start_up_pages() {
+        Ok(released) => tracing::debug!(?released, "start-up pages released"),
+        Err(e) => tracing::debug!("cannot read /proc/self/maps to release start-up pages: {e}"),
     }
 }
