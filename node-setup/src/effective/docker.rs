@@ -7,6 +7,7 @@
 use super::systemd::{Arg, Unit};
 use super::{Source, Sourced};
 use crate::error::Result;
+use crate::formats::daemon_json::DaemonJson;
 use crate::host::HostRoot;
 
 pub const DEFAULT_DAEMON_JSON: &str = "/etc/docker/daemon.json";
@@ -132,6 +133,32 @@ impl Docker {
             (key == name).then(|| Sourced::new(value, f.source.clone()))
         })
     }
+}
+
+/// The 1-based line of daemon.json `text` where `"key"` first appears (0: nowhere).
+pub fn json_line(text: Option<&str>, key: &str) -> usize {
+    let needle = format!("\"{key}\"");
+    text.and_then(|t| t.lines().position(|l| l.contains(&needle)))
+        .map_or(0, |i| i + 1)
+}
+
+/// Settings given both as a dockerd flag and in daemon.json (`text`, parsed as `json`):
+/// dockerd refuses to start then, equal values included (moby daemon/config,
+/// findConfigurationConflicts; `runtimes` merge since 19.03).
+pub fn conflicts(d: &Docker, json: &DaemonJson, text: Option<&str>) -> Vec<String> {
+    let path = &d.daemon_json.value;
+    d.flags
+        .iter()
+        .filter(|f| f.value != "runtimes" && json.root.contains_key(&f.value))
+        .map(|f| {
+            format!(
+                "{} and {path}:{}: dockerd would not start: '{}' is given both as a flag and in the configuration file. Remove one of them",
+                f.source,
+                json_line(text, &f.value),
+                f.value
+            )
+        })
+        .collect()
 }
 
 fn flag_source(a: &Arg, flag: &str) -> Source {
