@@ -8,15 +8,14 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::containerd::{
-    effective_cdi, load_with_imports, Cdi, Containerd, Loaded, CONTAINERD_PACKAGES,
-    DEFAULT_CDI_SPEC_DIRS,
+    effective_cdi, load_with_imports, Cdi, Containerd, Loaded, DEFAULT_CDI_SPEC_DIRS,
 };
 use super::docker::{self, Docker};
+use super::engine::{CONTAINERD, DOCKER, K3S};
 use super::k3s::K3s;
 use super::k3s_template;
-use super::packages::{self, Installed, Release};
+use super::packages::{self, Installed};
 use super::runtime::k3s_not_on_docker;
-use super::systemd::Unit;
 use super::{Source, Sourced};
 use crate::detect::{ContainerdTarget, Inventory, Mode};
 use crate::error::{Result, SetupError};
@@ -34,25 +33,6 @@ pub fn spec_dir() -> &'static str {
         .rsplit_once('/')
         .map_or("/", |(dir, _)| dir)
 }
-
-/// Packages that install dockerd (Debian and Docker's repository; Yocto's
-/// meta-virtualization), in order of preference.
-const DOCKER_PACKAGES: [&str; 6] = [
-    "docker-ce",
-    "docker.io",
-    "moby-engine",
-    "docker-engine",
-    "docker-moby",
-    "docker",
-];
-/// Docker Engine 25.0 added CDI (moby PR #45134, behind `features.cdi`).
-pub const DOCKER_CDI: Release = Release(25, 0, 0);
-/// Docker Engine 28.2 turns CDI on unless `features.cdi` is false (moby PR #49963,
-/// cmd/dockerd/daemon.go cdiEnabled).
-const DOCKER_CDI_BY_DEFAULT: Release = Release(28, 2, 0);
-/// containerd 1.7 added `enable_cdi` (pkg/cri/config); 2.0 turned it on by default.
-const CONTAINERD_CDI: Release = Release(1, 7, 0);
-const CONTAINERD_CDI_BY_DEFAULT: Release = Release(2, 0, 0);
 
 /// What one engine does about CDI, and where that is decided.
 #[derive(Debug, Clone, Serialize)]
@@ -142,7 +122,7 @@ fn fix(source: &Source, change: &str) -> String {
 
 /// The installed docker, from the package status files.
 pub fn docker_release(host: &HostRoot) -> Result<Option<Installed>> {
-    packages::installed(host, &DOCKER_PACKAGES)
+    packages::installed(host, DOCKER.packages)
 }
 
 /// One state of the host (as it is, or with the planned files written): what each
@@ -163,26 +143,24 @@ impl View<'_> {
                     .collect()
             }
             Mode::Containerd(ContainerdTarget::System) => {
-                let unit = Unit::load(self.host, "containerd.service")?;
-                let c = Containerd::read(self.host, unit.as_ref())?;
+                let c = Containerd::load(self.host)?;
                 let cdi = effective_cdi(&c.files, None, &self.system_defaults(&c)?);
                 Ok(vec![EffectiveCdi {
-                    engine: "system containerd".into(),
+                    engine: CONTAINERD.name.into(),
                     enabled: cdi.enabled,
                     spec_dirs: cdi.spec_dirs,
                     conflicts: Vec::new(),
                 }])
             }
             Mode::Docker => {
-                let unit = Unit::load(self.host, "docker.service")?;
-                let d = Docker::read(self.host, unit.as_ref())?;
+                let d = Docker::load(self.host)?;
                 let path = &d.daemon_json.value;
                 let text = self.host.read(path)?;
                 let json = DaemonJson::parse(Path::new(path), text.as_deref().unwrap_or(""))?;
                 let release = docker_release(self.host)?;
                 let cdi = self.docker_cdi(&d, &json, text.as_deref(), release.as_ref())?;
                 Ok(vec![EffectiveCdi {
-                    engine: "docker".into(),
+                    engine: DOCKER.name.into(),
                     enabled: cdi.enabled,
                     spec_dirs: cdi.spec_dirs,
                     conflicts: docker::conflicts(&d, &json, text.as_deref()),
@@ -214,16 +192,16 @@ impl View<'_> {
     /// package status under the root), else from its config: only containerd 2 reads
     /// config version 3. containerd before 1.7 has no CDI: refused.
     pub fn system_defaults(&self, c: &Containerd) -> Result<Cdi> {
-        let installed = packages::installed(self.host, &CONTAINERD_PACKAGES)?;
+        let installed = packages::installed(self.host, CONTAINERD.packages)?;
         Ok(match installed {
-            Some(i) if i.release < CONTAINERD_CDI => {
+            Some(i) if i.release < CONTAINERD.cdi.added => {
                 return Err(SetupError::Refused(format!(
                     "{} has no CDI support (enable_cdi came with containerd 1.7). Upgrade containerd, or apply without --cdi (the NVIDIA runtime)",
                     i.describe()
                 )))
             }
             Some(i) => {
-                let on = i.release >= CONTAINERD_CDI_BY_DEFAULT;
+                let on = i.release >= CONTAINERD.cdi.on_by_default;
                 Cdi::containerd_default(
                     on,
                     &format!(
@@ -267,7 +245,7 @@ impl View<'_> {
         k3s_template::add_drop_ins(self.host, &t, uses_base, &mut imported)?;
         cdi = effective_cdi(&imported, Some(cdi), &defaults);
         Ok(EffectiveCdi {
-            engine: format!("k3s containerd ({})", k.name()),
+            engine: K3S.name_for(k.name()),
             enabled: cdi.enabled,
             spec_dirs: cdi.spec_dirs,
             conflicts: Vec::new(),
@@ -290,7 +268,7 @@ impl View<'_> {
             (Some(flag), _) => flag,
             (None, Some(v)) => Sourced::new(v, Source::file(path, docker::json_line(text, "features"))),
             (None, None) => match release {
-                Some(r) if r.release >= DOCKER_CDI_BY_DEFAULT => Sourced::new(
+                Some(r) if r.release >= DOCKER.cdi.on_by_default => Sourced::new(
                     true,
                     Source::default(format!(
                         "dockerd's default from Docker 28.2 ({}; no features.cdi in {path})",

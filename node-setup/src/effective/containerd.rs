@@ -9,6 +9,7 @@ use std::path::Path;
 
 use toml_edit::Value;
 
+use super::engine::CONTAINERD;
 use super::systemd::Unit;
 use super::{Source, Sourced};
 use crate::error::Result;
@@ -17,8 +18,6 @@ use crate::formats::containerd::{
     DefaultRuntime, Description, Flavor, Node, RuntimeCopy, Setting, CRI_V1, CRI_V2, CRI_V3,
 };
 use crate::host::HostRoot;
-
-pub const DEFAULT_CONFIG: &str = "/etc/containerd/config.toml";
 
 /// One file containerd loads.
 #[derive(Debug, Clone)]
@@ -49,12 +48,18 @@ pub struct Containerd {
 }
 
 impl Containerd {
+    /// Reads the config of the system containerd as its unit runs it.
+    pub fn load(host: &HostRoot) -> Result<Containerd> {
+        let unit = Unit::load(host, CONTAINERD.unit())?;
+        Containerd::read(host, unit.as_ref())
+    }
+
     /// Reads the config of the system containerd (`unit`: containerd.service, for a
     /// `--config` flag).
     pub fn read(host: &HostRoot, unit: Option<&Unit>) -> Result<Containerd> {
         let mut config = Sourced::new(
-            DEFAULT_CONFIG.to_string(),
-            Source::default(format!("containerd's default config {DEFAULT_CONFIG}")),
+            CONTAINERD.config.to_string(),
+            Source::default(format!("containerd's default config {}", CONTAINERD.config)),
         );
         if let Some(u) = unit {
             let args = u.command_line(&u.environment(host)?)?;
@@ -347,16 +352,12 @@ impl Merge {
 /// The legacy shim of config version 1.
 const LINUX_V1: &str = "io.containerd.runtime.v1.linux";
 
-/// The packages the system containerd comes in (Debian, Docker's repository, Yocto).
-pub const CONTAINERD_PACKAGES: [&str; 3] =
-    ["containerd", "containerd.io", "containerd-opencontainers"];
-
 /// How the system containerd merges its files: from its release in the package status
 /// under the root; unknown, from its config (only containerd 2 reads version 3); else
 /// both ways, and node-setup plans for both.
 pub fn system_merges(host: &HostRoot, main: &Loaded) -> Result<(Vec<Merge>, String)> {
     Ok(
-        match super::packages::installed(host, &CONTAINERD_PACKAGES)? {
+        match super::packages::installed(host, CONTAINERD.packages)? {
             Some(i) if i.release.0 >= 2 => (vec![Merge::Keys], i.describe()),
             Some(i) => (vec![Merge::Replace], i.describe()),
             None if main.description.version_key == Some(3) => (

@@ -12,6 +12,7 @@ use serde::Serialize;
 pub mod cdi;
 pub mod containerd;
 pub mod docker;
+pub mod engine;
 pub mod k3s;
 pub mod k3s_template;
 pub mod packages;

@@ -11,9 +11,10 @@ use super::containerd::{
     effective_cri, load_with_imports, system_merges, Containerd, Layer, Merge, MergedCri,
 };
 use super::docker::{self, Docker};
+use super::engine::{CONTAINERD, DOCKER, K3S};
 use super::k3s::K3s;
 use super::k3s_template;
-use super::systemd::{Unit, DEFAULT_PATH};
+use super::systemd::DEFAULT_PATH;
 use super::{Source, Sourced};
 use crate::detect::{ContainerdTarget, Inventory, K3sEngine, Mode};
 use crate::error::Result;
@@ -63,12 +64,11 @@ impl View<'_> {
                     .map(|v| v.into_iter().flatten().collect())
             }
             Mode::Containerd(ContainerdTarget::System) => {
-                let unit = Unit::load(self.host, "containerd.service")?;
-                let c = Containerd::read(self.host, unit.as_ref())?;
+                let c = Containerd::load(self.host)?;
                 let (merges, _) = system_merges(self.host, &c.files[0])?;
                 let layers: Vec<Layer> = c.files.iter().map(Layer::of).collect();
                 Ok(merged_effective(
-                    "system containerd",
+                    CONTAINERD.name,
                     &layers,
                     &merges,
                     &self.spec.name,
@@ -203,7 +203,7 @@ impl View<'_> {
             }
         };
         k3s_template::add_drop_ins(self.host, &t, uses_base, &mut imported)?;
-        let engine = format!("k3s containerd ({})", k.name());
+        let engine = K3S.name_for(k.name());
         if imported.is_empty() {
             return Ok(vec![Effective {
                 engine,
@@ -236,8 +236,7 @@ impl View<'_> {
 
     fn effective_docker(&self) -> Result<Effective> {
         let spec = self.spec;
-        let unit = Unit::load(self.host, "docker.service")?;
-        let d = Docker::read(self.host, unit.as_ref())?;
+        let d = Docker::load(self.host)?;
         let path = d.daemon_json.value.clone();
         let text = self.host.read(&path)?;
         let json = daemon_json::DaemonJson::parse(Path::new(&path), text.as_deref().unwrap_or(""))?;
@@ -283,7 +282,7 @@ impl View<'_> {
             },
         };
         Ok(Effective {
-            engine: "docker".into(),
+            engine: DOCKER.name.into(),
             default_runtime,
             runtime_binary,
             conflicts,

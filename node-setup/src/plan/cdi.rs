@@ -18,15 +18,13 @@ use std::path::Path;
 use super::builder::{finish_plan, Builder};
 use super::model::{CheckItem, Options, Plan};
 use crate::detect::{Choice, ContainerdTarget, Inventory, Mode, ModeRequest};
-use crate::effective::cdi::{
-    docker_release, has_dir, spec_dir, Specs, View, DEFAULT_SPEC_DIRS, DOCKER_CDI,
-};
+use crate::effective::cdi::{docker_release, has_dir, spec_dir, Specs, View, DEFAULT_SPEC_DIRS};
 use crate::effective::containerd::{effective_cdi, load_with_imports, Cdi, Containerd};
 use crate::effective::docker::Docker;
+use crate::effective::engine::DOCKER;
 use crate::effective::k3s::K3s;
 use crate::effective::k3s_template;
 use crate::effective::runtime;
-use crate::effective::systemd::Unit;
 use crate::effective::Source;
 use crate::error::{Result, SetupError};
 use crate::formats::containerd::{self, CdiWant, Flavor};
@@ -241,8 +239,7 @@ impl Builder<'_> {
     /// The system containerd: the file that owns the CRI plugin table (the main config,
     /// or the last import that has the table) gets `enable_cdi` and the spec dir.
     fn cdi_system_containerd(&mut self) -> Result<()> {
-        let unit = Unit::load(self.host(), "containerd.service")?;
-        let c = Containerd::read(self.host(), unit.as_ref())?;
+        let c = Containerd::load(self.host())?;
         let view = View {
             host: self.host(),
             inv: self.inv,
@@ -287,11 +284,10 @@ impl Builder<'_> {
     /// Docker 28.2+ has it on by default) and our spec dir in the `cdi-spec-dirs` the
     /// file sets; k3s must run its containers through docker.
     fn cdi_docker(&mut self) -> Result<()> {
-        let unit = Unit::load(self.host(), "docker.service")?;
-        let d = Docker::read(self.host(), unit.as_ref())?;
+        let d = Docker::load(self.host())?;
         let release = docker_release(self.host())?;
         match &release {
-            Some(r) if r.release < DOCKER_CDI => {
+            Some(r) if r.release < DOCKER.cdi.added => {
                 return Err(SetupError::Refused(format!(
                     "{} has no CDI support (Docker 25.0 added it, moby PR #45134). Upgrade docker to 25 or later, or apply without --cdi (the NVIDIA runtime)",
                     r.describe()

@@ -12,7 +12,7 @@ use crate::effective::docker::Docker;
 use crate::effective::k3s::K3s;
 use crate::effective::k3s_template::{self, EXTRA_SEARCH_DIRS};
 use crate::effective::runtime::View;
-use crate::effective::systemd::{Unit, DEFAULT_PATH};
+use crate::effective::systemd::DEFAULT_PATH;
 use crate::error::{Result, SetupError};
 use crate::formats::containerd::{self, CopyFrom, DefaultRuntime, Flavor, RuntimeCopy, Want};
 use crate::formats::{daemon_json, k3s_yaml, Edit};
@@ -290,8 +290,7 @@ impl Builder<'_> {
     /// first, which the check of the planned result refuses, naming what decides).
     fn system_containerd(&mut self) -> Result<()> {
         let spec = self.spec().clone();
-        let unit = Unit::load(self.host(), "containerd.service")?;
-        let c = Containerd::read(self.host(), unit.as_ref())?;
+        let c = Containerd::load(self.host())?;
         let (merges, release) = system_merges(self.host(), &c.files[0])?;
         let layers: Vec<Layer> = c.files.iter().map(Layer::of).collect();
         let merged: Vec<MergedCri> = merges.iter().map(|m| MergedCri::of(&layers, *m)).collect();
@@ -401,8 +400,7 @@ impl Builder<'_> {
 
     fn docker(&mut self) -> Result<()> {
         let spec = self.spec().clone();
-        let unit = Unit::load(self.host(), "docker.service")?;
-        let d = Docker::read(self.host(), unit.as_ref())?;
+        let d = Docker::load(self.host())?;
         // A --default-runtime flag decides, and the same setting in daemon.json would
         // stop dockerd: then the default is not written (the planned result says
         // whether the flag's value is the one asked for).
