@@ -11,6 +11,7 @@ use serde::Serialize;
 
 pub mod cdi;
 pub mod containerd;
+pub mod containerd_merge;
 pub mod docker;
 pub mod engine;
 pub mod k3s;

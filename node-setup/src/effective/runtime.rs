@@ -7,9 +7,8 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::containerd::{
-    effective_cri, load_with_imports, system_merges, Containerd, Layer, Merge, MergedCri,
-};
+use super::containerd::{effective_cri, load_with_imports, Containerd};
+use super::containerd_merge::{system_merges, Layer, Merge, MergedCri};
 use super::docker::{self, Docker};
 use super::engine::{CONTAINERD, DOCKER, K3S};
 use super::k3s::K3s;
