@@ -719,7 +719,7 @@ struct CheckJson<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     runtime_present: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    cdi_specs: Option<&'a plan::cdi::Specs>,
+    cdi_specs: Option<&'a crate::effective::cdi::Specs>,
     items: &'a [plan::CheckItem],
     notes: &'a [String],
     /// What each engine uses now, and where that is decided.
@@ -738,8 +738,8 @@ struct CheckJson<'a> {
 #[derive(Serialize)]
 #[serde(untagged)]
 enum EffectiveJson<'a> {
-    Runtime(&'a [plan::Effective]),
-    Cdi(&'a [plan::cdi::EffectiveCdi]),
+    Runtime(&'a [crate::effective::runtime::Effective]),
+    Cdi(&'a [crate::effective::cdi::EffectiveCdi]),
 }
 
 fn check(

@@ -4,13 +4,13 @@
 use std::fmt;
 use std::io::Read;
 
+use crate::effective::engine::{CONTAINERD, DOCKER, K3S};
 use crate::effective::k3s::{K3s, Role};
 use crate::effective::systemd::{find_unit_file, Unit};
 use crate::effective::{Source, Sourced};
 use crate::error::{Result, SetupError};
 use crate::host::HostRoot;
 
-const K3S_UNITS: [&str; 2] = ["k3s.service", "k3s-agent.service"];
 const K3S_BINARIES: [&str; 3] = ["/usr/local/bin/k3s", "/opt/bin/k3s", "/usr/bin/k3s"];
 const BIN_DIRS: [&str; 4] = ["/usr/bin", "/usr/local/bin", "/usr/sbin", "/bin"];
 /// k3s renders its containerd config from `config-v3.toml.tmpl` if it exists, else
@@ -118,7 +118,7 @@ impl K3sEngine {
             };
         }
         if let Some(u) = &k.unit {
-            if u.depends_on("containerd.service") {
+            if u.depends_on(CONTAINERD.unit()) {
                 return K3sEngine::RequiresContainerdService(u.path.clone());
             }
         }
@@ -154,7 +154,7 @@ fn find_binary(host: &HostRoot, name: &str) -> Option<String> {
 impl Inventory {
     pub fn scan(host: &HostRoot, k3s_version_override: Option<&str>) -> Result<Inventory> {
         let mut inv = Inventory::default();
-        for name in K3S_UNITS {
+        for name in K3S.units {
             if let Some(unit) = Unit::load(host, name)? {
                 inv.k3s.push(K3s::read(host, Some(unit))?);
             }
@@ -183,16 +183,16 @@ impl Inventory {
                 None => None,
             },
         };
-        inv.docker = [crate::effective::docker::DEFAULT_DAEMON_JSON.to_string()]
+        inv.docker = [DOCKER.config.to_string()]
             .into_iter()
             .find(|p| host.exists(p) || host.is_symlink(p))
             .or_else(|| find_binary(host, "dockerd"))
-            .or_else(|| find_unit(host, "docker.service"));
-        inv.system_containerd = [crate::effective::containerd::DEFAULT_CONFIG.to_string()]
+            .or_else(|| find_unit(host, DOCKER.unit()));
+        inv.system_containerd = [CONTAINERD.config.to_string()]
             .into_iter()
             .find(|p| host.exists(p) || host.is_symlink(p))
             .or_else(|| find_binary(host, "containerd"))
-            .or_else(|| find_unit(host, "containerd.service"));
+            .or_else(|| find_unit(host, CONTAINERD.unit()));
         inv.k3s_server_dir = host.exists("/var/lib/rancher/k3s/server");
         for k in &inv.k3s {
             for (n, _) in K3S_TEMPLATES {
@@ -272,7 +272,7 @@ impl Inventory {
                 }
                 K3sEngine::Embedded => {}
             }
-            if k.config_file.value != crate::effective::k3s::DEFAULT_CONFIG_FILE {
+            if k.config_file.value != K3S.config {
                 extra.push_str(&format!(
                     ", config file {} ({})",
                     k.config_file.value, k.config_file.source
@@ -456,7 +456,7 @@ fn containerd_target(inv: &Inventory) -> Result<(ContainerdTarget, String)> {
     if inv.system_containerd.is_some() {
         why.push_str(&format!(
             "; not editing {}: k3s does not use the system containerd",
-            crate::effective::containerd::DEFAULT_CONFIG
+            CONTAINERD.config
         ));
     }
     Ok((ContainerdTarget::K3sTemplate, why))

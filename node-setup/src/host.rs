@@ -340,6 +340,29 @@ impl HostRoot {
             .unwrap_or(false)
     }
 
+    /// The distinct executables named `name` in `dirs`, in order (a second path to a file
+    /// already found, through a symlink, is left out): what a PATH lookup can find.
+    pub fn executables_in<'d>(
+        &self,
+        dirs: impl IntoIterator<Item = &'d str>,
+        name: &str,
+    ) -> Vec<String> {
+        let mut found: Vec<String> = Vec::new();
+        let mut files = Vec::new();
+        for dir in dirs {
+            let candidate = format!("{}/{name}", dir.trim_end_matches('/'));
+            if !dir.starts_with('/') || !self.is_executable(&candidate) {
+                continue;
+            }
+            let file = self.resolve(&candidate).ok();
+            if !files.contains(&file) {
+                files.push(file);
+                found.push(candidate);
+            }
+        }
+        found
+    }
+
     /// Host-absolute paths of the entries of directory `host_dir` whose names end with
     /// `suffix` (planned files included), sorted by name. Missing directory: empty.
     pub fn list_dir(&self, host_dir: &str, suffix: &str) -> Result<Vec<String>> {

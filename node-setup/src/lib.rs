@@ -2,10 +2,11 @@
 //! on one node, or (`--cdi`) turns on their own CDI injection instead. Plan first, then
 //! write atomically with backups; `check` and `revert`.
 //!
-//! Module map: [`cdi`] (`cdi generate`: CDI specs for every platform), [`effective`] (what the services actually load: units with drop-ins, k3s's
-//! settings, containerd imports, dockerd flags), [`detect`] (what is installed, which
-//! mode), [`plan`] (compute every change in memory, and the effective runtime; `plan::cdi`
-//! for CDI mode), [`ops`]
+//! Module map: [`cdi`] (`cdi generate`: CDI specs for every platform), [`effective`] (what
+//! the services actually load: units with drop-ins, k3s's settings, containerd imports,
+//! dockerd flags, and from those the runtime and CDI each engine uses), [`detect`] (what is
+//! installed, which mode), [`plan`] (compute every change in memory; `plan::cdi` for CDI
+//! mode), [`ops`]
 //! (write / revert), [`formats`] (one module per file format: systemd unit, daemon.json,
 //! containerd TOML and k3s's Go templates, k3s YAML), [`state`] (manifest and backups),
 //! [`lock`] (one run at a time), [`restart`] (systemctl, injectable), [`fsops`] (atomic

@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::effective::engine::{CONTAINERD, DOCKER};
 use crate::error::{Result, SetupError};
 
 /// Something that must pick up a changed file.
@@ -33,9 +34,9 @@ impl Service {
     pub fn systemctl_args(&self) -> Vec<String> {
         let args: Vec<&str> = match self {
             Service::DaemonReload => vec!["daemon-reload"],
-            Service::Containerd => vec!["try-restart", "containerd.service"],
-            Service::Docker => vec!["try-reload-or-restart", "docker.service"],
-            Service::DockerRestart => vec!["try-restart", "docker.service"],
+            Service::Containerd => vec!["try-restart", CONTAINERD.unit()],
+            Service::Docker => vec!["try-reload-or-restart", DOCKER.unit()],
+            Service::DockerRestart => vec!["try-restart", DOCKER.unit()],
             Service::K3s(unit) => vec!["try-restart", unit.as_str()],
         };
         args.into_iter().map(String::from).collect()
@@ -47,8 +48,8 @@ impl Service {
     pub fn unit(&self) -> Option<&str> {
         match self {
             Service::DaemonReload => None,
-            Service::Containerd => Some("containerd.service"),
-            Service::Docker | Service::DockerRestart => Some("docker.service"),
+            Service::Containerd => Some(CONTAINERD.unit()),
+            Service::Docker | Service::DockerRestart => Some(DOCKER.unit()),
             Service::K3s(unit) => Some(unit),
         }
     }

@@ -51,6 +51,15 @@ pub fn expand(root: &HostRoot, pattern: &str) -> Vec<String> {
         .collect()
 }
 
+/// The file names of the CSV lists, for messages.
+pub fn names(files: &[PathBuf]) -> String {
+    files
+        .iter()
+        .filter_map(|f| f.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,10 +20,10 @@ use edgegpu_platform::host::{
 use edgegpu_platform::procfs::CONTROL_NODES;
 use edgegpu_platform::Generation;
 
+use super::csv::{self, names};
 use super::driver::{self, all_device, DriverGpu, ProcfsGpus};
 use super::edits::EditsBuilder;
 use super::spec::{Device, Mount};
-use super::{csv, names};
 use crate::error::{Result, SetupError};
 use crate::host::HostRoot;
 use std::path::PathBuf;

@@ -94,7 +94,7 @@ pub fn generate(root: &HostRoot) -> Result<Generated> {
         )?;
         let mut source = format!(
             "L4T container CSV files in {CONTAINER_CSV_DIR}: {}",
-            names(&csv_files)
+            csv::names(&csv_files)
         );
         if !procfs.gpus.is_empty() {
             source.push_str(&format!(
@@ -130,14 +130,6 @@ pub fn generate(root: &HostRoot) -> Result<Generated> {
         notes,
         warnings,
     })
-}
-
-fn names(files: &[PathBuf]) -> String {
-    files
-        .iter()
-        .filter_map(|f| f.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// The temporary files earlier runs left next to `target` (`.<name>.edgegpu-tmp.<pid>`,

@@ -4,12 +4,12 @@
 //! /etc/docker/daemon.json). A flag and the same setting in daemon.json stop dockerd
 //! (moby daemon/config: "specified both as a flag and in the configuration file").
 
+use super::engine::DOCKER;
 use super::systemd::{Arg, Unit};
 use super::{Source, Sourced};
 use crate::error::Result;
+use crate::formats::daemon_json::DaemonJson;
 use crate::host::HostRoot;
-
-pub const DEFAULT_DAEMON_JSON: &str = "/etc/docker/daemon.json";
 
 /// Flags whose daemon.json key has another name (moby cmd/dockerd/config.go,
 /// config_unix.go, options.go: their values are `NamedOption`s, and dockerd compares the
@@ -60,6 +60,13 @@ pub struct Docker {
 }
 
 impl Docker {
+    /// Reads dockerd's settings as its unit runs it.
+    pub fn load(host: &HostRoot) -> Result<Docker> {
+        let unit = Unit::load(host, DOCKER.unit())?;
+        Docker::read(host, unit.as_ref())
+    }
+
+    /// Reads dockerd's settings from `unit` (docker.service) and its daemon.json.
     pub fn read(host: &HostRoot, unit: Option<&Unit>) -> Result<Docker> {
         let args = match unit {
             Some(u) => u.command_line(&u.environment(host)?)?,
@@ -67,8 +74,8 @@ impl Docker {
         };
         let mut docker = Docker {
             daemon_json: Sourced::new(
-                DEFAULT_DAEMON_JSON.into(),
-                Source::default(format!("dockerd's default {DEFAULT_DAEMON_JSON}")),
+                DOCKER.config.into(),
+                Source::default(format!("dockerd's default {}", DOCKER.config)),
             ),
             default_flag: None,
             runtime_flags: Vec::new(),
@@ -132,6 +139,32 @@ impl Docker {
             (key == name).then(|| Sourced::new(value, f.source.clone()))
         })
     }
+}
+
+/// The 1-based line of daemon.json `text` where `"key"` first appears (0: nowhere).
+pub fn json_line(text: Option<&str>, key: &str) -> usize {
+    let needle = format!("\"{key}\"");
+    text.and_then(|t| t.lines().position(|l| l.contains(&needle)))
+        .map_or(0, |i| i + 1)
+}
+
+/// Settings given both as a dockerd flag and in daemon.json (`text`, parsed as `json`):
+/// dockerd refuses to start then, equal values included (moby daemon/config,
+/// findConfigurationConflicts; `runtimes` merge since 19.03).
+pub fn conflicts(d: &Docker, json: &DaemonJson, text: Option<&str>) -> Vec<String> {
+    let path = &d.daemon_json.value;
+    d.flags
+        .iter()
+        .filter(|f| f.value != "runtimes" && json.root.contains_key(&f.value))
+        .map(|f| {
+            format!(
+                "{} and {path}:{}: dockerd would not start: '{}' is given both as a flag and in the configuration file. Remove one of them",
+                f.source,
+                json_line(text, &f.value),
+                f.value
+            )
+        })
+        .collect()
 }
 
 fn flag_source(a: &Arg, flag: &str) -> Source {

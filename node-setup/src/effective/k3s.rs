@@ -9,13 +9,13 @@
 
 use std::path::Path;
 
+use super::engine::K3S;
 use super::systemd::{Arg, Environment, Unit, DEFAULT_PATH};
 use super::{Source, Sourced};
 use crate::error::{Result, SetupError};
 use crate::formats::k3s_yaml::{self, Entry};
 use crate::host::HostRoot;
 
-pub const DEFAULT_CONFIG_FILE: &str = "/etc/rancher/k3s/config.yaml";
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/rancher/k3s";
 /// Where k3s's containerd sockets and templates live, below the data dir.
 pub const TEMPLATE_SUBDIR: &str = "agent/etc/containerd";
@@ -83,8 +83,8 @@ impl K3s {
             Some(v) => v.clone(),
             None => config_flag(words.get(1..).unwrap_or_default()).unwrap_or_else(|| {
                 Sourced::new(
-                    DEFAULT_CONFIG_FILE.into(),
-                    Source::default(format!("k3s's default config file {DEFAULT_CONFIG_FILE}")),
+                    K3S.config.into(),
+                    Source::default(format!("k3s's default config file {}", K3S.config)),
                 )
             }),
         };

@@ -1,16 +1,23 @@
 //! What the services will actually load, as opposed to what one file says: systemd units
 //! merged with their drop-ins, k3s's settings from its command line and config files,
-//! containerd's config with its imports, dockerd's flags and daemon.json. `plan` decides
-//! from these views, and `check` reports the effective runtime and where it comes from.
+//! containerd's config with its imports, dockerd's flags and daemon.json. On top of
+//! those, [`runtime`] and [`cdi`] say what each engine will use (the runtime, CDI) and
+//! why it would not be what was asked for. `plan` decides from these views, and `check`
+//! reports the effective runtime and where it comes from.
 
 use std::fmt;
 
 use serde::Serialize;
 
+pub mod cdi;
 pub mod containerd;
+pub mod containerd_merge;
 pub mod docker;
+pub mod engine;
 pub mod k3s;
+pub mod k3s_template;
 pub mod packages;
+pub mod runtime;
 pub mod systemd;
 
 /// Where a setting comes from, so that a refusal or a check can name it.

@@ -26,6 +26,7 @@
 use toml_edit::Value;
 
 use super::node::Node;
+use super::template::VALUE_PLACEHOLDER;
 
 const RUNC_V2: &str = "io.containerd.runc.v2";
 const RUNC_V1: &str = "io.containerd.runc.v1";
@@ -58,7 +59,7 @@ fn shape(runtime: &Node<impl Clone>) -> Shape {
         None | Some("" | RUNC_V2 | RUNC_V1) => Shape::Runc,
         Some(LINUX_V1) => Shape::LinuxV1,
         // A template expression: it renders runc's type in every k3s template we know.
-        Some(t) if t.starts_with(super::VALUE_PLACEHOLDER) => Shape::Runc,
+        Some(t) if t.starts_with(VALUE_PLACEHOLDER) => Shape::Runc,
         Some(_) => Shape::Other,
     }
 }
@@ -153,7 +154,7 @@ pub fn copy_from_plugin<A: Clone>(
     let mut default = containerd
         .get("default_runtime_name")
         .and_then(Node::as_str)
-        .filter(|d| !d.starts_with(super::VALUE_PLACEHOLDER))
+        .filter(|d| !d.starts_with(VALUE_PLACEHOLDER))
         .map(String::from);
     if let Some(legacy) = containerd.get("default_runtime").filter(|_| legacy_default) {
         if legacy_default_type(legacy).is_some() {

@@ -5,7 +5,7 @@
 
 use toml_edit::{Item, Value};
 
-use super::span_line;
+use super::toml::span_line;
 
 #[derive(Debug, Clone)]
 pub enum Node<A> {
