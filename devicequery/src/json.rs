@@ -9,6 +9,9 @@ use crate::cuda_error;
 use crate::cuda_version::CudaVersion;
 use crate::driver::LoadError;
 use crate::limits::{LimitsReport, Mode};
+// Re-exported at its former path; it lives with the device's UUID so that limits/ does not
+// need this module.
+pub use crate::probe::format_uuid;
 use crate::probe::{Device, ProbeError, Report};
 
 pub const SCHEMA_VERSION: u32 = 1;
@@ -413,19 +416,6 @@ fn device(d: &Device) -> JsonDevice {
             _ => "unknown",
         },
     }
-}
-
-/// nvidia-smi's form: `GPU-` and the 16 bytes as 8-4-4-4-12 lower-case hex digits.
-pub fn format_uuid(bytes: &[u8; 16]) -> String {
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "GPU-{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
 }
 
 #[cfg(test)]

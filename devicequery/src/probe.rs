@@ -283,3 +283,16 @@ pub fn failure(driver: &Driver, call: String, code: i32) -> CallFailure {
         message,
     }
 }
+
+/// nvidia-smi's form: `GPU-` and the 16 bytes as 8-4-4-4-12 lower-case hex digits.
+pub fn format_uuid(bytes: &[u8; 16]) -> String {
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}

@@ -36,7 +36,7 @@
 //!   packages it as `tegra-cuda-utils` from its R36.4.0 branch on (and for R38/R39), never for
 //!   R32/R35.
 
-use crate::{
+use crate::generation::{
     Capability, Cuda, Detect, Generation, GpuDriver, GpuSysfs, KnownGpuDir, Module, Mps, NameMatch,
     Nvml, NvmlAnswers, PowerRails,
 };

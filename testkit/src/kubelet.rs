@@ -25,9 +25,7 @@ use std::collections::HashMap;
 use std::io;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use edgegpu_kubelet_api::pluginregistration::registration_client::RegistrationClient as WatcherClient;
@@ -42,15 +40,16 @@ use edgegpu_kubelet_api::v1beta1::{
     PreStartContainerRequest, PreferredAllocationRequest, RegisterRequest, HEALTHY,
     KUBELET_SOCKET_NAME, VERSION,
 };
-use edgegpu_plugin::kubelet::authority::frames::BlockSplitter;
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::{Channel, Endpoint, Server};
 use tonic::{Request, Response, Status};
+
+mod old_authority;
+pub use old_authority::AuthorityOverride;
 
 /// The kubelet's checkpoint file, which survives its start-up clean-up.
 pub const CHECKPOINT_NAME: &str = "kubelet_internal_checkpoint";
@@ -1038,113 +1037,6 @@ async fn register_through_watcher(shared: Arc<Shared>, socket: PathBuf, epoch: u
             "plugin watcher: NotifyRegistrationStatus failed: {}",
             e.message()
         ));
-    }
-}
-
-/// A client connection whose outgoing HTTP/2 header blocks get `:authority` replaced
-/// (when `authority` is set), like an old kubelet dialing with the socket path as target.
-/// tonic/h2 cannot send such an authority themselves (it is not a valid URI), so this
-/// rewrites the frames they write: header blocks are decoded and re-encoded with one
-/// HPACK encoder of our own, so the server sees a consistent HPACK stream. Frames are split
-/// and written by the plugin's `kubelet::authority::frames`.
-pub struct AuthorityOverride<S> {
-    inner: S,
-    authority: Option<Vec<u8>>,
-    splitter: BlockSplitter,
-    output: Vec<u8>,
-    decoder: loona_hpack::Decoder<'static>,
-    encoder: loona_hpack::Encoder<'static>,
-}
-
-impl<S> AuthorityOverride<S> {
-    /// Wraps a client connection; `None` passes everything through.
-    pub fn new(inner: S, authority: Option<String>) -> Self {
-        AuthorityOverride {
-            inner,
-            authority: authority.map(String::into_bytes),
-            splitter: BlockSplitter::default(),
-            output: Vec::new(),
-            decoder: loona_hpack::Decoder::new(),
-            encoder: loona_hpack::Encoder::new(),
-        }
-    }
-
-    fn process(&mut self, data: &[u8]) {
-        let Some(authority) = &self.authority else {
-            self.output.extend_from_slice(data);
-            return;
-        };
-        let (decoder, encoder) = (&mut self.decoder, &mut self.encoder);
-        self.splitter
-            .feed(data, &mut self.output, &mut |block, out| {
-                let headers = decoder
-                    .decode(&block.fragment)
-                    .expect("h2 wrote valid HPACK");
-                let headers: Vec<(Vec<u8>, Vec<u8>)> = headers
-                    .into_iter()
-                    .map(|(n, v)| {
-                        if n == b":authority" {
-                            (n, authority.clone())
-                        } else {
-                            (n, v)
-                        }
-                    })
-                    .collect();
-                let encoded = encoder.encode(headers.iter().map(|(n, v)| (&n[..], &v[..])));
-                block.write_with(&encoded, out);
-                true
-            });
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AuthorityOverride<S> {
-    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while !self.output.is_empty() {
-            let n = std::task::ready!(Pin::new(&mut self.inner).poll_write(cx, &self.output))?;
-            if n == 0 {
-                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-            }
-            self.output.drain(..n);
-        }
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for AuthorityOverride<S> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for AuthorityOverride<S> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        this.process(buf);
-        // Buffered: report everything as written; poll_flush pushes it out.
-        if let Poll::Ready(Err(e)) = this.poll_drain(cx) {
-            return Poll::Ready(Err(e));
-        }
-        Poll::Ready(Ok(buf.len()))
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        std::task::ready!(this.poll_drain(cx))?;
-        Pin::new(&mut this.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        std::task::ready!(this.poll_drain(cx))?;
-        Pin::new(&mut this.inner).poll_shutdown(cx)
     }
 }
 

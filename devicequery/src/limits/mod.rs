@@ -17,7 +17,7 @@ use std::time::Duration;
 use crate::checks::CheckOutcome;
 use crate::cuda_error;
 use crate::driver::{ContextError, CuDevicePtr, Driver, PrimaryContext};
-use crate::json::format_uuid;
+use crate::probe::format_uuid;
 use crate::probe::{self, Device};
 
 pub use settings::{

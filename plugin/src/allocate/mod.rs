@@ -5,6 +5,7 @@
 //! container was given, [`limits`]. Reads the `gpu` side; the
 //! `gpu` side never reads this module.
 
+mod client_limits;
 pub mod device_specs;
 pub mod limits;
 pub mod mig;

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::file::{
+use super::read::{
     at, boolean, fail, integer, is_device_ref, opt, resource_name, seq, shown, string,
     ConfigFileError, Keys, Reader,
 };
@@ -465,29 +465,4 @@ fn memory_size(node: &Node, path: &str) -> Result<Option<u64>, ConfigFileError> 
         return fail(node, format!("{path}: {text} is less than 1Mi"));
     }
     Ok(Some(bytes / MIB * MIB))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::file::ConfigFile;
-
-    #[test]
-    fn memory_sizes_are_kubernetes_quantities_in_whole_mib() {
-        let size = |text: &str| {
-            let f = ConfigFile::parse(&format!(
-                "sharing:\n  gpuMemory:\n    unit: {text}\n    resources: [{{name: gpu}}]\n"
-            ));
-            f.map(|f| f.gpu_memory.unwrap().unit)
-        };
-        assert_eq!(size("256Mi").unwrap(), 268_435_456);
-        assert_eq!(size("1Gi").unwrap(), 1_073_741_824);
-        assert_eq!(size("1048576").unwrap(), 1_048_576);
-        // 512M = 512 000 000 bytes = 488.28 MiB: rounded down.
-        assert_eq!(size("512M").unwrap(), 488 << 20);
-        assert!(size("1000").unwrap_err().message.contains("less than 1Mi"));
-        assert!(size("1.5Gi").unwrap_err().message.contains("256Mi, 1Gi"));
-        assert!(size("Gi").is_err());
-        assert!(size("12Xi").is_err());
-        assert!(size("99999999999Ti").is_err());
-    }
 }

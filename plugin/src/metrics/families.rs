@@ -13,7 +13,7 @@ use crate::kubelet::stats::{RegistrationStats, Reregistration};
 use crate::resource::Resource;
 
 use super::exposition::{Exposition, Kind};
-use super::{Entity, Holder, Served};
+use super::served::{Entity, Holder, Served};
 
 /// The identifying labels of a scrape's series in dcgm-exporter's order: gpu, UUID, device,
 /// modelName, then a GPU instance's GPU_I_PROFILE and GPU_I_ID, then Hostname.

@@ -26,7 +26,7 @@ use crate::kubelet::pod_cgroup;
 use crate::kubelet::pod_resources::DeviceHolder;
 
 use super::exposition::{Exposition, Kind};
-use super::{Holder, Served};
+use super::served::{Holder, Served};
 
 /// What a scrape reads from the host for per-pod memory.
 #[derive(Debug, Default)]

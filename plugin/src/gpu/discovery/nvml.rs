@@ -12,7 +12,7 @@ use nvml_wrapper::Nvml;
 
 use edgegpu_platform::host::DRIVER_LIB_DIRS;
 
-use super::{under_root, Gpu, MigAttributes, MigDevice};
+use super::device::{under_root, Gpu, MigAttributes, MigDevice};
 use crate::gpu::nvml_raw;
 
 /// The soname NVIDIA's tools open (the unversioned `libnvidia-ml.so` is only in -dev packages).

@@ -12,7 +12,7 @@ use edgegpu_platform::host::{
 };
 use edgegpu_platform::{module_product, Generation, GENERATIONS};
 
-use super::under_root;
+use super::device::under_root;
 
 /// One detection signal that matched.
 #[derive(Debug, Clone, PartialEq)]

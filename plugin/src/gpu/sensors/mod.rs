@@ -11,6 +11,7 @@
 //! A value a board cannot measure is `None`, never 0: its metric is left out.
 
 pub mod nvml;
+mod reading;
 pub mod tegra;
 
 use std::path::Path;
@@ -19,42 +20,8 @@ use std::sync::Arc;
 use super::discovery::{Gpu, MigDevice, Platform};
 
 pub use nvml::NvmlSensors;
+pub use reading::{RailReading, Reading};
 pub use tegra::TegraSensors;
-
-/// One reading of one GPU.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Reading {
-    /// Busy time, percent.
-    pub utilization_percent: Option<f64>,
-    /// Graphics/SM clock, MHz.
-    pub sm_clock_mhz: Option<f64>,
-    /// Memory clock (the EMC on a Jetson), MHz.
-    pub memory_clock_mhz: Option<f64>,
-    /// GPU temperature, degrees Celsius.
-    pub temperature_celsius: Option<f64>,
-    /// Power drawn by the GPU alone, watts.
-    pub power_watts: Option<f64>,
-    /// Dedicated GPU memory used and free, MiB (discrete GPUs).
-    pub framebuffer_used_mib: Option<f64>,
-    pub framebuffer_free_mib: Option<f64>,
-    /// Jetson: the memory controller's load, percent.
-    pub emc_utilization_percent: Option<f64>,
-    /// Jetson: every labelled INA3221 rail.
-    pub rails: Vec<RailReading>,
-    /// Jetson: memory held by the GPU's allocator (`NvMapMemUsed`) and the memory it shares
-    /// with the CPU (`MemTotal`), bytes.
-    pub shared_memory_used_bytes: Option<u64>,
-    pub shared_memory_total_bytes: Option<u64>,
-}
-
-/// One power rail.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RailReading {
-    pub label: String,
-    pub watts: f64,
-    /// The rail feeds the GPU (alone or together with other units).
-    pub feeds_gpu: bool,
-}
 
 /// The sensors of this node's GPUs and MIG devices.
 pub struct Sensors {

@@ -7,7 +7,7 @@ use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 
-use super::Reading;
+use super::reading::Reading;
 use crate::gpu::discovery::{Gpu, MigDevice};
 use crate::gpu::nvml_raw;
 

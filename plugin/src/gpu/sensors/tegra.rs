@@ -25,7 +25,7 @@ use edgegpu_platform::{Generation, GENERATIONS};
 use nvml_wrapper::Nvml;
 
 use super::nvml::Queries;
-use super::{RailReading, Reading};
+use super::reading::{RailReading, Reading};
 use crate::gpu::discovery::TegraDetection;
 use crate::gpu::sysfs::GpuSysfs;
 use crate::gpu::under_root;
