@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # All the checks, as CI runs them (.ci/run calls exactly this). Installs what is missing first.
-#   1. formatting, 2. clippy (deny warnings), 3. the test suite (x86_64), every benchmark once in
-#   smoke mode (a few iterations, figures printed, nothing asserted on time), and the docs
+#   1. formatting and module import cycles, 2. clippy (deny warnings), 3. the test suite
+#   (x86_64), every benchmark once in smoke mode (a few iterations, figures printed, nothing
+#   asserted on time), and the docs
 #   checked against the programs the tests built (scripts/check-docs.py),
 #   4. MSRV: cargo +1.75 check --locked, 5. manifest and Yocto layer checks,
 #   6. release cross-builds (glibc 2.17 / static checks, size table), and the container images
@@ -26,6 +27,10 @@ step() { printf '\n==> [%4ds] %s\n' $((SECONDS - started)) "$*"; }
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
+
+step "no import cycles between a crate's modules (scripts/check-module-cycles.py)"
+python3 scripts/check-module-cycles.py --self-test
+python3 scripts/check-module-cycles.py
 
 step "cargo clippy --workspace --all-targets -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings

@@ -13,8 +13,8 @@ use crate::lock::RunLock;
 use crate::ops::{self, Report, Restarts, RevertStep};
 use crate::plan::{self, FileChange, Plan};
 use crate::restart::{self, ServiceManager};
+use crate::runtime_spec::RuntimeSpec;
 use crate::state::{self, Manifest};
-use crate::RuntimeSpec;
 
 /// Writes to the output. A reader that went away (`| head`) is no failure of the command,
 /// whose effect does not depend on its output; other write errors are logged.

@@ -20,7 +20,7 @@ use crate::error::Result;
 use crate::formats::containerd::{DefaultRuntime, Flavor};
 use crate::formats::daemon_json;
 use crate::host::HostRoot;
-use crate::RuntimeSpec;
+use crate::runtime_spec::RuntimeSpec;
 
 /// The runtime an engine will actually use, and where that is decided.
 #[derive(Debug, Clone, Serialize)]

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::Edit;
 use crate::error::{Result, SetupError};
-use crate::RuntimeSpec;
+use crate::runtime_spec::RuntimeSpec;
 
 /// Runtime names dockerd reserves for itself (moby daemon/config: `runtime name 'runc' is
 /// reserved`).

@@ -15,7 +15,7 @@ use crate::formats::unit::{self, UnitFile};
 use crate::formats::{k3s_yaml, Edit};
 use crate::host::HostRoot;
 use crate::restart::Service;
-use crate::RuntimeSpec;
+use crate::runtime_spec::RuntimeSpec;
 
 /// Used when k3s has no systemd unit to add `--docker` to (OpenRC, custom service).
 const K3S_DOCKER_DROP_IN: &str = "99-edgegpu-docker.yaml";

@@ -10,7 +10,7 @@ use crate::effective::cdi::{EffectiveCdi, Specs};
 use crate::effective::runtime::Effective;
 use crate::host::HostRoot;
 use crate::restart::Service;
-use crate::RuntimeSpec;
+use crate::runtime_spec::RuntimeSpec;
 
 /// Everything `plan` needs to know.
 #[derive(Debug, Clone)]

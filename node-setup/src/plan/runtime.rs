@@ -18,7 +18,7 @@ use crate::error::{Result, SetupError};
 use crate::formats::containerd::{self, CopyFrom, DefaultRuntime, Flavor, RuntimeCopy, Want};
 use crate::formats::{daemon_json, k3s_yaml, Edit};
 use crate::restart::Service;
-use crate::RuntimeSpec;
+use crate::runtime_spec::RuntimeSpec;
 
 /// Our k3s drop-in (in the `.d` directory of the config file k3s reads); `99-` so that
 /// it sorts after the usual ones (later wins).
