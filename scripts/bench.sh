@@ -6,4 +6,12 @@
 # Usage: scripts/bench.sh [cargo bench args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The plugin's footprint is measured on the release build users run: the binary `cargo bench`
+# builds carries the test doubles' features too (cargo unifies them). A hard link keeps the
+# page cache the linker left, as a copy would not.
+cargo build --release --locked -p edgegpu-plugin --bin edgegpu-device-plugin
+measured=target/bench-plugin
+mkdir -p "$measured"
+ln -f target/release/edgegpu-device-plugin "$measured/edgegpu-device-plugin"
+export EDGEGPU_BENCH_PLUGIN_BINARY="${EDGEGPU_BENCH_PLUGIN_BINARY:-$PWD/$measured/edgegpu-device-plugin}"
 cargo bench --workspace --locked "$@"

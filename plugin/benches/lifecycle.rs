@@ -275,6 +275,9 @@ async fn lifecycle_idle_wakeups(seconds: u64) {
     );
 }
 
+/// The binary's figures twice: with the host's C library, which every process here maps (so
+/// the plugin cannot hand its pages back), and with its own copy of it, as the image runs it
+/// (scripts/build-images.sh puts Debian's glibc into the plugin's own layer).
 async fn binary_footprint(seconds: u64) {
     // The binary this bench built has the test doubles' features too (cargo unifies them, e.g.
     // tokio's multi-threaded scheduler); the one users run comes from `cargo build --release`
@@ -284,12 +287,43 @@ async fn binary_footprint(seconds: u64) {
         .filter(|path| !path.is_empty())
         .unwrap_or_else(|| env!("CARGO_BIN_EXE_edgegpu-device-plugin").to_string());
     println!("binary measured: {bin}");
+    let libraries = run_binary(binary_command(&bin), "host's C library", seconds).await;
+    // Under an emulator the figures are the emulator's: one run is enough.
+    if std::env::var(edgegpu_testkit::process::RUNNER_ENV).is_ok_and(|r| !r.is_empty()) {
+        return;
+    }
+    let Some(loader) = libraries.iter().find(|l| l.contains("/ld-linux")) else {
+        println!("binary: no dynamic loader found in its mappings; one run only");
+        return;
+    };
+    let own = tempfile::tempdir().unwrap();
+    for library in &libraries {
+        let copy = own.path().join(Path::new(library).file_name().unwrap());
+        std::fs::copy(library, &copy).unwrap();
+        // Written back, as an image layer unpacked before the pod starts is: the kernel does
+        // not reclaim dirty pages on the plugin's advice.
+        std::fs::File::open(&copy).unwrap().sync_all().unwrap();
+    }
+    let loader = own.path().join(Path::new(loader).file_name().unwrap());
+    let mut command = std::process::Command::new(loader);
+    command.arg("--library-path").arg(own.path()).arg(&bin);
+    run_binary(
+        command,
+        "own copy of the C library, as in its image",
+        seconds,
+    )
+    .await;
+}
+
+/// Starts the plugin through `command` on a fake Orin, registers it, sends 1000 Allocates,
+/// prints its footprint and stops it; returns the shared libraries it had mapped.
+async fn run_binary(mut command: std::process::Command, libc: &str, seconds: u64) -> Vec<String> {
     let host = FakeHost::jetson(Board::Orin);
     let dir = tempfile::tempdir().unwrap();
     let kubelet = FakeKubelet::start(dir.path()).await.unwrap();
     let t0 = Instant::now();
     let extra = std::env::var("EDGEGPU_BENCH_PLUGIN_ARGS").unwrap_or_default();
-    let mut child = binary_command(bin)
+    let mut child = command
         .arg("--device-plugin-path")
         .arg(dir.path())
         .arg("--root")
@@ -297,11 +331,12 @@ async fn binary_footprint(seconds: u64) {
         .args(extra.split_whitespace())
         .env("EDGEGPU_LOG", "warn")
         .stdout(Stdio::null())
+        .stderr(Stdio::null())
         .spawn()
         .unwrap();
     kubelet.wait_for_registration(GPU, WAIT).await.unwrap();
     println!(
-        "binary: process start -> registered (fake Orin root, includes discovery): {:.2?}",
+        "binary ({libc}): process start -> registered (fake Orin root, includes discovery): {:.2?}",
         t0.elapsed()
     );
     if !extra.is_empty() {
@@ -314,8 +349,9 @@ async fn binary_footprint(seconds: u64) {
     tokio::time::sleep(window(Duration::from_secs(1))).await;
     let pid = child.id();
     let footprint = Footprint::measure(pid, window(Duration::from_secs(seconds))).await;
-    println!("binary steady state after {allocates} Allocates: {footprint}");
+    println!("binary ({libc}): steady state after {allocates} Allocates: {footprint}");
     println!("  where it goes (Rss by mapping): {}", rss_by_mapping(pid));
+    let libraries = shared_libraries(pid);
     let own = std::fs::read_dir(dir.path())
         .unwrap()
         .flatten()
@@ -327,10 +363,24 @@ async fn binary_footprint(seconds: u64) {
     let status = child.wait().unwrap();
     drop(kubelet);
     println!(
-        "binary: SIGTERM -> exit {:.2?} (status {status}, own socket removed: {})",
+        "binary ({libc}): SIGTERM -> exit {:.2?} (status {status}, own socket removed: {})",
         t0.elapsed(),
         !own.exists()
     );
+    libraries
+}
+
+/// The shared objects (`*.so*`) a process maps, from `/proc/PID/maps`.
+fn shared_libraries(pid: u32) -> Vec<String> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    let mut libraries: Vec<String> = maps
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(5))
+        .filter(|path| path.starts_with('/') && path.contains(".so"))
+        .map(str::to_string)
+        .collect();
+    libraries.dedup();
+    libraries
 }
 
 fn main() {

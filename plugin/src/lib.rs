@@ -62,7 +62,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let mut metrics = MetricsEndpoint::bind(&cli).await?;
     // One set of options (and registration counters) for every round.
     let options = cli.lifecycle_options();
+    let releaser = tokio::spawn(release_pages_after_registrations(options.stats.clone()));
     let result = serve_rounds(&cli, &options, &mut signals, &mut metrics).await;
+    releaser.abort();
     metrics.stop();
     if let Some(path) = cli.feature_file() {
         remove_feature_file(path).await;
@@ -109,7 +111,6 @@ async fn serve_rounds(
             publish_feature_file(path, &node.resources).await;
         }
         metrics.describe(cli, &node.resources, options).await?;
-        release_start_up_pages();
         match serve_round(node, options, signals).await? {
             RoundEnd::Rebuild(why) => tracing::info!("Rebuilding the resources: {why}"),
             RoundEnd::Reconfigured => {
@@ -303,10 +304,15 @@ fn write_feature_file(path: &std::path::Path, resources: &[Arc<GpuResource>]) {
     }
 }
 
-/// Start-up is over for this round: its code pages go back to the kernel (see [`footprint`]).
-fn release_start_up_pages() {
-    match footprint::release_start_up_pages() {
-        Ok(released) => tracing::debug!(?released, "start-up pages released"),
-        Err(e) => tracing::debug!("cannot read /proc/self/maps to release start-up pages: {e}"),
+/// Once the kubelet has accepted a registration, the code that got the plugin there (argument
+/// parsing, discovery, the registration client) is not needed until the next one: its pages go
+/// back to the kernel (see [`footprint`]), after the first registration and every later one.
+async fn release_pages_after_registrations(stats: Arc<kubelet::stats::KubeletStats>) {
+    loop {
+        stats.next_registration().await;
+        match footprint::release_start_up_pages() {
+            Ok(released) => tracing::debug!(?released, "start-up pages released"),
+            Err(e) => tracing::debug!("cannot read /proc/self/maps to release pages: {e}"),
+        }
     }
 }

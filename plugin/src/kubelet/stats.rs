@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use tokio::sync::Notify;
+
 use super::restart_watch::RestartReason;
 
 /// Why a generation ended and the plugin registered again, as a metric label value.
@@ -61,6 +63,8 @@ impl Reregistration {
 #[derive(Debug, Default)]
 pub struct KubeletStats {
     resources: Mutex<BTreeMap<String, Arc<RegistrationStats>>>,
+    /// Woken by every registration the kubelet accepts, of any resource.
+    registrations: Arc<Notify>,
 }
 
 impl KubeletStats {
@@ -70,8 +74,19 @@ impl KubeletStats {
             .lock()
             .unwrap()
             .entry(resource.to_string())
-            .or_default()
+            .or_insert_with(|| {
+                Arc::new(RegistrationStats {
+                    accepted: self.registrations.clone(),
+                    ..RegistrationStats::default()
+                })
+            })
             .clone()
+    }
+
+    /// Completes at the next registration the kubelet accepts, of any resource (at once if one
+    /// was accepted since the last call returned).
+    pub async fn next_registration(&self) {
+        self.registrations.notified().await;
     }
 
     /// The counters of `resource`, if it was ever served.
@@ -87,6 +102,8 @@ pub struct RegistrationStats {
     registration_failures: AtomicU64,
     reregistrations: [AtomicU64; 5],
     registered: AtomicBool,
+    /// [`KubeletStats::next_registration`]'s wake-up.
+    accepted: Arc<Notify>,
 }
 
 impl RegistrationStats {
@@ -95,6 +112,7 @@ impl RegistrationStats {
     pub fn registered(&self) {
         self.registrations.fetch_add(1, Ordering::Relaxed);
         self.registered.store(true, Ordering::Relaxed);
+        self.accepted.notify_one();
     }
 
     /// A registration attempt that failed (it is retried).
