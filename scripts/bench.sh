@@ -3,7 +3,7 @@
 # Benchmarks measure; they never fail on a slow machine. scripts/test.sh runs each of them only
 # in smoke mode (EDGEGPU_BENCH_SMOKE=1: a few iterations, a debug build), so that they keep
 # running; figures worth quoting come from here.
-# Usage: scripts/bench.sh [cargo bench args...]
+# Usage: scripts/bench.sh [-p CRATE] [--bench NAME] [other cargo bench args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The plugin's footprint is measured on the release build users run: the binary `cargo bench`
