@@ -501,7 +501,8 @@ def plugin_cli(repo, sources=None):
 
 def labeller_cli(repo):
     """The labeller's flags: its own (labeller/src) and the plugin's GPU flags it flattens in."""
-    files = sorted((repo / "labeller" / "src").rglob("*.rs")) + [repo / "plugin" / "src" / "config.rs"]
+    files = (sorted((repo / "labeller" / "src").rglob("*.rs")) + [repo / "plugin" / "src" / "config.rs"]
+             + sorted((repo / "plugin" / "src" / "config").rglob("*.rs")))
     missing = [f for f in files if not f.exists()]
     for f in missing:
         problem(str(f.relative_to(repo)), "missing: the labeller's clap sources moved?")
@@ -533,10 +534,12 @@ HOST_READERS = {
         "plugin/src/gpu/sensors/tegra.rs",
         "plugin/src/allocate/device_specs.rs",
         "platform/src/host.rs",
+        "platform/src/generation.rs",
         "platform/src/lib.rs",
         "platform/src/table.rs",
     ],
     "discrete": [
+        "plugin/src/gpu/discovery/device.rs",
         "plugin/src/gpu/discovery/nvml.rs",
         "plugin/src/gpu/health/nvml.rs",
         "plugin/src/allocate/device_specs.rs",
