@@ -17,156 +17,53 @@
 //! - It can restart ([`FakeKubelet::restart`]), dial back like an old kubelet whose
 //!   `:authority` is the socket path ([`FakeKubeletOptions::old_kubelet_authority`]),
 //!   and run the plugin-watcher flow on a `plugins_registry` directory.
+//!
+//! The fake kubelet itself (its `Registration` server, start, stop, restart and pod
+//! admission) is here; its options and the state its tasks share are in `state.rs`, the
+//! kubelet's resource name checks in `names.rs`, dialing a plugin and consuming its
+//! `ListAndWatch` in `dial.rs`, the plugin-watcher registration path in `plugin_watcher.rs`
+//! and the old kubelets' `:authority` in `old_authority.rs`.
 
 // `tonic::Status` is the natural error of a gRPC fake; its size does not matter here.
 #![allow(clippy::result_large_err)]
 
-use std::collections::HashMap;
 use std::io;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use edgegpu_kubelet_api::pluginregistration::registration_client::RegistrationClient as WatcherClient;
-use edgegpu_kubelet_api::pluginregistration::{
-    InfoRequest, RegistrationStatus, DEVICE_PLUGIN_TYPE,
-};
 use edgegpu_kubelet_api::v1beta1::device_plugin_client::DevicePluginClient;
 use edgegpu_kubelet_api::v1beta1::registration_server::{Registration, RegistrationServer};
 use edgegpu_kubelet_api::v1beta1::{
     AllocateRequest, ContainerAllocateRequest, ContainerAllocateResponse,
-    ContainerPreferredAllocationRequest, Device, DevicePluginOptions, Empty,
-    PreStartContainerRequest, PreferredAllocationRequest, RegisterRequest, HEALTHY,
-    KUBELET_SOCKET_NAME, VERSION,
+    ContainerPreferredAllocationRequest, Device, Empty, PreStartContainerRequest,
+    PreferredAllocationRequest, RegisterRequest, HEALTHY, KUBELET_SOCKET_NAME, VERSION,
 };
-use hyper_util::rt::TokioIo;
-use tokio::net::{UnixListener, UnixStream};
+use tokio::net::UnixListener;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::UnixListenerStream;
-use tonic::transport::{Channel, Endpoint, Server};
+use tonic::transport::{Channel, Server};
 use tonic::{Request, Response, Status};
 
+mod dial;
+mod names;
 mod old_authority;
+mod plugin_watcher;
+mod state;
+
+pub use dial::{dial_plugin, DIAL_TIMEOUT};
+pub use names::is_extended_resource_name;
 pub use old_authority::AuthorityOverride;
+pub use state::{FakeKubeletOptions, ResourceInfo, GET_INFO_TIMEOUT};
+
+use dial::{connect_endpoint, Registered};
+use plugin_watcher::run_plugin_watcher;
+use state::{Shared, State};
 
 /// The kubelet's checkpoint file, which survives its start-up clean-up.
 pub const CHECKPOINT_NAME: &str = "kubelet_internal_checkpoint";
-/// The kubelet's dial-back timeout inside `Register`.
-pub const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
-/// Timeout of the plugin watcher's `GetInfo` call.
-pub const GET_INFO_TIMEOUT: Duration = Duration::from_secs(1);
-/// How often the fake's plugin watcher rescans `plugins_registry` (the real one uses
-/// fsnotify; polling is good enough for a test double and adds no dependency).
-const WATCHER_SCAN: Duration = Duration::from_millis(20);
-/// gRPC's first reconnection backoff (grpc-go backoff.DefaultConfig: BaseDelay 1 s).
-const DIAL_BACKOFF: Duration = Duration::from_secs(1);
-
-/// How the fake kubelet is set up.
-#[derive(Debug, Clone)]
-pub struct FakeKubeletOptions {
-    /// The device-plugin directory (`kubelet.sock` is created here).
-    pub device_plugin_dir: PathBuf,
-    /// Run the plugin-watcher flow on this directory.
-    pub plugins_registry: Option<PathBuf>,
-    /// Dial plugins like kubelets before 1.26: the HTTP/2 `:authority` is the socket path.
-    pub old_kubelet_authority: bool,
-    /// The plugin watcher's `GetInfo` timeout (the kubelet's: 1 s, never retried). A test
-    /// of a cold debug binary under qemu-user may need more for the very first RPC.
-    pub get_info_timeout: Duration,
-    /// Time between creating `kubelet.sock` (bind) and accepting on it (listen). Go's
-    /// `net.Listen` does both back to back, but a plugin woken by inotify at bind() can dial
-    /// in between and get ECONNREFUSED; a gap makes that reproducible.
-    pub listen_delay: Duration,
-}
-
-impl FakeKubeletOptions {
-    /// A modern kubelet on `device_plugin_dir`, without plugin watcher.
-    pub fn new(device_plugin_dir: impl Into<PathBuf>) -> Self {
-        FakeKubeletOptions {
-            device_plugin_dir: device_plugin_dir.into(),
-            plugins_registry: None,
-            old_kubelet_authority: false,
-            get_info_timeout: GET_INFO_TIMEOUT,
-            listen_delay: Duration::ZERO,
-        }
-    }
-}
-
-/// What the fake kubelet knows about one registered resource.
-#[derive(Debug, Clone)]
-pub struct ResourceInfo {
-    /// Socket path the kubelet dialed.
-    pub endpoint: PathBuf,
-    /// Options from `GetDevicePluginOptions`.
-    pub options: DevicePluginOptions,
-    /// Options the plugin put in `RegisterRequest` (`None` through the plugin watcher).
-    /// Modern kubelets ignore them; they must equal [`ResourceInfo::options`].
-    pub register_options: Option<DevicePluginOptions>,
-    /// The last device list received.
-    pub devices: Vec<Device>,
-    /// Every device list received from the current endpoint, in order.
-    pub history: Vec<Vec<Device>>,
-    /// The stream ended (or the kubelet restarted): devices count as unhealthy.
-    pub stopped: bool,
-    /// How often this resource registered (all endpoints, across restarts).
-    pub registrations: usize,
-}
-
-impl ResourceInfo {
-    /// Healthy devices while the endpoint is live; 0 once it stopped.
-    pub fn allocatable(&self) -> usize {
-        if self.stopped {
-            0
-        } else {
-            self.devices.iter().filter(|d| d.health == HEALTHY).count()
-        }
-    }
-}
-
-struct Endpoint_ {
-    info: ResourceInfo,
-    client: Option<DevicePluginClient<Channel>>,
-    endpoint_id: u64,
-    lister: Option<JoinHandle<()>>,
-    /// Devices handed out by [`FakeKubelet::admit`].
-    allocated: Vec<String>,
-    /// Registration socket when registered through the plugin watcher.
-    watcher_socket: Option<PathBuf>,
-}
-
-#[derive(Default)]
-struct State {
-    resources: HashMap<String, Endpoint_>,
-    events: Vec<String>,
-    total_registrations: usize,
-    next_endpoint_id: u64,
-    /// Incremented on every start and stop; work started in an older epoch is discarded.
-    epoch: u64,
-    running: bool,
-    /// When `kubelet.sock` last started accepting.
-    listening_since: Option<Instant>,
-}
-
-struct Shared {
-    opts: FakeKubeletOptions,
-    state: Mutex<State>,
-    changed: watch::Sender<u64>,
-}
-
-impl Shared {
-    fn update<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
-        let r = f(&mut self.state.lock().unwrap());
-        self.changed.send_modify(|n| *n += 1);
-        r
-    }
-
-    fn log(&self, line: String) {
-        tracing::debug!("fake kubelet: {line}");
-        self.update(|s| s.events.push(line));
-    }
-}
 
 struct Running {
     stop: oneshot::Sender<()>,
@@ -620,69 +517,6 @@ pub fn remove_sockets(dir: &Path) -> io::Result<usize> {
     Ok(removed)
 }
 
-/// The kubelet's `IsExtendedResourceName` check (with `requests.` prefix validation).
-pub fn is_extended_resource_name(name: &str) -> bool {
-    if !name.contains('/') || name.contains("kubernetes.io/") || name.starts_with("requests.") {
-        return false;
-    }
-    is_qualified_name(&format!("requests.{name}"))
-}
-
-fn is_qualified_name(value: &str) -> bool {
-    let (prefix, name) = match value.split_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, value),
-    };
-    if let Some(prefix) = prefix {
-        if prefix.is_empty() || prefix.len() > 253 || !is_dns1123_subdomain(prefix) {
-            return false;
-        }
-    }
-    let bytes = name.as_bytes();
-    !name.is_empty()
-        && name.len() <= 63
-        && bytes[0].is_ascii_alphanumeric()
-        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-}
-
-fn is_dns1123_subdomain(value: &str) -> bool {
-    value.split('.').all(|label| {
-        let b = label.as_bytes();
-        !b.is_empty()
-            && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
-            && (b[b.len() - 1].is_ascii_lowercase() || b[b.len() - 1].is_ascii_digit())
-            && b.iter()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-    })
-}
-
-/// Dials a plugin socket the way the kubelet does: blocking, with `timeout`; an old
-/// kubelet puts the socket path into `:authority`.
-pub async fn dial_plugin(
-    path: &Path,
-    old_kubelet_authority: bool,
-    timeout: Duration,
-) -> anyhow::Result<Channel> {
-    let path = path.to_path_buf();
-    let connector = tower::service_fn(move |_| {
-        let path = path.clone();
-        async move {
-            let stream = UnixStream::connect(&path).await?;
-            let authority = old_kubelet_authority.then(|| path.to_string_lossy().into_owned());
-            Ok::<_, io::Error>(TokioIo::new(AuthorityOverride::new(stream, authority)))
-        }
-    });
-    let endpoint = Endpoint::from_static("http://localhost");
-    let connect = endpoint.connect_with_connector(connector);
-    match tokio::time::timeout(timeout, connect).await {
-        Ok(result) => Ok(result?),
-        Err(_) => anyhow::bail!("context deadline exceeded (dial timeout {timeout:?})"),
-    }
-}
-
 struct KubeletRegistration {
     shared: Arc<Shared>,
     epoch: u64,
@@ -727,149 +561,6 @@ impl Registration for KubeletRegistration {
     }
 }
 
-/// What a registration (either path) announced.
-struct Registered<'a> {
-    resource: &'a str,
-    endpoint: PathBuf,
-    register_options: Option<DevicePluginOptions>,
-    watcher_socket: Option<PathBuf>,
-}
-
-/// Dial-back, `GetDevicePluginOptions`, endpoint replacement and the `ListAndWatch`
-/// consumer — shared by `Register` and the plugin watcher.
-async fn connect_endpoint(
-    shared: &Arc<Shared>,
-    epoch: u64,
-    registered: Registered<'_>,
-) -> Result<(), String> {
-    let Registered {
-        resource,
-        endpoint,
-        register_options,
-        watcher_socket,
-    } = registered;
-    let channel = dial_plugin(&endpoint, shared.opts.old_kubelet_authority, DIAL_TIMEOUT)
-        .await
-        .map_err(|e| format!("failed to dial device plugin: {e:#}"))?;
-    let mut client = DevicePluginClient::new(channel);
-    let options = client
-        .get_device_plugin_options(Empty {})
-        .await
-        .map_err(|s| format!("GetDevicePluginOptions failed: {}", s.message()))?
-        .into_inner();
-    let installed = shared.update(|s| {
-        if !s.running || s.epoch != epoch {
-            return None;
-        }
-        s.next_endpoint_id += 1;
-        s.total_registrations += 1;
-        let id = s.next_endpoint_id;
-        let previous = s.resources.remove(resource);
-        let registrations = previous.as_ref().map_or(0, |p| p.info.registrations) + 1;
-        let allocated = previous
-            .as_ref()
-            .map(|p| p.allocated.clone())
-            .unwrap_or_default();
-        if let Some(mut previous) = previous {
-            if let Some(lister) = previous.lister.take() {
-                lister.abort();
-            }
-        }
-        s.resources.insert(
-            resource.to_string(),
-            Endpoint_ {
-                info: ResourceInfo {
-                    endpoint: endpoint.clone(),
-                    options,
-                    register_options,
-                    devices: Vec::new(),
-                    history: Vec::new(),
-                    stopped: false,
-                    registrations,
-                },
-                client: Some(client.clone()),
-                endpoint_id: id,
-                lister: None,
-                allocated,
-                watcher_socket,
-            },
-        );
-        Some(id)
-    });
-    let Some(endpoint_id) = installed else {
-        return Err("kubelet is shutting down".to_string());
-    };
-    shared.log(format!(
-        "Registered {resource} at {} (options: pre_start_required={}, get_preferred_allocation_available={})",
-        endpoint.display(),
-        options.pre_start_required,
-        options.get_preferred_allocation_available
-    ));
-    let lister = tokio::spawn(list_and_watch(
-        shared.clone(),
-        resource.to_string(),
-        endpoint_id,
-        client,
-    ));
-    shared.update(|s| match s.resources.get_mut(resource) {
-        Some(ep) if ep.endpoint_id == endpoint_id => ep.lister = Some(lister),
-        _ => lister.abort(),
-    });
-    Ok(())
-}
-
-async fn list_and_watch(
-    shared: Arc<Shared>,
-    resource: String,
-    endpoint_id: u64,
-    mut client: DevicePluginClient<Channel>,
-) {
-    let result = async {
-        let mut stream = client.list_and_watch(Empty {}).await?.into_inner();
-        while let Some(message) = stream.message().await? {
-            let healthy = message
-                .devices
-                .iter()
-                .filter(|d| d.health == HEALTHY)
-                .count();
-            let total = message.devices.len();
-            let current = shared.update(|s| match s.resources.get_mut(&resource) {
-                Some(ep) if ep.endpoint_id == endpoint_id => {
-                    ep.info.history.push(message.devices.clone());
-                    ep.info.devices = message.devices;
-                    true
-                }
-                _ => false,
-            });
-            if !current {
-                return Ok(());
-            }
-            shared.log(format!(
-                "ListAndWatch {resource}: {total} device(s), {healthy} healthy"
-            ));
-        }
-        Ok::<(), Status>(())
-    }
-    .await;
-    let stopped = shared.update(|s| match s.resources.get_mut(&resource) {
-        Some(ep) if ep.endpoint_id == endpoint_id && !ep.info.stopped => {
-            ep.info.stopped = true;
-            ep.client = None;
-            true
-        }
-        _ => false,
-    });
-    if stopped {
-        let why = match result {
-            Ok(()) => "stream closed".to_string(),
-            Err(status) => status.message().to_string(),
-        };
-        shared.log(format!(
-            "ListAndWatch ended unexpectedly for device plugin {resource}: {why}; devices marked unhealthy"
-        ));
-    }
-}
-
 /// Aborts `task` and waits for it to end; a panic inside it fails the test that runs the
 /// fake (cancellation is the expected outcome).
 async fn abort_and_join(task: JoinHandle<()>) {
@@ -878,165 +569,6 @@ async fn abort_and_join(task: JoinHandle<()>) {
         if e.is_panic() {
             std::panic::resume_unwind(e.into_panic());
         }
-    }
-}
-
-/// The plugin-watcher side: scans `registry` for new and removed sockets.
-async fn run_plugin_watcher(shared: Arc<Shared>, registry: PathBuf, epoch: u64) {
-    if let Err(e) = std::fs::create_dir_all(&registry) {
-        shared.log(format!(
-            "plugin watcher: cannot create {}: {e}",
-            registry.display()
-        ));
-    }
-    let mut known: HashMap<PathBuf, JoinHandle<()>> = HashMap::new();
-    loop {
-        let mut present = Vec::new();
-        if let Ok(entries) = std::fs::read_dir(&registry) {
-            for entry in entries.flatten() {
-                if entry.file_type().map(|t| t.is_socket()).unwrap_or(false) {
-                    present.push(entry.path());
-                }
-            }
-        }
-        for path in &present {
-            if !known.contains_key(path) {
-                let task = tokio::spawn(register_through_watcher(
-                    shared.clone(),
-                    path.clone(),
-                    epoch,
-                ));
-                known.insert(path.clone(), task);
-            }
-        }
-        let gone: Vec<PathBuf> = known
-            .keys()
-            .filter(|p| !present.contains(p))
-            .cloned()
-            .collect();
-        for path in gone {
-            if let Some(task) = known.remove(&path) {
-                task.abort();
-            }
-            // DeRegisterPlugin: the device manager disconnects the resource's client.
-            let deregistered = shared.update(|s| {
-                let mut names = Vec::new();
-                for (name, ep) in s.resources.iter_mut() {
-                    if ep.watcher_socket.as_deref() == Some(path.as_path()) && !ep.info.stopped {
-                        ep.info.stopped = true;
-                        ep.client = None;
-                        if let Some(l) = ep.lister.take() {
-                            l.abort();
-                        }
-                        names.push(name.clone());
-                    }
-                }
-                names
-            });
-            for name in deregistered {
-                shared.log(format!(
-                    "plugin watcher: {} removed, deregistered {name}",
-                    path.display()
-                ));
-            }
-        }
-        tokio::time::sleep(WATCHER_SCAN).await;
-    }
-}
-
-async fn register_through_watcher(shared: Arc<Shared>, socket: PathBuf, epoch: u64) {
-    let old = shared.opts.old_kubelet_authority;
-    // A socket found between the plugin's bind() and listen() refuses the dial. The
-    // kubelet dials with gRPC's blocking dial, which retries a refused connection (gRPC's
-    // connection backoff: 1 s first) until the dial timeout ends, so this dials again too.
-    let deadline = tokio::time::Instant::now() + DIAL_TIMEOUT;
-    let channel = loop {
-        match dial_plugin(&socket, old, DIAL_TIMEOUT).await {
-            Ok(c) => break c,
-            Err(e) if tokio::time::Instant::now() + DIAL_BACKOFF < deadline => {
-                shared.log(format!(
-                    "plugin watcher: dialing {} again: {e:#}",
-                    socket.display()
-                ));
-                tokio::time::sleep(DIAL_BACKOFF).await;
-            }
-            Err(e) => {
-                shared.log(format!(
-                    "plugin watcher: cannot dial {}: {e:#}",
-                    socket.display()
-                ));
-                return;
-            }
-        }
-    };
-    let mut client = WatcherClient::new(channel);
-    let timeout = shared.opts.get_info_timeout;
-    let info = match tokio::time::timeout(timeout, client.get_info(InfoRequest {})).await {
-        Ok(Ok(info)) => info.into_inner(),
-        Ok(Err(status)) => {
-            shared.log(format!(
-                "plugin watcher: GetInfo failed: {}",
-                status.message()
-            ));
-            return;
-        }
-        Err(_) => {
-            shared.log("plugin watcher: GetInfo timed out".to_string());
-            return;
-        }
-    };
-    shared.log(format!(
-        "plugin watcher: {} is a {} plugin named {} (endpoint {:?}, versions {:?})",
-        socket.display(),
-        info.r#type,
-        info.name,
-        info.endpoint,
-        info.supported_versions
-    ));
-    let result = if info.r#type != DEVICE_PLUGIN_TYPE {
-        Err(format!("unsupported plugin type {:?}", info.r#type))
-    } else if !info.supported_versions.iter().any(|v| v == VERSION) {
-        Err(format!(
-            "none of the versions {:?} is supported by the device manager",
-            info.supported_versions
-        ))
-    } else if !is_extended_resource_name(&info.name) {
-        Err(format!("the ResourceName {:?} is invalid", info.name))
-    } else {
-        let endpoint = if info.endpoint.is_empty() {
-            socket.clone()
-        } else {
-            PathBuf::from(&info.endpoint)
-        };
-        let registered = Registered {
-            resource: &info.name,
-            endpoint,
-            register_options: None,
-            watcher_socket: Some(socket.clone()),
-        };
-        connect_endpoint(&shared, epoch, registered).await
-    };
-    let status = match &result {
-        Ok(()) => RegistrationStatus {
-            plugin_registered: true,
-            error: String::new(),
-        },
-        Err(e) => {
-            shared.log(format!(
-                "plugin watcher: registration of {} failed: {e}",
-                info.name
-            ));
-            RegistrationStatus {
-                plugin_registered: false,
-                error: e.clone(),
-            }
-        }
-    };
-    if let Err(e) = client.notify_registration_status(status).await {
-        shared.log(format!(
-            "plugin watcher: NotifyRegistrationStatus failed: {}",
-            e.message()
-        ));
     }
 }
 

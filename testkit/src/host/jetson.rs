@@ -1,0 +1,267 @@
+//! A Jetson root: the board's detection files, device nodes, GPU sysfs, telemetry files and
+//! L4T's container lists, and the setters tests use to change its sensors, nvmap's
+//! per-process file and the GPU sysfs.
+
+use super::board_facts::PowerMonitor;
+use super::fake_host::FakeHost;
+use crate::board::Board;
+
+/// nvmap's per-process debugfs file (the L4T kernel's `nvmap/iovmm/maps`, spelled out here:
+/// the testkit does not take the plugin's paths on trust).
+const NVMAP_MAPS: &str = "/sys/kernel/debug/nvmap/iovmm/maps";
+
+impl FakeHost {
+    /// A Jetson of `board` with every detection signal, device nodes, GPU sysfs and CSV files.
+    pub fn jetson(board: Board) -> FakeHost {
+        let mut host = FakeHost::empty();
+        host.board = Some(board);
+        let nul_list = |items: &[&str]| -> Vec<u8> {
+            let mut out = Vec::new();
+            for i in items {
+                out.extend_from_slice(i.as_bytes());
+                out.push(0);
+            }
+            out
+        };
+        host.write("/proc/device-tree/compatible", nul_list(board.compatible()));
+        host.write("/proc/device-tree/model", nul_list(&[board.model()]));
+        host.write(
+            "/proc/device-tree/nvidia,dtsfilename",
+            nul_list(&[board.dtsfilename()]),
+        );
+        host.write("/sys/devices/soc0/family", "Tegra\n");
+        if let Some(id) = board.chip_id() {
+            host.write(
+                "/sys/module/tegra_fuse/parameters/tegra_chip_id",
+                format!("{id}\n"),
+            );
+        }
+        host.write("/etc/nv_tegra_release", board.nv_tegra_release());
+        for node in board.device_nodes() {
+            host.write(node, "");
+        }
+        // L4T's container lists and the libraries, links and files they name.
+        for entry in crate::l4t::layout(board) {
+            match entry {
+                crate::l4t::Entry::File { path, contents } => host.write(&path, contents),
+                crate::l4t::Entry::Link { path, target } => host.symlink_raw(&path, &target),
+            }
+        }
+
+        // GPU sysfs: device dir with `load` and `of_node/name`, devfreq dir with `cur_freq`,
+        // and /sys/class/devfreq/<name> as a relative link, as the kernel makes it.
+        let (dev, devfreq, of_name, has_load) = board.sysfs();
+        if has_load {
+            host.write(&format!("{dev}/load"), "0\n");
+        }
+        host.write(&format!("{dev}/of_node/name"), format!("{of_name}\0"));
+        host.write(&format!("{dev}/devfreq/{devfreq}/cur_freq"), "306000000\n");
+        host.symlink(&format!("{dev}/devfreq/{devfreq}/device"), dev);
+        host.symlink(
+            &format!("/sys/class/devfreq/{devfreq}"),
+            &format!("{dev}/devfreq/{devfreq}"),
+        );
+        host.write_telemetry_files(board);
+        host
+    }
+
+    /// Thermal zones, the power monitor, `/proc/meminfo` and the EMC files the board exposes
+    /// to an unprivileged reader (no debugfs).
+    fn write_telemetry_files(&self, board: Board) {
+        for (n, (kind, millideg)) in board.thermal_zones().iter().enumerate() {
+            let zone = format!("/sys/devices/virtual/thermal/thermal_zone{n}");
+            self.write(&format!("{zone}/type"), format!("{kind}\n"));
+            self.write(&format!("{zone}/temp"), format!("{millideg}\n"));
+            self.symlink(&format!("/sys/class/thermal/thermal_zone{n}"), &zone);
+        }
+        if let Some(monitor) = board.power_monitor() {
+            for (i, (label, millivolts, milliamps)) in monitor.rails.iter().enumerate() {
+                self.write_rail(monitor, i, label, *millivolts, *milliamps);
+            }
+            self.symlink(
+                &format!(
+                    "/sys/bus/i2c/drivers/{}/{}",
+                    monitor.driver, monitor.bus_name
+                ),
+                monitor.device_dir,
+            );
+        }
+        self.write("/proc/meminfo", board.meminfo(65_536));
+        match board {
+            // r32: the sysfs actmon and the bandwidth manager's clock (jetson_stats' paths).
+            Board::Nano => {
+                self.write("/sys/kernel/actmon_avg_activity/mc_all", "48000000\n");
+                self.write(
+                    "/sys/kernel/debug/clk/override.emc/clk_rate",
+                    "1600000000\n",
+                );
+            }
+            // Thor: the bandwidth manager is a devfreq device; no activity file without debugfs.
+            Board::Thor => {
+                self.write(
+                    "/sys/devices/platform/bwmgr/devfreq/bwmgr/cur_freq",
+                    "4266000000\n",
+                );
+                self.symlink(
+                    "/sys/class/devfreq/bwmgr",
+                    "/sys/devices/platform/bwmgr/devfreq/bwmgr",
+                );
+            }
+            Board::Xavier | Board::Orin | Board::OrinR39 => {}
+        }
+    }
+
+    fn write_rail(&self, m: PowerMonitor, i: usize, label: &str, millivolts: u32, milliamps: u32) {
+        let dir = format!("{}/{}", m.device_dir, m.channel_dir);
+        if m.driver == "ina3221x" {
+            self.write(&format!("{dir}/rail_name_{i}"), format!("{label}\n"));
+            self.write(
+                &format!("{dir}/in_voltage{i}_input"),
+                format!("{millivolts}\n"),
+            );
+            self.write(
+                &format!("{dir}/in_current{i}_input"),
+                format!("{milliamps}\n"),
+            );
+            let milliwatts = u64::from(millivolts) * u64::from(milliamps) / 1000;
+            self.write(
+                &format!("{dir}/in_power{i}_input"),
+                format!("{milliwatts}\n"),
+            );
+        } else {
+            let n = i + 1;
+            self.write(&format!("{dir}/in{n}_label"), format!("{label}\n"));
+            self.write(&format!("{dir}/in{n}_input"), format!("{millivolts}\n"));
+            self.write(&format!("{dir}/curr{n}_input"), format!("{milliamps}\n"));
+        }
+    }
+
+    /// Sets the GPU's `load` (per mille). Panics on Thor, which has no `load` file.
+    pub fn set_gpu_load(&self, per_mille: u32) {
+        let file = self
+            .board
+            .and_then(Board::load_file)
+            .expect("a board with a load file");
+        self.write(&file, format!("{per_mille}\n"));
+    }
+
+    /// Sets the GPU's devfreq `cur_freq` (Hz).
+    pub fn set_gpu_frequency(&self, hz: u64) {
+        let board = self.board.expect("a Jetson root");
+        self.write(&board.cur_freq_file(), format!("{hz}\n"));
+    }
+
+    /// Sets the temperature of the thermal zone of type `kind` (millidegrees C).
+    pub fn set_thermal_zone(&self, kind: &str, millidegrees: i64) {
+        let board = self.board.expect("a Jetson root");
+        let n = board
+            .thermal_zones()
+            .iter()
+            .position(|(k, _)| *k == kind)
+            .unwrap_or_else(|| panic!("{board:?} has no thermal zone {kind}"));
+        self.write(
+            &format!("/sys/devices/virtual/thermal/thermal_zone{n}/temp"),
+            format!("{millidegrees}\n"),
+        );
+    }
+
+    /// Sets one rail's voltage and current (and, on `ina3221x`, its power).
+    pub fn set_rail(&self, label: &str, millivolts: u32, milliamps: u32) {
+        let monitor = self
+            .board
+            .and_then(Board::power_monitor)
+            .expect("a board with a power monitor");
+        let i = monitor
+            .rails
+            .iter()
+            .position(|(l, _, _)| *l == label)
+            .unwrap_or_else(|| panic!("no rail {label}"));
+        self.write_rail(monitor, i, label, millivolts, milliamps);
+    }
+
+    /// Rewrites `/proc/meminfo` with this `NvMapMemUsed` (kB).
+    pub fn set_nvmap_used_kb(&self, kb: u64) {
+        let board = self.board.expect("a Jetson root");
+        self.write("/proc/meminfo", board.meminfo(kb));
+    }
+
+    /// Writes nvmap's per-process file (`/sys/kernel/debug/nvmap/iovmm/maps`) with one client
+    /// per `(command, pid, KiB)`, in the kernel's format (`nvmap_debug_maps_show`: headers,
+    /// client lines, a handle and a mapping line under each, a kernel client, the total).
+    pub fn write_nvmap_maps(&self, clients: &[(&str, u32, u64)]) {
+        let pad = "";
+        let mut text = format!(
+            "{:<18} {:>18} {:>8} {:>11}\n",
+            "CLIENT", "PROCESS", "PID", "SIZE"
+        );
+        text.push_str(&format!(
+            "{pad:<18} {pad:>18} {:>8} {:>11} {:>8} {:>6} {:>9} {:>21} {:>18}\n",
+            "BASE", "SIZE", "FLAGS", "SHARE", "UID", "MAPS", "MAPSIZE"
+        ));
+        let mut total = 0;
+        for (command, pid, kib) in clients {
+            total += kib;
+            text.push_str(&format!(
+                "{:<18} {:>18} {:>8} {:>10}K\n",
+                "user", command, pid, kib
+            ));
+            // A handle line whose last words look like a PID and a size: the parser must
+            // not take it for a client.
+            text.push_str(&format!(
+                "{pad:<18} {pad:<18} {:>8x} {:>10}K {:>8x} {:>6} {:>16} {pad:>12} {pad:>12} {:>6}K\n",
+                0, kib, 0x500, 1, "0000000081234567", kib
+            ));
+            text.push_str(&format!(
+                "{pad:<18} {pad:<18} {pad:>8} {pad:>11} {pad:>8} {pad:>6} {pad:>16} {:<12x}-{:>12x} {:>6}K\n",
+                0xffff_8000_0000u64, 0xffff_8010_0000u64, kib
+            ));
+            text.push('\n');
+        }
+        text.push_str(&format!(
+            "{:<18} {:>18} {:>8} {:>10}K\n\n",
+            "user", "kernel", 0, 64
+        ));
+        text.push_str(&format!(
+            "{:<18} {:<18} {:>8} {:>10}K\n",
+            "total",
+            "",
+            "",
+            total + 64
+        ));
+        self.write(NVMAP_MAPS, text);
+    }
+
+    /// Removes nvmap's per-process file (debugfs not mounted).
+    pub fn remove_nvmap_maps(&self) {
+        let _ = std::fs::remove_file(self.path(NVMAP_MAPS));
+    }
+
+    /// A Jetson of `board` with its release's NVML where it ships one (JetPack 6 and 7),
+    /// installed where L4T puts it (`/usr/lib/aarch64-linux-gnu/nvidia`).
+    pub fn jetson_with_nvml(board: Board) -> FakeHost {
+        let host = FakeHost::jetson(board);
+        match board.nvml() {
+            Some(gpu) => host.with_nvml("/usr/lib/aarch64-linux-gnu/nvidia", &[gpu]),
+            None => host,
+        }
+    }
+
+    /// Makes the GPU `load` file unreadable (works as root too: a directory replaces it).
+    /// On Thor, which has no `load`, the devfreq `cur_freq` is broken instead.
+    pub fn break_gpu_sysfs(&self) {
+        let board = self.board.expect("a Jetson root");
+        let file = board.load_file().unwrap_or_else(|| board.cur_freq_file());
+        let p = self.path(&file);
+        std::fs::remove_file(&p).expect("remove sysfs file");
+        std::fs::create_dir(&p).expect("replace sysfs file with a directory");
+    }
+
+    /// Undoes [`FakeHost::break_gpu_sysfs`].
+    pub fn restore_gpu_sysfs(&self) {
+        let board = self.board.expect("a Jetson root");
+        let file = board.load_file().unwrap_or_else(|| board.cur_freq_file());
+        let p = self.path(&file);
+        std::fs::remove_dir(&p).expect("remove the directory");
+        std::fs::write(&p, "0\n").expect("rewrite sysfs file");
+    }
+}
