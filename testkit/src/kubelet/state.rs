@@ -83,7 +83,7 @@ pub(super) struct Endpoint_ {
     pub(super) client: Option<DevicePluginClient<Channel>>,
     pub(super) endpoint_id: u64,
     pub(super) lister: Option<JoinHandle<()>>,
-    /// Devices handed out by [`FakeKubelet::admit`].
+    /// Devices handed out by [`FakeKubelet::admit`](super::FakeKubelet::admit).
     pub(super) allocated: Vec<String>,
     /// Registration socket when registered through the plugin watcher.
     pub(super) watcher_socket: Option<PathBuf>,
