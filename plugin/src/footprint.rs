@@ -1,4 +1,5 @@
-//! Gives the pages that start-up mapped back to the kernel once the plugin is about to serve.
+//! Gives the pages that start-up mapped back to the kernel once the kubelet has accepted the
+//! plugin's registration (the plugin's `run` calls it after every registration).
 //!
 //! The kernel maps a file's pages in blocks: a page fault also maps the cached pages around it
 //! (fault-around, 64 KiB by default: `do_fault_around` in mm/memory.c) and readahead fills the
@@ -7,13 +8,13 @@
 //! is resident although serving uses a small part of it.
 //!
 //! [`release_start_up_pages`] marks every read-only file mapping `MADV_RANDOM` (later faults
-//! read and map only the page they need) and `MADV_PAGEOUT` (Linux 5.4+: unmap and reclaim the
-//! pages no other process maps; shared ones, e.g. the host's libc, stay). Reclaim skips a large
-//! page-cache folio that reaches past the mapping (the binary's segments share folios at their
-//! edges), so `POSIX_FADV_DONTNEED` on each file then drops the cached pages that nobody maps
-//! any more. What serving needs comes back a page at a time on first use. A kernel without
-//! `MADV_PAGEOUT` refuses it and nothing changes. Nothing is lost either way: clean file pages
-//! are read again from the file, and a writable page is never touched.
+//! read only the page they need: no read-ahead) and `MADV_PAGEOUT` (Linux 5.4+: unmap and
+//! reclaim the pages no other process maps; shared ones, e.g. the host's libc, stay). Reclaim
+//! skips a large page-cache folio that reaches past the mapping (the binary's segments share
+//! folios at their edges), so `POSIX_FADV_DONTNEED` on each file then drops the cached pages
+//! that nobody maps any more. What serving needs comes back a page at a time on first use. A
+//! kernel without `MADV_PAGEOUT` refuses it and nothing changes. Nothing is lost either way:
+//! clean file pages are read again from the file, and a writable page is never touched.
 
 #![allow(unsafe_code)]
 

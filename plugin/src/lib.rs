@@ -310,9 +310,12 @@ fn write_feature_file(path: &std::path::Path, resources: &[Arc<GpuResource>]) {
 async fn release_pages_after_registrations(stats: Arc<kubelet::stats::KubeletStats>) {
     loop {
         stats.next_registration().await;
-        match footprint::release_start_up_pages() {
-            Ok(released) => tracing::debug!(?released, "start-up pages released"),
-            Err(e) => tracing::debug!("cannot read /proc/self/maps to release pages: {e}"),
+        // /proc, madvise and fadvise are blocking calls: off the serving thread, like every
+        // file-system call of the plugin.
+        match tokio::task::spawn_blocking(footprint::release_start_up_pages).await {
+            Ok(Ok(released)) => tracing::debug!(?released, "start-up pages released"),
+            Ok(Err(e)) => tracing::debug!("cannot read /proc/self/maps to release pages: {e}"),
+            Err(e) => tracing::debug!("releasing start-up pages failed: {e}"),
         }
     }
 }
