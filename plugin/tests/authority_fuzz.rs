@@ -8,32 +8,19 @@
 //! deeper than the default run.
 
 use edgegpu_plugin::kubelet::authority::AuthorityRewriter;
+// The input is framed by the test doubles' RFC 9113 code, not the plugin's own, so that a
+// framing bug cannot hide on both sides.
+use edgegpu_testkit::http2::{
+    frame_header, write_frame, FLAG_END_HEADERS, FLAG_PADDED, FLAG_PRIORITY, PREFACE,
+    TYPE_CONTINUATION, TYPE_HEADERS,
+};
 use proptest::prelude::*;
 
 const PATH_AUTHORITY: &[u8] = b"/var/lib/kubelet/device-plugins/nvidia-gpu.sock";
 
-// The input is framed here from RFC 9113, not with the plugin's own frame code, so that a
-// framing bug cannot hide on both sides.
-/// The client connection preface (RFC 9113 §3.4).
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-/// Frame types (§6.2, §6.10) and flags (§6.2).
-const TYPE_HEADERS: u8 = 0x1;
-const TYPE_CONTINUATION: u8 = 0x9;
-const FLAG_END_HEADERS: u8 = 0x4;
-const FLAG_PADDED: u8 = 0x8;
-const FLAG_PRIORITY: u8 = 0x20;
-
-/// A frame header (§4.1): 24-bit length, type, flags, reserved bit and 31-bit stream id.
-fn frame_header(len: usize, kind: u8, flags: u8, stream_id: u32) -> Vec<u8> {
-    let mut out = (len as u32).to_be_bytes()[1..].to_vec();
-    out.extend([kind, flags]);
-    out.extend((stream_id & 0x7fff_ffff).to_be_bytes());
-    out
-}
-
 fn frame(kind: u8, flags: u8, stream_id: u32, payload: &[u8]) -> Vec<u8> {
-    let mut out = frame_header(payload.len(), kind, flags, stream_id);
-    out.extend_from_slice(payload);
+    let mut out = Vec::new();
+    write_frame(&mut out, kind, flags, stream_id, payload);
     out
 }
 
@@ -117,7 +104,8 @@ fn any_frame() -> impl Strategy<Value = Vec<u8>> {
         prop_oneof![3 => Just(None), 1 => (0usize..20_000).prop_map(Some)],
     )
         .prop_map(|(kind, flags, stream, payload, declared)| {
-            let mut out = frame_header(declared.unwrap_or(payload.len()), kind, flags, stream);
+            let mut out =
+                frame_header(declared.unwrap_or(payload.len()), kind, flags, stream).to_vec();
             out.extend_from_slice(&payload);
             out
         })

@@ -7,6 +7,7 @@ pub mod board;
 pub mod cuda;
 pub mod fakelib;
 pub mod host;
+pub mod http2;
 pub mod kubelet;
 pub mod l4t;
 pub mod mps;

@@ -5,10 +5,9 @@
 //! `:authority` from an `http::Uri`, which cannot hold a path, so [`AuthorityOverride`]
 //! rewrites the header blocks h2 writes.
 //!
-//! The HTTP/2 framing here is written from RFC 9113 (§3.4 preface, §4.1 frame layout, §6.2
-//! HEADERS, §6.10 CONTINUATION) on purpose, independent of the plugin's frame reader: the
-//! plugin's `:authority` shim is the code under test, and a framing bug shared by the fake
-//! and the plugin would pass unnoticed. HPACK (RFC 7541) is the `loona-hpack` crate.
+//! The HTTP/2 framing here ([`crate::http2`]) is written from RFC 9113 on purpose, independent
+//! of the plugin's frame reader: the plugin's `:authority` shim is the code under test, and a
+//! framing bug shared by the fake and the plugin would pass unnoticed. HPACK (RFC 7541) is the `loona-hpack` crate.
 
 use std::io;
 use std::pin::Pin;
@@ -16,16 +15,11 @@ use std::task::{ready, Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// The client connection preface (RFC 9113 §3.4).
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-/// Length (24 bits), type, flags, reserved bit and stream identifier (RFC 9113 §4.1).
-const FRAME_HEADER_LEN: usize = 9;
-const TYPE_HEADERS: u8 = 0x1;
-const TYPE_CONTINUATION: u8 = 0x9;
-const FLAG_END_STREAM: u8 = 0x1;
-const FLAG_END_HEADERS: u8 = 0x4;
-const FLAG_PADDED: u8 = 0x8;
-const FLAG_PRIORITY: u8 = 0x20;
+use crate::http2::{
+    write_frame, FLAG_END_HEADERS, FLAG_END_STREAM, FLAG_PADDED, FLAG_PRIORITY, FRAME_HEADER_LEN,
+    PREFACE, TYPE_CONTINUATION, TYPE_HEADERS,
+};
+
 /// The initial SETTINGS_MAX_FRAME_SIZE, which every peer accepts (RFC 9113 §4.2), so the
 /// re-encoded blocks need not know the server's settings.
 const MAX_PAYLOAD: usize = 1 << 14;
@@ -35,17 +29,6 @@ fn invalid(what: &str) -> io::Error {
         io::ErrorKind::InvalidData,
         format!("fake kubelet HTTP/2: {what}"),
     )
-}
-
-/// Appends one frame (RFC 9113 §4.1).
-fn write_frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream_id: u32, payload: &[u8]) {
-    let len = u32::try_from(payload.len()).expect("frame payload fits 24 bits");
-    assert!(len < 1 << 24, "frame payload fits 24 bits");
-    out.extend_from_slice(&len.to_be_bytes()[1..]);
-    out.push(kind);
-    out.push(flags);
-    out.extend_from_slice(&(stream_id & 0x7fff_ffff).to_be_bytes());
-    out.extend_from_slice(payload);
 }
 
 /// A header block being collected: one HEADERS, then CONTINUATIONs up to END_HEADERS.
