@@ -151,7 +151,9 @@ impl RegistrationStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::future::Future;
     use std::path::PathBuf;
+    use std::task::Context;
 
     #[test]
     fn counts_by_reason() {
@@ -172,5 +174,27 @@ mod tests {
         // The same counters when the resource is served again (a rebuild).
         assert_eq!(all.resource("nvidia.com/gpu").registrations(), 1);
         assert_eq!(all.get("nvidia.com/gpu").unwrap().registrations(), 1);
+    }
+
+    #[test]
+    fn every_resource_s_registration_wakes_next_registration() {
+        let all = KubeletStats::default();
+        let gpu = all.resource("nvidia.com/gpu");
+        let mig = all.resource("nvidia.com/mig-1g.10gb");
+        assert!(waits(&all), "nothing registered yet");
+        gpu.registered();
+        assert!(!waits(&all), "a registration before the wait is not lost");
+        assert!(waits(&all), "one wake-up per registration");
+        mig.registered();
+        assert!(!waits(&all), "another resource's registration wakes it too");
+        gpu.registration_failed();
+        assert!(waits(&all), "a failed attempt is no registration");
+    }
+
+    /// Whether a new wait for the next registration is still pending when first polled.
+    fn waits(all: &KubeletStats) -> bool {
+        let mut wait = std::pin::pin!(all.next_registration());
+        let mut context = Context::from_waker(futures_util::task::noop_waker_ref());
+        wait.as_mut().poll(&mut context).is_pending()
     }
 }
