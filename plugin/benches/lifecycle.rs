@@ -11,7 +11,8 @@
 //!
 //! Run: `cargo bench -p edgegpu-plugin --bench lifecycle`. Extra arguments for the binary
 //! (e.g. a metrics flag): `EDGEGPU_BENCH_PLUGIN_ARGS="--flag value" cargo bench …`; only the
-//! binary's figures: `EDGEGPU_BENCH_ONLY=footprint cargo bench …`; another build of the binary
+//! binary's figures: `EDGEGPU_BENCH_ONLY=footprint cargo bench …`; on a real host root instead of
+//! the fake Orin (a GPU machine): `EDGEGPU_BENCH_HOST_ROOT=/`; another build of the binary
 //! (the release one users run: `EDGEGPU_BENCH_PLUGIN_BINARY=dist/x86_64/…`). Smoke mode (a few
 //! iterations, short idle windows, as scripts/test.sh runs it): `edgegpu_testkit::bench`.
 
@@ -315,10 +316,19 @@ async fn binary_footprint(seconds: u64) {
     .await;
 }
 
-/// Starts the plugin through `command` on a fake Orin, registers it, sends 1000 Allocates,
-/// prints its footprint and stops it; returns the shared libraries it had mapped.
+/// Starts the plugin through `command` on a fake Orin (or the host root that
+/// `EDGEGPU_BENCH_HOST_ROOT` names, e.g. `/` on a GPU machine), registers it, sends 1000
+/// Allocates of its first device, prints its footprint and stops it; returns the shared
+/// libraries it had mapped.
 async fn run_binary(mut command: std::process::Command, libc: &str, seconds: u64) -> Vec<String> {
-    let host = FakeHost::jetson(Board::Orin);
+    let real_root = std::env::var("EDGEGPU_BENCH_HOST_ROOT")
+        .ok()
+        .filter(|r| !r.is_empty());
+    let fake = real_root.is_none().then(|| FakeHost::jetson(Board::Orin));
+    let root = real_root.as_deref().map_or_else(
+        || fake.as_ref().expect("made when no root is named").root(),
+        Path::new,
+    );
     let dir = tempfile::tempdir().unwrap();
     let kubelet = FakeKubelet::start(dir.path()).await.unwrap();
     let t0 = Instant::now();
@@ -327,7 +337,7 @@ async fn run_binary(mut command: std::process::Command, libc: &str, seconds: u64
         .arg("--device-plugin-path")
         .arg(dir.path())
         .arg("--root")
-        .arg(host.root())
+        .arg(root)
         .args(extra.split_whitespace())
         .env("EDGEGPU_LOG", "warn")
         .stdout(Stdio::null())
@@ -336,15 +346,17 @@ async fn run_binary(mut command: std::process::Command, libc: &str, seconds: u64
         .unwrap();
     kubelet.wait_for_registration(GPU, WAIT).await.unwrap();
     println!(
-        "binary ({libc}): process start -> registered (fake Orin root, includes discovery): {:.2?}",
+        "binary ({libc}): process start -> registered (root {}, includes discovery): {:.2?}",
+        real_root.as_deref().unwrap_or("fake Orin"),
         t0.elapsed()
     );
     if !extra.is_empty() {
         println!("binary: extra arguments: {extra}");
     }
+    let device = kubelet.devices(GPU)[0].id.clone();
     let allocates = iterations(1000);
     for _ in 0..allocates {
-        kubelet.allocate(GPU, &["tegra"]).await.unwrap();
+        kubelet.allocate(GPU, &[device.as_str()]).await.unwrap();
     }
     tokio::time::sleep(window(Duration::from_secs(1))).await;
     let pid = child.id();
