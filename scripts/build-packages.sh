@@ -118,6 +118,10 @@ build_debs() {
     CARGO_TARGET_DIR=$target "${deb[@]}" -p edgegpu-node-setup --variant k3s --target "${GNU[$arch]}" >/dev/null
 }
 
+# The Debian changelog every package ships must start at this version.
+changelog_version=$(sed -n '1s/^[^ ]* (\([^)]*\)).*/\1/p' build-support/debian/changelog)
+[ "${changelog_version%-*}" = "$VERSION" ] ||
+    { echo "$0: build-support/debian/changelog starts at $changelog_version, the workspace is $VERSION: add an entry" >&2; exit 1; }
 for arch in "${ARCHES[@]}"; do
     log "cargo-deb: $arch packages ($VERSION-$DEB_REVISION)"
     build_debs "$arch" "$dist/packages" "$DEB_REVISION"
@@ -215,7 +219,8 @@ if [ "$check" = 1 ]; then
             { cat "$work/debootstrap.log" >&2; exit 1; }
         # libc6:arm64 for the arm64 packages' dependency (their programs are not run here).
         in_root "$ROOT_CACHE.tmp" dpkg --add-architecture arm64
-        in_root "$ROOT_CACHE.tmp" apt-get -qq update
+        # (apt's complaint that it has no /dev/pts for its log is the only stderr here)
+        in_root "$ROOT_CACHE.tmp" apt-get -qq update 2>"$work/apt.err" || { cat "$work/apt.err" >&2; exit 1; }
         DEBIAN_FRONTEND=noninteractive in_root "$ROOT_CACHE.tmp" apt-get -qq install -y --no-install-recommends libc6:arm64 >/dev/null
         in_root "$ROOT_CACHE.tmp" apt-get clean
         rm -rf "$ROOT_CACHE.tmp/var/lib/apt/lists"/*_* 
@@ -252,7 +257,7 @@ if [ "$check" = 1 ]; then
         cp "$dist/packages"/*_"$arch".deb "$root/tmp/debs/v1/"
         cp "$up"/*_"$arch".deb "$root/tmp/debs/v2/"
 
-        in_root "$root" dpkg -i /tmp/debs/v1/*.deb >/dev/null || { fail "$arch: dpkg -i"; return; }
+        in_root "$root" sh -c 'dpkg -i /tmp/debs/v1/*.deb' >/dev/null || { fail "$arch: dpkg -i"; return; }
         for f in /usr/bin/edgegpu-node-setup /usr/bin/devicequery /usr/bin/edgegpu-device-plugin /usr/bin/edgegpu-labeller \
             /lib/systemd/system/edgegpu-device-plugin.service /lib/systemd/system/edgegpu-mps-control-daemon.service \
             /etc/default/edgegpu-device-plugin /var/lib/rancher/k3s/server/manifests/edgegpu-device-plugin.yaml \
@@ -279,7 +284,7 @@ if [ "$check" = 1 ]; then
             [ -f "$root/var/lib/edgegpu/node-setup/manifest.json" ] || fail "amd64: no node-setup manifest after apply"
         fi
 
-        in_root "$root" dpkg -i /tmp/debs/v2/*.deb >/dev/null || { fail "$arch: upgrade (dpkg -i)"; return; }
+        in_root "$root" sh -c 'dpkg -i /tmp/debs/v2/*.deb' >/dev/null || { fail "$arch: upgrade (dpkg -i)"; return; }
         in_root "$root" dpkg-query -W -f="\${Version}\n" edgegpu-node-setup | grep -qx "$VERSION-$DEB_REVISION+upgradetest1" ||
             fail "$arch: upgrade did not install $VERSION-$DEB_REVISION+upgradetest1"
         grep -q -- '--log-format json' "$root/etc/default/edgegpu-device-plugin" || fail "$arch: upgrade lost the conffile edit"
@@ -353,10 +358,11 @@ ctr_() { ctr --address "$d/containerd.sock" -n k8s.io "$@"; }
 for _ in $(seq 100); do ctr_ version >/dev/null 2>&1 && break; sleep 0.1; done
 images=$d/pkg/var/lib/rancher/k3s/agent/images
 for f in $(cd "$images" && ls); do ctr_ images import --all-platforms --no-unpack "$images/$f" >/dev/null; done
-ctr_ images ls | sed 's/^/   /'
+# (ctr's size column needs the host's platform: its complaints about the arm64 images go)
+ctr_ images ls 2>/dev/null | sed 's/^/   /'
 status=0
 for image in edgegpu-device-plugin devicequery edgegpu-node-setup; do
-    line=$(ctr_ images ls | awk -v ref="ghcr.io/edgegpu/$image:$version" '$1 == ref')
+    line=$(ctr_ images ls 2>/dev/null | awk -v ref="ghcr.io/edgegpu/$image:$version" '$1 == ref')
     [ -n "$line" ] || { echo "FAIL: ghcr.io/edgegpu/$image:$version not imported" >&2; status=1; continue; }
     platforms=$(awk '{print $(NF-1)}' <<<"$line")
     [ "$platforms" = "linux/$arch" ] || { echo "FAIL: $image platforms '$platforms', want linux/$arch" >&2; status=1; }
