@@ -68,6 +68,7 @@ ARCHES=(amd64 arm64)
 declare -A GNU=([amd64]=x86_64-unknown-linux-gnu [arm64]=aarch64-unknown-linux-gnu)
 declare -A MUSL=([amd64]=x86_64-unknown-linux-musl [arm64]=aarch64-unknown-linux-musl)
 IMAGES=(edgegpu-device-plugin devicequery edgegpu-node-setup)
+K3S_SYNOPSIS="edgegpu's k3s auto-deploy manifest and air-gap container images"
 ROOT_CACHE=.tools/debian-root/bookworm-minbase
 DEBIAN_MIRROR=http://deb.debian.org/debian
 
@@ -116,6 +117,12 @@ build_debs() {
     CARGO_TARGET_DIR=$target "${deb[@]}" -p edgegpu-devicequery --target "${GNU[$arch]}" >/dev/null
     CARGO_TARGET_DIR=$target "${deb[@]}" -p edgegpu-plugin --target "${GNU[$arch]}" >/dev/null
     CARGO_TARGET_DIR=$target "${deb[@]}" -p edgegpu-node-setup --variant k3s --target "${GNU[$arch]}" >/dev/null
+    # The variant inherits node-setup's synopsis (cargo-deb cannot override it): put its own in.
+    local k3s=$out/edgegpu-k3s_$VERSION-${revision}_$arch.deb tree=$work/k3s-tree
+    rm -rf "$tree" && dpkg-deb -R "$k3s" "$tree"
+    sed -i "s/^Description: .*/Description: $K3S_SYNOPSIS/" "$tree/DEBIAN/control"
+    dpkg-deb --root-owner-group -Zxz -b "$tree" "$k3s" >/dev/null
+    rm -rf "$tree"
 }
 
 # The Debian changelog every package ships must start at this version.
@@ -199,7 +206,7 @@ if [ "$check" = 1 ]; then
     # lintian: the tags we do not act on are overridden inside the packages
     # (<crate>/debian/lintian-overrides...), each with its reason.
     log "lintian (Debian 12) on every package"
-    if ! lintian --fail-on error,warning --info --display-info "$dist/packages"/*.deb; then
+    if ! lintian --fail-on error,warning --display-info "$dist/packages"/*.deb; then
         fail "lintian"
     fi
 
@@ -262,10 +269,13 @@ if [ "$check" = 1 ]; then
             /lib/systemd/system/edgegpu-device-plugin.service /lib/systemd/system/edgegpu-mps-control-daemon.service \
             /etc/default/edgegpu-device-plugin /var/lib/rancher/k3s/server/manifests/edgegpu-device-plugin.yaml \
             /var/lib/rancher/k3s/agent/images/edgegpu-device-plugin.oci.tar /var/lib/rancher/k3s/agent/images/edgegpu-devicequery.oci.tar \
-            /var/lib/rancher/k3s/agent/images/edgegpu-node-setup.oci.tar \
-            /etc/systemd/system/multi-user.target.wants/edgegpu-device-plugin.service \
-            /etc/systemd/system/multi-user.target.wants/edgegpu-mps-control-daemon.service; do
+            /var/lib/rancher/k3s/agent/images/edgegpu-node-setup.oci.tar; do
             [ -e "$root$f" ] || fail "$arch: $f missing after install"
+        done
+        # Enabled by the postinst (deb-systemd-helper): links to the units, as seen in the root.
+        for unit in edgegpu-device-plugin.service edgegpu-mps-control-daemon.service; do
+            [ "$(readlink "$root/etc/systemd/system/multi-user.target.wants/$unit")" = "/lib/systemd/system/$unit" ] ||
+                fail "$arch: $unit not enabled after install"
         done
         in_root "$root" dpkg-query -W -f="\${Conffiles}\n" edgegpu-device-plugin | grep -q '/etc/default/edgegpu-device-plugin' ||
             fail "$arch: /etc/default/edgegpu-device-plugin is not a conffile"
@@ -296,7 +306,7 @@ if [ "$check" = 1 ]; then
             if in_root "$root" dpkg -r edgegpu-node-setup >/dev/null 2>&1; then
                 fail "amd64: remove went on although revert had to refuse"
             fi
-            in_root "$root" dpkg-query -W -f="\${Status}\n" edgegpu-node-setup | grep -qx 'install ok installed' ||
+            in_root "$root" dpkg-query -W -f="\${db:Status-Status}\n" edgegpu-node-setup | grep -qx installed ||
                 fail "amd64: edgegpu-node-setup not installed after the refused removal"
             cp "$work/conf-applied" "$root$conf"
         fi
@@ -305,7 +315,8 @@ if [ "$check" = 1 ]; then
         cmp -s "$root$conf" "$work/conf-before" || fail "$arch: $conf is not the host's own after remove"
         [ ! -e "$root/var/lib/edgegpu" ] || fail "$arch: /var/lib/edgegpu left after remove"
         [ -f "$root/etc/default/edgegpu-device-plugin" ] || fail "$arch: remove deleted the conffile (only purge may)"
-        in_root "$root" dpkg -P "${pkgs[@]}" >/dev/null || { fail "$arch: dpkg -P"; return; }
+        # (packages without conffiles or postrm are gone already: dpkg says so on stderr)
+        in_root "$root" dpkg -P "${pkgs[@]}" >/dev/null 2>"$work/purge.err" || { cat "$work/purge.err" >&2; fail "$arch: dpkg -P"; return; }
         rm -rf "$root/tmp/debs"
         snapshot "$root" "$work/after-$arch"
         if ! diff -u "$work/before-$arch" "$work/after-$arch" >"$work/diff-$arch"; then
