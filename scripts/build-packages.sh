@@ -35,8 +35,8 @@
 # Usage: scripts/build-packages.sh [--no-check] [DIST_DIR]     (DIST_DIR default: dist)
 #   --no-check   build packages, SBOMs and bundles only (no lintian, dpkg, containerd)
 # Needs: root (chroot, unshare, mounts), what scripts/setup.sh installs (cargo-deb and
-# cyclonedx-python-lib in .tools/venv, cargo-cyclonedx in .tools/cargo-cyclonedx, helm in
-# .tools/helm, lintian, debootstrap, containerd), network access to deb.debian.org the first
+# cyclonedx-python-lib in .tools/venv, cargo-cyclonedx in .tools/cargo-cyclonedx, lintian,
+# debootstrap, containerd; helm from scripts/install-helm.sh), network access to deb.debian.org the first
 # time (the debootstrap root). Env: SOURCE_DATE_EPOCH (default: commit time of HEAD),
 # DEB_REVISION (default 1).
 set -euo pipefail
@@ -58,7 +58,7 @@ done
 dist=${dist:-dist}
 if [ "$(id -u)" != 0 ]; then exec sudo -E "$0" "$@"; fi
 
-export PATH="$PWD/.tools/venv/bin:$PWD/.tools/cargo-cyclonedx/bin:$PWD/.tools/helm/bin:$PATH"
+export PATH="$PWD/.tools/venv/bin:$PWD/.tools/cargo-cyclonedx/bin:$PATH"
 export LC_ALL=C
 SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct)}
 export SOURCE_DATE_EPOCH
@@ -76,7 +76,7 @@ log() { printf '==> %s\n' "$*"; }
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 
-for tool in cargo-deb lintian debootstrap containerd ctr helm cargo-cyclonedx; do
+for tool in cargo-deb lintian debootstrap containerd ctr cargo-cyclonedx; do
     command -v "$tool" >/dev/null || { echo "$0: $tool missing: run scripts/setup.sh" >&2; exit 1; }
 done
 for f in "${IMAGES[@]/#/$dist/images/}"; do
@@ -162,7 +162,8 @@ python3 scripts/sbom-images.py "$dist" "$VERSION" "${ARCHES[@]}"
 # ---------------------------------------------------------------------------------------------
 # Bundles: one tar.gz per architecture, entries sorted, owner 0, mtime SOURCE_DATE_EPOCH,
 # gzip without a name or time: the same inputs give the same bytes.
-helm package deploy/helm/edgegpu --destination "$work/helm" >/dev/null
+helm=$(scripts/install-helm.sh)
+"$helm" package deploy/helm/edgegpu --destination "$work/helm" >/dev/null
 chart=$(ls "$work/helm"/*.tgz)
 # make_bundle ARCH OUT_DIR
 make_bundle() {
