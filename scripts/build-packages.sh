@@ -320,7 +320,9 @@ if [ "$check" = 1 ]; then
         in_root "$root" dpkg -P "${pkgs[@]}" >/dev/null 2>"$work/purge.err" || { cat "$work/purge.err" >&2; fail "$arch: dpkg -P"; return; }
         rm -rf "$root/tmp/debs"
         snapshot "$root" "$work/after-$arch"
-        if ! diff -u "$work/before-$arch" "$work/after-$arch" >"$work/diff-$arch"; then
+        if diff -u "$work/before-$arch" "$work/after-$arch" >"$work/diff-$arch"; then
+            echo "   install, upgrade, remove, purge: root as before ($(wc -l <"$work/before-$arch") entries compared)"
+        else
             cat "$work/diff-$arch" >&2
             fail "$arch: the root after purge is not the root before install"
         fi
@@ -333,7 +335,6 @@ if [ "$check" = 1 ]; then
         snapshot "$root" "$work/control-$arch"
         ! cmp -s "$work/before-$arch" "$work/control-$arch" || fail "$arch: the purge comparison missed a changed /etc file"
         rm -rf "$root"
-        echo "   install, upgrade, remove, purge: root as before ($(wc -l <"$work/before-$arch") entries compared)"
     }
     for arch in "${ARCHES[@]}"; do dpkg_cycle "$arch"; done
 
