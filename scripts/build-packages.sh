@@ -12,6 +12,7 @@
 #                       crates plus the Debian packages it holds), validated against the schema
 #   DIST_DIR/bundle/    edgegpu-<version>-<arch>.tar.gz: binaries, images, manifests, the Helm
 #                       chart (helm package), the .debs, the SBOMs and SHA256SUMS; reproducible
+#                       from the same .debs. packages/ and bundle/ each get a SHA256SUMS too.
 #
 # Checks (each can fail the script):
 #   - lintian (Debian 12's) on every .deb: no error or warning; the overrides that are shipped
@@ -192,6 +193,9 @@ for arch in "${ARCHES[@]}"; do
     log "bundle $arch"
     make_bundle "$arch" "$dist/bundle"
 done
+
+(cd "$dist/packages" && sha256sum -- *.deb >SHA256SUMS)
+(cd "$dist/bundle" && sha256sum -- *.tar.gz >SHA256SUMS)
 
 if [ "$check" = 1 ]; then
     # -----------------------------------------------------------------------------------------
