@@ -12,9 +12,12 @@ sha256 and a reference to its own SBOM (<binary>-<triple>.cdx.json, its crates).
 
 Usage: scripts/sbom-images.py DIST_DIR VERSION ARCH...
 """
+import datetime
 import hashlib
 import json
+import os
 import sys
+import uuid
 from pathlib import Path
 
 from cyclonedx.model import ExternalReference, ExternalReferenceType, HashAlgorithm, HashType, XsUri
@@ -49,7 +52,12 @@ def main(argv):
     out = dist / "sbom"
     for arch in arches:
         for image, (binaries, packages) in IMAGES.items():
-            bom = Bom()
+            # Reproducible: the serial number is derived from what the SBOM describes, the
+            # timestamp is SOURCE_DATE_EPOCH when set.
+            bom = Bom(serial_number=uuid.uuid5(uuid.NAMESPACE_URL, f"{REGISTRY}/{image}:{version}/linux/{arch}"))
+            if "SOURCE_DATE_EPOCH" in os.environ:
+                bom.metadata.timestamp = datetime.datetime.fromtimestamp(
+                    int(os.environ["SOURCE_DATE_EPOCH"]), tz=datetime.timezone.utc)
             bom.metadata.component = Component(
                 type=ComponentType.CONTAINER, name=f"{REGISTRY}/{image}", version=version,
                 bom_ref=f"{REGISTRY}/{image}:{version}@linux/{arch}",
