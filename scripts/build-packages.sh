@@ -11,8 +11,9 @@
 #   DIST_DIR/sbom/      CycloneDX JSON per binary (cargo-cyclonedx) and per image (its binary's
 #                       crates plus the Debian packages it holds), validated against the schema
 #   DIST_DIR/bundle/    edgegpu-<version>-<arch>.tar.gz: binaries, images, manifests, the Helm
-#                       chart (helm package), the .debs, the SBOMs and SHA256SUMS; reproducible
-#                       from the same .debs. packages/ and bundle/ each get a SHA256SUMS too.
+#                       chart (helm package), the .debs, the SBOMs and SHA256SUMS.
+#                       packages/ and bundle/ each get a SHA256SUMS too. Everything is
+#                       reproducible: the same commit and inputs give the same bytes.
 #
 # Checks (each can fail the script):
 #   - lintian (Debian 12's) on every .deb: no error or warning; the overrides that are shipped
@@ -29,7 +30,7 @@
 #     air-gap folder (namespace k8s.io, all platforms, no unpack), in a private mount namespace
 #     with its own root and socket: names and platforms listed; amd64 runs devicequery (it must
 #     print `Result = FAIL` and exit 1 without a driver), arm64 mounts it and checks the ELF
-#   - the bundles built twice must be the same bytes
+#   - the packages and the bundles built twice must be the same bytes
 # Then prints each package (name, version, arch, bytes, sha256), each bundle and each image's
 # manifest digest.
 #
@@ -166,6 +167,15 @@ python3 scripts/sbom-images.py "$dist" "$VERSION" "${ARCHES[@]}"
 helm=$(scripts/install-helm.sh)
 "$helm" package deploy/helm/edgegpu --destination "$work/helm" >/dev/null
 chart=$(ls "$work/helm"/*.tgz)
+# helm stamps the archive's entries with the time of packaging: repack the same files in the
+# same order with mtime SOURCE_DATE_EPOCH (helm reads any gzip'd tar of the chart folder).
+mkdir "$work/helm/chart"
+tar -xzf "$chart" -C "$work/helm/chart"
+tar -tzf "$chart" >"$work/helm/order"
+tar --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owner --no-recursion \
+    -C "$work/helm/chart" -T "$work/helm/order" -cf - | gzip -9n >"$chart.tmp"
+mv "$chart.tmp" "$chart"
+"$helm" lint "$chart" >/dev/null || { echo "$0: helm lint of the repacked $chart failed" >&2; exit 1; }
 # make_bundle ARCH OUT_DIR
 make_bundle() {
     local arch=$1 out=$2 name=edgegpu-$VERSION-$1 image
@@ -199,9 +209,13 @@ done
 
 if [ "$check" = 1 ]; then
     # -----------------------------------------------------------------------------------------
-    log "bundles are reproducible (built a second time)"
+    log "packages and bundles are reproducible (built a second time)"
     mkdir -p "$work/bundle-again"
     for arch in "${ARCHES[@]}"; do
+        build_debs "$arch" "$work/packages-again" "$DEB_REVISION"
+        for deb in "$work/packages-again"/*_"$arch".deb; do
+            cmp -s "$deb" "$dist/packages/$(basename "$deb")" || fail "$(basename "$deb") differs when built again"
+        done
         make_bundle "$arch" "$work/bundle-again"
         cmp -s "$dist/bundle/edgegpu-$VERSION-$arch.tar.gz" "$work/bundle-again/edgegpu-$VERSION-$arch.tar.gz" ||
             fail "bundle $arch differs when built again"
