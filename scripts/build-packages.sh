@@ -85,6 +85,9 @@ for f in "${IMAGES[@]/#/$dist/images/}"; do
     [ -f "$f.oci.tar" ] || { echo "$0: missing $f.oci.tar (run scripts/build-images.sh $dist)" >&2; exit 1; }
 done
 
+[ -f "$dist/images/debian-packages.txt" ] ||
+    { echo "$0: missing $dist/images/debian-packages.txt (run scripts/build-images.sh $dist)" >&2; exit 1; }
+
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 rm -rf "$dist/packages" "$dist/sbom" "$dist/bundle"
