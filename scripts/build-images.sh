@@ -15,6 +15,7 @@
 # containerd (io.containerd.image.name), e.g.
 #   skopeo copy --all oci-archive:dist/images/devicequery.oci.tar:0.1.0 docker://ghcr.io/...
 #   k3s ctr images import dist/images/devicequery.oci.tar
+# DIST_DIR/images/debian-packages.txt (the Debian packages in them: package, arch, version),
 # and a table of each image's size per architecture: the regular files, the uncompressed layer
 # and the gzip-compressed layer (what a registry stores), with the manifest digests.
 #
@@ -185,6 +186,9 @@ PY
 log "building ${IMAGES[*]} for ${ARCHES[*]} (SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH, revision $revision)"
 rm -rf "$dist/images"
 build_all "$dist/images" "$work/first"
+# The Debian packages the images hold (package, arch, version): the images keep no dpkg
+# database, so scripts/build-packages.sh's SBOMs take them from here.
+cp "$work/debian/versions" "$dist/images/debian-packages.txt"
 # Under sudo: the archives belong to whoever called it.
 [ -z "${SUDO_UID:-}" ] || chown -R "$SUDO_UID:${SUDO_GID:-$SUDO_UID}" "$dist/images"
 echo

@@ -44,6 +44,7 @@ SCRIPTS = {
     "scripts/e2e-node.sh": ["--help"],
     "scripts/build-images.sh": ["--help"],
     "scripts/validate-manifests.sh": ["--help"],
+    "scripts/build-packages.sh": ["--help"],
 }
 # Scripts without --help: their options, from their usage line.
 SCRIPT_USAGE = ["scripts/test.sh", "scripts/check-yocto.sh", "scripts/mps-check.sh", "scripts/bench.sh",
@@ -72,6 +73,7 @@ EXTERNAL_COMMANDS = {
     "sudo", "install", "curl", "tar", "rustup", "journalctl", "mount", "go", "zig", "repo",
     "yocto-check-layer", "deviceQuery", "nvidia-cdi-hook", "tegrastats", "k3s-agent", "kas",
     "dcgm-exporter", "podman", "crictl", "nerdctl", "runc", "setup.sh", "buildx",
+    "dpkg", "dpkg-deb", "apt", "lintian", "debootstrap", "sha256sum", "unshare",
 }
 # Words that only prefix the command that follows them.
 PREFIXES = {"sudo", "env", "exec", "time", "nohup"}

