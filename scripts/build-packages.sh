@@ -19,8 +19,9 @@
 #   - lintian (Debian 12's) on every .deb: no error or warning; the overrides that are shipped
 #     in a package say why next to them
 #   - in a Debian bookworm root made with debootstrap (minbase, cached under
-#     .tools/debian-root), through chroot, for each architecture: dpkg install, upgrade to a copy
-#     with a higher Debian revision, remove and purge; after purge the root's file list and the
+#     .tools/debian-root), through chroot, for each architecture: apt install of the files (as
+#     the README), upgrade to a copy with a higher Debian revision, remove and purge (amd64: one
+#     apt purge, as the README; arm64: dpkg -r, dpkg -P); after purge the root's file list and the
 #     checksums of /etc and of dpkg's status must equal the snapshot taken before install.
 #     amd64 also runs the programs, `edgegpu-node-setup apply` on a fake containerd host, checks
 #     that upgrade keeps what apply did, that remove is refused while a file apply wrote was
@@ -259,11 +260,12 @@ if [ "$check" = 1 ]; then
 
     # snapshot ROOT OUT: every path with type, mode, owner (size and link target for
     # non-directories), and sha256 of every file under /etc and of dpkg's status. Left out:
-    # dpkg's own log and backup of the status file, which every dpkg run rewrites.
+    # dpkg's own log and backup of the status file, which every dpkg run rewrites, and apt's
+    # caches and logs (the install and purge go through apt, as the README's do).
     snapshot() {
         (cd "$1" && find . -xdev -path ./proc -prune -o \( -type d -printf '%p d %m %U:%G\n' \) \
             -o -printf '%p %y %m %U:%G %s %l\n' | sort |
-            grep -Ev '^\./(var/log/dpkg\.log|var/lib/dpkg/status-old|var/lib/dpkg/triggers/Unincorp|proc) ') >"$2"
+            grep -Ev '^\./(var/log/dpkg\.log|var/lib/dpkg/status-old|var/lib/dpkg/triggers/Unincorp|proc|var/cache/apt/[^ ]*|var/log/apt/[^ ]*|var/lib/apt/extended_states) ') >"$2"
         (cd "$1" && find ./etc -type f -print0 | sort -z | xargs -0 sha256sum && sha256sum ./var/lib/dpkg/status) >>"$2"
     }
 
@@ -286,7 +288,9 @@ if [ "$check" = 1 ]; then
         cp "$dist/packages"/*_"$arch".deb "$root/tmp/debs/v1/"
         cp "$up"/*_"$arch".deb "$root/tmp/debs/v2/"
 
-        in_root "$root" sh -c 'dpkg -i /tmp/debs/v1/*.deb' >/dev/null || { fail "$arch: dpkg -i"; return; }
+        # As the README installs them: apt with the files (their Depends come from the root).
+        DEBIAN_FRONTEND=noninteractive in_root "$root" sh -c 'apt-get install -y -qq /tmp/debs/v1/*.deb' \
+            >"$work/install.log" 2>&1 || { cat "$work/install.log" >&2; fail "$arch: apt-get install ./*.deb"; return; }
         for f in /usr/bin/edgegpu-node-setup /usr/bin/devicequery /usr/bin/edgegpu-device-plugin /usr/bin/edgegpu-labeller \
             /lib/systemd/system/edgegpu-device-plugin.service /lib/systemd/system/edgegpu-mps-control-daemon.service \
             /etc/default/edgegpu-device-plugin /var/lib/rancher/k3s/server/manifests/edgegpu-device-plugin.yaml \
@@ -333,12 +337,20 @@ if [ "$check" = 1 ]; then
             cp "$work/conf-applied" "$root$conf"
         fi
 
-        in_root "$root" dpkg -r "${pkgs[@]}" >/dev/null || { fail "$arch: dpkg -r"; return; }
-        cmp -s "$root$conf" "$work/conf-before" || fail "$arch: $conf is not the host's own after remove"
-        [ ! -e "$root/var/lib/edgegpu" ] || fail "$arch: /var/lib/edgegpu left after remove"
-        [ -f "$root/etc/default/edgegpu-device-plugin" ] || fail "$arch: remove deleted the conffile (only purge may)"
-        # (packages without conffiles or postrm are gone already: dpkg says so on stderr)
-        in_root "$root" dpkg -P "${pkgs[@]}" >/dev/null 2>"$work/purge.err" || { cat "$work/purge.err" >&2; fail "$arch: dpkg -P"; return; }
+        if [ "$arch" = amd64 ]; then
+            # As the README uninstalls them: one apt purge (prerm reverts apply, postrm purges).
+            DEBIAN_FRONTEND=noninteractive in_root "$root" apt-get purge -y -qq "${pkgs[@]}" >/dev/null 2>"$work/purge.err" ||
+                { cat "$work/purge.err" >&2; fail "$arch: apt-get purge"; return; }
+            cmp -s "$root$conf" "$work/conf-before" || fail "$arch: $conf is not the host's own after purge"
+        else
+            # dpkg's two steps: remove keeps the conffile, purge takes it.
+            in_root "$root" dpkg -r "${pkgs[@]}" >/dev/null || { fail "$arch: dpkg -r"; return; }
+            [ ! -e "$root/var/lib/edgegpu" ] || fail "$arch: /var/lib/edgegpu left after remove"
+            [ -f "$root/etc/default/edgegpu-device-plugin" ] || fail "$arch: remove deleted the conffile (only purge may)"
+            # (packages without conffiles or postrm are gone already: dpkg says so on stderr)
+            in_root "$root" dpkg -P "${pkgs[@]}" >/dev/null 2>"$work/purge.err" ||
+                { cat "$work/purge.err" >&2; fail "$arch: dpkg -P"; return; }
+        fi
         rm -rf "$root/tmp/debs"
         snapshot "$root" "$work/after-$arch"
         if diff -u "$work/before-$arch" "$work/after-$arch" >"$work/diff-$arch"; then
