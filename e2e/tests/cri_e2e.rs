@@ -1,0 +1,186 @@
+//! End to end: pods run by real containerd releases through the CRI, with devices from the
+//! real device plugin's Allocate (converted as the kubelet converts it) on a config written by
+//! the real node-setup. Needs root, scripts/setup.sh's containerd releases and dist/
+//! (EDGEGPU_E2E_DIST); scripts/test.sh runs it as its own step with `--include-ignored`.
+
+use edgegpu_e2e::containerd_instance::{Containerd, Release, Setup};
+use edgegpu_e2e::{
+    cri_pod, device_plugin::PluginRun, kubelet_conversion, runtime_standin, sandbox_image,
+};
+use edgegpu_testkit::board::Board;
+use edgegpu_testkit::host::FakeHost;
+use std::path::PathBuf;
+use std::time::Instant;
+
+const DEVICEQUERY: &str = "ghcr.io/edgegpu/devicequery:0.1.0";
+
+/// Everything the test needs, or why it cannot run. Under EDGEGPU_REQUIRE_REAL_TOOLS=1 a missing
+/// piece fails the test; otherwise it is skipped with the reason printed.
+struct Env {
+    dist: PathBuf,
+    scratch: tempfile::TempDir,
+    sandbox_archive: PathBuf,
+}
+
+fn env() -> Option<Env> {
+    let required = std::env::var_os("EDGEGPU_REQUIRE_REAL_TOOLS").is_some_and(|v| v == "1");
+    let skip = |why: String| -> Option<Env> {
+        assert!(
+            !required,
+            "EDGEGPU_REQUIRE_REAL_TOOLS=1 and the CRI e2e cannot run: {why}"
+        );
+        eprintln!("SKIPPED: {why}");
+        None
+    };
+    if !cfg!(target_arch = "x86_64") {
+        // Not a silent pass: the fake driver libraries and the image's host-arch variant are
+        // x86_64, and qemu-user cannot run containerd's namespaces.
+        eprintln!("EXCLUDED: the CRI e2e runs on x86_64 only (fake libcuda is x86_64; containerd cannot run under qemu-user)");
+        return None;
+    }
+    if !nix::unistd::Uid::effective().is_root() {
+        return skip("needs root (containerd, mknod)".into());
+    }
+    let dist = match edgegpu_e2e::dist_dir() {
+        Ok(d) => d,
+        Err(e) => return skip(e),
+    };
+    for f in [
+        "images/devicequery.oci.tar",
+        "edgegpu-device-plugin-x86_64-unknown-linux-gnu",
+        "edgegpu-node-setup-x86_64-unknown-linux-musl",
+    ] {
+        if !dist.join(f).exists() {
+            return skip(format!("{} is missing", dist.join(f).display()));
+        }
+    }
+    for r in Release::ALL {
+        let missing = r.missing();
+        if !missing.is_empty() {
+            return skip(format!("{r:?}: {missing:?} missing (scripts/setup.sh)"));
+        }
+    }
+    let scratch = tempfile::tempdir().unwrap();
+    let sandbox_archive = sandbox_image::build(scratch.path()).expect("sandbox image");
+    Some(Env {
+        dist,
+        scratch,
+        sandbox_archive,
+    })
+}
+
+impl Env {
+    fn node_setup(&self) -> PathBuf {
+        self.dist
+            .join("edgegpu-node-setup-x86_64-unknown-linux-musl")
+    }
+    fn plugin(&self) -> PathBuf {
+        self.dist
+            .join("edgegpu-device-plugin-x86_64-unknown-linux-gnu")
+    }
+    fn containerd(&self, release: Release, setup: &Setup) -> Containerd {
+        Containerd::start(
+            release,
+            setup,
+            &self.node_setup(),
+            &[
+                &self.sandbox_archive,
+                &self.dist.join("images/devicequery.oci.tar"),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("{release:?}: {e:#}"))
+    }
+}
+
+/// Replaces each device node the fake host root holds as a regular file by a real character
+/// device (/dev/null's numbers): containerd stats the host paths of CRI devices.
+fn make_device_nodes(host: &FakeHost, nodes: &[&str]) {
+    use nix::sys::stat::{makedev, mknod, Mode, SFlag};
+    for node in nodes {
+        let p = host.path(node);
+        let _ = std::fs::remove_file(&p);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        mknod(
+            &p,
+            SFlag::S_IFCHR,
+            Mode::from_bits_truncate(0o666),
+            makedev(1, 3),
+        )
+        .unwrap();
+    }
+}
+
+fn orin_device_config() -> String {
+    let cuda = edgegpu_testkit::cuda::FakeCuda::new(12040)
+        .device(edgegpu_testkit::cuda::devices::jetson("Orin", 8, 7));
+    // Drop the header line: the stand-in writes its own and repeats the device per visible ID.
+    cuda.render().split_once('\n').unwrap().1.to_string()
+}
+
+async fn run_devicequery(
+    c: &Containerd,
+    name: &str,
+    options: &kubelet_conversion::DeviceOptions,
+) -> cri_pod::Outcome {
+    let mut client = cri_pod::connect(&c.address()).await.expect("CRI connects");
+    match cri_pod::run_pod(&mut client, &c.log_dir(), name, DEVICEQUERY, options).await {
+        Ok(o) => o,
+        Err(e) => panic!(
+            "{:?} pod {name}: {e:#}\ncontainerd log:\n{}",
+            c.release,
+            c.log()
+        ),
+    }
+}
+
+/// Runtime mode on a Jetson Orin: the plugin's Allocate for one GPU, converted as the kubelet
+/// does, run with node-setup's config (the stand-in runtime as default) → PASS; the same pod on
+/// the unedited base config (runc) → FAIL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, containerd releases and dist/ (scripts/test.sh runs it)"]
+async fn runtime_mode_jetson_orin() {
+    let Some(env) = env() else { return };
+    let host = FakeHost::jetson(Board::Orin);
+    make_device_nodes(&host, Board::Orin.device_nodes());
+    let plugin = PluginRun::start(&env.plugin(), host.root(), &[])
+        .await
+        .expect("plugin");
+    let ids = plugin.device_ids();
+    let response = plugin.allocate(&[ids[0].as_str()]).await.expect("Allocate");
+    eprintln!("Allocate response: {response:?}");
+    let options = kubelet_conversion::convert(&[response]);
+    let standin_dir = env.scratch.path().join("runtime");
+    std::fs::create_dir_all(&standin_dir).unwrap();
+    let standin = runtime_standin::install(&standin_dir, &orin_device_config()).unwrap();
+    for release in Release::ALL {
+        let t = Instant::now();
+        let c = env.containerd(release, &Setup::Runtime(standin.clone()));
+        let pass = run_devicequery(&c, "orin-runtime", &options).await;
+        eprintln!(
+            "{release:?} runtime mode, Orin: exit {}\n{}",
+            pass.exit_code, pass.log
+        );
+        assert!(
+            pass.log.contains("Result = PASS"),
+            "{release:?}: {}",
+            pass.log
+        );
+        assert_eq!(pass.exit_code, 0);
+        drop(c);
+        let c = env.containerd(release, &Setup::BaseOnly);
+        let fail = run_devicequery(&c, "orin-runc", &options).await;
+        eprintln!(
+            "{release:?} control (runc, no node-setup): exit {}\n{}",
+            fail.exit_code, fail.log
+        );
+        assert!(
+            fail.log.contains("Result = FAIL"),
+            "{release:?}: {}",
+            fail.log
+        );
+        eprintln!(
+            "TIME {release:?} runtime mode Orin (+control): {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+    }
+}
