@@ -1,29 +1,59 @@
 //! A stand-in for NVIDIA's `nvidia-container-runtime` (a test double of NVIDIA's runtime only):
 //! a Python script that records its arguments and the OCI config.json it got, and, as the real
-//! runtime's prestart hook would, injects the driver into the container when the container's
-//! NVIDIA_VISIBLE_DEVICES names devices (not unset, empty, `void` or `none`): it bind-mounts the
-//! fake libcuda (testkit's fakes/cuda.c) at /usr/local/nvidia/lib64/libcuda.so.1 and a fake
-//! driver configuration with one `device` per visible device, and sets LD_LIBRARY_PATH and
-//! EDGEGPU_FAKE_CUDA_CONFIG. Then it execs runc with the same arguments.
+//! runtime's prestart hook would, injects the driver for the devices the container's
+//! NVIDIA_VISIBLE_DEVICES names (IDs or `all`; unset, empty, `void` or `none`: nothing): each
+//! device's node (a character device with the host node's numbers, added to `linux.devices`
+//! and allowed in the device cgroup), the fake libcuda (testkit's fakes/cuda.c) bind-mounted at
+//! /usr/local/nvidia/lib64/libcuda.so.1, and a fake driver configuration describing those
+//! devices (each with `node`, so the driver sees a device only if its node is in the
+//! container), with LD_LIBRARY_PATH and EDGEGPU_FAKE_CUDA_CONFIG set. Then it execs runc with
+//! the same arguments.
 
 use anyhow::Result;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-/// Writes the stand-in into `dir`; `device_config` is the fake driver's text for ONE device
-/// (testkit's `FakeCudaDevice` rendering without the header), repeated per visible device.
-pub fn install(dir: &Path, device_config: &str) -> Result<PathBuf> {
+/// One GPU as the stand-in knows it.
+pub struct StandinGpu {
+    /// The ID NVIDIA_VISIBLE_DEVICES names it by (the plugin's `tegra`, a UUID, an index).
+    pub id: String,
+    /// Its node on this machine (a real character device).
+    pub host_node: PathBuf,
+    /// Its node in the container.
+    pub container_node: String,
+    /// The fake driver's `device` block for it (testkit's rendering, with `node`).
+    pub config: String,
+}
+
+/// The record of the stand-in's calls (argument lists, one JSON array a line).
+pub fn calls_file(dir: &Path) -> PathBuf {
+    dir.join("runtime-calls")
+}
+
+/// Writes the stand-in into `dir`.
+pub fn install(dir: &Path, gpus: &[StandinGpu]) -> Result<PathBuf> {
     let lib = edgegpu_testkit::fakelib::variant_dir(edgegpu_testkit::cuda::variant::CURRENT)
         .join("libcuda.so.1");
-    let template = dir.join("fake-cuda-device.conf");
-    std::fs::write(&template, device_config)?;
+    let table: Vec<String> = gpus
+        .iter()
+        .map(|g| {
+            format!(
+                "({:?}, {:?}, {:?}, {:?})",
+                g.id,
+                g.host_node.display().to_string(),
+                g.container_node,
+                g.config
+            )
+        })
+        .collect();
     let script = dir.join("nvidia-container-runtime");
     std::fs::write(
         &script,
         format!(
             r#"#!/usr/bin/python3
 import json, os, sys
-LIB, TEMPLATE, RECORD = {lib:?}, {template:?}, {record:?}
+LIB, RECORD = {lib:?}, {record:?}
+GPUS = [{table}]
 args = sys.argv[1:]
 bundle = None
 for i, a in enumerate(args):
@@ -41,13 +71,20 @@ if "create" in args and bundle:
     env = spec.get("process", {{}}).get("env", [])
     visible = [e.split("=", 1)[1] for e in env if e.startswith("NVIDIA_VISIBLE_DEVICES=")]
     visible = visible[-1] if visible else ""
-    ids = [v for v in visible.split(",") if v and visible not in ("void", "none")]
-    if ids:
+    ids = [] if visible in ("", "void", "none") else visible.split(",")
+    chosen = [g for g in GPUS if "all" in ids or g[0] in ids]
+    if chosen:
         conf = os.path.join(bundle, "edgegpu-fake-cuda.conf")
         with open(conf, "w") as f:
             f.write("driver_version 12040\n")
-            for _ in ids:
-                f.write(open(TEMPLATE).read())
+            for _, host, node, text in chosen:
+                f.write(text)
+                st = os.stat(host)
+                linux = spec.setdefault("linux", {{}})
+                linux.setdefault("devices", []).append({{"path": node, "type": "c",
+                    "major": os.major(st.st_rdev), "minor": os.minor(st.st_rdev), "fileMode": 0o666, "uid": 0, "gid": 0}})
+                linux.setdefault("resources", {{}}).setdefault("devices", []).append({{"allow": True, "type": "c",
+                    "major": os.major(st.st_rdev), "minor": os.minor(st.st_rdev), "access": "rwm"}})
         os.chmod(conf, 0o644)
         for src, dst in ((LIB, "/usr/local/nvidia/lib64/libcuda.so.1"), (conf, "/etc/edgegpu-fake-cuda.conf")):
             spec.setdefault("mounts", []).append({{"destination": dst, "type": "bind", "source": src, "options": ["rbind", "ro"]}})
@@ -57,8 +94,8 @@ if "create" in args and bundle:
 os.execv("/usr/sbin/runc", ["runc"] + args)
 "#,
             lib = lib.display().to_string(),
-            template = template.display().to_string(),
-            record = dir.join("runtime-calls").display().to_string(),
+            record = calls_file(dir).display().to_string(),
+            table = table.join(", "),
         ),
     )?;
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))?;

@@ -110,11 +110,22 @@ fn make_device_nodes(host: &FakeHost, nodes: &[&str]) {
     }
 }
 
-fn orin_device_config() -> String {
-    let cuda = edgegpu_testkit::cuda::FakeCuda::new(12040)
-        .device(edgegpu_testkit::cuda::devices::jetson("Orin", 8, 7));
-    // Drop the header line: the stand-in writes its own and repeats the device per visible ID.
+/// The fake driver's `device` block (without the `driver_version` header) for `device`.
+fn device_block(device: edgegpu_testkit::cuda::FakeCudaDevice) -> String {
+    let cuda = edgegpu_testkit::cuda::FakeCuda::new(12040).device(device);
     cuda.render().split_once('\n').unwrap().1.to_string()
+}
+
+/// The Orin as NVIDIA's runtime knows it on a Jetson (`NVIDIA_VISIBLE_DEVICES=tegra`): seen
+/// by the fake driver only with /dev/nvmap (the node nvgpu boards need) in the container.
+fn orin_standin_gpu(host: &FakeHost) -> runtime_standin::StandinGpu {
+    let node = Board::Orin.required_node();
+    runtime_standin::StandinGpu {
+        id: "tegra".into(),
+        host_node: host.path(node),
+        container_node: node.into(),
+        config: device_block(edgegpu_testkit::cuda::devices::jetson("Orin", 8, 7).node(node)),
+    }
 }
 
 async fn run_devicequery(
@@ -151,7 +162,7 @@ async fn runtime_mode_jetson_orin() {
     let options = kubelet_conversion::convert(&[response]);
     let standin_dir = env.scratch.path().join("runtime");
     std::fs::create_dir_all(&standin_dir).unwrap();
-    let standin = runtime_standin::install(&standin_dir, &orin_device_config()).unwrap();
+    let standin = runtime_standin::install(&standin_dir, &[orin_standin_gpu(&host)]).unwrap();
     for release in Release::ALL {
         let t = Instant::now();
         let c = env.containerd(release, &Setup::Runtime(standin.clone()));
