@@ -104,6 +104,7 @@ impl Containerd {
         };
         std::fs::create_dir_all(me.config_path().parent().unwrap())?;
         std::fs::create_dir_all(me.log_dir())?;
+        std::fs::create_dir_all(me.cdi_dir())?;
         std::fs::write(me.config_path(), me.base_config())?;
         match setup {
             Setup::BaseOnly => {}
@@ -119,13 +120,22 @@ impl Containerd {
             Setup::Cdi => me.node_setup(node_setup, &["--cdi", "apply"])?,
         }
         if let Setup::Cdi = setup {
-            // node-setup names /var/run/cdi as seen on the booted host; this containerd runs on
-            // the real root, so point the spec dir at the test's host root instead.
+            // node-setup relies on containerd's default spec dirs (/etc/cdi, /var/run/cdi of the
+            // booted host); this containerd runs on the real root, so it reads the test's host
+            // root's /var/run/cdi instead (created first: containerd watches it from start).
             let cfg = std::fs::read_to_string(me.config_path())?;
-            let cfg = cfg.replace(
-                "\"/var/run/cdi\"",
-                &format!("{:?}", me.cdi_dir().display().to_string()),
+            ensure!(
+                cfg.contains("enable_cdi = true"),
+                "node-setup did not enable CDI:\n{cfg}"
             );
+            let dir = me.cdi_dir().display().to_string();
+            let cfg = cfg
+                .replace("\"/var/run/cdi\"", &format!("{dir:?}"))
+                .replacen(
+                    "enable_cdi = true",
+                    &format!("enable_cdi = true\n  cdi_spec_dirs = [{dir:?}]"),
+                    1,
+                );
             std::fs::write(me.config_path(), cfg)?;
         }
         eprintln!(

@@ -8,6 +8,7 @@
 //! scripts/setup.sh and `dist/` (EDGEGPU_E2E_DIST); they are `#[ignore]`d in the plain
 //! workspace run and run as their own step of scripts/test.sh.
 
+pub mod cdi_spec;
 pub mod containerd_instance;
 pub mod cri_pod;
 pub mod device_plugin;

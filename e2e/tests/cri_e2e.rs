@@ -195,3 +195,116 @@ async fn runtime_mode_jetson_orin() {
         );
     }
 }
+
+/// CDI mode on a Jetson Orin (containerd 1.7 and 2.1; 1.6 has no CDI): node-setup `apply
+/// --cdi`, `cdi generate` over the fake root, the plugin's `cdi-cri` strategy (CDI names in
+/// the Allocate response, passed as ContainerConfig.cdi_devices) → PASS; the same pod on the
+/// base config (no enable_cdi) → FAIL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, containerd releases and dist/ (scripts/test.sh runs it)"]
+async fn cdi_mode_jetson_orin() {
+    let Some(env) = env() else { return };
+    let host = FakeHost::jetson(Board::Orin);
+    make_device_nodes(&host, Board::Orin.device_nodes());
+    let plugin = PluginRun::start(
+        &env.plugin(),
+        host.root(),
+        &["--device-list-strategy=cdi-cri"],
+    )
+    .await
+    .expect("plugin");
+    let ids = plugin.device_ids();
+    let response = plugin.allocate(&[ids[0].as_str()]).await.expect("Allocate");
+    eprintln!("Allocate response: {response:?}");
+    assert!(
+        !response.cdi_devices.is_empty(),
+        "the cdi-cri strategy names CDI devices"
+    );
+    let options = kubelet_conversion::convert(&[response]);
+    // The x86_64 fake driver where the host's libcuda is; its configuration for the Orin.
+    let fake_lib = edgegpu_testkit::fakelib::variant_dir(edgegpu_testkit::cuda::variant::CURRENT)
+        .join("libcuda.so.1");
+    let conf = env.scratch.path().join("fake-cuda-cdi.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "driver_version 12040\n{}",
+            device_block(
+                edgegpu_testkit::cuda::devices::jetson("Orin", 8, 7)
+                    .node(Board::Orin.required_node())
+            )
+        ),
+    )
+    .unwrap();
+    for release in [Release::Debian13, Release::Sid] {
+        let t = Instant::now();
+        let c = env.containerd(release, &Setup::Cdi);
+        let spec = edgegpu_e2e::cdi_spec::generate(
+            &env.node_setup(),
+            host.root(),
+            &c.cdi_dir(),
+            &fake_lib,
+            &conf,
+        )
+        .unwrap();
+        eprintln!("CDI spec: {spec}");
+        let pass = run_devicequery(&c, "orin-cdi", &options).await;
+        eprintln!(
+            "{release:?} CDI mode, Orin: exit {}\n{}",
+            pass.exit_code, pass.log
+        );
+        assert!(
+            pass.log.contains("Detected 1 CUDA Capable device(s)")
+                && pass.log.contains("Result = PASS"),
+            "{release:?}: {}",
+            pass.log
+        );
+        drop(c);
+        let c = env.containerd(release, &Setup::BaseOnly);
+        edgegpu_e2e::cdi_spec::generate(
+            &env.node_setup(),
+            host.root(),
+            &c.cdi_dir(),
+            &fake_lib,
+            &conf,
+        )
+        .unwrap();
+        // containerd 1.7 ignores the CDI names without enable_cdi: the container runs and fails.
+        // containerd 2.x has CDI on by default, reading /etc/cdi and /var/run/cdi only: the
+        // names do not resolve and CreateContainer fails (the kubelet's CreateContainerError).
+        let mut client = cri_pod::connect(&c.address()).await.unwrap();
+        match cri_pod::run_pod(
+            &mut client,
+            &c.log_dir(),
+            "orin-no-cdi",
+            DEVICEQUERY,
+            &options,
+        )
+        .await
+        {
+            Ok(fail) => {
+                eprintln!(
+                    "{release:?} control (CDI not enabled): exit {}\n{}",
+                    fail.exit_code, fail.log
+                );
+                assert!(
+                    fail.log.contains("Result = FAIL"),
+                    "{release:?}: {}",
+                    fail.log
+                );
+            }
+            Err(e) => {
+                let e = format!("{e:#}");
+                eprintln!("{release:?} control (spec dir not configured): {e}");
+                assert!(
+                    release == Release::Sid && e.contains("unresolvable CDI devices"),
+                    "{release:?}: {e}"
+                );
+            }
+        }
+        eprintln!(
+            "TIME {release:?} CDI mode Orin (+control): {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+    }
+}
