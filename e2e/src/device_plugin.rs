@@ -12,6 +12,8 @@ pub const RESOURCE: &str = "nvidia.com/gpu";
 
 pub struct PluginRun {
     pub kubelet: FakeKubelet,
+    /// The resource allocated from (`nvidia.com/gpu`, or a MIG profile's under `mixed`).
+    pub resource: String,
     child: Child,
     _dir: tempfile::TempDir,
 }
@@ -19,6 +21,16 @@ pub struct PluginRun {
 impl PluginRun {
     /// Starts `binary --root <root> <args>` and waits until it registered `nvidia.com/gpu`.
     pub async fn start(binary: &Path, root: &Path, args: &[&str]) -> Result<PluginRun> {
+        Self::start_for(binary, root, args, RESOURCE).await
+    }
+
+    /// The same, waiting for (and allocating from) `resource`.
+    pub async fn start_for(
+        binary: &Path,
+        root: &Path,
+        args: &[&str],
+        resource: &str,
+    ) -> Result<PluginRun> {
         let dir = tempfile::tempdir()?;
         let kubelet = FakeKubelet::start(dir.path()).await?;
         let child = Command::new(binary)
@@ -33,11 +45,12 @@ impl PluginRun {
             .context("start the device plugin")?;
         let run = PluginRun {
             kubelet,
+            resource: resource.to_string(),
             child,
             _dir: dir,
         };
         run.kubelet
-            .wait_for_registration(RESOURCE, Duration::from_secs(30))
+            .wait_for_registration(resource, Duration::from_secs(30))
             .await
             .context("the plugin registers")?;
         run.kubelet
@@ -58,7 +71,7 @@ impl PluginRun {
     }
 
     pub async fn allocate(&self, ids: &[&str]) -> Result<ContainerAllocateResponse> {
-        Ok(self.kubelet.allocate(RESOURCE, ids).await?)
+        Ok(self.kubelet.allocate(&self.resource, ids).await?)
     }
 }
 

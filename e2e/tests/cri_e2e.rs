@@ -308,3 +308,168 @@ async fn cdi_mode_jetson_orin() {
         );
     }
 }
+
+/// The discrete GPUs of a fake-NVML host as the stand-in runtime knows them: by UUID, each
+/// with its /dev/nvidia<minor> (the fake root's node, made a real character device).
+fn discrete_standin_gpus(
+    host: &FakeHost,
+    gpus: &[edgegpu_testkit::host::FakeGpu],
+) -> Vec<runtime_standin::StandinGpu> {
+    gpus.iter()
+        .map(|g| {
+            let node = format!("/dev/nvidia{}", g.minor);
+            edgegpu_e2e::cdi_spec::make_char_device(&host.path(&node)).unwrap();
+            runtime_standin::StandinGpu {
+                id: g.uuid.clone(),
+                host_node: host.path(&node),
+                container_node: node.clone(),
+                config: device_block(
+                    edgegpu_testkit::cuda::devices::jetson(&g.name, 9, 0)
+                        .attr(edgegpu_testkit::cuda::attr::INTEGRATED, 0)
+                        .node(&node),
+                ),
+            }
+        })
+        .collect()
+}
+
+/// Runtime mode with the plugin started with `args` on `host`: each element of `pods` is one
+/// pod's device request (index into the advertised IDs). Every pod must PASS seeing `expect`
+/// devices on every release; the same pods on the base config (runc) must FAIL.
+#[allow(clippy::too_many_arguments)]
+async fn runtime_mode(
+    what: &str,
+    host: &FakeHost,
+    args: &[&str],
+    resource: &str,
+    standin_gpus: Vec<runtime_standin::StandinGpu>,
+    pick: impl Fn(&[String]) -> Vec<Vec<String>>,
+    expect: usize,
+    releases: &[Release],
+) {
+    let Some(env) = env() else { return };
+    let plugin = PluginRun::start_for(&env.plugin(), host.root(), args, resource)
+        .await
+        .expect("plugin");
+    // The fake kubelet may show another resource's list first: wait for this one's IDs
+    // (MIG UUIDs for a MIG profile's resource).
+    let want_mig = what.starts_with("MIG");
+    let deadline = Instant::now() + std::time::Duration::from_secs(10);
+    let ids = loop {
+        let ids = plugin.device_ids();
+        if !want_mig || ids.iter().all(|i| i.starts_with("MIG-")) || Instant::now() > deadline {
+            break ids;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    eprintln!("{what}: {resource} devices {ids:?}");
+    let mut pods = Vec::new();
+    for request in pick(&ids) {
+        let request: Vec<&str> = request.iter().map(String::as_str).collect();
+        let response = plugin.allocate(&request).await.expect("Allocate");
+        eprintln!("{what}: Allocate {request:?}: {response:?}");
+        pods.push(kubelet_conversion::convert(&[response]));
+    }
+    let dir = env.scratch.path().join("runtime");
+    std::fs::create_dir_all(&dir).unwrap();
+    let standin = runtime_standin::install(&dir, &standin_gpus).unwrap();
+    for &release in releases {
+        let t = Instant::now();
+        let c = env.containerd(release, &Setup::Runtime(standin.clone()));
+        for (i, options) in pods.iter().enumerate() {
+            let pass = run_devicequery(&c, &format!("pod{i}"), options).await;
+            eprintln!(
+                "{release:?} {what} pod {i}: exit {}\n{}",
+                pass.exit_code, pass.log
+            );
+            let detected = format!("Detected {expect} CUDA Capable device(s)");
+            assert!(
+                pass.log.contains(&detected) && pass.log.contains("Result = PASS"),
+                "{release:?} {what} pod {i}: {}",
+                pass.log
+            );
+        }
+        drop(c);
+        let c = env.containerd(release, &Setup::BaseOnly);
+        let fail = run_devicequery(&c, "control", &pods[0]).await;
+        eprintln!(
+            "{release:?} {what} control (runc): exit {}\n{}",
+            fail.exit_code, fail.log
+        );
+        assert!(
+            fail.log.contains("Result = FAIL"),
+            "{release:?}: {}",
+            fail.log
+        );
+        eprintln!(
+            "TIME {release:?} {what} (+control): {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+    }
+}
+
+/// A discrete server (fake NVML, two H100s): one pod given the second GPU sees exactly it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, containerd releases and dist/ (scripts/test.sh runs it)"]
+async fn runtime_mode_discrete() {
+    let gpus = edgegpu_testkit::host::FakeGpu::two_h100();
+    let host = FakeHost::discrete(&gpus);
+    let standin = discrete_standin_gpus(&host, &gpus);
+    runtime_mode(
+        "discrete",
+        &host,
+        &[],
+        "nvidia.com/gpu",
+        standin,
+        |ids| vec![vec![ids[1].clone()]],
+        1,
+        &Release::ALL,
+    )
+    .await;
+}
+
+/// MIG (single strategy) on two fake-NVML H100s split into 1g.10gb devices: a pod given one
+/// MIG device (NVIDIA_VISIBLE_DEVICES = its MIG UUID) sees one device.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, containerd releases and dist/ (scripts/test.sh runs it)"]
+async fn runtime_mode_mig_single() {
+    use edgegpu_testkit::host::FakeMig;
+    let migs = vec![
+        FakeMig::h100(0, 5, "1g.10gb"),
+        FakeMig::h100(1, 5, "1g.10gb"),
+    ];
+    let (host, gpus) = FakeHost::mig_server(&[0, 1], &migs);
+    for g in &gpus {
+        let node = format!("/dev/nvidia{}", g.minor);
+        edgegpu_e2e::cdi_spec::make_char_device(&host.path(&node)).unwrap();
+    }
+    let standin: Vec<_> = migs
+        .iter()
+        .map(|m| (m, format!("/dev/nvidia{}", gpus[m.gpu as usize].minor)))
+        .map(|(m, node)| runtime_standin::StandinGpu {
+            id: m.uuid.clone(),
+            host_node: host.path(&node),
+            container_node: node.clone(),
+            config: device_block(
+                edgegpu_testkit::cuda::devices::jetson(
+                    &format!("NVIDIA H100 MIG {}", m.profile),
+                    9,
+                    0,
+                )
+                .attr(edgegpu_testkit::cuda::attr::INTEGRATED, 0)
+                .node(&node),
+            ),
+        })
+        .collect();
+    runtime_mode(
+        "MIG single",
+        &host,
+        &["--mig-strategy=single"],
+        "nvidia.com/gpu",
+        standin,
+        |ids| vec![vec![ids[0].clone()]],
+        1,
+        &[Release::Debian12],
+    )
+    .await;
+}
