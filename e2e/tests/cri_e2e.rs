@@ -473,3 +473,34 @@ async fn runtime_mode_mig_single() {
     )
     .await;
 }
+
+/// Time-slicing on a Jetson Orin (`sharing.timeSlicing`, 2 replicas): two pods given the two
+/// replicas of the one GPU both see it and PASS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, containerd releases and dist/ (scripts/test.sh runs it)"]
+async fn runtime_mode_time_slicing_orin() {
+    let host = FakeHost::jetson(Board::Orin);
+    make_device_nodes(&host, Board::Orin.device_nodes());
+    let config = host.root().join("time-slicing.yaml");
+    std::fs::write(
+        &config,
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n",
+    )
+    .unwrap();
+    let arg = format!("--config={}", config.display());
+    let standin = vec![orin_standin_gpu(&host)];
+    runtime_mode(
+        "time-slicing",
+        &host,
+        &[&arg],
+        "nvidia.com/gpu",
+        standin,
+        |ids| {
+            assert_eq!(ids.len(), 2, "two replicas advertised: {ids:?}");
+            vec![vec![ids[0].clone()], vec![ids[1].clone()]]
+        },
+        1,
+        &[Release::Sid],
+    )
+    .await;
+}
