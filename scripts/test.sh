@@ -67,7 +67,7 @@ scripts/build-images.sh --smoke --reproducible dist
 # only: the fake driver libraries are x86_64 and containerd cannot run under qemu-user (the
 # aarch64 run below skips it as `#[ignore]`d).
 step "CRI end to end: containerd 1.6/1.7/2.1 run devicequery pods as the kubelet would (e2e/)"
-EDGEGPU_E2E_DIST=$PWD/dist cargo test -p edgegpu-e2e --test cri_e2e --locked -- --include-ignored
+EDGEGPU_E2E_DIST=$PWD/dist cargo test -p edgegpu-e2e --test cri_e2e --locked -- --include-ignored --nocapture
 
 step "cargo test --workspace (aarch64 under qemu-user)"
 runner="qemu-aarch64-static -L $AARCH64_SYSROOT"

@@ -138,7 +138,7 @@ impl Containerd {
                 );
             std::fs::write(me.config_path(), cfg)?;
         }
-        eprintln!(
+        crate::vlog!(
             "--- {release:?} config ({setup:?}):\n{}",
             std::fs::read_to_string(me.config_path())?
         );
@@ -188,7 +188,7 @@ state = "{d}/state"
             .env("NO_COLOR", "1")
             .output()
             .context("edgegpu-node-setup")?;
-        eprintln!(
+        crate::vlog!(
             "node-setup {args:?}: {}\n{}{}",
             out.status,
             String::from_utf8_lossy(&out.stdout),

@@ -41,6 +41,11 @@ impl PluginRun {
             .args(args)
             .env("NO_COLOR", "1")
             .stdout(Stdio::null())
+            .stderr(if crate::verbose() {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            })
             .spawn()
             .context("start the device plugin")?;
         let run = PluginRun {

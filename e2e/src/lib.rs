@@ -35,3 +35,19 @@ pub fn workspace_root() -> PathBuf {
         .unwrap()
         .to_path_buf()
 }
+
+/// EDGEGPU_E2E_VERBOSE=1: print every config, node-setup's output, the Allocate responses and
+/// the pods' logs (by default only one line per pod and the timings; failures print their log).
+pub fn verbose() -> bool {
+    std::env::var_os("EDGEGPU_E2E_VERBOSE").is_some_and(|v| v == "1")
+}
+
+/// eprintln! only under EDGEGPU_E2E_VERBOSE=1.
+#[macro_export]
+macro_rules! vlog {
+    ($($t:tt)*) => {
+        if $crate::verbose() {
+            eprintln!($($t)*);
+        }
+    };
+}

@@ -5,7 +5,7 @@
 
 use edgegpu_e2e::containerd_instance::{Containerd, Release, Setup};
 use edgegpu_e2e::{
-    cri_pod, device_plugin::PluginRun, kubelet_conversion, runtime_standin, sandbox_image,
+    cri_pod, device_plugin::PluginRun, kubelet_conversion, runtime_standin, sandbox_image, vlog,
 };
 use edgegpu_testkit::board::Board;
 use edgegpu_testkit::host::FakeHost;
@@ -158,7 +158,7 @@ async fn runtime_mode_jetson_orin() {
         .expect("plugin");
     let ids = plugin.device_ids();
     let response = plugin.allocate(&[ids[0].as_str()]).await.expect("Allocate");
-    eprintln!("Allocate response: {response:?}");
+    vlog!("Allocate response: {response:?}");
     let options = kubelet_conversion::convert(&[response]);
     let standin_dir = env.scratch.path().join("runtime");
     std::fs::create_dir_all(&standin_dir).unwrap();
@@ -167,9 +167,10 @@ async fn runtime_mode_jetson_orin() {
         let t = Instant::now();
         let c = env.containerd(release, &Setup::Runtime(standin.clone()));
         let pass = run_devicequery(&c, "orin-runtime", &options).await;
-        eprintln!(
+        vlog!(
             "{release:?} runtime mode, Orin: exit {}\n{}",
-            pass.exit_code, pass.log
+            pass.exit_code,
+            pass.log
         );
         assert!(
             pass.log.contains("Result = PASS"),
@@ -180,9 +181,10 @@ async fn runtime_mode_jetson_orin() {
         drop(c);
         let c = env.containerd(release, &Setup::BaseOnly);
         let fail = run_devicequery(&c, "orin-runc", &options).await;
-        eprintln!(
+        vlog!(
             "{release:?} control (runc, no node-setup): exit {}\n{}",
-            fail.exit_code, fail.log
+            fail.exit_code,
+            fail.log
         );
         assert!(
             fail.log.contains("Result = FAIL"),
@@ -190,7 +192,8 @@ async fn runtime_mode_jetson_orin() {
             fail.log
         );
         eprintln!(
-            "TIME {release:?} runtime mode Orin (+control): {:.1} s",
+            "E2E {release:?} runtime mode, Orin: PASS; control (runc): Result = FAIL, exit {}; {:.1} s",
+            fail.exit_code,
             t.elapsed().as_secs_f64()
         );
     }
@@ -215,7 +218,7 @@ async fn cdi_mode_jetson_orin() {
     .expect("plugin");
     let ids = plugin.device_ids();
     let response = plugin.allocate(&[ids[0].as_str()]).await.expect("Allocate");
-    eprintln!("Allocate response: {response:?}");
+    vlog!("Allocate response: {response:?}");
     assert!(
         !response.cdi_devices.is_empty(),
         "the cdi-cri strategy names CDI devices"
@@ -247,11 +250,12 @@ async fn cdi_mode_jetson_orin() {
             &conf,
         )
         .unwrap();
-        eprintln!("CDI spec: {spec}");
+        vlog!("CDI spec: {spec}");
         let pass = run_devicequery(&c, "orin-cdi", &options).await;
-        eprintln!(
+        vlog!(
             "{release:?} CDI mode, Orin: exit {}\n{}",
-            pass.exit_code, pass.log
+            pass.exit_code,
+            pass.log
         );
         assert!(
             pass.log.contains("Detected 1 CUDA Capable device(s)")
@@ -284,8 +288,13 @@ async fn cdi_mode_jetson_orin() {
         {
             Ok(fail) => {
                 eprintln!(
+                    "E2E {release:?} CDI control (CDI not enabled): Result = FAIL, exit {}",
+                    fail.exit_code
+                );
+                vlog!(
                     "{release:?} control (CDI not enabled): exit {}\n{}",
-                    fail.exit_code, fail.log
+                    fail.exit_code,
+                    fail.log
                 );
                 assert!(
                     fail.log.contains("Result = FAIL"),
@@ -295,7 +304,7 @@ async fn cdi_mode_jetson_orin() {
             }
             Err(e) => {
                 let e = format!("{e:#}");
-                eprintln!("{release:?} control (spec dir not configured): {e}");
+                eprintln!("E2E {release:?} CDI control (spec dir not configured): {e}");
                 assert!(
                     release == Release::Sid && e.contains("unresolvable CDI devices"),
                     "{release:?}: {e}"
@@ -303,7 +312,7 @@ async fn cdi_mode_jetson_orin() {
             }
         }
         eprintln!(
-            "TIME {release:?} CDI mode Orin (+control): {:.1} s",
+            "E2E {release:?} CDI mode, Orin: PASS; control (no node-setup) failed as above; {:.1} s",
             t.elapsed().as_secs_f64()
         );
     }
@@ -362,12 +371,12 @@ async fn runtime_mode(
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     };
-    eprintln!("{what}: {resource} devices {ids:?}");
+    vlog!("{what}: {resource} devices {ids:?}");
     let mut pods = Vec::new();
     for request in pick(&ids) {
         let request: Vec<&str> = request.iter().map(String::as_str).collect();
         let response = plugin.allocate(&request).await.expect("Allocate");
-        eprintln!("{what}: Allocate {request:?}: {response:?}");
+        vlog!("{what}: Allocate {request:?}: {response:?}");
         pods.push(kubelet_conversion::convert(&[response]));
     }
     let dir = env.scratch.path().join("runtime");
@@ -378,9 +387,10 @@ async fn runtime_mode(
         let c = env.containerd(release, &Setup::Runtime(standin.clone()));
         for (i, options) in pods.iter().enumerate() {
             let pass = run_devicequery(&c, &format!("pod{i}"), options).await;
-            eprintln!(
+            vlog!(
                 "{release:?} {what} pod {i}: exit {}\n{}",
-                pass.exit_code, pass.log
+                pass.exit_code,
+                pass.log
             );
             let detected = format!("Detected {expect} CUDA Capable device(s)");
             assert!(
@@ -392,9 +402,10 @@ async fn runtime_mode(
         drop(c);
         let c = env.containerd(release, &Setup::BaseOnly);
         let fail = run_devicequery(&c, "control", &pods[0]).await;
-        eprintln!(
+        vlog!(
             "{release:?} {what} control (runc): exit {}\n{}",
-            fail.exit_code, fail.log
+            fail.exit_code,
+            fail.log
         );
         assert!(
             fail.log.contains("Result = FAIL"),
@@ -402,7 +413,9 @@ async fn runtime_mode(
             fail.log
         );
         eprintln!(
-            "TIME {release:?} {what} (+control): {:.1} s",
+            "E2E {release:?} {what}: {} pod(s) PASS; control (runc): Result = FAIL, exit {}; {:.1} s",
+            pods.len(),
+            fail.exit_code,
             t.elapsed().as_secs_f64()
         );
     }
