@@ -1,7 +1,8 @@
 //! A private containerd: one of three Debian releases, on a config that the real
 //! `edgegpu-node-setup apply` wrote over a node-like base config, started in its own mount
-//! namespace (a tmpfs on /opt, where containerd's opt plugin would otherwise write) with its
-//! root, state and sockets under a temporary directory. Nothing of the machine's services is
+//! namespace (tmpfs on /opt, where containerd's opt plugin would otherwise write, and on /run,
+//! where the shims' sockets, fifos and NRI's socket would go) with its root, state, sockets and
+//! runc's state under a temporary directory. Nothing of the machine's services is
 //! touched; [`Containerd`]'s drop kills containerd, its shims and their containers, then
 //! removes the directory.
 
@@ -204,7 +205,7 @@ state = "{d}/state"
         let log = std::fs::File::create(self.dir.path().join("containerd.log"))?;
         let child = Command::new("unshare")
             .args(["-m", "--propagation", "private", "sh", "-c"])
-            .arg("mount -t tmpfs tmpfs /opt && exec \"$0\" --config \"$1\"")
+            .arg("mount -t tmpfs tmpfs /opt && mount -t tmpfs tmpfs /run && exec \"$0\" --config \"$1\"")
             .arg(bin.join("containerd"))
             .arg(self.config_path())
             .env("PATH", path)
