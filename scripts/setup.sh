@@ -27,6 +27,8 @@
 #     tests load every version-2 and version-3 config they produce in it, and compare its
 #     `config dump` of imported files with node-setup's own reading. The script stops if
 #     sid's release is older than 2.1.
+#     Both folders also get their release's containerd-shim-runc-v2 and ctr (e2e/ runs pods on
+#     each release with its own shim); a folder without the shim is fetched again.
 #     Both are fetched with apt-get download into a private apt state directory: nothing is
 #     installed and the system's apt sources stay as they are.
 #   - rustup: the 1.75 toolchain (MSRV check) and the cross targets.
