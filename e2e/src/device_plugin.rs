@@ -60,7 +60,7 @@ impl PluginRun {
             .context("the plugin registers")?;
         run.kubelet
             .wait_until("devices advertised", Duration::from_secs(30), |k| {
-                !k.devices(RESOURCE).is_empty()
+                !k.devices(resource).is_empty()
             })
             .await
             .context("the plugin advertises devices")?;
@@ -69,7 +69,7 @@ impl PluginRun {
 
     pub fn device_ids(&self) -> Vec<String> {
         self.kubelet
-            .devices(RESOURCE)
+            .devices(&self.resource)
             .into_iter()
             .map(|d| d.id)
             .collect()

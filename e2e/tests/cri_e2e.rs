@@ -360,17 +360,7 @@ async fn runtime_mode(
     let plugin = PluginRun::start_for(&env.plugin(), host.root(), args, resource)
         .await
         .expect("plugin");
-    // The fake kubelet may show another resource's list first: wait for this one's IDs
-    // (MIG UUIDs for a MIG profile's resource).
-    let want_mig = what.starts_with("MIG");
-    let deadline = Instant::now() + std::time::Duration::from_secs(10);
-    let ids = loop {
-        let ids = plugin.device_ids();
-        if !want_mig || ids.iter().all(|i| i.starts_with("MIG-")) || Instant::now() > deadline {
-            break ids;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    };
+    let ids = plugin.device_ids();
     vlog!("{what}: {resource} devices {ids:?}");
     let mut pods = Vec::new();
     for request in pick(&ids) {
@@ -514,6 +504,48 @@ async fn runtime_mode_time_slicing_orin() {
         },
         1,
         &[Release::Sid],
+    )
+    .await;
+}
+
+/// MIG (mixed strategy) on a fake-NVML H100 split into 3g.40gb + 2 × 1g.10gb: a pod given one
+/// device of the `nvidia.com/mig-1g.10gb` resource sees one device.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, containerd releases and dist/ (scripts/test.sh runs it)"]
+async fn runtime_mode_mig_mixed() {
+    let migs = edgegpu_testkit::host::FakeMig::h100_mixed();
+    let (host, gpus) = FakeHost::mig_server(&[0], &migs);
+    let node = format!("/dev/nvidia{}", gpus[0].minor);
+    edgegpu_e2e::cdi_spec::make_char_device(&host.path(&node)).unwrap();
+    let standin: Vec<_> = migs
+        .iter()
+        .map(|m| runtime_standin::StandinGpu {
+            id: m.uuid.clone(),
+            host_node: host.path(&node),
+            container_node: node.clone(),
+            config: device_block(
+                edgegpu_testkit::cuda::devices::jetson(
+                    &format!("NVIDIA H100 MIG {}", m.profile),
+                    9,
+                    0,
+                )
+                .attr(edgegpu_testkit::cuda::attr::INTEGRATED, 0)
+                .node(&node),
+            ),
+        })
+        .collect();
+    runtime_mode(
+        "MIG mixed",
+        &host,
+        &["--mig-strategy=mixed"],
+        "nvidia.com/mig-1g.10gb",
+        standin,
+        |ids| {
+            assert!(ids.iter().all(|i| i.starts_with("MIG-")), "{ids:?}");
+            vec![vec![ids[1].clone()]]
+        },
+        1,
+        &[Release::Debian13],
     )
     .await;
 }
