@@ -263,6 +263,32 @@ async fn cdi_mode_jetson_orin() {
             "{release:?}: {}",
             pass.log
         );
+        // The same spec without /dev/nvmap: the driver is injected but the GPU's node is not,
+        // so the fake driver sees no device (proves the node came from the spec).
+        let mut without = spec.clone();
+        for d in without["devices"].as_array_mut().unwrap() {
+            d["containerEdits"]["deviceNodes"]
+                .as_array_mut()
+                .unwrap()
+                .retain(|n| n["path"] != "/dev/nvmap");
+        }
+        std::fs::write(c.cdi_dir().join("nvidia.json"), without.to_string()).unwrap();
+        // containerd's CDI cache follows the spec dir with inotify; a run that still saw the
+        // old spec (a PASS) is retried a few times before the assertion decides.
+        let mut no_node = run_devicequery(&c, "orin-cdi-no-node-0", &options).await;
+        for attempt in 1..5 {
+            if !no_node.log.contains("Result = PASS") {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            no_node = run_devicequery(&c, &format!("orin-cdi-no-node-{attempt}"), &options).await;
+        }
+        assert!(
+            no_node.log.contains("CUDA_ERROR_NO_DEVICE") && no_node.log.contains("Result = FAIL"),
+            "{release:?} without /dev/nvmap: {}",
+            no_node.log
+        );
+        eprintln!("E2E {release:?} CDI control (spec without /dev/nvmap): Result = FAIL, CUDA_ERROR_NO_DEVICE");
         drop(c);
         let c = env.containerd(release, &Setup::BaseOnly);
         edgegpu_e2e::cdi_spec::generate(
