@@ -148,7 +148,7 @@ async fn run_devicequery(
 /// does, run with node-setup's config (the stand-in runtime as default) → PASS; the same pod on
 /// the unedited base config (runc) → FAIL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs root, containerd releases and dist/ (scripts/test.sh runs it)"]
+#[ignore = "x86_64 + root + containerd releases + dist/: scripts/test.sh runs it after the images"]
 async fn runtime_mode_jetson_orin() {
     let Some(env) = env() else { return };
     let host = FakeHost::jetson(Board::Orin);
@@ -204,7 +204,7 @@ async fn runtime_mode_jetson_orin() {
 /// the Allocate response, passed as ContainerConfig.cdi_devices) → PASS; the same pod on the
 /// base config (no enable_cdi) → FAIL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs root, containerd releases and dist/ (scripts/test.sh runs it)"]
+#[ignore = "x86_64 + root + containerd releases + dist/: scripts/test.sh runs it after the images"]
 async fn cdi_mode_jetson_orin() {
     let Some(env) = env() else { return };
     let host = FakeHost::jetson(Board::Orin);
@@ -439,7 +439,7 @@ async fn runtime_mode(
 
 /// A discrete server (fake NVML, two H100s): one pod given the second GPU sees exactly it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs root, containerd releases and dist/ (scripts/test.sh runs it)"]
+#[ignore = "x86_64 + root + containerd releases + dist/: scripts/test.sh runs it after the images"]
 async fn runtime_mode_discrete() {
     let gpus = edgegpu_testkit::host::FakeGpu::two_h100();
     let host = FakeHost::discrete(&gpus);
@@ -460,7 +460,7 @@ async fn runtime_mode_discrete() {
 /// MIG (single strategy) on two fake-NVML H100s split into 1g.10gb devices: a pod given one
 /// MIG device (NVIDIA_VISIBLE_DEVICES = its MIG UUID) sees one device.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs root, containerd releases and dist/ (scripts/test.sh runs it)"]
+#[ignore = "x86_64 + root + containerd releases + dist/: scripts/test.sh runs it after the images"]
 async fn runtime_mode_mig_single() {
     use edgegpu_testkit::host::FakeMig;
     let migs = vec![
@@ -506,7 +506,7 @@ async fn runtime_mode_mig_single() {
 /// Time-slicing on a Jetson Orin (`sharing.timeSlicing`, 2 replicas): two pods given the two
 /// replicas of the one GPU both see it and PASS.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs root, containerd releases and dist/ (scripts/test.sh runs it)"]
+#[ignore = "x86_64 + root + containerd releases + dist/: scripts/test.sh runs it after the images"]
 async fn runtime_mode_time_slicing_orin() {
     let host = FakeHost::jetson(Board::Orin);
     make_device_nodes(&host, Board::Orin.device_nodes());
@@ -537,7 +537,7 @@ async fn runtime_mode_time_slicing_orin() {
 /// MIG (mixed strategy) on a fake-NVML H100 split into 3g.40gb + 2 × 1g.10gb: a pod given one
 /// device of the `nvidia.com/mig-1g.10gb` resource sees one device.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs root, containerd releases and dist/ (scripts/test.sh runs it)"]
+#[ignore = "x86_64 + root + containerd releases + dist/: scripts/test.sh runs it after the images"]
 async fn runtime_mode_mig_mixed() {
     let migs = edgegpu_testkit::host::FakeMig::h100_mixed();
     let (host, gpus) = FakeHost::mig_server(&[0], &migs);
