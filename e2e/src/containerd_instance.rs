@@ -76,6 +76,13 @@ impl Containerd {
     pub fn config_path(&self) -> PathBuf {
         self.host_root().join("etc/containerd/config.toml")
     }
+    /// The pods' cgroup parent (cgroupfs driver): `/edgegpu-e2e-<this instance's directory>`.
+    pub fn cgroup_parent(&self) -> String {
+        format!(
+            "/{}",
+            self.dir.path().file_name().unwrap().to_string_lossy()
+        )
+    }
     pub fn log_dir(&self) -> PathBuf {
         self.dir.path().join("pod-logs")
     }
@@ -309,6 +316,21 @@ impl Drop for Containerd {
                 let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
             }
             std::thread::sleep(Duration::from_millis(200));
+        }
+        // The pods' cgroups (containerd removes the containers' own when pods are removed).
+        let parent = self.cgroup_parent();
+        for hierarchy in std::fs::read_dir("/sys/fs/cgroup")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let dir = hierarchy.path().join(parent.trim_start_matches('/'));
+            if let Ok(children) = std::fs::read_dir(&dir) {
+                for child in children.flatten().filter(|c| c.path().is_dir()) {
+                    let _ = std::fs::remove_dir(child.path());
+                }
+                let _ = std::fs::remove_dir(&dir);
+            }
         }
     }
 }

@@ -3,6 +3,7 @@
 //! plugin's converted options, StartContainer, wait for the exit, read the CRI log file
 //! (`<timestamp> <stream> <tag> <message>` lines) and remove the sandbox.
 
+use crate::containerd_instance::Containerd;
 use crate::kubelet_conversion::DeviceOptions;
 use anyhow::{ensure, Context, Result};
 use edgegpu_kubelet_api::cri::{self, runtime_service_client::RuntimeServiceClient};
@@ -36,15 +37,16 @@ pub struct Outcome {
     pub log: String,
 }
 
-/// Runs `image` in a fresh host-network pod named `name` with `options`; returns its outcome.
+/// Runs `image` in a fresh host-network pod named `name` on `node` with `options`; returns its
+/// outcome.
 pub async fn run_pod(
     client: &mut Client,
-    log_root: &Path,
+    node: &Containerd,
     name: &str,
     image: &str,
     options: &DeviceOptions,
 ) -> Result<Outcome> {
-    let log_dir: PathBuf = log_root.join(name);
+    let log_dir: PathBuf = node.log_dir().join(name);
     std::fs::create_dir_all(&log_dir)?;
     let host_ns = cri::NamespaceOption {
         network: cri::NamespaceMode::Node as i32,
@@ -63,6 +65,8 @@ pub async fn run_pod(
         // one there); the kubelet leaves it to the node's too.
         log_directory: log_dir.display().to_string(),
         linux: Some(cri::LinuxPodSandboxConfig {
+            // The kubelet's pod cgroup, here one per containerd instance (removed with it).
+            cgroup_parent: node.cgroup_parent(),
             security_context: Some(cri::LinuxSandboxSecurityContext {
                 namespace_options: Some(host_ns),
                 ..Default::default()

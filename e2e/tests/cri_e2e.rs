@@ -134,7 +134,7 @@ async fn run_devicequery(
     options: &kubelet_conversion::DeviceOptions,
 ) -> cri_pod::Outcome {
     let mut client = cri_pod::connect(&c.address()).await.expect("CRI connects");
-    match cri_pod::run_pod(&mut client, &c.log_dir(), name, DEVICEQUERY, options).await {
+    match cri_pod::run_pod(&mut client, c, name, DEVICEQUERY, options).await {
         Ok(o) => o,
         Err(e) => panic!(
             "{:?} pod {name}: {e:#}\ncontainerd log:\n{}",
@@ -303,15 +303,7 @@ async fn cdi_mode_jetson_orin() {
         // containerd 2.x has CDI on by default, reading /etc/cdi and /var/run/cdi only: the
         // names do not resolve and CreateContainer fails (the kubelet's CreateContainerError).
         let mut client = cri_pod::connect(&c.address()).await.unwrap();
-        match cri_pod::run_pod(
-            &mut client,
-            &c.log_dir(),
-            "orin-no-cdi",
-            DEVICEQUERY,
-            &options,
-        )
-        .await
-        {
+        match cri_pod::run_pod(&mut client, &c, "orin-no-cdi", DEVICEQUERY, &options).await {
             Ok(fail) => {
                 eprintln!(
                     "E2E {release:?} CDI control (CDI not enabled): Result = FAIL, exit {}",
