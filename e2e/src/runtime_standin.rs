@@ -101,3 +101,21 @@ os.execv("/usr/sbin/runc", ["runc"] + args)
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))?;
     Ok(script)
 }
+
+/// The NVIDIA_VISIBLE_DEVICES value (the last one, as the runtime reads it) of every container
+/// the stand-in was asked to create, from its record of the OCI configs; `None` where unset.
+pub fn recorded_visible_devices(dir: &Path) -> Vec<Option<String>> {
+    let text = std::fs::read_to_string(dir.join("runtime-calls.config.json")).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .map(|spec| {
+            spec["process"]["env"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .rev()
+                .find_map(|e| e.as_str()?.strip_prefix("NVIDIA_VISIBLE_DEVICES="))
+                .map(str::to_string)
+        })
+        .collect()
+}

@@ -407,6 +407,20 @@ async fn runtime_mode(
                 pass.log
             );
         }
+        // The stand-in saw each pod's container with the plugin's NVIDIA_VISIBLE_DEVICES (the
+        // CRI envs come after the image's `all`, and the last value counts).
+        let seen = runtime_standin::recorded_visible_devices(&dir);
+        for options in &pods {
+            let want = options
+                .envs
+                .iter()
+                .find(|e| e.key == "NVIDIA_VISIBLE_DEVICES")
+                .map(|e| e.value.clone());
+            assert!(
+                seen.contains(&want),
+                "{release:?}: the stand-in saw {seen:?}, not {want:?}"
+            );
+        }
         drop(c);
         let c = env.containerd(release, &Setup::BaseOnly);
         let fail = run_devicequery(&c, "control", &pods[0]).await;
