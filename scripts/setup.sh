@@ -33,6 +33,8 @@
 #     tests load every version-2 and version-3 config they produce in it, and compare its
 #     `config dump` of imported files with node-setup's own reading. The script stops if
 #     sid's release is older than 2.1.
+#     Both folders also get their release's containerd-shim-runc-v2 and ctr (e2e/ runs pods on
+#     each release with its own shim); a folder without the shim is fetched again.
 #     Both are fetched with apt-get download into a private apt state directory: nothing is
 #     installed and the system's apt sources stay as they are.
 #   - rustup: the 1.75 toolchain (MSRV check) and the cross targets.
@@ -92,18 +94,21 @@ fetch_debian_files() {
 }
 
 CDI_VALIDATORS=.tools/cdi-validators
-if [ ! -x "$CDI_VALIDATORS/containerd" ] || [ ! -x "$CDI_VALIDATORS/dockerd" ]; then
+if [ ! -x "$CDI_VALIDATORS/containerd" ] || [ ! -x "$CDI_VALIDATORS/dockerd" ] ||
+    [ ! -x "$CDI_VALIDATORS/containerd-shim-runc-v2" ]; then
     log "fetching Debian 13's containerd and dockerd into $CDI_VALIDATORS"
     apt_dir=$(mktemp -d)
-    fetch_debian_files trixie "$apt_dir" "$CDI_VALIDATORS" containerd docker.io -- usr/bin/containerd usr/sbin/dockerd
+    fetch_debian_files trixie "$apt_dir" "$CDI_VALIDATORS" containerd docker.io -- usr/bin/containerd usr/sbin/dockerd \
+        usr/bin/containerd-shim-runc-v2 usr/bin/ctr
     rm -rf "$apt_dir"
 fi
 
 CONTAINERD_SID=.tools/containerd-sid
-if [ ! -x "$CONTAINERD_SID/containerd" ]; then
+if [ ! -x "$CONTAINERD_SID/containerd" ] || [ ! -x "$CONTAINERD_SID/containerd-shim-runc-v2" ]; then
     log "fetching Debian sid's containerd into $CONTAINERD_SID"
     apt_dir=$(mktemp -d)
-    fetch_debian_files sid "$apt_dir" "$apt_dir/bin" containerd -- usr/bin/containerd
+    fetch_debian_files sid "$apt_dir" "$apt_dir/bin" containerd -- usr/bin/containerd \
+        usr/bin/containerd-shim-runc-v2 usr/bin/ctr
     # "containerd github.com/containerd/containerd/v2 2.1.9+unknown" (third word)
     sid_release=$("$apt_dir/bin/containerd" --version | awk '{print $3}')
     if ! printf '%s\n' "$sid_release" | grep -Eq '^v?(2\.([1-9]|[1-9][0-9])|[3-9]|[1-9][0-9])\.'; then
@@ -112,7 +117,8 @@ if [ ! -x "$CONTAINERD_SID/containerd" ]; then
         exit 1
     fi
     mkdir -p "$CONTAINERD_SID"
-    cp "$apt_dir/bin/containerd" "$CONTAINERD_SID/"
+    # e2e/ (CRI end-to-end test) runs pods on this release: it needs the release's own shim.
+    cp "$apt_dir/bin/containerd" "$apt_dir/bin/containerd-shim-runc-v2" "$apt_dir/bin/ctr" "$CONTAINERD_SID/"
     rm -rf "$apt_dir"
     log "containerd $sid_release in $CONTAINERD_SID"
 fi

@@ -6,7 +6,8 @@
 #   checked against the programs the tests built (scripts/check-docs.py),
 #   4. MSRV: cargo +1.75 check --locked, 5. manifest and Yocto layer checks,
 #   6. release cross-builds (glibc 2.17 / static checks, size table), and the container images
-#      built from them (sizes, smoke runs, reproducibility),
+#      built from them (sizes, smoke runs, reproducibility), then the CRI end-to-end test
+#      (e2e/: real containerd releases run devicequery pods from dist/'s image),
 #   7. Debian packages, offline bundles and SBOMs from them (scripts/build-packages.sh: lintian,
 #      dpkg install/upgrade/remove/purge in a debootstrap root, k3s's air-gap import in containerd),
 #   8. the test suite for aarch64 under qemu-user.
@@ -63,6 +64,12 @@ scripts/build-release.sh dist
 
 step "container images from dist/ (buildah, multi-arch OCI archives, smoke-run, built twice)"
 scripts/build-images.sh --smoke --reproducible dist
+
+# Needs dist/ (the release binaries and devicequery's image), hence after the images. x86_64
+# only: the fake driver libraries are x86_64 and containerd cannot run under qemu-user (the
+# aarch64 run below skips it as `#[ignore]`d).
+step "CRI end to end: containerd 1.6/1.7/2.1 run devicequery pods as the kubelet would (e2e/)"
+EDGEGPU_E2E_DIST=$PWD/dist cargo test -p edgegpu-e2e --test cri_e2e --locked -- --include-ignored --nocapture
 
 step "packages, bundle, SBOM: lintian, dpkg cycle in a debootstrap root, k3s air-gap import"
 scripts/build-packages.sh dist

@@ -480,3 +480,28 @@ fn version_names_commit_and_target() {
     );
     assert_eq!(stdout, expected);
 }
+
+#[test]
+fn a_device_whose_node_is_missing_is_not_seen_by_the_fake_driver() {
+    // The fake driver's `node` (used by the CRI e2e test to prove a runtime or CDI injected the
+    // GPU's node): /dev/null is a character device, so that device stays; a missing node drops
+    // its device, and with none left cuInit fails with CUDA_ERROR_NO_DEVICE.
+    let one_seen = FakeCuda::new(12040)
+        .device(h100().node("/dev/null"))
+        .device(h100().node("/nonexistent/nvidia1"));
+    let seen = run(&one_seen, &[]);
+    assert!(
+        seen.stdout.contains("Detected 1 CUDA Capable device(s)"),
+        "{}",
+        seen.stdout
+    );
+    assert_eq!(seen.status, 0);
+    let none_seen = FakeCuda::new(12040).device(h100().node("/nonexistent/nvidia0"));
+    let none = run(&none_seen, &[]);
+    assert!(
+        none.stdout.contains("cudaGetDeviceCount returned 100"),
+        "{}",
+        none.stdout
+    );
+    assert_eq!(none.last_line(), "Result = FAIL");
+}

@@ -44,3 +44,12 @@ pub mod podresources {
     /// The kubelet's default pod-resources socket.
     pub const POD_RESOURCES_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
 }
+
+/// Container Runtime Interface v1 (`runtime.v1`, k8s.io/cri-api v0.34.0
+/// `pkg/apis/runtime/v1/api.proto`), client only. Behind the `cri` feature: only the
+/// end-to-end test (e2e/) talks to containerd through it; the shipped programs never compile it.
+#[cfg(feature = "cri")]
+#[allow(clippy::all, missing_docs)]
+pub mod cri {
+    include!("generated/runtime.v1.rs");
+}

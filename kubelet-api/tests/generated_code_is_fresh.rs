@@ -21,6 +21,21 @@ fn generate(out_dir: &Path) {
         .out_dir(out_dir)
         .compile_fds(fds)
         .expect("code generation succeeds");
+    // The CRI (runtime.v1), client only: the end-to-end test (e2e/) drives containerd with it
+    // as the kubelet does; nothing shipped serves or calls it (feature `cri`).
+    let fds = protox::compile(
+        [manifest.join("proto/cri-api.proto")],
+        [manifest.join("proto")],
+    )
+    .expect("the CRI proto compiles");
+    tonic_build::configure()
+        .build_client(true)
+        .build_server(false)
+        .build_transport(false)
+        .emit_rerun_if_changed(false)
+        .out_dir(out_dir)
+        .compile_fds(fds)
+        .expect("CRI code generation succeeds");
 }
 
 #[test]
@@ -29,7 +44,12 @@ fn generated_code_matches_protos() {
     let checked_in = manifest.join("src/generated");
     let fresh = tempfile::tempdir().unwrap();
     generate(fresh.path());
-    for name in ["v1beta1.rs", "pluginregistration.rs", "v1.rs"] {
+    for name in [
+        "v1beta1.rs",
+        "pluginregistration.rs",
+        "v1.rs",
+        "runtime.v1.rs",
+    ] {
         let new = std::fs::read_to_string(fresh.path().join(name)).unwrap();
         if std::env::var_os("EDGEGPU_REGEN_PROTO").is_some() {
             std::fs::write(checked_in.join(name), &new).unwrap();

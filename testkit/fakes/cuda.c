@@ -16,6 +16,12 @@
  *                                 CUDA_ERROR_INVALID_VALUE like an unknown attribute would
  *   uuid <32 hex digits>          cuDeviceGetUuid(_v2); unset → CUDA_ERROR_NOT_SUPPORTED
  *   peer <from> <to> <0|1>        cuDeviceCanAccessPeer (default 0)
+ *   node <path>                   the device's node (e.g. /dev/nvidia0): like the real driver,
+ *                                 which cannot see a GPU whose node is missing, the device is
+ *                                 left out (later ones move up) unless <path> is a character
+ *                                 device in this process's view (e2e/: proves the node was
+ *                                 injected into the container); with none left, cuInit fails
+ *                                 with CUDA_ERROR_NO_DEVICE (100) as the real driver's does
  *   result <function|all> <code>  make that entry point (or every one) return <code>
  *   context_overhead <bytes>      device memory a primary context uses (machine-wide, default
  *                                 0), counted in each process's used memory from its creation
@@ -55,6 +61,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -120,6 +127,7 @@ struct fake_device {
     unsigned char attr_set[MAX_ATTRIBUTE];
     unsigned char uuid[16];
     int has_uuid;
+    char node[256]; /* empty: no node required */
 };
 
 static struct {
@@ -162,6 +170,33 @@ static long long parse_int(const char *path, int line, const char *text) {
 static struct fake_device *current_device(const char *path, int line) {
     if (cfg.ndev == 0) config_error(path, line, "device property before the first `device` line");
     return &cfg.dev[cfg.ndev - 1];
+}
+
+/* Leaves out the devices whose `node` is not a character device here (peers follow). */
+static void drop_devices_without_node(void) {
+    int keep[MAX_DEVICES], n = 0;
+    for (int i = 0; i < cfg.ndev; i++) {
+        struct stat st;
+        if (cfg.dev[i].node[0] == '\0' || (stat(cfg.dev[i].node, &st) == 0 && S_ISCHR(st.st_mode)))
+            keep[n++] = i;
+        else
+            fprintf(stderr, "fake libcuda: device %d left out: %s is not a character device here\n", i,
+                    cfg.dev[i].node);
+    }
+    if (n == cfg.ndev) return;
+    int peer[MAX_DEVICES][MAX_DEVICES];
+    for (int a = 0; a < n; a++)
+        for (int b = 0; b < n; b++) peer[a][b] = cfg.peer[keep[a]][keep[b]];
+    for (int a = 0; a < n; a++) {
+        cfg.dev[a] = cfg.dev[keep[a]];
+        for (int b = 0; b < n; b++) cfg.peer[a][b] = peer[a][b];
+    }
+    cfg.ndev = n;
+    /* The real driver's cuInit fails with CUDA_ERROR_NO_DEVICE when it sees no GPU at all. */
+    if (n == 0 && cfg.nresults < MAX_RESULTS) {
+        snprintf(cfg.results[cfg.nresults].function, sizeof cfg.results[0].function, "cuInit");
+        cfg.results[cfg.nresults++].code = 100;
+    }
 }
 
 static void load_config(void) {
@@ -210,6 +245,9 @@ static void load_config(void) {
             if (id < 0 || id >= MAX_ATTRIBUTE) config_error(path, line, "attribute number out of range");
             d->attr[id] = (int)parse_int(path, line, trim(value));
             d->attr_set[id] = 1;
+        } else if (strcmp(key, "node") == 0) {
+            struct fake_device *d = current_device(path, line);
+            snprintf(d->node, sizeof d->node, "%s", rest);
         } else if (strcmp(key, "uuid") == 0) {
             struct fake_device *d = current_device(path, line);
             if (strlen(rest) != 32) config_error(path, line, "uuid needs 32 hex digits");
@@ -250,6 +288,7 @@ static void load_config(void) {
         }
     }
     fclose(f);
+    drop_devices_without_node();
 }
 
 /* The configured failure for `function`, or CUDA_SUCCESS. */

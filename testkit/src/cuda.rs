@@ -163,6 +163,8 @@ pub struct FakeCudaDevice {
     pub total_mem: u64,
     pub attributes: BTreeMap<i32, i32>,
     pub uuid: Option<[u8; 16]>,
+    /// The device node the device needs to be seen (`node`); `None`: none needed.
+    pub node: Option<String>,
 }
 
 impl FakeCudaDevice {
@@ -182,6 +184,13 @@ impl FakeCudaDevice {
 
     pub fn uuid(mut self, uuid: [u8; 16]) -> Self {
         self.uuid = Some(uuid);
+        self
+    }
+
+    /// The device is seen only where `path` is a character device (the e2e test's proof that
+    /// a runtime or CDI injected the node into the container).
+    pub fn node(mut self, path: &str) -> Self {
+        self.node = Some(path.to_string());
         self
     }
 }
@@ -289,6 +298,9 @@ impl FakeCuda {
             if let Some(uuid) = device.uuid {
                 let hex: String = uuid.iter().map(|b| format!("{b:02x}")).collect();
                 lines.push(format!("uuid {hex}"));
+            }
+            if let Some(node) = &device.node {
+                lines.push(format!("node {node}"));
             }
         }
         for (from, to) in &self.peers {

@@ -1,0 +1,583 @@
+//! End to end: pods run by real containerd releases through the CRI, with devices from the
+//! real device plugin's Allocate (converted as the kubelet converts it) on a config written by
+//! the real node-setup. Needs root, scripts/setup.sh's containerd releases and dist/
+//! (EDGEGPU_E2E_DIST); scripts/test.sh runs it as its own step with `--include-ignored`.
+
+use edgegpu_e2e::containerd_instance::{Containerd, Release, Setup};
+use edgegpu_e2e::{
+    cri_pod, device_plugin::PluginRun, kubelet_conversion, runtime_standin, sandbox_image, vlog,
+};
+use edgegpu_testkit::board::Board;
+use edgegpu_testkit::host::FakeHost;
+use std::path::PathBuf;
+use std::time::Instant;
+
+const DEVICEQUERY: &str = "ghcr.io/edgegpu/devicequery:0.1.0";
+
+/// Everything the test needs, or why it cannot run. Under EDGEGPU_REQUIRE_REAL_TOOLS=1 a missing
+/// piece fails the test; otherwise it is skipped with the reason printed.
+struct Env {
+    dist: PathBuf,
+    scratch: tempfile::TempDir,
+    sandbox_archive: PathBuf,
+}
+
+fn env() -> Option<Env> {
+    let required = std::env::var_os("EDGEGPU_REQUIRE_REAL_TOOLS").is_some_and(|v| v == "1");
+    let skip = |why: String| -> Option<Env> {
+        assert!(
+            !required,
+            "EDGEGPU_REQUIRE_REAL_TOOLS=1 and the CRI e2e cannot run: {why}"
+        );
+        eprintln!("SKIPPED: {why}");
+        None
+    };
+    if !cfg!(target_arch = "x86_64") {
+        // Not a silent pass: the fake driver libraries and the image's host-arch variant are
+        // x86_64, and qemu-user cannot run containerd's namespaces.
+        eprintln!("EXCLUDED: the CRI e2e runs on x86_64 only (fake libcuda is x86_64; containerd cannot run under qemu-user)");
+        return None;
+    }
+    if !nix::unistd::Uid::effective().is_root() {
+        return skip("needs root (containerd, mknod)".into());
+    }
+    let dist = match edgegpu_e2e::dist_dir() {
+        Ok(d) => d,
+        Err(e) => return skip(e),
+    };
+    for f in [
+        "images/devicequery.oci.tar",
+        "edgegpu-device-plugin-x86_64-unknown-linux-gnu",
+        "edgegpu-node-setup-x86_64-unknown-linux-musl",
+    ] {
+        if !dist.join(f).exists() {
+            return skip(format!("{} is missing", dist.join(f).display()));
+        }
+    }
+    for r in Release::ALL {
+        let missing = r.missing();
+        if !missing.is_empty() {
+            return skip(format!("{r:?}: {missing:?} missing (scripts/setup.sh)"));
+        }
+    }
+    let scratch = tempfile::tempdir().unwrap();
+    let sandbox_archive = sandbox_image::build(scratch.path()).expect("sandbox image");
+    Some(Env {
+        dist,
+        scratch,
+        sandbox_archive,
+    })
+}
+
+impl Env {
+    fn node_setup(&self) -> PathBuf {
+        self.dist
+            .join("edgegpu-node-setup-x86_64-unknown-linux-musl")
+    }
+    fn plugin(&self) -> PathBuf {
+        self.dist
+            .join("edgegpu-device-plugin-x86_64-unknown-linux-gnu")
+    }
+    fn containerd(&self, release: Release, setup: &Setup) -> Containerd {
+        Containerd::start(
+            release,
+            setup,
+            &self.node_setup(),
+            &[
+                &self.sandbox_archive,
+                &self.dist.join("images/devicequery.oci.tar"),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("{release:?}: {e:#}"))
+    }
+}
+
+/// Replaces each device node the fake host root holds as a regular file by a real character
+/// device (/dev/null's numbers): containerd stats the host paths of CRI devices.
+fn make_device_nodes(host: &FakeHost, nodes: &[&str]) {
+    use nix::sys::stat::{makedev, mknod, Mode, SFlag};
+    for node in nodes {
+        let p = host.path(node);
+        let _ = std::fs::remove_file(&p);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        mknod(
+            &p,
+            SFlag::S_IFCHR,
+            Mode::from_bits_truncate(0o666),
+            makedev(1, 3),
+        )
+        .unwrap();
+    }
+}
+
+/// The fake driver's `device` block (without the `driver_version` header) for `device`.
+fn device_block(device: edgegpu_testkit::cuda::FakeCudaDevice) -> String {
+    let cuda = edgegpu_testkit::cuda::FakeCuda::new(12040).device(device);
+    cuda.render().split_once('\n').unwrap().1.to_string()
+}
+
+/// The Orin as NVIDIA's runtime knows it on a Jetson (`NVIDIA_VISIBLE_DEVICES=tegra`): seen
+/// by the fake driver only with /dev/nvmap (the node nvgpu boards need) in the container.
+fn orin_standin_gpu(host: &FakeHost) -> runtime_standin::StandinGpu {
+    let node = Board::Orin.required_node();
+    runtime_standin::StandinGpu {
+        id: "tegra".into(),
+        host_node: host.path(node),
+        container_node: node.into(),
+        config: device_block(edgegpu_testkit::cuda::devices::jetson("Orin", 8, 7).node(node)),
+    }
+}
+
+async fn run_devicequery(
+    c: &Containerd,
+    name: &str,
+    options: &kubelet_conversion::DeviceOptions,
+) -> cri_pod::Outcome {
+    let mut client = cri_pod::connect(&c.address()).await.expect("CRI connects");
+    match cri_pod::run_pod(&mut client, c, name, DEVICEQUERY, options).await {
+        Ok(o) => o,
+        Err(e) => panic!(
+            "{:?} pod {name}: {e:#}\ncontainerd log:\n{}",
+            c.release,
+            c.log()
+        ),
+    }
+}
+
+/// Runtime mode on a Jetson Orin: the plugin's Allocate for one GPU, converted as the kubelet
+/// does, run with node-setup's config (the stand-in runtime as default) → PASS; the same pod on
+/// the unedited base config (runc) → FAIL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "x86_64 + root + containerd releases + dist/: scripts/test.sh runs it after the images"]
+async fn runtime_mode_jetson_orin() {
+    let Some(env) = env() else { return };
+    let host = FakeHost::jetson(Board::Orin);
+    make_device_nodes(&host, Board::Orin.device_nodes());
+    let plugin = PluginRun::start(&env.plugin(), host.root(), &[])
+        .await
+        .expect("plugin");
+    let ids = plugin.device_ids();
+    let response = plugin.allocate(&[ids[0].as_str()]).await.expect("Allocate");
+    vlog!("Allocate response: {response:?}");
+    let options = kubelet_conversion::convert(&[response]);
+    let standin_dir = env.scratch.path().join("runtime");
+    std::fs::create_dir_all(&standin_dir).unwrap();
+    let standin = runtime_standin::install(&standin_dir, &[orin_standin_gpu(&host)]).unwrap();
+    for release in Release::ALL {
+        let t = Instant::now();
+        let c = env.containerd(release, &Setup::Runtime(standin.clone()));
+        let pass = run_devicequery(&c, "orin-runtime", &options).await;
+        vlog!(
+            "{release:?} runtime mode, Orin: exit {}\n{}",
+            pass.exit_code,
+            pass.log
+        );
+        assert!(
+            pass.log.contains("Result = PASS"),
+            "{release:?}: {}",
+            pass.log
+        );
+        assert_eq!(pass.exit_code, 0);
+        drop(c);
+        let c = env.containerd(release, &Setup::BaseOnly);
+        let fail = run_devicequery(&c, "orin-runc", &options).await;
+        vlog!(
+            "{release:?} control (runc, no node-setup): exit {}\n{}",
+            fail.exit_code,
+            fail.log
+        );
+        assert!(
+            fail.log.contains("Result = FAIL"),
+            "{release:?}: {}",
+            fail.log
+        );
+        eprintln!(
+            "E2E {release:?} runtime mode, Orin: PASS; control (runc): Result = FAIL, exit {}; {:.1} s",
+            fail.exit_code,
+            t.elapsed().as_secs_f64()
+        );
+    }
+}
+
+/// CDI mode on a Jetson Orin (containerd 1.7 and 2.1; 1.6 has no CDI): node-setup `apply
+/// --cdi`, `cdi generate` over the fake root, the plugin's `cdi-cri` strategy (CDI names in
+/// the Allocate response, passed as ContainerConfig.cdi_devices) → PASS; the same pod on the
+/// base config (no enable_cdi) → FAIL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "x86_64 + root + containerd releases + dist/: scripts/test.sh runs it after the images"]
+async fn cdi_mode_jetson_orin() {
+    let Some(env) = env() else { return };
+    let host = FakeHost::jetson(Board::Orin);
+    make_device_nodes(&host, Board::Orin.device_nodes());
+    let plugin = PluginRun::start(
+        &env.plugin(),
+        host.root(),
+        &["--device-list-strategy=cdi-cri"],
+    )
+    .await
+    .expect("plugin");
+    let ids = plugin.device_ids();
+    let response = plugin.allocate(&[ids[0].as_str()]).await.expect("Allocate");
+    vlog!("Allocate response: {response:?}");
+    assert!(
+        !response.cdi_devices.is_empty(),
+        "the cdi-cri strategy names CDI devices"
+    );
+    let options = kubelet_conversion::convert(&[response]);
+    // The x86_64 fake driver where the host's libcuda is; its configuration for the Orin.
+    let fake_lib = edgegpu_testkit::fakelib::variant_dir(edgegpu_testkit::cuda::variant::CURRENT)
+        .join("libcuda.so.1");
+    let conf = env.scratch.path().join("fake-cuda-cdi.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "driver_version 12040\n{}",
+            device_block(
+                edgegpu_testkit::cuda::devices::jetson("Orin", 8, 7)
+                    .node(Board::Orin.required_node())
+            )
+        ),
+    )
+    .unwrap();
+    for release in [Release::Debian13, Release::Sid] {
+        let t = Instant::now();
+        let c = env.containerd(release, &Setup::Cdi);
+        let spec = edgegpu_e2e::cdi_spec::generate(
+            &env.node_setup(),
+            host.root(),
+            &c.cdi_dir(),
+            &fake_lib,
+            &conf,
+        )
+        .unwrap();
+        vlog!("CDI spec: {spec}");
+        let pass = run_devicequery(&c, "orin-cdi", &options).await;
+        vlog!(
+            "{release:?} CDI mode, Orin: exit {}\n{}",
+            pass.exit_code,
+            pass.log
+        );
+        assert!(
+            pass.log.contains("Detected 1 CUDA Capable device(s)")
+                && pass.log.contains("Result = PASS"),
+            "{release:?}: {}",
+            pass.log
+        );
+        // The same spec without /dev/nvmap: the driver is injected but the GPU's node is not,
+        // so the fake driver sees no device (proves the node came from the spec).
+        let mut without = spec.clone();
+        for d in without["devices"].as_array_mut().unwrap() {
+            d["containerEdits"]["deviceNodes"]
+                .as_array_mut()
+                .unwrap()
+                .retain(|n| n["path"] != "/dev/nvmap");
+        }
+        std::fs::write(c.cdi_dir().join("nvidia.json"), without.to_string()).unwrap();
+        // containerd's CDI cache follows the spec dir with inotify; a run that still saw the
+        // old spec (a PASS) is retried a few times before the assertion decides.
+        let mut no_node = run_devicequery(&c, "orin-cdi-no-node-0", &options).await;
+        for attempt in 1..5 {
+            if !no_node.log.contains("Result = PASS") {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            no_node = run_devicequery(&c, &format!("orin-cdi-no-node-{attempt}"), &options).await;
+        }
+        assert!(
+            no_node.log.contains("CUDA_ERROR_NO_DEVICE") && no_node.log.contains("Result = FAIL"),
+            "{release:?} without /dev/nvmap: {}",
+            no_node.log
+        );
+        eprintln!("E2E {release:?} CDI control (spec without /dev/nvmap): Result = FAIL, CUDA_ERROR_NO_DEVICE");
+        drop(c);
+        let c = env.containerd(release, &Setup::BaseOnly);
+        edgegpu_e2e::cdi_spec::generate(
+            &env.node_setup(),
+            host.root(),
+            &c.cdi_dir(),
+            &fake_lib,
+            &conf,
+        )
+        .unwrap();
+        // containerd 1.7 ignores the CDI names without enable_cdi: the container runs and fails.
+        // containerd 2.x has CDI on by default, reading /etc/cdi and /var/run/cdi only: the
+        // names do not resolve and CreateContainer fails (the kubelet's CreateContainerError).
+        let mut client = cri_pod::connect(&c.address()).await.unwrap();
+        match cri_pod::run_pod(&mut client, &c, "orin-no-cdi", DEVICEQUERY, &options).await {
+            Ok(fail) => {
+                eprintln!(
+                    "E2E {release:?} CDI control (CDI not enabled): Result = FAIL, exit {}",
+                    fail.exit_code
+                );
+                vlog!(
+                    "{release:?} control (CDI not enabled): exit {}\n{}",
+                    fail.exit_code,
+                    fail.log
+                );
+                assert!(
+                    fail.log.contains("Result = FAIL"),
+                    "{release:?}: {}",
+                    fail.log
+                );
+            }
+            Err(e) => {
+                let e = format!("{e:#}");
+                eprintln!("E2E {release:?} CDI control (spec dir not configured): {e}");
+                assert!(
+                    release == Release::Sid && e.contains("unresolvable CDI devices"),
+                    "{release:?}: {e}"
+                );
+            }
+        }
+        eprintln!(
+            "E2E {release:?} CDI mode, Orin: PASS; control (no node-setup) failed as above; {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+    }
+}
+
+/// The discrete GPUs of a fake-NVML host as the stand-in runtime knows them: by UUID, each
+/// with its /dev/nvidia<minor> (the fake root's node, made a real character device).
+fn discrete_standin_gpus(
+    host: &FakeHost,
+    gpus: &[edgegpu_testkit::host::FakeGpu],
+) -> Vec<runtime_standin::StandinGpu> {
+    gpus.iter()
+        .map(|g| {
+            let node = format!("/dev/nvidia{}", g.minor);
+            edgegpu_e2e::cdi_spec::make_char_device(&host.path(&node)).unwrap();
+            runtime_standin::StandinGpu {
+                id: g.uuid.clone(),
+                host_node: host.path(&node),
+                container_node: node.clone(),
+                config: device_block(
+                    edgegpu_testkit::cuda::devices::jetson(&g.name, 9, 0)
+                        .attr(edgegpu_testkit::cuda::attr::INTEGRATED, 0)
+                        .node(&node),
+                ),
+            }
+        })
+        .collect()
+}
+
+/// Runtime mode with the plugin started with `args` on `host`: each element of `pods` is one
+/// pod's device request (index into the advertised IDs). Every pod must PASS seeing `expect`
+/// devices on every release; the same pods on the base config (runc) must FAIL.
+#[allow(clippy::too_many_arguments)]
+async fn runtime_mode(
+    what: &str,
+    host: &FakeHost,
+    args: &[&str],
+    resource: &str,
+    standin_gpus: Vec<runtime_standin::StandinGpu>,
+    pick: impl Fn(&[String]) -> Vec<Vec<String>>,
+    expect: usize,
+    releases: &[Release],
+) {
+    let Some(env) = env() else { return };
+    let plugin = PluginRun::start_for(&env.plugin(), host.root(), args, resource)
+        .await
+        .expect("plugin");
+    let ids = plugin.device_ids();
+    vlog!("{what}: {resource} devices {ids:?}");
+    let mut pods = Vec::new();
+    for request in pick(&ids) {
+        let request: Vec<&str> = request.iter().map(String::as_str).collect();
+        let response = plugin.allocate(&request).await.expect("Allocate");
+        vlog!("{what}: Allocate {request:?}: {response:?}");
+        pods.push(kubelet_conversion::convert(&[response]));
+    }
+    let dir = env.scratch.path().join("runtime");
+    std::fs::create_dir_all(&dir).unwrap();
+    let standin = runtime_standin::install(&dir, &standin_gpus).unwrap();
+    for &release in releases {
+        let t = Instant::now();
+        let c = env.containerd(release, &Setup::Runtime(standin.clone()));
+        for (i, options) in pods.iter().enumerate() {
+            let pass = run_devicequery(&c, &format!("pod{i}"), options).await;
+            vlog!(
+                "{release:?} {what} pod {i}: exit {}\n{}",
+                pass.exit_code,
+                pass.log
+            );
+            let detected = format!("Detected {expect} CUDA Capable device(s)");
+            assert!(
+                pass.log.contains(&detected) && pass.log.contains("Result = PASS"),
+                "{release:?} {what} pod {i}: {}",
+                pass.log
+            );
+        }
+        // The stand-in saw each pod's container with the plugin's NVIDIA_VISIBLE_DEVICES (the
+        // CRI envs come after the image's `all`, and the last value counts).
+        let seen = runtime_standin::recorded_visible_devices(&dir);
+        for options in &pods {
+            let want = options
+                .envs
+                .iter()
+                .find(|e| e.key == "NVIDIA_VISIBLE_DEVICES")
+                .map(|e| e.value.clone());
+            assert!(
+                seen.contains(&want),
+                "{release:?}: the stand-in saw {seen:?}, not {want:?}"
+            );
+        }
+        drop(c);
+        let c = env.containerd(release, &Setup::BaseOnly);
+        let fail = run_devicequery(&c, "control", &pods[0]).await;
+        vlog!(
+            "{release:?} {what} control (runc): exit {}\n{}",
+            fail.exit_code,
+            fail.log
+        );
+        assert!(
+            fail.log.contains("Result = FAIL"),
+            "{release:?}: {}",
+            fail.log
+        );
+        eprintln!(
+            "E2E {release:?} {what}: {} pod(s) PASS; control (runc): Result = FAIL, exit {}; {:.1} s",
+            pods.len(),
+            fail.exit_code,
+            t.elapsed().as_secs_f64()
+        );
+    }
+}
+
+/// A discrete server (fake NVML, two H100s): one pod given the second GPU sees exactly it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "x86_64 + root + containerd releases + dist/: scripts/test.sh runs it after the images"]
+async fn runtime_mode_discrete() {
+    let gpus = edgegpu_testkit::host::FakeGpu::two_h100();
+    let host = FakeHost::discrete(&gpus);
+    let standin = discrete_standin_gpus(&host, &gpus);
+    runtime_mode(
+        "discrete",
+        &host,
+        &[],
+        "nvidia.com/gpu",
+        standin,
+        |ids| vec![vec![ids[1].clone()]],
+        1,
+        &Release::ALL,
+    )
+    .await;
+}
+
+/// MIG (single strategy) on two fake-NVML H100s split into 1g.10gb devices: a pod given one
+/// MIG device (NVIDIA_VISIBLE_DEVICES = its MIG UUID) sees one device.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "x86_64 + root + containerd releases + dist/: scripts/test.sh runs it after the images"]
+async fn runtime_mode_mig_single() {
+    use edgegpu_testkit::host::FakeMig;
+    let migs = vec![
+        FakeMig::h100(0, 5, "1g.10gb"),
+        FakeMig::h100(1, 5, "1g.10gb"),
+    ];
+    let (host, gpus) = FakeHost::mig_server(&[0, 1], &migs);
+    for g in &gpus {
+        let node = format!("/dev/nvidia{}", g.minor);
+        edgegpu_e2e::cdi_spec::make_char_device(&host.path(&node)).unwrap();
+    }
+    let standin: Vec<_> = migs
+        .iter()
+        .map(|m| (m, format!("/dev/nvidia{}", gpus[m.gpu as usize].minor)))
+        .map(|(m, node)| runtime_standin::StandinGpu {
+            id: m.uuid.clone(),
+            host_node: host.path(&node),
+            container_node: node.clone(),
+            config: device_block(
+                edgegpu_testkit::cuda::devices::jetson(
+                    &format!("NVIDIA H100 MIG {}", m.profile),
+                    9,
+                    0,
+                )
+                .attr(edgegpu_testkit::cuda::attr::INTEGRATED, 0)
+                .node(&node),
+            ),
+        })
+        .collect();
+    runtime_mode(
+        "MIG single",
+        &host,
+        &["--mig-strategy=single"],
+        "nvidia.com/gpu",
+        standin,
+        |ids| vec![vec![ids[0].clone()]],
+        1,
+        &[Release::Debian12],
+    )
+    .await;
+}
+
+/// Time-slicing on a Jetson Orin (`sharing.timeSlicing`, 2 replicas): two pods given the two
+/// replicas of the one GPU both see it and PASS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "x86_64 + root + containerd releases + dist/: scripts/test.sh runs it after the images"]
+async fn runtime_mode_time_slicing_orin() {
+    let host = FakeHost::jetson(Board::Orin);
+    make_device_nodes(&host, Board::Orin.device_nodes());
+    let config = host.root().join("time-slicing.yaml");
+    std::fs::write(
+        &config,
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n",
+    )
+    .unwrap();
+    let arg = format!("--config={}", config.display());
+    let standin = vec![orin_standin_gpu(&host)];
+    runtime_mode(
+        "time-slicing",
+        &host,
+        &[&arg],
+        "nvidia.com/gpu",
+        standin,
+        |ids| {
+            assert_eq!(ids.len(), 2, "two replicas advertised: {ids:?}");
+            vec![vec![ids[0].clone()], vec![ids[1].clone()]]
+        },
+        1,
+        &[Release::Sid],
+    )
+    .await;
+}
+
+/// MIG (mixed strategy) on a fake-NVML H100 split into 3g.40gb + 2 × 1g.10gb: a pod given one
+/// device of the `nvidia.com/mig-1g.10gb` resource sees one device.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "x86_64 + root + containerd releases + dist/: scripts/test.sh runs it after the images"]
+async fn runtime_mode_mig_mixed() {
+    let migs = edgegpu_testkit::host::FakeMig::h100_mixed();
+    let (host, gpus) = FakeHost::mig_server(&[0], &migs);
+    let node = format!("/dev/nvidia{}", gpus[0].minor);
+    edgegpu_e2e::cdi_spec::make_char_device(&host.path(&node)).unwrap();
+    let standin: Vec<_> = migs
+        .iter()
+        .map(|m| runtime_standin::StandinGpu {
+            id: m.uuid.clone(),
+            host_node: host.path(&node),
+            container_node: node.clone(),
+            config: device_block(
+                edgegpu_testkit::cuda::devices::jetson(
+                    &format!("NVIDIA H100 MIG {}", m.profile),
+                    9,
+                    0,
+                )
+                .attr(edgegpu_testkit::cuda::attr::INTEGRATED, 0)
+                .node(&node),
+            ),
+        })
+        .collect();
+    runtime_mode(
+        "MIG mixed",
+        &host,
+        &["--mig-strategy=mixed"],
+        "nvidia.com/mig-1g.10gb",
+        standin,
+        |ids| {
+            assert!(ids.iter().all(|i| i.starts_with("MIG-")), "{ids:?}");
+            vec![vec![ids[1].clone()]]
+        },
+        1,
+        &[Release::Debian13],
+    )
+    .await;
+}
