@@ -504,7 +504,7 @@ async fn runtime_mode_mig_single() {
         standin,
         |ids| vec![vec![ids[0].clone()]],
         1,
-        &[Release::Debian12],
+        &Release::ALL,
     )
     .await;
 }
@@ -535,7 +535,7 @@ async fn runtime_mode_time_slicing_orin() {
             vec![vec![ids[0].clone()], vec![ids[1].clone()]]
         },
         1,
-        &[Release::Sid],
+        &Release::ALL,
     )
     .await;
 }
@@ -577,7 +577,7 @@ async fn runtime_mode_mig_mixed() {
             vec![vec![ids[1].clone()]]
         },
         1,
-        &[Release::Debian13],
+        &Release::ALL,
     )
     .await;
 }
