@@ -392,11 +392,13 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
   address = "$d/containerd.sock"
 EOF
         # A private mount namespace: containerd's mounts and the tmpfs on /opt (its opt plugin
-        # creates /opt/containerd) vanish with it; containerd is killed at the end.
+        # creates /opt/containerd) and on /run (ctr's fifos, the shim's socket and runc's state
+        # default to /run/containerd) vanish with it; containerd is killed at the end.
         unshare -m --propagation private bash -s "$d" "$arch" "$VERSION" <<'EOS' || fail "k3s import ($arch)"
 set -euo pipefail
 d=$1 arch=$2 version=$3
 mount -t tmpfs tmpfs /opt
+mount -t tmpfs tmpfs /run
 containerd --config "$d/config.toml" >"$d/containerd.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null || true' EXIT
