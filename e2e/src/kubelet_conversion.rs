@@ -4,9 +4,10 @@
 //!   04791b4906602ffda5ccf9bc4c84d3329f1d7080): over the responses of every resource, envs,
 //!   devices (keyed by container path), mounts (keyed by container path) and annotations are
 //!   collected; a key already present keeps its FIRST value (a conflicting later one is only
-//!   logged). Mounts get `SELinuxRelabel: false` and no propagation. (That copy predates the
-//!   CDI field; Kubernetes 1.28+ also collects the responses' CDI device names, de-duplicated,
-//!   into `CDIDevices` — not read here, written from the API's contract.)
+//!   logged). Mounts get `SELinuxRelabel: false` and no propagation. That copy predates the
+//!   CDI field; a current copy of the same file (Kubernetes 1.28 on, with `getCDIDeviceInfo`)
+//!   also collects each response's `CdiDevices` names into `CDIDevices`, skipping a name already
+//!   collected for the container (one set over all its resources).
 //! - pkg/kubelet/kuberuntime/kuberuntime_container.go (a Kubernetes 1.33+ copy)
 //!   `generateContainerConfig`: `makeDevices` copies each device as `Device{host_path,
 //!   container_path, permissions}`, `makeMounts` each mount as `Mount{host_path, container_path,
