@@ -463,6 +463,35 @@ async fn runtime_mode_discrete() {
     .await;
 }
 
+/// What the stand-in runtime injects for each MIG device: its parent GPU's `/dev/nvidiaN` (made
+/// a real character device on the host side) and a fake-driver device that needs that node.
+fn mig_standin_gpus(
+    host: &FakeHost,
+    gpus: &[edgegpu_testkit::host::FakeGpu],
+    migs: &[edgegpu_testkit::host::FakeMig],
+) -> Vec<runtime_standin::StandinGpu> {
+    migs.iter()
+        .map(|m| {
+            let node = format!("/dev/nvidia{}", gpus[m.gpu as usize].minor);
+            edgegpu_e2e::cdi_spec::make_char_device(&host.path(&node)).unwrap();
+            runtime_standin::StandinGpu {
+                id: m.uuid.clone(),
+                host_node: host.path(&node),
+                container_node: node.clone(),
+                config: device_block(
+                    edgegpu_testkit::cuda::devices::jetson(
+                        &format!("NVIDIA H100 MIG {}", m.profile),
+                        9,
+                        0,
+                    )
+                    .attr(edgegpu_testkit::cuda::attr::INTEGRATED, 0)
+                    .node(&node),
+                ),
+            }
+        })
+        .collect()
+}
+
 /// MIG (single strategy) on two fake-NVML H100s split into 1g.10gb devices: a pod given one
 /// MIG device (NVIDIA_VISIBLE_DEVICES = its MIG UUID) sees one device.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -474,28 +503,7 @@ async fn runtime_mode_mig_single() {
         FakeMig::h100(1, 5, "1g.10gb"),
     ];
     let (host, gpus) = FakeHost::mig_server(&[0, 1], &migs);
-    for g in &gpus {
-        let node = format!("/dev/nvidia{}", g.minor);
-        edgegpu_e2e::cdi_spec::make_char_device(&host.path(&node)).unwrap();
-    }
-    let standin: Vec<_> = migs
-        .iter()
-        .map(|m| (m, format!("/dev/nvidia{}", gpus[m.gpu as usize].minor)))
-        .map(|(m, node)| runtime_standin::StandinGpu {
-            id: m.uuid.clone(),
-            host_node: host.path(&node),
-            container_node: node.clone(),
-            config: device_block(
-                edgegpu_testkit::cuda::devices::jetson(
-                    &format!("NVIDIA H100 MIG {}", m.profile),
-                    9,
-                    0,
-                )
-                .attr(edgegpu_testkit::cuda::attr::INTEGRATED, 0)
-                .node(&node),
-            ),
-        })
-        .collect();
+    let standin = mig_standin_gpus(&host, &gpus, &migs);
     runtime_mode(
         "MIG single",
         &host,
@@ -547,25 +555,7 @@ async fn runtime_mode_time_slicing_orin() {
 async fn runtime_mode_mig_mixed() {
     let migs = edgegpu_testkit::host::FakeMig::h100_mixed();
     let (host, gpus) = FakeHost::mig_server(&[0], &migs);
-    let node = format!("/dev/nvidia{}", gpus[0].minor);
-    edgegpu_e2e::cdi_spec::make_char_device(&host.path(&node)).unwrap();
-    let standin: Vec<_> = migs
-        .iter()
-        .map(|m| runtime_standin::StandinGpu {
-            id: m.uuid.clone(),
-            host_node: host.path(&node),
-            container_node: node.clone(),
-            config: device_block(
-                edgegpu_testkit::cuda::devices::jetson(
-                    &format!("NVIDIA H100 MIG {}", m.profile),
-                    9,
-                    0,
-                )
-                .attr(edgegpu_testkit::cuda::attr::INTEGRATED, 0)
-                .node(&node),
-            ),
-        })
-        .collect();
+    let standin = mig_standin_gpus(&host, &gpus, &migs);
     runtime_mode(
         "MIG mixed",
         &host,
