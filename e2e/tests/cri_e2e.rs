@@ -206,9 +206,50 @@ async fn runtime_mode_jetson_orin() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "x86_64 + root + containerd releases + dist/: scripts/test.sh runs it after the images"]
 async fn cdi_mode_jetson_orin() {
-    let Some(env) = env() else { return };
     let host = FakeHost::jetson(Board::Orin);
     make_device_nodes(&host, Board::Orin.device_nodes());
+    let gpu =
+        edgegpu_testkit::cuda::devices::jetson("Orin", 8, 7).node(Board::Orin.required_node());
+    cdi_mode("Orin", &host, 0, gpu, "/dev/nvmap").await;
+}
+
+/// CDI mode on a discrete server (fake NVML, two H100s, the driver's libraries in the root):
+/// the pod given the second GPU by its CDI name sees exactly it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "x86_64 + root + containerd releases + dist/: scripts/test.sh runs it after the images"]
+async fn cdi_mode_discrete() {
+    let gpus = edgegpu_testkit::host::FakeGpu::two_h100();
+    let host = FakeHost::discrete(&gpus);
+    let lib_dir = "/usr/lib/x86_64-linux-gnu";
+    for lib in ["libcuda", "libnvidia-ml"] {
+        host.write(&format!("{lib_dir}/{lib}.so.550.54.15"), "ELF");
+        // libnvidia-ml.so.1 is the plugin's fake NVML in this root (a file): keep it.
+        if !host.path(&format!("{lib_dir}/{lib}.so.1")).exists() {
+            host.symlink_raw(
+                &format!("{lib_dir}/{lib}.so.1"),
+                &format!("{lib}.so.550.54.15"),
+            );
+        }
+    }
+    let node = format!("/dev/nvidia{}", gpus[1].minor);
+    let gpu = edgegpu_testkit::cuda::devices::jetson(&gpus[1].name, 9, 0)
+        .attr(edgegpu_testkit::cuda::attr::INTEGRATED, 0)
+        .node(&node);
+    cdi_mode("discrete", &host, 1, gpu, &node).await;
+}
+
+/// CDI mode with the plugin's `cdi-cri` strategy on `host`: one pod given advertised device
+/// `pick` must PASS seeing `gpu` (a fake-driver device that needs its node) on containerd 1.7
+/// and 2.1; the same spec without `gpu_node` must FAIL with no device, and so must the pod on
+/// the base config (CDI not enabled / spec not found).
+async fn cdi_mode(
+    what: &str,
+    host: &FakeHost,
+    pick: usize,
+    gpu: edgegpu_testkit::cuda::FakeCudaDevice,
+    gpu_node: &str,
+) {
+    let Some(env) = env() else { return };
     let plugin = PluginRun::start(
         &env.plugin(),
         host.root(),
@@ -217,26 +258,23 @@ async fn cdi_mode_jetson_orin() {
     .await
     .expect("plugin");
     let ids = plugin.device_ids();
-    let response = plugin.allocate(&[ids[0].as_str()]).await.expect("Allocate");
+    let response = plugin
+        .allocate(&[ids[pick].as_str()])
+        .await
+        .expect("Allocate");
     vlog!("Allocate response: {response:?}");
     assert!(
         !response.cdi_devices.is_empty(),
         "the cdi-cri strategy names CDI devices"
     );
     let options = kubelet_conversion::convert(&[response]);
-    // The x86_64 fake driver where the host's libcuda is; its configuration for the Orin.
+    // The x86_64 fake driver where the host's libcuda is; its configuration: the one GPU.
     let fake_lib = edgegpu_testkit::fakelib::variant_dir(edgegpu_testkit::cuda::variant::CURRENT)
         .join("libcuda.so.1");
     let conf = env.scratch.path().join("fake-cuda-cdi.conf");
     std::fs::write(
         &conf,
-        format!(
-            "driver_version 12040\n{}",
-            device_block(
-                edgegpu_testkit::cuda::devices::jetson("Orin", 8, 7)
-                    .node(Board::Orin.required_node())
-            )
-        ),
+        format!("driver_version 12040\n{}", device_block(gpu)),
     )
     .unwrap();
     for release in [Release::Debian13, Release::Sid] {
@@ -251,9 +289,9 @@ async fn cdi_mode_jetson_orin() {
         )
         .unwrap();
         vlog!("CDI spec: {spec}");
-        let pass = run_devicequery(&c, "orin-cdi", &options).await;
+        let pass = run_devicequery(&c, "cdi", &options).await;
         vlog!(
-            "{release:?} CDI mode, Orin: exit {}\n{}",
+            "{release:?} CDI mode, {what}: exit {}\n{}",
             pass.exit_code,
             pass.log
         );
@@ -263,32 +301,35 @@ async fn cdi_mode_jetson_orin() {
             "{release:?}: {}",
             pass.log
         );
-        // The same spec without /dev/nvmap: the driver is injected but the GPU's node is not,
-        // so the fake driver sees no device (proves the node came from the spec).
+        // The same spec with the GPU's node moved: the driver is injected, the node is not where
+        // the driver looks, so it sees no device (proves the node came from the spec).
         let mut without = spec.clone();
         for d in without["devices"].as_array_mut().unwrap() {
-            d["containerEdits"]["deviceNodes"]
-                .as_array_mut()
-                .unwrap()
-                .retain(|n| n["path"] != "/dev/nvmap");
+            // Moved, not dropped: a device left without any edit makes the whole spec invalid
+            // (containerd then refuses every name in it), which would test something else.
+            for n in d["containerEdits"]["deviceNodes"].as_array_mut().unwrap() {
+                if n["path"] == gpu_node {
+                    n["path"] = serde_json::json!("/dev/edgegpu-not-the-gpu");
+                }
+            }
         }
         std::fs::write(c.cdi_dir().join("nvidia.json"), without.to_string()).unwrap();
         // containerd's CDI cache follows the spec dir with inotify; a run that still saw the
         // old spec (a PASS) is retried a few times before the assertion decides.
-        let mut no_node = run_devicequery(&c, "orin-cdi-no-node-0", &options).await;
+        let mut no_node = run_devicequery(&c, "cdi-no-node-0", &options).await;
         for attempt in 1..5 {
             if !no_node.log.contains("Result = PASS") {
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-            no_node = run_devicequery(&c, &format!("orin-cdi-no-node-{attempt}"), &options).await;
+            no_node = run_devicequery(&c, &format!("cdi-no-node-{attempt}"), &options).await;
         }
         assert!(
             no_node.log.contains("CUDA_ERROR_NO_DEVICE") && no_node.log.contains("Result = FAIL"),
-            "{release:?} without /dev/nvmap: {}",
+            "{release:?} without {gpu_node}: {}",
             no_node.log
         );
-        eprintln!("E2E {release:?} CDI control (spec without /dev/nvmap): Result = FAIL, CUDA_ERROR_NO_DEVICE");
+        eprintln!("E2E {release:?} {what} CDI control (spec without {gpu_node}): Result = FAIL, CUDA_ERROR_NO_DEVICE");
         drop(c);
         let c = env.containerd(release, &Setup::BaseOnly);
         edgegpu_e2e::cdi_spec::generate(
@@ -303,10 +344,10 @@ async fn cdi_mode_jetson_orin() {
         // containerd 2.x has CDI on by default, reading /etc/cdi and /var/run/cdi only: the
         // names do not resolve and CreateContainer fails (the kubelet's CreateContainerError).
         let mut client = cri_pod::connect(&c.address()).await.unwrap();
-        match cri_pod::run_pod(&mut client, &c, "orin-no-cdi", DEVICEQUERY, &options).await {
+        match cri_pod::run_pod(&mut client, &c, "no-cdi", DEVICEQUERY, &options).await {
             Ok(fail) => {
                 eprintln!(
-                    "E2E {release:?} CDI control (CDI not enabled): Result = FAIL, exit {}",
+                    "E2E {release:?} {what} CDI control (CDI not enabled): Result = FAIL, exit {}",
                     fail.exit_code
                 );
                 vlog!(
@@ -322,7 +363,7 @@ async fn cdi_mode_jetson_orin() {
             }
             Err(e) => {
                 let e = format!("{e:#}");
-                eprintln!("E2E {release:?} CDI control (spec dir not configured): {e}");
+                eprintln!("E2E {release:?} {what} CDI control (spec dir not configured): {e}");
                 assert!(
                     release == Release::Sid && e.contains("unresolvable CDI devices"),
                     "{release:?}: {e}"
@@ -330,7 +371,7 @@ async fn cdi_mode_jetson_orin() {
             }
         }
         eprintln!(
-            "E2E {release:?} CDI mode, Orin: PASS; control (no node-setup) failed as above; {:.1} s",
+            "E2E {release:?} CDI mode, {what}: PASS; control (no node-setup) failed as above; {:.1} s",
             t.elapsed().as_secs_f64()
         );
     }
