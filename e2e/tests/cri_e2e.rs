@@ -150,53 +150,20 @@ async fn run_devicequery(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "x86_64 + root + containerd releases + dist/: scripts/test.sh runs it after the images"]
 async fn runtime_mode_jetson_orin() {
-    let Some(env) = env() else { return };
     let host = FakeHost::jetson(Board::Orin);
     make_device_nodes(&host, Board::Orin.device_nodes());
-    let plugin = PluginRun::start(&env.plugin(), host.root(), &[])
-        .await
-        .expect("plugin");
-    let ids = plugin.device_ids();
-    let response = plugin.allocate(&[ids[0].as_str()]).await.expect("Allocate");
-    vlog!("Allocate response: {response:?}");
-    let options = kubelet_conversion::convert(&[response]);
-    let standin_dir = env.scratch.path().join("runtime");
-    std::fs::create_dir_all(&standin_dir).unwrap();
-    let standin = runtime_standin::install(&standin_dir, &[orin_standin_gpu(&host)]).unwrap();
-    for release in Release::ALL {
-        let t = Instant::now();
-        let c = env.containerd(release, &Setup::Runtime(standin.clone()));
-        let pass = run_devicequery(&c, "orin-runtime", &options).await;
-        vlog!(
-            "{release:?} runtime mode, Orin: exit {}\n{}",
-            pass.exit_code,
-            pass.log
-        );
-        assert!(
-            pass.log.contains("Result = PASS"),
-            "{release:?}: {}",
-            pass.log
-        );
-        assert_eq!(pass.exit_code, 0);
-        drop(c);
-        let c = env.containerd(release, &Setup::BaseOnly);
-        let fail = run_devicequery(&c, "orin-runc", &options).await;
-        vlog!(
-            "{release:?} control (runc, no node-setup): exit {}\n{}",
-            fail.exit_code,
-            fail.log
-        );
-        assert!(
-            fail.log.contains("Result = FAIL"),
-            "{release:?}: {}",
-            fail.log
-        );
-        eprintln!(
-            "E2E {release:?} runtime mode, Orin: PASS; control (runc): Result = FAIL, exit {}; {:.1} s",
-            fail.exit_code,
-            t.elapsed().as_secs_f64()
-        );
-    }
+    let standin = vec![orin_standin_gpu(&host)];
+    runtime_mode(
+        "runtime mode, Orin",
+        &host,
+        &[],
+        "nvidia.com/gpu",
+        standin,
+        |ids| vec![vec![ids[0].clone()]],
+        1,
+        &Release::ALL,
+    )
+    .await;
 }
 
 /// CDI mode on a Jetson Orin (containerd 1.7 and 2.1; 1.6 has no CDI): node-setup `apply
