@@ -187,17 +187,7 @@ async fn cdi_mode_jetson_orin() {
 async fn cdi_mode_discrete() {
     let gpus = edgegpu_testkit::host::FakeGpu::two_h100();
     let host = FakeHost::discrete(&gpus);
-    let lib_dir = "/usr/lib/x86_64-linux-gnu";
-    for lib in ["libcuda", "libnvidia-ml"] {
-        host.write(&format!("{lib_dir}/{lib}.so.550.54.15"), "ELF");
-        // libnvidia-ml.so.1 is the plugin's fake NVML in this root (a file): keep it.
-        if !host.path(&format!("{lib_dir}/{lib}.so.1")).exists() {
-            host.symlink_raw(
-                &format!("{lib_dir}/{lib}.so.1"),
-                &format!("{lib}.so.550.54.15"),
-            );
-        }
-    }
+    host.with_driver_libs();
     let node = format!("/dev/nvidia{}", gpus[1].minor);
     let gpu = edgegpu_testkit::cuda::devices::jetson(&gpus[1].name, 9, 0)
         .attr(edgegpu_testkit::cuda::attr::INTEGRATED, 0)

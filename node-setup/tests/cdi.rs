@@ -556,28 +556,11 @@ fn two_gpus(gpus: &[FakeGpu]) -> Vec<String> {
     ]
 }
 
-fn with_driver_libs(host: &FakeHost) {
-    let dir = if cfg!(target_arch = "aarch64") {
-        "/usr/lib/aarch64-linux-gnu"
-    } else {
-        "/usr/lib/x86_64-linux-gnu"
-    };
-    for lib in ["libcuda", "libnvidia-ml", "libnvidia-ptxjitcompiler"] {
-        host.write(&format!("{dir}/{lib}.so.550.54.15"), "ELF");
-        // libnvidia-ml.so.1 is the plugin's fake NVML in these roots (a file, not a link).
-        if !host.path(&format!("{dir}/{lib}.so.1")).exists() {
-            host.symlink_raw(&format!("{dir}/{lib}.so.1"), &format!("{lib}.so.550.54.15"));
-        }
-    }
-    host.write("/usr/bin/nvidia-smi", "ELF");
-    host.mkdir("/lib/firmware/nvidia/550.54.15");
-}
-
 #[test]
 fn discrete_gpus_by_index_and_uuid_from_the_driver_procfs() {
     let gpus = FakeGpu::two_on_two_numa_nodes();
     let host = FakeHost::discrete(&gpus);
-    with_driver_libs(&host);
+    host.with_driver_libs();
     let spec = spec_json(host.root());
     assert_eq!(spec["cdiVersion"], "0.5.0");
     assert_eq!(device_names(&spec), two_gpus(&gpus));
@@ -980,7 +963,7 @@ fn specs_of_every_platform_pass_the_cdi_schema_in_yaml_and_json() {
     let mut migs = FakeMig::h100_mixed();
     migs.push(FakeMig::h100(1, 2, "2g.20gb"));
     let (host, _) = FakeHost::mig_server(&[0, 1], &migs);
-    with_driver_libs(&host);
+    host.with_driver_libs();
     check("mig", &host);
     assert_valid_cdi(&files);
     // The YAML parses to the same document as the JSON (checked with PyYAML).

@@ -170,6 +170,26 @@ fn arch_lib_dir() -> &'static str {
 }
 
 impl FakeHost {
+    /// The NVIDIA driver's user-space files of a discrete host (driver 550.54.15) as the CDI
+    /// generator finds them: the versioned libraries with their `.so.1` soname links in the
+    /// host architecture's library folder, `nvidia-smi` and the firmware folder. An existing
+    /// `.so.1` (the plugin's fake NVML in these roots is a file) is kept.
+    pub fn with_driver_libs(&self) {
+        let dir = if cfg!(target_arch = "aarch64") {
+            "/usr/lib/aarch64-linux-gnu"
+        } else {
+            "/usr/lib/x86_64-linux-gnu"
+        };
+        for lib in ["libcuda", "libnvidia-ml", "libnvidia-ptxjitcompiler"] {
+            self.write(&format!("{dir}/{lib}.so.550.54.15"), "ELF");
+            if !self.path(&format!("{dir}/{lib}.so.1")).exists() {
+                self.symlink_raw(&format!("{dir}/{lib}.so.1"), &format!("{lib}.so.550.54.15"));
+            }
+        }
+        self.write("/usr/bin/nvidia-smi", "ELF");
+        self.mkdir("/lib/firmware/nvidia/550.54.15");
+    }
+
     /// A discrete-GPU server whose NVML (the fake) reports `gpus`, with their /dev nodes,
     /// the control nodes (no `nvidia-modeset`: it is optional) and the sysfs NUMA files.
     pub fn discrete(gpus: &[FakeGpu]) -> FakeHost {
