@@ -14,7 +14,8 @@
 //! A value set by hand on `edgegpu.io/gpu` is never changed. The other keys are edgegpu's:
 //! they are set to what this node has, and removed where it has no value.
 
-pub mod api;
+/// The API client, shared with the DRA driver.
+pub use edgegpu_apiclient as api;
 pub mod kind;
 
 use std::path::PathBuf;
@@ -212,9 +213,14 @@ async fn label_once(args: &Args, wanted: &Wanted) -> anyhow::Result<Map<String, 
     // The token and CA files are read on each attempt (a rotated token is picked up), off
     // the runtime thread like every file read of the plugin's.
     let (token_file, ca_file) = (args.token_file.clone(), args.ca_file.clone());
-    let server =
-        tokio::task::spawn_blocking(move || api::ApiServer::new(&url, &token_file, &ca_file))
-            .await??;
+    let server = tokio::task::spawn_blocking(move || {
+        api::ApiServer::new(&url, &token_file, &ca_file).map(|api| {
+            api.with_forbidden_hint(
+                "the ClusterRole edgegpu-node-labeller must allow get and patch on nodes",
+            )
+        })
+    })
+    .await??;
     let current = server.node_labels(&args.node_name).await?;
     let patch = patch(&current, wanted);
     if !patch.is_empty() {

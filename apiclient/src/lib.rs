@@ -1,10 +1,11 @@
-//! The two Kubernetes API calls the labeller makes — read its Node, merge-patch its labels —
-//! over HTTPS with the pod's service-account token.
+//! A small Kubernetes API client for edgegpu's node agents: requests over HTTPS with the pod's
+//! service-account token, JSON in and out. The labeller reads its Node and merge-patches its
+//! labels; the DRA driver publishes ResourceSlices and reads ResourceClaims.
 //!
 //! Hand-written on hyper's HTTP/1 client and rustls rather than with kube-rs + k8s-openapi:
 //! those add ~130 crates and made a minimal node-patching binary 4.9 MB (measured, release
-//! profile, x86_64; docs/labels.md) for two requests whose shapes are fixed by the API
-//! (`GET /api/v1/nodes/{name}`, `PATCH` with `application/merge-patch+json`).
+//! profile, x86_64; docs/labels.md) for a handful of requests whose shapes are fixed by the
+//! API (`GET /api/v1/nodes/{name}`, `PATCH` with `application/merge-patch+json`, …).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -15,7 +16,9 @@ use anyhow::Context;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST};
-use hyper::{Method, Request, StatusCode, Uri};
+/// The request methods and answer statuses of [`ApiServer::json`].
+pub use hyper::{Method, StatusCode};
+use hyper::{Request, Uri};
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -38,6 +41,8 @@ pub struct ApiServer {
     server_name: ServerName<'static>,
     token: String,
     tls: TlsConnector,
+    /// What a 403 answer means for this program (which role must allow what).
+    forbidden_hint: String,
 }
 
 /// The API server of the cluster this pod runs in: `KUBERNETES_SERVICE_HOST` and
@@ -108,7 +113,50 @@ impl ApiServer {
             server_name,
             token,
             tls: TlsConnector::from(Arc::new(config)),
+            forbidden_hint: String::new(),
         })
+    }
+
+    /// Adds `hint` to the message of every 403 answer, e.g. "the ClusterRole X must allow get
+    /// and patch on nodes".
+    pub fn with_forbidden_hint(mut self, hint: impl Into<String>) -> Self {
+        self.forbidden_hint = hint.into();
+        self
+    }
+
+    /// One request with an optional JSON body (`content_type` names its flavour:
+    /// `application/json`, `application/merge-patch+json`, …); the status and the answer parsed
+    /// as JSON (`Value::Null` for an empty body). Non-2xx answers are returned, not errors: see
+    /// [`ApiServer::check`].
+    pub async fn json(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<(&'static str, &Value)>,
+    ) -> anyhow::Result<(StatusCode, Value)> {
+        let body = match body {
+            Some((content_type, value)) => Some((content_type, serde_json::to_vec(value)?)),
+            None => None,
+        };
+        let (status, bytes) = self.request(method, path, body).await?;
+        let value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .with_context(|| format!("{path}: the answer ({status}) is not JSON"))?
+        };
+        Ok((status, value))
+    }
+
+    /// A non-2xx answer as an error carrying the API's own message (a `Status` object) and
+    /// what `what` was; `Ok` for 2xx.
+    pub fn check(&self, status: StatusCode, body: &Value, what: &str) -> anyhow::Result<()> {
+        check(
+            status,
+            &serde_json::to_vec(body).unwrap_or_default(),
+            what,
+            &self.forbidden_hint,
+        )
     }
 
     /// One request; the status and body of the answer.
@@ -178,7 +226,12 @@ impl ApiServer {
             .request(Method::GET, &node_path(name), None)
             .await
             .with_context(|| format!("GET node {name}"))?;
-        check(status, &body, &format!("GET node {name}"))?;
+        check(
+            status,
+            &body,
+            &format!("GET node {name}"),
+            &self.forbidden_hint,
+        )?;
         let node: Value = serde_json::from_slice(&body).context("the Node is not JSON")?;
         let labels = node
             .pointer("/metadata/labels")
@@ -208,7 +261,12 @@ impl ApiServer {
             )
             .await
             .with_context(|| format!("PATCH node {name}"))?;
-        check(status, &answer, &format!("PATCH node {name}"))
+        check(
+            status,
+            &answer,
+            &format!("PATCH node {name}"),
+            &self.forbidden_hint,
+        )
     }
 }
 
@@ -217,7 +275,7 @@ fn node_path(name: &str) -> String {
 }
 
 /// A non-2xx answer as an error carrying the API's own message (a `Status` object).
-fn check(status: StatusCode, body: &[u8], what: &str) -> anyhow::Result<()> {
+fn check(status: StatusCode, body: &[u8], what: &str, forbidden_hint: &str) -> anyhow::Result<()> {
     if status.is_success() {
         return Ok(());
     }
@@ -226,11 +284,9 @@ fn check(status: StatusCode, body: &[u8], what: &str) -> anyhow::Result<()> {
         .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_string))
         .unwrap_or_else(|| String::from_utf8_lossy(body).chars().take(200).collect());
     let hint = match status {
-        StatusCode::UNAUTHORIZED => " (the service-account token was refused)",
-        StatusCode::FORBIDDEN => {
-            " (the ClusterRole edgegpu-node-labeller must allow get and patch on nodes)"
-        }
-        _ => "",
+        StatusCode::UNAUTHORIZED => " (the service-account token was refused)".to_string(),
+        StatusCode::FORBIDDEN if !forbidden_hint.is_empty() => format!(" ({forbidden_hint})"),
+        _ => String::new(),
     };
     anyhow::bail!("{what}: {status}: {message}{hint}")
 }

@@ -1,0 +1,1 @@
+//! TODO(skeleton): see the module list in lib.rs.

@@ -1,0 +1,33 @@
+//! `edgegpu-dra-driver`: a Dynamic Resource Allocation driver (`resource.k8s.io/v1`, GA in
+//! Kubernetes 1.34) for the devices of one node: a Jetson's integrated GPU, its DLA cores and
+//! PVA, discrete GPUs and MIG devices.
+//!
+//! Three sides, each in one place:
+//! - [`kubelet`]: everything facing the kubelet — registration through the plugin watcher,
+//!   the DRA gRPC services (v1, v1beta1), device health. It calls a [`kubelet::Driver`] and
+//!   knows nothing about GPUs.
+//! - [`slices`] and [`claims`]: everything facing the API server — the node's ResourceSlices,
+//!   the ResourceClaims the kubelet asks to prepare. Through `edgegpu-apiclient`, the
+//!   labeller's client.
+//! - [`inventory`], [`prepare`], [`cdi`], [`checkpoint`], [`sharing`]: the node — which devices
+//!   exist and what users select them by (the device plugin's discovery, the same facts as
+//!   the node labels), what a prepared claim gets (a CDI spec per claim), what survives a
+//!   restart, the opaque sharing configuration claims carry.
+//!
+//! [`run`] wires them; [`cli`] is the command line.
+
+pub mod cdi;
+pub mod checkpoint;
+pub mod claims;
+pub mod cli;
+pub mod inventory;
+pub mod kubelet;
+pub mod prepare;
+pub mod run;
+pub mod sharing;
+pub mod slices;
+
+/// The driver's name: the `driver` of its ResourceSlices and DeviceClass selectors, the
+/// domain of its device attributes (`edgegpu.io/type`), the name it registers with the
+/// kubelet under, and the vendor of its CDI devices.
+pub const DRIVER_NAME: &str = "edgegpu.io";
