@@ -29,6 +29,7 @@ pub mod logging;
 pub mod metrics;
 pub mod mps;
 pub mod node;
+pub mod ownership;
 pub mod resource;
 pub mod runtime;
 pub mod shutdown;

@@ -1,0 +1,181 @@
+//! One allocator per device kind on a node. The device plugin (extended resources) and the
+//! DRA driver (ResourceClaims) each hand devices to pods without knowing about the other; if
+//! both served the same GPU, the scheduler would count it twice and two pods could get it.
+//! So whichever program serves a kind first holds an exclusive `flock(2)` on
+//! `<dir>/<kind>.lock` (by default `/run/edgegpu/gpu.lock`, a tmpfs: locks never outlive a
+//! boot), and the other does not serve that kind while it is held. The kernel drops the lock
+//! when its holder exits, however it exits, so a crashed holder never blocks the next one.
+//! The file's text names the holder, for the other program's message.
+
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+
+/// Where the lock files live unless `--ownership-dir` says otherwise: a tmpfs both programs
+/// (and both DaemonSets, as a hostPath) see.
+pub const DEFAULT_DIR: &str = "/run/edgegpu";
+
+/// The kinds of device that are allocated as a whole by one program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DeviceKind {
+    /// GPUs and their MIG devices (`nvidia.com/gpu`, `nvidia.com/mig-*`, shared replicas).
+    Gpu,
+    /// Jetson deep-learning accelerator cores.
+    Dla,
+    /// Jetson programmable vision accelerators.
+    Pva,
+}
+
+impl DeviceKind {
+    pub const ALL: [DeviceKind; 3] = [DeviceKind::Gpu, DeviceKind::Dla, DeviceKind::Pva];
+
+    /// The kind's name in lock files, flags and messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceKind::Gpu => "gpu",
+            DeviceKind::Dla => "dla",
+            DeviceKind::Pva => "pva",
+        }
+    }
+
+    /// The kind named `name` (`gpu`, `dla`, `pva`).
+    pub fn from_name(name: &str) -> Option<DeviceKind> {
+        DeviceKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+impl fmt::Display for DeviceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// This process serves `kind` on this node until the value is dropped (or the process exits).
+#[derive(Debug)]
+pub struct Ownership {
+    kind: DeviceKind,
+    _lock: Flock<File>,
+}
+
+impl Ownership {
+    pub fn kind(&self) -> DeviceKind {
+        self.kind
+    }
+}
+
+/// The answer of [`try_own`].
+#[derive(Debug)]
+pub enum Owned {
+    /// This process now serves the kind.
+    Yes(Ownership),
+    /// Another process does: what its lock file says (`edgegpu-dra-driver pid 4242`).
+    HeldBy { path: PathBuf, holder: String },
+}
+
+/// Takes `kind` for `holder` (the program's name) without waiting. Errors are I/O errors on
+/// the directory or file (not "someone else has it", which is [`Owned::HeldBy`]).
+pub fn try_own(dir: &Path, kind: DeviceKind, holder: &str) -> std::io::Result<Owned> {
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(format!("{}.lock", kind.name()));
+    // Not truncated on open: the text belongs to whoever holds the lock.
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)?;
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(mut lock) => {
+            lock.set_len(0)?;
+            lock.seek(SeekFrom::Start(0))?;
+            writeln!(lock, "{holder} pid {}", std::process::id())?;
+            Ok(Owned::Yes(Ownership { kind, _lock: lock }))
+        }
+        Err((mut file, Errno::EWOULDBLOCK)) => {
+            let mut text = String::new();
+            // Best effort: the holder may be between truncating and writing its name.
+            let _ = file.read_to_string(&mut text);
+            let holder = match text.trim() {
+                "" => "another process".to_string(),
+                t => t.to_string(),
+            };
+            Ok(Owned::HeldBy { path, holder })
+        }
+        Err((_, errno)) => Err(std::io::Error::from(errno)),
+    }
+}
+
+/// The message for a kind another program serves.
+pub fn held_message(kind: DeviceKind, path: &Path, holder: &str) -> String {
+    format!(
+        "the {kind} devices of this node are served by {holder} (it holds {}); not serving them \
+         here, since two allocators would give one device to two pods. Run either the device \
+         plugin or the DRA driver for {kind} on a node (docs/dra.md, \"The device plugin and \
+         the DRA driver on one node\"); this program takes them over when the other stops",
+        path.display()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_holder_at_a_time_and_the_lock_goes_with_its_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = match try_own(dir.path(), DeviceKind::Gpu, "edgegpu-dra-driver").unwrap() {
+            Owned::Yes(o) => o,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(first.kind(), DeviceKind::Gpu);
+        // flock locks belong to the open file description: a second open in this process
+        // conflicts just as another process's would.
+        match try_own(dir.path(), DeviceKind::Gpu, "edgegpu-device-plugin").unwrap() {
+            Owned::HeldBy { path, holder } => {
+                assert_eq!(path, dir.path().join("gpu.lock"));
+                assert_eq!(
+                    holder,
+                    format!("edgegpu-dra-driver pid {}", std::process::id())
+                );
+                let message = held_message(DeviceKind::Gpu, &path, &holder);
+                assert!(message.contains("gpu.lock") && message.contains("edgegpu-dra-driver"));
+            }
+            other => panic!("{other:?}"),
+        }
+        // Another kind is free.
+        assert!(matches!(
+            try_own(dir.path(), DeviceKind::Dla, "edgegpu-device-plugin").unwrap(),
+            Owned::Yes(_)
+        ));
+        drop(first);
+        match try_own(dir.path(), DeviceKind::Gpu, "edgegpu-device-plugin").unwrap() {
+            Owned::Yes(_) => {}
+            other => panic!("{other:?}"),
+        }
+        let text = std::fs::read_to_string(dir.path().join("gpu.lock")).unwrap();
+        assert_eq!(
+            text,
+            format!("edgegpu-device-plugin pid {}\n", std::process::id())
+        );
+    }
+
+    #[test]
+    fn kinds_by_name() {
+        for kind in DeviceKind::ALL {
+            assert_eq!(DeviceKind::from_name(kind.name()), Some(kind));
+        }
+        assert_eq!(DeviceKind::from_name("tpu"), None);
+    }
+
+    #[test]
+    fn an_unusable_directory_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("not-a-dir");
+        std::fs::write(&file, "").unwrap();
+        assert!(try_own(&file, DeviceKind::Gpu, "x").is_err());
+    }
+}
