@@ -7,7 +7,9 @@
 //! and reports the outcome with `NotifyRegistrationStatus`. For DRA, `supported_versions` lists
 //! the gRPC services the endpoint serves as `<last proto package element>.<service>`; the
 //! kubelet takes the **first** entry it supports (its own list: `v1.DRAPlugin`,
-//! `v1beta1.DRAPlugin` since 1.34; only `v1beta1.DRAPlugin` in 1.32–1.33), so v1 comes first.
+//! `v1beta1.DRAPlugin` since 1.34), so v1 comes first. Kubelets of 1.32–1.33 know
+//! `v1beta1.DRAPlugin` (and the older `v1alpha4.Node`, which this driver does not serve) and
+//! pick by their own order, which also gives v1beta1 here.
 //! The health service is listed as the kubeletplugin helper does (k8s.io/dynamic-resource-allocation
 //! v0.36.0 `kubeletplugin/draplugin.go`); the kubelet does not look for it there but opens
 //! `NodeWatchResources` on the same endpoint when its `ResourceHealthStatus` gate is on.

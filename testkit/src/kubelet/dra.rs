@@ -9,7 +9,10 @@
 //!   in 1.32–1.33 — [`FakeKubeletOptions::dra_services`] picks it), none ⇒ refused. Entries the
 //!   kubelet does not know (the health service) are ignored. The plugin's name is not
 //!   checked. A refusal is reported with `NotifyRegistrationStatus(false, error)` and the
-//!   kubelet's error texts;
+//!   kubelet's error texts. Version-dependent: kubelets from before the v1 API
+//!   (`registration.go` of 1.32–1.33) walked *their own* list (v1beta1, then v1alpha4) and fell
+//!   back to v1alpha4 for an unknown list instead of refusing; a plugin listing v1 first gets
+//!   the same choice from both;
 //! - an empty `endpoint` means the registration socket itself; a second registration of an
 //!   endpoint already registered for the driver is refused ("One plugin instance cannot
 //!   hijack the endpoint of another instance"); several endpoints per driver are kept and the
