@@ -13,8 +13,8 @@ use edgegpu_dra::kubelet::{
     registration, serve, ClaimRef, DeviceHealth, Driver, Health, KubeletOptions, PreparedDevice,
 };
 use edgegpu_kubelet_api::dra_health_v1alpha1::HealthStatus;
-use edgegpu_kubelet_api::dra_v1;
 use edgegpu_kubelet_api::pluginregistration::PluginInfo;
+use edgegpu_kubelet_api::{dra_v1, dra_v1beta1};
 use edgegpu_testkit::kubelet::{dial_plugin, dra_claim, FakeKubelet, FakeKubeletOptions};
 use tokio::net::UnixListener;
 use tokio::sync::{oneshot, watch};
@@ -319,11 +319,29 @@ async fn prepare_and_unprepare_run_one_at_a_time() {
         let batch = claims(&[&format!("u{i}")]);
         async move { kubelet.dra_unprepare(DRIVER, &batch).await.unwrap() }
     });
+    // v1beta1 calls share the lock with v1 ones.
+    let channel = dial_plugin(&s.options.dra_socket(), false, WAIT)
+        .await
+        .unwrap();
+    let beta = (0..4).map(|i| {
+        let mut client = dra_v1beta1::dra_plugin_client::DraPluginClient::new(channel.clone());
+        async move {
+            let request = dra_v1beta1::NodePrepareResourcesRequest {
+                claims: vec![dra_v1beta1::Claim {
+                    namespace: "default".into(),
+                    uid: format!("b{i}"),
+                    name: format!("claim-b{i}"),
+                }],
+            };
+            client.node_prepare_resources(request).await.unwrap()
+        }
+    });
     tokio::join!(
         futures_util::future::join_all(prepares),
-        futures_util::future::join_all(unprepares)
+        futures_util::future::join_all(unprepares),
+        futures_util::future::join_all(beta)
     );
-    assert_eq!(s.driver.calls.lock().unwrap().len(), 8);
+    assert_eq!(s.driver.calls.lock().unwrap().len(), 12);
     assert_eq!(
         s.driver.max_running.load(Ordering::SeqCst),
         1,
@@ -400,6 +418,48 @@ async fn health_stream_sends_the_full_list_on_connect_and_on_change() {
     // Shutdown ends open streams instead of waiting for them.
     s.shutdown().await.unwrap();
     assert!(stream.next(WAIT).await.map_or(true, |m| m.is_none()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unchanged_list_is_sent_again_before_the_kubelet_ages_it_out() {
+    let mut s = Setup::start(TestDriver::new(&[], Duration::ZERO), |_| {}).await;
+    s.kubelet
+        .wait_for_dra_registration(DRIVER, 1, WAIT)
+        .await
+        .unwrap();
+    let mut stream = s.kubelet.dra_health(DRIVER).await.unwrap();
+    let first = stream.next(WAIT).await.unwrap().expect("a first list");
+    // Nothing changes; the list must come again within the kubelet's 30 s default timeout.
+    let again = stream
+        .next(Duration::from_secs(30))
+        .await
+        .unwrap()
+        .expect("the list again");
+    assert_eq!(again.len(), first.len());
+    s.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_registration_leaves_the_driver_serving() {
+    let mut s = Setup::start(TestDriver::new(&[], Duration::ZERO), |k| {
+        k.dra_services = vec!["v2.DRAPlugin".into()];
+    })
+    .await;
+    s.kubelet
+        .wait_until("the refusal", WAIT, |k| {
+            k.events()
+                .iter()
+                .any(|e| e.contains("none of services supported by the plugin"))
+        })
+        .await
+        .unwrap();
+    assert_eq!(s.kubelet.dra_registered(DRIVER), None);
+    assert!(
+        !s.served.is_finished(),
+        "a refusal must not stop the driver"
+    );
+    assert!(s.options.registration_socket().exists());
+    s.shutdown().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
