@@ -603,3 +603,26 @@ async fn the_fake_kubelet_refuses_what_the_kubelet_refuses() {
     }
     s.shutdown().await.unwrap();
 }
+
+/// A client that puts the registration socket's path into `:authority` (gRPC libraries that
+/// do not encode a bare-path target) still registers the driver.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socket_path_as_authority_is_accepted() {
+    let mut s = Setup::start(TestDriver::new(&[], Duration::ZERO), |k| {
+        k.old_kubelet_authority = true;
+    })
+    .await;
+    let plugin = s
+        .kubelet
+        .wait_for_dra_registration(DRIVER, 1, WAIT)
+        .await
+        .unwrap();
+    assert_eq!(plugin.chosen_service, "v1.DRAPlugin");
+    let response = s
+        .kubelet
+        .dra_prepare(DRIVER, &claims(&["a"]))
+        .await
+        .unwrap();
+    assert_eq!(response.claims["a"].error, "");
+    s.shutdown().await.unwrap();
+}

@@ -12,13 +12,20 @@
 //!   and inode): a newer instance that took the path over keeps its socket.
 //!
 //! Connections from every listener that ever held the path go to one stream, so a single
-//! tonic server serves the socket across re-creations.
+//! tonic server serves the socket across re-creations. Each goes through the device
+//! plugin's `:authority` shim (`edgegpu_plugin::kubelet::authority`): the kubelet dials
+//! `dra.sock` with the `unix:` scheme (authority `localhost`), but its plugin watcher dials
+//! the registration socket with the bare socket path as gRPC target
+//! (`pkg/kubelet/pluginmanager/operationexecutor/operation_generator.go` dial), and a
+//! client whose gRPC library puts that path into `:authority` unencoded would have every
+//! call reset by h2 (`PROTOCOL_ERROR`).
 
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use edgegpu_plugin::kubelet::authority::AuthorityShim;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -28,7 +35,7 @@ use tokio_stream::wrappers::ReceiverStream;
 pub const CHECK_INTERVAL: Duration = Duration::from_millis(500);
 
 /// The connections accepted on one served socket.
-pub type Incoming = ReceiverStream<io::Result<UnixStream>>;
+pub type Incoming = ReceiverStream<io::Result<AuthorityShim<UnixStream>>>;
 
 /// Identity of the file bound at a path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,7 +108,7 @@ async fn keep(
     what: &'static str,
     mut listener: UnixListener,
     mut id: FileId,
-    tx: mpsc::Sender<io::Result<UnixStream>>,
+    tx: mpsc::Sender<io::Result<AuthorityShim<UnixStream>>>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut check = tokio::time::interval(CHECK_INTERVAL);
@@ -113,7 +120,7 @@ async fn keep(
             _ = stopped(&mut stop) => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    if tx.send(Ok(stream)).await.is_err() {
+                    if tx.send(Ok(AuthorityShim::new(stream))).await.is_err() {
                         break;
                     }
                 }

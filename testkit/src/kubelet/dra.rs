@@ -17,7 +17,10 @@
 //!   endpoint already registered for the driver is refused ("One plugin instance cannot
 //!   hijack the endpoint of another instance"); several endpoints per driver are kept and the
 //!   newest one is called;
-//! - the gRPC connection is created lazily (registration does not dial the endpoint);
+//! - the gRPC connection is created lazily (registration does not dial the endpoint), with
+//!   the `unix:` scheme, so its `:authority` is `localhost` even when
+//!   [`FakeKubeletOptions::old_kubelet_authority`] makes the plugin watcher's dial send the
+//!   socket path;
 //! - every call has a 45 s timeout (`defaultClientCallTimeout`); a v1beta1 plugin gets
 //!   v1beta1 requests and its answers are read as v1 ones (without `share_id`);
 //! - a prepare answer with fewer entries than claims fails with "NodePrepareResources skipped
@@ -33,6 +36,7 @@
 //!
 //! [`FakeKubeletOptions::dra_services`]: super::FakeKubeletOptions::dra_services
 //! [`FakeKubeletOptions::resource_health_status`]: super::FakeKubeletOptions::resource_health_status
+//! [`FakeKubeletOptions::old_kubelet_authority`]: super::FakeKubeletOptions::old_kubelet_authority
 
 // `tonic::Status` is the natural error of a gRPC fake; its size does not matter here.
 #![allow(clippy::result_large_err)]
