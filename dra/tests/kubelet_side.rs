@@ -626,3 +626,27 @@ async fn a_socket_path_as_authority_is_accepted() {
     assert_eq!(response.claims["a"].error, "");
     s.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socket_that_cannot_be_bound_fails_serve_and_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = KubeletOptions {
+        driver_name: DRIVER.into(),
+        registry_dir: dir.path().join("plugins_registry"),
+        plugin_dir: dir.path().join("plugins").join(DRIVER),
+    };
+    // A non-empty directory where the registration socket belongs cannot be replaced.
+    std::fs::create_dir_all(options.registration_socket().join("x")).unwrap();
+    let driver = TestDriver::new(&[], Duration::ZERO);
+    let err = serve(driver, options.clone(), std::future::pending())
+        .await
+        .unwrap_err();
+    assert!(
+        format!("{err:#}").contains("edgegpu.io-reg.sock"),
+        "the error names the socket: {err:#}"
+    );
+    assert!(
+        !options.dra_socket().exists(),
+        "dra.sock must be removed again"
+    );
+}
