@@ -1,6 +1,6 @@
 //! Device health for the kubelet: `v1alpha1.DRAResourceHealth/NodeWatchResources`.
 //!
-//! The kubelet (kubernetes v1.36 `pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go`, with the
+//! The kubelet (kubernetes `pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go` @0062353, with the
 //! `ResourceHealthStatus` feature gate) opens this stream on the driver's `dra.sock` right
 //! after registration and opens it again 5 s after it ends. Every response replaces the
 //! driver's whole device list (`pkg/kubelet/cm/dra/healthinfo.go` updateHealthInfo), and the

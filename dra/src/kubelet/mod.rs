@@ -3,7 +3,8 @@
 //! the DRA gRPC service (`k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin`, and `v1beta1`) on
 //! `/var/lib/kubelet/plugins/<driver>/dra.sock`, and device health
 //! (`v1alpha1.DRAResourceHealth`). Follows the kubelet's client code
-//! (kubernetes v1.36 `pkg/kubelet/cm/dra/plugin`, `pkg/kubelet/pluginmanager`) and
+//! (kubernetes main of 2025–26: `pkg/kubelet/cm/dra/plugin` @0062353, `pkg/kubelet/pluginmanager`
+//! @02910b7) and
 //! k8s.io/dynamic-resource-allocation v0.36.0 `kubeletplugin`. Knows nothing about GPUs: it
 //! calls a [`Driver`].
 //!

@@ -1,7 +1,7 @@
 //! Registration through the kubelet's plugin watcher: the `pluginregistration.Registration`
 //! service on `<registry_dir>/<driver>-reg.sock`.
 //!
-//! The kubelet (kubernetes v1.36 `pkg/kubelet/pluginmanager/operationexecutor/operation_generator.go`)
+//! The kubelet (kubernetes `pkg/kubelet/pluginmanager/operationexecutor/operation_generator.go` @04791b4)
 //! dials the socket, calls `GetInfo` (1 s timeout), hands a `DRAPlugin` to its DRA plugin
 //! manager (`pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go` ValidatePlugin, RegisterPlugin)
 //! and reports the outcome with `NotifyRegistrationStatus`. For DRA, `supported_versions` lists

@@ -1,7 +1,7 @@
 //! The DRA node service, `DRAPlugin` v1 and v1beta1: `NodePrepareResources` and
 //! `NodeUnprepareResources`.
 //!
-//! Contract (k8s.io/kubelet v0.36.0 `pkg/apis/dra/v1/api.proto`; kubernetes v1.36
+//! Contract (k8s.io/kubelet v0.36.0 `pkg/apis/dra/v1/api.proto`; kubernetes
 //! `pkg/kubelet/cm/dra/manager.go`):
 //! - one call carries every claim of a pod for this driver; the response needs an entry per
 //!   claim UID (the kubelet fails the pod's preparation with "NodePrepareResources skipped N

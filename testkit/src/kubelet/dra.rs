@@ -1,8 +1,9 @@
 //! The fake kubelet's Dynamic Resource Allocation side: what the kubelet's DRA plugin manager
 //! does with a `DRAPlugin` registration and how it calls the driver.
 //!
-//! Read from kubernetes v1.36 `pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go`,
-//! `dra_plugin.go` and `pkg/kubelet/pluginmanager/operationexecutor/operation_generator.go`:
+//! Read from kubernetes main of 2025–26: `pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go` and
+//! `pkg/kubelet/cm/dra/healthinfo.go` @0062353, `dra_plugin.go` of the same (v1) generation,
+//! `pkg/kubelet/pluginmanager/operationexecutor/operation_generator.go` @04791b4:
 //! - validation: an empty `supported_versions` is refused; otherwise the **first** entry of
 //!   the plugin's list that the kubelet supports is chosen (the kubelet's own list, most
 //!   recent first: `v1.DRAPlugin`, `v1beta1.DRAPlugin` since 1.34; `v1beta1.DRAPlugin` alone
