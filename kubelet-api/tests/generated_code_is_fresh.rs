@@ -10,6 +10,9 @@ fn generate(out_dir: &Path) {
         "proto/v1beta1.proto",
         "proto/pluginregistration.proto",
         "proto/podresources.proto",
+        "proto/dra-v1.proto",
+        "proto/dra-v1beta1.proto",
+        "proto/dra-health-v1alpha1.proto",
     ];
     let fds = protox::compile(protos.map(|p| manifest.join(p)), [manifest.join("proto")])
         .expect("proto files compile");
@@ -49,6 +52,9 @@ fn generated_code_matches_protos() {
         "pluginregistration.rs",
         "v1.rs",
         "runtime.v1.rs",
+        "k8s.io.kubelet.pkg.apis.dra.v1.rs",
+        "k8s.io.kubelet.pkg.apis.dra.v1beta1.rs",
+        "v1alpha1.rs",
     ] {
         let new = std::fs::read_to_string(fresh.path().join(name)).unwrap();
         if std::env::var_os("EDGEGPU_REGEN_PROTO").is_some() {

@@ -17,6 +17,10 @@
 //! - It can restart ([`FakeKubelet::restart`]), dial back like an old kubelet whose
 //!   `:authority` is the socket path ([`FakeKubeletOptions::old_kubelet_authority`]),
 //!   and run the plugin-watcher flow on a `plugins_registry` directory.
+//! - Its plugin watcher also registers Dynamic Resource Allocation drivers (`DRAPlugin`
+//!   sockets) as the kubelet's DRA plugin manager does, and tests call them through
+//!   [`FakeKubelet::dra_prepare`], [`FakeKubelet::dra_unprepare`] and
+//!   [`FakeKubelet::dra_health`] (`dra.rs`).
 //!
 //! The fake kubelet itself (its `Registration` server, start, stop, restart and pod
 //! admission) is here; its options and the state its tasks share are in `state.rs`, the
@@ -48,12 +52,17 @@ use tonic::transport::{Channel, Server};
 use tonic::{Request, Response, Status};
 
 mod dial;
+mod dra;
 mod names;
 mod old_authority;
 mod plugin_watcher;
 mod state;
 
 pub use dial::{dial_plugin, DIAL_TIMEOUT};
+pub use dra::{
+    choose_service, dra_claim, kubelet_dra_services, DraHealthStream, DraPluginInfo,
+    DRA_CALL_TIMEOUT, HEALTH_RETRY,
+};
 pub use names::is_extended_resource_name;
 pub use old_authority::AuthorityOverride;
 pub use state::{FakeKubeletOptions, ResourceInfo, GET_INFO_TIMEOUT};
@@ -188,6 +197,7 @@ impl FakeKubelet {
                 ep.client = None;
                 listers.extend(ep.lister.take());
             }
+            s.dra.clear();
             listers
         });
         for lister in listers {
@@ -489,6 +499,7 @@ impl Drop for FakeKubelet {
                 l.abort();
             }
         }
+        state.dra.clear();
     }
 }
 

@@ -1,15 +1,19 @@
 //! The plugin-watcher registration path: scanning `plugins_registry` for sockets, `GetInfo`,
 //! registering the plugin and `NotifyRegistrationStatus`; deregistration when a socket goes.
+//! A socket deleted and created again (another inode at the same path) is deregistered and
+//! registered again, as the kubelet's reconciler does when the socket's timestamp changes
+//! (kubernetes `pkg/kubelet/pluginmanager/reconciler/reconciler.go`). `DevicePlugin`
+//! sockets go to the device manager's path (`dial.rs`), `DRAPlugin` ones to `dra.rs`.
 
 use std::collections::HashMap;
-use std::os::unix::fs::FileTypeExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use edgegpu_kubelet_api::pluginregistration::registration_client::RegistrationClient as WatcherClient;
 use edgegpu_kubelet_api::pluginregistration::{
-    InfoRequest, RegistrationStatus, DEVICE_PLUGIN_TYPE,
+    InfoRequest, RegistrationStatus, DEVICE_PLUGIN_TYPE, DRA_PLUGIN_TYPE,
 };
 use edgegpu_kubelet_api::v1beta1::VERSION;
 use tokio::task::JoinHandle;
@@ -32,33 +36,30 @@ pub(super) async fn run_plugin_watcher(shared: Arc<Shared>, registry: PathBuf, e
             registry.display()
         ));
     }
-    let mut known: HashMap<PathBuf, JoinHandle<()>> = HashMap::new();
+    // Socket path → (inode, registration task).
+    let mut known: HashMap<PathBuf, (u64, JoinHandle<()>)> = HashMap::new();
     loop {
-        let mut present = Vec::new();
+        let mut present: HashMap<PathBuf, u64> = HashMap::new();
         if let Ok(entries) = std::fs::read_dir(&registry) {
             for entry in entries.flatten() {
-                if entry.file_type().map(|t| t.is_socket()).unwrap_or(false) {
-                    present.push(entry.path());
+                // The kubelet ignores names starting with '.' (plugin_watcher.go).
+                if entry.file_name().to_string_lossy().starts_with('.') {
+                    continue;
+                }
+                if let Ok(meta) = std::fs::symlink_metadata(entry.path()) {
+                    if meta.file_type().is_socket() {
+                        present.insert(entry.path(), meta.ino());
+                    }
                 }
             }
         }
-        for path in &present {
-            if !known.contains_key(path) {
-                let task = tokio::spawn(register_through_watcher(
-                    shared.clone(),
-                    path.clone(),
-                    epoch,
-                ));
-                known.insert(path.clone(), task);
-            }
-        }
         let gone: Vec<PathBuf> = known
-            .keys()
-            .filter(|p| !present.contains(p))
-            .cloned()
+            .iter()
+            .filter(|(p, (ino, _))| present.get(*p) != Some(ino))
+            .map(|(p, _)| p.clone())
             .collect();
         for path in gone {
-            if let Some(task) = known.remove(&path) {
+            if let Some((_, task)) = known.remove(&path) {
                 task.abort();
             }
             // DeRegisterPlugin: the device manager disconnects the resource's client.
@@ -74,6 +75,8 @@ pub(super) async fn run_plugin_watcher(shared: Arc<Shared>, registry: PathBuf, e
                         names.push(name.clone());
                     }
                 }
+                // The DRA plugin manager drops the plugin of that socket.
+                names.extend(s.dra.deregister_socket(&path));
                 names
             });
             for name in deregistered {
@@ -81,6 +84,16 @@ pub(super) async fn run_plugin_watcher(shared: Arc<Shared>, registry: PathBuf, e
                     "plugin watcher: {} removed, deregistered {name}",
                     path.display()
                 ));
+            }
+        }
+        for (path, ino) in &present {
+            if !known.contains_key(path) {
+                let task = tokio::spawn(register_through_watcher(
+                    shared.clone(),
+                    path.clone(),
+                    epoch,
+                ));
+                known.insert(path.clone(), (*ino, task));
             }
         }
         tokio::time::sleep(WATCHER_SCAN).await;
@@ -136,7 +149,9 @@ async fn register_through_watcher(shared: Arc<Shared>, socket: PathBuf, epoch: u
         info.endpoint,
         info.supported_versions
     ));
-    let result = if info.r#type != DEVICE_PLUGIN_TYPE {
+    let result = if info.r#type == DRA_PLUGIN_TYPE {
+        super::dra::register(&shared, epoch, &socket, &info)
+    } else if info.r#type != DEVICE_PLUGIN_TYPE {
         Err(format!("unsupported plugin type {:?}", info.r#type))
     } else if !info.supported_versions.iter().any(|v| v == VERSION) {
         Err(format!(

@@ -32,6 +32,12 @@ pub struct FakeKubeletOptions {
     /// `net.Listen` does both back to back, but a plugin woken by inotify at bind() can dial
     /// in between and get ECONNREFUSED; a gap makes that reproducible.
     pub listen_delay: Duration,
+    /// The DRA services this kubelet supports, most recent first: `v1.DRAPlugin`,
+    /// `v1beta1.DRAPlugin` as in 1.34 on; `vec!["v1beta1.DRAPlugin"]` for a 1.32–1.33 kubelet.
+    pub dra_services: Vec<String>,
+    /// The `ResourceHealthStatus` feature gate: open each DRA plugin's health stream after
+    /// registration (and 5 s after it ends). Off by default, as in the kubelet.
+    pub resource_health_status: bool,
 }
 
 impl FakeKubeletOptions {
@@ -43,6 +49,8 @@ impl FakeKubeletOptions {
             old_kubelet_authority: false,
             get_info_timeout: GET_INFO_TIMEOUT,
             listen_delay: Duration::ZERO,
+            dra_services: super::dra::kubelet_dra_services(),
+            resource_health_status: false,
         }
     }
 }
@@ -100,6 +108,8 @@ pub(super) struct State {
     pub(super) running: bool,
     /// When `kubelet.sock` last started accepting.
     pub(super) listening_since: Option<Instant>,
+    /// Registered DRA plugins (plugin watcher only).
+    pub(super) dra: super::dra::DraState,
 }
 
 pub(super) struct Shared {

@@ -1,0 +1,208 @@
+//! The two sockets the kubelet side listens on (`dra.sock`, `<driver>-reg.sock`), kept alive
+//! for as long as the driver runs.
+//!
+//! Names are fixed, as the kubeletplugin helper makes them (k8s.io/dynamic-resource-allocation
+//! v0.36.0 `kubeletplugin/draplugin.go` Start, `endpoint.go` listen): a stale file at the
+//! path (an earlier run of the driver) is removed before binding. Unlike the helper this
+//! module also
+//! - checks the path every [`CHECK_INTERVAL`] and binds it again when the file is gone (a
+//!   kubelet or an operator cleaning its directory): the kubelet's plugin watcher sees the
+//!   new registration socket and registers the driver again;
+//! - removes a path on shutdown only while it still is the socket this process bound (dev
+//!   and inode): a newer instance that took the path over keeps its socket.
+//!
+//! Connections from every listener that ever held the path go to one stream, so a single
+//! tonic server serves the socket across re-creations. Each goes through the device
+//! plugin's `:authority` shim (`edgegpu_plugin::kubelet::authority`): the kubelet dials
+//! `dra.sock` with the `unix:` scheme (authority `localhost`), but its plugin watcher dials
+//! the registration socket with the bare socket path as gRPC target
+//! (`pkg/kubelet/pluginmanager/operationexecutor/operation_generator.go` dial), and a
+//! client whose gRPC library puts that path into `:authority` unencoded would have every
+//! call reset by h2 (`PROTOCOL_ERROR`).
+
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use edgegpu_plugin::kubelet::authority::AuthorityShim;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::ReceiverStream;
+
+/// How often a served socket's path is checked.
+pub const CHECK_INTERVAL: Duration = Duration::from_millis(500);
+
+/// The connections accepted on one served socket.
+pub type Incoming = ReceiverStream<io::Result<AuthorityShim<UnixStream>>>;
+
+/// Identity of the file bound at a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+}
+
+fn file_id(path: &Path) -> io::Result<FileId> {
+    let meta = std::fs::symlink_metadata(path)?;
+    Ok(FileId {
+        dev: meta.dev(),
+        ino: meta.ino(),
+    })
+}
+
+/// Removes whatever is at `path` (a stale socket) and binds a fresh socket there.
+fn bind_fresh(path: &Path) -> io::Result<(UnixListener, FileId)> {
+    match std::fs::remove_file(path) {
+        Ok(()) => tracing::debug!("Removed stale socket {}", path.display()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(io::Error::new(
+                e.kind(),
+                format!("cannot remove stale socket {}: {e}", path.display()),
+            ))
+        }
+    }
+    let listener = std::os::unix::net::UnixListener::bind(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot bind {}: {e}", path.display())))?;
+    let id = file_id(path)?;
+    listener.set_nonblocking(true)?;
+    Ok((UnixListener::from_std(listener)?, id))
+}
+
+/// What a path holds now, compared with what we bound.
+enum PathState {
+    Ours,
+    Missing,
+    Replaced,
+}
+
+fn path_state(path: &Path, ours: FileId) -> PathState {
+    match file_id(path) {
+        Ok(id) if id == ours => PathState::Ours,
+        Ok(_) => PathState::Replaced,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => PathState::Missing,
+        // Unreadable for another reason: leave it alone, look again later.
+        Err(_) => PathState::Ours,
+    }
+}
+
+/// Binds `path` (removing a stale file first) and keeps it served until `stop` turns true
+/// (or its sender goes away). Returns the stream of accepted connections and the task that
+/// owns the socket; the task removes the socket when it ends, if it still is ours.
+/// `what` names the socket in logs.
+pub fn serve(
+    path: PathBuf,
+    what: &'static str,
+    stop: watch::Receiver<bool>,
+) -> io::Result<(Incoming, JoinHandle<()>)> {
+    let (listener, id) = bind_fresh(&path)?;
+    let (tx, rx) = mpsc::channel(16);
+    let task = tokio::spawn(keep(path, what, listener, id, tx, stop));
+    Ok((ReceiverStream::new(rx), task))
+}
+
+async fn keep(
+    path: PathBuf,
+    what: &'static str,
+    mut listener: UnixListener,
+    mut id: FileId,
+    tx: mpsc::Sender<io::Result<AuthorityShim<UnixStream>>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut check = tokio::time::interval(CHECK_INTERVAL);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Set once another process's socket took the path: never touch it again.
+    let mut replaced = false;
+    loop {
+        tokio::select! {
+            _ = stopped(&mut stop) => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    if tx.send(Ok(AuthorityShim::new(stream))).await.is_err() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!("Accepting on the {what} socket {} failed: {e}", path.display());
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+            _ = check.tick(), if !replaced => match path_state(&path, id) {
+                PathState::Ours => {}
+                PathState::Missing => match bind_fresh(&path) {
+                    Ok((new_listener, new_id)) => {
+                        listener = new_listener;
+                        id = new_id;
+                        tracing::warn!(
+                            "The {what} socket {} was deleted; created it again",
+                            path.display()
+                        );
+                    }
+                    Err(e) => tracing::error!(
+                        "The {what} socket {} was deleted and cannot be created again: {e}",
+                        path.display()
+                    ),
+                },
+                PathState::Replaced => {
+                    replaced = true;
+                    tracing::warn!(
+                        "The {what} socket {} was replaced by another process's socket; leaving it to that process",
+                        path.display()
+                    );
+                }
+            },
+        }
+    }
+    drop(listener);
+    if !replaced && matches!(path_state(&path, id), PathState::Ours) {
+        match std::fs::remove_file(&path) {
+            Ok(()) => tracing::debug!("Removed the {what} socket {}", path.display()),
+            Err(e) => tracing::warn!("Cannot remove the {what} socket {}: {e}", path.display()),
+        }
+    }
+}
+
+/// Resolves once `stop` is true or its sender is gone.
+pub async fn stopped(stop: &mut watch::Receiver<bool>) {
+    // An error means the sender is gone, which also means stop.
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn stale_file_is_replaced_and_removed_on_stop() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.sock");
+        std::fs::write(&path, "stale").unwrap();
+        let (stop_tx, stop) = watch::channel(false);
+        let (_incoming, task) = serve(path.clone(), "test", stop).unwrap();
+        use std::os::unix::fs::FileTypeExt;
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert!(
+            meta.file_type().is_socket(),
+            "the stale file was not replaced"
+        );
+        stop_tx.send(true).unwrap();
+        task.await.unwrap();
+        assert!(!path.exists());
+    }
+
+    #[tokio::test]
+    async fn a_socket_taken_over_by_someone_else_survives_our_stop() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.sock");
+        let (stop_tx, stop) = watch::channel(false);
+        let (_incoming, task) = serve(path.clone(), "test", stop).unwrap();
+        let elsewhere = dir.path().join("theirs.sock");
+        let _theirs = std::os::unix::net::UnixListener::bind(&elsewhere).unwrap();
+        std::fs::rename(&elsewhere, &path).unwrap();
+        stop_tx.send(true).unwrap();
+        task.await.unwrap();
+        assert!(path.exists(), "the other process's socket must stay");
+    }
+}

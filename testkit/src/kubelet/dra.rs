@@ -1,0 +1,599 @@
+//! The fake kubelet's Dynamic Resource Allocation side: what the kubelet's DRA plugin manager
+//! does with a `DRAPlugin` registration and how it calls the driver.
+//!
+//! Read from kubernetes main of 2025–26: `pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go` and
+//! `pkg/kubelet/cm/dra/healthinfo.go` @0062353, `dra_plugin.go` of the same (v1) generation,
+//! `pkg/kubelet/pluginmanager/operationexecutor/operation_generator.go` @04791b4:
+//! - validation: an empty `supported_versions` is refused; otherwise the **first** entry of
+//!   the plugin's list that the kubelet supports is chosen (the kubelet's own list, most
+//!   recent first: `v1.DRAPlugin`, `v1beta1.DRAPlugin` since 1.34; `v1beta1.DRAPlugin` alone
+//!   in 1.32–1.33 — [`FakeKubeletOptions::dra_services`] picks it), none ⇒ refused. Entries the
+//!   kubelet does not know (the health service) are ignored. The plugin's name is not
+//!   checked. A refusal is reported with `NotifyRegistrationStatus(false, error)` and the
+//!   kubelet's error texts. Version-dependent: kubelets from before the v1 API
+//!   (`registration.go` of 1.32–1.33) walked *their own* list (v1beta1, then v1alpha4) and fell
+//!   back to v1alpha4 for an unknown list instead of refusing; a plugin listing v1 first gets
+//!   the same choice from both;
+//! - an empty `endpoint` means the registration socket itself; a second registration of an
+//!   endpoint already registered for the driver is refused ("One plugin instance cannot
+//!   hijack the endpoint of another instance"); several endpoints per driver are kept and the
+//!   newest one is called;
+//! - the gRPC connection is created lazily (registration does not dial the endpoint), with
+//!   the `unix:` scheme, so its `:authority` is `localhost` even when
+//!   [`FakeKubeletOptions::old_kubelet_authority`] makes the plugin watcher's dial send the
+//!   socket path;
+//! - every call has a 45 s timeout (`defaultClientCallTimeout`); a v1beta1 plugin gets
+//!   v1beta1 requests and its answers are read as v1 ones (without `share_id`);
+//! - a prepare answer with fewer entries than claims fails with "NodePrepareResources skipped
+//!   N ResourceClaims" (`pkg/kubelet/cm/dra/manager.go`);
+//! - with the `ResourceHealthStatus` gate ([`FakeKubeletOptions::resource_health_status`]) the
+//!   kubelet opens `NodeWatchResources` right after registration and again 5 s after the
+//!   stream ends, keeping the last list; the list is dropped when the stream ends
+//!   (`healthinfo.go` clearDriver). Which health API version a kubelet dials is
+//!   version-dependent: v1alpha1 here, as in 1.34–1.36.
+//!
+//! Deregistration (the registration socket is gone) drops the plugin; a kubelet restart
+//! drops every plugin and the plugin watcher registers the sockets it finds again.
+//!
+//! [`FakeKubeletOptions::dra_services`]: super::FakeKubeletOptions::dra_services
+//! [`FakeKubeletOptions::resource_health_status`]: super::FakeKubeletOptions::resource_health_status
+//! [`FakeKubeletOptions::old_kubelet_authority`]: super::FakeKubeletOptions::old_kubelet_authority
+
+// `tonic::Status` is the natural error of a gRPC fake; its size does not matter here.
+#![allow(clippy::result_large_err)]
+
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use edgegpu_kubelet_api::dra_health_v1alpha1::dra_resource_health_client::DraResourceHealthClient;
+use edgegpu_kubelet_api::dra_health_v1alpha1::{
+    DeviceHealth, NodeWatchResourcesRequest, NodeWatchResourcesResponse,
+};
+use edgegpu_kubelet_api::pluginregistration::PluginInfo;
+use edgegpu_kubelet_api::{dra_v1, dra_v1beta1};
+use hyper_util::rt::TokioIo;
+use tokio::net::UnixStream;
+use tokio::task::JoinHandle;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Request, Status, Streaming};
+
+use super::state::Shared;
+use super::FakeKubelet;
+
+/// The kubelet's timeout for every call to a DRA plugin (`defaultClientCallTimeout`).
+pub const DRA_CALL_TIMEOUT: Duration = Duration::from_secs(45);
+/// How long the kubelet waits before opening a health stream again.
+pub const HEALTH_RETRY: Duration = Duration::from_secs(5);
+
+/// The DRA services a 1.34+ kubelet supports, most recent first (`servicesSupportedByKubelet`).
+pub fn kubelet_dra_services() -> Vec<String> {
+    vec![
+        dra_v1::DRA_PLUGIN_SERVICE.to_string(),
+        dra_v1beta1::DRA_PLUGIN_SERVICE.to_string(),
+    ]
+}
+
+/// A claim as the kubelet sends it.
+pub fn dra_claim(namespace: &str, name: &str, uid: &str) -> dra_v1::Claim {
+    dra_v1::Claim {
+        namespace: namespace.to_string(),
+        uid: uid.to_string(),
+        name: name.to_string(),
+    }
+}
+
+/// What the fake kubelet knows about one registered plugin of a DRA driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DraPluginInfo {
+    /// The endpoint the kubelet calls (`PluginInfo.endpoint`, or the registration socket).
+    pub endpoint: PathBuf,
+    /// The service the kubelet chose, e.g. `"v1.DRAPlugin"`.
+    pub chosen_service: String,
+    /// `PluginInfo.supported_versions` as the plugin sent it.
+    pub supported_versions: Vec<String>,
+    /// The registration socket it came through.
+    pub registration_socket: PathBuf,
+}
+
+pub(super) struct DraPlugin_ {
+    pub(super) info: DraPluginInfo,
+    channel: Channel,
+    health: Option<JoinHandle<()>>,
+}
+
+impl DraPlugin_ {
+    pub(super) fn stop(&mut self) {
+        if let Some(task) = self.health.take() {
+            task.abort();
+        }
+    }
+}
+
+/// The DRA part of the fake kubelet's state.
+#[derive(Default)]
+pub(super) struct DraState {
+    /// Per driver, its plugins in registration order (the newest is called).
+    pub(super) plugins: HashMap<String, Vec<DraPlugin_>>,
+    /// Per driver, how often it registered (across restarts).
+    pub(super) registrations: HashMap<String, usize>,
+    /// Per driver, the last health list received while a stream is open.
+    pub(super) health: HashMap<String, Vec<DeviceHealth>>,
+}
+
+impl DraState {
+    /// A dying kubelet: every plugin and health list is dropped.
+    pub(super) fn clear(&mut self) {
+        for plugins in self.plugins.values_mut() {
+            plugins.iter_mut().for_each(DraPlugin_::stop);
+        }
+        self.plugins.clear();
+        self.health.clear();
+    }
+
+    /// DeRegisterPlugin for every plugin registered through `socket`; returns their drivers.
+    pub(super) fn deregister_socket(&mut self, socket: &Path) -> Vec<String> {
+        let mut gone = Vec::new();
+        for (driver, plugins) in self.plugins.iter_mut() {
+            plugins.retain_mut(|p| {
+                if p.info.registration_socket == socket {
+                    p.stop();
+                    gone.push(driver.clone());
+                    false
+                } else {
+                    true
+                }
+            });
+        }
+        self.plugins.retain(|_, p| !p.is_empty());
+        gone
+    }
+}
+
+/// The kubelet's validateSupportedServices: the first of the plugin's entries it supports.
+pub fn choose_service(kubelet: &[String], plugin: &[String]) -> Result<String, String> {
+    if plugin.is_empty() {
+        return Err("empty list of supported gRPC services (aka supported versions)".to_string());
+    }
+    plugin
+        .iter()
+        .find(|s| kubelet.contains(s))
+        .cloned()
+        .ok_or_else(|| {
+            format!(
+                "none of services supported by the plugin ({plugin:?}) are supported by the kubelet ({kubelet:?})"
+            )
+        })
+}
+
+/// A channel that connects to `path` on first use, as `grpc.NewClient` does.
+fn lazy_channel(path: &Path) -> Channel {
+    let path = path.to_path_buf();
+    let connector = tower::service_fn(move |_| {
+        let path = path.clone();
+        async move {
+            let stream = UnixStream::connect(&path).await?;
+            Ok::<_, io::Error>(TokioIo::new(stream))
+        }
+    });
+    Endpoint::from_static("http://localhost").connect_with_connector_lazy(connector)
+}
+
+/// ValidatePlugin and RegisterPlugin for a `DRAPlugin` found at `socket`; the error is the
+/// text the kubelet sends with `NotifyRegistrationStatus(false, …)`.
+pub(super) fn register(
+    shared: &Arc<Shared>,
+    epoch: u64,
+    socket: &Path,
+    info: &PluginInfo,
+) -> Result<(), String> {
+    let endpoint = if info.endpoint.is_empty() {
+        socket.to_path_buf()
+    } else {
+        PathBuf::from(&info.endpoint)
+    };
+    let driver = info.name.clone();
+    let chosen = choose_service(&shared.opts.dra_services, &info.supported_versions).map_err(|e| {
+        format!(
+            "RegisterPlugin error -- plugin validation failed with err: invalid supported gRPC versions of DRA driver plugin {driver} at endpoint {}: {e}",
+            endpoint.display()
+        )
+    })?;
+    let channel = lazy_channel(&endpoint);
+    let plugin = DraPlugin_ {
+        info: DraPluginInfo {
+            endpoint: endpoint.clone(),
+            chosen_service: chosen.clone(),
+            supported_versions: info.supported_versions.clone(),
+            registration_socket: socket.to_path_buf(),
+        },
+        channel: channel.clone(),
+        health: None,
+    };
+    shared.update(|s| {
+        if !s.running || s.epoch != epoch {
+            return Err("kubelet is shutting down".to_string());
+        }
+        let plugins = s.dra.plugins.entry(driver.clone()).or_default();
+        if plugins.iter().any(|p| p.info.endpoint == endpoint) {
+            return Err(format!(
+                "RegisterPlugin error -- plugin registration failed with err: endpoint {} already registered for DRA driver plugin {driver}",
+                endpoint.display()
+            ));
+        }
+        plugins.push(plugin);
+        *s.dra.registrations.entry(driver.clone()).or_default() += 1;
+        Ok(())
+    })?;
+    shared.log(format!(
+        "Registered DRA plugin {driver} at {} (chosen service {chosen})",
+        endpoint.display()
+    ));
+    if shared.opts.resource_health_status {
+        let task = tokio::spawn(watch_health(
+            shared.clone(),
+            driver.clone(),
+            endpoint.clone(),
+            channel,
+        ));
+        shared.update(|s| {
+            match s
+                .dra
+                .plugins
+                .get_mut(&driver)
+                .and_then(|ps| ps.iter_mut().find(|p| p.info.endpoint == endpoint))
+            {
+                Some(p) => p.health = Some(task),
+                None => task.abort(),
+            }
+        });
+    }
+    Ok(())
+}
+
+/// The kubelet's health stream consumer for one plugin: open, record every list, clear on
+/// end, open again after [`HEALTH_RETRY`].
+async fn watch_health(shared: Arc<Shared>, driver: String, endpoint: PathBuf, channel: Channel) {
+    loop {
+        let mut client = DraResourceHealthClient::new(channel.clone());
+        match client
+            .node_watch_resources(NodeWatchResourcesRequest {})
+            .await
+        {
+            Ok(stream) => {
+                let mut stream = stream.into_inner();
+                shared.log(format!("NodeWatchResources stream to {driver} opened"));
+                let end = loop {
+                    match stream.message().await {
+                        Ok(Some(message)) => {
+                            let n = message.devices.len();
+                            shared.update(|s| s.dra.health.insert(driver.clone(), message.devices));
+                            shared.log(format!("NodeWatchResources {driver}: {n} device(s)"));
+                        }
+                        Ok(None) => break "EOF".to_string(),
+                        Err(status) => break status.message().to_string(),
+                    }
+                };
+                shared.update(|s| s.dra.health.remove(&driver));
+                shared.log(format!(
+                    "NodeWatchResources stream to {driver} ended ({end}); health cleared"
+                ));
+            }
+            Err(status) => shared.log(format!(
+                "NodeWatchResources to {driver} at {} failed: {}",
+                endpoint.display(),
+                status.message()
+            )),
+        }
+        tokio::time::sleep(HEALTH_RETRY).await;
+    }
+}
+
+/// A health stream opened by a test ([`FakeKubelet::dra_health`]).
+pub struct DraHealthStream {
+    stream: Streaming<NodeWatchResourcesResponse>,
+}
+
+impl DraHealthStream {
+    /// The next list; `None` when the driver ended the stream. Fails after `timeout`.
+    pub async fn next(&mut self, timeout: Duration) -> anyhow::Result<Option<Vec<DeviceHealth>>> {
+        match tokio::time::timeout(timeout, self.stream.message()).await {
+            Ok(Ok(message)) => Ok(message.map(|m| m.devices)),
+            Ok(Err(status)) => anyhow::bail!("health stream failed: {status}"),
+            Err(_) => anyhow::bail!("no health message within {timeout:?}"),
+        }
+    }
+
+    /// Reads lists until one satisfies `pred`; fails when the stream ends or after `timeout`.
+    pub async fn wait_for(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        mut pred: impl FnMut(&[DeviceHealth]) -> bool,
+    ) -> anyhow::Result<Vec<DeviceHealth>> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut last = None;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match self.next(left).await {
+                Ok(Some(devices)) if pred(&devices) => return Ok(devices),
+                Ok(Some(devices)) => last = Some(devices),
+                Ok(None) => anyhow::bail!(
+                    "health stream ended while waiting for {what}; last list: {last:?}"
+                ),
+                Err(e) => anyhow::bail!("{e} while waiting for {what}; last list: {last:?}"),
+            }
+        }
+    }
+}
+
+fn v1beta1_claims(claims: &[dra_v1::Claim]) -> Vec<dra_v1beta1::Claim> {
+    claims
+        .iter()
+        .map(|c| dra_v1beta1::Claim {
+            namespace: c.namespace.clone(),
+            uid: c.uid.clone(),
+            name: c.name.clone(),
+        })
+        .collect()
+}
+
+/// A call with the kubelet's timeout, sent as `grpc-timeout` and enforced here too.
+async fn with_timeout<T>(
+    call: impl std::future::Future<Output = Result<tonic::Response<T>, Status>>,
+) -> Result<T, Status> {
+    match tokio::time::timeout(DRA_CALL_TIMEOUT, call).await {
+        Ok(result) => result.map(tonic::Response::into_inner),
+        Err(_) => Err(Status::deadline_exceeded(format!(
+            "context deadline exceeded (DRA call timeout {DRA_CALL_TIMEOUT:?})"
+        ))),
+    }
+}
+
+fn timed<T>(message: T) -> Request<T> {
+    let mut request = Request::new(message);
+    request.set_timeout(DRA_CALL_TIMEOUT);
+    request
+}
+
+impl FakeKubelet {
+    /// The plugin the kubelet would call for `driver` (the newest registered one).
+    fn dra_plugin(&self, driver: &str) -> Result<(DraPluginInfo, Channel), Status> {
+        let state = self.shared.state.lock().unwrap();
+        state
+            .dra
+            .plugins
+            .get(driver)
+            .and_then(|ps| ps.last())
+            .map(|p| (p.info.clone(), p.channel.clone()))
+            .ok_or_else(|| {
+                Status::failed_precondition(format!("DRA driver {driver} is not registered"))
+            })
+    }
+
+    /// The service chosen for `driver` (e.g. `"v1.DRAPlugin"`), if a plugin is registered.
+    pub fn dra_registered(&self, driver: &str) -> Option<String> {
+        self.dra_plugin(driver)
+            .ok()
+            .map(|(info, _)| info.chosen_service)
+    }
+
+    /// Every registered plugin of `driver`, oldest first.
+    pub fn dra_plugins(&self, driver: &str) -> Vec<DraPluginInfo> {
+        let state = self.shared.state.lock().unwrap();
+        state
+            .dra
+            .plugins
+            .get(driver)
+            .map(|ps| ps.iter().map(|p| p.info.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// How often `driver` registered (across restarts).
+    pub fn dra_registration_count(&self, driver: &str) -> usize {
+        let state = self.shared.state.lock().unwrap();
+        state.dra.registrations.get(driver).copied().unwrap_or(0)
+    }
+
+    /// The last health list of `driver` (with `resource_health_status` on), while its
+    /// stream is open.
+    pub fn dra_device_health(&self, driver: &str) -> Option<Vec<DeviceHealth>> {
+        let state = self.shared.state.lock().unwrap();
+        state.dra.health.get(driver).cloned()
+    }
+
+    /// Waits until `driver` has registered at least `count` times and is registered now;
+    /// returns the plugin the kubelet would call.
+    pub async fn wait_for_dra_registration(
+        &self,
+        driver: &str,
+        count: usize,
+        timeout: Duration,
+    ) -> anyhow::Result<DraPluginInfo> {
+        self.wait_until(
+            &format!("registration #{count} of DRA driver {driver}"),
+            timeout,
+            |k| k.dra_registration_count(driver) >= count && k.dra_registered(driver).is_some(),
+        )
+        .await?;
+        Ok(self
+            .dra_plugin(driver)
+            .map_err(|s| anyhow::anyhow!("{}", s.message()))?
+            .0)
+    }
+
+    /// `NodePrepareResources` for `claims`, as the kubelet sends it (v1 or v1beta1 by the
+    /// chosen service, 45 s timeout). The answer is returned in v1 form; an answer that
+    /// leaves claims out fails as in the kubelet. Per-claim errors stay in the answer (a
+    /// kubelet would fail the pod's start with the first one).
+    pub async fn dra_prepare(
+        &self,
+        driver: &str,
+        claims: &[dra_v1::Claim],
+    ) -> Result<dra_v1::NodePrepareResourcesResponse, Status> {
+        let (info, channel) = self.dra_plugin(driver)?;
+        let response = if info.chosen_service == dra_v1::DRA_PLUGIN_SERVICE {
+            let mut client = dra_v1::dra_plugin_client::DraPluginClient::new(channel);
+            with_timeout(client.node_prepare_resources(timed(
+                dra_v1::NodePrepareResourcesRequest {
+                    claims: claims.to_vec(),
+                },
+            )))
+            .await?
+        } else {
+            let mut client = dra_v1beta1::dra_plugin_client::DraPluginClient::new(channel);
+            let r = with_timeout(client.node_prepare_resources(timed(
+                dra_v1beta1::NodePrepareResourcesRequest {
+                    claims: v1beta1_claims(claims),
+                },
+            )))
+            .await?;
+            dra_v1::NodePrepareResourcesResponse {
+                claims: r
+                    .claims
+                    .into_iter()
+                    .map(|(uid, c)| {
+                        let devices = c
+                            .devices
+                            .into_iter()
+                            .map(|d| dra_v1::Device {
+                                request_names: d.request_names,
+                                pool_name: d.pool_name,
+                                device_name: d.device_name,
+                                cdi_device_ids: d.cdi_device_ids,
+                                share_id: None,
+                            })
+                            .collect();
+                        (
+                            uid,
+                            dra_v1::NodePrepareResourceResponse {
+                                devices,
+                                error: c.error,
+                            },
+                        )
+                    })
+                    .collect(),
+            }
+        };
+        self.shared.log(format!(
+            "NodePrepareResources {driver} ({}): {} claim(s), {} answer(s)",
+            info.chosen_service,
+            claims.len(),
+            response.claims.len()
+        ));
+        let unfinished = claims.len() as i64 - response.claims.len() as i64;
+        if unfinished != 0 {
+            return Err(Status::unknown(format!(
+                "NodePrepareResources skipped {unfinished} ResourceClaims"
+            )));
+        }
+        Ok(response)
+    }
+
+    /// `NodeUnprepareResources` for `claims` (v1 or v1beta1 by the chosen service, 45 s
+    /// timeout), answered in v1 form.
+    pub async fn dra_unprepare(
+        &self,
+        driver: &str,
+        claims: &[dra_v1::Claim],
+    ) -> Result<dra_v1::NodeUnprepareResourcesResponse, Status> {
+        let (info, channel) = self.dra_plugin(driver)?;
+        let response = if info.chosen_service == dra_v1::DRA_PLUGIN_SERVICE {
+            let mut client = dra_v1::dra_plugin_client::DraPluginClient::new(channel);
+            with_timeout(client.node_unprepare_resources(timed(
+                dra_v1::NodeUnprepareResourcesRequest {
+                    claims: claims.to_vec(),
+                },
+            )))
+            .await?
+        } else {
+            let mut client = dra_v1beta1::dra_plugin_client::DraPluginClient::new(channel);
+            let r = with_timeout(client.node_unprepare_resources(timed(
+                dra_v1beta1::NodeUnprepareResourcesRequest {
+                    claims: v1beta1_claims(claims),
+                },
+            )))
+            .await?;
+            dra_v1::NodeUnprepareResourcesResponse {
+                claims: r
+                    .claims
+                    .into_iter()
+                    .map(|(uid, c)| {
+                        (
+                            uid,
+                            dra_v1::NodeUnprepareResourceResponse { error: c.error },
+                        )
+                    })
+                    .collect(),
+            }
+        };
+        self.shared.log(format!(
+            "NodeUnprepareResources {driver} ({}): {} claim(s), {} answer(s)",
+            info.chosen_service,
+            claims.len(),
+            response.claims.len()
+        ));
+        Ok(response)
+    }
+
+    /// Opens `NodeWatchResources` on `driver`'s plugin, as the kubelet does with the
+    /// `ResourceHealthStatus` gate.
+    pub async fn dra_health(&self, driver: &str) -> Result<DraHealthStream, Status> {
+        let (_, channel) = self.dra_plugin(driver)?;
+        let mut client = DraResourceHealthClient::new(channel);
+        let stream = client
+            .node_watch_resources(NodeWatchResourcesRequest {})
+            .await?
+            .into_inner();
+        Ok(DraHealthStream { stream })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn the_first_supported_entry_of_the_plugin_wins() {
+        let kubelet = kubelet_dra_services();
+        assert_eq!(
+            choose_service(&kubelet, &s(&["v1.DRAPlugin", "v1beta1.DRAPlugin"])).unwrap(),
+            "v1.DRAPlugin"
+        );
+        // The plugin's order counts, not the kubelet's.
+        assert_eq!(
+            choose_service(&kubelet, &s(&["v1beta1.DRAPlugin", "v1.DRAPlugin"])).unwrap(),
+            "v1beta1.DRAPlugin"
+        );
+        assert_eq!(
+            choose_service(
+                &kubelet,
+                &s(&["v1alpha1.DRAResourceHealth", "v1.DRAPlugin"])
+            )
+            .unwrap(),
+            "v1.DRAPlugin"
+        );
+        let old = s(&["v1beta1.DRAPlugin"]);
+        assert_eq!(
+            choose_service(&old, &s(&["v1.DRAPlugin", "v1beta1.DRAPlugin"])).unwrap(),
+            "v1beta1.DRAPlugin"
+        );
+    }
+
+    #[test]
+    fn empty_or_unknown_lists_are_refused() {
+        let kubelet = kubelet_dra_services();
+        assert!(choose_service(&kubelet, &[])
+            .unwrap_err()
+            .contains("empty list of supported gRPC services"));
+        assert!(choose_service(&kubelet, &s(&["v1alpha4.Node"]))
+            .unwrap_err()
+            .contains("none of services supported by the plugin"));
+    }
+}
