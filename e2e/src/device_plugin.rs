@@ -40,6 +40,8 @@ impl PluginRun {
             .arg(dir.path())
             .args(args)
             .env("NO_COLOR", "1")
+            // No device-kind locks in /run: several e2e pods' plugins run at once.
+            .env(edgegpu_testkit::process::OWNERSHIP_DIR_ENV, "")
             .stdout(Stdio::null())
             .stderr(if crate::verbose() {
                 Stdio::inherit()

@@ -99,6 +99,18 @@ pub struct Cli {
     #[arg(long, env = "NODE_NAME", value_name = "NAME")]
     pub node_name: Option<String>,
 
+    /// Where the per-kind locks live that keep this plugin and the DRA driver
+    /// (edgegpu-dra-driver) from both serving a node's GPUs: a directory both see, on a tmpfs.
+    /// A kind locked by the other program is not advertised until it stops. Empty: no locks
+    /// (only where no DRA driver can run). See docs/dra.md.
+    #[arg(
+        long,
+        env = "OWNERSHIP_DIR",
+        value_name = "DIR",
+        default_value = crate::ownership::DEFAULT_DIR
+    )]
+    pub ownership_dir: String,
+
     /// GPU discovery, allocation and sharing settings.
     #[command(flatten)]
     pub gpu: GpuArgs,
@@ -190,6 +202,11 @@ impl Cli {
             return Ok(None);
         }
         crate::metrics::server::parse_bind_address(&self.metrics_bind_address).map(Some)
+    }
+
+    /// `--ownership-dir`; `None` when empty.
+    pub fn ownership_dir(&self) -> Option<PathBuf> {
+        (!self.ownership_dir.is_empty()).then(|| PathBuf::from(&self.ownership_dir))
     }
 
     /// `--pod-resources-socket`; `None` when empty.

@@ -49,6 +49,12 @@ enum RoundEnd {
     Reconfigured,
 }
 
+/// The kind of device a served resource hands out (every GPU resource, MIG and shared
+/// replicas included, is [`ownership::DeviceKind::Gpu`]).
+fn resource_kind(_resource: &GpuResource) -> ownership::DeviceKind {
+    ownership::DeviceKind::Gpu
+}
+
 /// Runs the plugin as the command line describes, until SIGTERM/SIGINT. A SIGHUP or a changed
 /// MIG geometry ends the round: every resource is stopped (sockets removed), discovery runs
 /// again and the resources it finds are served and registered anew.
@@ -86,6 +92,7 @@ async fn serve_rounds(
     // running, which is what reconfigurations pass through.
     let mut settle = false;
     let mut first_round = true;
+    let mut owned = ownership::Ownerships::new(cli.ownership_dir(), "edgegpu-device-plugin");
     loop {
         if settle {
             tokio::select! {
@@ -108,11 +115,18 @@ async fn serve_rounds(
             Err(e) => return Err(e),
         };
         first_round = false;
+        // Serve only the kinds this plugin holds (docs/dra.md): the others wait for a
+        // takeover, which ends the round.
+        let kinds: Vec<ownership::DeviceKind> =
+            node.resources.iter().map(|r| resource_kind(r)).collect();
+        owned.acquire(&kinds)?;
+        let mut node = node;
+        node.resources.retain(|r| owned.holds(resource_kind(r)));
         if let Some(path) = cli.feature_file() {
             publish_feature_file(path, &node.resources).await;
         }
         metrics.describe(cli, &node.resources, options).await?;
-        match serve_round(node, options, signals).await? {
+        match serve_round(node, options, signals, &mut owned, &kinds).await? {
             RoundEnd::Rebuild(why) => tracing::info!("Rebuilding the resources: {why}"),
             RoundEnd::Reconfigured => {
                 tracing::info!("Rebuilding the resources: the MIG geometry changed");
@@ -128,6 +142,8 @@ async fn serve_round(
     node: NodeResources,
     options: &LifecycleOptions,
     signals: &mut shutdown::ShutdownSignals,
+    owned: &mut ownership::Ownerships,
+    kinds: &[ownership::DeviceKind],
 ) -> anyhow::Result<RoundEnd> {
     let NodeResources {
         resources,
@@ -151,10 +167,17 @@ async fn serve_round(
                     std::future::pending::<()>().await;
                 }
             } => RoundEnd::Reconfigured,
+            _ = owned.take_over(kinds) => RoundEnd::Rebuild("took over devices the DRA driver served"),
         };
         let _ = end_tx.send(end).await;
     };
-    serve_all(resources, options.clone(), stop).await?;
+    if resources.is_empty() {
+        // Every kind is served by the DRA driver: nothing to register, wait for a signal or a
+        // takeover (serve_all would return at once).
+        stop.await;
+    } else {
+        serve_all(resources, options.clone(), stop).await?;
+    }
     Ok(end_rx.recv().await.unwrap_or(RoundEnd::Shutdown))
 }
 

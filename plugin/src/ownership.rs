@@ -120,6 +120,98 @@ pub fn held_message(kind: DeviceKind, path: &Path, holder: &str) -> String {
     )
 }
 
+/// How often a program that lacks a kind checks whether it has become free.
+pub const TAKEOVER_POLL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The kinds one program holds, and the ones it is waiting for.
+#[derive(Debug)]
+pub struct Ownerships {
+    /// `None`: ownership is off (`--ownership-dir ""`), every kind counts as held.
+    dir: Option<PathBuf>,
+    holder: &'static str,
+    held: std::collections::BTreeMap<DeviceKind, Ownership>,
+    /// Kinds whose holder was already reported (once per holder, not every poll).
+    reported: std::collections::BTreeMap<DeviceKind, String>,
+}
+
+impl Ownerships {
+    /// `holder` is the program's name, written into the lock files.
+    pub fn new(dir: Option<PathBuf>, holder: &'static str) -> Self {
+        Ownerships {
+            dir,
+            holder,
+            held: Default::default(),
+            reported: Default::default(),
+        }
+    }
+
+    /// Whether this program may serve `kind`.
+    pub fn holds(&self, kind: DeviceKind) -> bool {
+        self.dir.is_none() || self.held.contains_key(&kind)
+    }
+
+    /// Tries to take every kind of `wanted` not held yet (one non-blocking `flock` each on a
+    /// tmpfs: no I/O worth moving off the caller's thread). A kind someone else holds is
+    /// reported once, as an error; an unusable directory is an error.
+    pub fn acquire(&mut self, wanted: &[DeviceKind]) -> anyhow::Result<()> {
+        let Some(dir) = self.dir.clone() else {
+            return Ok(());
+        };
+        for &kind in wanted {
+            if self.held.contains_key(&kind) {
+                continue;
+            }
+            match try_own(&dir, kind, self.holder) {
+                Ok(Owned::Yes(ownership)) => {
+                    if self.reported.remove(&kind).is_some() {
+                        tracing::info!("took over the {kind} devices of this node");
+                    }
+                    self.held.insert(kind, ownership);
+                }
+                Ok(Owned::HeldBy { path, holder }) => {
+                    if self.reported.get(&kind) != Some(&holder) {
+                        tracing::error!("{}", held_message(kind, &path, &holder));
+                        self.reported.insert(kind, holder);
+                    }
+                }
+                Err(e) => anyhow::bail!(
+                    "cannot lock {}: {e} (--ownership-dir must be a writable directory,                      shared with the other edgegpu programs of this node)",
+                    dir.join(format!("{kind}.lock")).display()
+                ),
+            }
+        }
+        Ok(())
+    }
+
+    /// The kinds of `wanted` this program does not hold.
+    pub fn missing(&self, wanted: &[DeviceKind]) -> Vec<DeviceKind> {
+        let mut missing: Vec<DeviceKind> =
+            wanted.iter().copied().filter(|k| !self.holds(*k)).collect();
+        missing.sort();
+        missing.dedup();
+        missing
+    }
+
+    /// Completes once one of `wanted`'s missing kinds has been taken over (polling every
+    /// [`TAKEOVER_POLL`]); never when nothing is missing or on an error (logged).
+    pub async fn take_over(&mut self, wanted: &[DeviceKind]) -> DeviceKind {
+        loop {
+            let missing = self.missing(wanted);
+            if missing.is_empty() {
+                return std::future::pending().await;
+            }
+            tokio::time::sleep(TAKEOVER_POLL).await;
+            if let Err(e) = self.acquire(&missing) {
+                tracing::error!("{e:#}");
+                continue;
+            }
+            if let Some(kind) = missing.into_iter().find(|k| self.holds(*k)) {
+                return kind;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,6 +253,46 @@ mod tests {
             text,
             format!("edgegpu-device-plugin pid {}\n", std::process::id())
         );
+    }
+
+    #[test]
+    fn ownerships_hold_report_and_take_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut dra = Ownerships::new(Some(dir.path().into()), "edgegpu-dra-driver");
+        dra.acquire(&[DeviceKind::Gpu]).unwrap();
+        assert!(dra.holds(DeviceKind::Gpu) && !dra.holds(DeviceKind::Dla));
+        let mut plugin = Ownerships::new(Some(dir.path().into()), "edgegpu-device-plugin");
+        plugin.acquire(&[DeviceKind::Gpu, DeviceKind::Dla]).unwrap();
+        assert!(!plugin.holds(DeviceKind::Gpu) && plugin.holds(DeviceKind::Dla));
+        assert_eq!(
+            plugin.missing(&[DeviceKind::Gpu, DeviceKind::Dla, DeviceKind::Gpu]),
+            vec![DeviceKind::Gpu]
+        );
+        drop(dra);
+        plugin.acquire(&[DeviceKind::Gpu]).unwrap();
+        assert!(plugin.holds(DeviceKind::Gpu));
+        // Off: everything counts as held.
+        let off = Ownerships::new(None, "x");
+        assert!(off.holds(DeviceKind::Pva));
+        assert!(off.missing(&DeviceKind::ALL).is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn take_over_completes_when_the_holder_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut first = Ownerships::new(Some(dir.path().into()), "first");
+        first.acquire(&[DeviceKind::Gpu]).unwrap();
+        let mut second = Ownerships::new(Some(dir.path().into()), "second");
+        second.acquire(&[DeviceKind::Gpu]).unwrap();
+        let waiting =
+            tokio::time::timeout(TAKEOVER_POLL * 3, second.take_over(&[DeviceKind::Gpu])).await;
+        assert!(waiting.is_err(), "taken over while held");
+        drop(first);
+        let kind = tokio::time::timeout(TAKEOVER_POLL * 2, second.take_over(&[DeviceKind::Gpu]))
+            .await
+            .expect("taken over after the holder went");
+        assert_eq!(kind, DeviceKind::Gpu);
+        assert!(second.holds(DeviceKind::Gpu));
     }
 
     #[test]

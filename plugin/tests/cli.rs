@@ -335,3 +335,72 @@ async fn binary_takes_its_settings_from_the_environment_and_uses_the_plugin_watc
         "registration socket removed"
     );
 }
+
+/// The GPU kind locked by another program (the DRA driver, stood in for by this test holding
+/// the lock): the plugin says who holds it, registers nothing, and takes the GPU over once the
+/// lock is released (docs/dra.md, "The device plugin and the DRA driver on one node").
+#[tokio::test]
+async fn a_gpu_locked_by_the_dra_driver_is_not_advertised_until_released() {
+    use edgegpu_plugin::ownership::{try_own, DeviceKind, Owned};
+    let host = FakeHost::jetson(Board::Orin);
+    let dir = tempfile::tempdir().unwrap();
+    let locks = tempfile::tempdir().unwrap();
+    let held = match try_own(locks.path(), DeviceKind::Gpu, "edgegpu-dra-driver").unwrap() {
+        Owned::Yes(o) => o,
+        other => panic!("{other:?}"),
+    };
+    let kubelet = FakeKubelet::start(dir.path()).await.unwrap();
+    let mut plugin = Plugin(
+        binary_command(BIN)
+            .arg("--device-plugin-path")
+            .arg(dir.path())
+            .arg("--root")
+            .arg(host.root())
+            .arg("--ownership-dir")
+            .arg(locks.path())
+            .env("EDGEGPU_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stderr = plugin.0.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // The refusal is logged once discovery is done.
+    let deadline = Instant::now() + WAIT;
+    let mut log = String::new();
+    while !log.contains("served by edgegpu-dra-driver pid") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                log.push_str(&line);
+                log.push('\n');
+            }
+            Err(_) => panic!("no refusal logged:\n{log}"),
+        }
+    }
+    assert!(log.contains("gpu.lock"), "{log}");
+    assert_eq!(
+        kubelet.registration_count(),
+        0,
+        "nothing registered while locked"
+    );
+    drop(held);
+    let registered = kubelet.wait_for_registration(GPU, WAIT).await.unwrap();
+    assert!(!registered.devices.is_empty());
+    let text = std::fs::read_to_string(locks.path().join("gpu.lock")).unwrap();
+    assert_eq!(
+        text,
+        format!("edgegpu-device-plugin pid {}\n", plugin.0.id())
+    );
+    sigterm(&plugin.0);
+    assert!(wait_exit(&mut plugin.0).await.success());
+}

@@ -12,18 +12,28 @@ pub const RUNNER_ENV: &str = "EDGEGPU_TEST_RUNNER";
 
 /// A [`Command`] that runs the binary at `path`, through the emulator named in
 /// [`RUNNER_ENV`] when one is set.
+///
+/// The device plugin and the DRA driver lock the device kinds they serve in a host-wide
+/// directory (`/run/edgegpu`, docs/dra.md); tests start many of them at once on fake hosts, so
+/// the locks are off here (`OWNERSHIP_DIR=""`). Tests of the locks set a directory of their
+/// own after this.
 pub fn binary_command(path: impl AsRef<Path>) -> Command {
     let runner = std::env::var(RUNNER_ENV).unwrap_or_default();
     let mut words = runner.split_whitespace();
-    match words.next() {
+    let mut cmd = match words.next() {
         Some(program) => {
             let mut cmd = Command::new(program);
             cmd.args(words).arg(path.as_ref());
             cmd
         }
         None => Command::new(path.as_ref()),
-    }
+    };
+    cmd.env(OWNERSHIP_DIR_ENV, "");
+    cmd
 }
+
+/// The environment variable of `--ownership-dir`.
+pub const OWNERSHIP_DIR_ENV: &str = "OWNERSHIP_DIR";
 
 /// A field of `/proc/<pid>/status` (`VmRSS:` → `6412 kB`), or `?`.
 pub fn status_field(pid: u32, field: &str) -> String {
