@@ -1325,6 +1325,9 @@ class Dra(unittest.TestCase):
                     self.assertEqual(found.get(path), (name, True), path)
             self.assertNotIn("/var/lib/kubelet/device-plugins", found)
             self.assertNotIn("/var/lib/kubelet/pod-resources", found)
+            # The plugin's discovery settings, as its init container `labels` has them.
+            self.assertEqual({k: v for k, v in env(container).items() if k != "NODE_NAME"},
+                             {k: v for k, v in env(labeller).items() if k not in ("NODE_NAME", "CONFIG_FILE")})
             if variant == "discrete":
                 self.assertEqual(env(container)["NVIDIA_VISIBLE_DEVICES"], "all")
             else:
@@ -1343,7 +1346,7 @@ class Dra(unittest.TestCase):
         values = {"dra": {"enabled": True, "allNodes": True, "devices": ["gpu", "dla"],
                           "nodeSelector": {"example.com/pool": "edge"},
                           "deviceClasses": {"gpu": {"extendedResourceName": "edgegpu.io/gpu"}}},
-                  "nodeSetup": {"enabled": True}, "runtimeClassName": "nvidia"}
+                  "nodeSetup": {"enabled": True}, "runtimeClassName": "nvidia", "migStrategy": "mixed"}
         docs = self.render_checked(values)
         self.assertFalse(plugins(docs))
         drivers = dra_drivers(docs)
@@ -1352,6 +1355,8 @@ class Dra(unittest.TestCase):
             self.assertEqual(required_terms(ds), gpu_terms[variant])
             self.assertEqual(pod(ds)["containers"][0]["args"], ["--root=/host", "--devices=gpu,dla"])
             self.assertEqual(pod(ds)["nodeSelector"], {"example.com/pool": "edge"})
+            # MIG devices are published only with a MIG strategy, the plugin's value.
+            self.assertEqual(env(pod(ds)["containers"][0])["MIG_STRATEGY"], "mixed")
         self.assertEqual(pod(drivers["edgegpu-dra-driver-discrete"])["runtimeClassName"], "nvidia")
         self.assertNotIn("runtimeClassName", pod(drivers["edgegpu-dra-driver-jetson"]))
         # Node setup still sets up every GPU node (CDI is what the DRA driver's claims need).

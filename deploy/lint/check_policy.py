@@ -416,8 +416,12 @@ def check_allocators_exclusive(plugins, drivers):
 
 
 def dra_cli(repo):
-    """The DRA driver's flags and variables (dra/src), plus the flags announced for it."""
-    sources = "\n".join(p.read_text(encoding="utf-8") for p in sorted((repo / "dra" / "src").rglob("*.rs")))
+    """The DRA driver's flags and variables: its own (dra/src), the plugin's GPU arguments it
+    takes as the labeller does (plugin/src/config.rs, GpuArgs: discovery, MIG strategy), and
+    the flags announced for it."""
+    files = sorted((repo / "dra" / "src").rglob("*.rs")) + [repo / "plugin" / "src" / "config.rs"] \
+        + sorted((repo / "plugin" / "src" / "config").rglob("*.rs"))
+    sources = "\n".join(p.read_text(encoding="utf-8") for p in files if p.exists())
     envs, flags, strategies = plugin_cli(repo, sources)
     return envs, flags | DRA_ANNOUNCED_FLAGS, strategies
 
