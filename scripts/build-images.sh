@@ -114,7 +114,8 @@ build_all() {
         for arch in "${ARCHES[@]}"; do
             rootfs=$store/rootfs-$image-$arch
             extra=()
-            [ "$image" != edgegpu-device-plugin ] || extra=("$dist/edgegpu-labeller-${RUST_TARGET[$image:$arch]}")
+            [ "$image" != edgegpu-device-plugin ] || extra=("$dist/edgegpu-labeller-${RUST_TARGET[$image:$arch]}"
+                "$dist/edgegpu-dra-driver-${RUST_TARGET[$image:$arch]}")
             sh deploy/image/assemble-rootfs.sh "$arch" "$work/debian/debian-$arch" \
                 "$dist/$image-${RUST_TARGET[$image:$arch]}" "$rootfs" "$image" "${extra[@]}"
             container=$(buildah "${B[@]}" from scratch)

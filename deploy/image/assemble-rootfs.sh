@@ -7,7 +7,7 @@
 # scripts/build-images.sh (which builds the images from it without a container engine) and by
 # measure-image-size.sh. POSIX sh: it runs in debian:trixie-slim.
 #
-# Usage: assemble-rootfs.sh TARGETARCH DEBIAN_ROOT BINARY OUT_DIR IMAGE [LABELLER]
+# Usage: assemble-rootfs.sh TARGETARCH DEBIAN_ROOT BINARY OUT_DIR IMAGE [LABELLER DRA_DRIVER]
 #   TARGETARCH   amd64 | arm64 (BuildKit's names)
 #   DEBIAN_ROOT  a directory holding the TARGET architecture's Debian /usr/lib (a target-arch
 #                image's filesystem, or libc6 + libgcc-s1 unpacked with dpkg-deb -x); for
@@ -22,13 +22,16 @@
 #   LABELLER     edgegpu-device-plugin only, and required there: the edgegpu-labeller binary for
 #                that architecture, installed next to the plugin (the node labeller and the
 #                plugins' init containers run it from this image, docs/labels.md)
+#   DRA_DRIVER   edgegpu-device-plugin only, and required there: the edgegpu-dra-driver binary
+#                for that architecture, installed next to the plugin (the chart's DRA driver
+#                DaemonSets run it from this image, docs/dra.md)
 set -eu
 
-if [ "$#" -ne 5 ] && [ "$#" -ne 6 ]; then
-    echo "usage: $0 TARGETARCH DEBIAN_ROOT BINARY OUT_DIR IMAGE [LABELLER]" >&2
+if [ "$#" -ne 5 ] && [ "$#" -ne 7 ]; then
+    echo "usage: $0 TARGETARCH DEBIAN_ROOT BINARY OUT_DIR IMAGE [LABELLER DRA_DRIVER]" >&2
     exit 2
 fi
-arch=$1 debian_root=$2 binary=$3 out=$4 image=$5 labeller=${6:-}
+arch=$1 debian_root=$2 binary=$3 out=$4 image=$5 labeller=${6:-} dra_driver=${7:-}
 
 case "$arch" in
     amd64) triple=x86_64-linux-gnu; loader=ld-linux-x86-64.so.2 ;;
@@ -45,12 +48,12 @@ case "$image" in
     edgegpu-node-setup) ;;
     *) echo "$0: unknown IMAGE '$image' (edgegpu-device-plugin, devicequery or edgegpu-node-setup)" >&2; exit 2 ;;
 esac
-if [ "$image" = edgegpu-device-plugin ] && [ -z "$labeller" ]; then
-    echo "$0: edgegpu-device-plugin needs LABELLER (the edgegpu-labeller binary)" >&2
+if [ "$image" = edgegpu-device-plugin ] && { [ -z "$labeller" ] || [ -z "$dra_driver" ]; }; then
+    echo "$0: edgegpu-device-plugin needs LABELLER and DRA_DRIVER (the edgegpu-labeller and edgegpu-dra-driver binaries)" >&2
     exit 2
 fi
-if [ "$image" != edgegpu-device-plugin ] && [ -n "$labeller" ]; then
-    echo "$0: LABELLER is only for edgegpu-device-plugin" >&2
+if [ "$image" != edgegpu-device-plugin ] && [ -n "$labeller$dra_driver" ]; then
+    echo "$0: LABELLER and DRA_DRIVER are only for edgegpu-device-plugin" >&2
     exit 2
 fi
 
@@ -74,7 +77,7 @@ for lib in $libs; do
         exit 1
     fi
 done
-for input in "$binary" ${labeller:+"$labeller"}; do
+for input in "$binary" ${labeller:+"$labeller"} ${dra_driver:+"$dra_driver"}; do
     if [ ! -f "$input" ]; then
         echo "$0: missing binary $input" >&2
         exit 1
@@ -124,6 +127,10 @@ case "$image" in
         ln -s ../sys/firmware/devicetree/base "$out/host/proc/device-tree"
         cp "$labeller" "$out/usr/bin/edgegpu-labeller"
         chmod 0755 "$out/usr/bin/edgegpu-labeller"
+        # The DRA driver links the plugin's discovery (it dlopens libnvidia-ml.so.1 the same
+        # way): the same glibc pieces serve it.
+        cp "$dra_driver" "$out/usr/bin/edgegpu-dra-driver"
+        chmod 0755 "$out/usr/bin/edgegpu-dra-driver"
         ;;
     devicequery)
         # The NVIDIA runtime's hook injects the driver libraries (on Jetson with JetPack 4/5 also

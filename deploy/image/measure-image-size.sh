@@ -92,7 +92,15 @@ for arch in amd64 arm64; do
             have_binary=0
             echo "   $dist/edgegpu-labeller-$rust_target not found: measuring the glibc part only"
         fi
-        extra=("$labeller")
+        # And edgegpu-dra-driver (docs/dra.md).
+        dra_driver=$dist/edgegpu-dra-driver-$rust_target
+        if [ ! -f "$dra_driver" ]; then
+            dra_driver=$work/placeholder-dra-driver-$arch
+            : >"$dra_driver"
+            have_binary=0
+            echo "   $dist/edgegpu-dra-driver-$rust_target not found: measuring the glibc part only"
+        fi
+        extra=("$labeller" "$dra_driver")
     fi
     rootfs=$work/rootfs-$arch
     sh "$here/assemble-rootfs.sh" "$arch" "$debian_root" "$binary" "$rootfs" "$image" "${extra[@]}"

@@ -46,6 +46,14 @@ objects. This script checks what docs/deploy.md promises:
     plugin image's `mps-control-daemon` with flags it defines, mounts exactly the host's /
     read-only at /host and the same MPS directory read-write at /host<MPS_ROOT>, has a token
     for nothing, and runs on exactly the nodes that run a plugin.
+  * the DRA driver (Helm value dra.enabled, docs/dra.md): its ClusterRole grants exactly
+    resourceslices get/list/watch/create/update/delete, resourceclaims get/list/watch and nodes
+    get; its DaemonSets run edgegpu-dra-driver with flags and variables it defines (dra/src),
+    unprivileged like the plugin, mount the kubelet's plugins_registry and its own
+    plugins/edgegpu.io directory, /var/run/cdi and /run/edgegpu read-write at their host path
+    and every host path the plugin's discovery reads read-only under /host; no node ever runs
+    a plugin DaemonSet and a DRA driver DaemonSet (docs/dra.md, "The device plugin and the DRA
+    driver on one node"); the plugins mount /run/edgegpu (their ownership locks) read-write.
 
 Usage: check_policy.py REPO_ROOT. Prints one line per problem; exit status 1 if there is any.
 deploy/helm/check_chart.py runs the same rules on the Helm chart's rendered output
@@ -70,6 +78,28 @@ SYS_KERNEL = "/sys/kernel"
 NVMAP_IOVMM_DIR = "/sys/kernel/debug/nvmap/iovmm"
 NFD_FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+# The per-kind ownership locks of the plugin and the DRA driver (--ownership-dir's default):
+# under /run, a tmpfs, so created where missing; read-write at the same path.
+OWNERSHIP_DIR = "/run/edgegpu"
+# The DRA driver (dra/src/cli.rs defaults): the kubelet's plugin watcher directory, its own
+# directory under the kubelet's plugins (dra.sock, checkpoint) and the CDI spec directory.
+DRA_DRIVER = "edgegpu-dra-driver"
+DRA_DRIVER_NAME = "edgegpu.io"
+DRA_COMMAND = ["/usr/bin/edgegpu-dra-driver"]
+KUBELET_REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
+DRA_PLUGIN_DIR = f"/var/lib/kubelet/plugins/{DRA_DRIVER_NAME}"
+CDI_DIR = "/var/run/cdi"
+# Read-write at their host path, created where missing except the kubelet's own directory.
+DRA_HOST_DIRS = {KUBELET_REGISTRY_DIR: "Directory", DRA_PLUGIN_DIR: "DirectoryOrCreate",
+                 CDI_DIR: "DirectoryOrCreate", OWNERSHIP_DIR: "DirectoryOrCreate"}
+# Flags colleagues are adding to the driver (docs/dra.md): accepted before dra/src defines them.
+DRA_ANNOUNCED_FLAGS = {"ownership-dir", "devices"}
+DRA_RULES = [
+    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"],
+     "verbs": ["create", "delete", "get", "list", "update", "watch"]},
+    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+]
 # Host paths every Linux node has: all the node-labeller DaemonSet (on every node) may mount.
 ALWAYS_PRESENT_HOST_PATHS = {"/sys"}
 HOSTPATH_TYPES_NO_CREATE = {"Directory", "File", "Socket", "CharDevice", "BlockDevice"}
@@ -163,6 +193,8 @@ def check_mounts(where, pod, container, plugin=True):
         # fills it; the plugin pod must not wait for the companion to create it.
         elif mps_root and host_path["path"] == mps_root and kind == "DirectoryOrCreate":
             pass
+        elif host_path["path"] == OWNERSHIP_DIR and kind == "DirectoryOrCreate" and plugin:
+            pass
         elif kind not in HOSTPATH_TYPES_NO_CREATE:
             problem(where, f"hostPath {host_path['path']} has type {kind!r}: use one of "
                     f"{sorted(HOSTPATH_TYPES_NO_CREATE)} (others create paths on the host)")
@@ -177,6 +209,9 @@ def check_mounts(where, pod, container, plugin=True):
         elif host_path["path"] == POD_RESOURCES_DIR:
             if mount["mountPath"] != POD_RESOURCES_DIR or not mount.get("readOnly"):
                 problem(where, f"{POD_RESOURCES_DIR} must be mounted readOnly at the same path")
+        elif host_path["path"] == OWNERSHIP_DIR and plugin:
+            if mount["mountPath"] != OWNERSHIP_DIR or mount.get("readOnly"):
+                problem(where, f"{OWNERSHIP_DIR} (the ownership locks) must be mounted read-write at the same path")
         elif mps_root and host_path["path"] == mps_root:
             if mount["mountPath"] != mps_root or mount.get("readOnly"):
                 problem(where, f"the MPS directory {mps_root} (MPS_ROOT) must be mounted read-write at the same path")
@@ -195,6 +230,9 @@ def check_mounts(where, pod, container, plugin=True):
                 problem(where, f"/host/dev is mounted but {masked} is not masked")
     if plugin and DEVICE_PLUGIN_DIR not in paths:
         problem(where, f"{DEVICE_PLUGIN_DIR} is not mounted")
+    if plugin and OWNERSHIP_DIR not in paths:
+        problem(where, f"{OWNERSHIP_DIR} is not mounted: the plugin's ownership locks would not be the DRA "
+                "driver's, and both could serve the node's GPUs")
     if mps_root and mps_root not in paths:
         problem(where, f"MPS_ROOT is {mps_root}, but no volume is mounted there (the plugin writes daemons.json)")
     runs_labeller = "edgegpu-labeller" in " ".join(container.get("command") or [])
@@ -361,6 +399,109 @@ def check_node_selection(daemonsets, documented_labels=True):
         chosen = [n for n, ds in daemonsets.items() if selects(ds["spec"]["template"]["spec"], labels)]
         if chosen != ([expected] if expected else []):
             problem("node selection", f"nodes labelled {labels} run {chosen}, expected {expected}")
+
+
+def check_allocators_exclusive(plugins, drivers):
+    """No node runs a plugin DaemonSet and a DRA driver DaemonSet, whatever its labels; no node
+    runs two DRA drivers."""
+    allocators = {**plugins, **drivers}
+    for labels in label_combinations(allocators):
+        chosen_plugins = [n for n, ds in plugins.items() if selects(ds["spec"]["template"]["spec"], labels)]
+        chosen_drivers = [n for n, ds in drivers.items() if selects(ds["spec"]["template"]["spec"], labels)]
+        if chosen_plugins and chosen_drivers:
+            problem("node selection", f"nodes labelled {labels} would run the device plugin {chosen_plugins} and "
+                    f"the DRA driver {chosen_drivers}: two allocators for one GPU")
+        if len(chosen_drivers) > 1:
+            problem("node selection", f"nodes labelled {labels} would run {chosen_drivers}")
+
+
+def dra_cli(repo):
+    """The DRA driver's flags and variables: its own (dra/src), the plugin's GPU arguments it
+    takes as the labeller does (plugin/src/config.rs, GpuArgs: discovery, MIG strategy), and
+    the flags announced for it."""
+    files = sorted((repo / "dra" / "src").rglob("*.rs")) + [repo / "plugin" / "src" / "config.rs"] \
+        + sorted((repo / "plugin" / "src" / "config").rglob("*.rs"))
+    sources = "\n".join(p.read_text(encoding="utf-8") for p in files if p.exists())
+    envs, flags, strategies = plugin_cli(repo, sources)
+    return envs, flags | DRA_ANNOUNCED_FLAGS, strategies
+
+
+def check_dra_driver(ds, version, plugins, repo):
+    """A DRA driver DaemonSet: the plugin's confinement, its own kubelet and CDI directories
+    read-write, the plugin's discovery files read-only, a token for its ServiceAccount only."""
+    where = f"DaemonSet {ds['metadata']['name']}"
+    pod = ds["spec"]["template"]["spec"]
+    component = ds["metadata"].get("labels", {}).get("app.kubernetes.io/component")
+    if pod.get("automountServiceAccountToken") is not False:
+        problem(where, "automountServiceAccountToken must be false (the token is a projected volume)")
+    for host_ns in ("hostNetwork", "hostPID", "hostIPC"):
+        if pod.get(host_ns):
+            problem(where, f"{host_ns} must not be set")
+    if pod.get("priorityClassName") != "system-node-critical":
+        problem(where, "priorityClassName must be system-node-critical")
+    if not any(t.get("key") == "nvidia.com/gpu" and t.get("operator") == "Exists" for t in pod.get("tolerations") or []):
+        problem(where, "needs the toleration nvidia.com/gpu Exists")
+    if pod.get("initContainers"):
+        problem(where, "has no init containers")
+    check_volumes_used(where, pod)
+    if [c["name"] for c in pod["containers"]] != ["dra-driver"]:
+        problem(where, "must have exactly one container, dra-driver")
+        return
+    container = pod["containers"][0]
+    cwhere = f"{where} container dra-driver"
+    check_container(cwhere, container)
+    if not container.get("image", "").endswith(f":{version}"):
+        problem(cwhere, f"image {container.get('image')} is not tagged with the workspace version {version}")
+    plugin_images = {p["spec"]["template"]["spec"]["containers"][0]["image"] for p in plugins.values()}
+    if plugin_images and plugin_images != {container.get("image")}:
+        problem(cwhere, f"image {container.get('image')} is not the plugins' {sorted(plugin_images)}")
+    if container.get("command") != DRA_COMMAND:
+        problem(cwhere, f"command must be {DRA_COMMAND}")
+    if "--root=/host" not in (container.get("args") or []):
+        problem(cwhere, "must run with --root=/host (the host files are mounted under /host)")
+    check_cli_alignment(cwhere, container, dra_cli(repo), "edgegpu-dra-driver (dra/src)")
+    volumes = {v["name"]: v for v in pod.get("volumes") or []}
+    found_dirs = {}
+    for mount in container.get("volumeMounts") or []:
+        volume = volumes.get(mount["name"])
+        if volume is None:
+            problem(cwhere, f"mount {mount['mountPath']} names no volume {mount['name']}")
+            continue
+        if is_token_volume(volume):
+            if mount["mountPath"] != SERVICE_ACCOUNT_DIR or not mount.get("readOnly"):
+                problem(cwhere, f"the token must be mounted readOnly at {SERVICE_ACCOUNT_DIR}")
+            continue
+        host_path = volume.get("hostPath")
+        if host_path is None:
+            continue
+        path, kind = host_path["path"], host_path.get("type", "")
+        if path in DRA_HOST_DIRS:
+            found_dirs[path] = kind
+            if mount["mountPath"] != path or mount.get("readOnly"):
+                problem(cwhere, f"{path} must be mounted read-write at the same path (the kubelet and the runtime "
+                        "use the host's paths)")
+            continue
+        if path.startswith("/var/lib/kubelet") or path in (DEVICE_PLUGIN_DIR, POD_RESOURCES_DIR, HOST_PROC) \
+                or path == SYS_KERNEL or path.startswith(SYS_KERNEL + "/"):
+            problem(cwhere, f"host path {path} is not the DRA driver's")
+            continue
+        if kind not in HOSTPATH_TYPES_NO_CREATE:
+            problem(cwhere, f"hostPath {path} has type {kind!r}: use one of {sorted(HOSTPATH_TYPES_NO_CREATE)}")
+        if not mount.get("readOnly") or mount["mountPath"] != "/host" + path:
+            problem(cwhere, f"host path {path} must be mounted readOnly at /host{path} (--root /host)")
+    for path, kind in DRA_HOST_DIRS.items():
+        if found_dirs.get(path) != kind:
+            problem(cwhere, f"{path} must be mounted (hostPath type {kind}), found {found_dirs.get(path)!r}")
+    paths = {m["mountPath"] for m in container.get("volumeMounts") or []}
+    if "/host/dev" in paths:
+        for masked in ("/host/dev/pts", "/host/dev/shm"):
+            if masked not in paths:
+                problem(cwhere, f"/host/dev is mounted but {masked} is not masked")
+    if component not in HOST_READERS:
+        problem(where, f"app.kubernetes.io/component {component!r} is not one of {sorted(HOST_READERS)}")
+    else:
+        # The plugin's discovery runs in the driver: every host path it reads is mounted.
+        check_host_path_coverage(cwhere, repo, component, pod, container)
 
 
 def check_node_setup(ds, version, plugins, documented_labels):
@@ -747,6 +888,11 @@ def check_rbac(objects):
     roles = {d["metadata"]["name"]: d for d in objects if d.get("kind") == "ClusterRole"}
     accounts = set()
     for role in roles.values():
+        if role["metadata"].get("labels", {}).get("app.kubernetes.io/name") == DRA_DRIVER:
+            rules = [{**r, "verbs": sorted(r.get("verbs") or [])} for r in role.get("rules") or []]
+            if rules != DRA_RULES:
+                problem(f"ClusterRole {role['metadata']['name']}", f"grants {role.get('rules')}: only {DRA_RULES}")
+            continue
         for rule in role.get("rules") or []:
             if (rule.get("apiGroups") != [""] or rule.get("resources") != ["nodes"]
                     or sorted(rule.get("verbs") or []) != ["get", "patch"] or rule.get("resourceNames")):
@@ -812,11 +958,14 @@ def check_objects(repo, objects, configmaps, where, namespace="kube-system", con
                  if d["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "edgegpu-node-labeller"]
     companions = [d for d in all_daemonsets
                   if d["metadata"].get("labels", {}).get("app.kubernetes.io/name") == MPS_COMPANION]
+    drivers = {d["metadata"]["name"]: d for d in all_daemonsets
+               if d["metadata"].get("labels", {}).get("app.kubernetes.io/name") == DRA_DRIVER}
     for ds in all_daemonsets:
-        if ds["metadata"]["name"] not in plugins and not any(ds in s for s in (node_setup, labellers, companions)):
+        if ds["metadata"]["name"] not in plugins and ds["metadata"]["name"] not in drivers \
+                and not any(ds in s for s in (node_setup, labellers, companions)):
             problem(f"DaemonSet {ds['metadata']['name']}",
-                    "is neither the device plugin, node setup, the labeller nor the MPS companion")
-    if not plugins and not node_setup:
+                    "is neither the device plugin, the DRA driver, node setup, the labeller nor the MPS companion")
+    if not plugins and not node_setup and not drivers:
         problem(where, "no DaemonSet")
     cli = plugin_cli(repo)
     for ds in plugins.values():
@@ -830,9 +979,15 @@ def check_objects(repo, objects, configmaps, where, namespace="kube-system", con
             problem(f"DaemonSet {ds['metadata']['name']}", f"its labeller runs as {account!r}, which no ClusterRoleBinding names")
     for ds in labellers:
         check_node_labeller(ds, version, accounts)
+    for ds in drivers.values():
+        check_dra_driver(ds, version, plugins, repo)
+        if ds["spec"]["template"]["spec"].get("serviceAccountName") not in accounts:
+            problem(f"DaemonSet {ds['metadata']['name']}", "its ServiceAccount is bound to no ClusterRole")
+    if drivers:
+        check_allocators_exclusive(plugins, drivers)
     check_metrics_service(objects, plugins)
     for ds in node_setup:
-        check_node_setup(ds, version, plugins, documented_labels)
+        check_node_setup(ds, version, {**plugins, **drivers}, documented_labels)
     for ds in companions:
         check_mps_control_daemon(ds, version, plugins, cli, documented_labels)
     with_mps = sorted(n for n, ds in plugins.items()

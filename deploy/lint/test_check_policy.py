@@ -122,6 +122,27 @@ class PolicyTest(unittest.TestCase):
             mount(jetson(objects), "/var/lib/kubelet/device-plugins")["readOnly"] = True
         self.assert_reported(mutate, "must be mounted read-write")
 
+    def test_missing_ownership_dir(self):
+        # Without /run/edgegpu the plugin's locks are its own, and a DRA driver on the node
+        # could serve the same GPU (docs/dra.md).
+        def mutate(objects, _):
+            container(jetson(objects))["volumeMounts"] = [
+                m for m in container(jetson(objects))["volumeMounts"] if m["mountPath"] != "/run/edgegpu"]
+            pod(jetson(objects))["volumes"] = [v for v in pod(jetson(objects))["volumes"] if v["name"] != "ownership"]
+        self.assert_reported(mutate, "/run/edgegpu is not mounted")
+
+    def test_read_only_ownership_dir(self):
+        def mutate(objects, _):
+            mount(discrete(objects), "/run/edgegpu")["readOnly"] = True
+        self.assert_reported(mutate, "/run/edgegpu (the ownership locks) must be mounted read-write at the same path")
+
+    def test_ownership_dir_only_for_the_plugin_container(self):
+        # DirectoryOrCreate is allowed for the plugin container's lock directory only.
+        def mutate(objects, _):
+            init = pod(jetson(objects))["initContainers"][0]
+            init["volumeMounts"].append({"name": "ownership", "mountPath": "/run/edgegpu"})
+        self.assert_reported(mutate, "hostPath /run/edgegpu has type 'DirectoryOrCreate'")
+
     def test_bad_quantity(self):
         def mutate(objects, _):
             container(jetson(objects))["resources"]["limits"]["cpu"] = "lots"

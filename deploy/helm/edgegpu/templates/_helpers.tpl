@@ -170,7 +170,7 @@ chart allows that) or NVIDIA's default affinity.
 The affinity a plugin DaemonSet gets, as YAML text: its own override, else the top-level one
 (validated: only with one DaemonSet enabled), else the built-in one. dict "root" $ "variant" v.
 */}}
-{{- define "edgegpu.plugin.affinity" -}}
+{{- define "edgegpu.plugin.gpuAffinity" -}}
 {{- $own := (index .root.Values.devicePlugin .variant).affinity -}}
 {{- $override := include "edgegpu.affinityOverride" .root -}}
 {{- if $own -}}
@@ -182,8 +182,11 @@ The affinity a plugin DaemonSet gets, as YAML text: its own override, else the t
 {{- end -}}
 {{- end -}}
 
-{{/* The plugin variants that are enabled, as a list. */}}
-{{- define "edgegpu.plugin.enabledVariants" -}}
+{{/*
+The kinds of GPU node the chart serves (devicePlugin.enabled and devicePlugin.<variant>.enabled),
+as a list: each gets a plugin DaemonSet, and with dra.enabled a DRA driver DaemonSet.
+*/}}
+{{- define "edgegpu.gpuVariants" -}}
 {{- $enabled := list -}}
 {{- if .Values.devicePlugin.enabled -}}
 {{- range $variant := list "jetson" "discrete" -}}
@@ -194,6 +197,98 @@ The affinity a plugin DaemonSet gets, as YAML text: its own override, else the t
 {{- end -}}
 {{- toJson $enabled -}}
 {{- end -}}
+
+{{/* "true" when the DRA driver is deployed (dra may be null in hand-written values), else "". */}}
+{{- define "edgegpu.dra.enabled" -}}
+{{- if dig "dra" "enabled" false .Values.AsMap -}}true{{- end -}}
+{{- end -}}
+
+{{/* "true" when every GPU node runs the DRA driver and no plugin DaemonSet is rendered. */}}
+{{- define "edgegpu.dra.allNodes" -}}
+{{- if and (include "edgegpu.dra.enabled" .) (dig "dra" "allNodes" false .Values.AsMap) -}}true{{- end -}}
+{{- end -}}
+
+{{/* The plugin variants that are rendered, as a list (none when dra.allNodes). */}}
+{{- define "edgegpu.plugin.enabledVariants" -}}
+{{- if include "edgegpu.dra.allNodes" . -}}
+[]
+{{- else -}}
+{{- include "edgegpu.gpuVariants" . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The DRA driver variants that are rendered, as a list (none without dra.enabled). */}}
+{{- define "edgegpu.dra.variants" -}}
+{{- if include "edgegpu.dra.enabled" . -}}
+{{- include "edgegpu.gpuVariants" . -}}
+{{- else -}}
+[]
+{{- end -}}
+{{- end -}}
+
+{{/*
+The node label that moves a GPU node from the device plugin to the DRA driver (docs/dra.md):
+edgegpu.io/allocator=dra. The chart owns the key: validate.yaml refuses it in the values'
+node selection.
+*/}}
+{{- define "edgegpu.allocatorKey" -}}edgegpu.io/allocator{{- end -}}
+
+{{/*
+An affinity (YAML text) with one requirement added to each of its required node selector
+terms, as YAML: dict "affinity" <text> "requirement" <dict>.
+*/}}
+{{- define "edgegpu.affinityWith" -}}
+{{- $affinity := .affinity | fromYaml -}}
+{{- $required := dig "nodeAffinity" "requiredDuringSchedulingIgnoredDuringExecution" dict $affinity -}}
+{{- $terms := list -}}
+{{- range $term := $required.nodeSelectorTerms | default list -}}
+{{- $term = deepCopy $term -}}
+{{- $_ := set $term "matchExpressions" (append ($term.matchExpressions | default list) $.requirement) -}}
+{{- $terms = append $terms $term -}}
+{{- end -}}
+{{- if not $terms -}}
+{{- /* An affinity without required terms (podAntiAffinity only): one term of its own. */ -}}
+{{- $terms = list (dict "matchExpressions" (list .requirement)) -}}
+{{- end -}}
+{{- $nodeAffinity := get $affinity "nodeAffinity" | default dict -}}
+{{- $_ := set $nodeAffinity "requiredDuringSchedulingIgnoredDuringExecution" (dict "nodeSelectorTerms" $terms) -}}
+{{- $_ := set $affinity "nodeAffinity" $nodeAffinity -}}
+{{- toYaml $affinity -}}
+{{- end -}}
+
+{{/*
+The affinity a plugin DaemonSet gets: its kind of GPU node (edgegpu.plugin.gpuAffinity), and
+with dra.enabled only nodes not labelled edgegpu.io/allocator=dra. dict "root" $ "variant" v.
+*/}}
+{{- define "edgegpu.plugin.affinity" -}}
+{{- $gpu := include "edgegpu.plugin.gpuAffinity" . -}}
+{{- if include "edgegpu.dra.enabled" .root -}}
+{{- include "edgegpu.affinityWith" (dict "affinity" $gpu "requirement" (dict "key" (include "edgegpu.allocatorKey" .root) "operator" "NotIn" "values" (list "dra"))) -}}
+{{- else -}}
+{{- $gpu -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The affinity a DRA driver DaemonSet gets: the plugin's kind of GPU node, and unless
+dra.allNodes only nodes labelled edgegpu.io/allocator=dra. dict "root" $ "variant" v.
+*/}}
+{{- define "edgegpu.dra.affinity" -}}
+{{- $gpu := include "edgegpu.plugin.gpuAffinity" . -}}
+{{- if include "edgegpu.dra.allNodes" .root -}}
+{{- $gpu -}}
+{{- else -}}
+{{- include "edgegpu.affinityWith" (dict "affinity" $gpu "requirement" (dict "key" (include "edgegpu.allocatorKey" .root) "operator" "In" "values" (list "dra"))) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Name of the DRA driver's ServiceAccount, ClusterRole(Binding) and admission policy. */}}
+{{- define "edgegpu.dra.name" -}}
+{{- printf "%s-dra-driver" (include "edgegpu.fullname" .) -}}
+{{- end -}}
+
+{{/* The DRA driver's name: ResourceSlice spec.driver, the attribute domain, the sockets. */}}
+{{- define "edgegpu.dra.driverName" -}}edgegpu.io{{- end -}}
 
 {{/* Name of the ConfigMap a plugin DaemonSet reads its optional config from. */}}
 {{- define "edgegpu.plugin.configMapName" -}}
@@ -403,6 +498,26 @@ companion run exactly there.
 {{- $terms := list -}}
 {{- range $variant := include "edgegpu.plugin.enabledVariants" . | fromJsonArray -}}
 {{- $affinity := include "edgegpu.plugin.affinity" (dict "root" $ "variant" $variant) | fromYaml -}}
+{{- $terms = concat $terms (dig "nodeAffinity" "requiredDuringSchedulingIgnoredDuringExecution" "nodeSelectorTerms" (list) $affinity) -}}
+{{- end -}}
+{{- if $terms -}}
+nodeAffinity:
+  requiredDuringSchedulingIgnoredDuringExecution:
+    nodeSelectorTerms:
+      {{- toYaml $terms | nindent 6 }}
+{{- else -}}
+{}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Every GPU node the chart serves, whichever allocator runs there (plugin or DRA driver), as an
+affinity (YAML): the kinds' GPU node selector terms, ORed; {} when none. Node setup runs there.
+*/}}
+{{- define "edgegpu.gpuNodes.anyAffinity" -}}
+{{- $terms := list -}}
+{{- range $variant := include "edgegpu.gpuVariants" . | fromJsonArray -}}
+{{- $affinity := include "edgegpu.plugin.gpuAffinity" (dict "root" $ "variant" $variant) | fromYaml -}}
 {{- $terms = concat $terms (dig "nodeAffinity" "requiredDuringSchedulingIgnoredDuringExecution" "nodeSelectorTerms" (list) $affinity) -}}
 {{- end -}}
 {{- if $terms -}}
