@@ -208,6 +208,11 @@ impl Inventory {
         let driver_version = edgegpu_node_setup::cdi::driver::version(&host);
         let facts = Facts::from_labels(&labels);
         for gpu in &discovered.gpus {
+            // A MIG-enabled GPU is used through its MIG devices (as the plugin's MIG
+            // strategies and NVIDIA's DRA driver do).
+            if with_mig && gpu.mig_enabled {
+                continue;
+            }
             let mut attributes = BTreeMap::new();
             let mut capacity = BTreeMap::new();
             attributes.insert("type".into(), Attr::string("gpu"));
