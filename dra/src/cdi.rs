@@ -135,8 +135,7 @@ mod tests {
         assert_eq!(spec.cdi_version, "0.5.0");
         let path = write(dir.path(), uid, &spec).unwrap();
         assert_eq!(path, spec_path(dir.path(), uid));
-        let v: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
         assert_eq!(v["kind"], KIND);
         assert_eq!(v["devices"][0]["containerEdits"]["env"][0], "A=1");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);

@@ -146,7 +146,9 @@ pub fn semver(version: &str) -> Option<String> {
 pub fn pci_bus_id(nvml: &str) -> String {
     let lower = nvml.to_ascii_lowercase();
     match lower.split_once(':') {
-        Some((domain, rest)) if domain.len() > 4 => format!("{}:{rest}", &domain[domain.len() - 4..]),
+        Some((domain, rest)) if domain.len() > 4 => {
+            format!("{}:{rest}", &domain[domain.len() - 4..])
+        }
         _ => lower,
     }
 }
@@ -227,13 +229,12 @@ impl Inventory {
             facts.add_common(&mut attributes);
             let integrated = matches!(discovered.platform, Platform::Tegra { .. });
             attributes.insert("integrated".into(), Attr::Bool(integrated));
-            let cuda_id;
-            if integrated {
+            let cuda_id = if integrated {
                 // The shared memory the GPU can use, as the labels say (MemTotal, whole MiB).
                 if let Some(mib) = facts.memory_mib {
                     capacity.insert("memory".into(), mib * MIB);
                 }
-                cuda_id = "0".to_string();
+                "0".to_string()
             } else {
                 if let Some(bytes) = gpu.memory_bytes {
                     capacity.insert("memory".into(), bytes);
@@ -250,8 +251,8 @@ impl Inventory {
                 if let Some(v) = driver_version.as_deref().and_then(semver) {
                     attributes.insert("driverVersion".into(), Attr::Version(v));
                 }
-                cuda_id = gpu.uuid.clone();
-            }
+                gpu.uuid.clone()
+            };
             let edits = edits_of(&cdi_names::gpu_by_index(gpu.index))?;
             inventory.devices.push(InventoryDevice {
                 name: format!("gpu-{}", gpu.index),
@@ -389,8 +390,14 @@ impl Facts {
         };
         Facts {
             architecture: l.get("nvidia.com/gpu.family").map(str::to_string),
-            capability: pair("nvidia.com/gpu.compute.major", "nvidia.com/gpu.compute.minor"),
-            cuda_driver: pair("nvidia.com/cuda.driver.major", "nvidia.com/cuda.driver.minor"),
+            capability: pair(
+                "nvidia.com/gpu.compute.major",
+                "nvidia.com/gpu.compute.minor",
+            ),
+            cuda_driver: pair(
+                "nvidia.com/cuda.driver.major",
+                "nvidia.com/cuda.driver.minor",
+            ),
             memory_mib: l.get("nvidia.com/gpu.memory").and_then(|m| m.parse().ok()),
             l4t: l.get("edgegpu.io/jetson.l4t").and_then(semver),
             jetpack_major: l

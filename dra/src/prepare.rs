@@ -140,7 +140,10 @@ impl NodeDriver {
             state.checkpoint.remove(&claim.uid)?;
         }
         if allocation.devices.is_empty() {
-            return Err(format!("claim {name}: no device of {} is allocated", self.driver));
+            return Err(format!(
+                "claim {name}: no device of {} is allocated",
+                self.driver
+            ));
         }
         let configs = allocation
             .configs
@@ -189,13 +192,11 @@ impl NodeDriver {
                 .iter()
                 .rev()
                 .find(|(requests, _)| {
-                    requests.is_empty()
-                        || requests.iter().any(|r| r == &a.request || r == parent)
+                    requests.is_empty() || requests.iter().any(|r| r == &a.request || r == parent)
                 })
                 .map(|(_, c)| *c)
                 .unwrap_or_default();
-            if config.sharing.is_some() && !matches!(d.kind, DeviceKind::Gpu | DeviceKind::Mig)
-            {
+            if config.sharing.is_some() && !matches!(d.kind, DeviceKind::Gpu | DeviceKind::Mig) {
                 return Err(format!(
                     "claim {name}: request {}: a GpuConfig's sharing applies to GPUs and MIG devices, not to {} ({})",
                     a.request,
@@ -231,12 +232,15 @@ impl NodeDriver {
                 if other.claim.uid == claim.uid {
                     continue;
                 }
-                if let Some((_, other_exclusive)) = other.held.iter().find(|(d, _)| d == device)
-                {
+                if let Some((_, other_exclusive)) = other.held.iter().find(|(d, _)| d == device) {
                     if *exclusive || *other_exclusive {
                         return Err(format!(
                             "claim {name}: device {device} is busy: prepared {} for claim {}",
-                            if *other_exclusive { "exclusively" } else { "shared" },
+                            if *other_exclusive {
+                                "exclusively"
+                            } else {
+                                "shared"
+                            },
                             claim_name(&other.claim)
                         ));
                     }

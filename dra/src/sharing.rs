@@ -343,18 +343,54 @@ mod tests {
     fn errors_name_the_field() {
         let cases = [
             (json!([]), "parameters: must be an object"),
-            (json!({"kind": "GpuConfig"}), "parameters.apiVersion: missing"),
-            (json!({"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig"}), "parameters.apiVersion: \"resource.nvidia.com/v1beta1\""),
-            (json!({"apiVersion": API_VERSION, "kind": "MigDeviceConfig"}), "parameters.kind: \"MigDeviceConfig\""),
-            (json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "shareing": {}}), "parameters.shareing: unknown field"),
-            (json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "Mps"}}), "parameters.sharing.strategy: \"Mps\""),
-            (json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {}}), "parameters.sharing.strategy: missing"),
-            (json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing", "mps": {}}}), "parameters.sharing.mps: only with strategy MPS"),
-            (json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mps": {"activeThreadPercentage": 0}}}), "parameters.sharing.mps.activeThreadPercentage: must be an integer from 1 to 100"),
-            (json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mps": {"activeThreadPercentage": 101}}}), "activeThreadPercentage"),
-            (json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mps": {"pinnedMemoryLimit": "4GB"}}}), "parameters.sharing.mps.pinnedMemoryLimit: \"4GB\" is not a quantity"),
-            (json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mps": {"pinnedMemoryLimit": "1Ki"}}}), "less than 1Mi"),
-            (json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mps": {"limit": 1}}}), "parameters.sharing.mps.limit: unknown field"),
+            (
+                json!({"kind": "GpuConfig"}),
+                "parameters.apiVersion: missing",
+            ),
+            (
+                json!({"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig"}),
+                "parameters.apiVersion: \"resource.nvidia.com/v1beta1\"",
+            ),
+            (
+                json!({"apiVersion": API_VERSION, "kind": "MigDeviceConfig"}),
+                "parameters.kind: \"MigDeviceConfig\"",
+            ),
+            (
+                json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "shareing": {}}),
+                "parameters.shareing: unknown field",
+            ),
+            (
+                json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "Mps"}}),
+                "parameters.sharing.strategy: \"Mps\"",
+            ),
+            (
+                json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {}}),
+                "parameters.sharing.strategy: missing",
+            ),
+            (
+                json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing", "mps": {}}}),
+                "parameters.sharing.mps: only with strategy MPS",
+            ),
+            (
+                json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mps": {"activeThreadPercentage": 0}}}),
+                "parameters.sharing.mps.activeThreadPercentage: must be an integer from 1 to 100",
+            ),
+            (
+                json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mps": {"activeThreadPercentage": 101}}}),
+                "activeThreadPercentage",
+            ),
+            (
+                json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mps": {"pinnedMemoryLimit": "4GB"}}}),
+                "parameters.sharing.mps.pinnedMemoryLimit: \"4GB\" is not a quantity",
+            ),
+            (
+                json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mps": {"pinnedMemoryLimit": "1Ki"}}}),
+                "less than 1Mi",
+            ),
+            (
+                json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mps": {"limit": 1}}}),
+                "parameters.sharing.mps.limit: unknown field",
+            ),
         ];
         for (v, want) in cases {
             let e = p(v.clone()).unwrap_err();
@@ -393,7 +429,10 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("nvidia.com/gpu/pipe")).unwrap();
         let (env, mounts) = container_edits(Some(&sharing), &["0"], &host).unwrap();
         let pipe = dir.path().join("nvidia.com/gpu/pipe").display().to_string();
-        assert!(env.contains(&format!("CUDA_MPS_PIPE_DIRECTORY={pipe}")), "{env:?}");
+        assert!(
+            env.contains(&format!("CUDA_MPS_PIPE_DIRECTORY={pipe}")),
+            "{env:?}"
+        );
         assert!(env.contains(&"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=1024M".to_string()));
         assert!(env.contains(&"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25".to_string()));
         assert_eq!(mounts.len(), 2);

@@ -61,7 +61,14 @@ fn jetson_gpus_carry_the_labels_facts() {
         (Board::Xavier, "Xavier", "volta", "7.2.0", "35.4.1", 5),
         (Board::Orin, "Orin", "ampere", "8.7.0", "36.4.3", 6),
         (Board::OrinR39, "Orin", "ampere", "8.7.0", "39.2.0", 7),
-        (Board::Thor, "NVIDIA Thor", "blackwell", "11.0.0", "38.2.1", 7),
+        (
+            Board::Thor,
+            "NVIDIA Thor",
+            "blackwell",
+            "11.0.0",
+            "38.2.1",
+            7,
+        ),
     ] {
         let host = FakeHost::jetson_with_nvml(board);
         let inv = inventory(&host, &[]);
@@ -83,7 +90,11 @@ fn jetson_gpus_carry_the_labels_facts() {
             "{board:?}: {:?}",
             gpu.attributes["productName"]
         );
-        assert_eq!(attr(&inv, "gpu-0", "architecture"), Some(&s(arch)), "{board:?}");
+        assert_eq!(
+            attr(&inv, "gpu-0", "architecture"),
+            Some(&s(arch)),
+            "{board:?}"
+        );
         assert_eq!(label("nvidia.com/gpu.family").as_deref(), Some(arch));
         let cc_label = format!(
             "{}.{}.0",
@@ -98,7 +109,11 @@ fn jetson_gpus_carry_the_labels_facts() {
             label("nvidia.com/cuda.driver.minor").unwrap()
         );
         assert_eq!(attr(&inv, "gpu-0", "cudaDriverVersion"), Some(&v(&cuda)));
-        assert_eq!(attr(&inv, "gpu-0", "l4tRelease"), Some(&v(l4t)), "{board:?}");
+        assert_eq!(
+            attr(&inv, "gpu-0", "l4tRelease"),
+            Some(&v(l4t)),
+            "{board:?}"
+        );
         assert_eq!(attr(&inv, "gpu-0", "jetpackMajor"), Some(&Attr::Int(jp)));
         assert_eq!(
             attr(&inv, "gpu-0", "board"),
@@ -135,7 +150,12 @@ fn check_slice_device_schema(inv: &Inventory) {
     };
     for d in inv.slice_devices() {
         let name = d["name"].as_str().unwrap();
-        assert!(name.len() <= 63 && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'));
+        assert!(
+            name.len() <= 63
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        );
         let attrs = d["attributes"].as_object().unwrap();
         let caps = d["capacity"].as_object().map_or(0, |c| c.len());
         assert!(attrs.len() + caps <= 32, "{d}");
@@ -185,9 +205,20 @@ fn discrete_gpus() {
     assert!(attr(&inv, "gpu-0", "l4tRelease").is_none());
     assert_eq!(inv.get("gpu-0").unwrap().capacity["memory"], 42_949_672_960);
     // The device's own node, the driver's files spec-wide (cdi generate's split).
-    let nodes: Vec<&str> = inv.get("gpu-1").unwrap().edits.device_nodes.iter().map(|n| n.path.as_str()).collect();
+    let nodes: Vec<&str> = inv
+        .get("gpu-1")
+        .unwrap()
+        .edits
+        .device_nodes
+        .iter()
+        .map(|n| n.path.as_str())
+        .collect();
     assert_eq!(nodes, ["/dev/nvidia1"]);
-    assert!(inv.common_edits.device_nodes.iter().any(|n| n.path == "/dev/nvidiactl"));
+    assert!(inv
+        .common_edits
+        .device_nodes
+        .iter()
+        .any(|n| n.path == "/dev/nvidiactl"));
     check_slice_device_schema(&inv);
     let slice = inv.slice_devices();
     assert_eq!(slice[0]["capacity"]["memory"]["value"], "42949672960");
@@ -211,7 +242,12 @@ fn mig_devices_replace_their_gpu() {
     assert!(matches!(&mig.attributes["uuid"], Attr::String(u) if u.starts_with("MIG-")));
     assert_eq!(mig.capacity["memory"], 9856 * MIB);
     assert!(mig.capacity["multiprocessors"] > 0);
-    let nodes: Vec<&str> = mig.edits.device_nodes.iter().map(|n| n.path.as_str()).collect();
+    let nodes: Vec<&str> = mig
+        .edits
+        .device_nodes
+        .iter()
+        .map(|n| n.path.as_str())
+        .collect();
     assert_eq!(
         nodes,
         [
@@ -327,7 +363,10 @@ fn assert_cdi_resolves(dir: &Path, ids: &[String]) {
         .collect();
     let out = Command::new(&validator).args(&files).output().unwrap();
     let report = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "the CDI library rejects a spec:\n{report}");
+    assert!(
+        out.status.success(),
+        "the CDI library rejects a spec:\n{report}"
+    );
     assert_eq!(report.matches(": valid").count(), files.len(), "{report}");
     let out = Command::new(&validator)
         .arg("-resolve")
@@ -364,8 +403,14 @@ fn cdi_validator() -> Option<PathBuf> {
             });
             let sources = Path::new(CDI_GOPATH).join("src").join(CDI_PACKAGE);
             let (Some(go), true) = (go, sources.join("pkg/cdi/spec.go").is_file()) else {
-                assert!(!required, "Go and the CDI Go library are required ({REQUIRE_REAL_TOOLS}=1)");
-                eprintln!("SKIP CDI library check: no go on PATH or no {}", sources.display());
+                assert!(
+                    !required,
+                    "Go and the CDI Go library are required ({REQUIRE_REAL_TOOLS}=1)"
+                );
+                eprintln!(
+                    "SKIP CDI library check: no go on PATH or no {}",
+                    sources.display()
+                );
                 return None;
             };
             let src = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -398,16 +443,20 @@ fn a_jetson_gpu_claim_gets_cdi_generates_edits() {
     for board in [Board::Xavier, Board::Orin, Board::OrinR39, Board::Thor] {
         let node = Node::new(FakeHost::jetson_with_nvml(board), &[]);
         let driver = node.driver().unwrap();
-        let prepared = driver.prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"])).unwrap();
+        let prepared = driver
+            .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
+            .unwrap();
         assert_eq!(prepared.len(), 1);
         assert_eq!(prepared[0].device, "gpu-0");
         assert_eq!(prepared[0].pool, POOL);
         assert_eq!(prepared[0].requests, ["req0"]);
         let id = format!("edgegpu.io/claim={UID_A}-gpu-0");
-        assert_eq!(prepared[0].cdi_device_ids, [id.clone()]);
+        assert_eq!(prepared[0].cdi_device_ids, std::slice::from_ref(&id));
         let files = node.spec_files();
-        let file = node.cdi_dir().join(format!("edgegpu.io-claim_{UID_A}.json"));
-        assert_eq!(files, [file.clone()], "{board:?}");
+        let file = node
+            .cdi_dir()
+            .join(format!("edgegpu.io-claim_{UID_A}.json"));
+        assert_eq!(files, std::slice::from_ref(&file), "{board:?}");
         let spec = spec_json(&file);
         assert_eq!(spec["kind"], "edgegpu.io/claim");
         // The device's nodes and the spec-wide edits are cdi generate's for this board.
@@ -418,7 +467,12 @@ fn a_jetson_gpu_claim_gets_cdi_generates_edits() {
             .iter()
             .map(|n| n["path"].as_str().unwrap())
             .collect();
-        let want: Vec<&str> = gpu.edits.device_nodes.iter().map(|n| n.path.as_str()).collect();
+        let want: Vec<&str> = gpu
+            .edits
+            .device_nodes
+            .iter()
+            .map(|n| n.path.as_str())
+            .collect();
         assert!(!want.is_empty(), "{board:?}");
         assert_eq!(nodes, want, "{board:?}");
         assert_eq!(
@@ -455,12 +509,18 @@ fn discrete_and_mig_claims() {
         ]
     );
     let spec = spec_json(&node.spec_files()[0]);
-    assert_eq!(spec["devices"][1]["containerEdits"]["deviceNodes"], json!([{"path": "/dev/nvidia1"}]));
+    assert_eq!(
+        spec["devices"][1]["containerEdits"]["deviceNodes"],
+        json!([{"path": "/dev/nvidia1"}])
+    );
     assert!(spec["containerEdits"]["mounts"]
         .as_array()
         .unwrap()
         .iter()
-        .any(|m| m["hostPath"].as_str().unwrap().ends_with("libcuda.so.550.54.15")));
+        .any(|m| m["hostPath"]
+            .as_str()
+            .unwrap()
+            .ends_with("libcuda.so.550.54.15")));
     assert_cdi_resolves(&node.cdi_dir(), &ids);
 
     let (host, _) = FakeHost::mig_server(&[0], &FakeMig::h100_mixed());
@@ -482,29 +542,48 @@ fn discrete_and_mig_claims() {
 fn prepare_is_idempotent_and_survives_a_restart() {
     let node = Node::new(FakeHost::jetson(Board::Orin), &["--discovery=tegra"]);
     let driver = node.driver().unwrap();
-    let first = driver.prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"])).unwrap();
+    let first = driver
+        .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
+        .unwrap();
     let spec = std::fs::read(&node.spec_files()[0]).unwrap();
     // Again, even with another allocation: the stored result, nothing rewritten.
-    let again = driver.prepare_allocation(&claim(UID_A), &alloc(&[])).unwrap();
+    let again = driver
+        .prepare_allocation(&claim(UID_A), &alloc(&[]))
+        .unwrap();
     assert_eq!(first, again);
     drop(driver);
     // A restart: the checkpoint has it.
     let driver = node.driver().unwrap();
     assert_eq!(
-        driver.prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"])).unwrap(),
+        driver
+            .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
+            .unwrap(),
         first
     );
     assert_eq!(std::fs::read(&node.spec_files()[0]).unwrap(), spec);
     let cp: Value = spec_json(&node.options().plugin_dir.join("checkpoint.json"));
     assert_eq!(cp["claims"][UID_A]["state"], "PrepareCompleted");
-    assert_eq!(cp["claims"][UID_A]["claim"]["name"], format!("claim-{UID_A}"));
+    assert_eq!(
+        cp["claims"][UID_A]["claim"]["name"],
+        format!("claim-{UID_A}")
+    );
     // The kubelet side's prepare: a completed claim needs no API server.
-    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-    assert_eq!(rt.block_on(Driver::prepare(&driver, &claim(UID_A))).unwrap(), first);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    assert_eq!(
+        rt.block_on(Driver::prepare(&driver, &claim(UID_A)))
+            .unwrap(),
+        first
+    );
     // Not in the checkpoint and no API server: an error, nothing written.
-    assert!(rt.block_on(Driver::prepare(&driver, &claim(UID_B))).is_err());
-    rt.block_on(Driver::unprepare(&driver, &claim(UID_A))).unwrap();
-    rt.block_on(Driver::unprepare(&driver, &claim(UID_A))).unwrap();
+    assert!(rt
+        .block_on(Driver::prepare(&driver, &claim(UID_B)))
+        .is_err());
+    rt.block_on(Driver::unprepare(&driver, &claim(UID_A)))
+        .unwrap();
+    rt.block_on(Driver::unprepare(&driver, &claim(UID_A)))
+        .unwrap();
     assert!(node.spec_files().is_empty());
     drop(driver);
     assert!(node.driver().unwrap().prepared_claims().is_empty());
@@ -514,7 +593,9 @@ fn prepare_is_idempotent_and_survives_a_restart() {
 fn an_interrupted_prepare_is_rolled_back_on_restart() {
     let node = Node::new(FakeHost::jetson(Board::Orin), &["--discovery=tegra"]);
     let driver = node.driver().unwrap();
-    driver.prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"])).unwrap();
+    driver
+        .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
+        .unwrap();
     driver
         .prepare_allocation(&claim(UID_B), &with_config(alloc(&["gpu-0"]), json!({"apiVersion": "edgegpu.io/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}})))
         .unwrap_err();
@@ -527,10 +608,15 @@ fn an_interrupted_prepare_is_rolled_back_on_restart() {
     std::fs::write(&cp_path, serde_json::to_vec(&cp).unwrap()).unwrap();
     assert_eq!(node.spec_files().len(), 1);
     let driver = node.driver().unwrap();
-    assert!(node.spec_files().is_empty(), "the interrupted claim's spec is removed");
+    assert!(
+        node.spec_files().is_empty(),
+        "the interrupted claim's spec is removed"
+    );
     assert!(driver.prepared_claims().is_empty());
     // And it prepares again from scratch.
-    driver.prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"])).unwrap();
+    driver
+        .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
+        .unwrap();
     assert_eq!(node.spec_files().len(), 1);
 }
 
@@ -538,12 +624,17 @@ fn an_interrupted_prepare_is_rolled_back_on_restart() {
 fn a_corrupt_checkpoint_is_named_and_kept() {
     let node = Node::new(FakeHost::jetson(Board::Orin), &["--discovery=tegra"]);
     let driver = node.driver().unwrap();
-    driver.prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"])).unwrap();
+    driver
+        .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
+        .unwrap();
     drop(driver);
     let cp_path = node.options().plugin_dir.join("checkpoint.json");
     let good = std::fs::read(&cp_path).unwrap();
     std::fs::write(&cp_path, &good[..good.len() / 2]).unwrap();
-    let e = node.driver().err().expect("a corrupt checkpoint is an error");
+    let e = node
+        .driver()
+        .err()
+        .expect("a corrupt checkpoint is an error");
     assert!(e.contains(&cp_path.display().to_string()), "{e}");
     assert!(e.contains("corrupt"), "{e}");
     // Left as it was: claim A's record can still be repaired.
@@ -559,11 +650,16 @@ fn busy_devices_and_what_shares_them() {
     host.with_driver_libs();
     let node = Node::new(host, &[]);
     let driver = node.driver().unwrap();
-    driver.prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"])).unwrap();
+    driver
+        .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
+        .unwrap();
     let e = driver
         .prepare_allocation(&claim(UID_B), &alloc(&["gpu-0"]))
         .unwrap_err();
-    assert!(e.contains(UID_B) && e.contains("gpu-0 is busy") && e.contains(UID_A), "{e}");
+    assert!(
+        e.contains(UID_B) && e.contains("gpu-0 is busy") && e.contains(UID_A),
+        "{e}"
+    );
     // Nothing of B was written or recorded.
     assert_eq!(node.spec_files().len(), 1);
     assert_eq!(driver.prepared_claims().len(), 1);
@@ -575,10 +671,17 @@ fn busy_devices_and_what_shares_them() {
     driver.unprepare_claim(&claim(UID_A)).unwrap();
     // Time-sliced claims share; an exclusive one is then refused.
     let ts = json!({"apiVersion": "edgegpu.io/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}});
-    driver.prepare_allocation(&claim(UID_A), &with_config(alloc(&["gpu-1"]), ts.clone())).unwrap();
-    driver.prepare_allocation(&claim(UID_B), &with_config(alloc(&["gpu-1"]), ts)).unwrap();
+    driver
+        .prepare_allocation(&claim(UID_A), &with_config(alloc(&["gpu-1"]), ts.clone()))
+        .unwrap();
+    driver
+        .prepare_allocation(&claim(UID_B), &with_config(alloc(&["gpu-1"]), ts))
+        .unwrap();
     let e = driver
-        .prepare_allocation(&claim("c0ffee00-0000-0000-0000-000000000003"), &alloc(&["gpu-1"]))
+        .prepare_allocation(
+            &claim("c0ffee00-0000-0000-0000-000000000003"),
+            &alloc(&["gpu-1"]),
+        )
         .unwrap_err();
     assert!(e.contains("prepared shared"), "{e}");
     let mut ids = Vec::new();
@@ -595,14 +698,23 @@ fn bad_configs_and_devices_are_refused_naming_the_claim_and_field() {
     let driver = node.driver().unwrap();
     let cases = [
         (
-            with_config(alloc(&["gpu-0"]), json!({"apiVersion": "edgegpu.io/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mps": {"activeThreadPercentage": 150}}})),
+            with_config(
+                alloc(&["gpu-0"]),
+                json!({"apiVersion": "edgegpu.io/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mps": {"activeThreadPercentage": 150}}}),
+            ),
             "config[0] (from the claim): opaque.parameters.sharing.mps.activeThreadPercentage",
         ),
         (
-            with_config(alloc(&["gpu-0"]), json!({"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig"})),
+            with_config(
+                alloc(&["gpu-0"]),
+                json!({"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig"}),
+            ),
             "opaque.parameters.apiVersion",
         ),
-        (alloc(&["gpu-7"]), "device gpu-7 is not one of this node's devices"),
+        (
+            alloc(&["gpu-7"]),
+            "device gpu-7 is not one of this node's devices",
+        ),
         (alloc(&[]), "no device of edgegpu.io is allocated"),
     ];
     for (a, want) in cases {
@@ -611,14 +723,21 @@ fn bad_configs_and_devices_are_refused_naming_the_claim_and_field() {
     }
     let mut other_pool = alloc(&["gpu-0"]);
     other_pool.devices[0].pool = "node-b".into();
-    let e = driver.prepare_allocation(&claim(UID_A), &other_pool).unwrap_err();
+    let e = driver
+        .prepare_allocation(&claim(UID_A), &other_pool)
+        .unwrap_err();
     assert!(e.contains("not on this node"), "{e}");
     // Unhealthy: tainted in the slice, refused, reported to the kubelet.
     let rx = Driver::health(&driver);
     assert!(driver.set_health("gpu-0", Health::Unhealthy, "GPU sysfs unreadable"));
     assert_eq!(rx.borrow()[0].health, Health::Unhealthy);
-    assert_eq!(driver.slice_devices()[0]["taints"][0]["key"], "edgegpu.io/unhealthy");
-    let e = driver.prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"])).unwrap_err();
+    assert_eq!(
+        driver.slice_devices()[0]["taints"][0]["key"],
+        "edgegpu.io/unhealthy"
+    );
+    let e = driver
+        .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
+        .unwrap_err();
     assert!(e.contains("unhealthy: GPU sysfs unreadable"), "{e}");
     assert!(node.spec_files().is_empty());
     assert!(driver.prepared_claims().is_empty());
@@ -641,12 +760,30 @@ fn mps_claims_join_the_nodes_daemon() {
     driver
         .prepare_allocation(&claim(UID_B), &with_config(alloc(&["gpu-0"]), mps))
         .unwrap();
-    let spec = spec_json(&node.cdi_dir().join(format!("edgegpu.io-claim_{UID_A}.json")));
+    let spec = spec_json(
+        &node
+            .cdi_dir()
+            .join(format!("edgegpu.io-claim_{UID_A}.json")),
+    );
     let edits = &spec["devices"][0]["containerEdits"];
-    let env: Vec<&str> = edits["env"].as_array().unwrap().iter().map(|e| e.as_str().unwrap()).collect();
-    assert!(env.contains(&format!("CUDA_MPS_PIPE_DIRECTORY={}", pipe.display()).as_str()), "{env:?}");
-    assert!(env.contains(&"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30"), "{env:?}");
-    assert!(env.contains(&"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=2048M"), "{env:?}");
+    let env: Vec<&str> = edits["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    assert!(
+        env.contains(&format!("CUDA_MPS_PIPE_DIRECTORY={}", pipe.display()).as_str()),
+        "{env:?}"
+    );
+    assert!(
+        env.contains(&"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30"),
+        "{env:?}"
+    );
+    assert!(
+        env.contains(&"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=2048M"),
+        "{env:?}"
+    );
     assert_eq!(edits["mounts"][1]["containerPath"], "/dev/shm");
     let mut ids = p[0].cdi_device_ids.clone();
     ids.push(format!("edgegpu.io/claim={UID_B}-gpu-0"));
