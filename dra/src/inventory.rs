@@ -271,7 +271,11 @@ impl Inventory {
             let mut attributes = BTreeMap::new();
             attributes.insert("type".into(), Attr::string("mig"));
             attributes.insert("uuid".into(), Attr::string(&mig.uuid));
-            attributes.insert("parentUUID".into(), Attr::string(&parent.uuid));
+            // The parent's `uuid` attribute (NVML's UUID on a Jetson too, not `tegra`).
+            attributes.insert(
+                "parentUUID".into(),
+                Attr::string(&discovered.platform.uuid_label(parent)),
+            );
             attributes.insert("profile".into(), Attr::string(&mig.profile));
             attributes.insert(
                 "productName".into(),

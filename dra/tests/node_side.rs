@@ -789,3 +789,55 @@ fn mps_claims_join_the_nodes_daemon() {
     ids.push(format!("edgegpu.io/claim={UID_B}-gpu-0"));
     assert_cdi_resolves(&node.cdi_dir(), &ids);
 }
+
+#[test]
+fn thor_mig_devices_are_integrated_and_prepare() {
+    let host = FakeHost::jetson_with_nvml(Board::Thor);
+    let thor = Board::Thor.nvml().unwrap();
+    host.set_mig(
+        std::slice::from_ref(&thor),
+        &[0],
+        &[
+            FakeMig::h100(0, 1, "1g.10gb"),
+            FakeMig::h100(0, 2, "1g.10gb"),
+        ],
+    );
+    let node = Node::new(host, &["--mig-strategy=mixed"]);
+    let names: Vec<&str> = node
+        .inventory
+        .devices
+        .iter()
+        .map(|d| d.name.as_str())
+        .collect();
+    assert_eq!(names, ["gpu-0-mig-1-0", "gpu-0-mig-2-0"]);
+    assert_eq!(
+        attr(&node.inventory, "gpu-0-mig-2-0", "integrated"),
+        Some(&Attr::Bool(true))
+    );
+    assert_eq!(
+        attr(&node.inventory, "gpu-0-mig-2-0", "parentUUID"),
+        Some(&s(&thor.uuid))
+    );
+    assert_eq!(
+        attr(&node.inventory, "gpu-0-mig-2-0", "l4tRelease"),
+        Some(&v("38.2.1"))
+    );
+    check_slice_device_schema(&node.inventory);
+    let driver = node.driver().unwrap();
+    let p = driver
+        .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0-mig-2-0"]))
+        .unwrap();
+    let spec = spec_json(&node.spec_files()[0]);
+    let nodes: Vec<&str> = spec["devices"][0]["containerEdits"]["deviceNodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["path"].as_str().unwrap())
+        .collect();
+    assert!(
+        nodes.contains(&"/dev/nvidia-caps/nvidia-cap23"),
+        "{nodes:?}"
+    );
+    assert!(nodes.contains(&"/dev/nvidia0"), "{nodes:?}");
+    assert_cdi_resolves(&node.cdi_dir(), &p[0].cdi_device_ids);
+}
