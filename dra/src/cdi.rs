@@ -94,6 +94,30 @@ pub fn write(cdi_dir: &Path, uid: &str, spec: &Spec) -> Result<PathBuf, String> 
     Ok(path)
 }
 
+/// The claim UIDs of the claim specs in `cdi_dir` (`edgegpu.io-claim_<uid>.json`), and the
+/// temporary files an interrupted write left there; a missing directory has none.
+pub fn claim_files(cdi_dir: &Path) -> (Vec<(String, PathBuf)>, Vec<PathBuf>) {
+    let mut specs = Vec::new();
+    let mut temps = Vec::new();
+    let Ok(entries) = std::fs::read_dir(cdi_dir) else {
+        return (specs, temps);
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(uid) = name
+            .strip_prefix("edgegpu.io-claim_")
+            .and_then(|n| n.strip_suffix(".json"))
+        {
+            specs.push((uid.to_string(), e.path()));
+        } else if name.starts_with(".edgegpu.io-claim_") && name.contains(".edgegpu-tmp.") {
+            temps.push(e.path());
+        }
+    }
+    specs.sort();
+    temps.sort();
+    (specs, temps)
+}
+
 /// Removes claim `uid`'s spec; a missing file is fine.
 pub fn remove(path: &Path) -> Result<(), String> {
     match std::fs::remove_file(path) {

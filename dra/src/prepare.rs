@@ -65,8 +65,9 @@ fn claim_name(c: &ClaimRef) -> String {
 }
 
 impl NodeDriver {
-    /// Loads the checkpoint from `options.plugin_dir` and rolls back every claim found
-    /// `PrepareStarted` (its spec removed, its entry dropped). `api` is what
+    /// Loads the checkpoint from `options.plugin_dir`, rolls back every claim found
+    /// `PrepareStarted` (its spec removed, its entry dropped) and removes claim specs in
+    /// `options.cdi_dir` that no claim of the checkpoint owns. `api` is what
     /// [`kubelet::Driver::prepare`] reads claims from; `None` (tests) makes it fail.
     pub fn new(
         inventory: Inventory,
@@ -83,6 +84,18 @@ impl NodeDriver {
             tracing::info!(claim = %claim_name(&e.claim), "rolling back a preparation interrupted by a restart");
             cdi::remove(&e.spec_file)?;
             checkpoint.remove(&e.claim.uid)?;
+        }
+        // Specs no claim in the checkpoint owns (a checkpoint removed by hand, a write
+        // interrupted before its rename): no runtime should resolve them.
+        let (specs, temps) = cdi::claim_files(&options.cdi_dir);
+        for (uid, file) in specs {
+            if checkpoint.get(&uid).is_none() {
+                tracing::info!(file = %file.display(), "removing the CDI spec of a claim that is not prepared");
+                cdi::remove(&file)?;
+            }
+        }
+        for file in temps {
+            cdi::remove(&file)?;
         }
         let (health, _) = watch::channel(inventory.health());
         Ok(NodeDriver {

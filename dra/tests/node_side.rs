@@ -618,6 +618,29 @@ fn an_interrupted_prepare_is_rolled_back_on_restart() {
         .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
         .unwrap();
     assert_eq!(node.spec_files().len(), 1);
+    drop(driver);
+    // A spec no claim owns and an interrupted write's temporary file are removed at start;
+    // the prepared claim's spec and other files stay.
+    let orphan = node
+        .cdi_dir()
+        .join(format!("edgegpu.io-claim_{UID_B}.json"));
+    std::fs::copy(&node.spec_files()[0], &orphan).unwrap();
+    let temp = node
+        .cdi_dir()
+        .join(format!(".edgegpu.io-claim_{UID_B}.json.edgegpu-tmp.99999"));
+    std::fs::write(&temp, "{").unwrap();
+    let other = node.cdi_dir().join("nvidia.yaml");
+    std::fs::write(&other, "not ours").unwrap();
+    assert_eq!(node.spec_files().len(), 4);
+    let _driver = node.driver().unwrap();
+    assert_eq!(
+        node.spec_files(),
+        [
+            node.cdi_dir()
+                .join(format!("edgegpu.io-claim_{UID_A}.json")),
+            other
+        ]
+    );
 }
 
 #[test]
