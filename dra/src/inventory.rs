@@ -101,6 +101,10 @@ pub struct InventoryDevice {
     /// How CUDA in the container names the device: its UUID for NVML devices, `0` for a
     /// Jetson's GPU (MPS limits use it).
     pub cuda_id: String,
+    /// The ID the device plugin's health table knows the device by (`--device-id-strategy
+    /// uuid`: the GPU's or MIG device's UUID, `tegra` for a Jetson's GPU), to follow its
+    /// health ([`crate::prepare::NodeDriver::apply_plugin_health`]); empty for engines.
+    pub plugin_id: String,
     /// The device's own container edits (from `cdi generate`'s device of the same GPU).
     pub edits: ContainerEdits,
     /// Environment the device adds for the container (e.g. `EDGEGPU_DLA_CORES`).
@@ -260,6 +264,7 @@ impl Inventory {
                 attributes,
                 capacity,
                 cuda_id,
+                plugin_id: gpu.uuid.clone(),
                 edits,
                 env: Vec::new(),
                 health: Health::Healthy,
@@ -322,6 +327,7 @@ impl Inventory {
                 attributes,
                 capacity,
                 cuda_id: mig.uuid.clone(),
+                plugin_id: mig.uuid.clone(),
                 edits,
                 env: Vec::new(),
                 health: Health::Healthy,
@@ -471,6 +477,7 @@ fn engine_device(engine: &Engine, facts: &Facts) -> InventoryDevice {
         attributes,
         capacity: BTreeMap::new(),
         cuda_id: String::new(),
+        plugin_id: String::new(),
         edits,
         env,
         health: Health::Healthy,

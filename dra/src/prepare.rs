@@ -126,6 +126,47 @@ impl NodeDriver {
         changed
     }
 
+    /// Follows the device plugin's health table (`GpuResource::subscribe()`'s device lists,
+    /// one per served resource): a device is unhealthy while the plugin reports any of its
+    /// IDs (time-slicing replicas `<id>::<n>` included) unhealthy. Devices the list does not
+    /// name keep their health. `true` if anything changed (republish the slices).
+    pub fn apply_plugin_health(&self, devices: &[edgegpu_kubelet_api::v1beta1::Device]) -> bool {
+        let mut state = self.lock();
+        let mut verdicts: Vec<(String, bool)> = Vec::new();
+        for d in devices {
+            let id = d.id.split("::").next().unwrap_or(&d.id);
+            let Some(dev) = state
+                .inventory
+                .devices
+                .iter()
+                .find(|x| !x.plugin_id.is_empty() && x.plugin_id == id)
+            else {
+                continue;
+            };
+            let healthy = d.health == edgegpu_kubelet_api::v1beta1::HEALTHY;
+            match verdicts.iter_mut().find(|(n, _)| *n == dev.name) {
+                Some((_, h)) => *h &= healthy,
+                None => verdicts.push((dev.name.clone(), healthy)),
+            }
+        }
+        let mut changed = false;
+        for (name, healthy) in verdicts {
+            let (health, message) = if healthy {
+                (Health::Healthy, "healthy (device plugin health monitors)")
+            } else {
+                (
+                    Health::Unhealthy,
+                    "reported unhealthy by the device plugin's health monitors",
+                )
+            };
+            changed |= state.inventory.set_health(&name, health, message);
+        }
+        if changed {
+            self.health.send_replace(state.inventory.health());
+        }
+        changed
+    }
+
     /// The claims the checkpoint holds.
     pub fn prepared_claims(&self) -> Vec<ClaimEntry> {
         self.lock().checkpoint.entries().cloned().collect()

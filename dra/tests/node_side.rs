@@ -864,3 +864,53 @@ fn thor_mig_devices_are_integrated_and_prepare() {
     assert!(nodes.contains(&"/dev/nvidia0"), "{nodes:?}");
     assert_cdi_resolves(&node.cdi_dir(), &p[0].cdi_device_ids);
 }
+
+#[test]
+fn the_plugins_health_reaches_the_slice_and_the_kubelet() {
+    use edgegpu_kubelet_api::v1beta1::{Device, HEALTHY, UNHEALTHY};
+    let gpus = FakeGpu::two_on_two_numa_nodes();
+    let host = FakeHost::discrete(&gpus);
+    host.with_driver_libs();
+    let node = Node::new(host, &[]);
+    let driver = node.driver().unwrap();
+    let rx = Driver::health(&driver);
+    let dev = |id: &str, health: &str| Device {
+        id: id.into(),
+        health: health.into(),
+        ..Default::default()
+    };
+    // Replicas of GPU 1: one unhealthy makes the device unhealthy.
+    let list = vec![
+        dev(&gpus[0].uuid, HEALTHY),
+        dev(&format!("{}::0", gpus[1].uuid), HEALTHY),
+        dev(&format!("{}::1", gpus[1].uuid), UNHEALTHY),
+        dev("GPU-unknown", UNHEALTHY),
+    ];
+    assert!(driver.apply_plugin_health(&list));
+    assert!(!driver.apply_plugin_health(&list), "nothing changed");
+    let health: Vec<(String, Health)> = rx
+        .borrow()
+        .iter()
+        .map(|h| (h.device.clone(), h.health))
+        .collect();
+    assert_eq!(
+        health,
+        [
+            ("gpu-0".to_string(), Health::Healthy),
+            ("gpu-1".to_string(), Health::Unhealthy)
+        ]
+    );
+    assert_eq!(rx.borrow()[1].pool, POOL);
+    let slice = driver.slice_devices();
+    assert!(slice[0].get("taints").is_none());
+    assert_eq!(slice[1]["taints"][0]["effect"], "NoSchedule");
+    assert!(driver
+        .prepare_allocation(&claim(UID_A), &alloc(&["gpu-1"]))
+        .unwrap_err()
+        .contains("unhealthy"));
+    assert!(driver.apply_plugin_health(&[dev(&gpus[1].uuid, HEALTHY)]));
+    assert!(driver.slice_devices()[1].get("taints").is_none());
+    driver
+        .prepare_allocation(&claim(UID_A), &alloc(&["gpu-1"]))
+        .unwrap();
+}
