@@ -118,6 +118,20 @@ pub fn claim_files(cdi_dir: &Path) -> (Vec<(String, PathBuf)>, Vec<PathBuf>) {
     (specs, temps)
 }
 
+/// Removes the spec file a checkpoint entry of claim `uid` names, after checking that it is
+/// one (`edgegpu.io-claim_<uid>.json`): a damaged or edited checkpoint never makes the driver
+/// delete another file.
+pub fn remove_claim_spec(path: &Path, uid: &str) -> Result<(), String> {
+    let expected = format!("edgegpu.io-claim_{uid}.json");
+    if path.file_name().and_then(|n| n.to_str()) != Some(expected.as_str()) {
+        return Err(format!(
+            "the checkpoint names {} as claim {uid}'s CDI spec, which is not {expected}: not removed",
+            path.display()
+        ));
+    }
+    remove(path)
+}
+
 /// Removes claim `uid`'s spec; a missing file is fine.
 pub fn remove(path: &Path) -> Result<(), String> {
     match std::fs::remove_file(path) {
@@ -163,8 +177,10 @@ mod tests {
         assert_eq!(v["kind"], KIND);
         assert_eq!(v["devices"][0]["containerEdits"]["env"][0], "A=1");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
-        remove(&path).unwrap();
-        remove(&path).unwrap();
+        remove_claim_spec(&path, uid).unwrap();
+        remove_claim_spec(&path, uid).unwrap();
+        let e = remove_claim_spec(Path::new("/etc/passwd"), uid).unwrap_err();
+        assert!(e.contains("not removed"), "{e}");
         assert!(!path.exists());
     }
 }

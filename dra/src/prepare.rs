@@ -82,7 +82,7 @@ impl NodeDriver {
             .collect();
         for e in started {
             tracing::info!(claim = %claim_name(&e.claim), "rolling back a preparation interrupted by a restart");
-            cdi::remove(&e.spec_file)?;
+            cdi::remove_claim_spec(&e.spec_file, &e.claim.uid)?;
             checkpoint.remove(&e.claim.uid)?;
         }
         // Specs no claim in the checkpoint owns (a checkpoint removed by hand, a write
@@ -190,7 +190,7 @@ impl NodeDriver {
             }
             // Started and not completed in this process (an earlier error): start over.
             let spec = e.spec_file.clone();
-            cdi::remove(&spec)?;
+            cdi::remove_claim_spec(&spec, &claim.uid)?;
             state.checkpoint.remove(&claim.uid)?;
         }
         if allocation.devices.is_empty() {
@@ -398,7 +398,8 @@ impl NodeDriver {
             return Ok(());
         };
         let spec = entry.spec_file.clone();
-        cdi::remove(&spec).map_err(|e| format!("claim {}: {e}", claim_name(claim)))?;
+        cdi::remove_claim_spec(&spec, &claim.uid)
+            .map_err(|e| format!("claim {}: {e}", claim_name(claim)))?;
         state.checkpoint.remove(&claim.uid)
     }
 }
