@@ -334,13 +334,52 @@ impl Inventory {
                 health_message: "found by discovery".into(),
             });
         }
-        for engine in engines(root) {
-            inventory.devices.push(engine_device(&engine, &facts));
-        }
+        inventory.add_engines(&engines(root));
         for d in &inventory.devices {
             check_limits(d)?;
         }
         Ok(inventory)
+    }
+
+    /// Adds Jetson engines as devices (`dla-<n>`, `pva-<n>`), with the board's attributes
+    /// of the GPU, and takes their device nodes out of every other device's and the common
+    /// edits: L4T's container lists give every GPU container all engine nodes, and once an
+    /// engine is a device of its own, only a claim for it gets its node.
+    pub fn add_engines(&mut self, engines: &[Engine]) {
+        if engines.is_empty() {
+            return;
+        }
+        let board: BTreeMap<String, Attr> = self
+            .devices
+            .iter()
+            .find(|d| d.kind == DeviceKind::Gpu || d.kind == DeviceKind::Mig)
+            .map(|d| {
+                d.attributes
+                    .iter()
+                    .filter(|(k, _)| JETSON_ATTRIBUTES.contains(&k.as_str()))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let nodes: Vec<&str> = engines
+            .iter()
+            .flat_map(|e| e.nodes.iter().map(String::as_str))
+            .collect();
+        self.common_edits
+            .device_nodes
+            .retain(|n| !nodes.contains(&n.path.as_str()));
+        for d in &mut self.devices {
+            d.edits
+                .device_nodes
+                .retain(|n| !nodes.contains(&n.path.as_str()));
+        }
+        for engine in engines {
+            let mut device = engine_device(engine);
+            for (k, v) in &board {
+                device.attributes.insert(k.clone(), v.clone());
+            }
+            self.devices.push(device);
+        }
     }
 
     /// The device named `name`.
@@ -454,12 +493,14 @@ impl Facts {
     }
 }
 
-fn engine_device(engine: &Engine, facts: &Facts) -> InventoryDevice {
+/// The attributes of the board an engine shares with its Jetson's GPU.
+const JETSON_ATTRIBUTES: [&str; 5] = ["board", "module", "soc", "l4tRelease", "jetpackMajor"];
+
+fn engine_device(engine: &Engine) -> InventoryDevice {
     let mut attributes = BTreeMap::new();
     attributes.insert("type".into(), Attr::string(engine.kind.as_str()));
     attributes.insert("index".into(), Attr::Int(i64::from(engine.index)));
     attributes.insert("integrated".into(), Attr::Bool(true));
-    facts.add_jetson(&mut attributes);
     let mut edits = ContainerEdits::default();
     for n in &engine.nodes {
         edits

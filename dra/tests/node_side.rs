@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 
 use clap::Parser;
 use edgegpu_dra::claims::{AllocatedDevice, ClaimAllocation, ConfigSource, OpaqueConfig};
-use edgegpu_dra::inventory::{Attr, Inventory};
+use edgegpu_dra::inventory::{Attr, DeviceKind, Engine, Inventory};
 use edgegpu_dra::kubelet::{ClaimRef, Driver, Health};
 use edgegpu_dra::prepare::{NodeDriver, NodeOptions};
 use edgegpu_dra::sharing::MpsHost;
@@ -913,4 +913,136 @@ fn the_plugins_health_reaches_the_slice_and_the_kubelet() {
     driver
         .prepare_allocation(&claim(UID_A), &alloc(&["gpu-1"]))
         .unwrap();
+}
+
+/// Orin's engines as the plugin's engine discovery will report them (L4T r36 nodes).
+fn orin_engines() -> Vec<Engine> {
+    vec![
+        Engine {
+            kind: DeviceKind::Dla,
+            index: 0,
+            nodes: vec!["/dev/nvhost-ctrl-nvdla0".into()],
+        },
+        Engine {
+            kind: DeviceKind::Dla,
+            index: 1,
+            nodes: vec!["/dev/nvhost-ctrl-nvdla1".into()],
+        },
+        Engine {
+            kind: DeviceKind::Pva,
+            index: 0,
+            nodes: vec!["/dev/nvhost-ctrl-pva0".into()],
+        },
+    ]
+}
+
+fn all_nodes(inv: &Inventory) -> Vec<String> {
+    inv.common_edits
+        .device_nodes
+        .iter()
+        .chain(inv.devices.iter().flat_map(|d| d.edits.device_nodes.iter()))
+        .map(|n| n.path.clone())
+        .collect()
+}
+
+#[test]
+fn engines_get_their_own_nodes_and_a_gpu_claim_no_longer_has_them() {
+    let mut node = Node::new(FakeHost::jetson(Board::Orin), &["--discovery=tegra"]);
+    // L4T's lists give the GPU every engine node (what cdi generate copies).
+    let before = all_nodes(&node.inventory);
+    assert!(
+        before.contains(&"/dev/nvhost-ctrl-nvdla0".to_string()),
+        "{before:?}"
+    );
+    node.inventory.add_engines(&orin_engines());
+    let names: Vec<&str> = node
+        .inventory
+        .devices
+        .iter()
+        .map(|d| d.name.as_str())
+        .collect();
+    assert_eq!(names, ["gpu-0", "dla-0", "dla-1", "pva-0"]);
+    let gpu_nodes: Vec<String> = node
+        .inventory
+        .common_edits
+        .device_nodes
+        .iter()
+        .chain(
+            node.inventory
+                .get("gpu-0")
+                .unwrap()
+                .edits
+                .device_nodes
+                .iter(),
+        )
+        .map(|n| n.path.clone())
+        .collect();
+    assert!(
+        !gpu_nodes
+            .iter()
+            .any(|n| n.contains("nvdla") || n.contains("pva")),
+        "{gpu_nodes:?}"
+    );
+    assert_eq!(attr(&node.inventory, "dla-1", "type"), Some(&s("dla")));
+    assert_eq!(attr(&node.inventory, "dla-1", "index"), Some(&Attr::Int(1)));
+    assert_eq!(
+        attr(&node.inventory, "pva-0", "l4tRelease"),
+        Some(&v("36.4.3"))
+    );
+    assert_eq!(
+        attr(&node.inventory, "dla-0", "module"),
+        attr(&node.inventory, "gpu-0", "module")
+    );
+    check_slice_device_schema(&node.inventory);
+
+    let driver = node.driver().unwrap();
+    // A pod's GPU claim and DLA claim: two specs, resolved together.
+    let gpu = driver
+        .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
+        .unwrap();
+    let dla = driver
+        .prepare_allocation(&claim(UID_B), &alloc(&["dla-0", "dla-1"]))
+        .unwrap();
+    let spec = spec_json(
+        &node
+            .cdi_dir()
+            .join(format!("edgegpu.io-claim_{UID_B}.json")),
+    );
+    for (i, n) in ["/dev/nvhost-ctrl-nvdla0", "/dev/nvhost-ctrl-nvdla1"]
+        .iter()
+        .enumerate()
+    {
+        let edits = &spec["devices"][i]["containerEdits"];
+        assert_eq!(edits["deviceNodes"], json!([{ "path": n }]));
+        assert!(
+            edits["env"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("EDGEGPU_DLA_CORES=0,1")),
+            "{edits}"
+        );
+    }
+    let ids: Vec<String> = gpu
+        .iter()
+        .chain(&dla)
+        .flat_map(|d| d.cdi_device_ids.clone())
+        .collect();
+    assert_eq!(ids.len(), 3);
+    assert_cdi_resolves(&node.cdi_dir(), &ids);
+    // Sharing is for GPUs.
+    let e = driver
+        .prepare_allocation(
+            &claim("c0ffee00-0000-0000-0000-000000000003"),
+            &with_config(alloc(&["pva-0"]), json!({"apiVersion": "edgegpu.io/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}})),
+        )
+        .unwrap_err();
+    assert!(e.contains("not to pva-0"), "{e}");
+    // DLA cores are exclusive like GPUs.
+    let e = driver
+        .prepare_allocation(
+            &claim("c0ffee00-0000-0000-0000-000000000004"),
+            &alloc(&["dla-1"]),
+        )
+        .unwrap_err();
+    assert!(e.contains("dla-1 is busy"), "{e}");
 }
