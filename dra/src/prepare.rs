@@ -8,6 +8,8 @@
 //! 2. every device must be this node's (pool), in the inventory and healthy;
 //! 3. the opaque configs are validated ([`sharing`]); the last one that names a device's
 //!    request (or names no request) applies to it, DeviceClass configs before claim configs;
+//!    a `GpuConfig` with `sharing` that names a DLA or PVA request is refused, one that names
+//!    no request passes over the claim's engines;
 //! 4. a device held exclusively by another prepared claim is busy; a device is held
 //!    exclusively unless the request has `adminAccess` (which holds nothing), the allocation
 //!    has a `shareID`, or a `GpuConfig` shares it (TimeSlicing or MPS — then it is busy
@@ -242,15 +244,23 @@ impl NodeDriver {
                 ));
             }
             let parent = a.request.split('/').next().unwrap_or(&a.request);
-            let config = configs
+            let is_gpu = matches!(d.kind, DeviceKind::Gpu | DeviceKind::Mig);
+            // A config naming no request applies to every request it can apply to: a
+            // claim-wide GpuConfig passes over the claim's engines.
+            let (named, config) = configs
                 .iter()
                 .rev()
-                .find(|(requests, _)| {
-                    requests.is_empty() || requests.iter().any(|r| r == &a.request || r == parent)
+                .find_map(|(requests, c)| {
+                    if requests.iter().any(|r| r == &a.request || r == parent) {
+                        Some((true, *c))
+                    } else if requests.is_empty() && (is_gpu || c.sharing.is_none()) {
+                        Some((false, *c))
+                    } else {
+                        None
+                    }
                 })
-                .map(|(_, c)| *c)
                 .unwrap_or_default();
-            if config.sharing.is_some() && !matches!(d.kind, DeviceKind::Gpu | DeviceKind::Mig) {
+            if named && config.sharing.is_some() && !is_gpu {
                 return Err(format!(
                     "claim {name}: request {}: a GpuConfig's sharing applies to GPUs and MIG devices, not to {} ({})",
                     a.request,

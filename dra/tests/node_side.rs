@@ -266,7 +266,9 @@ fn mig_devices_replace_their_gpu() {
 #[test]
 fn no_gpu_no_devices() {
     let host = FakeHost::empty();
-    assert!(inventory(&host, &[]).devices.is_empty());
+    // Tegra discovery only: an NVML probe by soname in this process can find the fake NVML
+    // another test loaded from its root.
+    assert!(inventory(&host, &["--discovery=tegra"]).devices.is_empty());
 }
 
 // ---- prepare ----------------------------------------------------------------------------
@@ -1033,10 +1035,43 @@ fn engines_get_their_own_nodes_and_a_gpu_claim_no_longer_has_them() {
     let e = driver
         .prepare_allocation(
             &claim("c0ffee00-0000-0000-0000-000000000003"),
-            &with_config(alloc(&["pva-0"]), json!({"apiVersion": "edgegpu.io/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}})),
+            &{
+                let mut a = with_config(alloc(&["pva-0"]), json!({"apiVersion": "edgegpu.io/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}}));
+                a.configs[0].requests = vec!["req0".into()];
+                a
+            },
         )
         .unwrap_err();
     assert!(e.contains("not to pva-0"), "{e}");
+    // A claim-wide sharing config passes over the engines (and applies to the GPU).
+    let mut mixed = alloc(&["gpu-0", "pva-0"]);
+    mixed.configs.push(OpaqueConfig {
+        requests: vec![],
+        parameters: json!({"apiVersion": "edgegpu.io/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}}),
+        source: ConfigSource::Claim,
+    });
+    driver.unprepare_claim(&claim(UID_A)).unwrap();
+    let uid = "c0ffee00-0000-0000-0000-000000000005";
+    driver.prepare_allocation(&claim(uid), &mixed).unwrap();
+    let held = driver
+        .prepared_claims()
+        .into_iter()
+        .find(|c| c.claim.uid == uid)
+        .unwrap()
+        .held;
+    assert_eq!(
+        held,
+        [("gpu-0".to_string(), false), ("pva-0".to_string(), true)]
+    );
+    // ... but one naming the PVA's request is refused.
+    mixed.configs[0].requests = vec!["req1".into()];
+    let e = driver
+        .prepare_allocation(&claim("c0ffee00-0000-0000-0000-000000000006"), &mixed)
+        .unwrap_err();
+    assert!(
+        e.contains("request req1") && e.contains("not to pva-0"),
+        "{e}"
+    );
     // DLA cores are exclusive like GPUs.
     let e = driver
         .prepare_allocation(
