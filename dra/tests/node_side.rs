@@ -1081,3 +1081,27 @@ fn engines_get_their_own_nodes_and_a_gpu_claim_no_longer_has_them() {
         .unwrap_err();
     assert!(e.contains("dla-1 is busy"), "{e}");
 }
+
+#[test]
+fn a_spec_that_cannot_be_written_leaves_no_claim_behind() {
+    let node = Node::new(FakeHost::jetson(Board::Orin), &["--discovery=tegra"]);
+    // The CDI directory's place is taken by a file.
+    std::fs::write(node.cdi_dir(), "not a directory").unwrap();
+    let driver = node.driver().unwrap();
+    let e = driver
+        .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
+        .unwrap_err();
+    assert!(
+        e.contains(UID_A) && e.contains(&node.cdi_dir().display().to_string()),
+        "{e}"
+    );
+    assert!(driver.prepared_claims().is_empty());
+    let cp = spec_json(&node.options().plugin_dir.join("checkpoint.json"));
+    assert_eq!(cp["claims"], json!({}));
+    // Once the directory can be made, the kubelet's retry succeeds.
+    std::fs::remove_file(node.cdi_dir()).unwrap();
+    driver
+        .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
+        .unwrap();
+    assert_eq!(node.spec_files().len(), 1);
+}
