@@ -21,6 +21,7 @@
 pub mod allocate;
 pub mod cli;
 pub mod config;
+pub mod engines;
 pub mod footprint;
 pub mod gpu;
 pub mod kubelet;
@@ -111,7 +112,11 @@ async fn serve_rounds(
             publish_feature_file(path, &node.resources).await;
         }
         metrics.describe(cli, &node.resources, options).await?;
-        match serve_round(node, options, signals).await? {
+        let engines = tokio::select! {
+            engines = node::build_engine_resources(&cli.root, &cli.gpu) => engines?,
+            _ = signals.recv() => return Ok(()),
+        };
+        match serve_round(node, engines, options, signals).await? {
             RoundEnd::Rebuild(why) => tracing::info!("Rebuilding the resources: {why}"),
             RoundEnd::Reconfigured => {
                 tracing::info!("Rebuilding the resources: the MIG geometry changed");
@@ -125,6 +130,7 @@ async fn serve_rounds(
 /// Serves one round's resources until a signal or (MIG strategies) a changed geometry.
 async fn serve_round(
     node: NodeResources,
+    engines: Vec<Arc<engines::resource::EngineResource>>,
     options: &LifecycleOptions,
     signals: &mut shutdown::ShutdownSignals,
 ) -> anyhow::Result<RoundEnd> {
@@ -135,6 +141,11 @@ async fn serve_round(
     let resources: Vec<Arc<dyn resource::Resource>> = resources
         .into_iter()
         .map(|r| r as Arc<dyn resource::Resource>)
+        .chain(
+            engines
+                .into_iter()
+                .map(|r| r as Arc<dyn resource::Resource>),
+        )
         .collect();
     let (end_tx, mut end_rx) = tokio::sync::mpsc::channel::<RoundEnd>(1);
     let stop = async {
