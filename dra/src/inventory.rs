@@ -103,7 +103,7 @@ pub struct InventoryDevice {
     pub cuda_id: String,
     /// The ID the device plugin's health table knows the device by (`--device-id-strategy
     /// uuid`: the GPU's or MIG device's UUID, `tegra` for a Jetson's GPU), to follow its
-    /// health ([`crate::prepare::NodeDriver::apply_plugin_health`]); empty for engines.
+    /// health ([`crate::prepare::NodeDriver::apply_plugin_health`]); `dla0`, `pva0` for engines.
     pub plugin_id: String,
     /// The device's own container edits (from `cdi generate`'s device of the same GPU).
     pub edits: ContainerEdits,
@@ -122,6 +122,8 @@ pub struct Inventory {
     /// Edits every device of the node needs (`cdi generate`'s spec-wide edits: driver
     /// libraries, control nodes, hooks).
     pub common_edits: ContainerEdits,
+    /// The engines published (for their health checks, [`Inventory::check_engines`]).
+    pub engines: Vec<Engine>,
 }
 
 /// `4.0` → `4.0.0`, `535.104.05` → `535.104.5`: a semantic version (no leading zeros, three
@@ -157,20 +159,14 @@ pub fn pci_bus_id(nvml: &str) -> String {
     }
 }
 
-/// A Jetson engine (DLA core, PVA) as the plugin's engine discovery will give it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Engine {
-    pub kind: DeviceKind,
-    pub index: u32,
-    /// Its device nodes (host paths).
-    pub nodes: Vec<String>,
-}
+/// A Jetson engine (DLA core, PVA instance) as the plugin's engine discovery gives it.
+pub use edgegpu_plugin::engines::{Engine, EngineKind};
 
-/// THE place where DLA cores and PVA become devices. Engine discovery (plugin
-/// `engines::discover`) is being written on another branch and is not merged yet: until
-/// then this returns none, and a Jetson publishes its GPU only.
-pub fn engines(_root: &Path) -> Vec<Engine> {
-    Vec::new()
+/// THE place where DLA cores and PVA instances are found: the device plugin's engine
+/// discovery (`edgegpu_plugin::engines::discover_on_host`: the SoC's engines whose device
+/// nodes exist; none on an Orin Nano, whose engines are fused off, nor off a Jetson).
+pub fn engines(root: &Path) -> Vec<Engine> {
+    edgegpu_plugin::engines::discover_on_host(root)
 }
 
 const MIB: u64 = 1024 * 1024;
@@ -187,6 +183,7 @@ impl Inventory {
             pool: pool.to_string(),
             devices: Vec::new(),
             common_edits: ContainerEdits::default(),
+            engines: Vec::new(),
         };
         let discovered = match discovery::discover(root, config.discovery, with_mig) {
             Ok(d) => d,
@@ -379,7 +376,31 @@ impl Inventory {
                 device.attributes.insert(k.clone(), v.clone());
             }
             self.devices.push(device);
+            self.engines.push(engine.clone());
         }
+    }
+
+    /// Runs each engine's health check under `root` (node present, platform device bound:
+    /// [`Engine::health`]) and records the outcome; `true` if any device's health changed.
+    /// Blocking (stat calls).
+    pub fn check_engines(&mut self, root: &Path) -> bool {
+        let outcomes: Vec<(String, Result<(), String>)> = self
+            .engines
+            .iter()
+            .map(|e| (engine_name(e), e.health(root)))
+            .collect();
+        let mut changed = false;
+        for (name, outcome) in outcomes {
+            changed |= match outcome {
+                Ok(()) => self.set_health(
+                    &name,
+                    Health::Healthy,
+                    "device node and platform device present",
+                ),
+                Err(why) => self.set_health(&name, Health::Unhealthy, &why),
+            };
+        }
+        changed
     }
 
     /// The device named `name`.
@@ -388,11 +409,17 @@ impl Inventory {
     }
 
     /// Sets a device's health (from the plugin's health watch); `false` if there is no such
-    /// device or nothing changed.
+    /// device or nothing changed (a healthy device's message is not a change).
     pub fn set_health(&mut self, name: &str, health: Health, message: &str) -> bool {
+        // A healthy device keeps the message it has: the kubelet and the slices only need to
+        // hear of a change of health, or of why a device is unhealthy.
         match self.devices.iter_mut().find(|d| d.name == name) {
-            Some(d) if d.health != health || d.health_message != message => {
+            Some(d) if d.health != health => {
                 d.health = health;
+                d.health_message = message.chars().take(1024).collect();
+                true
+            }
+            Some(d) if health == Health::Unhealthy && d.health_message != message => {
                 d.health_message = message.chars().take(1024).collect();
                 true
             }
@@ -496,9 +523,22 @@ impl Facts {
 /// The attributes of the board an engine shares with its Jetson's GPU.
 const JETSON_ATTRIBUTES: [&str; 5] = ["board", "module", "soc", "l4tRelease", "jetpackMajor"];
 
+fn engine_kind(engine: &Engine) -> DeviceKind {
+    match engine.kind {
+        EngineKind::Dla => DeviceKind::Dla,
+        EngineKind::Pva => DeviceKind::Pva,
+    }
+}
+
+/// `dla-0`, `pva-0`.
+fn engine_name(engine: &Engine) -> String {
+    format!("{}-{}", engine_kind(engine).as_str(), engine.index)
+}
+
 fn engine_device(engine: &Engine) -> InventoryDevice {
+    let kind = engine_kind(engine);
     let mut attributes = BTreeMap::new();
-    attributes.insert("type".into(), Attr::string(engine.kind.as_str()));
+    attributes.insert("type".into(), Attr::string(kind.as_str()));
     attributes.insert("index".into(), Attr::Int(i64::from(engine.index)));
     attributes.insert("integrated".into(), Attr::Bool(true));
     let mut edits = ContainerEdits::default();
@@ -507,18 +547,20 @@ fn engine_device(engine: &Engine) -> InventoryDevice {
             .device_nodes
             .push(edgegpu_node_setup::cdi::spec::DeviceNode { path: n.clone() });
     }
-    let env = match engine.kind {
-        DeviceKind::Dla => vec![("EDGEGPU_DLA_CORES".to_string(), engine.index.to_string())],
-        DeviceKind::Pva => vec![("EDGEGPU_PVA".to_string(), engine.index.to_string())],
-        _ => Vec::new(),
-    };
+    // The variable the device plugin's engine resources set (`EDGEGPU_DLA_CORES`,
+    // `EDGEGPU_PVA_INSTANCES`); a claim's devices of one kind share one list (prepare.rs).
+    let env = vec![(
+        edgegpu_plugin::engines::resource::env_var(engine.kind).to_string(),
+        engine.index.to_string(),
+    )];
     InventoryDevice {
-        name: format!("{}-{}", engine.kind.as_str(), engine.index),
-        kind: engine.kind,
+        name: engine_name(engine),
+        kind,
         attributes,
         capacity: BTreeMap::new(),
         cuda_id: String::new(),
-        plugin_id: String::new(),
+        // The plugin's engine resources advertise it as `dla0`.
+        plugin_id: engine.id(),
         edits,
         env,
         health: Health::Healthy,

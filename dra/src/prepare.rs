@@ -169,6 +169,19 @@ impl NodeDriver {
         changed
     }
 
+    /// Re-runs the engines' health checks under `root` ([`Inventory::check_engines`]) and
+    /// sends the new list to the kubelet when something changed; `true` then (republish the
+    /// slices). Blocking (stat calls): call it from a blocking task on the plugin's inotify
+    /// events or a timer.
+    pub fn check_engine_health(&self, root: &std::path::Path) -> bool {
+        let mut state = self.lock();
+        let changed = state.inventory.check_engines(root);
+        if changed {
+            self.health.send_replace(state.inventory.health());
+        }
+        changed
+    }
+
     /// The claims the checkpoint holds.
     pub fn prepared_claims(&self) -> Vec<ClaimEntry> {
         self.lock().checkpoint.entries().cloned().collect()
@@ -313,29 +326,27 @@ impl NodeDriver {
         }
         // What each device gets.
         let mut claim_devices: Vec<ClaimDevice> = Vec::new();
-        let dla_cores: Vec<String> = planned
-            .iter()
-            .filter_map(|p| state.inventory.get(&p.device))
-            .filter(|d| d.kind == DeviceKind::Dla)
-            .filter_map(|d| {
-                d.env
-                    .iter()
-                    .find(|(k, _)| k == "EDGEGPU_DLA_CORES")
-                    .map(|(_, v)| v.clone())
-            })
-            .collect();
+        // Engine variables list every engine of the kind in the claim (`EDGEGPU_DLA_CORES=0,1`).
+        let mut lists: Vec<(String, Vec<String>)> = Vec::new();
+        for p in &planned {
+            if let Some(d) = state.inventory.get(&p.device) {
+                for (k, v) in &d.env {
+                    match lists.iter_mut().find(|(key, _)| key == k) {
+                        Some((_, values)) => values.push(v.clone()),
+                        None => lists.push((k.clone(), vec![v.clone()])),
+                    }
+                }
+            }
+        }
         let mut groups: Vec<(Sharing, Vec<usize>)> = Vec::new();
         for (i, p) in planned.iter().enumerate() {
             let d = state.inventory.get(&p.device).expect("checked above");
             let mut env: Vec<String> = d
                 .env
                 .iter()
-                .map(|(k, v)| {
-                    if k == "EDGEGPU_DLA_CORES" {
-                        format!("{k}={}", dla_cores.join(","))
-                    } else {
-                        format!("{k}={v}")
-                    }
+                .map(|(k, v)| match lists.iter().find(|(key, _)| key == k) {
+                    Some((_, values)) => format!("{k}={}", values.join(",")),
+                    None => format!("{k}={v}"),
                 })
                 .collect();
             env.push(format!("EDGEGPU_DRA_CLAIM={}", claim.uid));

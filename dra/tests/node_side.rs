@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 
 use clap::Parser;
 use edgegpu_dra::claims::{AllocatedDevice, ClaimAllocation, ConfigSource, OpaqueConfig};
-use edgegpu_dra::inventory::{Attr, DeviceKind, Engine, Inventory};
+use edgegpu_dra::inventory::{Attr, Inventory};
 use edgegpu_dra::kubelet::{ClaimRef, Driver, Health};
 use edgegpu_dra::prepare::{NodeDriver, NodeOptions};
 use edgegpu_dra::sharing::MpsHost;
@@ -73,8 +73,16 @@ fn jetson_gpus_carry_the_labels_facts() {
         let host = FakeHost::jetson_with_nvml(board);
         let inv = inventory(&host, &[]);
         let names: Vec<&str> = inv.devices.iter().map(|d| d.name.as_str()).collect();
-        // Engines are not published yet (inventory::engines), so every board has its GPU only.
-        assert_eq!(names, ["gpu-0"], "{board:?}");
+        // The engines whose nodes the fake root carries: the r39 Orin NX root carries none,
+        // as an Orin Nano (engines fused off) has none; Thor has no DLA and its root no PVA node.
+        let engines: &[&str] = match board {
+            Board::Xavier => &["dla-0", "dla-1"],
+            Board::Orin => &["dla-0"],
+            _ => &[],
+        };
+        let mut want = vec!["gpu-0"];
+        want.extend_from_slice(engines);
+        assert_eq!(names, want, "{board:?}");
         let labels = labels::for_host(host.root(), "nvidia.com/gpu", &gpu_args(&[])).unwrap();
         let label = |k: &str| labels.get(k).map(str::to_string);
         let gpu = inv.get("gpu-0").unwrap();
@@ -917,46 +925,49 @@ fn the_plugins_health_reaches_the_slice_and_the_kubelet() {
         .unwrap();
 }
 
-/// Orin's engines as the plugin's engine discovery will report them (L4T r36 nodes).
-fn orin_engines() -> Vec<Engine> {
-    vec![
-        Engine {
-            kind: DeviceKind::Dla,
-            index: 0,
-            nodes: vec!["/dev/nvhost-ctrl-nvdla0".into()],
-        },
-        Engine {
-            kind: DeviceKind::Dla,
-            index: 1,
-            nodes: vec!["/dev/nvhost-ctrl-nvdla1".into()],
-        },
-        Engine {
-            kind: DeviceKind::Pva,
-            index: 0,
-            nodes: vec!["/dev/nvhost-ctrl-pva0".into()],
-        },
-    ]
-}
-
-fn all_nodes(inv: &Inventory) -> Vec<String> {
-    inv.common_edits
+/// Every device node `cdi generate`'s spec gives (spec-wide and per device).
+fn generated_nodes(host: &FakeHost) -> Vec<String> {
+    let g =
+        edgegpu_node_setup::cdi::generate(&edgegpu_node_setup::host::HostRoot::new(host.root()))
+            .unwrap();
+    g.spec
+        .container_edits
         .device_nodes
         .iter()
-        .chain(inv.devices.iter().flat_map(|d| d.edits.device_nodes.iter()))
+        .chain(
+            g.spec
+                .devices
+                .iter()
+                .flat_map(|d| d.container_edits.device_nodes.iter()),
+        )
+        .map(|n| n.path.clone())
+        .collect()
+}
+
+fn nodes_of_device(inv: &Inventory, device: &str) -> Vec<String> {
+    inv.get(device)
+        .unwrap()
+        .edits
+        .device_nodes
+        .iter()
         .map(|n| n.path.clone())
         .collect()
 }
 
 #[test]
 fn engines_get_their_own_nodes_and_a_gpu_claim_no_longer_has_them() {
-    let mut node = Node::new(FakeHost::jetson(Board::Orin), &["--discovery=tegra"]);
-    // L4T's lists give the GPU every engine node (what cdi generate copies).
-    let before = all_nodes(&node.inventory);
+    let host = FakeHost::jetson(Board::Orin);
+    // The fake AGX Orin root carries DLA 0's node only; an AGX Orin has two DLA cores and a
+    // PVA (L4T r36 nodes: nvhost-ctrl-nvdla<N>, nvhost-ctrl-pva0).
+    host.write("/dev/nvhost-ctrl-nvdla1", "");
+    host.write("/dev/nvhost-ctrl-pva0", "");
+    // L4T's lists give a GPU container every engine node (what cdi generate copies).
+    let generated = generated_nodes(&host);
     assert!(
-        before.contains(&"/dev/nvhost-ctrl-nvdla0".to_string()),
-        "{before:?}"
+        generated.contains(&"/dev/nvhost-ctrl-nvdla0".to_string()),
+        "{generated:?}"
     );
-    node.inventory.add_engines(&orin_engines());
+    let node = Node::new(host, &["--discovery=tegra"]);
     let names: Vec<&str> = node
         .inventory
         .devices
@@ -969,21 +980,22 @@ fn engines_get_their_own_nodes_and_a_gpu_claim_no_longer_has_them() {
         .common_edits
         .device_nodes
         .iter()
-        .chain(
-            node.inventory
-                .get("gpu-0")
-                .unwrap()
-                .edits
-                .device_nodes
-                .iter(),
-        )
         .map(|n| n.path.clone())
+        .chain(nodes_of_device(&node.inventory, "gpu-0"))
         .collect();
     assert!(
         !gpu_nodes
             .iter()
             .any(|n| n.contains("nvdla") || n.contains("pva")),
         "{gpu_nodes:?}"
+    );
+    assert_eq!(
+        nodes_of_device(&node.inventory, "dla-1"),
+        ["/dev/nvhost-ctrl-nvdla1"]
+    );
+    assert_eq!(
+        nodes_of_device(&node.inventory, "pva-0"),
+        ["/dev/nvhost-ctrl-pva0"]
     );
     assert_eq!(attr(&node.inventory, "dla-1", "type"), Some(&s("dla")));
     assert_eq!(attr(&node.inventory, "dla-1", "index"), Some(&Attr::Int(1)));
@@ -1080,6 +1092,36 @@ fn engines_get_their_own_nodes_and_a_gpu_claim_no_longer_has_them() {
         )
         .unwrap_err();
     assert!(e.contains("dla-1 is busy"), "{e}");
+    // Engine health: the plugin's check (node present) marks a DLA core unhealthy.
+    let rx = Driver::health(&driver);
+    assert!(!driver.check_engine_health(node._host.root()));
+    node._host.remove_node("/dev/nvhost-ctrl-nvdla1");
+    assert!(driver.check_engine_health(node._host.root()));
+    let dla1 = rx
+        .borrow()
+        .iter()
+        .find(|h| h.device == "dla-1")
+        .cloned()
+        .unwrap();
+    assert_eq!(dla1.health, Health::Unhealthy);
+    assert!(
+        dla1.message.contains("/dev/nvhost-ctrl-nvdla1"),
+        "{}",
+        dla1.message
+    );
+    let slice = driver.slice_devices();
+    let tainted: Vec<&str> = slice
+        .iter()
+        .filter(|d| d.get("taints").is_some())
+        .map(|d| d["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(tainted, ["dla-1"]);
+    node._host.restore_node("/dev/nvhost-ctrl-nvdla1");
+    assert!(driver.check_engine_health(node._host.root()));
+    assert!(driver
+        .slice_devices()
+        .iter()
+        .all(|d| d.get("taints").is_none()));
 }
 
 #[test]
