@@ -1,1 +1,647 @@
-//! TODO(skeleton): see the module list in lib.rs.
+//! The node's devices as DRA devices (`resource.k8s.io/v1` `Device`), from the device plugin's
+//! discovery with the plugin's settings ([`GpuArgs`], as the labeller takes them), described
+//! by the same facts as the node labels ([`edgegpu_plugin::labels::for_host`]), and the
+//! container edits `edgegpu-node-setup cdi generate` gives each of them
+//! ([`edgegpu_node_setup::cdi::generate`]).
+//!
+//! Device names (DNS labels, stable across restarts while the hardware stays):
+//! - `gpu-<index>`: a whole GPU, by NVML index; a Jetson's integrated GPU is `gpu-0`.
+//! - `gpu-<index>-mig-<gi>-<ci>`: a MIG device by its parent's index, GPU instance and compute
+//!   instance. NVIDIA's DRA driver names MIG devices after the profile and placement
+//!   (`gpu-<minor>-mig-<profile>-<giProfileId>-<start>`, `cmd/gpu-kubelet-plugin/deviceinfo.go`);
+//!   discovery does not read the placement, and GI/CI ids are what the driver's capability
+//!   nodes and the CDI spec (`<index>:gi<G>:ci<C>`) name the device by.
+//! - `dla-<n>`, `pva-<n>`: Jetson engines ([`engines`]).
+//!
+//! Health reaches the scheduler as a device taint (`edgegpu.io/unhealthy`, effect
+//! `NoSchedule`) on unhealthy devices, as NVIDIA's DRA driver does (`device_health.go`):
+//! device taints are beta in Kubernetes 1.35 behind `DRADeviceTaints`; an API server without
+//! the gate drops the field and the device stays schedulable, and the driver also refuses to
+//! prepare an unhealthy device. The kubelet gets the same health through
+//! `DRAResourceHealth` ([`Inventory::health`]).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use edgegpu_node_setup::cdi::spec::ContainerEdits;
+use edgegpu_node_setup::host::HostRoot;
+use edgegpu_platform::cdi as cdi_names;
+use edgegpu_plugin::config::{GpuArgs, MigStrategy};
+use edgegpu_plugin::gpu::discovery::{self, Platform};
+use edgegpu_plugin::labels::{self, NodeLabels};
+use serde_json::{json, Map, Value};
+
+use crate::kubelet::{DeviceHealth, Health};
+
+/// Schema limits of `resource.k8s.io/v1` (`k8s.io/api/resource/v1/types.go`).
+pub const MAX_ATTRIBUTES_AND_CAPACITIES: usize = 32;
+pub const MAX_ID_LENGTH: usize = 32;
+pub const MAX_STRING_LENGTH: usize = 64;
+
+/// The taint key an unhealthy device carries.
+pub const UNHEALTHY_TAINT: &str = "edgegpu.io/unhealthy";
+
+/// One attribute value (`DeviceAttribute`: exactly one of int, bool, string, version).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attr {
+    Int(i64),
+    Bool(bool),
+    /// At most 64 characters (longer values are cut).
+    String(String),
+    /// A semantic version (`12.6.0`).
+    Version(String),
+}
+
+impl Attr {
+    fn string(s: &str) -> Attr {
+        Attr::String(s.chars().take(MAX_STRING_LENGTH).collect())
+    }
+
+    fn to_json(&self) -> Value {
+        match self {
+            Attr::Int(i) => json!({ "int": i }),
+            Attr::Bool(b) => json!({ "bool": b }),
+            Attr::String(s) => json!({ "string": s }),
+            Attr::Version(v) => json!({ "version": v }),
+        }
+    }
+}
+
+/// What kind of device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceKind {
+    Gpu,
+    Mig,
+    Dla,
+    Pva,
+}
+
+impl DeviceKind {
+    /// The `type` attribute.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeviceKind::Gpu => "gpu",
+            DeviceKind::Mig => "mig",
+            DeviceKind::Dla => "dla",
+            DeviceKind::Pva => "pva",
+        }
+    }
+}
+
+/// One published device.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InventoryDevice {
+    /// The DRA device name (`gpu-0`).
+    pub name: String,
+    pub kind: DeviceKind,
+    /// Attributes by unqualified (driver-domain) or qualified name.
+    pub attributes: BTreeMap<String, Attr>,
+    /// Capacities (plain numbers: bytes, counts).
+    pub capacity: BTreeMap<String, u64>,
+    /// How CUDA in the container names the device: its UUID for NVML devices, `0` for a
+    /// Jetson's GPU (MPS limits use it).
+    pub cuda_id: String,
+    /// The ID the device plugin's health table knows the device by (`--device-id-strategy
+    /// uuid`: the GPU's or MIG device's UUID, `tegra` for a Jetson's GPU), to follow its
+    /// health ([`crate::prepare::NodeDriver::apply_plugin_health`]); `dla0`, `pva0` for engines.
+    pub plugin_id: String,
+    /// The device's own container edits (from `cdi generate`'s device of the same GPU).
+    pub edits: ContainerEdits,
+    /// Environment the device adds for the container (e.g. `EDGEGPU_DLA_CORES`).
+    pub env: Vec<(String, String)>,
+    pub health: Health,
+    pub health_message: String,
+}
+
+/// The node's devices.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Inventory {
+    /// The pool (the node's name).
+    pub pool: String,
+    pub devices: Vec<InventoryDevice>,
+    /// Edits every device of the node needs (`cdi generate`'s spec-wide edits: driver
+    /// libraries, control nodes, hooks).
+    pub common_edits: ContainerEdits,
+    /// The engines published (for their health checks, [`Inventory::check_engines`]).
+    pub engines: Vec<Engine>,
+}
+
+/// `4.0` → `4.0.0`, `535.104.05` → `535.104.5`: a semantic version (no leading zeros, three
+/// numbers) from a dotted version of at most three numeric parts; `None` otherwise.
+pub fn semver(version: &str) -> Option<String> {
+    let parts: Vec<u64> = version
+        .trim()
+        .split('.')
+        .map(|p| {
+            if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
+                None
+            } else {
+                p.parse().ok()
+            }
+        })
+        .collect::<Option<_>>()?;
+    if parts.is_empty() || parts.len() > 3 {
+        return None;
+    }
+    let get = |i: usize| parts.get(i).copied().unwrap_or(0);
+    Some(format!("{}.{}.{}", get(0), get(1), get(2)))
+}
+
+/// NVML's `00000000:17:00.0` as the standard attribute wants it (`0000:17:00.0`, lower case,
+/// `k8s.io/dynamic-resource-allocation/deviceattribute`).
+pub fn pci_bus_id(nvml: &str) -> String {
+    let lower = nvml.to_ascii_lowercase();
+    match lower.split_once(':') {
+        Some((domain, rest)) if domain.len() > 4 => {
+            format!("{}:{rest}", &domain[domain.len() - 4..])
+        }
+        _ => lower,
+    }
+}
+
+/// A Jetson engine (DLA core, PVA instance) as the plugin's engine discovery gives it.
+pub use edgegpu_plugin::engines::{Engine, EngineKind};
+
+/// THE place where DLA cores and PVA instances are found: the device plugin's engine
+/// discovery (`edgegpu_plugin::engines::discover_on_host`: the SoC's engines whose device
+/// nodes exist; none on an Orin Nano, whose engines are fused off, nor off a Jetson).
+pub fn engines(root: &Path) -> Vec<Engine> {
+    edgegpu_plugin::engines::discover_on_host(root)
+}
+
+const MIB: u64 = 1024 * 1024;
+
+impl Inventory {
+    /// Discovers the devices of the host under `root` as the device plugin started with
+    /// `args` sees them (MIG devices where its MIG strategy enumerates them). No GPU: an
+    /// empty inventory.
+    pub fn discover(root: &Path, args: &GpuArgs, pool: &str) -> anyhow::Result<Inventory> {
+        let config = args.resolve()?;
+        let labels = labels::for_host(root, "nvidia.com/gpu", args)?;
+        let with_mig = config.mig_strategy != MigStrategy::None;
+        let mut inventory = Inventory {
+            pool: pool.to_string(),
+            devices: Vec::new(),
+            common_edits: ContainerEdits::default(),
+            engines: Vec::new(),
+        };
+        let discovered = match discovery::discover(root, config.discovery, with_mig) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::info!("{e}");
+                return Ok(inventory);
+            }
+        };
+        let host = HostRoot::new(root);
+        let generated = edgegpu_node_setup::cdi::generate(&host)
+            .map_err(|e| anyhow::anyhow!("the CDI edits of this node's GPUs: {e}"))?;
+        for w in &generated.warnings {
+            tracing::warn!("CDI: {w}");
+        }
+        inventory.common_edits = generated.spec.container_edits.clone();
+        let edits_of = |name: &str| -> anyhow::Result<ContainerEdits> {
+            generated
+                .spec
+                .devices
+                .iter()
+                .find(|d| d.name == name)
+                .map(|d| d.container_edits.clone())
+                .ok_or_else(|| anyhow::anyhow!("the CDI edits have no device {name:?}"))
+        };
+        let driver_version = edgegpu_node_setup::cdi::driver::version(&host);
+        let facts = Facts::from_labels(&labels);
+        for gpu in &discovered.gpus {
+            // A MIG-enabled GPU is used through its MIG devices (as the plugin's MIG
+            // strategies and NVIDIA's DRA driver do).
+            if with_mig && gpu.mig_enabled {
+                continue;
+            }
+            let mut attributes = BTreeMap::new();
+            let mut capacity = BTreeMap::new();
+            attributes.insert("type".into(), Attr::string("gpu"));
+            attributes.insert(
+                "uuid".into(),
+                Attr::string(&discovered.platform.uuid_label(gpu)),
+            );
+            attributes.insert(
+                "productName".into(),
+                Attr::string(discovered.platform.model_name(gpu)),
+            );
+            facts.add_common(&mut attributes);
+            let integrated = matches!(discovered.platform, Platform::Tegra { .. });
+            attributes.insert("integrated".into(), Attr::Bool(integrated));
+            let cuda_id = if integrated {
+                // The shared memory the GPU can use, as the labels say (MemTotal, whole MiB).
+                if let Some(mib) = facts.memory_mib {
+                    capacity.insert("memory".into(), mib * MIB);
+                }
+                "0".to_string()
+            } else {
+                if let Some(bytes) = gpu.memory_bytes {
+                    capacity.insert("memory".into(), bytes);
+                }
+                if let Some(bus) = &gpu.pci_bus_id {
+                    attributes.insert(
+                        "resource.kubernetes.io/pciBusID".into(),
+                        Attr::string(&pci_bus_id(bus)),
+                    );
+                }
+                if let Some(numa) = gpu.numa_node.filter(|n| *n >= 0) {
+                    attributes.insert("resource.kubernetes.io/numaNode".into(), Attr::Int(numa));
+                }
+                if let Some(v) = driver_version.as_deref().and_then(semver) {
+                    attributes.insert("driverVersion".into(), Attr::Version(v));
+                }
+                gpu.uuid.clone()
+            };
+            let edits = edits_of(&cdi_names::gpu_by_index(gpu.index))?;
+            inventory.devices.push(InventoryDevice {
+                name: format!("gpu-{}", gpu.index),
+                kind: DeviceKind::Gpu,
+                attributes,
+                capacity,
+                cuda_id,
+                plugin_id: gpu.uuid.clone(),
+                edits,
+                env: Vec::new(),
+                health: Health::Healthy,
+                health_message: "found by discovery".into(),
+            });
+        }
+        for mig in &discovered.migs {
+            let parent = &discovered.gpus[mig.parent];
+            let mut attributes = BTreeMap::new();
+            attributes.insert("type".into(), Attr::string("mig"));
+            attributes.insert("uuid".into(), Attr::string(&mig.uuid));
+            // The parent's `uuid` attribute (NVML's UUID on a Jetson too, not `tegra`).
+            attributes.insert(
+                "parentUUID".into(),
+                Attr::string(&discovered.platform.uuid_label(parent)),
+            );
+            attributes.insert("profile".into(), Attr::string(&mig.profile));
+            attributes.insert(
+                "productName".into(),
+                Attr::string(discovered.platform.model_name(parent)),
+            );
+            facts.add_common(&mut attributes);
+            attributes.insert(
+                "integrated".into(),
+                Attr::Bool(matches!(discovered.platform, Platform::Tegra { .. })),
+            );
+            if let Some(bus) = &parent.pci_bus_id {
+                attributes.insert(
+                    "resource.kubernetes.io/pciBusID".into(),
+                    Attr::string(&pci_bus_id(bus)),
+                );
+            }
+            if let Some(v) = driver_version.as_deref().and_then(semver) {
+                attributes.insert("driverVersion".into(), Attr::Version(v));
+            }
+            let a = mig.attributes;
+            let capacity: BTreeMap<String, u64> = [
+                ("memory", mig.memory_bytes),
+                ("multiprocessors", u64::from(a.multiprocessors)),
+                ("copyEngines", u64::from(a.copy_engines)),
+                ("decoders", u64::from(a.decoders)),
+                ("encoders", u64::from(a.encoders)),
+                ("jpegEngines", u64::from(a.jpeg_engines)),
+                ("ofaEngines", u64::from(a.ofa_engines)),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+            let edits = edits_of(&cdi_names::mig_device(
+                parent.index,
+                mig.gpu_instance,
+                mig.compute_instance,
+            ))?;
+            inventory.devices.push(InventoryDevice {
+                name: format!(
+                    "gpu-{}-mig-{}-{}",
+                    parent.index, mig.gpu_instance, mig.compute_instance
+                ),
+                kind: DeviceKind::Mig,
+                attributes,
+                capacity,
+                cuda_id: mig.uuid.clone(),
+                plugin_id: mig.uuid.clone(),
+                edits,
+                env: Vec::new(),
+                health: Health::Healthy,
+                health_message: "found by discovery".into(),
+            });
+        }
+        inventory.add_engines(&engines(root));
+        for d in &inventory.devices {
+            check_limits(d)?;
+        }
+        Ok(inventory)
+    }
+
+    /// Adds Jetson engines as devices (`dla-<n>`, `pva-<n>`), with the board's attributes
+    /// of the GPU, and takes their device nodes out of every other device's and the common
+    /// edits: L4T's container lists give every GPU container all engine nodes, and once an
+    /// engine is a device of its own, only a claim for it gets its node.
+    pub fn add_engines(&mut self, engines: &[Engine]) {
+        if engines.is_empty() {
+            return;
+        }
+        let board: BTreeMap<String, Attr> = self
+            .devices
+            .iter()
+            .find(|d| d.kind == DeviceKind::Gpu || d.kind == DeviceKind::Mig)
+            .map(|d| {
+                d.attributes
+                    .iter()
+                    .filter(|(k, _)| JETSON_ATTRIBUTES.contains(&k.as_str()))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let nodes: Vec<&str> = engines
+            .iter()
+            .flat_map(|e| e.nodes.iter().map(String::as_str))
+            .collect();
+        self.common_edits
+            .device_nodes
+            .retain(|n| !nodes.contains(&n.path.as_str()));
+        for d in &mut self.devices {
+            d.edits
+                .device_nodes
+                .retain(|n| !nodes.contains(&n.path.as_str()));
+        }
+        for engine in engines {
+            let mut device = engine_device(engine);
+            for (k, v) in &board {
+                device.attributes.insert(k.clone(), v.clone());
+            }
+            self.devices.push(device);
+            self.engines.push(engine.clone());
+        }
+    }
+
+    /// Runs each engine's health check under `root` (node present, platform device bound:
+    /// [`Engine::health`]) and records the outcome; `true` if any device's health changed.
+    /// Blocking (stat calls).
+    pub fn check_engines(&mut self, root: &Path) -> bool {
+        let outcomes: Vec<(String, Result<(), String>)> = self
+            .engines
+            .iter()
+            .map(|e| (engine_name(e), e.health(root)))
+            .collect();
+        let mut changed = false;
+        for (name, outcome) in outcomes {
+            changed |= match outcome {
+                Ok(()) => self.set_health(
+                    &name,
+                    Health::Healthy,
+                    "device node and platform device present",
+                ),
+                Err(why) => self.set_health(&name, Health::Unhealthy, &why),
+            };
+        }
+        changed
+    }
+
+    /// The device named `name`.
+    pub fn get(&self, name: &str) -> Option<&InventoryDevice> {
+        self.devices.iter().find(|d| d.name == name)
+    }
+
+    /// Sets a device's health (from the plugin's health watch); `false` if there is no such
+    /// device or nothing changed (a healthy device's message is not a change).
+    pub fn set_health(&mut self, name: &str, health: Health, message: &str) -> bool {
+        // A healthy device keeps the message it has: the kubelet and the slices only need to
+        // hear of a change of health, or of why a device is unhealthy.
+        match self.devices.iter_mut().find(|d| d.name == name) {
+            Some(d) if d.health != health => {
+                d.health = health;
+                d.health_message = message.chars().take(1024).collect();
+                true
+            }
+            Some(d) if health == Health::Unhealthy && d.health_message != message => {
+                d.health_message = message.chars().take(1024).collect();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The devices as `resource.k8s.io/v1` `Device` objects, for [`crate::slices`].
+    pub fn slice_devices(&self) -> Vec<Value> {
+        self.devices.iter().map(device_json).collect()
+    }
+
+    /// Every device's health, for the kubelet's health stream.
+    pub fn health(&self) -> Vec<DeviceHealth> {
+        self.devices
+            .iter()
+            .map(|d| DeviceHealth {
+                pool: self.pool.clone(),
+                device: d.name.clone(),
+                health: d.health,
+                message: d.health_message.clone(),
+            })
+            .collect()
+    }
+}
+
+/// The node-wide facts of the labels, as attributes.
+struct Facts {
+    architecture: Option<String>,
+    capability: Option<String>,
+    cuda_driver: Option<String>,
+    memory_mib: Option<u64>,
+    l4t: Option<String>,
+    jetpack_major: Option<i64>,
+    board: Option<String>,
+    module: Option<String>,
+    soc: Option<String>,
+}
+
+impl Facts {
+    fn from_labels(l: &NodeLabels) -> Facts {
+        let pair = |major: &str, minor: &str| -> Option<String> {
+            semver(&format!("{}.{}", l.get(major)?, l.get(minor)?))
+        };
+        Facts {
+            architecture: l.get("nvidia.com/gpu.family").map(str::to_string),
+            capability: pair(
+                "nvidia.com/gpu.compute.major",
+                "nvidia.com/gpu.compute.minor",
+            ),
+            cuda_driver: pair(
+                "nvidia.com/cuda.driver.major",
+                "nvidia.com/cuda.driver.minor",
+            ),
+            memory_mib: l.get("nvidia.com/gpu.memory").and_then(|m| m.parse().ok()),
+            l4t: l.get("edgegpu.io/jetson.l4t").and_then(semver),
+            jetpack_major: l
+                .get("edgegpu.io/jetson.jetpack.major")
+                .and_then(|m| m.parse().ok()),
+            board: l.get("edgegpu.io/jetson.board").map(str::to_string),
+            module: l.get("edgegpu.io/jetson.module").map(str::to_string),
+            soc: l.get("edgegpu.io/jetson.soc").map(str::to_string),
+        }
+    }
+
+    fn add_common(&self, a: &mut BTreeMap<String, Attr>) {
+        let mut string = |k: &str, v: &Option<String>| {
+            if let Some(v) = v {
+                a.insert(k.into(), Attr::string(v));
+            }
+        };
+        string("architecture", &self.architecture);
+        self.add_jetson(a);
+        if let Some(v) = &self.capability {
+            a.insert("cudaComputeCapability".into(), Attr::Version(v.clone()));
+        }
+        if let Some(v) = &self.cuda_driver {
+            a.insert("cudaDriverVersion".into(), Attr::Version(v.clone()));
+        }
+    }
+
+    fn add_jetson(&self, a: &mut BTreeMap<String, Attr>) {
+        for (k, v) in [
+            ("board", &self.board),
+            ("module", &self.module),
+            ("soc", &self.soc),
+        ] {
+            if let Some(v) = v {
+                a.insert(k.into(), Attr::string(v));
+            }
+        }
+        if let Some(v) = &self.l4t {
+            a.insert("l4tRelease".into(), Attr::Version(v.clone()));
+        }
+        if let Some(v) = self.jetpack_major {
+            a.insert("jetpackMajor".into(), Attr::Int(v));
+        }
+    }
+}
+
+/// The attributes of the board an engine shares with its Jetson's GPU.
+const JETSON_ATTRIBUTES: [&str; 5] = ["board", "module", "soc", "l4tRelease", "jetpackMajor"];
+
+fn engine_kind(engine: &Engine) -> DeviceKind {
+    match engine.kind {
+        EngineKind::Dla => DeviceKind::Dla,
+        EngineKind::Pva => DeviceKind::Pva,
+    }
+}
+
+/// `dla-0`, `pva-0`.
+fn engine_name(engine: &Engine) -> String {
+    format!("{}-{}", engine_kind(engine).as_str(), engine.index)
+}
+
+fn engine_device(engine: &Engine) -> InventoryDevice {
+    let kind = engine_kind(engine);
+    let mut attributes = BTreeMap::new();
+    attributes.insert("type".into(), Attr::string(kind.as_str()));
+    attributes.insert("index".into(), Attr::Int(i64::from(engine.index)));
+    attributes.insert("integrated".into(), Attr::Bool(true));
+    let mut edits = ContainerEdits::default();
+    for n in &engine.nodes {
+        edits
+            .device_nodes
+            .push(edgegpu_node_setup::cdi::spec::DeviceNode { path: n.clone() });
+    }
+    // The variable the device plugin's engine resources set (`EDGEGPU_DLA_CORES`,
+    // `EDGEGPU_PVA_INSTANCES`); a claim's devices of one kind share one list (prepare.rs).
+    let env = vec![(
+        edgegpu_plugin::engines::resource::env_var(engine.kind).to_string(),
+        engine.index.to_string(),
+    )];
+    InventoryDevice {
+        name: engine_name(engine),
+        kind,
+        attributes,
+        capacity: BTreeMap::new(),
+        cuda_id: String::new(),
+        // The plugin's engine resources advertise it as `dla0`.
+        plugin_id: engine.id(),
+        edits,
+        env,
+        health: Health::Healthy,
+        health_message: "found by discovery".into(),
+    }
+}
+
+/// The schema's limits on a device: ≤32 attributes and capacities together, each name's
+/// identifier ≤32 characters.
+fn check_limits(d: &InventoryDevice) -> anyhow::Result<()> {
+    let total = d.attributes.len() + d.capacity.len();
+    anyhow::ensure!(
+        total <= MAX_ATTRIBUTES_AND_CAPACITIES,
+        "device {} has {total} attributes and capacities (at most {MAX_ATTRIBUTES_AND_CAPACITIES})",
+        d.name
+    );
+    for name in d.attributes.keys().chain(d.capacity.keys()) {
+        let id = name.rsplit_once('/').map_or(name.as_str(), |(_, id)| id);
+        anyhow::ensure!(
+            id.len() <= MAX_ID_LENGTH,
+            "device {}: attribute name {name} is longer than {MAX_ID_LENGTH}",
+            d.name
+        );
+    }
+    Ok(())
+}
+
+fn device_json(d: &InventoryDevice) -> Value {
+    let attributes: Map<String, Value> = d
+        .attributes
+        .iter()
+        .map(|(k, v)| (k.clone(), v.to_json()))
+        .collect();
+    let capacity: Map<String, Value> = d
+        .capacity
+        .iter()
+        .map(|(k, v)| (k.clone(), json!({ "value": v.to_string() })))
+        .collect();
+    let mut device = json!({
+        "name": d.name,
+        "attributes": attributes,
+    });
+    if !capacity.is_empty() {
+        device["capacity"] = Value::Object(capacity);
+    }
+    if d.health == Health::Unhealthy {
+        device["taints"] = json!([{
+            "key": UNHEALTHY_TAINT,
+            "value": "true",
+            "effect": "NoSchedule",
+        }]);
+    }
+    device
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_become_semver() {
+        assert_eq!(semver("535.104.05").as_deref(), Some("535.104.5"));
+        assert_eq!(semver("12.6").as_deref(), Some("12.6.0"));
+        assert_eq!(semver("36.4.3").as_deref(), Some("36.4.3"));
+        assert_eq!(semver("1.2.3.4"), None);
+        assert_eq!(semver("r36"), None);
+        assert_eq!(semver(""), None);
+    }
+
+    #[test]
+    fn pci_bus_ids_take_the_short_domain() {
+        assert_eq!(pci_bus_id("00000000:17:00.0"), "0000:17:00.0");
+        assert_eq!(pci_bus_id("00000000:AB:00.0"), "0000:ab:00.0");
+        assert_eq!(pci_bus_id("0000:01:00.0"), "0000:01:00.0");
+    }
+
+    #[test]
+    fn long_strings_are_cut() {
+        let Attr::String(s) = Attr::string(&"x".repeat(100)) else {
+            panic!()
+        };
+        assert_eq!(s.len(), MAX_STRING_LENGTH);
+    }
+}

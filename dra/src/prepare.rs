@@ -1,1 +1,453 @@
-//! TODO(skeleton): see the module list in lib.rs.
+//! The node side of NodePrepareResources / NodeUnprepareResources: [`NodeDriver`], the
+//! [`kubelet::Driver`] the kubelet side calls.
+//!
+//! Preparing a claim ([`NodeDriver::prepare_allocation`], after [`claims::fetch`] read what
+//! the scheduler allocated):
+//! 1. a claim already `PrepareCompleted` in the checkpoint gets its stored devices back
+//!    (the kubelet calls again after restarts and on retries);
+//! 2. every device must be this node's (pool), in the inventory and healthy;
+//! 3. the opaque configs are validated ([`sharing`]); the last one that names a device's
+//!    request (or names no request) applies to it, DeviceClass configs before claim configs;
+//!    a `GpuConfig` with `sharing` that names a DLA or PVA request is refused, one that names
+//!    no request passes over the claim's engines;
+//! 4. a device held exclusively by another prepared claim is busy; a device is held
+//!    exclusively unless the request has `adminAccess` (which holds nothing), the allocation
+//!    has a `shareID`, or a `GpuConfig` shares it (TimeSlicing or MPS — then it is busy
+//!    only for an exclusive claim);
+//! 5. checkpoint `PrepareStarted` → the claim's CDI spec ([`cdi`]) → `PrepareCompleted`.
+//!
+//! A pod's GPU claim and DLA claim are separate claims with a spec file each; each spec
+//! carries the node's common edits (driver libraries, hooks) so it works alone, and when a
+//! container gets both, the CDI library's edit application replaces device nodes and mounts
+//! of the same path (`pkg/cdi/container-edits.go`, `Apply`), so each lands once. DLA cores of
+//! one claim share one `EDGEGPU_DLA_CORES` list; two claims with DLA cores in one container
+//! would each set it (the runtime keeps one value): ask for several cores in one claim.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use edgegpu_apiclient::ApiServer;
+use serde_json::Value;
+use tokio::sync::watch;
+
+use crate::cdi::{self, ClaimDevice};
+use crate::checkpoint::{Checkpoint, ClaimEntry, ClaimState};
+use crate::claims::{self, ClaimAllocation, ConfigSource};
+use crate::inventory::{DeviceKind, Inventory};
+use crate::kubelet::{self, ClaimRef, DeviceHealth, Health, PreparedDevice};
+use crate::sharing::{self, GpuConfig, MpsHost, Sharing};
+
+/// Where the node side keeps its files.
+#[derive(Debug, Clone)]
+pub struct NodeOptions {
+    /// The driver's plugin directory (`/var/lib/kubelet/plugins/edgegpu.io`): the checkpoint.
+    pub plugin_dir: PathBuf,
+    /// Where claim specs are written (`/var/run/cdi`).
+    pub cdi_dir: PathBuf,
+    /// The node's MPS daemon, for `sharing.strategy: MPS`.
+    pub mps: MpsHost,
+}
+
+struct State {
+    inventory: Inventory,
+    checkpoint: Checkpoint,
+}
+
+/// The node side of the driver.
+pub struct NodeDriver {
+    api: Option<Arc<ApiServer>>,
+    driver: String,
+    options: NodeOptions,
+    state: Mutex<State>,
+    health: watch::Sender<Vec<DeviceHealth>>,
+}
+
+fn claim_name(c: &ClaimRef) -> String {
+    format!("{}/{} ({})", c.namespace, c.name, c.uid)
+}
+
+impl NodeDriver {
+    /// Loads the checkpoint from `options.plugin_dir`, rolls back every claim found
+    /// `PrepareStarted` (its spec removed, its entry dropped) and removes claim specs in
+    /// `options.cdi_dir` that no claim of the checkpoint owns. `api` is what
+    /// [`kubelet::Driver::prepare`] reads claims from; `None` (tests) makes it fail.
+    pub fn new(
+        inventory: Inventory,
+        options: NodeOptions,
+        api: Option<Arc<ApiServer>>,
+    ) -> Result<NodeDriver, String> {
+        let mut checkpoint = Checkpoint::load(&options.plugin_dir)?;
+        let started: Vec<ClaimEntry> = checkpoint
+            .entries()
+            .filter(|e| e.state == ClaimState::PrepareStarted)
+            .cloned()
+            .collect();
+        for e in started {
+            tracing::info!(claim = %claim_name(&e.claim), "rolling back a preparation interrupted by a restart");
+            cdi::remove_claim_spec(&e.spec_file, &e.claim.uid)?;
+            checkpoint.remove(&e.claim.uid)?;
+        }
+        // Specs no claim in the checkpoint owns (a checkpoint removed by hand, a write
+        // interrupted before its rename): no runtime should resolve them.
+        let (specs, temps) = cdi::claim_files(&options.cdi_dir);
+        for (uid, file) in specs {
+            if checkpoint.get(&uid).is_none() {
+                tracing::info!(file = %file.display(), "removing the CDI spec of a claim that is not prepared");
+                cdi::remove(&file)?;
+            }
+        }
+        for file in temps {
+            cdi::remove(&file)?;
+        }
+        let (health, _) = watch::channel(inventory.health());
+        Ok(NodeDriver {
+            api,
+            driver: crate::DRIVER_NAME.to_string(),
+            options,
+            state: Mutex::new(State {
+                inventory,
+                checkpoint,
+            }),
+            health,
+        })
+    }
+
+    /// The devices to publish (`resource.k8s.io/v1` Device objects, unhealthy ones tainted).
+    pub fn slice_devices(&self) -> Vec<Value> {
+        self.lock().inventory.slice_devices()
+    }
+
+    /// Sets a device's health (from the plugin's health watch); sends the new list to the
+    /// kubelet's health stream when it changed. `true` if it changed (republish the slices).
+    pub fn set_health(&self, device: &str, health: Health, message: &str) -> bool {
+        let mut state = self.lock();
+        let changed = state.inventory.set_health(device, health, message);
+        if changed {
+            self.health.send_replace(state.inventory.health());
+        }
+        changed
+    }
+
+    /// Follows the device plugin's health table (`GpuResource::subscribe()`'s device lists,
+    /// one per served resource): a device is unhealthy while the plugin reports any of its
+    /// IDs (time-slicing replicas `<id>::<n>` included) unhealthy. Devices the list does not
+    /// name keep their health. `true` if anything changed (republish the slices).
+    pub fn apply_plugin_health(&self, devices: &[edgegpu_kubelet_api::v1beta1::Device]) -> bool {
+        let mut state = self.lock();
+        let mut verdicts: Vec<(String, bool)> = Vec::new();
+        for d in devices {
+            let id = d.id.split("::").next().unwrap_or(&d.id);
+            let Some(dev) = state
+                .inventory
+                .devices
+                .iter()
+                .find(|x| !x.plugin_id.is_empty() && x.plugin_id == id)
+            else {
+                continue;
+            };
+            let healthy = d.health == edgegpu_kubelet_api::v1beta1::HEALTHY;
+            match verdicts.iter_mut().find(|(n, _)| *n == dev.name) {
+                Some((_, h)) => *h &= healthy,
+                None => verdicts.push((dev.name.clone(), healthy)),
+            }
+        }
+        let mut changed = false;
+        for (name, healthy) in verdicts {
+            let (health, message) = if healthy {
+                (Health::Healthy, "healthy (device plugin health monitors)")
+            } else {
+                (
+                    Health::Unhealthy,
+                    "reported unhealthy by the device plugin's health monitors",
+                )
+            };
+            changed |= state.inventory.set_health(&name, health, message);
+        }
+        if changed {
+            self.health.send_replace(state.inventory.health());
+        }
+        changed
+    }
+
+    /// Re-runs the engines' health checks under `root` ([`Inventory::check_engines`]) and
+    /// sends the new list to the kubelet when something changed; `true` then (republish the
+    /// slices). Blocking (stat calls): call it from a blocking task on the plugin's inotify
+    /// events or a timer.
+    pub fn check_engine_health(&self, root: &std::path::Path) -> bool {
+        let mut state = self.lock();
+        let changed = state.inventory.check_engines(root);
+        if changed {
+            self.health.send_replace(state.inventory.health());
+        }
+        changed
+    }
+
+    /// The claims the checkpoint holds.
+    pub fn prepared_claims(&self) -> Vec<ClaimEntry> {
+        self.lock().checkpoint.entries().cloned().collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Prepares `claim` with what the scheduler allocated to it (see the module docs).
+    pub fn prepare_allocation(
+        &self,
+        claim: &ClaimRef,
+        allocation: &ClaimAllocation,
+    ) -> Result<Vec<PreparedDevice>, String> {
+        let mut state = self.lock();
+        let name = claim_name(claim);
+        if let Some(e) = state.checkpoint.get(&claim.uid) {
+            if e.state == ClaimState::PrepareCompleted {
+                return Ok(e.devices.clone());
+            }
+            // Started and not completed in this process (an earlier error): start over.
+            let spec = e.spec_file.clone();
+            cdi::remove_claim_spec(&spec, &claim.uid)?;
+            state.checkpoint.remove(&claim.uid)?;
+        }
+        if allocation.devices.is_empty() {
+            return Err(format!(
+                "claim {name}: no device of {} is allocated",
+                self.driver
+            ));
+        }
+        let configs = allocation
+            .configs
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let source = match c.source {
+                    ConfigSource::Class => "DeviceClass",
+                    ConfigSource::Claim => "claim",
+                };
+                sharing::parse(&c.parameters, "opaque.parameters")
+                    .map(|g| (c.requests.clone(), g))
+                    .map_err(|e| format!("claim {name}: config[{i}] (from the {source}): {e}"))
+            })
+            .collect::<Result<Vec<(Vec<String>, GpuConfig)>, String>>()?;
+        // One entry per device (a device allocated for two requests keeps both).
+        struct Planned {
+            device: String,
+            requests: Vec<String>,
+            share_id: Option<String>,
+            admin: bool,
+            config: GpuConfig,
+        }
+        let mut planned: Vec<Planned> = Vec::new();
+        for a in &allocation.devices {
+            if a.pool != state.inventory.pool {
+                return Err(format!(
+                    "claim {name}: device {}/{} is not on this node (pool {})",
+                    a.pool, a.device, state.inventory.pool
+                ));
+            }
+            let Some(d) = state.inventory.get(&a.device) else {
+                return Err(format!(
+                    "claim {name}: device {} is not one of this node's devices",
+                    a.device
+                ));
+            };
+            if d.health == Health::Unhealthy {
+                return Err(format!(
+                    "claim {name}: device {} is unhealthy: {}",
+                    a.device, d.health_message
+                ));
+            }
+            let parent = a.request.split('/').next().unwrap_or(&a.request);
+            let is_gpu = matches!(d.kind, DeviceKind::Gpu | DeviceKind::Mig);
+            // A config naming no request applies to every request it can apply to: a
+            // claim-wide GpuConfig passes over the claim's engines.
+            let (named, config) = configs
+                .iter()
+                .rev()
+                .find_map(|(requests, c)| {
+                    if requests.iter().any(|r| r == &a.request || r == parent) {
+                        Some((true, *c))
+                    } else if requests.is_empty() && (is_gpu || c.sharing.is_none()) {
+                        Some((false, *c))
+                    } else {
+                        None
+                    }
+                })
+                .unwrap_or_default();
+            if named && config.sharing.is_some() && !is_gpu {
+                return Err(format!(
+                    "claim {name}: request {}: a GpuConfig's sharing applies to GPUs and MIG devices, not to {} ({})",
+                    a.request,
+                    d.name,
+                    d.kind.as_str()
+                ));
+            }
+            match planned.iter_mut().find(|p| p.device == a.device) {
+                Some(p) => {
+                    p.requests.push(a.request.clone());
+                    p.admin &= a.admin_access;
+                }
+                None => planned.push(Planned {
+                    device: a.device.clone(),
+                    requests: vec![a.request.clone()],
+                    share_id: a.share_id.clone(),
+                    admin: a.admin_access,
+                    config,
+                }),
+            }
+        }
+        // Busy devices.
+        let held: Vec<(String, bool)> = planned
+            .iter()
+            .filter(|p| !p.admin)
+            .map(|p| {
+                let exclusive = p.share_id.is_none() && !p.config.shared();
+                (p.device.clone(), exclusive)
+            })
+            .collect();
+        for (device, exclusive) in &held {
+            for other in state.checkpoint.entries() {
+                if other.claim.uid == claim.uid {
+                    continue;
+                }
+                if let Some((_, other_exclusive)) = other.held.iter().find(|(d, _)| d == device) {
+                    if *exclusive || *other_exclusive {
+                        return Err(format!(
+                            "claim {name}: device {device} is busy: prepared {} for claim {}",
+                            if *other_exclusive {
+                                "exclusively"
+                            } else {
+                                "shared"
+                            },
+                            claim_name(&other.claim)
+                        ));
+                    }
+                }
+            }
+        }
+        // What each device gets.
+        let mut claim_devices: Vec<ClaimDevice> = Vec::new();
+        // Engine variables list every engine of the kind in the claim (`EDGEGPU_DLA_CORES=0,1`).
+        let mut lists: Vec<(String, Vec<String>)> = Vec::new();
+        for p in &planned {
+            if let Some(d) = state.inventory.get(&p.device) {
+                for (k, v) in &d.env {
+                    match lists.iter_mut().find(|(key, _)| key == k) {
+                        Some((_, values)) => values.push(v.clone()),
+                        None => lists.push((k.clone(), vec![v.clone()])),
+                    }
+                }
+            }
+        }
+        let mut groups: Vec<(Sharing, Vec<usize>)> = Vec::new();
+        for (i, p) in planned.iter().enumerate() {
+            let d = state.inventory.get(&p.device).expect("checked above");
+            let mut env: Vec<String> = d
+                .env
+                .iter()
+                .map(|(k, v)| match lists.iter().find(|(key, _)| key == k) {
+                    Some((_, values)) => format!("{k}={}", values.join(",")),
+                    None => format!("{k}={v}"),
+                })
+                .collect();
+            env.push(format!("EDGEGPU_DRA_CLAIM={}", claim.uid));
+            claim_devices.push(ClaimDevice {
+                device: p.device.clone(),
+                edits: d.edits.clone(),
+                env,
+                mounts: Vec::new(),
+            });
+            if let Some(s) = p.config.sharing {
+                match groups.iter_mut().find(|(g, _)| *g == s) {
+                    Some((_, members)) => members.push(i),
+                    None => groups.push((s, vec![i])),
+                }
+            }
+        }
+        for (s, members) in &groups {
+            let ids: Vec<&str> = members
+                .iter()
+                .map(|&i| {
+                    state
+                        .inventory
+                        .get(&planned[i].device)
+                        .map_or("", |d| d.cuda_id.as_str())
+                })
+                .collect();
+            let (env, mounts) = sharing::container_edits(Some(s), &ids, &self.options.mps)
+                .map_err(|e| format!("claim {name}: {e}"))?;
+            for &i in members {
+                claim_devices[i].env.extend(env.iter().cloned());
+                claim_devices[i].mounts.extend(mounts.iter().cloned());
+            }
+        }
+        let spec = cdi::claim_spec(&claim.uid, &state.inventory.common_edits, &claim_devices);
+        let spec_file = cdi::spec_path(&self.options.cdi_dir, &claim.uid);
+        let prepared: Vec<PreparedDevice> = planned
+            .iter()
+            .map(|p| PreparedDevice {
+                requests: p.requests.clone(),
+                pool: state.inventory.pool.clone(),
+                device: p.device.clone(),
+                cdi_device_ids: vec![cdi::qualified(&claim.uid, &p.device)],
+                share_id: p.share_id.clone(),
+            })
+            .collect();
+        let mut entry = ClaimEntry {
+            claim: claim.clone(),
+            state: ClaimState::PrepareStarted,
+            devices: Vec::new(),
+            held,
+            spec_file: spec_file.clone(),
+        };
+        state.checkpoint.put(entry.clone())?;
+        if let Err(e) = cdi::write(&self.options.cdi_dir, &claim.uid, &spec) {
+            let _ = cdi::remove(&spec_file);
+            let _ = state.checkpoint.remove(&claim.uid);
+            return Err(format!("claim {name}: {e}"));
+        }
+        entry.state = ClaimState::PrepareCompleted;
+        entry.devices = prepared.clone();
+        state.checkpoint.put(entry)?;
+        Ok(prepared)
+    }
+
+    /// Undoes [`NodeDriver::prepare_allocation`]: removes the claim's spec, then its entry.
+    /// A claim not in the checkpoint is `Ok`.
+    pub fn unprepare_claim(&self, claim: &ClaimRef) -> Result<(), String> {
+        let mut state = self.lock();
+        let Some(entry) = state.checkpoint.get(&claim.uid) else {
+            return Ok(());
+        };
+        let spec = entry.spec_file.clone();
+        cdi::remove_claim_spec(&spec, &claim.uid)
+            .map_err(|e| format!("claim {}: {e}", claim_name(claim)))?;
+        state.checkpoint.remove(&claim.uid)
+    }
+}
+
+#[tonic::async_trait]
+impl kubelet::Driver for NodeDriver {
+    async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedDevice>, String> {
+        if let Some(e) = self.lock().checkpoint.get(&claim.uid) {
+            if e.state == ClaimState::PrepareCompleted {
+                return Ok(e.devices.clone());
+            }
+        }
+        let api = self
+            .api
+            .as_ref()
+            .ok_or_else(|| "no API server to read the claim from".to_string())?;
+        let allocation = claims::fetch(api, claim, &self.driver)
+            .await
+            .map_err(|e| format!("claim {}: {e:#}", claim_name(claim)))?;
+        self.prepare_allocation(claim, &allocation)
+    }
+
+    async fn unprepare(&self, claim: &ClaimRef) -> Result<(), String> {
+        self.unprepare_claim(claim)
+    }
+
+    fn health(&self) -> watch::Receiver<Vec<DeviceHealth>> {
+        self.health.subscribe()
+    }
+}

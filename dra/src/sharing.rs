@@ -1,1 +1,449 @@
-//! TODO(skeleton): see the module list in lib.rs.
+//! The opaque configuration claims and DeviceClasses carry for this driver
+//! (`opaque.driver: edgegpu.io`), versioned like a Kubernetes object:
+//!
+//! ```yaml
+//! apiVersion: edgegpu.io/v1alpha1
+//! kind: GpuConfig
+//! sharing:
+//!   strategy: MPS            # or TimeSlicing
+//!   mps:
+//!     activeThreadPercentage: 50
+//!     pinnedMemoryLimit: 4Gi
+//! ```
+//!
+//! The shape follows NVIDIA's DRA driver's `GpuConfig.sharing` (`api/nvidia.com/resource/
+//! v1beta1/sharing.go`: `strategy: TimeSlicing | MPS`, `mpsConfig.defaultActiveThreadPercentage`,
+//! `defaultPinnedDeviceMemoryLimit`), with shorter names and without a per-device map.
+//! Parsing is strict: an unknown field, a wrong `apiVersion` or `kind`, a wrong type or a
+//! value out of range is an error naming the field's path.
+//!
+//! What each setting does for a container, and where it is enforced:
+//! - `TimeSlicing` (also the default without config): nothing is added; the GPU's own
+//!   time-slicing shares it between the claims that hold it. It lets a device be prepared
+//!   for several claims at once.
+//! - `MPS`: the container joins the node's MPS control daemon (the device plugin's MPS
+//!   companion, `edgegpu-device-plugin mps-daemon`, whose pipe directory must exist at
+//!   `<mps root>/<resource>/pipe`): `CUDA_MPS_PIPE_DIRECTORY` and bind mounts of the pipe
+//!   directory and of the daemon's shm directory as `/dev/shm` (the plugin's
+//!   [`ClientSetup`], the same the device plugin's Allocate gives).
+//!   `activeThreadPercentage` becomes `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` and
+//!   `pinnedMemoryLimit` `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=<device>=<MiB>M` (whole MiB,
+//!   rounded down). These are client-side settings read by the CUDA runtime when the client
+//!   connects: they can only lower what the daemon's `set_default_*` allow, never raise it
+//!   (CUDA MPS documentation, "Client-side limits"). A device shared through MPS may be
+//!   prepared for several claims.
+
+use std::path::{Path, PathBuf};
+
+use edgegpu_node_setup::cdi::spec::Mount;
+use edgegpu_plugin::mps::plan::{ClientLimit, ClientSetup};
+use edgegpu_plugin::mps::MpsPaths;
+use serde_json::{Map, Value};
+
+/// The `apiVersion` of this driver's configuration objects.
+pub const API_VERSION: &str = "edgegpu.io/v1alpha1";
+/// The kind of a GPU's (or MIG device's) configuration.
+pub const GPU_CONFIG: &str = "GpuConfig";
+
+/// How a device is shared between claims.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    TimeSlicing,
+    Mps,
+}
+
+/// MPS client settings.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MpsSettings {
+    /// 1–100.
+    pub active_thread_percentage: Option<u32>,
+    /// Bytes (at least 1 MiB).
+    pub pinned_memory_limit: Option<u64>,
+}
+
+/// `sharing`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sharing {
+    pub strategy: Strategy,
+    pub mps: Option<MpsSettings>,
+}
+
+/// A `GpuConfig`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GpuConfig {
+    pub sharing: Option<Sharing>,
+}
+
+impl GpuConfig {
+    /// Whether the device may be prepared for other claims too.
+    pub fn shared(&self) -> bool {
+        self.sharing.is_some()
+    }
+}
+
+fn object<'a>(v: &'a Value, path: &str) -> Result<&'a Map<String, Value>, String> {
+    v.as_object()
+        .ok_or_else(|| format!("{path}: must be an object"))
+}
+
+fn only_fields(m: &Map<String, Value>, path: &str, known: &[&str]) -> Result<(), String> {
+    match m.keys().find(|k| !known.contains(&k.as_str())) {
+        Some(k) => Err(format!(
+            "{path}.{k}: unknown field (known: {})",
+            known.join(", ")
+        )),
+        None => Ok(()),
+    }
+}
+
+fn string<'a>(m: &'a Map<String, Value>, path: &str, key: &str) -> Result<Option<&'a str>, String> {
+    match m.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(format!("{path}.{key}: must be a string")),
+    }
+}
+
+/// Parses and validates `parameters` (the `opaque.parameters` object). `path` names it in
+/// errors (e.g. `config[0].opaque.parameters`).
+pub fn parse(parameters: &Value, path: &str) -> Result<GpuConfig, String> {
+    let m = object(parameters, path)?;
+    match string(m, path, "apiVersion")? {
+        Some(API_VERSION) => {}
+        Some(other) => {
+            return Err(format!(
+                "{path}.apiVersion: {other:?} is not supported (only {API_VERSION})"
+            ))
+        }
+        None => return Err(format!("{path}.apiVersion: missing ({API_VERSION})")),
+    }
+    match string(m, path, "kind")? {
+        Some(GPU_CONFIG) => {}
+        Some(other) => {
+            return Err(format!(
+                "{path}.kind: {other:?} is not a kind of {API_VERSION} (only {GPU_CONFIG})"
+            ))
+        }
+        None => return Err(format!("{path}.kind: missing ({GPU_CONFIG})")),
+    }
+    only_fields(m, path, &["apiVersion", "kind", "sharing"])?;
+    let sharing = match m.get("sharing") {
+        None | Some(Value::Null) => None,
+        Some(s) => Some(parse_sharing(s, &format!("{path}.sharing"))?),
+    };
+    Ok(GpuConfig { sharing })
+}
+
+fn parse_sharing(v: &Value, path: &str) -> Result<Sharing, String> {
+    let m = object(v, path)?;
+    only_fields(m, path, &["strategy", "mps"])?;
+    let strategy = match string(m, path, "strategy")? {
+        Some("TimeSlicing") => Strategy::TimeSlicing,
+        Some("MPS") => Strategy::Mps,
+        Some(other) => {
+            return Err(format!(
+                "{path}.strategy: {other:?} is not a strategy (TimeSlicing, MPS)"
+            ))
+        }
+        None => return Err(format!("{path}.strategy: missing (TimeSlicing or MPS)")),
+    };
+    let mps = match m.get("mps") {
+        None | Some(Value::Null) => None,
+        Some(v) => {
+            if strategy != Strategy::Mps {
+                return Err(format!("{path}.mps: only with strategy MPS"));
+            }
+            Some(parse_mps(v, &format!("{path}.mps"))?)
+        }
+    };
+    Ok(Sharing { strategy, mps })
+}
+
+fn parse_mps(v: &Value, path: &str) -> Result<MpsSettings, String> {
+    let m = object(v, path)?;
+    only_fields(m, path, &["activeThreadPercentage", "pinnedMemoryLimit"])?;
+    let active_thread_percentage = match m.get("activeThreadPercentage") {
+        None | Some(Value::Null) => None,
+        Some(n) => match n.as_u64() {
+            Some(p @ 1..=100) => Some(p as u32),
+            _ => {
+                return Err(format!(
+                    "{path}.activeThreadPercentage: must be an integer from 1 to 100, not {n}"
+                ))
+            }
+        },
+    };
+    let pinned_memory_limit = match m.get("pinnedMemoryLimit") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(q)) => match parse_quantity(q) {
+            Some(b) if b >= MIB => Some(b),
+            Some(_) => {
+                return Err(format!(
+                    "{path}.pinnedMemoryLimit: {q:?} is less than 1Mi (MPS limits are in MiB)"
+                ))
+            }
+            None => {
+                return Err(format!(
+                    "{path}.pinnedMemoryLimit: {q:?} is not a quantity of bytes (e.g. 4Gi, 512Mi)"
+                ))
+            }
+        },
+        Some(Value::Number(n)) => match n.as_u64() {
+            Some(b) if b >= MIB => Some(b),
+            _ => {
+                return Err(format!(
+                    "{path}.pinnedMemoryLimit: {n} is not a number of bytes of at least 1Mi"
+                ))
+            }
+        },
+        Some(_) => return Err(format!("{path}.pinnedMemoryLimit: must be a quantity")),
+    };
+    Ok(MpsSettings {
+        active_thread_percentage,
+        pinned_memory_limit,
+    })
+}
+
+const MIB: u64 = 1024 * 1024;
+
+/// A Kubernetes quantity of bytes (`resource.Quantity`): an integer with an optional binary
+/// (`Ki`…`Ei`) or decimal (`k`, `M`…`E`) suffix, or an exponent (`1e9`). Fractions are not
+/// accepted (bytes are whole). `None` for anything else or an overflow.
+pub fn parse_quantity(q: &str) -> Option<u64> {
+    let digits = q.bytes().take_while(u8::is_ascii_digit).count();
+    if digits == 0 {
+        return None;
+    }
+    let (number, suffix) = q.split_at(digits);
+    let n: u64 = number.parse().ok()?;
+    let factor: u64 = match suffix {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "Ti" => 1 << 40,
+        "Pi" => 1 << 50,
+        "Ei" => 1 << 60,
+        "k" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        "T" => 1_000_000_000_000,
+        "P" => 1_000_000_000_000_000,
+        "E" => 1_000_000_000_000_000_000,
+        e if e.starts_with(['e', 'E']) => 10u64.checked_pow(e[1..].parse().ok()?)?,
+        _ => return None,
+    };
+    n.checked_mul(factor)
+}
+
+/// Where the node's MPS control daemon lives (the device plugin's `--mps-root` and the
+/// resource it runs MPS for).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MpsHost {
+    pub mps_root: PathBuf,
+    pub resource: String,
+}
+
+impl Default for MpsHost {
+    fn default() -> Self {
+        MpsHost {
+            mps_root: PathBuf::from("/run/edgegpu/mps"),
+            resource: "nvidia.com/gpu".into(),
+        }
+    }
+}
+
+/// What a sharing setting adds to a container using devices named `cuda_ids` (how CUDA
+/// names them in the container): (env `KEY=VALUE`, mounts). Fails when MPS is asked for and
+/// no MPS daemon runs on the node.
+pub fn container_edits(
+    sharing: Option<&Sharing>,
+    cuda_ids: &[&str],
+    host: &MpsHost,
+) -> Result<(Vec<String>, Vec<Mount>), String> {
+    let Some(sharing) = sharing.filter(|s| s.strategy == Strategy::Mps) else {
+        return Ok((Vec::new(), Vec::new()));
+    };
+    let paths = MpsPaths::new(&host.mps_root, &host.resource);
+    if !paths.pipe.is_dir() {
+        return Err(format!(
+            "sharing.strategy MPS: no MPS control daemon on this node ({} does not exist; the device plugin's MPS companion creates it)",
+            paths.pipe.display()
+        ));
+    }
+    let settings = sharing.mps.unwrap_or_default();
+    let setup = ClientSetup {
+        mps: Some(paths),
+        not_enforced: None,
+        limits: cuda_ids
+            .iter()
+            .map(|id| ClientLimit {
+                device: id.to_string(),
+                mib: settings
+                    .pinned_memory_limit
+                    .map(edgegpu_plugin::mps::plan::whole_mib),
+            })
+            .collect(),
+        active_thread_percentage: settings.active_thread_percentage,
+    };
+    let mut env: Vec<String> = setup
+        .env()
+        .into_iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    env.sort();
+    let mounts = setup
+        .mounts()
+        .into_iter()
+        .map(|m| Mount {
+            host_path: path_string(&m.host),
+            container_path: path_string(&m.container),
+            // NVIDIA's DRA driver's MPS client mounts (`sharing.go`).
+            options: ["rw", "nosuid", "nodev", "bind"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+        })
+        .collect();
+    Ok((env, mounts))
+}
+
+fn path_string(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn p(v: Value) -> Result<GpuConfig, String> {
+        parse(&v, "parameters")
+    }
+
+    #[test]
+    fn a_full_mps_config() {
+        let c = p(json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mps": {"activeThreadPercentage": 50, "pinnedMemoryLimit": "4Gi"}}})).unwrap();
+        assert_eq!(
+            c.sharing,
+            Some(Sharing {
+                strategy: Strategy::Mps,
+                mps: Some(MpsSettings {
+                    active_thread_percentage: Some(50),
+                    pinned_memory_limit: Some(4 << 30)
+                })
+            })
+        );
+        assert!(c.shared());
+        let none = p(json!({"apiVersion": API_VERSION, "kind": "GpuConfig"})).unwrap();
+        assert!(!none.shared());
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let cases = [
+            (json!([]), "parameters: must be an object"),
+            (
+                json!({"kind": "GpuConfig"}),
+                "parameters.apiVersion: missing",
+            ),
+            (
+                json!({"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig"}),
+                "parameters.apiVersion: \"resource.nvidia.com/v1beta1\"",
+            ),
+            (
+                json!({"apiVersion": API_VERSION, "kind": "MigDeviceConfig"}),
+                "parameters.kind: \"MigDeviceConfig\"",
+            ),
+            (
+                json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "shareing": {}}),
+                "parameters.shareing: unknown field",
+            ),
+            (
+                json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "Mps"}}),
+                "parameters.sharing.strategy: \"Mps\"",
+            ),
+            (
+                json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {}}),
+                "parameters.sharing.strategy: missing",
+            ),
+            (
+                json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing", "mps": {}}}),
+                "parameters.sharing.mps: only with strategy MPS",
+            ),
+            (
+                json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mps": {"activeThreadPercentage": 0}}}),
+                "parameters.sharing.mps.activeThreadPercentage: must be an integer from 1 to 100",
+            ),
+            (
+                json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mps": {"activeThreadPercentage": 101}}}),
+                "activeThreadPercentage",
+            ),
+            (
+                json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mps": {"pinnedMemoryLimit": "4GB"}}}),
+                "parameters.sharing.mps.pinnedMemoryLimit: \"4GB\" is not a quantity",
+            ),
+            (
+                json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mps": {"pinnedMemoryLimit": "1Ki"}}}),
+                "less than 1Mi",
+            ),
+            (
+                json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mps": {"limit": 1}}}),
+                "parameters.sharing.mps.limit: unknown field",
+            ),
+        ];
+        for (v, want) in cases {
+            let e = p(v.clone()).unwrap_err();
+            assert!(e.contains(want), "{v}: {e}");
+        }
+    }
+
+    #[test]
+    fn quantities() {
+        assert_eq!(parse_quantity("4Gi"), Some(4 << 30));
+        assert_eq!(parse_quantity("512Mi"), Some(512 << 20));
+        assert_eq!(parse_quantity("1G"), Some(1_000_000_000));
+        assert_eq!(parse_quantity("1e9"), Some(1_000_000_000));
+        assert_eq!(parse_quantity("1048576"), Some(1 << 20));
+        assert_eq!(parse_quantity("1.5Gi"), None);
+        assert_eq!(parse_quantity("Gi"), None);
+        assert_eq!(parse_quantity("99999999999Ei"), None);
+    }
+
+    #[test]
+    fn mps_needs_a_daemon_and_gives_env_and_mounts() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = MpsHost {
+            mps_root: dir.path().to_path_buf(),
+            resource: "nvidia.com/gpu".into(),
+        };
+        let sharing = Sharing {
+            strategy: Strategy::Mps,
+            mps: Some(MpsSettings {
+                active_thread_percentage: Some(25),
+                pinned_memory_limit: Some((1 << 30) + 5),
+            }),
+        };
+        let e = container_edits(Some(&sharing), &["0"], &host).unwrap_err();
+        assert!(e.contains("no MPS control daemon"), "{e}");
+        std::fs::create_dir_all(dir.path().join("nvidia.com/gpu/pipe")).unwrap();
+        let (env, mounts) = container_edits(Some(&sharing), &["0"], &host).unwrap();
+        let pipe = dir.path().join("nvidia.com/gpu/pipe").display().to_string();
+        assert!(
+            env.contains(&format!("CUDA_MPS_PIPE_DIRECTORY={pipe}")),
+            "{env:?}"
+        );
+        assert!(env.contains(&"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=1024M".to_string()));
+        assert!(env.contains(&"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25".to_string()));
+        assert_eq!(mounts.len(), 2);
+        assert_eq!(mounts[1].container_path, "/dev/shm");
+        let time = Sharing {
+            strategy: Strategy::TimeSlicing,
+            mps: None,
+        };
+        assert_eq!(
+            container_edits(Some(&time), &["0"], &host).unwrap(),
+            (vec![], vec![])
+        );
+    }
+}

@@ -5,12 +5,13 @@
 //! devicequery and GPU telemetry are meant to), so supporting a new generation means adding
 //! one entry there and nothing else. Host paths and parsers that do not depend on the
 //! generation are in [`host`]; the CDI device names the device plugin and node-setup share, in
-//! [`cdi`].
+//! [`cdi`]; the DLA and PVA engines besides the GPU, in [`engines`].
 //!
 //! No I/O happens here: the crate only describes; callers read the host under their own root.
 
 pub mod cdi;
 pub mod csv;
+pub mod engines;
 mod generation;
 pub mod host;
 pub mod procfs;

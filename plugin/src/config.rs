@@ -117,6 +117,16 @@ pub struct GpuArgs {
     /// /run/edgegpu/mps]
     #[arg(long, env = "MPS_ROOT", value_name = "DIR")]
     pub mps_root: Option<PathBuf>,
+
+    /// On Jetson: also advertise the DLA cores as `nvidia.com/dla` (IDs dla0, dla1) and the
+    /// PVA instances as `nvidia.com/pva` (pva0, …), each only where the host has one. A
+    /// container gets the engine's device nodes and its index in `EDGEGPU_DLA_CORES` /
+    /// `EDGEGPU_PVA_INSTANCES` (docs/engines.md). `false` serves the GPU resource only.
+    /// [default: true]
+    #[arg(long, env = "ENGINES", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new(),
+          value_name = "BOOL")]
+    pub engines: Option<bool>,
 }
 
 /// `--mps-root` when not set: under /run, a tmpfs on every systemd host, so the MPS

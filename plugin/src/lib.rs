@@ -21,6 +21,7 @@
 pub mod allocate;
 pub mod cli;
 pub mod config;
+pub mod engines;
 pub mod footprint;
 pub mod gpu;
 pub mod kubelet;
@@ -53,6 +54,14 @@ enum RoundEnd {
 /// replicas included, is [`ownership::DeviceKind::Gpu`]).
 fn resource_kind(_resource: &GpuResource) -> ownership::DeviceKind {
     ownership::DeviceKind::Gpu
+}
+
+/// The kind of device an engine resource hands out.
+fn engine_kind(resource: &engines::resource::EngineResource) -> ownership::DeviceKind {
+    match resource.kind() {
+        engines::EngineKind::Dla => ownership::DeviceKind::Dla,
+        engines::EngineKind::Pva => ownership::DeviceKind::Pva,
+    }
 }
 
 /// Runs the plugin as the command line describes, until SIGTERM/SIGINT. A SIGHUP or a changed
@@ -115,18 +124,27 @@ async fn serve_rounds(
             Err(e) => return Err(e),
         };
         first_round = false;
+        let mut engines = tokio::select! {
+            engines = node::build_engine_resources(&cli.root, &cli.gpu) => engines?,
+            _ = signals.recv() => return Ok(()),
+        };
         // Serve only the kinds this plugin holds (docs/dra.md): the others wait for a
         // takeover, which ends the round.
-        let kinds: Vec<ownership::DeviceKind> =
-            node.resources.iter().map(|r| resource_kind(r)).collect();
+        let kinds: Vec<ownership::DeviceKind> = node
+            .resources
+            .iter()
+            .map(|r| resource_kind(r))
+            .chain(engines.iter().map(|e| engine_kind(e)))
+            .collect();
         owned.acquire(&kinds)?;
         let mut node = node;
         node.resources.retain(|r| owned.holds(resource_kind(r)));
+        engines.retain(|e| owned.holds(engine_kind(e)));
         if let Some(path) = cli.feature_file() {
             publish_feature_file(path, &node.resources).await;
         }
         metrics.describe(cli, &node.resources, options).await?;
-        match serve_round(node, options, signals, &mut owned, &kinds).await? {
+        match serve_round(node, engines, options, signals, &mut owned, &kinds).await? {
             RoundEnd::Rebuild(why) => tracing::info!("Rebuilding the resources: {why}"),
             RoundEnd::Reconfigured => {
                 tracing::info!("Rebuilding the resources: the MIG geometry changed");
@@ -140,6 +158,7 @@ async fn serve_rounds(
 /// Serves one round's resources until a signal or (MIG strategies) a changed geometry.
 async fn serve_round(
     node: NodeResources,
+    engines: Vec<Arc<engines::resource::EngineResource>>,
     options: &LifecycleOptions,
     signals: &mut shutdown::ShutdownSignals,
     owned: &mut ownership::Ownerships,
@@ -152,6 +171,11 @@ async fn serve_round(
     let resources: Vec<Arc<dyn resource::Resource>> = resources
         .into_iter()
         .map(|r| r as Arc<dyn resource::Resource>)
+        .chain(
+            engines
+                .into_iter()
+                .map(|r| r as Arc<dyn resource::Resource>),
+        )
         .collect();
     let (end_tx, mut end_rx) = tokio::sync::mpsc::channel::<RoundEnd>(1);
     let stop = async {

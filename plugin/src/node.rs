@@ -14,6 +14,8 @@ use crate::allocate::device_specs::{Candidates, DeviceNodes, GpuNodes};
 use crate::allocate::plan::{GpuFacts, ResourcePlan};
 use crate::allocate::{mig, sharing, GpuResource, Unit};
 use crate::config::{Config, GpuArgs, Imex, MigStrategy};
+use crate::engines::resource::EngineResource;
+use crate::engines::EngineKind;
 use crate::gpu::discovery::{self, Discovered};
 use crate::gpu::health::{self, Advertised, HealthTable, Target};
 use crate::gpu::Platform;
@@ -206,6 +208,43 @@ pub async fn resources_of(
         resources,
         reconfigured,
     })
+}
+
+/// The node's DLA and PVA resources (`nvidia.com/dla`, `nvidia.com/pva`), each only where the
+/// host has engines of its kind, with their health monitor running (kept alive by the
+/// resources' tables). Empty when `--engines=false` or the host is not a Jetson. They use the
+/// GPU resource's device list strategies and `--health-checks` setting.
+pub async fn build_engine_resources(
+    root: &Path,
+    args: &GpuArgs,
+) -> anyhow::Result<Vec<Arc<EngineResource>>> {
+    if args.engines == Some(false) {
+        return Ok(Vec::new());
+    }
+    let (args, root_owned) = (args.clone(), root.to_path_buf());
+    let (config, found) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        Ok((
+            args.resolve()?,
+            crate::engines::discover_on_host(&root_owned),
+        ))
+    })
+    .await??;
+    let resources: Vec<Arc<EngineResource>> = EngineKind::ALL
+        .iter()
+        .filter_map(|k| EngineResource::new(root, *k, &found, &config.device_list_strategy))
+        .map(Arc::new)
+        .collect();
+    if config.health_checks && !resources.is_empty() {
+        let watched = resources.iter().flat_map(|r| r.health_targets()).collect();
+        let monitor = Arc::new(crate::engines::health::spawn(root.to_path_buf(), watched).await?);
+        for r in &resources {
+            r.table.keep_monitor(monitor.clone());
+        }
+    }
+    for r in &resources {
+        tracing::info!(resource = %r.resource_name(), devices = r.engines().len(), "engine resource ready");
+    }
+    Ok(resources)
 }
 
 /// Waits until the MIG geometry under `root` is one `args`' strategy accepts and has stayed

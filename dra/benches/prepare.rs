@@ -1,0 +1,104 @@
+//! Figures for the node side of the DRA driver, on simulated hosts (no GPU needed): the time
+//! from a `prepare_allocation` call to the claim's CDI spec on disk (the call returns after
+//! the checkpoint's two writes and the spec's write, each fsynced and renamed into place),
+//! median and p95, for a Jetson GPU claim (AGX Orin, L4T r36: the L4T lists' libraries in the
+//! spec) and a discrete GPU claim (two A100s with the driver's files); and the unprepare.
+//!
+//! `cargo bench -p edgegpu-dra --bench prepare`; smoke mode (a few iterations, as
+//! scripts/test.sh runs it): `edgegpu_testkit::bench`.
+
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use edgegpu_dra::claims::{AllocatedDevice, ClaimAllocation};
+use edgegpu_dra::inventory::Inventory;
+use edgegpu_dra::kubelet::ClaimRef;
+use edgegpu_dra::prepare::{NodeDriver, NodeOptions};
+use edgegpu_dra::sharing::MpsHost;
+use edgegpu_plugin::config::GpuArgs;
+use edgegpu_testkit::bench::{announce_smoke_mode, iterations};
+use edgegpu_testkit::host::{Board, FakeGpu, FakeHost};
+
+#[derive(Parser)]
+struct Args {
+    #[command(flatten)]
+    gpu: GpuArgs,
+}
+
+fn report(what: &str, mut samples: Vec<Duration>) {
+    samples.sort();
+    let pct = |p: f64| samples[((samples.len() as f64 - 1.0) * p).round() as usize];
+    println!(
+        "{what:<44} n={:<5} min {:>9.3?}  p50 {:>9.3?}  p95 {:>9.3?}  max {:>9.3?}",
+        samples.len(),
+        samples[0],
+        pct(0.5),
+        pct(0.95),
+        samples[samples.len() - 1]
+    );
+}
+
+fn run(what: &str, host: &FakeHost, args: &[&str]) {
+    let mut argv = vec!["bench"];
+    argv.extend_from_slice(args);
+    let gpu = Args::parse_from(argv).gpu;
+    let start = Instant::now();
+    let inventory = Inventory::discover(host.root(), &gpu, "node-a").unwrap();
+    let discovery = start.elapsed();
+    let dirs = tempfile::tempdir().unwrap();
+    let driver = NodeDriver::new(
+        inventory,
+        NodeOptions {
+            plugin_dir: dirs.path().join("plugins/edgegpu.io"),
+            cdi_dir: dirs.path().join("cdi"),
+            mps: MpsHost::default(),
+        },
+        None,
+    )
+    .unwrap();
+    let allocation = ClaimAllocation {
+        devices: vec![AllocatedDevice {
+            request: "gpu".into(),
+            pool: "node-a".into(),
+            device: "gpu-0".into(),
+            admin_access: false,
+            share_id: None,
+        }],
+        configs: Vec::new(),
+    };
+    let n = iterations(300);
+    let mut prepare = Vec::with_capacity(n);
+    let mut unprepare = Vec::with_capacity(n);
+    let mut spec_bytes = 0;
+    for i in 0..n {
+        let claim = ClaimRef {
+            namespace: "default".into(),
+            name: format!("c{i}"),
+            uid: format!("00000000-0000-4000-8000-{i:012}"),
+        };
+        let t = Instant::now();
+        let prepared = driver.prepare_allocation(&claim, &allocation).unwrap();
+        prepare.push(t.elapsed());
+        let file = dirs
+            .path()
+            .join(format!("cdi/edgegpu.io-claim_{}.json", claim.uid));
+        spec_bytes = std::fs::metadata(&file).expect("the spec is on disk").len();
+        assert_eq!(prepared.len(), 1);
+        let t = Instant::now();
+        driver.unprepare_claim(&claim).unwrap();
+        unprepare.push(t.elapsed());
+    }
+    println!("{what}: inventory discovery {discovery:.3?}, claim spec {spec_bytes} bytes");
+    report(&format!("{what}: prepare → spec on disk"), prepare);
+    report(&format!("{what}: unprepare"), unprepare);
+}
+
+fn main() {
+    announce_smoke_mode();
+    let orin = FakeHost::jetson(Board::Orin);
+    run("Jetson AGX Orin gpu-0", &orin, &["--discovery=tegra"]);
+    let gpus = FakeGpu::two_on_two_numa_nodes();
+    let discrete = FakeHost::discrete(&gpus);
+    discrete.with_driver_libs();
+    run("discrete A100 gpu-0", &discrete, &[]);
+}

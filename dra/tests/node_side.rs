@@ -1,0 +1,1149 @@
+//! The node side of the DRA driver on simulated hosts (testkit fake roots: Jetson Xavier,
+//! AGX Orin, Orin NX r39, Thor, a discrete server, a MIG server): the published devices and
+//! their attributes (the same facts as the node labels), prepare / unprepare, idempotence,
+//! restarts from the checkpoint, a corrupt checkpoint, busy devices, bad configs, MPS. Every
+//! CDI spec written is loaded and its devices resolved by the CDI project's Go library
+//! (node-setup's tests/cdi_validate, built against Debian's package as node-setup's tests do).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use clap::Parser;
+use edgegpu_dra::claims::{AllocatedDevice, ClaimAllocation, ConfigSource, OpaqueConfig};
+use edgegpu_dra::inventory::{Attr, Inventory};
+use edgegpu_dra::kubelet::{ClaimRef, Driver, Health};
+use edgegpu_dra::prepare::{NodeDriver, NodeOptions};
+use edgegpu_dra::sharing::MpsHost;
+use edgegpu_plugin::config::GpuArgs;
+use edgegpu_plugin::labels;
+use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
+use serde_json::{json, Value};
+
+#[derive(Parser)]
+struct Args {
+    #[command(flatten)]
+    gpu: GpuArgs,
+}
+
+fn gpu_args(args: &[&str]) -> GpuArgs {
+    let mut argv = vec!["test"];
+    argv.extend_from_slice(args);
+    Args::parse_from(argv).gpu
+}
+
+const POOL: &str = "node-a";
+
+fn inventory(host: &FakeHost, args: &[&str]) -> Inventory {
+    Inventory::discover(host.root(), &gpu_args(args), POOL).unwrap()
+}
+
+fn attr<'a>(inv: &'a Inventory, device: &str, name: &str) -> Option<&'a Attr> {
+    inv.get(device)
+        .unwrap_or_else(|| panic!("no device {device}"))
+        .attributes
+        .get(name)
+}
+
+fn s(v: &str) -> Attr {
+    Attr::String(v.into())
+}
+
+fn v(v: &str) -> Attr {
+    Attr::Version(v.into())
+}
+
+const MIB: u64 = 1 << 20;
+
+#[test]
+fn jetson_gpus_carry_the_labels_facts() {
+    for (board, product, arch, cc, l4t, jp) in [
+        (Board::Xavier, "Xavier", "volta", "7.2.0", "35.4.1", 5),
+        (Board::Orin, "Orin", "ampere", "8.7.0", "36.4.3", 6),
+        (Board::OrinR39, "Orin", "ampere", "8.7.0", "39.2.0", 7),
+        (
+            Board::Thor,
+            "NVIDIA Thor",
+            "blackwell",
+            "11.0.0",
+            "38.2.1",
+            7,
+        ),
+    ] {
+        let host = FakeHost::jetson_with_nvml(board);
+        let inv = inventory(&host, &[]);
+        let names: Vec<&str> = inv.devices.iter().map(|d| d.name.as_str()).collect();
+        // The engines whose nodes the fake root carries: the r39 Orin NX root carries none,
+        // as an Orin Nano (engines fused off) has none; Thor has no DLA and its root no PVA node.
+        let engines: &[&str] = match board {
+            Board::Xavier => &["dla-0", "dla-1"],
+            Board::Orin => &["dla-0"],
+            _ => &[],
+        };
+        let mut want = vec!["gpu-0"];
+        want.extend_from_slice(engines);
+        assert_eq!(names, want, "{board:?}");
+        let labels = labels::for_host(host.root(), "nvidia.com/gpu", &gpu_args(&[])).unwrap();
+        let label = |k: &str| labels.get(k).map(str::to_string);
+        let gpu = inv.get("gpu-0").unwrap();
+        assert_eq!(gpu.attributes["type"], s("gpu"), "{board:?}");
+        assert_eq!(gpu.attributes["integrated"], Attr::Bool(true));
+        // NVML's or CUDA's name as is (the label value is the same name made a valid label
+        // value: `Orin (nvgpu)` → `Orin-nvgpu`).
+        assert!(label("nvidia.com/gpu.product")
+            .unwrap()
+            .starts_with(&product.replace(' ', "-")));
+        assert!(
+            matches!(&gpu.attributes["productName"], Attr::String(p) if p.contains(product)),
+            "{board:?}: {:?}",
+            gpu.attributes["productName"]
+        );
+        assert_eq!(
+            attr(&inv, "gpu-0", "architecture"),
+            Some(&s(arch)),
+            "{board:?}"
+        );
+        assert_eq!(label("nvidia.com/gpu.family").as_deref(), Some(arch));
+        let cc_label = format!(
+            "{}.{}.0",
+            label("nvidia.com/gpu.compute.major").unwrap(),
+            label("nvidia.com/gpu.compute.minor").unwrap()
+        );
+        assert_eq!(cc_label, cc, "{board:?}");
+        assert_eq!(attr(&inv, "gpu-0", "cudaComputeCapability"), Some(&v(cc)));
+        let cuda = format!(
+            "{}.{}.0",
+            label("nvidia.com/cuda.driver.major").unwrap(),
+            label("nvidia.com/cuda.driver.minor").unwrap()
+        );
+        assert_eq!(attr(&inv, "gpu-0", "cudaDriverVersion"), Some(&v(&cuda)));
+        assert_eq!(
+            attr(&inv, "gpu-0", "l4tRelease"),
+            Some(&v(l4t)),
+            "{board:?}"
+        );
+        assert_eq!(attr(&inv, "gpu-0", "jetpackMajor"), Some(&Attr::Int(jp)));
+        assert_eq!(
+            attr(&inv, "gpu-0", "board"),
+            label("edgegpu.io/jetson.board").map(|b| s(&b)).as_ref()
+        );
+        assert_eq!(
+            attr(&inv, "gpu-0", "module"),
+            label("edgegpu.io/jetson.module").map(|b| s(&b)).as_ref()
+        );
+        assert!(attr(&inv, "gpu-0", "module").is_some(), "{board:?}");
+        assert!(attr(&inv, "gpu-0", "resource.kubernetes.io/pciBusID").is_none());
+        // The shared memory, as the label says it (MemTotal in whole MiB).
+        assert_eq!(gpu.capacity["memory"], board.mem_total_kb() / 1024 * MIB);
+        assert_eq!(
+            label("nvidia.com/gpu.memory").unwrap(),
+            (board.mem_total_kb() / 1024).to_string()
+        );
+        check_slice_device_schema(&inv);
+    }
+}
+
+/// What the API server's validation checks of a Device (`k8s.io/api/resource/v1`): a DNS
+/// label name, ≤32 attributes and capacities, ids ≤32, strings ≤64, versions semver, exactly
+/// one value per attribute.
+fn check_slice_device_schema(inv: &Inventory) {
+    let semver = |s: &str| {
+        let parts: Vec<&str> = s.split('.').collect();
+        parts.len() == 3
+            && parts.iter().all(|p| {
+                !p.is_empty()
+                    && p.bytes().all(|b| b.is_ascii_digit())
+                    && (p.len() == 1 || !p.starts_with('0'))
+            })
+    };
+    for d in inv.slice_devices() {
+        let name = d["name"].as_str().unwrap();
+        assert!(
+            name.len() <= 63
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        );
+        let attrs = d["attributes"].as_object().unwrap();
+        let caps = d["capacity"].as_object().map_or(0, |c| c.len());
+        assert!(attrs.len() + caps <= 32, "{d}");
+        for (k, a) in attrs {
+            let id = k.rsplit('/').next().unwrap();
+            assert!(id.len() <= 32, "{k}");
+            let a = a.as_object().unwrap();
+            assert_eq!(a.len(), 1, "{k}: {a:?}");
+            if let Some(s) = a.get("string") {
+                assert!(s.as_str().unwrap().len() <= 64, "{k}");
+            }
+            if let Some(s) = a.get("version") {
+                assert!(semver(s.as_str().unwrap()), "{k}: {s}");
+            }
+        }
+    }
+}
+
+#[test]
+fn discrete_gpus() {
+    let gpus = FakeGpu::two_on_two_numa_nodes();
+    let host = FakeHost::discrete(&gpus);
+    host.with_driver_libs();
+    let inv = inventory(&host, &[]);
+    let names: Vec<&str> = inv.devices.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["gpu-0", "gpu-1"]);
+    assert_eq!(attr(&inv, "gpu-0", "uuid"), Some(&s(&gpus[0].uuid)));
+    assert_eq!(
+        attr(&inv, "gpu-0", "productName"),
+        Some(&s("NVIDIA A100-SXM4-40GB"))
+    );
+    assert_eq!(attr(&inv, "gpu-0", "integrated"), Some(&Attr::Bool(false)));
+    assert_eq!(
+        attr(&inv, "gpu-1", "resource.kubernetes.io/pciBusID"),
+        Some(&s("0000:ca:00.0"))
+    );
+    assert_eq!(
+        attr(&inv, "gpu-1", "resource.kubernetes.io/numaNode"),
+        Some(&Attr::Int(1))
+    );
+    assert_eq!(attr(&inv, "gpu-0", "driverVersion"), Some(&v("550.54.15")));
+    assert_eq!(attr(&inv, "gpu-0", "architecture"), Some(&s("ampere")));
+    assert_eq!(
+        attr(&inv, "gpu-0", "cudaComputeCapability"),
+        Some(&v("8.0.0"))
+    );
+    assert!(attr(&inv, "gpu-0", "l4tRelease").is_none());
+    assert_eq!(inv.get("gpu-0").unwrap().capacity["memory"], 42_949_672_960);
+    // The device's own node, the driver's files spec-wide (cdi generate's split).
+    let nodes: Vec<&str> = inv
+        .get("gpu-1")
+        .unwrap()
+        .edits
+        .device_nodes
+        .iter()
+        .map(|n| n.path.as_str())
+        .collect();
+    assert_eq!(nodes, ["/dev/nvidia1"]);
+    assert!(inv
+        .common_edits
+        .device_nodes
+        .iter()
+        .any(|n| n.path == "/dev/nvidiactl"));
+    check_slice_device_schema(&inv);
+    let slice = inv.slice_devices();
+    assert_eq!(slice[0]["capacity"]["memory"]["value"], "42949672960");
+    assert_eq!(slice[0]["attributes"]["type"], json!({"string": "gpu"}));
+    assert!(slice[0].get("taints").is_none());
+}
+
+#[test]
+fn mig_devices_replace_their_gpu() {
+    let (host, gpus) = FakeHost::mig_server(&[0], &FakeMig::h100_mixed());
+    let inv = inventory(&host, &["--mig-strategy=mixed"]);
+    let names: Vec<&str> = inv.devices.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["gpu-1", "gpu-0-mig-1-0", "gpu-0-mig-5-0", "gpu-0-mig-6-0"]
+    );
+    let mig = inv.get("gpu-0-mig-5-0").unwrap();
+    assert_eq!(mig.attributes["type"], s("mig"));
+    assert_eq!(mig.attributes["parentUUID"], s(&gpus[0].uuid));
+    assert_eq!(mig.attributes["profile"], s("1g.10gb"));
+    assert!(matches!(&mig.attributes["uuid"], Attr::String(u) if u.starts_with("MIG-")));
+    assert_eq!(mig.capacity["memory"], 9856 * MIB);
+    assert!(mig.capacity["multiprocessors"] > 0);
+    let nodes: Vec<&str> = mig
+        .edits
+        .device_nodes
+        .iter()
+        .map(|n| n.path.as_str())
+        .collect();
+    assert_eq!(
+        nodes,
+        [
+            "/dev/nvidia0",
+            "/dev/nvidia-caps/nvidia-cap53",
+            "/dev/nvidia-caps/nvidia-cap54"
+        ]
+    );
+    check_slice_device_schema(&inv);
+    // Without a MIG strategy the GPUs are whole (as the plugin serves them).
+    let whole = inventory(&host, &[]);
+    let names: Vec<&str> = whole.devices.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["gpu-0", "gpu-1"]);
+}
+
+#[test]
+fn no_gpu_no_devices() {
+    let host = FakeHost::empty();
+    // Tegra discovery only: an NVML probe by soname in this process can find the fake NVML
+    // another test loaded from its root.
+    assert!(inventory(&host, &["--discovery=tegra"]).devices.is_empty());
+}
+
+// ---- prepare ----------------------------------------------------------------------------
+
+struct Node {
+    _host: FakeHost,
+    dirs: tempfile::TempDir,
+    inventory: Inventory,
+}
+
+impl Node {
+    fn new(host: FakeHost, args: &[&str]) -> Node {
+        let inventory = inventory(&host, args);
+        Node {
+            _host: host,
+            dirs: tempfile::tempdir().unwrap(),
+            inventory,
+        }
+    }
+
+    fn options(&self) -> NodeOptions {
+        NodeOptions {
+            plugin_dir: self.dirs.path().join("plugins/edgegpu.io"),
+            cdi_dir: self.cdi_dir(),
+            mps: MpsHost {
+                mps_root: self.dirs.path().join("mps"),
+                resource: "nvidia.com/gpu".into(),
+            },
+        }
+    }
+
+    fn cdi_dir(&self) -> PathBuf {
+        self.dirs.path().join("cdi")
+    }
+
+    fn driver(&self) -> Result<NodeDriver, String> {
+        NodeDriver::new(self.inventory.clone(), self.options(), None)
+    }
+
+    fn spec_files(&self) -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(self.cdi_dir())
+            .map(|d| d.map(|e| e.unwrap().path()).collect())
+            .unwrap_or_default();
+        files.sort();
+        files
+    }
+}
+
+fn claim(uid: &str) -> ClaimRef {
+    ClaimRef {
+        namespace: "default".into(),
+        name: format!("claim-{uid}"),
+        uid: uid.into(),
+    }
+}
+
+fn alloc(devices: &[&str]) -> ClaimAllocation {
+    ClaimAllocation {
+        devices: devices
+            .iter()
+            .enumerate()
+            .map(|(i, d)| AllocatedDevice {
+                request: format!("req{i}"),
+                pool: POOL.into(),
+                device: d.to_string(),
+                admin_access: false,
+                share_id: None,
+            })
+            .collect(),
+        configs: Vec::new(),
+    }
+}
+
+fn with_config(mut a: ClaimAllocation, parameters: Value) -> ClaimAllocation {
+    a.configs.push(OpaqueConfig {
+        requests: Vec::new(),
+        parameters,
+        source: ConfigSource::Claim,
+    });
+    a
+}
+
+const UID_A: &str = "7c9e6679-7425-40de-944b-e07fc1f90ae7";
+const UID_B: &str = "a8098c1a-f86e-11da-bd1a-00112444be1e";
+
+/// Loads every file with the CDI library and resolves `ids` from `dir` as a runtime does.
+fn assert_cdi_resolves(dir: &Path, ids: &[String]) {
+    let Some(validator) = cdi_validator() else {
+        return;
+    };
+    let files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let out = Command::new(&validator).args(&files).output().unwrap();
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "the CDI library rejects a spec:\n{report}"
+    );
+    assert_eq!(report.matches(": valid").count(), files.len(), "{report}");
+    let out = Command::new(&validator)
+        .arg("-resolve")
+        .arg(dir)
+        .args(ids)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(!report.contains("ERROR"), "{report}");
+    for id in ids {
+        assert!(
+            report.contains(&format!("{id}: resolved from")),
+            "{id} not resolved:\n{report}"
+        );
+    }
+}
+
+const CDI_GOPATH: &str = "/usr/share/gocode";
+const CDI_PACKAGE: &str = "github.com/container-orchestrated-devices/container-device-interface";
+const REQUIRE_REAL_TOOLS: &str = "EDGEGPU_REQUIRE_REAL_TOOLS";
+
+/// node-setup's tests/cdi_validate built with Debian's CDI Go library (GOPATH mode, no
+/// network), once per test process; `None` (skip, said on stderr) without Go or the package,
+/// unless EDGEGPU_REQUIRE_REAL_TOOLS=1.
+fn cdi_validator() -> Option<PathBuf> {
+    static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let required = std::env::var(REQUIRE_REAL_TOOLS).as_deref() == Ok("1");
+            let go = std::env::var_os("PATH").and_then(|paths| {
+                std::env::split_paths(&paths)
+                    .map(|d| d.join("go"))
+                    .find(|p| p.is_file())
+            });
+            let sources = Path::new(CDI_GOPATH).join("src").join(CDI_PACKAGE);
+            let (Some(go), true) = (go, sources.join("pkg/cdi/spec.go").is_file()) else {
+                assert!(
+                    !required,
+                    "Go and the CDI Go library are required ({REQUIRE_REAL_TOOLS}=1)"
+                );
+                eprintln!(
+                    "SKIP CDI library check: no go on PATH or no {}",
+                    sources.display()
+                );
+                return None;
+            };
+            let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../node-setup/tests/cdi_validate/main.go");
+            let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
+                .join(format!("dra_cdi_validate-{}", std::process::id()));
+            let status = Command::new(go)
+                .args(["build", "-o"])
+                .arg(&out)
+                .arg(&src)
+                .env("GOTOOLCHAIN", "local")
+                .env("GO111MODULE", "off")
+                .env("GOPATH", CDI_GOPATH)
+                .env("GOPROXY", "off")
+                .env("GOFLAGS", "")
+                .status()
+                .expect("run go build");
+            assert!(status.success(), "go build of {} failed", src.display());
+            Some(out)
+        })
+        .clone()
+}
+
+fn spec_json(path: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+#[test]
+fn a_jetson_gpu_claim_gets_cdi_generates_edits() {
+    for board in [Board::Xavier, Board::Orin, Board::OrinR39, Board::Thor] {
+        let node = Node::new(FakeHost::jetson_with_nvml(board), &[]);
+        let driver = node.driver().unwrap();
+        let prepared = driver
+            .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
+            .unwrap();
+        assert_eq!(prepared.len(), 1);
+        assert_eq!(prepared[0].device, "gpu-0");
+        assert_eq!(prepared[0].pool, POOL);
+        assert_eq!(prepared[0].requests, ["req0"]);
+        let id = format!("edgegpu.io/claim={UID_A}-gpu-0");
+        assert_eq!(prepared[0].cdi_device_ids, std::slice::from_ref(&id));
+        let files = node.spec_files();
+        let file = node
+            .cdi_dir()
+            .join(format!("edgegpu.io-claim_{UID_A}.json"));
+        assert_eq!(files, std::slice::from_ref(&file), "{board:?}");
+        let spec = spec_json(&file);
+        assert_eq!(spec["kind"], "edgegpu.io/claim");
+        // The device's nodes and the spec-wide edits are cdi generate's for this board.
+        let gpu = node.inventory.get("gpu-0").unwrap();
+        let nodes: Vec<&str> = spec["devices"][0]["containerEdits"]["deviceNodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["path"].as_str().unwrap())
+            .collect();
+        let want: Vec<&str> = gpu
+            .edits
+            .device_nodes
+            .iter()
+            .map(|n| n.path.as_str())
+            .collect();
+        assert!(!want.is_empty(), "{board:?}");
+        assert_eq!(nodes, want, "{board:?}");
+        assert_eq!(
+            spec["containerEdits"],
+            serde_json::to_value(&node.inventory.common_edits).unwrap()
+        );
+        assert!(spec["devices"][0]["containerEdits"]["env"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(format!("EDGEGPU_DRA_CLAIM={UID_A}"))));
+        assert_cdi_resolves(&node.cdi_dir(), &[id]);
+        driver.unprepare_claim(&claim(UID_A)).unwrap();
+        assert!(node.spec_files().is_empty());
+        assert!(driver.prepared_claims().is_empty());
+    }
+}
+
+#[test]
+fn discrete_and_mig_claims() {
+    let gpus = FakeGpu::two_on_two_numa_nodes();
+    let host = FakeHost::discrete(&gpus);
+    host.with_driver_libs();
+    let node = Node::new(host, &[]);
+    let driver = node.driver().unwrap();
+    let p = driver
+        .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0", "gpu-1"]))
+        .unwrap();
+    let ids: Vec<String> = p.iter().flat_map(|d| d.cdi_device_ids.clone()).collect();
+    assert_eq!(
+        ids,
+        [
+            format!("edgegpu.io/claim={UID_A}-gpu-0"),
+            format!("edgegpu.io/claim={UID_A}-gpu-1")
+        ]
+    );
+    let spec = spec_json(&node.spec_files()[0]);
+    assert_eq!(
+        spec["devices"][1]["containerEdits"]["deviceNodes"],
+        json!([{"path": "/dev/nvidia1"}])
+    );
+    assert!(spec["containerEdits"]["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["hostPath"]
+            .as_str()
+            .unwrap()
+            .ends_with("libcuda.so.550.54.15")));
+    assert_cdi_resolves(&node.cdi_dir(), &ids);
+
+    let (host, _) = FakeHost::mig_server(&[0], &FakeMig::h100_mixed());
+    let node = Node::new(host, &["--mig-strategy=mixed"]);
+    let driver = node.driver().unwrap();
+    let p = driver
+        .prepare_allocation(&claim(UID_B), &alloc(&["gpu-0-mig-5-0", "gpu-1"]))
+        .unwrap();
+    let ids: Vec<String> = p.iter().flat_map(|d| d.cdi_device_ids.clone()).collect();
+    let spec = spec_json(&node.spec_files()[0]);
+    assert_eq!(
+        spec["devices"][0]["containerEdits"]["deviceNodes"],
+        json!([{"path": "/dev/nvidia0"}, {"path": "/dev/nvidia-caps/nvidia-cap53"}, {"path": "/dev/nvidia-caps/nvidia-cap54"}])
+    );
+    assert_cdi_resolves(&node.cdi_dir(), &ids);
+}
+
+#[test]
+fn prepare_is_idempotent_and_survives_a_restart() {
+    let node = Node::new(FakeHost::jetson(Board::Orin), &["--discovery=tegra"]);
+    let driver = node.driver().unwrap();
+    let first = driver
+        .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
+        .unwrap();
+    let spec = std::fs::read(&node.spec_files()[0]).unwrap();
+    // Again, even with another allocation: the stored result, nothing rewritten.
+    let again = driver
+        .prepare_allocation(&claim(UID_A), &alloc(&[]))
+        .unwrap();
+    assert_eq!(first, again);
+    drop(driver);
+    // A restart: the checkpoint has it.
+    let driver = node.driver().unwrap();
+    assert_eq!(
+        driver
+            .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
+            .unwrap(),
+        first
+    );
+    assert_eq!(std::fs::read(&node.spec_files()[0]).unwrap(), spec);
+    let cp: Value = spec_json(&node.options().plugin_dir.join("checkpoint.json"));
+    assert_eq!(cp["claims"][UID_A]["state"], "PrepareCompleted");
+    assert_eq!(
+        cp["claims"][UID_A]["claim"]["name"],
+        format!("claim-{UID_A}")
+    );
+    // The kubelet side's prepare: a completed claim needs no API server.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    assert_eq!(
+        rt.block_on(Driver::prepare(&driver, &claim(UID_A)))
+            .unwrap(),
+        first
+    );
+    // Not in the checkpoint and no API server: an error, nothing written.
+    assert!(rt
+        .block_on(Driver::prepare(&driver, &claim(UID_B)))
+        .is_err());
+    rt.block_on(Driver::unprepare(&driver, &claim(UID_A)))
+        .unwrap();
+    rt.block_on(Driver::unprepare(&driver, &claim(UID_A)))
+        .unwrap();
+    assert!(node.spec_files().is_empty());
+    drop(driver);
+    assert!(node.driver().unwrap().prepared_claims().is_empty());
+}
+
+#[test]
+fn an_interrupted_prepare_is_rolled_back_on_restart() {
+    let node = Node::new(FakeHost::jetson(Board::Orin), &["--discovery=tegra"]);
+    let driver = node.driver().unwrap();
+    driver
+        .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
+        .unwrap();
+    driver
+        .prepare_allocation(&claim(UID_B), &with_config(alloc(&["gpu-0"]), json!({"apiVersion": "edgegpu.io/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}})))
+        .unwrap_err();
+    drop(driver);
+    // Make claim A look interrupted between PrepareStarted and PrepareCompleted.
+    let cp_path = node.options().plugin_dir.join("checkpoint.json");
+    let mut cp = spec_json(&cp_path);
+    cp["claims"][UID_A]["state"] = json!("PrepareStarted");
+    cp["claims"][UID_A]["devices"] = json!([]);
+    std::fs::write(&cp_path, serde_json::to_vec(&cp).unwrap()).unwrap();
+    assert_eq!(node.spec_files().len(), 1);
+    let driver = node.driver().unwrap();
+    assert!(
+        node.spec_files().is_empty(),
+        "the interrupted claim's spec is removed"
+    );
+    assert!(driver.prepared_claims().is_empty());
+    // And it prepares again from scratch.
+    driver
+        .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
+        .unwrap();
+    assert_eq!(node.spec_files().len(), 1);
+    drop(driver);
+    // A spec no claim owns and an interrupted write's temporary file are removed at start;
+    // the prepared claim's spec and other files stay.
+    let orphan = node
+        .cdi_dir()
+        .join(format!("edgegpu.io-claim_{UID_B}.json"));
+    std::fs::copy(&node.spec_files()[0], &orphan).unwrap();
+    let temp = node
+        .cdi_dir()
+        .join(format!(".edgegpu.io-claim_{UID_B}.json.edgegpu-tmp.99999"));
+    std::fs::write(&temp, "{").unwrap();
+    let other = node.cdi_dir().join("nvidia.yaml");
+    std::fs::write(&other, "not ours").unwrap();
+    assert_eq!(node.spec_files().len(), 4);
+    let _driver = node.driver().unwrap();
+    assert_eq!(
+        node.spec_files(),
+        [
+            node.cdi_dir()
+                .join(format!("edgegpu.io-claim_{UID_A}.json")),
+            other
+        ]
+    );
+}
+
+#[test]
+fn a_corrupt_checkpoint_is_named_and_kept() {
+    let node = Node::new(FakeHost::jetson(Board::Orin), &["--discovery=tegra"]);
+    let driver = node.driver().unwrap();
+    driver
+        .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
+        .unwrap();
+    drop(driver);
+    let cp_path = node.options().plugin_dir.join("checkpoint.json");
+    let good = std::fs::read(&cp_path).unwrap();
+    std::fs::write(&cp_path, &good[..good.len() / 2]).unwrap();
+    let e = node
+        .driver()
+        .err()
+        .expect("a corrupt checkpoint is an error");
+    assert!(e.contains(&cp_path.display().to_string()), "{e}");
+    assert!(e.contains("corrupt"), "{e}");
+    // Left as it was: claim A's record can still be repaired.
+    assert_eq!(std::fs::read(&cp_path).unwrap(), &good[..good.len() / 2]);
+    std::fs::write(&cp_path, &good).unwrap();
+    assert_eq!(node.driver().unwrap().prepared_claims().len(), 1);
+}
+
+#[test]
+fn busy_devices_and_what_shares_them() {
+    let gpus = FakeGpu::two_on_two_numa_nodes();
+    let host = FakeHost::discrete(&gpus);
+    host.with_driver_libs();
+    let node = Node::new(host, &[]);
+    let driver = node.driver().unwrap();
+    driver
+        .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
+        .unwrap();
+    let e = driver
+        .prepare_allocation(&claim(UID_B), &alloc(&["gpu-0"]))
+        .unwrap_err();
+    assert!(
+        e.contains(UID_B) && e.contains("gpu-0 is busy") && e.contains(UID_A),
+        "{e}"
+    );
+    // Nothing of B was written or recorded.
+    assert_eq!(node.spec_files().len(), 1);
+    assert_eq!(driver.prepared_claims().len(), 1);
+    // Admin access holds nothing and is not blocked.
+    let mut admin = alloc(&["gpu-0"]);
+    admin.devices[0].admin_access = true;
+    driver.prepare_allocation(&claim(UID_B), &admin).unwrap();
+    driver.unprepare_claim(&claim(UID_B)).unwrap();
+    driver.unprepare_claim(&claim(UID_A)).unwrap();
+    // Time-sliced claims share; an exclusive one is then refused.
+    let ts = json!({"apiVersion": "edgegpu.io/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}});
+    driver
+        .prepare_allocation(&claim(UID_A), &with_config(alloc(&["gpu-1"]), ts.clone()))
+        .unwrap();
+    driver
+        .prepare_allocation(&claim(UID_B), &with_config(alloc(&["gpu-1"]), ts))
+        .unwrap();
+    let e = driver
+        .prepare_allocation(
+            &claim("c0ffee00-0000-0000-0000-000000000003"),
+            &alloc(&["gpu-1"]),
+        )
+        .unwrap_err();
+    assert!(e.contains("prepared shared"), "{e}");
+    let mut ids = Vec::new();
+    for c in driver.prepared_claims() {
+        ids.extend(c.devices.iter().flat_map(|d| d.cdi_device_ids.clone()));
+    }
+    assert_eq!(ids.len(), 2);
+    assert_cdi_resolves(&node.cdi_dir(), &ids);
+}
+
+#[test]
+fn bad_configs_and_devices_are_refused_naming_the_claim_and_field() {
+    let node = Node::new(FakeHost::jetson(Board::Orin), &["--discovery=tegra"]);
+    let driver = node.driver().unwrap();
+    let cases = [
+        (
+            with_config(
+                alloc(&["gpu-0"]),
+                json!({"apiVersion": "edgegpu.io/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mps": {"activeThreadPercentage": 150}}}),
+            ),
+            "config[0] (from the claim): opaque.parameters.sharing.mps.activeThreadPercentage",
+        ),
+        (
+            with_config(
+                alloc(&["gpu-0"]),
+                json!({"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig"}),
+            ),
+            "opaque.parameters.apiVersion",
+        ),
+        (
+            alloc(&["gpu-7"]),
+            "device gpu-7 is not one of this node's devices",
+        ),
+        (alloc(&[]), "no device of edgegpu.io is allocated"),
+    ];
+    for (a, want) in cases {
+        let e = driver.prepare_allocation(&claim(UID_A), &a).unwrap_err();
+        assert!(e.contains(want) && e.contains(UID_A), "{want}: {e}");
+    }
+    let mut other_pool = alloc(&["gpu-0"]);
+    other_pool.devices[0].pool = "node-b".into();
+    let e = driver
+        .prepare_allocation(&claim(UID_A), &other_pool)
+        .unwrap_err();
+    assert!(e.contains("not on this node"), "{e}");
+    // Unhealthy: tainted in the slice, refused, reported to the kubelet.
+    let rx = Driver::health(&driver);
+    assert!(driver.set_health("gpu-0", Health::Unhealthy, "GPU sysfs unreadable"));
+    assert_eq!(rx.borrow()[0].health, Health::Unhealthy);
+    assert_eq!(
+        driver.slice_devices()[0]["taints"][0]["key"],
+        "edgegpu.io/unhealthy"
+    );
+    let e = driver
+        .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
+        .unwrap_err();
+    assert!(e.contains("unhealthy: GPU sysfs unreadable"), "{e}");
+    assert!(node.spec_files().is_empty());
+    assert!(driver.prepared_claims().is_empty());
+}
+
+#[test]
+fn mps_claims_join_the_nodes_daemon() {
+    let node = Node::new(FakeHost::jetson(Board::Orin), &["--discovery=tegra"]);
+    let driver = node.driver().unwrap();
+    let mps = json!({"apiVersion": "edgegpu.io/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mps": {"activeThreadPercentage": 30, "pinnedMemoryLimit": "2Gi"}}});
+    let e = driver
+        .prepare_allocation(&claim(UID_A), &with_config(alloc(&["gpu-0"]), mps.clone()))
+        .unwrap_err();
+    assert!(e.contains("no MPS control daemon"), "{e}");
+    let pipe = node.options().mps.mps_root.join("nvidia.com/gpu/pipe");
+    std::fs::create_dir_all(&pipe).unwrap();
+    let p = driver
+        .prepare_allocation(&claim(UID_A), &with_config(alloc(&["gpu-0"]), mps.clone()))
+        .unwrap();
+    driver
+        .prepare_allocation(&claim(UID_B), &with_config(alloc(&["gpu-0"]), mps))
+        .unwrap();
+    let spec = spec_json(
+        &node
+            .cdi_dir()
+            .join(format!("edgegpu.io-claim_{UID_A}.json")),
+    );
+    let edits = &spec["devices"][0]["containerEdits"];
+    let env: Vec<&str> = edits["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    assert!(
+        env.contains(&format!("CUDA_MPS_PIPE_DIRECTORY={}", pipe.display()).as_str()),
+        "{env:?}"
+    );
+    assert!(
+        env.contains(&"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30"),
+        "{env:?}"
+    );
+    assert!(
+        env.contains(&"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=2048M"),
+        "{env:?}"
+    );
+    assert_eq!(edits["mounts"][1]["containerPath"], "/dev/shm");
+    let mut ids = p[0].cdi_device_ids.clone();
+    ids.push(format!("edgegpu.io/claim={UID_B}-gpu-0"));
+    assert_cdi_resolves(&node.cdi_dir(), &ids);
+}
+
+#[test]
+fn thor_mig_devices_are_integrated_and_prepare() {
+    let host = FakeHost::jetson_with_nvml(Board::Thor);
+    let thor = Board::Thor.nvml().unwrap();
+    host.set_mig(
+        std::slice::from_ref(&thor),
+        &[0],
+        &[
+            FakeMig::h100(0, 1, "1g.10gb"),
+            FakeMig::h100(0, 2, "1g.10gb"),
+        ],
+    );
+    let node = Node::new(host, &["--mig-strategy=mixed"]);
+    let names: Vec<&str> = node
+        .inventory
+        .devices
+        .iter()
+        .map(|d| d.name.as_str())
+        .collect();
+    assert_eq!(names, ["gpu-0-mig-1-0", "gpu-0-mig-2-0"]);
+    assert_eq!(
+        attr(&node.inventory, "gpu-0-mig-2-0", "integrated"),
+        Some(&Attr::Bool(true))
+    );
+    assert_eq!(
+        attr(&node.inventory, "gpu-0-mig-2-0", "parentUUID"),
+        Some(&s(&thor.uuid))
+    );
+    assert_eq!(
+        attr(&node.inventory, "gpu-0-mig-2-0", "l4tRelease"),
+        Some(&v("38.2.1"))
+    );
+    check_slice_device_schema(&node.inventory);
+    let driver = node.driver().unwrap();
+    let p = driver
+        .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0-mig-2-0"]))
+        .unwrap();
+    let spec = spec_json(&node.spec_files()[0]);
+    let nodes: Vec<&str> = spec["devices"][0]["containerEdits"]["deviceNodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["path"].as_str().unwrap())
+        .collect();
+    assert!(
+        nodes.contains(&"/dev/nvidia-caps/nvidia-cap23"),
+        "{nodes:?}"
+    );
+    assert!(nodes.contains(&"/dev/nvidia0"), "{nodes:?}");
+    assert_cdi_resolves(&node.cdi_dir(), &p[0].cdi_device_ids);
+}
+
+#[test]
+fn the_plugins_health_reaches_the_slice_and_the_kubelet() {
+    use edgegpu_kubelet_api::v1beta1::{Device, HEALTHY, UNHEALTHY};
+    let gpus = FakeGpu::two_on_two_numa_nodes();
+    let host = FakeHost::discrete(&gpus);
+    host.with_driver_libs();
+    let node = Node::new(host, &[]);
+    let driver = node.driver().unwrap();
+    let rx = Driver::health(&driver);
+    let dev = |id: &str, health: &str| Device {
+        id: id.into(),
+        health: health.into(),
+        ..Default::default()
+    };
+    // Replicas of GPU 1: one unhealthy makes the device unhealthy.
+    let list = vec![
+        dev(&gpus[0].uuid, HEALTHY),
+        dev(&format!("{}::0", gpus[1].uuid), HEALTHY),
+        dev(&format!("{}::1", gpus[1].uuid), UNHEALTHY),
+        dev("GPU-unknown", UNHEALTHY),
+    ];
+    assert!(driver.apply_plugin_health(&list));
+    assert!(!driver.apply_plugin_health(&list), "nothing changed");
+    let health: Vec<(String, Health)> = rx
+        .borrow()
+        .iter()
+        .map(|h| (h.device.clone(), h.health))
+        .collect();
+    assert_eq!(
+        health,
+        [
+            ("gpu-0".to_string(), Health::Healthy),
+            ("gpu-1".to_string(), Health::Unhealthy)
+        ]
+    );
+    assert_eq!(rx.borrow()[1].pool, POOL);
+    let slice = driver.slice_devices();
+    assert!(slice[0].get("taints").is_none());
+    assert_eq!(slice[1]["taints"][0]["effect"], "NoSchedule");
+    assert!(driver
+        .prepare_allocation(&claim(UID_A), &alloc(&["gpu-1"]))
+        .unwrap_err()
+        .contains("unhealthy"));
+    assert!(driver.apply_plugin_health(&[dev(&gpus[1].uuid, HEALTHY)]));
+    assert!(driver.slice_devices()[1].get("taints").is_none());
+    driver
+        .prepare_allocation(&claim(UID_A), &alloc(&["gpu-1"]))
+        .unwrap();
+}
+
+/// Every device node `cdi generate`'s spec gives (spec-wide and per device).
+fn generated_nodes(host: &FakeHost) -> Vec<String> {
+    let g =
+        edgegpu_node_setup::cdi::generate(&edgegpu_node_setup::host::HostRoot::new(host.root()))
+            .unwrap();
+    g.spec
+        .container_edits
+        .device_nodes
+        .iter()
+        .chain(
+            g.spec
+                .devices
+                .iter()
+                .flat_map(|d| d.container_edits.device_nodes.iter()),
+        )
+        .map(|n| n.path.clone())
+        .collect()
+}
+
+fn nodes_of_device(inv: &Inventory, device: &str) -> Vec<String> {
+    inv.get(device)
+        .unwrap()
+        .edits
+        .device_nodes
+        .iter()
+        .map(|n| n.path.clone())
+        .collect()
+}
+
+#[test]
+fn engines_get_their_own_nodes_and_a_gpu_claim_no_longer_has_them() {
+    let host = FakeHost::jetson(Board::Orin);
+    // The fake AGX Orin root carries DLA 0's node only; an AGX Orin has two DLA cores and a
+    // PVA (L4T r36 nodes: nvhost-ctrl-nvdla<N>, nvhost-ctrl-pva0).
+    host.write("/dev/nvhost-ctrl-nvdla1", "");
+    host.write("/dev/nvhost-ctrl-pva0", "");
+    // L4T's lists give a GPU container every engine node (what cdi generate copies).
+    let generated = generated_nodes(&host);
+    assert!(
+        generated.contains(&"/dev/nvhost-ctrl-nvdla0".to_string()),
+        "{generated:?}"
+    );
+    let node = Node::new(host, &["--discovery=tegra"]);
+    let names: Vec<&str> = node
+        .inventory
+        .devices
+        .iter()
+        .map(|d| d.name.as_str())
+        .collect();
+    assert_eq!(names, ["gpu-0", "dla-0", "dla-1", "pva-0"]);
+    let gpu_nodes: Vec<String> = node
+        .inventory
+        .common_edits
+        .device_nodes
+        .iter()
+        .map(|n| n.path.clone())
+        .chain(nodes_of_device(&node.inventory, "gpu-0"))
+        .collect();
+    assert!(
+        !gpu_nodes
+            .iter()
+            .any(|n| n.contains("nvdla") || n.contains("pva")),
+        "{gpu_nodes:?}"
+    );
+    assert_eq!(
+        nodes_of_device(&node.inventory, "dla-1"),
+        ["/dev/nvhost-ctrl-nvdla1"]
+    );
+    assert_eq!(
+        nodes_of_device(&node.inventory, "pva-0"),
+        ["/dev/nvhost-ctrl-pva0"]
+    );
+    assert_eq!(attr(&node.inventory, "dla-1", "type"), Some(&s("dla")));
+    assert_eq!(attr(&node.inventory, "dla-1", "index"), Some(&Attr::Int(1)));
+    assert_eq!(
+        attr(&node.inventory, "pva-0", "l4tRelease"),
+        Some(&v("36.4.3"))
+    );
+    assert_eq!(
+        attr(&node.inventory, "dla-0", "module"),
+        attr(&node.inventory, "gpu-0", "module")
+    );
+    check_slice_device_schema(&node.inventory);
+
+    let driver = node.driver().unwrap();
+    // A pod's GPU claim and DLA claim: two specs, resolved together.
+    let gpu = driver
+        .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
+        .unwrap();
+    let dla = driver
+        .prepare_allocation(&claim(UID_B), &alloc(&["dla-0", "dla-1"]))
+        .unwrap();
+    let spec = spec_json(
+        &node
+            .cdi_dir()
+            .join(format!("edgegpu.io-claim_{UID_B}.json")),
+    );
+    for (i, n) in ["/dev/nvhost-ctrl-nvdla0", "/dev/nvhost-ctrl-nvdla1"]
+        .iter()
+        .enumerate()
+    {
+        let edits = &spec["devices"][i]["containerEdits"];
+        assert_eq!(edits["deviceNodes"], json!([{ "path": n }]));
+        assert!(
+            edits["env"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("EDGEGPU_DLA_CORES=0,1")),
+            "{edits}"
+        );
+    }
+    let ids: Vec<String> = gpu
+        .iter()
+        .chain(&dla)
+        .flat_map(|d| d.cdi_device_ids.clone())
+        .collect();
+    assert_eq!(ids.len(), 3);
+    assert_cdi_resolves(&node.cdi_dir(), &ids);
+    // Sharing is for GPUs.
+    let e = driver
+        .prepare_allocation(
+            &claim("c0ffee00-0000-0000-0000-000000000003"),
+            &{
+                let mut a = with_config(alloc(&["pva-0"]), json!({"apiVersion": "edgegpu.io/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}}));
+                a.configs[0].requests = vec!["req0".into()];
+                a
+            },
+        )
+        .unwrap_err();
+    assert!(e.contains("not to pva-0"), "{e}");
+    // A claim-wide sharing config passes over the engines (and applies to the GPU).
+    let mut mixed = alloc(&["gpu-0", "pva-0"]);
+    mixed.configs.push(OpaqueConfig {
+        requests: vec![],
+        parameters: json!({"apiVersion": "edgegpu.io/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}}),
+        source: ConfigSource::Claim,
+    });
+    driver.unprepare_claim(&claim(UID_A)).unwrap();
+    let uid = "c0ffee00-0000-0000-0000-000000000005";
+    driver.prepare_allocation(&claim(uid), &mixed).unwrap();
+    let held = driver
+        .prepared_claims()
+        .into_iter()
+        .find(|c| c.claim.uid == uid)
+        .unwrap()
+        .held;
+    assert_eq!(
+        held,
+        [("gpu-0".to_string(), false), ("pva-0".to_string(), true)]
+    );
+    // ... but one naming the PVA's request is refused.
+    mixed.configs[0].requests = vec!["req1".into()];
+    let e = driver
+        .prepare_allocation(&claim("c0ffee00-0000-0000-0000-000000000006"), &mixed)
+        .unwrap_err();
+    assert!(
+        e.contains("request req1") && e.contains("not to pva-0"),
+        "{e}"
+    );
+    // DLA cores are exclusive like GPUs.
+    let e = driver
+        .prepare_allocation(
+            &claim("c0ffee00-0000-0000-0000-000000000004"),
+            &alloc(&["dla-1"]),
+        )
+        .unwrap_err();
+    assert!(e.contains("dla-1 is busy"), "{e}");
+    // Engine health: the plugin's check (node present) marks a DLA core unhealthy.
+    let rx = Driver::health(&driver);
+    assert!(!driver.check_engine_health(node._host.root()));
+    node._host.remove_node("/dev/nvhost-ctrl-nvdla1");
+    assert!(driver.check_engine_health(node._host.root()));
+    let dla1 = rx
+        .borrow()
+        .iter()
+        .find(|h| h.device == "dla-1")
+        .cloned()
+        .unwrap();
+    assert_eq!(dla1.health, Health::Unhealthy);
+    assert!(
+        dla1.message.contains("/dev/nvhost-ctrl-nvdla1"),
+        "{}",
+        dla1.message
+    );
+    let slice = driver.slice_devices();
+    let tainted: Vec<&str> = slice
+        .iter()
+        .filter(|d| d.get("taints").is_some())
+        .map(|d| d["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(tainted, ["dla-1"]);
+    node._host.restore_node("/dev/nvhost-ctrl-nvdla1");
+    assert!(driver.check_engine_health(node._host.root()));
+    assert!(driver
+        .slice_devices()
+        .iter()
+        .all(|d| d.get("taints").is_none()));
+}
+
+#[test]
+fn a_spec_that_cannot_be_written_leaves_no_claim_behind() {
+    let node = Node::new(FakeHost::jetson(Board::Orin), &["--discovery=tegra"]);
+    // The CDI directory's place is taken by a file.
+    std::fs::write(node.cdi_dir(), "not a directory").unwrap();
+    let driver = node.driver().unwrap();
+    let e = driver
+        .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
+        .unwrap_err();
+    assert!(
+        e.contains(UID_A) && e.contains(&node.cdi_dir().display().to_string()),
+        "{e}"
+    );
+    assert!(driver.prepared_claims().is_empty());
+    let cp = spec_json(&node.options().plugin_dir.join("checkpoint.json"));
+    assert_eq!(cp["claims"], json!({}));
+    // Once the directory can be made, the kubelet's retry succeeds.
+    std::fs::remove_file(node.cdi_dir()).unwrap();
+    driver
+        .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
+        .unwrap();
+    assert_eq!(node.spec_files().len(), 1);
+}
