@@ -3,7 +3,9 @@
 use std::path::PathBuf;
 
 use clap::Parser;
+use edgegpu_plugin::config::GpuArgs;
 use edgegpu_plugin::logging::LogFormat;
+use edgegpu_plugin::ownership::DeviceKind;
 
 /// The `--version` line: version, commit and target.
 pub const VERSION: &str = env!("EDGEGPU_LONG_VERSION");
@@ -76,8 +78,82 @@ pub struct Cli {
     )]
     pub cdi_dir: PathBuf,
 
+    /// The kinds of device to publish, comma-separated: `gpu` (GPUs and MIG devices), `dla`
+    /// (Jetson DLA cores), `pva` (Jetson PVA). Kinds left out stay free for the device plugin.
+    #[arg(
+        long,
+        env = "DEVICES",
+        value_name = "KINDS",
+        value_delimiter = ',',
+        value_parser = parse_kind,
+        default_value = "gpu,dla,pva"
+    )]
+    pub devices: Vec<DeviceKind>,
+
+    /// Where the per-kind locks live that keep this driver and the device plugin
+    /// (edgegpu-device-plugin) from both serving a device kind: a directory both see, on a
+    /// tmpfs. A kind the plugin holds is not published until the plugin stops. Empty: no
+    /// locks (only where no device plugin can run). See docs/dra.md.
+    #[arg(
+        long,
+        env = "OWNERSHIP_DIR",
+        value_name = "DIR",
+        default_value = edgegpu_plugin::ownership::DEFAULT_DIR
+    )]
+    pub ownership_dir: String,
+
     /// Log output format (EDGEGPU_LOG sets the level, default info). Text is coloured only
     /// when stderr is a terminal, never with NO_COLOR set to a non-empty value.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+
+    /// The device plugin's GPU settings (same flags and environment variables): devices are
+    /// discovered as the plugin would discover them, MIG devices published with a MIG
+    /// strategy.
+    #[command(flatten)]
+    pub gpu: GpuArgs,
+}
+
+fn parse_kind(name: &str) -> Result<DeviceKind, String> {
+    DeviceKind::from_name(name.trim())
+        .ok_or_else(|| format!("`{name}` is not a device kind (gpu, dla or pva)"))
+}
+
+impl Cli {
+    /// This driver's directory in the kubelet's plugins directory: `dra.sock`, the checkpoint.
+    pub fn plugin_dir(&self) -> PathBuf {
+        self.kubelet_plugins_dir.join(crate::DRIVER_NAME)
+    }
+
+    /// `--ownership-dir`; `None` when empty.
+    pub fn ownership_dir(&self) -> Option<PathBuf> {
+        (!self.ownership_dir.is_empty()).then(|| PathBuf::from(&self.ownership_dir))
+    }
+
+    /// Refuses values that would only fail later: a node name that is not a DNS subdomain
+    /// (it is a pool name and part of URLs), no device kind.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            valid_node_name(&self.node_name),
+            "--node-name `{}` is not a node name (a DNS subdomain: lower-case letters, digits, \
+             '-' and '.')",
+            self.node_name
+        );
+        anyhow::ensure!(!self.devices.is_empty(), "--devices names no device kind");
+        Ok(())
+    }
+}
+
+/// A node name is a DNS subdomain (RFC 1123).
+fn valid_node_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|part| {
+            !part.is_empty()
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        })
 }

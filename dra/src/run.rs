@@ -1,10 +1,299 @@
-//! The driver's life: discover the node's devices, publish them, serve the kubelet, keep the
-//! slices and health current, and on SIGTERM/SIGINT remove the sockets and exit.
+//! The driver's life: discover the node's devices, keep the kinds this driver owns on the
+//! node (the device plugin may hold others: `edgegpu_plugin::ownership`), publish them, serve
+//! the kubelet, keep the slices and health current, and on SIGTERM/SIGINT remove the sockets
+//! and exit. A kind taken over from the device plugin, or a SIGHUP, starts a new round:
+//! discovery again, the checkpoint read again, the sockets bound again.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use edgegpu_apiclient::ApiServer;
+use edgegpu_plugin::ownership::{DeviceKind, Ownerships};
+use edgegpu_plugin::resource::Resource;
+use edgegpu_plugin::shutdown::ShutdownSignals;
+use tokio::sync::Notify;
 
 use crate::cli::Cli;
+use crate::inventory::{self, Inventory};
+use crate::kubelet::{self, KubeletOptions};
+use crate::prepare::{NodeDriver, NodeOptions};
+use crate::slices::SlicePublisher;
+use crate::DRIVER_NAME;
+
+/// How often the engines' device nodes and platform devices are checked.
+const ENGINE_HEALTH_EVERY: Duration = Duration::from_secs(5);
+/// Slices are written again this often even without a change, repairing edits and
+/// deletions by others (the upstream slice controller resyncs too).
+const RESYNC_EVERY: Duration = Duration::from_secs(600);
+/// First and longest delay between two failed publishing attempts.
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(60);
+
+/// Why a round ended.
+enum RoundEnd {
+    Shutdown,
+    Rebuild(&'static str),
+}
 
 /// Runs the driver until SIGTERM/SIGINT.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
-    let _ = cli;
-    anyhow::bail!("not yet wired")
+    let mut signals = ShutdownSignals::install()?;
+    tracing::info!(
+        "Starting edgegpu DRA driver {} on node {}",
+        crate::cli::VERSION,
+        cli.node_name
+    );
+    cli.validate()?;
+    let api = Arc::new(api_server(&cli).await?);
+    let mut owned = Ownerships::new(cli.ownership_dir(), "edgegpu-dra-driver");
+    loop {
+        let root = cli.root.clone();
+        let (gpu, node) = (cli.gpu.clone(), cli.node_name.clone());
+        let discovered = tokio::select! {
+            d = tokio::task::spawn_blocking(move || discover(&root, &gpu, &node)) => d??,
+            _ = signals.recv() => return Ok(()),
+        };
+        let (mut inventory, engines) = discovered;
+        let present = kinds_of(&inventory, &engines);
+        let wanted: Vec<DeviceKind> = present
+            .into_iter()
+            .filter(|k| cli.devices.contains(k))
+            .collect();
+        owned.acquire(&wanted)?;
+        let engines: Vec<inventory::Engine> = engines
+            .into_iter()
+            .filter(|e| owned.holds(engine_kind(e.kind)))
+            .collect();
+        inventory.add_engines(&engines);
+        inventory.devices.retain(|d| {
+            cli.devices.contains(&device_kind(d.kind)) && owned.holds(device_kind(d.kind))
+        });
+        tracing::info!(
+            devices = inventory.devices.len(),
+            "publishing {}",
+            inventory
+                .devices
+                .iter()
+                .map(|d| d.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        match serve_round(&cli, &api, inventory, &mut signals, &mut owned, &wanted).await? {
+            RoundEnd::Shutdown => return Ok(()),
+            RoundEnd::Rebuild(why) => tracing::info!("Rebuilding: {why}"),
+        }
+    }
+}
+
+/// The node's devices and its Jetson engines (added to the inventory once ownership is known).
+fn discover(
+    root: &Path,
+    gpu: &edgegpu_plugin::config::GpuArgs,
+    node: &str,
+) -> anyhow::Result<(Inventory, Vec<inventory::Engine>)> {
+    let inventory = Inventory::discover(root, gpu, node)?;
+    let engines = inventory::engines(root);
+    Ok((inventory, engines))
+}
+
+fn device_kind(kind: inventory::DeviceKind) -> DeviceKind {
+    match kind {
+        inventory::DeviceKind::Gpu | inventory::DeviceKind::Mig => DeviceKind::Gpu,
+        inventory::DeviceKind::Dla => DeviceKind::Dla,
+        inventory::DeviceKind::Pva => DeviceKind::Pva,
+    }
+}
+
+fn engine_kind(kind: inventory::EngineKind) -> DeviceKind {
+    match kind {
+        inventory::EngineKind::Dla => DeviceKind::Dla,
+        inventory::EngineKind::Pva => DeviceKind::Pva,
+    }
+}
+
+fn kinds_of(inventory: &Inventory, engines: &[inventory::Engine]) -> Vec<DeviceKind> {
+    let mut kinds: Vec<DeviceKind> = inventory
+        .devices
+        .iter()
+        .map(|d| device_kind(d.kind))
+        .chain(engines.iter().map(|e| engine_kind(e.kind)))
+        .collect();
+    kinds.sort();
+    kinds.dedup();
+    kinds
+}
+
+/// One round: the node side on `inventory`, the publisher, the health followers and the
+/// kubelet side, until a signal or a takeover.
+async fn serve_round(
+    cli: &Cli,
+    api: &Arc<ApiServer>,
+    inventory: Inventory,
+    signals: &mut ShutdownSignals,
+    owned: &mut Ownerships,
+    wanted: &[DeviceKind],
+) -> anyhow::Result<RoundEnd> {
+    let options = NodeOptions {
+        plugin_dir: cli.plugin_dir(),
+        cdi_dir: cli.cdi_dir.clone(),
+        mps: Default::default(),
+    };
+    let has_gpus = inventory
+        .devices
+        .iter()
+        .any(|d| device_kind(d.kind) == DeviceKind::Gpu);
+    let node = {
+        let api = api.clone();
+        tokio::task::spawn_blocking(move || NodeDriver::new(inventory, options, Some(api)))
+            .await?
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+    };
+    let node = Arc::new(node);
+    let republish = Arc::new(Notify::new());
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(publish_slices(
+        SlicePublisher::new(api.clone(), DRIVER_NAME, &cli.node_name),
+        node.clone(),
+        republish.clone(),
+    ));
+    tasks.spawn(follow_engine_health(
+        cli.root.clone(),
+        node.clone(),
+        republish.clone(),
+    ));
+    // The GPUs' health: the device plugin's own monitors (inotify on Tegra nodes and sysfs,
+    // NVML events), run here on resources that are never served to the kubelet.
+    let gpu_resources = if has_gpus {
+        match edgegpu_plugin::build_gpu_resources(&cli.root, "nvidia.com/gpu", &cli.gpu).await {
+            Ok(resources) => resources.resources,
+            Err(e) => {
+                tracing::warn!("GPU health monitors could not start: {e:#}");
+                Vec::new()
+            }
+        }
+    } else {
+        Vec::new()
+    };
+    for resource in &gpu_resources {
+        tasks.spawn(follow_gpu_health(
+            resource.devices(),
+            node.clone(),
+            republish.clone(),
+        ));
+    }
+    let options = KubeletOptions {
+        driver_name: DRIVER_NAME.to_string(),
+        registry_dir: cli.kubelet_registry_dir.clone(),
+        plugin_dir: cli.plugin_dir(),
+    };
+    let (end_tx, mut end_rx) = tokio::sync::mpsc::channel::<RoundEnd>(1);
+    let stop = async {
+        let end = tokio::select! {
+            shutdown = signals.shutdown_or_hangup() => if shutdown {
+                RoundEnd::Shutdown
+            } else {
+                RoundEnd::Rebuild("SIGHUP")
+            },
+            _ = owned.take_over(wanted) => RoundEnd::Rebuild("took over devices the device plugin served"),
+        };
+        let _ = end_tx.send(end).await;
+    };
+    let served = kubelet::serve(node.clone() as Arc<dyn kubelet::Driver>, options, stop).await;
+    tasks.abort_all();
+    drop(gpu_resources);
+    served?;
+    Ok(end_rx.recv().await.unwrap_or(RoundEnd::Shutdown))
+}
+
+/// Keeps the API server's slices equal to the node's devices: at start (retried with
+/// backoff until it works), after every health change, and every [`RESYNC_EVERY`].
+async fn publish_slices(
+    mut publisher: SlicePublisher,
+    node: Arc<NodeDriver>,
+    republish: Arc<Notify>,
+) {
+    let mut delay = RETRY_FIRST;
+    loop {
+        let started = std::time::Instant::now();
+        match publisher.publish(node.slice_devices()).await {
+            Ok(outcome) => {
+                delay = RETRY_FIRST;
+                tracing::info!(
+                    created = outcome.created,
+                    updated = outcome.updated,
+                    deleted = outcome.deleted,
+                    unchanged = outcome.unchanged,
+                    generation = outcome.generation,
+                    took_ms = started.elapsed().as_millis() as u64,
+                    "ResourceSlices published"
+                );
+                tokio::select! {
+                    _ = republish.notified() => {}
+                    _ = tokio::time::sleep(RESYNC_EVERY) => {}
+                }
+            }
+            Err(e) => {
+                tracing::error!(
+                    "publishing the ResourceSlices failed (retrying in {delay:?}): {e:#}"
+                );
+                tokio::select! {
+                    _ = republish.notified() => {}
+                    _ = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(RETRY_MAX);
+            }
+        }
+    }
+}
+
+/// Follows one plugin resource's device list into the node side's health.
+async fn follow_gpu_health(
+    mut devices: tokio::sync::watch::Receiver<Vec<edgegpu_kubelet_api::v1beta1::Device>>,
+    node: Arc<NodeDriver>,
+    republish: Arc<Notify>,
+) {
+    loop {
+        let list = devices.borrow_and_update().clone();
+        if node.apply_plugin_health(&list) {
+            republish.notify_one();
+        }
+        if devices.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Checks the engines' nodes and platform devices every [`ENGINE_HEALTH_EVERY`].
+async fn follow_engine_health(root: PathBuf, node: Arc<NodeDriver>, republish: Arc<Notify>) {
+    loop {
+        let (r, n) = (root.clone(), node.clone());
+        match tokio::task::spawn_blocking(move || n.check_engine_health(&r)).await {
+            Ok(true) => republish.notify_one(),
+            Ok(false) => {}
+            Err(e) => tracing::warn!("engine health check failed: {e}"),
+        }
+        tokio::time::sleep(ENGINE_HEALTH_EVERY).await;
+    }
+}
+
+/// The API server of `--api-server` (or the in-cluster one), with the service account's
+/// token and CA, read off the runtime thread.
+async fn api_server(cli: &Cli) -> anyhow::Result<ApiServer> {
+    let url = match &cli.api_server {
+        Some(url) => url.clone(),
+        None => edgegpu_apiclient::in_cluster_url().ok_or_else(|| {
+            anyhow::anyhow!("KUBERNETES_SERVICE_HOST is not set: not in a pod? use --api-server")
+        })?,
+    };
+    let (token, ca) = (cli.token_file.clone(), cli.ca_file.clone());
+    tokio::task::spawn_blocking(move || {
+        ApiServer::new(&url, &token, &ca).map(|api| {
+            api.with_forbidden_hint(
+                "the ClusterRole edgegpu-dra-driver must allow resourceslices \
+                 get/list/watch/create/update/delete, resourceclaims get and nodes get",
+            )
+        })
+    })
+    .await?
 }
