@@ -139,7 +139,10 @@ fn decode_index(name: &str, count: usize) -> Option<usize> {
 }
 
 fn str_at<'a>(object: &'a Value, pointer: &str) -> &'a str {
-    object.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+    object
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or("")
 }
 
 fn devices_of(slice: &Value) -> &[Value] {
@@ -307,9 +310,7 @@ impl SlicePublisher {
             }
         }
 
-        let pool_at = |generation: i64| {
-            json!({"name": self.node, "generation": generation, "resourceSliceCount": count})
-        };
+        let pool_at = |generation: i64| json!({"name": self.node, "generation": generation, "resourceSliceCount": count});
         let current_pool = pool_at(generation);
         let changed = matched
             .iter()
@@ -423,7 +424,10 @@ mod tests {
         assert_eq!(split_devices(vec![]).len(), 1);
         let sizes = |v: Vec<Vec<Value>>| v.iter().map(Vec::len).collect::<Vec<_>>();
         assert_eq!(sizes(split_devices((0..128).map(plain).collect())), [128]);
-        assert_eq!(sizes(split_devices((0..130).map(plain).collect())), [128, 2]);
+        assert_eq!(
+            sizes(split_devices((0..130).map(plain).collect())),
+            [128, 2]
+        );
         let mut devices: Vec<Value> = (0..100).map(plain).collect();
         devices[70] = json!({"name": "t", "taints": [{"key": "k", "effect": "NoSchedule"}]});
         assert_eq!(sizes(split_devices(devices)), [70, 30]);
