@@ -20,9 +20,7 @@ fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
 fn own_slices(api: &FakeApiServer) -> Vec<Value> {
     api.slices()
         .into_iter()
-        .filter(|s| {
-            str_at(s, "/spec/nodeName") == NODE && str_at(s, "/spec/driver") == DRIVER_NAME
-        })
+        .filter(|s| str_at(s, "/spec/nodeName") == NODE && str_at(s, "/spec/driver") == DRIVER_NAME)
         .collect()
 }
 
@@ -247,11 +245,17 @@ async fn only_this_drivers_slices_of_this_node_are_touched() {
     let mut devices = jetson_devices();
     devices.truncate(1);
     publisher.publish(devices).await.unwrap();
-    publisher.publish((0..130).map(gpu).collect()).await.unwrap();
+    publisher
+        .publish((0..130).map(gpu).collect())
+        .await
+        .unwrap();
     publisher.publish(vec![]).await.unwrap();
 
     let all = api.slices();
-    assert!(all.contains(&other_node), "the other node's slice is as it was");
+    assert!(
+        all.contains(&other_node),
+        "the other node's slice is as it was"
+    );
     assert!(
         all.contains(&other_driver),
         "the other driver's slice is as it was"
@@ -289,7 +293,10 @@ async fn writes_refused_by_admission_fail_with_the_apis_message() {
 async fn an_api_server_without_resource_v1_is_reported_as_too_old() {
     let (api, mut publisher) = publisher().await;
     api.serve_resource_versions(&["v1beta1", "v1beta2"]);
-    let message = format!("{:#}", publisher.publish(jetson_devices()).await.unwrap_err());
+    let message = format!(
+        "{:#}",
+        publisher.publish(jetson_devices()).await.unwrap_err()
+    );
     assert!(message.contains("Kubernetes 1.34 or newer"), "{message}");
     assert!(
         message.contains("the server could not find the requested resource"),

@@ -92,5 +92,7 @@ pub fn mig(parent: usize, slot: usize) -> Value {
 
 /// A big node: 8 GPUs, 7 MIG devices each.
 pub fn mig_node_devices() -> Vec<Value> {
-    (0..8).flat_map(|g| (0..7).map(move |s| mig(g, s))).collect()
+    (0..8)
+        .flat_map(|g| (0..7).map(move |s| mig(g, s)))
+        .collect()
 }
