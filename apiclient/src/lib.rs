@@ -290,3 +290,273 @@ fn check(status: StatusCode, body: &[u8], what: &str, forbidden_hint: &str) -> a
     };
     anyhow::bail!("{what}: {status}: {message}{hint}")
 }
+
+/// A non-2xx answer of the API server: what was asked, the status and the API's own `Status`
+/// object (`message`, `reason`, `details.name`). Every typed helper ([`ApiServer::get`],
+/// [`ApiServer::list`], [`ApiServer::create`], [`ApiServer::replace`], [`ApiServer::delete`])
+/// fails with one of these inside its `anyhow::Error`; [`api_error`] finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// What was asked, e.g. "create resourceslice 00000-edgegpu.io-node-a-".
+    pub what: String,
+    pub status: StatusCode,
+    /// The `Status` object's `message` (or the start of a body that is not one).
+    pub message: String,
+    /// The `Status` object's `reason` (`NotFound`, `Conflict`, `AlreadyExists`, …), if any.
+    pub reason: Option<String>,
+    /// `details.name`: set when an object of that name is missing or conflicting; unset when
+    /// the path itself is unknown (e.g. an API version the server does not serve).
+    pub details_name: Option<String>,
+    hint: String,
+}
+
+impl ApiError {
+    fn from_answer(status: StatusCode, body: &[u8], what: &str, forbidden_hint: &str) -> Self {
+        let parsed = serde_json::from_slice::<Value>(body).ok();
+        let field = |pointer: &str| {
+            parsed
+                .as_ref()
+                .and_then(|v| v.pointer(pointer))
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+        };
+        let message = field("/message")
+            .unwrap_or_else(|| String::from_utf8_lossy(body).chars().take(200).collect());
+        let hint = match status {
+            StatusCode::UNAUTHORIZED => " (the service-account token was refused)".to_string(),
+            StatusCode::FORBIDDEN if !forbidden_hint.is_empty() => format!(" ({forbidden_hint})"),
+            _ => String::new(),
+        };
+        ApiError {
+            what: what.to_string(),
+            status,
+            message,
+            reason: field("/reason"),
+            details_name: field("/details/name"),
+            hint,
+        }
+    }
+
+    /// 409 Conflict: a stale `resourceVersion` on update, a failed delete precondition, or a
+    /// name that already exists on create (`reason: AlreadyExists`).
+    pub fn is_conflict(&self) -> bool {
+        self.status == StatusCode::CONFLICT
+    }
+
+    /// 404 for a named object that does not exist (the API names it in `details.name`).
+    pub fn is_object_not_found(&self) -> bool {
+        self.status == StatusCode::NOT_FOUND && self.details_name.is_some()
+    }
+
+    /// 404 for the path itself: the server does not serve that resource or API version
+    /// ("the server could not find the requested resource", no `details.name`).
+    pub fn is_resource_not_served(&self) -> bool {
+        self.status == StatusCode::NOT_FOUND && self.details_name.is_none()
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: {}: {}{}",
+            self.what, self.status, self.message, self.hint
+        )
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+/// The [`ApiError`] inside `err`, if the API server answered non-2xx.
+pub fn api_error(err: &anyhow::Error) -> Option<&ApiError> {
+    err.downcast_ref::<ApiError>()
+}
+
+/// Query parameters of a list request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListOptions {
+    /// `fieldSelector`, e.g. `spec.nodeName=node-a,spec.driver=edgegpu.io`.
+    pub field_selector: Option<String>,
+    /// `labelSelector`, e.g. `app=x,tier in (a,b)`.
+    pub label_selector: Option<String>,
+}
+
+impl ListOptions {
+    /// The query string (`?fieldSelector=…&labelSelector=…`, percent-encoded), or "" for none.
+    pub fn query(&self) -> String {
+        let mut pairs = Vec::new();
+        if let Some(s) = &self.field_selector {
+            pairs.push(format!("fieldSelector={}", percent_encode(s)));
+        }
+        if let Some(s) = &self.label_selector {
+            pairs.push(format!("labelSelector={}", percent_encode(s)));
+        }
+        if pairs.is_empty() {
+            String::new()
+        } else {
+            format!("?{}", pairs.join("&"))
+        }
+    }
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters, so that a selector's `=`,
+/// `,`, `!`, spaces and parentheses reach the server as data, not as query syntax.
+pub fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for byte in s.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// Decodes what [`percent_encode`] (or any client) encoded; `+` is a space, as in HTML forms
+/// (Go's `url.ParseQuery`, which the API server uses, reads it so). `None` for a bad escape.
+pub fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+impl ApiServer {
+    /// One request whose non-2xx answer becomes an [`ApiError`]; the answer's JSON.
+    async fn typed(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        what: &str,
+    ) -> anyhow::Result<Value> {
+        let body = match body {
+            Some(value) => Some(("application/json", serde_json::to_vec(value)?)),
+            None => None,
+        };
+        let (status, bytes) = self
+            .request(method, path, body)
+            .await
+            .with_context(|| what.to_string())?;
+        if !status.is_success() {
+            return Err(ApiError::from_answer(status, &bytes, what, &self.forbidden_hint).into());
+        }
+        if bytes.is_empty() {
+            return Ok(Value::Null);
+        }
+        serde_json::from_slice(&bytes)
+            .with_context(|| format!("{what}: the answer ({status}) is not JSON"))
+    }
+
+    /// `GET path`: one object. `what` names it in errors ("get resourceclaim ns/name").
+    pub async fn get(&self, path: &str, what: &str) -> anyhow::Result<Value> {
+        self.typed(Method::GET, path, None, what).await
+    }
+
+    /// `GET path?fieldSelector=…&labelSelector=…`: a list object (`items`, `metadata`).
+    pub async fn list(
+        &self,
+        path: &str,
+        options: &ListOptions,
+        what: &str,
+    ) -> anyhow::Result<Value> {
+        let full = format!("{path}{}", options.query());
+        self.typed(Method::GET, &full, None, what).await
+    }
+
+    /// `POST collection_path` with `object`: the created object as stored (name generated
+    /// from `metadata.generateName` if unset, `uid`, `resourceVersion`).
+    pub async fn create(
+        &self,
+        collection_path: &str,
+        object: &Value,
+        what: &str,
+    ) -> anyhow::Result<Value> {
+        self.typed(Method::POST, collection_path, Some(object), what)
+            .await
+    }
+
+    /// `PUT path` with `object`, whose `metadata.resourceVersion` must be the stored one:
+    /// otherwise the server answers 409 Conflict ([`ApiError::is_conflict`]).
+    pub async fn replace(&self, path: &str, object: &Value, what: &str) -> anyhow::Result<Value> {
+        self.typed(Method::PUT, path, Some(object), what).await
+    }
+
+    /// `DELETE path`, with `preconditions` (`uid`, `resourceVersion`) when given: the server
+    /// then deletes only that very version of the object (409 Conflict otherwise).
+    pub async fn delete(
+        &self,
+        path: &str,
+        preconditions: Option<(&str, &str)>,
+        what: &str,
+    ) -> anyhow::Result<()> {
+        let options = preconditions.map(|(uid, resource_version)| {
+            serde_json::json!({"kind": "DeleteOptions", "apiVersion": "v1",
+                "preconditions": {"uid": uid, "resourceVersion": resource_version}})
+        });
+        self.typed(Method::DELETE, path, options.as_ref(), what)
+            .await
+            .map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod typed_tests {
+    use super::*;
+
+    #[test]
+    fn selectors_are_percent_encoded() {
+        let options = ListOptions {
+            field_selector: Some("spec.nodeName=node-a,spec.driver=edgegpu.io".into()),
+            label_selector: Some("tier in (a b),!x".into()),
+        };
+        assert_eq!(
+            options.query(),
+            "?fieldSelector=spec.nodeName%3Dnode-a%2Cspec.driver%3Dedgegpu.io\
+             &labelSelector=tier%20in%20%28a%20b%29%2C%21x"
+        );
+        assert_eq!(ListOptions::default().query(), "");
+        for s in ["spec.nodeName=a,b", "tier in (a b),!x", "ü=1+2"] {
+            assert_eq!(percent_decode(&percent_encode(s)).as_deref(), Some(s));
+        }
+        assert_eq!(percent_decode("a+b%3D").as_deref(), Some("a b="));
+        assert_eq!(percent_decode("%4"), None);
+    }
+
+    #[test]
+    fn errors_carry_the_status_object() {
+        let body = br#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"Operation cannot be fulfilled on resourceslices.resource.k8s.io \"x\": the object has been modified","reason":"Conflict","details":{"name":"x","group":"resource.k8s.io","kind":"resourceslices"},"code":409}"#;
+        let e = ApiError::from_answer(StatusCode::CONFLICT, body, "update resourceslice x", "");
+        assert!(e.is_conflict());
+        assert_eq!(e.reason.as_deref(), Some("Conflict"));
+        assert!(e
+            .to_string()
+            .starts_with("update resourceslice x: 409 Conflict: Operation"));
+        let unserved = br#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","details":{},"code":404}"#;
+        let e = ApiError::from_answer(StatusCode::NOT_FOUND, unserved, "get", "");
+        assert!(e.is_resource_not_served() && !e.is_object_not_found());
+        let e = ApiError::from_answer(StatusCode::FORBIDDEN, b"nope", "get", "grant get");
+        assert_eq!(e.to_string(), "get: 403 Forbidden: nope (grant get)");
+        let err: anyhow::Error = e.into();
+        assert!(api_error(&err.context("more")).is_some());
+    }
+}

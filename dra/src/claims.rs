@@ -4,7 +4,7 @@
 //! `status.allocation` on the API server (as `k8s.io/dynamic-resource-allocation/kubeletplugin`
 //! fetches it before calling a driver).
 
-use edgegpu_apiclient::ApiServer;
+use edgegpu_apiclient::{api_error, ApiServer};
 use serde_json::Value;
 
 use crate::kubelet::ClaimRef;
@@ -50,16 +50,58 @@ pub struct ClaimAllocation {
     pub configs: Vec<OpaqueConfig>,
 }
 
+/// The `resource.k8s.io` versions a claim is read in, most preferred first: the order of
+/// `k8s.io/dynamic-resource-allocation/client` (v0.36.0, `client.go`). Their
+/// `status.allocation.devices` have the same shape.
+pub const CLAIM_API_VERSIONS: [&str; 3] = ["v1", "v1beta2", "v1beta1"];
+
+/// `/apis/resource.k8s.io/<version>/namespaces/<ns>/resourceclaims/<name>`.
+pub fn claim_path(version: &str, claim: &ClaimRef) -> String {
+    format!(
+        "/apis/resource.k8s.io/{version}/namespaces/{}/resourceclaims/{}",
+        claim.namespace, claim.name
+    )
+}
+
 /// Reads the claim from the API server (`resource.k8s.io/v1`, falling back to the beta
 /// versions an older API server serves) and extracts [`ClaimAllocation`]. Fails when the claim
 /// is gone, has another UID (deleted and recreated), or is not allocated.
+///
+/// Unlike the Go client, which tries the next version on every 404, only a 404 for the path
+/// itself (no `details.name`: the version is not served) moves to the next version; a 404
+/// naming the claim means it is gone.
 pub async fn fetch(
     api: &ApiServer,
     claim: &ClaimRef,
     driver: &str,
 ) -> anyhow::Result<ClaimAllocation> {
-    let _ = (api, claim, driver);
-    todo!("API side")
+    let what = format!("get resourceclaim {}/{}", claim.namespace, claim.name);
+    let mut object = None;
+    for version in CLAIM_API_VERSIONS {
+        match api.get(&claim_path(version, claim), &what).await {
+            Ok(found) => {
+                object = Some(found);
+                break;
+            }
+            Err(e) => match api_error(&e) {
+                Some(a) if a.is_resource_not_served() => continue,
+                Some(a) if a.is_object_not_found() => anyhow::bail!(
+                    "claim {}/{} is gone (deleted before it was prepared): {}",
+                    claim.namespace,
+                    claim.name,
+                    a.message
+                ),
+                _ => return Err(e),
+            },
+        }
+    }
+    let object = object.ok_or_else(|| {
+        anyhow::anyhow!(
+            "{what}: the API server serves none of resource.k8s.io/{}",
+            CLAIM_API_VERSIONS.join(", ")
+        )
+    })?;
+    allocation_from_object(claim, &object, driver).map_err(anyhow::Error::msg)
 }
 
 /// The pure part of [`fetch`]: [`ClaimAllocation`] from the claim object (JSON).
@@ -68,6 +110,111 @@ pub fn allocation_from_object(
     object: &Value,
     driver: &str,
 ) -> Result<ClaimAllocation, String> {
-    let _ = (claim, object, driver);
-    todo!("API side")
+    let id = format!("claim {}/{}", claim.namespace, claim.name);
+    let uid = object
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if uid != claim.uid {
+        return Err(format!(
+            "{id} got replaced: the kubelet asked for UID {}, the API server has UID {uid} \
+             (deleted and created again)",
+            claim.uid
+        ));
+    }
+    let Some(allocation) = object
+        .pointer("/status/allocation")
+        .filter(|a| !a.is_null())
+    else {
+        return Err(format!("{id} is not allocated (no status.allocation)"));
+    };
+    let results = allocation
+        .pointer("/devices/results")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice);
+    let mut devices = Vec::new();
+    for (i, result) in results.iter().enumerate() {
+        let field = |key: &str| result.get(key).and_then(Value::as_str);
+        if field("driver") != Some(driver) {
+            continue;
+        }
+        let required = |key: &str| {
+            field(key)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .ok_or_else(|| format!("{id}: status.allocation.devices.results[{i}] has no {key}"))
+        };
+        devices.push(AllocatedDevice {
+            request: required("request")?,
+            pool: required("pool")?,
+            device: required("device")?,
+            admin_access: result
+                .get("adminAccess")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            share_id: field("shareID").map(str::to_string),
+        });
+    }
+    if devices.is_empty() {
+        let drivers: Vec<&str> = results
+            .iter()
+            .filter_map(|r| r.get("driver").and_then(Value::as_str))
+            .collect();
+        return Err(format!(
+            "{id} has no device of driver {driver} allocated (its results are for: {})",
+            if drivers.is_empty() {
+                "nothing".to_string()
+            } else {
+                drivers.join(", ")
+            }
+        ));
+    }
+    let configs = allocation
+        .pointer("/devices/config")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice);
+    let mut class = Vec::new();
+    let mut from_claim = Vec::new();
+    for (i, config) in configs.iter().enumerate() {
+        let Some(opaque) = config.get("opaque") else {
+            continue;
+        };
+        if opaque.get("driver").and_then(Value::as_str) != Some(driver) {
+            continue;
+        }
+        let source = match config.get("source").and_then(Value::as_str) {
+            Some("FromClass") => ConfigSource::Class,
+            Some("FromClaim") => ConfigSource::Claim,
+            other => {
+                return Err(format!(
+                    "{id}: status.allocation.devices.config[{i}] has source {other:?}, \
+                     neither FromClass nor FromClaim"
+                ))
+            }
+        };
+        let requests = config
+            .get("requests")
+            .and_then(Value::as_array)
+            .map(|r| {
+                r.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let entry = OpaqueConfig {
+            requests,
+            parameters: opaque.get("parameters").cloned().unwrap_or(Value::Null),
+            source,
+        };
+        match source {
+            ConfigSource::Class => class.push(entry),
+            ConfigSource::Claim => from_claim.push(entry),
+        }
+    }
+    class.extend(from_claim);
+    Ok(ClaimAllocation {
+        devices,
+        configs: class,
+    })
 }

@@ -1,8 +1,21 @@
-//! A fake Kubernetes API server for the labeller: HTTPS with a test CA
-//! (`fixtures/tls/`, made by `fixtures/tls/generate.sh`), bearer-token authentication,
-//! `GET /api/v1/nodes/{name}` and `PATCH` of the same path with a JSON merge patch
-//! (RFC 7386) that may only touch `metadata.labels` — what the labeller's ClusterRole allows
-//! it to need. Answers errors as the API does (a `Status` object with a `message`).
+//! A fake Kubernetes API server for the labeller and the DRA driver: HTTPS with a test CA
+//! (`fixtures/tls/`, made by `fixtures/tls/generate.sh`), bearer-token authentication, and
+//! what their ClusterRoles allow them to need:
+//!
+//! - Nodes (with `metadata.uid`): `GET /api/v1/nodes/{name}` and `PATCH` of the same path
+//!   with a JSON merge patch (RFC 7386) that may only touch `metadata.labels`;
+//! - `resource.k8s.io/v1` ResourceSlices: list (with the field selectors the real API
+//!   supports: `spec.nodeName`, `spec.driver`, `metadata.name`), get, create (honouring
+//!   `metadata.generateName` as the API server's name generator does), update (`PUT`, 409 on
+//!   a stale `resourceVersion`), delete (with `uid`/`resourceVersion` preconditions);
+//! - ResourceClaims: get, in `v1`, `v1beta2` and `v1beta1` (claims are added by
+//!   [`FakeApiServer::add_claim`]; [`FakeApiServer::serve_resource_versions`] makes versions
+//!   unserved, as on an older cluster).
+//!
+//! Answers as the API does: `kind`/`apiVersion` on returned objects (not on list items), a
+//! `Status` object with `message`, `reason`, `details` and `code` for errors; a path the
+//! server does not serve gets its 404 ("the server could not find the requested resource",
+//! empty `details`). Every request is recorded.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -22,6 +35,9 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
+mod resources;
+pub use resources::uid_for;
+
 /// The token the fake accepts.
 pub const TOKEN: &str = "test-token-of-the-node-labeller";
 
@@ -30,6 +46,8 @@ pub const TOKEN: &str = "test-token-of-the-node-labeller";
 pub struct Recorded {
     pub method: String,
     pub path: String,
+    /// The raw query string (`fieldSelector=…`), if any.
+    pub query: Option<String>,
     pub content_type: Option<String>,
     pub body: Option<Value>,
 }
@@ -37,9 +55,11 @@ pub struct Recorded {
 #[derive(Default)]
 struct State {
     nodes: BTreeMap<String, BTreeMap<String, String>>,
+    node_uids: BTreeMap<String, String>,
     requests: Vec<Recorded>,
     fail_next: usize,
     forbidden: bool,
+    resources: resources::Resources,
 }
 
 /// The fake, serving until dropped.
@@ -64,15 +84,20 @@ fn status(code: StatusCode, message: &str) -> Response<Full<Bytes>> {
     r
 }
 
-fn node_json(name: &str, labels: &BTreeMap<String, String>) -> Response<Full<Bytes>> {
+fn node_json(
+    name: &str,
+    uid: Option<&String>,
+    labels: &BTreeMap<String, String>,
+) -> Response<Full<Bytes>> {
     let body = json!({"kind": "Node", "apiVersion": "v1",
-        "metadata": {"name": name, "labels": labels}});
+        "metadata": {"name": name, "uid": uid, "labels": labels}});
     Response::new(Full::new(Bytes::from(body.to_string())))
 }
 
 async fn answer(state: Arc<Mutex<State>>, request: Request<Incoming>) -> Response<Full<Bytes>> {
     let method = request.method().clone();
     let path = request.uri().path().to_string();
+    let query = request.uri().query().map(str::to_string);
     let auth = request
         .headers()
         .get("authorization")
@@ -94,6 +119,7 @@ async fn answer(state: Arc<Mutex<State>>, request: Request<Incoming>) -> Respons
     s.requests.push(Recorded {
         method: method.to_string(),
         path: path.clone(),
+        query: query.clone(),
         content_type: content_type.clone(),
         body: body.clone(),
     });
@@ -110,6 +136,14 @@ async fn answer(state: Arc<Mutex<State>>, request: Request<Incoming>) -> Respons
     if s.forbidden {
         return status(StatusCode::FORBIDDEN, "nodes is forbidden: User \"system:serviceaccount:kube-system:edgegpu-node-labeller\" cannot patch resource \"nodes\"");
     }
+    if path.starts_with("/apis/resource.k8s.io/") {
+        let (code, body) = s
+            .resources
+            .answer(&method, &path, query.as_deref(), body.as_ref());
+        let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
+        *r.status_mut() = code;
+        return r;
+    }
     let Some(name) = path.strip_prefix("/api/v1/nodes/") else {
         return status(
             StatusCode::NOT_FOUND,
@@ -124,7 +158,7 @@ async fn answer(state: Arc<Mutex<State>>, request: Request<Incoming>) -> Respons
         );
     };
     match method {
-        Method::GET => node_json(&name, labels),
+        Method::GET => node_json(&name, s.node_uids.get(&name), &s.nodes[&name]),
         Method::PATCH => {
             if content_type.as_deref() != Some("application/merge-patch+json") {
                 return status(
@@ -164,7 +198,7 @@ async fn answer(state: Arc<Mutex<State>>, request: Request<Incoming>) -> Respons
                     }
                 }
             }
-            node_json(&name, labels)
+            node_json(&name, s.node_uids.get(&name), &s.nodes[&name])
         }
         _ => status(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
     }
@@ -191,6 +225,9 @@ impl FakeApiServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().unwrap();
         let mut state = State::default();
+        state
+            .node_uids
+            .insert(node.to_string(), resources::uid_for(node));
         state.nodes.insert(
             node.to_string(),
             labels
@@ -261,6 +298,80 @@ impl FakeApiServer {
     /// While set, authenticated requests answer 403 (RBAC missing).
     pub fn set_forbidden(&self, forbidden: bool) {
         self.state.lock().unwrap().forbidden = forbidden;
+    }
+}
+
+impl FakeApiServer {
+    /// Adds Node `name` (no labels).
+    pub fn add_node(&self, name: &str) {
+        let mut s = self.state.lock().unwrap();
+        s.nodes.entry(name.to_string()).or_default();
+        s.node_uids
+            .insert(name.to_string(), resources::uid_for(name));
+    }
+
+    /// Node `name`'s `metadata.uid`.
+    pub fn node_uid(&self, name: &str) -> String {
+        self.state.lock().unwrap().node_uids[name].clone()
+    }
+
+    /// Every stored ResourceSlice (as a `GET` answers it), in name order.
+    pub fn slices(&self) -> Vec<Value> {
+        self.state.lock().unwrap().resources.slices()
+    }
+
+    /// Stores a ResourceSlice as another writer would have created it (another node's
+    /// driver, an older version of this one): `metadata.generateName` or `name`, `spec`.
+    /// Returns it as stored.
+    pub fn insert_slice(&self, slice: Value) -> Value {
+        self.state
+            .lock()
+            .unwrap()
+            .resources
+            .insert_slice(slice)
+            .expect("a valid ResourceSlice")
+    }
+
+    /// Right after answering the next ResourceSlice list, every listed slice is changed by
+    /// "someone else" (its `resourceVersion` moves on), so that writes based on that list
+    /// meet 409 Conflict, as when two writers race on the real API server.
+    pub fn modify_slices_after_next_list(&self) {
+        self.state.lock().unwrap().resources.modify_after_next_list = true;
+    }
+
+    /// Allows ResourceSlice writes (create, update, delete) only for slices of `node`
+    /// (`spec.nodeName`), answering 403 otherwise, as the ValidatingAdmissionPolicy that
+    /// `k8s.io/dynamic-resource-allocation` recommends for kubelet plugins does; `None`:
+    /// no such policy.
+    pub fn restrict_slice_writes_to_node(&self, node: Option<&str>) {
+        self.state.lock().unwrap().resources.writes_only_for_node = node.map(str::to_string);
+    }
+
+    /// Adds (or replaces) a ResourceClaim `namespace/name` with `uid` and, when given,
+    /// `status.allocation` (`{"devices": {"results": [...], "config": [...]}}`).
+    pub fn add_claim(&self, namespace: &str, name: &str, uid: &str, allocation: Option<Value>) {
+        self.state
+            .lock()
+            .unwrap()
+            .resources
+            .add_claim(namespace, name, uid, allocation);
+    }
+
+    /// Removes ResourceClaim `namespace/name`.
+    pub fn remove_claim(&self, namespace: &str, name: &str) {
+        self.state
+            .lock()
+            .unwrap()
+            .resources
+            .claims
+            .remove(&(namespace.to_string(), name.to_string()));
+    }
+
+    /// The `resource.k8s.io` versions served (default: `v1`, `v1beta2`, `v1beta1`); any other
+    /// answers 404 for the path, as an API server that does not serve the version.
+    pub fn serve_resource_versions(&self, versions: &[&str]) {
+        self.state.lock().unwrap().resources.served =
+            Some(versions.iter().map(|v| v.to_string()).collect());
     }
 }
 

@@ -1,0 +1,202 @@
+//! `claims::fetch` against the fake API server, and `allocation_from_object` on claim objects.
+
+mod api_common;
+
+use api_common::{client, NODE};
+use edgegpu_dra::claims::{
+    allocation_from_object, fetch, AllocatedDevice, ConfigSource, OpaqueConfig,
+};
+use edgegpu_dra::kubelet::ClaimRef;
+use edgegpu_dra::DRIVER_NAME;
+use edgegpu_testkit::apiserver::FakeApiServer;
+use serde_json::{json, Value};
+
+const UID: &str = "5b9c1e0e-7d3a-4c55-9d1e-2f6a8c4b7e01";
+
+fn claim_ref() -> ClaimRef {
+    ClaimRef {
+        namespace: "vision".into(),
+        name: "camera-infer-gpu".into(),
+        uid: UID.into(),
+    }
+}
+
+/// Two of this driver's devices, one of another driver, configs of both drivers and both
+/// sources, the claim's listed before the class's (the order must not matter).
+fn allocation() -> Value {
+    json!({"devices": {
+        "results": [
+            {"request": "gpu", "driver": DRIVER_NAME, "pool": NODE, "device": "gpu-0"},
+            {"request": "nic", "driver": "net.example.com", "pool": NODE, "device": "eth1"},
+            {"request": "dla/core", "driver": DRIVER_NAME, "pool": NODE, "device": "dla-1",
+             "adminAccess": true,
+             "shareID": "4f3c9d2a-1b6e-4c8f-a0d7-9e5b2c1f8a36"},
+        ],
+        "config": [
+            {"source": "FromClaim", "requests": ["gpu"],
+             "opaque": {"driver": DRIVER_NAME, "parameters": {"sharing": "claim"}}},
+            {"source": "FromClass",
+             "opaque": {"driver": "net.example.com", "parameters": {"mtu": 9000}}},
+            {"source": "FromClass",
+             "opaque": {"driver": DRIVER_NAME, "parameters": {"sharing": "class"}}},
+        ],
+    }})
+}
+
+fn expected_devices() -> Vec<AllocatedDevice> {
+    vec![
+        AllocatedDevice {
+            request: "gpu".into(),
+            pool: NODE.into(),
+            device: "gpu-0".into(),
+            admin_access: false,
+            share_id: None,
+        },
+        AllocatedDevice {
+            request: "dla/core".into(),
+            pool: NODE.into(),
+            device: "dla-1".into(),
+            admin_access: true,
+            share_id: Some("4f3c9d2a-1b6e-4c8f-a0d7-9e5b2c1f8a36".into()),
+        },
+    ]
+}
+
+#[tokio::test]
+async fn an_allocated_claim_gives_this_drivers_devices_and_configs_class_first() {
+    let api = FakeApiServer::start(NODE, &[]).await;
+    api.add_claim("vision", "camera-infer-gpu", UID, Some(allocation()));
+    let got = fetch(&client(&api), &claim_ref(), DRIVER_NAME)
+        .await
+        .unwrap();
+    assert_eq!(got.devices, expected_devices());
+    assert_eq!(
+        got.configs,
+        vec![
+            OpaqueConfig {
+                requests: vec![],
+                parameters: json!({"sharing": "class"}),
+                source: ConfigSource::Class,
+            },
+            OpaqueConfig {
+                requests: vec!["gpu".into()],
+                parameters: json!({"sharing": "claim"}),
+                source: ConfigSource::Claim,
+            },
+        ]
+    );
+    let paths: Vec<String> = api.requests().into_iter().map(|r| r.path).collect();
+    assert_eq!(
+        paths,
+        ["/apis/resource.k8s.io/v1/namespaces/vision/resourceclaims/camera-infer-gpu"]
+    );
+}
+
+#[tokio::test]
+async fn an_older_api_server_is_read_through_the_beta_versions() {
+    let api = FakeApiServer::start(NODE, &[]).await;
+    api.add_claim("vision", "camera-infer-gpu", UID, Some(allocation()));
+    api.serve_resource_versions(&["v1beta1"]);
+    let got = fetch(&client(&api), &claim_ref(), DRIVER_NAME)
+        .await
+        .unwrap();
+    assert_eq!(got.devices, expected_devices());
+    let versions: Vec<String> = api
+        .requests()
+        .into_iter()
+        .map(|r| r.path.split('/').nth(3).unwrap().to_string())
+        .collect();
+    assert_eq!(versions, ["v1", "v1beta2", "v1beta1"]);
+}
+
+#[tokio::test]
+async fn a_deleted_claim_is_gone_without_trying_other_versions() {
+    let api = FakeApiServer::start(NODE, &[]).await;
+    let message = format!(
+        "{:#}",
+        fetch(&client(&api), &claim_ref(), DRIVER_NAME)
+            .await
+            .unwrap_err()
+    );
+    assert!(
+        message.contains("claim vision/camera-infer-gpu is gone"),
+        "{message}"
+    );
+    assert!(
+        message.contains("resourceclaims.resource.k8s.io \"camera-infer-gpu\" not found"),
+        "{message}"
+    );
+    assert_eq!(api.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn no_served_version_is_an_error() {
+    let api = FakeApiServer::start(NODE, &[]).await;
+    api.serve_resource_versions(&[]);
+    let message = format!(
+        "{:#}",
+        fetch(&client(&api), &claim_ref(), DRIVER_NAME)
+            .await
+            .unwrap_err()
+    );
+    assert!(
+        message.contains("serves none of resource.k8s.io/v1, v1beta2, v1beta1"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn replaced_and_unallocated_claims_are_refused() {
+    let api = FakeApiServer::start(NODE, &[]).await;
+    api.add_claim(
+        "vision",
+        "camera-infer-gpu",
+        "0e7a4d1c-0000-4000-8000-000000000001",
+        Some(allocation()),
+    );
+    let message = format!(
+        "{:#}",
+        fetch(&client(&api), &claim_ref(), DRIVER_NAME)
+            .await
+            .unwrap_err()
+    );
+    assert!(message.contains("got replaced"), "{message}");
+    api.add_claim("vision", "camera-infer-gpu", UID, None);
+    let message = format!(
+        "{:#}",
+        fetch(&client(&api), &claim_ref(), DRIVER_NAME)
+            .await
+            .unwrap_err()
+    );
+    assert!(message.contains("is not allocated"), "{message}");
+}
+
+#[test]
+fn a_claim_with_only_other_drivers_devices_is_refused() {
+    let object = json!({"metadata": {"uid": UID}, "status": {"allocation": {"devices": {
+        "results": [{"request": "nic", "driver": "net.example.com", "pool": NODE, "device": "eth1"}],
+        "config": [{"source": "FromClass",
+            "opaque": {"driver": DRIVER_NAME, "parameters": {}}}]}}}});
+    let err = allocation_from_object(&claim_ref(), &object, DRIVER_NAME).unwrap_err();
+    assert!(
+        err.contains(
+            "no device of driver edgegpu.io allocated (its results are for: net.example.com)"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn malformed_results_and_sources_are_named() {
+    let mut object = json!({"metadata": {"uid": UID}, "status": {"allocation": allocation()}});
+    object["status"]["allocation"]["devices"]["results"][0]["device"] = json!("");
+    let err = allocation_from_object(&claim_ref(), &object, DRIVER_NAME).unwrap_err();
+    assert!(err.contains("results[0] has no device"), "{err}");
+    let mut object = json!({"metadata": {"uid": UID}, "status": {"allocation": allocation()}});
+    object["status"]["allocation"]["devices"]["config"][0]["source"] = json!("FromPod");
+    let err = allocation_from_object(&claim_ref(), &object, DRIVER_NAME).unwrap_err();
+    assert!(
+        err.contains("config[0] has source Some(\"FromPod\")"),
+        "{err}"
+    );
+}
