@@ -54,20 +54,19 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             d = tokio::task::spawn_blocking(move || discover(&root, &gpu, &node)) => d??,
             _ = signals.recv() => return Ok(()),
         };
-        let (mut inventory, engines) = discovered;
-        let present = kinds_of(&inventory, &engines);
-        let wanted: Vec<DeviceKind> = present
+        let mut inventory = discovered;
+        let wanted: Vec<DeviceKind> = kinds_of(&inventory)
             .into_iter()
             .filter(|k| cli.devices.contains(k))
             .collect();
         owned.acquire(&wanted)?;
-        let engines: Vec<inventory::Engine> = engines
-            .into_iter()
-            .filter(|e| owned.holds(engine_kind(e.kind)))
-            .collect();
-        inventory.add_engines(&engines);
         inventory.devices.retain(|d| {
-            cli.devices.contains(&device_kind(d.kind)) && owned.holds(device_kind(d.kind))
+            let kind = device_kind(d.kind);
+            cli.devices.contains(&kind) && owned.holds(kind)
+        });
+        inventory.engines.retain(|e| {
+            let kind = engine_kind(e.kind);
+            cli.devices.contains(&kind) && owned.holds(kind)
         });
         tracing::info!(
             devices = inventory.devices.len(),
@@ -86,15 +85,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-/// The node's devices and its Jetson engines (added to the inventory once ownership is known).
+/// The node's devices, its Jetson engines included.
 fn discover(
     root: &Path,
     gpu: &edgegpu_plugin::config::GpuArgs,
     node: &str,
-) -> anyhow::Result<(Inventory, Vec<inventory::Engine>)> {
-    let inventory = Inventory::discover(root, gpu, node)?;
-    let engines = inventory::engines(root);
-    Ok((inventory, engines))
+) -> anyhow::Result<Inventory> {
+    Inventory::discover(root, gpu, node)
 }
 
 fn device_kind(kind: inventory::DeviceKind) -> DeviceKind {
@@ -112,12 +109,11 @@ fn engine_kind(kind: inventory::EngineKind) -> DeviceKind {
     }
 }
 
-fn kinds_of(inventory: &Inventory, engines: &[inventory::Engine]) -> Vec<DeviceKind> {
+fn kinds_of(inventory: &Inventory) -> Vec<DeviceKind> {
     let mut kinds: Vec<DeviceKind> = inventory
         .devices
         .iter()
         .map(|d| device_kind(d.kind))
-        .chain(engines.iter().map(|e| engine_kind(e.kind)))
         .collect();
     kinds.sort();
     kinds.dedup();
@@ -137,7 +133,16 @@ async fn serve_round(
     let options = NodeOptions {
         plugin_dir: cli.plugin_dir(),
         cdi_dir: cli.cdi_dir.clone(),
-        mps: Default::default(),
+        mps: crate::sharing::MpsHost {
+            // The plugin's --mps-root (GPU flags): claims with `sharing.strategy: MPS` join the
+            // daemon the plugin's MPS companion runs there.
+            mps_root: cli
+                .gpu
+                .mps_root
+                .clone()
+                .unwrap_or_else(|| edgegpu_plugin::config::DEFAULT_MPS_ROOT.into()),
+            ..Default::default()
+        },
     };
     let has_gpus = inventory
         .devices

@@ -1,0 +1,341 @@
+//! The real `edgegpu-dra-driver` binary on simulated nodes, between the fake kubelet (plugin
+//! watcher registration, DRA gRPC) and the fake API server (Nodes, ResourceSlices,
+//! ResourceClaims): what it publishes per board, a claim prepared from its allocation on the
+//! API server into a CDI spec and unprepared again, a driver restart in between, the device
+//! kinds the device plugin holds left alone and taken over, SIGTERM clean-up.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use edgegpu_dra::DRIVER_NAME;
+use edgegpu_plugin::ownership::{try_own, DeviceKind, Owned};
+use edgegpu_testkit::apiserver::FakeApiServer;
+use edgegpu_testkit::host::{Board, FakeHost};
+use edgegpu_testkit::kubelet::{dra_claim, FakeKubelet, FakeKubeletOptions};
+use edgegpu_testkit::process::{binary_command, OWNERSHIP_DIR_ENV};
+use serde_json::{json, Value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_edgegpu-dra-driver");
+const NODE: &str = "jetson-1";
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A running driver; killed when dropped.
+struct Driver {
+    child: Child,
+    log: std::sync::mpsc::Receiver<String>,
+    seen: String,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Driver {
+    /// Waits (bounded) for a log line containing `what`.
+    fn wait_log(&mut self, what: &str) {
+        let deadline = Instant::now() + WAIT;
+        while !self.seen.contains(what) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.log.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push_str(&line);
+                    self.seen.push('\n');
+                }
+                Err(_) => panic!("no `{what}` in the driver's log:\n{}", self.seen),
+            }
+        }
+    }
+
+    fn sigterm(&mut self) -> std::process::ExitStatus {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "no exit after SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// The node: a fake host, the fake kubelet with its plugin watcher, the fake API server,
+/// and the directories the driver writes.
+struct Node {
+    host: FakeHost,
+    dir: tempfile::TempDir,
+    kubelet: FakeKubelet,
+    api: FakeApiServer,
+}
+
+impl Node {
+    async fn start(host: FakeHost) -> Node {
+        let dir = tempfile::tempdir().unwrap();
+        let mut options = FakeKubeletOptions::new(dir.path().join("device-plugins"));
+        options.plugins_registry = Some(dir.path().join("plugins_registry"));
+        let kubelet = FakeKubelet::start_with(options).await.unwrap();
+        let api = FakeApiServer::start(NODE, &[]).await;
+        std::fs::create_dir_all(dir.path().join("cdi")).unwrap();
+        Node {
+            host,
+            dir,
+            kubelet,
+            api,
+        }
+    }
+
+    fn cdi_dir(&self) -> PathBuf {
+        self.dir.path().join("cdi")
+    }
+
+    fn locks(&self) -> PathBuf {
+        self.dir.path().join("locks")
+    }
+
+    fn start_driver(&self, extra: &[&str]) -> Driver {
+        let mut child = binary_command(BIN)
+            .arg("--node-name")
+            .arg(NODE)
+            .arg("--root")
+            .arg(self.host.root())
+            .arg("--api-server")
+            .arg(self.api.url())
+            .arg("--token-file")
+            .arg(self.api.token_file())
+            .arg("--ca-file")
+            .arg(self.api.ca_file())
+            .arg("--kubelet-registry-dir")
+            .arg(self.dir.path().join("plugins_registry"))
+            .arg("--kubelet-plugins-dir")
+            .arg(self.dir.path().join("plugins"))
+            .arg("--cdi-dir")
+            .arg(self.cdi_dir())
+            .args(["--discovery", "tegra"])
+            .args(extra)
+            .env(OWNERSHIP_DIR_ENV, self.locks())
+            .env("EDGEGPU_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, log) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Driver {
+            child,
+            log,
+            seen: String::new(),
+        }
+    }
+
+    /// The names of the devices the API server holds for this node, once their count is
+    /// `count` (bounded wait).
+    async fn published(&self, driver: &mut Driver, count: usize) -> Vec<String> {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let names: Vec<String> = self
+                .api
+                .slices()
+                .iter()
+                .filter(|s| s["spec"]["nodeName"] == NODE && s["spec"]["driver"] == DRIVER_NAME)
+                .flat_map(|s| s["spec"]["devices"].as_array().cloned().unwrap_or_default())
+                .map(|d| d["name"].as_str().unwrap().to_string())
+                .collect();
+            if names.len() == count {
+                return names;
+            }
+            if Instant::now() >= deadline {
+                while let Ok(line) = driver.log.try_recv() {
+                    driver.seen.push_str(&line);
+                    driver.seen.push('\n');
+                }
+                panic!(
+                    "published {names:?}, expected {count} devices; the driver's log:\n{}",
+                    driver.seen
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+fn allocation(devices: &[&str]) -> Value {
+    json!({"devices": {
+        "results": devices.iter().map(|d| json!({
+            "request": "accel", "driver": DRIVER_NAME, "pool": NODE, "device": d,
+        })).collect::<Vec<_>>(),
+    }})
+}
+
+fn spec_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Xavier (JetPack 5): its GPU, two DLA cores and two PVAs published; a claim of the GPU and
+/// one DLA core prepared into a CDI spec, kept across a driver restart, unprepared; SIGTERM
+/// removes the sockets and leaves the slices to the kubelet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishes_prepares_survives_a_restart_and_unprepares() {
+    let node = Node::start(FakeHost::jetson(Board::Xavier)).await;
+    let mut driver = node.start_driver(&[]);
+    let mut names = node.published(&mut driver, 5).await;
+    names.sort();
+    assert_eq!(names, ["dla-0", "dla-1", "gpu-0", "pva-0", "pva-1"]);
+    let registered = node
+        .kubelet
+        .wait_for_dra_registration(DRIVER_NAME, 1, WAIT)
+        .await
+        .unwrap();
+    assert_eq!(registered.chosen_service, "v1.DRAPlugin");
+
+    let uid = "6b0c3d8e-5f1a-4e2b-9c7d-0a1b2c3d4e5f";
+    node.api
+        .add_claim("vision", "infer", uid, Some(allocation(&["gpu-0", "dla-1"])));
+    let claim = dra_claim("vision", "infer", uid);
+    let answer = node
+        .kubelet
+        .dra_prepare(DRIVER_NAME, &[claim.clone()])
+        .await
+        .unwrap();
+    let prepared = &answer.claims[uid];
+    assert_eq!(prepared.error, "", "{prepared:?}");
+    let ids: Vec<String> = prepared
+        .devices
+        .iter()
+        .flat_map(|d| d.cdi_device_ids.clone())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            format!("{DRIVER_NAME}/claim={uid}-gpu-0"),
+            format!("{DRIVER_NAME}/claim={uid}-dla-1")
+        ]
+    );
+    let files = spec_files(&node.cdi_dir());
+    assert_eq!(files.len(), 1, "{files:?}");
+    let spec: Value =
+        serde_json::from_str(&std::fs::read_to_string(node.cdi_dir().join(&files[0])).unwrap())
+            .unwrap();
+    let dla = spec["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == format!("{uid}-dla-1"))
+        .expect("the DLA core's device");
+    assert!(
+        dla["containerEdits"]["env"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("EDGEGPU_DLA_CORES=1")),
+        "{dla}"
+    );
+
+    // A restart: the checkpoint answers the kubelet's retry, the spec stays.
+    let status = driver.sigterm();
+    assert!(status.success(), "{status:?}");
+    assert!(
+        !node.dir.path().join("plugins_registry/edgegpu.io-reg.sock").exists()
+            && !node.dir.path().join("plugins/edgegpu.io/dra.sock").exists(),
+        "sockets removed on SIGTERM"
+    );
+    assert_eq!(node.published(&mut driver, 5).await.len(), 5, "slices stay for the kubelet to wipe");
+    let mut driver = node.start_driver(&[]);
+    node.kubelet
+        .wait_for_dra_registration(DRIVER_NAME, 2, WAIT)
+        .await
+        .unwrap();
+    node.api.remove_claim("vision", "infer");
+    let again = node
+        .kubelet
+        .dra_prepare(DRIVER_NAME, &[claim.clone()])
+        .await
+        .unwrap();
+    assert_eq!(again.claims[uid], *prepared, "the checkpoint answers");
+    assert_eq!(spec_files(&node.cdi_dir()), files);
+
+    let gone = node.kubelet.dra_unprepare(DRIVER_NAME, &[claim]).await.unwrap();
+    assert_eq!(gone.claims[uid].error, "");
+    assert!(spec_files(&node.cdi_dir()).is_empty(), "spec removed");
+    driver.wait_log("ResourceSlices published");
+    assert!(driver.sigterm().success());
+}
+
+/// The device plugin holds the GPU (its lock in the shared directory, held here by the test):
+/// the driver publishes the engines only and says who has the GPU; once the lock is free it
+/// takes the GPU over and publishes it too. `--devices` leaves kinds to the plugin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kinds_the_device_plugin_holds_are_not_published_until_free() {
+    let node = Node::start(FakeHost::jetson(Board::Xavier)).await;
+    let held = match try_own(&node.locks(), DeviceKind::Gpu, "edgegpu-device-plugin").unwrap() {
+        Owned::Yes(o) => o,
+        other => panic!("{other:?}"),
+    };
+    let mut driver = node.start_driver(&[]);
+    let mut names = node.published(&mut driver, 4).await;
+    names.sort();
+    assert_eq!(names, ["dla-0", "dla-1", "pva-0", "pva-1"]);
+    driver.wait_log("served by edgegpu-device-plugin pid");
+    drop(held);
+    let names = node.published(&mut driver, 5).await;
+    assert!(names.contains(&"gpu-0".to_string()), "{names:?}");
+    driver.wait_log("took over the gpu devices");
+    assert!(driver.sigterm().success());
+
+    // Only DLA cores, by choice: the GPU and PVAs stay free for the device plugin.
+    let mut driver = node.start_driver(&["--devices", "dla"]);
+    driver.wait_log("publishing dla-0, dla-1");
+    let mut names = node.published(&mut driver, 2).await;
+    names.sort();
+    assert_eq!(names, ["dla-0", "dla-1"]);
+    for kind in [DeviceKind::Gpu, DeviceKind::Pva] {
+        assert!(
+            matches!(
+                try_own(&node.locks(), kind, "edgegpu-device-plugin").unwrap(),
+                Owned::Yes(_)
+            ),
+            "{kind} is free"
+        );
+    }
+    assert!(driver.sigterm().success());
+}
+
+/// Bad command lines fail before anything starts, naming what is wrong.
+#[test]
+fn bad_flags_are_refused_with_their_reason() {
+    let out = binary_command(BIN)
+        .args(["--node-name", "Not_A_Node", "--api-server", "https://127.0.0.1:1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("`Not_A_Node` is not a node name"), "{err}");
+    let out = binary_command(BIN)
+        .args(["--node-name", "n", "--devices", "gpu,tpu"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("`tpu` is not a device kind"), "{err}");
+}
