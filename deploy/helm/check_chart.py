@@ -210,7 +210,11 @@ def host_paths(ds):
 def schema_errors(docs):
     errors = []
     for doc in docs:
-        oldest = OLDEST_DRA_KUBERNETES if doc["apiVersion"].startswith("resource.k8s.io/") else OLDEST_KUBERNETES
+        # The DRA driver's objects exist only on 1.34+ (the chart refuses dra.enabled below):
+        # its DaemonSets use fields of that era (recursiveReadOnly, GA in 1.33).
+        dra_era = doc["apiVersion"].startswith("resource.k8s.io/") or \
+            doc["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "edgegpu-dra-driver"
+        oldest = OLDEST_DRA_KUBERNETES if dra_era else OLDEST_KUBERNETES
         for version in (oldest, NEWEST_KUBERNETES):
             try:
                 kubernetes_validate.validate(doc, version, strict=True)
@@ -1399,10 +1403,15 @@ class Dra(unittest.TestCase):
                                                 and o["metadata"]["name"] == "edgegpu-dra-driver")
                                  ["rules"][2]["verbs"].append("update"))
         self.assertTrue(any(p.startswith("ClusterRole edgegpu-dra-driver: grants") for p in problems), problems)
-        # The plugin's discovery reads the device tree: a driver without it is caught.
+        # The plugin's discovery reads the device tree: a driver without the host root is caught.
         problems = problems_with(lambda d: pod(by_name(d, "edgegpu-dra-driver-jetson"))["containers"][0]
                                  ["volumeMounts"].pop(5))
         self.assertTrue(any("but no host mount covers it" in p for p in problems), problems)
+        # The host root read-only but its submounts (/proc, /sys, /dev) writable.
+        problems = problems_with(lambda d: pod(by_name(d, "edgegpu-dra-driver-jetson"))["containers"][0]
+                                 ["volumeMounts"][5].pop("recursiveReadOnly"))
+        self.assertIn(f"{where} container dra-driver: the host root must be mounted recursiveReadOnly (Enabled or "
+                      "IfPossible): its submounts would be writable", problems)
         # A plugin without the ownership locks' directory.
         problems = problems_with(lambda d: pod(by_name(d, "edgegpu-device-plugin-discrete"))["containers"][0].update(
             volumeMounts=[m for m in pod(by_name(d, "edgegpu-device-plugin-discrete"))["containers"][0]["volumeMounts"]

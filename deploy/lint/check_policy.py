@@ -224,7 +224,7 @@ def check_mounts(where, pod, container, plugin=True):
             problem(where, f"host path {host_path['path']} must be mounted readOnly")
         elif mount["mountPath"] != "/host" + host_path["path"]:
             problem(where, f"host path {host_path['path']} must be mounted at /host{host_path['path']} (--root /host)")
-    if "/host/dev" in paths:
+    if "/host/dev" in paths or "/host" in paths:
         for masked in ("/host/dev/pts", "/host/dev/shm"):
             if masked not in paths:
                 problem(where, f"/host/dev is mounted but {masked} is not masked")
@@ -487,8 +487,15 @@ def check_dra_driver(ds, version, plugins, repo):
             continue
         if kind not in HOSTPATH_TYPES_NO_CREATE:
             problem(cwhere, f"hostPath {path} has type {kind!r}: use one of {sorted(HOSTPATH_TYPES_NO_CREATE)}")
-        if not mount.get("readOnly") or mount["mountPath"] != "/host" + path:
-            problem(cwhere, f"host path {path} must be mounted readOnly at /host{path} (--root /host)")
+        # The host root: the claims' CDI specs need the driver's files wherever they are; read
+        # only, and recursively so (its submounts /proc, /sys, /dev would otherwise stay
+        # writable for a uid-0 container).
+        expected = "/host" if path == "/" else "/host" + path
+        if not mount.get("readOnly") or mount["mountPath"] != expected:
+            problem(cwhere, f"host path {path} must be mounted readOnly at {expected} (--root /host)")
+        if path == "/" and mount.get("recursiveReadOnly") not in ("Enabled", "IfPossible"):
+            problem(cwhere, "the host root must be mounted recursiveReadOnly (Enabled or IfPossible): its "
+                    "submounts would be writable")
     for path, kind in DRA_HOST_DIRS.items():
         if found_dirs.get(path) != kind:
             problem(cwhere, f"{path} must be mounted (hostPath type {kind}), found {found_dirs.get(path)!r}")
