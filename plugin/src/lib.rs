@@ -116,6 +116,7 @@ async fn serve_rounds(
             engines = node::build_engine_resources(&cli.root, &cli.gpu) => engines?,
             _ = signals.recv() => return Ok(()),
         };
+        metrics.describe_engines(cli, &engines);
         match serve_round(node, engines, options, signals).await? {
             RoundEnd::Rebuild(why) => tracing::info!("Rebuilding the resources: {why}"),
             RoundEnd::Reconfigured => {
@@ -237,6 +238,14 @@ impl MetricsEndpoint {
         ));
         self.source = Some(source);
         Ok(())
+    }
+
+    /// Scrapes describe these engines from now on.
+    fn describe_engines(&self, cli: &Cli, engines: &[Arc<engines::resource::EngineResource>]) {
+        if let Some(source) = &self.source {
+            let all = engines.iter().flat_map(|r| r.engines().to_vec()).collect();
+            source.set_engines(cli.root.clone(), all);
+        }
     }
 
     fn stop(&self) {

@@ -263,3 +263,42 @@ async fn health_follows_the_node_and_the_driver_and_recovers() {
     s.wait_health("nvidia.com/pva", "pva0", HEALTHY).await;
     s.stop().await;
 }
+
+#[tokio::test]
+async fn metrics_per_engine_where_the_kernel_gives_them() {
+    use edgegpu_plugin::kubelet::stats::KubeletStats;
+    use edgegpu_plugin::metrics::MetricsSource;
+    let host = FakeHost::jetson_with_engines(Board::Orin);
+    let resources = engines_of(&host, &["--health-checks=false"]).await;
+    let src = MetricsSource::new(
+        Vec::new(),
+        Arc::new(KubeletStats::default()),
+        None,
+        "node-1".into(),
+    );
+    src.set_engines(
+        host.root().to_path_buf(),
+        resources
+            .iter()
+            .flat_map(|r| r.engines().to_vec())
+            .collect(),
+    );
+    host.set_engine_runtime_status("dla", 0, "active");
+    host.set_engine_clock("dla", 0, 1_600_000_000);
+    // No debugfs clock for pva0 (root-only, not mounted): no sample, no error.
+    std::fs::remove_dir_all(host.path("/sys/kernel/debug/clk/pva0_vps")).unwrap();
+    let text = src.render().await;
+    for line in [
+        "edgegpu_engine_active{engine=\"dla0\",kind=\"dla\",Hostname=\"node-1\"} 1",
+        "edgegpu_engine_active{engine=\"dla1\",kind=\"dla\",Hostname=\"node-1\"} 0",
+        "edgegpu_engine_active{engine=\"pva0\",kind=\"pva\",Hostname=\"node-1\"} 0",
+        "edgegpu_engine_clock_hertz{engine=\"dla0\",kind=\"dla\",Hostname=\"node-1\"} 1600000000",
+        "edgegpu_engine_clock_hertz{engine=\"dla1\",kind=\"dla\",Hostname=\"node-1\"} 0",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+    }
+    assert!(
+        !text.contains("edgegpu_engine_clock_hertz{engine=\"pva0\""),
+        "{text}"
+    );
+}
