@@ -117,7 +117,7 @@ async fn serve(host: &FakeHost, args: &[&str]) -> Served {
         stop,
         task,
         _dir: dir,
-        resources: resources,
+        resources,
     }
 }
 
