@@ -241,6 +241,28 @@ mod tests {
     }
 
     #[test]
+    fn xavier_r32_has_dla_and_no_pva_node_names() {
+        // R32.7's l4t.csv lists both DLA nodes per core and no PVA node: a PVA node there is
+        // not one of the release's names.
+        let dir = tempfile::tempdir().unwrap();
+        for n in [
+            "/dev/nvhost-nvdla0",
+            "/dev/nvhost-ctrl-nvdla0",
+            "/dev/nvhost-nvdla1",
+            "/dev/nvhost-ctrl-nvdla1",
+            "/dev/nvhost-ctrl-pva0",
+        ] {
+            touch(dir.path(), n);
+        }
+        let xavier = Generation::by_compatible("tegra194").unwrap();
+        let found = discover(dir.path(), Some(xavier), Some(32));
+        let ids: Vec<String> = found.iter().map(Engine::id).collect();
+        assert_eq!(ids, ["dla0", "dla1"]);
+        assert_eq!(found[1].nodes.len(), 2);
+        assert_eq!(found[1].clock, "dla1_core");
+    }
+
+    #[test]
     fn health_follows_node_and_driver() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
