@@ -73,7 +73,7 @@ EXTERNAL_COMMANDS = {
     "sudo", "install", "curl", "tar", "rustup", "journalctl", "mount", "go", "zig", "repo",
     "yocto-check-layer", "deviceQuery", "nvidia-cdi-hook", "tegrastats", "k3s-agent", "kas",
     "dcgm-exporter", "podman", "crictl", "nerdctl", "runc", "setup.sh", "buildx",
-    "dpkg", "dpkg-deb", "apt", "lintian", "debootstrap", "sha256sum", "unshare",
+    "dpkg", "dpkg-deb", "apt", "lintian", "debootstrap", "sha256sum", "unshare", "trtexec",
 }
 # Words that only prefix the command that follows them.
 PREFIXES = {"sudo", "env", "exec", "time", "nohup"}

@@ -1182,3 +1182,163 @@ fn a_spec_write_an_interrupted_run_left_is_removed_by_the_next() {
     }
     assert!(spec.exists());
 }
+
+/// `(device, nodes)` of a spec file's devices.
+fn devices_and_nodes(file: &Path) -> Vec<(String, Vec<String>)> {
+    let spec: Value = spec_file_json(file);
+    device_names(&spec)
+        .into_iter()
+        .map(|d| {
+            let n = nodes_of(&spec, &d);
+            (d, n)
+        })
+        .collect()
+}
+
+/// A spec file written as JSON (the `--format json` the engine tests ask for).
+fn spec_file_json(file: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(file).unwrap()).expect("JSON spec")
+}
+
+#[test]
+fn dla_and_pva_specs_beside_the_gpus_loaded_and_resolved_by_the_cdi_library() {
+    let host = FakeHost::jetson_with_engines(Board::Orin);
+    let dirs = tempfile::tempdir().unwrap();
+    let etc = dirs.path().join("etc-cdi");
+    let run = dirs.path().join("run-cdi");
+    std::fs::create_dir_all(&etc).unwrap();
+    let gpu = run.join("nvidia.json");
+    let out = generate(
+        host.root(),
+        &["--output", gpu.to_str().unwrap(), "--format", "json"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report = text(&out.stdout);
+    let dla = run.join("edgegpu-dla.json");
+    let pva = run.join("edgegpu-pva.json");
+    assert!(
+        report.contains(&format!("wrote {}", dla.display())),
+        "{report}"
+    );
+    assert_eq!(
+        devices_and_nodes(&dla),
+        [
+            (
+                "0".to_string(),
+                vec![
+                    "/dev/nvhost-ctrl-nvdla0".to_string(),
+                    "/dev/nvhost-ctrl-nvdla1".to_string()
+                ]
+            ),
+            (
+                "1".to_string(),
+                vec![
+                    "/dev/nvhost-ctrl-nvdla1".to_string(),
+                    "/dev/nvhost-ctrl-nvdla0".to_string()
+                ]
+            ),
+            (
+                "all".to_string(),
+                vec![
+                    "/dev/nvhost-ctrl-nvdla0".to_string(),
+                    "/dev/nvhost-ctrl-nvdla1".to_string()
+                ]
+            ),
+        ]
+    );
+    assert_eq!(
+        devices_and_nodes(&pva),
+        [(
+            "pva0".to_string(),
+            vec![
+                "/dev/nvhost-ctrl-pva0".to_string(),
+                "/dev/nvmap".to_string()
+            ]
+        )]
+    );
+    assert_valid_cdi(&[gpu.clone(), dla.clone(), pva.clone()]);
+
+    if let Some(validator) = cdi_validator() {
+        // JetPack's pva-allow-2 spec (content unknown; Isaac ROS asks it for `all`) in
+        // /etc/cdi next to ours: no name clashes, each resolves from its own file.
+        let pva_allow = etc.join("nvidia-pva.yaml");
+        std::fs::write(
+            &pva_allow,
+            "cdiVersion: 0.5.0\nkind: nvidia.com/pva\ndevices:\n- name: all\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvhost-ctrl-pva0\n",
+        )
+        .unwrap();
+        let out = Command::new(&validator)
+            .arg("-resolve")
+            .arg(format!("{},{}", etc.display(), run.display()))
+            .args([
+                "nvidia.com/dla=0",
+                "nvidia.com/dla=1",
+                "nvidia.com/dla=all",
+                "nvidia.com/pva=pva0",
+                "nvidia.com/pva=all",
+                "nvidia.com/gpu=0",
+            ])
+            .output()
+            .unwrap();
+        let report = text(&out.stdout);
+        assert!(!report.contains("ERROR"), "{report}");
+        assert!(!report.contains("unresolvable"), "{report}");
+        for (name, file) in [
+            ("nvidia.com/dla=1", &dla),
+            ("nvidia.com/pva=pva0", &pva),
+            ("nvidia.com/pva=all", &pva_allow),
+        ] {
+            assert!(
+                report.contains(&format!("{name}: resolved from {}", file.display())),
+                "{report}"
+            );
+        }
+    }
+
+    // Orin NX 8 GB (one DLA): one device and `all`; then an Orin Nano (none): files removed.
+    host.remove_engine("dla", 1);
+    let out = generate(
+        host.root(),
+        &["--output", gpu.to_str().unwrap(), "--format", "json"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let names: Vec<String> = devices_and_nodes(&dla)
+        .into_iter()
+        .map(|(d, _)| d)
+        .collect();
+    assert_eq!(names, ["0", "all"]);
+    host.remove_engine("dla", 0);
+    host.remove_engine("pva", 0);
+    let out = generate(
+        host.root(),
+        &["--output", gpu.to_str().unwrap(), "--format", "json"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report = text(&out.stdout);
+    assert!(
+        report.contains(&format!("removed {}", dla.display())),
+        "{report}"
+    );
+    assert!(!dla.exists() && !pva.exists());
+    assert!(gpu.exists());
+}
+
+#[test]
+fn hosts_without_engines_get_no_engine_spec() {
+    let host = FakeHost::jetson_with_engines(Board::Nano);
+    let dir = tempfile::tempdir().unwrap();
+    let gpu = dir.path().join("nvidia.yaml");
+    let out = generate(host.root(), &["--output", gpu.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!dir.path().join("edgegpu-dla.yaml").exists());
+    assert!(!dir.path().join("edgegpu-pva.yaml").exists());
+    // Thor: a PVA, no DLA.
+    let host = FakeHost::jetson_with_engines(Board::Thor);
+    let dir = tempfile::tempdir().unwrap();
+    let gpu = dir.path().join("nvidia.yaml");
+    let out = generate(host.root(), &["--output", gpu.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!dir.path().join("edgegpu-dla.yaml").exists());
+    assert!(dir.path().join("edgegpu-pva.yaml").exists());
+    assert_valid_cdi(&[gpu, dir.path().join("edgegpu-pva.yaml")]);
+}

@@ -144,6 +144,7 @@ async fn serve_rounds(
             publish_feature_file(path, &node.resources).await;
         }
         metrics.describe(cli, &node.resources, options).await?;
+        metrics.describe_engines(cli, &engines);
         match serve_round(node, engines, options, signals, &mut owned, &kinds).await? {
             RoundEnd::Rebuild(why) => tracing::info!("Rebuilding the resources: {why}"),
             RoundEnd::Reconfigured => {
@@ -274,6 +275,14 @@ impl MetricsEndpoint {
         ));
         self.source = Some(source);
         Ok(())
+    }
+
+    /// Scrapes describe these engines from now on.
+    fn describe_engines(&self, cli: &Cli, engines: &[Arc<engines::resource::EngineResource>]) {
+        if let Some(source) = &self.source {
+            let all = engines.iter().flat_map(|r| r.engines().to_vec()).collect();
+            source.set_engines(cli.root.clone(), all);
+        }
     }
 
     fn stop(&self) {

@@ -218,6 +218,9 @@ async fn binary_registers_survives_a_restart_and_cleans_up_on_sigterm() {
             .arg("--feature-file")
             .arg(&feature_file)
             .args(["--log-format", "json"])
+            // The GPU's lifecycle alone (this root's DLA node would add a second socket and
+            // registration; the engine resources are tested in tests/engines.rs).
+            .arg("--engines=false")
             .env_remove("EDGEGPU_LOG")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -309,6 +312,7 @@ async fn binary_takes_its_settings_from_the_environment_and_uses_the_plugin_watc
             .env("PLUGINS_REGISTRY", &registry)
             .env("HOST_ROOT", host.root())
             .env("RESOURCE_NAME", "example.com/gpu")
+            .env("ENGINES", "false")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

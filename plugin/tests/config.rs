@@ -503,6 +503,7 @@ fn help_lists_every_gpu_flag_with_env_and_default() {
         ("--fail-on-init-error", "FAIL_ON_INIT_ERROR"),
         ("--health-checks", "HEALTH_CHECKS"),
         ("--health-recovery-seconds", "HEALTH_RECOVERY_SECONDS"),
+        ("--engines", "ENGINES"),
         (
             "--shared-devices-allocation-policy",
             "SHARED_DEVICES_ALLOCATION_POLICY",

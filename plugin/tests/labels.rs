@@ -441,3 +441,34 @@ async fn time_sliced_mig_devices_carry_their_replicas() {
     assert_eq!(labels.get("nvidia.com/gpu.replicas"), Some("1"));
     assert_eq!(labels.get("nvidia.com/gpu.sharing-strategy"), Some("none"));
 }
+
+#[tokio::test]
+async fn engine_counts_only_where_the_host_has_engines() {
+    let count = |l: &NodeLabels, k: &str| l.get(k).map(str::to_string);
+    let xavier = labels_of(
+        &FakeHost::jetson_with_engines(Board::Xavier),
+        &["--discovery=tegra"],
+    )
+    .await;
+    assert_eq!(count(&xavier, "nvidia.com/dla.count").as_deref(), Some("2"));
+    assert_eq!(count(&xavier, "nvidia.com/pva.count").as_deref(), Some("2"));
+    let orin_nx_8gb = FakeHost::jetson_with_engines(Board::OrinR39);
+    orin_nx_8gb.remove_engine("dla", 1);
+    let orin = labels_of(&orin_nx_8gb, &["--discovery=tegra"]).await;
+    assert_eq!(count(&orin, "nvidia.com/dla.count").as_deref(), Some("1"));
+    assert_eq!(count(&orin, "nvidia.com/pva.count").as_deref(), Some("1"));
+    let thor = labels_of(
+        &FakeHost::jetson_with_engines(Board::Thor),
+        &["--discovery=tegra"],
+    )
+    .await;
+    assert_eq!(count(&thor, "nvidia.com/dla.count"), None);
+    assert_eq!(count(&thor, "nvidia.com/pva.count").as_deref(), Some("1"));
+    let nano = labels_of(
+        &FakeHost::jetson_with_engines(Board::Nano),
+        &["--discovery=tegra"],
+    )
+    .await;
+    assert_eq!(count(&nano, "nvidia.com/dla.count"), None);
+    assert_eq!(count(&nano, "nvidia.com/pva.count"), None);
+}

@@ -14,10 +14,15 @@
 //! own path instead ([`edits`]). The spec claims the minimum `cdiVersion` its content needs
 //! ([`spec::minimum_version`]); the output is deterministic and written atomically; a bad or
 //! missing input is an error naming it, and then nothing is written.
+//!
+//! On a Jetson with DLA cores or PVA instances, their specs (kinds `nvidia.com/dla` and
+//! `nvidia.com/pva`, [`engines`]) are written beside the GPU's, one file per kind; not with
+//! `--output -`, which prints the GPU's spec only.
 
 pub mod csv;
 pub mod driver;
 pub mod edits;
+pub mod engines;
 pub mod jetson;
 pub mod spec;
 mod yaml;
@@ -64,6 +69,9 @@ pub struct Generated {
     pub notes: Vec<String>,
     /// What makes the spec less useful than it should be (a required node missing).
     pub warnings: Vec<String>,
+    /// On a Jetson: the DLA and PVA specs (one per kind the host has, [`engines`]); each
+    /// kind listed, `None` where the host has none of it (its file is removed).
+    pub engines: Vec<(edgegpu_platform::engines::EngineKind, Option<Spec>)>,
 }
 
 /// The CDI spec for the host under `root`.
@@ -122,6 +130,18 @@ pub fn generate(root: &HostRoot) -> Result<Generated> {
     let spec = Spec::new(devices, edits.finish(hook));
     spec.validate()
         .map_err(|m| SetupError::Refused(format!("the generated spec is invalid: {m}")))?;
+    let mut engine_specs = Vec::new();
+    if !csv_files.is_empty() {
+        for kind in edgegpu_platform::engines::EngineKind::ALL {
+            let engine_spec = engines::spec(root, kind);
+            if let Some(s) = &engine_spec {
+                s.validate().map_err(|m| {
+                    SetupError::Refused(format!("the generated {} spec is invalid: {m}", s.kind))
+                })?;
+            }
+            engine_specs.push((kind, engine_spec));
+        }
+    }
     Ok(Generated {
         spec,
         source,
@@ -129,6 +149,7 @@ pub fn generate(root: &HostRoot) -> Result<Generated> {
         hook_program: hook.map(|(p, _)| p.to_string()),
         notes,
         warnings,
+        engines: engine_specs,
     })
 }
 
@@ -161,6 +182,59 @@ fn remove_interrupted_writes(target: &Path) -> Vec<(PathBuf, u32)> {
         }
     }
     removed
+}
+
+/// Writes (or, where the host has no engine of a kind, removes) the engine specs in the GPU
+/// spec's directory, atomically and only when changed, and says so.
+fn write_engine_specs(
+    gpu_target: &Path,
+    format: Format,
+    generated: &Generated,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let dir = gpu_target
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    for (kind, spec) in &generated.engines {
+        let target = dir.join(engines::file_name(*kind, format == Format::Json));
+        match spec {
+            Some(spec) => {
+                let text = match format {
+                    Format::Yaml => spec.to_yaml(),
+                    Format::Json => spec.to_json(),
+                };
+                remove_interrupted_writes(&target);
+                let unchanged = std::fs::read(&target).is_ok_and(|old| old == text.as_bytes());
+                if !unchanged {
+                    fsops::atomic_write(&target, text.as_bytes(), 0o644)
+                        .map_err(|e| SetupError::io(format!("writing {}", target.display()), e))?;
+                }
+                let _ = writeln!(
+                    out,
+                    "{} {} (cdiVersion {}, kind {}): devices {}",
+                    if unchanged { "unchanged:" } else { "wrote" },
+                    target.display(),
+                    spec.cdi_version,
+                    spec.kind,
+                    spec.device_names().join(", ")
+                );
+            }
+            None => {
+                if fsops::remove_if_exists(&target)
+                    .map_err(|e| SetupError::io(format!("removing {}", target.display()), e))?
+                {
+                    let _ = writeln!(
+                        out,
+                        "removed {}: this host has no {} engine",
+                        target.display(),
+                        kind.name()
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `cdi generate`: writes the spec to `output` (a path on this machine; default
@@ -232,6 +306,7 @@ pub fn run(
             f.display()
         );
     }
+    write_engine_specs(&target, format, &generated, out)?;
     let _ = writeln!(out, "  source: {}", generated.source);
     let _ = writeln!(out, "  devices: {}", spec.device_names().join(", "));
     let nodes: usize = spec

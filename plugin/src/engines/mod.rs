@@ -39,6 +39,9 @@ pub struct Engine {
     /// Host path of its platform device directory
     /// (`/sys/devices/platform/13e40000.host1x/15880000.nvdla0`), when found.
     pub sysfs: Option<PathBuf>,
+    /// The debugfs clock that gives its rate (`dla0_core`, `pva0_vps`), whether or not
+    /// debugfs is readable.
+    pub clock: String,
 }
 
 impl Engine {
@@ -85,6 +88,39 @@ impl Engine {
     }
 }
 
+/// What the kernel tells about an engine right now; `None` where the file is missing or
+/// unreadable (debugfs is root-only), never an error.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineReading {
+    /// Runtime-PM status: `true` for `active`, `false` for `suspended` (idle); other states
+    /// (`resuming`, `suspending`, `unsupported`) give `None`.
+    pub active: Option<bool>,
+    /// `clk_rate` of its debugfs clock, in Hz.
+    pub clock_hz: Option<u64>,
+}
+
+impl Engine {
+    /// Reads its runtime-PM status and clock rate under `root`. Blocking.
+    pub fn read(&self, root: &Path) -> EngineReading {
+        let read = |p: &str| std::fs::read_to_string(under_root(root, p)).ok();
+        let active = self
+            .runtime_status_file()
+            .and_then(|f| read(&f.to_string_lossy()))
+            .and_then(|s| match s.trim() {
+                "active" => Some(true),
+                "suspended" => Some(false),
+                _ => None,
+            });
+        let clock_hz = read(&format!(
+            "{}/{}/clk_rate",
+            edgegpu_platform::engines::DEBUGFS_CLK_DIR,
+            self.clock
+        ))
+        .and_then(|s| s.trim().parse().ok());
+        EngineReading { active, clock_hz }
+    }
+}
+
 /// The engines under `root` (`/` on the host), DLA first, by index. `generation` bounds the
 /// indices probed (none for Nano/TX1/TX2; unknown probes up to two of each); `l4t_major`
 /// picks the release's device node names (unknown: every name any release uses). Blocking.
@@ -110,6 +146,7 @@ pub fn discover(
                 index,
                 nodes,
                 sysfs: platform_device_dir(root, kind, index),
+                clock: kind.clock(index, soc),
             });
         }
     }
@@ -201,6 +238,28 @@ mod tests {
             found[0].nodes,
             ["/dev/nvhost-ctrl-nvdla1", "/dev/nvhost-nvdla1"]
         );
+    }
+
+    #[test]
+    fn xavier_r32_has_dla_and_no_pva_node_names() {
+        // R32.7's l4t.csv lists both DLA nodes per core and no PVA node: a PVA node there is
+        // not one of the release's names.
+        let dir = tempfile::tempdir().unwrap();
+        for n in [
+            "/dev/nvhost-nvdla0",
+            "/dev/nvhost-ctrl-nvdla0",
+            "/dev/nvhost-nvdla1",
+            "/dev/nvhost-ctrl-nvdla1",
+            "/dev/nvhost-ctrl-pva0",
+        ] {
+            touch(dir.path(), n);
+        }
+        let xavier = Generation::by_compatible("tegra194").unwrap();
+        let found = discover(dir.path(), Some(xavier), Some(32));
+        let ids: Vec<String> = found.iter().map(Engine::id).collect();
+        assert_eq!(ids, ["dla0", "dla1"]);
+        assert_eq!(found[1].nodes.len(), 2);
+        assert_eq!(found[1].clock, "dla1_core");
     }
 
     #[test]

@@ -56,6 +56,14 @@ pub const KEYS: &[&str] = &[
     "edgegpu.io/jetson.soc",
     "edgegpu.io/jetson.l4t",
     "edgegpu.io/jetson.jetpack.major",
+    "nvidia.com/dla.count",
+    "nvidia.com/pva.count",
+];
+
+/// The engine count labels, by kind (docs/engines.md).
+const ENGINE_COUNT_KEYS: [(crate::engines::EngineKind, &str); 2] = [
+    (crate::engines::EngineKind::Dla, "nvidia.com/dla.count"),
+    (crate::engines::EngineKind::Pva, "nvidia.com/pva.count"),
 ];
 
 /// The prefix of GFD's per-profile keys under `--mig-strategy mixed`
@@ -290,6 +298,19 @@ fn compute(f: &Facts<'_>) -> NodeLabels {
             }
             if let Some(jp) = release {
                 labels.set("edgegpu.io/jetson.jetpack.major", jp.major.to_string());
+            }
+            // The DLA cores and PVA instances the host shows (`nvidia.com/dla.count`, in
+            // GFD's `<resource>.count` form), only where there is at least one.
+            let l4t_major = detection
+                .l4t
+                .as_deref()
+                .and_then(|v| v.split('.').next()?.parse().ok());
+            let engines = crate::engines::discover(f.root, generation, l4t_major);
+            for (kind, key) in ENGINE_COUNT_KEYS {
+                let n = engines.iter().filter(|e| e.kind == kind).count();
+                if n > 0 {
+                    labels.set(key, n.to_string());
+                }
             }
             // The GPU shares the system's memory (what cuDeviceTotalMem reports on Jetson).
             let memory = std::fs::read_to_string(under_root(f.root, MEMINFO))

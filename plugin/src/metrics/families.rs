@@ -442,3 +442,40 @@ pub(super) fn pod_resources_errors(e: &mut Exposition, errors: u64) {
     )
     .sample(&[], errors as f64);
 }
+
+/// `edgegpu_engine_active` and `edgegpu_engine_clock_hertz`: per DLA core / PVA instance, only
+/// the samples the kernel gave (a missing file is no sample).
+pub(super) fn engines(
+    e: &mut Exposition,
+    hostname: &str,
+    readings: &[(crate::engines::Engine, crate::engines::EngineReading)],
+) {
+    let ids: Vec<String> = readings.iter().map(|(engine, _)| engine.id()).collect();
+    let labels = |n: usize| {
+        [
+            ("engine", ids[n].as_str()),
+            ("kind", readings[n].0.kind.name()),
+            ("Hostname", hostname),
+        ]
+    };
+    let mut active = e.family(
+        "edgegpu_engine_active",
+        Kind::Gauge,
+        "1 while the DLA core or PVA instance is runtime-active, 0 while suspended (idle).",
+    );
+    for (n, (_, r)) in readings.iter().enumerate() {
+        if let Some(a) = r.active {
+            active.sample(&labels(n), f64::from(u8::from(a)));
+        }
+    }
+    let mut clock = e.family(
+        "edgegpu_engine_clock_hertz",
+        Kind::Gauge,
+        "Clock rate of the DLA core or PVA instance (debugfs clk_rate), where readable.",
+    );
+    for (n, (_, r)) in readings.iter().enumerate() {
+        if let Some(hz) = r.clock_hz {
+            clock.sample(&labels(n), hz as f64);
+        }
+    }
+}

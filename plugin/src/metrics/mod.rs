@@ -44,6 +44,8 @@ pub struct MetricsSource {
     pod_resources_failing: AtomicBool,
     /// The last checkpoint read failed (logged once until it reads again).
     checkpoint_failing: AtomicBool,
+    /// The DLA cores and PVA instances served, and the root they are read under.
+    engines: RwLock<(PathBuf, Vec<crate::engines::Engine>)>,
 }
 
 impl MetricsSource {
@@ -65,7 +67,13 @@ impl MetricsSource {
             pod_resources_errors: AtomicU64::new(0),
             pod_resources_failing: AtomicBool::new(false),
             checkpoint_failing: AtomicBool::new(false),
+            engines: RwLock::new((PathBuf::from("/"), Vec::new())),
         }
+    }
+
+    /// The engines scrapes describe from now on (`edgegpu_engine_*`), read under `root`.
+    pub fn set_engines(&self, root: PathBuf, engines: Vec<crate::engines::Engine>) {
+        *self.engines.write().unwrap() = (root, engines);
     }
 
     /// Per-pod GPU memory: the device manager's checkpoint that links a process's pod UID to
@@ -100,22 +108,40 @@ impl MetricsSource {
             .iter()
             .map(|r| r.name().to_string())
             .collect();
+        let (engine_root, engines) = self.engines.read().unwrap().clone();
         let read = tokio::task::spawn_blocking(move || {
             let readings = sensors.read();
             let inputs = pod_memory::Inputs::read(&processes, &root, checkpoint.as_deref(), &names);
-            (readings, inputs)
+            let engine_readings: Vec<_> = engines
+                .into_iter()
+                .map(|e| {
+                    let r = e.read(&engine_root);
+                    (e, r)
+                })
+                .collect();
+            (readings, inputs, engine_readings)
         })
         .await;
-        let (readings, inputs) = match read {
+        let (readings, inputs, engine_readings) = match read {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!("reading the GPU sensors failed: {e}");
-                (Readings::default(), pod_memory::Inputs::default())
+                (
+                    Readings::default(),
+                    pod_memory::Inputs::default(),
+                    Vec::new(),
+                )
             }
         };
         self.log_checkpoint(&inputs);
         let memory = pod_memory::attribute(&served, list.as_deref(), &inputs);
-        self.render_with(&served, &holders, &readings, &memory)
+        let mut text = self.render_with(&served, &holders, &readings, &memory);
+        if !engine_readings.is_empty() {
+            let mut e = Exposition::new();
+            families::engines(&mut e, &self.hostname, &engine_readings);
+            text.push_str(&e.into_text());
+        }
+        text
     }
 
     /// Logs a checkpoint that cannot be read once, until it reads again.

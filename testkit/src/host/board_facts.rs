@@ -391,3 +391,98 @@ pub struct PowerMonitor {
     pub channel_dir: &'static str,
     pub rails: &'static [(&'static str, u32, u32)],
 }
+
+/// One accelerator engine (DLA core or PVA instance) of a fake Jetson: its device nodes, its
+/// platform device directory and the debugfs clock that gives its rate. Spelled out here
+/// rather than taken from `edgegpu_platform::engines`, so tests check the plugin against
+/// independent facts: meta-tegra's CSV lists per L4T release (`l4t.csv` on R32.7/R35,
+/// `devices.csv` on R36+) and NVIDIA `jetson_clocks` for the sysfs and clock names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FakeEngine {
+    /// `dla` or `pva`.
+    pub kind: &'static str,
+    pub index: u32,
+    pub nodes: &'static [&'static str],
+    /// Host path of the platform device directory.
+    pub sysfs: &'static str,
+    /// debugfs clock name (`/sys/kernel/debug/clk/<clock>/clk_rate`).
+    pub clock: &'static str,
+}
+
+impl Board {
+    /// The DLA and PVA engines of this board's module on its L4T release: none on Nano; on
+    /// Xavier (R35) both nodes of 2 DLA and 2 PVA; on AGX Orin (R36) and Orin NX 16 GB (R39)
+    /// the control nodes of 2 DLA and 1 PVA; on Thor (R38) one PVA control node.
+    pub fn engines(self) -> Vec<FakeEngine> {
+        let e = |kind, index, nodes, sysfs, clock| FakeEngine {
+            kind,
+            index,
+            nodes,
+            sysfs,
+            clock,
+        };
+        match self {
+            Board::Nano => Vec::new(),
+            Board::Xavier => vec![
+                e(
+                    "dla",
+                    0,
+                    &["/dev/nvhost-ctrl-nvdla0", "/dev/nvhost-nvdla0"],
+                    "/sys/devices/platform/13e10000.host1x/15880000.nvdla0",
+                    "dla0_core",
+                ),
+                e(
+                    "dla",
+                    1,
+                    &["/dev/nvhost-ctrl-nvdla1", "/dev/nvhost-nvdla1"],
+                    "/sys/devices/platform/13e10000.host1x/158c0000.nvdla1",
+                    "dla1_core",
+                ),
+                e(
+                    "pva",
+                    0,
+                    &["/dev/nvhost-ctrl-pva0", "/dev/nvhost-pva0"],
+                    "/sys/devices/platform/13e10000.host1x/16000000.pva0",
+                    "pva0_vps0",
+                ),
+                e(
+                    "pva",
+                    1,
+                    &["/dev/nvhost-ctrl-pva1", "/dev/nvhost-pva1"],
+                    "/sys/devices/platform/13e10000.host1x/16800000.pva1",
+                    "pva1_vps0",
+                ),
+            ],
+            Board::Orin | Board::OrinR39 => vec![
+                e(
+                    "dla",
+                    0,
+                    &["/dev/nvhost-ctrl-nvdla0"],
+                    "/sys/devices/platform/bus@0/13e00000.host1x/15880000.nvdla0",
+                    "dla0_core",
+                ),
+                e(
+                    "dla",
+                    1,
+                    &["/dev/nvhost-ctrl-nvdla1"],
+                    "/sys/devices/platform/bus@0/13e00000.host1x/158c0000.nvdla1",
+                    "dla1_core",
+                ),
+                e(
+                    "pva",
+                    0,
+                    &["/dev/nvhost-ctrl-pva0"],
+                    "/sys/devices/platform/bus@0/13e00000.host1x/16000000.pva0",
+                    "pva0_vps",
+                ),
+            ],
+            Board::Thor => vec![e(
+                "pva",
+                0,
+                &["/dev/nvhost-ctrl-pva0"],
+                "/sys/devices/platform/bus@0/13e00000.host1x/16000000.pva0",
+                "pva0_vps",
+            )],
+        }
+    }
+}

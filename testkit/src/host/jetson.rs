@@ -236,6 +236,75 @@ impl FakeHost {
         let _ = std::fs::remove_file(self.path(NVMAP_MAPS));
     }
 
+    /// A Jetson of `board` with its DLA and PVA engines ([`Board::engines`]): device nodes,
+    /// platform devices with a bound driver and runtime-PM status `suspended` (idle), and
+    /// debugfs clock rates.
+    pub fn jetson_with_engines(board: Board) -> FakeHost {
+        let host = FakeHost::jetson(board);
+        for e in board.engines() {
+            for n in e.nodes {
+                host.write(n, "");
+            }
+            host.mkdir(&format!("{}/driver", e.sysfs));
+            host.write(&format!("{}/power/runtime_status", e.sysfs), "suspended\n");
+            host.write(
+                &format!("/sys/kernel/debug/clk/{}/clk_rate", e.clock),
+                "0\n",
+            );
+        }
+        host
+    }
+
+    /// Removes engine `kind` `index` (`"dla"`, 1) entirely: nodes, platform device, clock,
+    /// as on a module that has fewer engines (Orin NX 8 GB: one DLA).
+    pub fn remove_engine(&self, kind: &str, index: u32) {
+        let e = self.engine(kind, index);
+        for n in e.nodes {
+            let _ = std::fs::remove_file(self.path(n));
+        }
+        let _ = std::fs::remove_dir_all(self.path(e.sysfs));
+        let _ = std::fs::remove_dir_all(self.path(&format!("/sys/kernel/debug/clk/{}", e.clock)));
+    }
+
+    /// Sets an engine's runtime-PM status (`active`, `suspended`).
+    pub fn set_engine_runtime_status(&self, kind: &str, index: u32, status: &str) {
+        let e = self.engine(kind, index);
+        self.write(
+            &format!("{}/power/runtime_status", e.sysfs),
+            format!("{status}\n"),
+        );
+    }
+
+    /// Sets an engine's debugfs clock rate (Hz).
+    pub fn set_engine_clock(&self, kind: &str, index: u32, hz: u64) {
+        let e = self.engine(kind, index);
+        self.write(
+            &format!("/sys/kernel/debug/clk/{}/clk_rate", e.clock),
+            format!("{hz}\n"),
+        );
+    }
+
+    /// Unbinds (`false`) or rebinds (`true`) the engine's platform driver: its `driver`
+    /// link goes away or comes back.
+    pub fn set_engine_driver_bound(&self, kind: &str, index: u32, bound: bool) {
+        let e = self.engine(kind, index);
+        let driver = format!("{}/driver", e.sysfs);
+        if bound {
+            self.mkdir(&driver);
+        } else {
+            std::fs::remove_dir(self.path(&driver)).expect("unbind the driver");
+        }
+    }
+
+    fn engine(&self, kind: &str, index: u32) -> super::board_facts::FakeEngine {
+        let board = self.board.expect("a Jetson root");
+        board
+            .engines()
+            .into_iter()
+            .find(|e| e.kind == kind && e.index == index)
+            .unwrap_or_else(|| panic!("{board:?} has no {kind}{index}"))
+    }
+
     /// A Jetson of `board` with its release's NVML where it ships one (JetPack 6 and 7),
     /// installed where L4T puts it (`/usr/lib/aarch64-linux-gnu/nvidia`).
     pub fn jetson_with_nvml(board: Board) -> FakeHost {

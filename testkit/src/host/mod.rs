@@ -24,7 +24,7 @@ mod nvml_state;
 mod pod_state;
 
 pub use crate::board::Board;
-pub use board_facts::PowerMonitor;
+pub use board_facts::{FakeEngine, PowerMonitor};
 pub use discrete::{FakeGpu, FakeMig};
 pub use fake_host::FakeHost;
 pub use pod_state::{CgroupDriver, CgroupVersion, CheckpointEntry, CheckpointShape};
