@@ -198,7 +198,7 @@ fn spec_files(dir: &Path) -> Vec<String> {
 /// removes the sockets and leaves the slices to the kubelet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publishes_prepares_survives_a_restart_and_unprepares() {
-    let node = Node::start(FakeHost::jetson(Board::Xavier)).await;
+    let node = Node::start(FakeHost::jetson_with_engines(Board::Xavier)).await;
     let mut driver = node.start_driver(&[]);
     let mut names = node.published(&mut driver, 5).await;
     names.sort();
@@ -211,8 +211,12 @@ async fn publishes_prepares_survives_a_restart_and_unprepares() {
     assert_eq!(registered.chosen_service, "v1.DRAPlugin");
 
     let uid = "6b0c3d8e-5f1a-4e2b-9c7d-0a1b2c3d4e5f";
-    node.api
-        .add_claim("vision", "infer", uid, Some(allocation(&["gpu-0", "dla-1"])));
+    node.api.add_claim(
+        "vision",
+        "infer",
+        uid,
+        Some(allocation(&["gpu-0", "dla-1"])),
+    );
     let claim = dra_claim("vision", "infer", uid);
     let answer = node
         .kubelet
@@ -256,11 +260,19 @@ async fn publishes_prepares_survives_a_restart_and_unprepares() {
     let status = driver.sigterm();
     assert!(status.success(), "{status:?}");
     assert!(
-        !node.dir.path().join("plugins_registry/edgegpu.io-reg.sock").exists()
+        !node
+            .dir
+            .path()
+            .join("plugins_registry/edgegpu.io-reg.sock")
+            .exists()
             && !node.dir.path().join("plugins/edgegpu.io/dra.sock").exists(),
         "sockets removed on SIGTERM"
     );
-    assert_eq!(node.published(&mut driver, 5).await.len(), 5, "slices stay for the kubelet to wipe");
+    assert_eq!(
+        node.published(&mut driver, 5).await.len(),
+        5,
+        "slices stay for the kubelet to wipe"
+    );
     let mut driver = node.start_driver(&[]);
     node.kubelet
         .wait_for_dra_registration(DRIVER_NAME, 2, WAIT)
@@ -275,7 +287,11 @@ async fn publishes_prepares_survives_a_restart_and_unprepares() {
     assert_eq!(again.claims[uid], *prepared, "the checkpoint answers");
     assert_eq!(spec_files(&node.cdi_dir()), files);
 
-    let gone = node.kubelet.dra_unprepare(DRIVER_NAME, &[claim]).await.unwrap();
+    let gone = node
+        .kubelet
+        .dra_unprepare(DRIVER_NAME, &[claim])
+        .await
+        .unwrap();
     assert_eq!(gone.claims[uid].error, "");
     assert!(spec_files(&node.cdi_dir()).is_empty(), "spec removed");
     driver.wait_log("ResourceSlices published");
@@ -287,7 +303,7 @@ async fn publishes_prepares_survives_a_restart_and_unprepares() {
 /// takes the GPU over and publishes it too. `--devices` leaves kinds to the plugin.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kinds_the_device_plugin_holds_are_not_published_until_free() {
-    let node = Node::start(FakeHost::jetson(Board::Xavier)).await;
+    let node = Node::start(FakeHost::jetson_with_engines(Board::Xavier)).await;
     let held = match try_own(&node.locks(), DeviceKind::Gpu, "edgegpu-device-plugin").unwrap() {
         Owned::Yes(o) => o,
         other => panic!("{other:?}"),
@@ -325,7 +341,12 @@ async fn kinds_the_device_plugin_holds_are_not_published_until_free() {
 #[test]
 fn bad_flags_are_refused_with_their_reason() {
     let out = binary_command(BIN)
-        .args(["--node-name", "Not_A_Node", "--api-server", "https://127.0.0.1:1"])
+        .args([
+            "--node-name",
+            "Not_A_Node",
+            "--api-server",
+            "https://127.0.0.1:1",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());
