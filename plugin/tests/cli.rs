@@ -362,6 +362,8 @@ async fn a_gpu_locked_by_the_dra_driver_is_not_advertised_until_released() {
             .arg(host.root())
             .arg("--ownership-dir")
             .arg(locks.path())
+            // The GPU alone: the Orin root's DLA node would register a resource of its own.
+            .arg("--engines=false")
             .env("EDGEGPU_LOG", "info")
             .env("NO_COLOR", "1")
             .stdout(Stdio::null())
