@@ -39,7 +39,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 # The programs whose flags the docs name, and the scripts (with --help) they also name.
-PROGRAMS = ["edgegpu-device-plugin", "edgegpu-labeller", "edgegpu-node-setup", "devicequery"]
+PROGRAMS = ["edgegpu-device-plugin", "edgegpu-labeller", "edgegpu-dra-driver", "edgegpu-node-setup", "devicequery"]
 SCRIPTS = {
     "scripts/e2e-node.sh": ["--help"],
     "scripts/build-images.sh": ["--help"],
@@ -62,6 +62,7 @@ PAGE_PROGRAM = {
     "docs/cdi.md": "edgegpu-node-setup",
     "docs/devicequery.md": "devicequery",
     "docs/labels.md": "edgegpu-labeller",
+    "docs/dra.md": "edgegpu-dra-driver",
 }
 
 # Other tools: a --flag after one of these names is theirs.
@@ -82,6 +83,7 @@ VALUE_OPTIONS = {"-p", "--package", "--bin", "--example", "--bench", "-t", "--ta
 # Flags of other tools that the docs name in prose, away from the tool's name.
 EXTERNAL_PROSE_FLAGS = {
     "--take-ownership": "helm install (3.17+)",
+    "--kube-version": "helm template",
     "--kubelet-arg": "k3s server/agent",
     "--default-runtime": "k3s (v1.29+)",
     "--container-runtime-endpoint": "k3s / kubelet",

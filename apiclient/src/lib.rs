@@ -29,6 +29,8 @@ use tokio_rustls::TlsConnector;
 /// Where a pod finds its service account's token and the cluster CA
 /// (Kubernetes docs, "Accessing the Kubernetes API from a Pod").
 pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// How old the token read from its file may get before it is read again.
+const TOKEN_REREAD: Duration = Duration::from_secs(60);
 /// One request (connect, TLS, answer) must not hang the labeller.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 /// A Node object is a few KiB; refuse to buffer more than this.
@@ -39,7 +41,12 @@ pub struct ApiServer {
     /// `host:port` to connect to.
     authority: String,
     server_name: ServerName<'static>,
-    token: String,
+    /// The bearer token and when it was read: projected service-account tokens are rotated by
+    /// the kubelet (at 80% of their lifetime, an hour by default), so a long-running program
+    /// reads the file again (as client-go does, every minute).
+    token: std::sync::Mutex<(String, std::time::Instant)>,
+    token_file: std::path::PathBuf,
+    token_reread: Duration,
     tls: TlsConnector,
     /// What a 403 answer means for this program (which role must allow what).
     forbidden_hint: String,
@@ -111,10 +118,34 @@ impl ApiServer {
         Ok(ApiServer {
             authority,
             server_name,
-            token,
+            token: std::sync::Mutex::new((token, std::time::Instant::now())),
+            token_file: token_file.to_path_buf(),
+            token_reread: TOKEN_REREAD,
             tls: TlsConnector::from(Arc::new(config)),
             forbidden_hint: String::new(),
         })
+    }
+
+    /// The token, read again from its file when the copy is older than [`TOKEN_REREAD`]; an
+    /// unreadable or empty file keeps the old token (logged).
+    fn current_token(&self) -> String {
+        let mut token = self.token.lock().unwrap_or_else(|p| p.into_inner());
+        if token.1.elapsed() >= self.token_reread {
+            match std::fs::read_to_string(&self.token_file) {
+                Ok(text) if !text.trim().is_empty() => {
+                    *token = (text.trim().to_string(), std::time::Instant::now())
+                }
+                Ok(_) => tracing::warn!(
+                    "the token {} is empty; keeping the one read before",
+                    self.token_file.display()
+                ),
+                Err(e) => tracing::warn!(
+                    "cannot read the token {}: {e}; keeping the one read before",
+                    self.token_file.display()
+                ),
+            }
+        }
+        token.0.clone()
     }
 
     /// Adds `hint` to the message of every 403 answer, e.g. "the ClusterRole X must allow get
@@ -197,7 +228,7 @@ impl ApiServer {
             .method(method)
             .uri(path)
             .header(HOST, &self.authority)
-            .header(AUTHORIZATION, format!("Bearer {}", self.token))
+            .header(AUTHORIZATION, format!("Bearer {}", self.current_token()))
             .header(ACCEPT, "application/json");
         let payload = match body {
             Some((content_type, bytes)) => {
@@ -521,6 +552,30 @@ impl ApiServer {
 
 #[cfg(test)]
 mod typed_tests {
+    #[test]
+    fn a_rotated_token_is_read_again() {
+        let dir = std::env::temp_dir().join(format!("apiclient-token-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let token = dir.join("token");
+        std::fs::write(&token, "first\n").unwrap();
+        let ca =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testkit/fixtures/tls/ca.crt");
+        let mut api = ApiServer::new("https://127.0.0.1:6443", &token, &ca).unwrap();
+        assert_eq!(api.current_token(), "first");
+        std::fs::write(&token, "second\n").unwrap();
+        assert_eq!(
+            api.current_token(),
+            "first",
+            "not before the re-read interval"
+        );
+        api.token_reread = Duration::ZERO;
+        assert_eq!(api.current_token(), "second");
+        // An emptied file keeps the token that worked.
+        std::fs::write(&token, "").unwrap();
+        assert_eq!(api.current_token(), "second");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     use super::*;
 
     #[test]
