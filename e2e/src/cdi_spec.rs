@@ -31,7 +31,26 @@ pub fn generate(
         "cdi generate failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut spec: Value = serde_json::from_slice(&out.stdout)?;
+    let spec: Value = serde_json::from_slice(&out.stdout)?;
+    let spec = adapt(spec, host_root, fake_lib, fake_cuda_config)?;
+    std::fs::create_dir_all(cdi_dir)?;
+    std::fs::write(
+        cdi_dir.join("nvidia.json"),
+        serde_json::to_vec_pretty(&spec)?,
+    )?;
+    Ok(spec)
+}
+
+/// Makes a spec written for the booted host under `host_root` usable here, as described
+/// above: device nodes and mount sources moved under the root (nodes made real character
+/// devices, libcuda replaced by `fake_lib`), the fake driver's configuration and library path
+/// added to the spec-wide edits.
+pub fn adapt(
+    mut spec: Value,
+    host_root: &Path,
+    fake_lib: &Path,
+    fake_cuda_config: &Path,
+) -> Result<Value> {
     let root = host_root.display().to_string();
     let mut lib_dirs = Vec::new();
     let mut nodes = Vec::new();
@@ -95,11 +114,6 @@ pub fn generate(
         "containerPath": "/etc/edgegpu-fake-cuda.conf",
         "options": ["ro", "nosuid", "nodev", "rbind", "rprivate"],
     }));
-    std::fs::create_dir_all(cdi_dir)?;
-    std::fs::write(
-        cdi_dir.join("nvidia.json"),
-        serde_json::to_vec_pretty(&spec)?,
-    )?;
     Ok(spec)
 }
 

@@ -569,3 +569,141 @@ async fn runtime_mode_mig_mixed() {
     )
     .await;
 }
+
+/// Dynamic Resource Allocation on a Jetson Orin (containerd 1.7 and 2.1): the DRA driver's
+/// node side — its inventory over the fake root, `prepare_allocation` of a claim the scheduler
+/// gave the Orin's GPU — writes the claim's CDI spec; moved under the fake root like
+/// node-setup's spec, in containerd's CDI directory, the pod with the CDI IDs the driver returns
+/// (the kubelet passes NodePrepareResources' `cdi_device_ids` as ContainerConfig.CDIDevices:
+/// pkg/kubelet/cm/dra/manager.go, kuberuntime_container.go) → PASS; the same claim spec with
+/// the GPU's node moved → FAIL (the node came from the claim's spec); a claim unprepared →
+/// its spec gone, the IDs no longer resolve.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "x86_64 + root + containerd releases + dist/: scripts/test.sh runs it after the images"]
+async fn dra_claim_jetson_orin() {
+    use edgegpu_dra::claims::{AllocatedDevice, ClaimAllocation};
+    use edgegpu_dra::inventory::Inventory;
+    use edgegpu_dra::kubelet::ClaimRef;
+    use edgegpu_dra::prepare::{NodeDriver, NodeOptions};
+    use edgegpu_kubelet_api::cri;
+
+    let Some(env) = env() else { return };
+    let host = FakeHost::jetson_with_engines(Board::Orin);
+    make_device_nodes(&host, Board::Orin.device_nodes());
+    let args = edgegpu_plugin::config::GpuArgs {
+        discovery: Some(edgegpu_plugin::config::DiscoveryStrategy::Tegra),
+        ..Default::default()
+    };
+    let inventory = Inventory::discover(host.root(), &args, "orin-1").expect("inventory");
+    let state = env.scratch.path().join("dra");
+    let staging = state.join("cdi");
+    let node = NodeDriver::new(
+        inventory,
+        NodeOptions {
+            plugin_dir: state.join("plugin"),
+            cdi_dir: staging.clone(),
+            mps: Default::default(),
+        },
+        None,
+    )
+    .expect("node side");
+    let uid = "5d1f0c2a-7b3e-4a9d-8c6f-1e2d3c4b5a69";
+    let claim = ClaimRef {
+        namespace: "default".into(),
+        name: "orin-gpu".into(),
+        uid: uid.into(),
+    };
+    let allocation = ClaimAllocation {
+        devices: vec![AllocatedDevice {
+            request: "gpu".into(),
+            pool: "orin-1".into(),
+            device: "gpu-0".into(),
+            admin_access: false,
+            share_id: None,
+        }],
+        configs: vec![],
+    };
+    let prepared = node
+        .prepare_allocation(&claim, &allocation)
+        .expect("prepare");
+    let ids: Vec<String> = prepared
+        .iter()
+        .flat_map(|d| d.cdi_device_ids.clone())
+        .collect();
+    assert_eq!(ids, [format!("edgegpu.io/claim={uid}-gpu-0")]);
+    let spec_file = edgegpu_dra::cdi::spec_path(&staging, uid);
+    let written: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&spec_file).unwrap()).unwrap();
+    vlog!("claim spec: {written}");
+    let fake_lib = edgegpu_testkit::fakelib::variant_dir(edgegpu_testkit::cuda::variant::CURRENT)
+        .join("libcuda.so.1");
+    let conf = env.scratch.path().join("fake-cuda-dra.conf");
+    let gpu = edgegpu_testkit::cuda::devices::jetson("Orin", 8, 7).node("/dev/nvmap");
+    std::fs::write(
+        &conf,
+        format!("driver_version 12040\n{}", device_block(gpu)),
+    )
+    .unwrap();
+    let spec = edgegpu_e2e::cdi_spec::adapt(written, host.root(), &fake_lib, &conf).unwrap();
+    let options = kubelet_conversion::DeviceOptions {
+        cdi_devices: ids
+            .iter()
+            .map(|name| cri::CdiDevice { name: name.clone() })
+            .collect(),
+        ..Default::default()
+    };
+    let file_name = spec_file.file_name().unwrap().to_owned();
+    for release in [Release::Debian13, Release::Sid] {
+        let t = Instant::now();
+        let c = env.containerd(release, &Setup::Cdi);
+        std::fs::write(c.cdi_dir().join(&file_name), spec.to_string()).unwrap();
+        let pass = run_devicequery(&c, "dra", &options).await;
+        vlog!(
+            "{release:?} DRA claim: exit {}\n{}",
+            pass.exit_code,
+            pass.log
+        );
+        assert!(
+            pass.log.contains("Detected 1 CUDA Capable device(s)")
+                && pass.log.contains("Result = PASS"),
+            "{release:?}: {}",
+            pass.log
+        );
+        // The claim's spec with the GPU's node moved: the node came from this spec.
+        let mut without = spec.clone();
+        for d in without["devices"].as_array_mut().unwrap() {
+            for n in d["containerEdits"]["deviceNodes"]
+                .as_array_mut()
+                .into_iter()
+                .flatten()
+            {
+                if n["path"] == "/dev/nvmap" {
+                    n["path"] = serde_json::json!("/dev/edgegpu-not-the-gpu");
+                }
+            }
+        }
+        let moved = without != spec;
+        std::fs::write(c.cdi_dir().join(&file_name), without.to_string()).unwrap();
+        let mut no_node = run_devicequery(&c, "dra-no-node-0", &options).await;
+        for attempt in 1..5 {
+            if !no_node.log.contains("Result = PASS") {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            no_node = run_devicequery(&c, &format!("dra-no-node-{attempt}"), &options).await;
+        }
+        assert!(
+            moved
+                && no_node.log.contains("CUDA_ERROR_NO_DEVICE")
+                && no_node.log.contains("Result = FAIL"),
+            "{release:?} (node in the device's edits: {moved}): {}",
+            no_node.log
+        );
+        eprintln!(
+            "E2E {release:?} DRA claim on Orin: PASS; claim spec without /dev/nvmap: FAIL; {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+    }
+    node.unprepare_claim(&claim).expect("unprepare");
+    assert!(!spec_file.exists(), "unprepare removed the claim's spec");
+}
