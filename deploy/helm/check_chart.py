@@ -1321,12 +1321,15 @@ class Dra(unittest.TestCase):
                 name, read_only = found[path]
                 self.assertFalse(read_only, path)
                 self.assertEqual(host_paths(driver)[name], (path, kind))
-            # The plugin's discovery files, read-only under /host: those of its init container
-            # `labels` (the plugin's host files without the metrics' and the kubelet's).
+            # The host's root, read-only and recursively so, at /host: the plugin's discovery
+            # files and whatever the claims' CDI specs take from the driver's installation.
+            self.assertEqual(found["/host"], ("host-root", True))
+            self.assertEqual(host_paths(driver)["host-root"], ("/", "Directory"))
+            root_mount, = [m for m in container["volumeMounts"] if m["mountPath"] == "/host"]
+            self.assertEqual(root_mount.get("recursiveReadOnly"), "IfPossible")
+            for masked in ("/host/dev/pts", "/host/dev/shm"):
+                self.assertEqual(found[masked], ("empty", True))
             labeller = pod(plugin)["initContainers"][0]
-            for path, (name, read_only) in mounts(labeller).items():
-                if path.startswith("/host/"):
-                    self.assertEqual(found.get(path), (name, True), path)
             self.assertNotIn("/var/lib/kubelet/device-plugins", found)
             self.assertNotIn("/var/lib/kubelet/pod-resources", found)
             # The plugin's discovery settings, as its init container `labels` has them.

@@ -220,7 +220,7 @@ async fn publishes_prepares_survives_a_restart_and_unprepares() {
     let claim = dra_claim("vision", "infer", uid);
     let answer = node
         .kubelet
-        .dra_prepare(DRIVER_NAME, &[claim.clone()])
+        .dra_prepare(DRIVER_NAME, std::slice::from_ref(&claim))
         .await
         .unwrap();
     let prepared = &answer.claims[uid];
@@ -281,7 +281,7 @@ async fn publishes_prepares_survives_a_restart_and_unprepares() {
     node.api.remove_claim("vision", "infer");
     let again = node
         .kubelet
-        .dra_prepare(DRIVER_NAME, &[claim.clone()])
+        .dra_prepare(DRIVER_NAME, std::slice::from_ref(&claim))
         .await
         .unwrap();
     assert_eq!(again.claims[uid], *prepared, "the checkpoint answers");
