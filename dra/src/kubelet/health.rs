@@ -24,8 +24,8 @@ use futures_util::Stream;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
+use super::contract::{DeviceHealth, Driver, Health};
 use super::socket::stopped;
-use super::{DeviceHealth, Driver, Health};
 
 /// How often an unchanged list is sent again: well inside the kubelet's default 30 s.
 pub const RESEND_INTERVAL: Duration = Duration::from_secs(10);

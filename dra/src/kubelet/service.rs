@@ -23,7 +23,7 @@ use edgegpu_kubelet_api::{dra_v1, dra_v1beta1};
 use tokio::sync::Mutex;
 use tonic::{Request, Response, Status};
 
-use super::{ClaimRef, Driver, PreparedDevice};
+use super::contract::{ClaimRef, Driver, PreparedDevice};
 
 /// Serves both versions with one driver and one lock.
 #[derive(Clone)]

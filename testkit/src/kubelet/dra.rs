@@ -42,7 +42,6 @@
 // `tonic::Status` is the natural error of a gRPC fake; its size does not matter here.
 #![allow(clippy::result_large_err)]
 
-use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -56,25 +55,16 @@ use edgegpu_kubelet_api::pluginregistration::PluginInfo;
 use edgegpu_kubelet_api::{dra_v1, dra_v1beta1};
 use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
-use tokio::task::JoinHandle;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Status, Streaming};
 
+use super::dra_state::{DraPluginInfo, DraPlugin_};
 use super::state::Shared;
-use super::FakeKubelet;
 
 /// The kubelet's timeout for every call to a DRA plugin (`defaultClientCallTimeout`).
 pub const DRA_CALL_TIMEOUT: Duration = Duration::from_secs(45);
 /// How long the kubelet waits before opening a health stream again.
 pub const HEALTH_RETRY: Duration = Duration::from_secs(5);
-
-/// The DRA services a 1.34+ kubelet supports, most recent first (`servicesSupportedByKubelet`).
-pub fn kubelet_dra_services() -> Vec<String> {
-    vec![
-        dra_v1::DRA_PLUGIN_SERVICE.to_string(),
-        dra_v1beta1::DRA_PLUGIN_SERVICE.to_string(),
-    ]
-}
 
 /// A claim as the kubelet sends it.
 pub fn dra_claim(namespace: &str, name: &str, uid: &str) -> dra_v1::Claim {
@@ -82,73 +72,6 @@ pub fn dra_claim(namespace: &str, name: &str, uid: &str) -> dra_v1::Claim {
         namespace: namespace.to_string(),
         uid: uid.to_string(),
         name: name.to_string(),
-    }
-}
-
-/// What the fake kubelet knows about one registered plugin of a DRA driver.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DraPluginInfo {
-    /// The endpoint the kubelet calls (`PluginInfo.endpoint`, or the registration socket).
-    pub endpoint: PathBuf,
-    /// The service the kubelet chose, e.g. `"v1.DRAPlugin"`.
-    pub chosen_service: String,
-    /// `PluginInfo.supported_versions` as the plugin sent it.
-    pub supported_versions: Vec<String>,
-    /// The registration socket it came through.
-    pub registration_socket: PathBuf,
-}
-
-pub(super) struct DraPlugin_ {
-    pub(super) info: DraPluginInfo,
-    channel: Channel,
-    health: Option<JoinHandle<()>>,
-}
-
-impl DraPlugin_ {
-    pub(super) fn stop(&mut self) {
-        if let Some(task) = self.health.take() {
-            task.abort();
-        }
-    }
-}
-
-/// The DRA part of the fake kubelet's state.
-#[derive(Default)]
-pub(super) struct DraState {
-    /// Per driver, its plugins in registration order (the newest is called).
-    pub(super) plugins: HashMap<String, Vec<DraPlugin_>>,
-    /// Per driver, how often it registered (across restarts).
-    pub(super) registrations: HashMap<String, usize>,
-    /// Per driver, the last health list received while a stream is open.
-    pub(super) health: HashMap<String, Vec<DeviceHealth>>,
-}
-
-impl DraState {
-    /// A dying kubelet: every plugin and health list is dropped.
-    pub(super) fn clear(&mut self) {
-        for plugins in self.plugins.values_mut() {
-            plugins.iter_mut().for_each(DraPlugin_::stop);
-        }
-        self.plugins.clear();
-        self.health.clear();
-    }
-
-    /// DeRegisterPlugin for every plugin registered through `socket`; returns their drivers.
-    pub(super) fn deregister_socket(&mut self, socket: &Path) -> Vec<String> {
-        let mut gone = Vec::new();
-        for (driver, plugins) in self.plugins.iter_mut() {
-            plugins.retain_mut(|p| {
-                if p.info.registration_socket == socket {
-                    p.stop();
-                    gone.push(driver.clone());
-                    false
-                } else {
-                    true
-                }
-            });
-        }
-        self.plugins.retain(|_, p| !p.is_empty());
-        gone
     }
 }
 
@@ -358,202 +281,185 @@ fn timed<T>(message: T) -> Request<T> {
     request
 }
 
-impl FakeKubelet {
-    /// The plugin the kubelet would call for `driver` (the newest registered one).
-    fn dra_plugin(&self, driver: &str) -> Result<(DraPluginInfo, Channel), Status> {
-        let state = self.shared.state.lock().unwrap();
-        state
-            .dra
-            .plugins
-            .get(driver)
-            .and_then(|ps| ps.last())
-            .map(|p| (p.info.clone(), p.channel.clone()))
-            .ok_or_else(|| {
-                Status::failed_precondition(format!("DRA driver {driver} is not registered"))
-            })
-    }
+// What the fake kubelet's DRA methods (kubelet/mod.rs) do, on its shared state.
+/// The plugin the kubelet would call for `driver` (the newest registered one).
+pub(super) fn dra_plugin(
+    shared: &Shared,
+    driver: &str,
+) -> Result<(DraPluginInfo, Channel), Status> {
+    let state = shared.state.lock().unwrap();
+    state
+        .dra
+        .plugins
+        .get(driver)
+        .and_then(|ps| ps.last())
+        .map(|p| (p.info.clone(), p.channel.clone()))
+        .ok_or_else(|| {
+            Status::failed_precondition(format!("DRA driver {driver} is not registered"))
+        })
+}
 
-    /// The service chosen for `driver` (e.g. `"v1.DRAPlugin"`), if a plugin is registered.
-    pub fn dra_registered(&self, driver: &str) -> Option<String> {
-        self.dra_plugin(driver)
-            .ok()
-            .map(|(info, _)| info.chosen_service)
-    }
+/// The service chosen for `driver` (e.g. `"v1.DRAPlugin"`), if a plugin is registered.
+pub(super) fn dra_registered(shared: &Shared, driver: &str) -> Option<String> {
+    dra_plugin(shared, driver)
+        .ok()
+        .map(|(info, _)| info.chosen_service)
+}
 
-    /// Every registered plugin of `driver`, oldest first.
-    pub fn dra_plugins(&self, driver: &str) -> Vec<DraPluginInfo> {
-        let state = self.shared.state.lock().unwrap();
-        state
-            .dra
-            .plugins
-            .get(driver)
-            .map(|ps| ps.iter().map(|p| p.info.clone()).collect())
-            .unwrap_or_default()
-    }
+/// Every registered plugin of `driver`, oldest first.
+pub(super) fn dra_plugins(shared: &Shared, driver: &str) -> Vec<DraPluginInfo> {
+    let state = shared.state.lock().unwrap();
+    state
+        .dra
+        .plugins
+        .get(driver)
+        .map(|ps| ps.iter().map(|p| p.info.clone()).collect())
+        .unwrap_or_default()
+}
 
-    /// How often `driver` registered (across restarts).
-    pub fn dra_registration_count(&self, driver: &str) -> usize {
-        let state = self.shared.state.lock().unwrap();
-        state.dra.registrations.get(driver).copied().unwrap_or(0)
-    }
+/// How often `driver` registered (across restarts).
+pub(super) fn dra_registration_count(shared: &Shared, driver: &str) -> usize {
+    let state = shared.state.lock().unwrap();
+    state.dra.registrations.get(driver).copied().unwrap_or(0)
+}
 
-    /// The last health list of `driver` (with `resource_health_status` on), while its
-    /// stream is open.
-    pub fn dra_device_health(&self, driver: &str) -> Option<Vec<DeviceHealth>> {
-        let state = self.shared.state.lock().unwrap();
-        state.dra.health.get(driver).cloned()
-    }
+/// The last health list of `driver` (with `resource_health_status` on), while its
+/// stream is open.
+pub(super) fn dra_device_health(shared: &Shared, driver: &str) -> Option<Vec<DeviceHealth>> {
+    let state = shared.state.lock().unwrap();
+    state.dra.health.get(driver).cloned()
+}
 
-    /// Waits until `driver` has registered at least `count` times and is registered now;
-    /// returns the plugin the kubelet would call.
-    pub async fn wait_for_dra_registration(
-        &self,
-        driver: &str,
-        count: usize,
-        timeout: Duration,
-    ) -> anyhow::Result<DraPluginInfo> {
-        self.wait_until(
-            &format!("registration #{count} of DRA driver {driver}"),
-            timeout,
-            |k| k.dra_registration_count(driver) >= count && k.dra_registered(driver).is_some(),
+/// `NodePrepareResources` for `claims`, as the kubelet sends it (v1 or v1beta1 by the
+/// chosen service, 45 s timeout). The answer is returned in v1 form; an answer that
+/// leaves claims out fails as in the kubelet. Per-claim errors stay in the answer (a
+/// kubelet would fail the pod's start with the first one).
+pub(super) async fn dra_prepare(
+    shared: &Shared,
+    driver: &str,
+    claims: &[dra_v1::Claim],
+) -> Result<dra_v1::NodePrepareResourcesResponse, Status> {
+    let (info, channel) = dra_plugin(shared, driver)?;
+    let response = if info.chosen_service == dra_v1::DRA_PLUGIN_SERVICE {
+        let mut client = dra_v1::dra_plugin_client::DraPluginClient::new(channel);
+        with_timeout(
+            client.node_prepare_resources(timed(dra_v1::NodePrepareResourcesRequest {
+                claims: claims.to_vec(),
+            })),
         )
+        .await?
+    } else {
+        let mut client = dra_v1beta1::dra_plugin_client::DraPluginClient::new(channel);
+        let r = with_timeout(client.node_prepare_resources(timed(
+            dra_v1beta1::NodePrepareResourcesRequest {
+                claims: v1beta1_claims(claims),
+            },
+        )))
         .await?;
-        Ok(self
-            .dra_plugin(driver)
-            .map_err(|s| anyhow::anyhow!("{}", s.message()))?
-            .0)
-    }
-
-    /// `NodePrepareResources` for `claims`, as the kubelet sends it (v1 or v1beta1 by the
-    /// chosen service, 45 s timeout). The answer is returned in v1 form; an answer that
-    /// leaves claims out fails as in the kubelet. Per-claim errors stay in the answer (a
-    /// kubelet would fail the pod's start with the first one).
-    pub async fn dra_prepare(
-        &self,
-        driver: &str,
-        claims: &[dra_v1::Claim],
-    ) -> Result<dra_v1::NodePrepareResourcesResponse, Status> {
-        let (info, channel) = self.dra_plugin(driver)?;
-        let response = if info.chosen_service == dra_v1::DRA_PLUGIN_SERVICE {
-            let mut client = dra_v1::dra_plugin_client::DraPluginClient::new(channel);
-            with_timeout(client.node_prepare_resources(timed(
-                dra_v1::NodePrepareResourcesRequest {
-                    claims: claims.to_vec(),
-                },
-            )))
-            .await?
-        } else {
-            let mut client = dra_v1beta1::dra_plugin_client::DraPluginClient::new(channel);
-            let r = with_timeout(client.node_prepare_resources(timed(
-                dra_v1beta1::NodePrepareResourcesRequest {
-                    claims: v1beta1_claims(claims),
-                },
-            )))
-            .await?;
-            dra_v1::NodePrepareResourcesResponse {
-                claims: r
-                    .claims
-                    .into_iter()
-                    .map(|(uid, c)| {
-                        let devices = c
-                            .devices
-                            .into_iter()
-                            .map(|d| dra_v1::Device {
-                                request_names: d.request_names,
-                                pool_name: d.pool_name,
-                                device_name: d.device_name,
-                                cdi_device_ids: d.cdi_device_ids,
-                                share_id: None,
-                            })
-                            .collect();
-                        (
-                            uid,
-                            dra_v1::NodePrepareResourceResponse {
-                                devices,
-                                error: c.error,
-                            },
-                        )
-                    })
-                    .collect(),
-            }
-        };
-        self.shared.log(format!(
-            "NodePrepareResources {driver} ({}): {} claim(s), {} answer(s)",
-            info.chosen_service,
-            claims.len(),
-            response.claims.len()
-        ));
-        let unfinished = claims.len() as i64 - response.claims.len() as i64;
-        if unfinished != 0 {
-            return Err(Status::unknown(format!(
-                "NodePrepareResources skipped {unfinished} ResourceClaims"
-            )));
+        dra_v1::NodePrepareResourcesResponse {
+            claims: r
+                .claims
+                .into_iter()
+                .map(|(uid, c)| {
+                    let devices = c
+                        .devices
+                        .into_iter()
+                        .map(|d| dra_v1::Device {
+                            request_names: d.request_names,
+                            pool_name: d.pool_name,
+                            device_name: d.device_name,
+                            cdi_device_ids: d.cdi_device_ids,
+                            share_id: None,
+                        })
+                        .collect();
+                    (
+                        uid,
+                        dra_v1::NodePrepareResourceResponse {
+                            devices,
+                            error: c.error,
+                        },
+                    )
+                })
+                .collect(),
         }
-        Ok(response)
+    };
+    shared.log(format!(
+        "NodePrepareResources {driver} ({}): {} claim(s), {} answer(s)",
+        info.chosen_service,
+        claims.len(),
+        response.claims.len()
+    ));
+    let unfinished = claims.len() as i64 - response.claims.len() as i64;
+    if unfinished != 0 {
+        return Err(Status::unknown(format!(
+            "NodePrepareResources skipped {unfinished} ResourceClaims"
+        )));
     }
+    Ok(response)
+}
 
-    /// `NodeUnprepareResources` for `claims` (v1 or v1beta1 by the chosen service, 45 s
-    /// timeout), answered in v1 form.
-    pub async fn dra_unprepare(
-        &self,
-        driver: &str,
-        claims: &[dra_v1::Claim],
-    ) -> Result<dra_v1::NodeUnprepareResourcesResponse, Status> {
-        let (info, channel) = self.dra_plugin(driver)?;
-        let response = if info.chosen_service == dra_v1::DRA_PLUGIN_SERVICE {
-            let mut client = dra_v1::dra_plugin_client::DraPluginClient::new(channel);
-            with_timeout(client.node_unprepare_resources(timed(
-                dra_v1::NodeUnprepareResourcesRequest {
-                    claims: claims.to_vec(),
-                },
-            )))
-            .await?
-        } else {
-            let mut client = dra_v1beta1::dra_plugin_client::DraPluginClient::new(channel);
-            let r = with_timeout(client.node_unprepare_resources(timed(
-                dra_v1beta1::NodeUnprepareResourcesRequest {
-                    claims: v1beta1_claims(claims),
-                },
-            )))
-            .await?;
-            dra_v1::NodeUnprepareResourcesResponse {
-                claims: r
-                    .claims
-                    .into_iter()
-                    .map(|(uid, c)| {
-                        (
-                            uid,
-                            dra_v1::NodeUnprepareResourceResponse { error: c.error },
-                        )
-                    })
-                    .collect(),
-            }
-        };
-        self.shared.log(format!(
-            "NodeUnprepareResources {driver} ({}): {} claim(s), {} answer(s)",
-            info.chosen_service,
-            claims.len(),
-            response.claims.len()
-        ));
-        Ok(response)
-    }
+/// `NodeUnprepareResources` for `claims` (v1 or v1beta1 by the chosen service, 45 s
+/// timeout), answered in v1 form.
+pub(super) async fn dra_unprepare(
+    shared: &Shared,
+    driver: &str,
+    claims: &[dra_v1::Claim],
+) -> Result<dra_v1::NodeUnprepareResourcesResponse, Status> {
+    let (info, channel) = dra_plugin(shared, driver)?;
+    let response = if info.chosen_service == dra_v1::DRA_PLUGIN_SERVICE {
+        let mut client = dra_v1::dra_plugin_client::DraPluginClient::new(channel);
+        with_timeout(client.node_unprepare_resources(timed(
+            dra_v1::NodeUnprepareResourcesRequest {
+                claims: claims.to_vec(),
+            },
+        )))
+        .await?
+    } else {
+        let mut client = dra_v1beta1::dra_plugin_client::DraPluginClient::new(channel);
+        let r = with_timeout(client.node_unprepare_resources(timed(
+            dra_v1beta1::NodeUnprepareResourcesRequest {
+                claims: v1beta1_claims(claims),
+            },
+        )))
+        .await?;
+        dra_v1::NodeUnprepareResourcesResponse {
+            claims: r
+                .claims
+                .into_iter()
+                .map(|(uid, c)| {
+                    (
+                        uid,
+                        dra_v1::NodeUnprepareResourceResponse { error: c.error },
+                    )
+                })
+                .collect(),
+        }
+    };
+    shared.log(format!(
+        "NodeUnprepareResources {driver} ({}): {} claim(s), {} answer(s)",
+        info.chosen_service,
+        claims.len(),
+        response.claims.len()
+    ));
+    Ok(response)
+}
 
-    /// Opens `NodeWatchResources` on `driver`'s plugin, as the kubelet does with the
-    /// `ResourceHealthStatus` gate.
-    pub async fn dra_health(&self, driver: &str) -> Result<DraHealthStream, Status> {
-        let (_, channel) = self.dra_plugin(driver)?;
-        let mut client = DraResourceHealthClient::new(channel);
-        let stream = client
-            .node_watch_resources(NodeWatchResourcesRequest {})
-            .await?
-            .into_inner();
-        Ok(DraHealthStream { stream })
-    }
+/// Opens `NodeWatchResources` on `driver`'s plugin, as the kubelet does with the
+/// `ResourceHealthStatus` gate.
+pub(super) async fn dra_health(shared: &Shared, driver: &str) -> Result<DraHealthStream, Status> {
+    let (_, channel) = dra_plugin(shared, driver)?;
+    let mut client = DraResourceHealthClient::new(channel);
+    let stream = client
+        .node_watch_resources(NodeWatchResourcesRequest {})
+        .await?
+        .into_inner();
+    Ok(DraHealthStream { stream })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kubelet::state::kubelet_dra_services;
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()

@@ -53,19 +53,18 @@ use tonic::{Request, Response, Status};
 
 mod dial;
 mod dra;
+mod dra_state;
 mod names;
 mod old_authority;
 mod plugin_watcher;
 mod state;
 
 pub use dial::{dial_plugin, DIAL_TIMEOUT};
-pub use dra::{
-    choose_service, dra_claim, kubelet_dra_services, DraHealthStream, DraPluginInfo,
-    DRA_CALL_TIMEOUT, HEALTH_RETRY,
-};
+pub use dra::{choose_service, dra_claim, DraHealthStream, DRA_CALL_TIMEOUT, HEALTH_RETRY};
+pub use dra_state::DraPluginInfo;
 pub use names::is_extended_resource_name;
 pub use old_authority::AuthorityOverride;
-pub use state::{FakeKubeletOptions, ResourceInfo, GET_INFO_TIMEOUT};
+pub use state::{kubelet_dra_services, FakeKubeletOptions, ResourceInfo, GET_INFO_TIMEOUT};
 
 use dial::{connect_endpoint, Registered};
 use plugin_watcher::run_plugin_watcher;
@@ -615,5 +614,79 @@ mod tests {
         assert!(dir.path().join(CHECKPOINT_NAME).exists());
         assert!(dir.path().join("notes.txt").exists());
         assert!(dir.path().join("sub").exists());
+    }
+}
+
+/// The DRA side of the fake kubelet (dra.rs does the work on the shared state).
+impl FakeKubelet {
+    /// The service chosen for `driver` (e.g. `"v1.DRAPlugin"`), if a plugin is registered.
+    pub fn dra_registered(&self, driver: &str) -> Option<String> {
+        dra::dra_registered(&self.shared, driver)
+    }
+
+    /// Every registered plugin of `driver`, oldest first.
+    pub fn dra_plugins(&self, driver: &str) -> Vec<DraPluginInfo> {
+        dra::dra_plugins(&self.shared, driver)
+    }
+
+    /// How often `driver` registered (across restarts).
+    pub fn dra_registration_count(&self, driver: &str) -> usize {
+        dra::dra_registration_count(&self.shared, driver)
+    }
+
+    /// The last health list of `driver` (with `resource_health_status` on), while its
+    /// stream is open.
+    pub fn dra_device_health(
+        &self,
+        driver: &str,
+    ) -> Option<Vec<edgegpu_kubelet_api::dra_health_v1alpha1::DeviceHealth>> {
+        dra::dra_device_health(&self.shared, driver)
+    }
+
+    /// Waits until `driver` has registered at least `count` times and is registered now;
+    /// returns the plugin the kubelet would call.
+    pub async fn wait_for_dra_registration(
+        &self,
+        driver: &str,
+        count: usize,
+        timeout: Duration,
+    ) -> anyhow::Result<DraPluginInfo> {
+        self.wait_until(
+            &format!("registration #{count} of DRA driver {driver}"),
+            timeout,
+            |k| k.dra_registration_count(driver) >= count && k.dra_registered(driver).is_some(),
+        )
+        .await?;
+        Ok(dra::dra_plugin(&self.shared, driver)
+            .map_err(|s| anyhow::anyhow!("{}", s.message()))?
+            .0)
+    }
+
+    /// `NodePrepareResources` for `claims`, as the kubelet sends it (v1 or v1beta1 by the
+    /// chosen service, 45 s timeout). The answer is returned in v1 form; an answer that
+    /// leaves claims out fails as in the kubelet. Per-claim errors stay in the answer (a
+    /// kubelet would fail the pod's start with the first one).
+    pub async fn dra_prepare(
+        &self,
+        driver: &str,
+        claims: &[edgegpu_kubelet_api::dra_v1::Claim],
+    ) -> Result<edgegpu_kubelet_api::dra_v1::NodePrepareResourcesResponse, tonic::Status> {
+        dra::dra_prepare(&self.shared, driver, claims).await
+    }
+
+    /// `NodeUnprepareResources` for `claims` (v1 or v1beta1 by the chosen service, 45 s
+    /// timeout), answered in v1 form.
+    pub async fn dra_unprepare(
+        &self,
+        driver: &str,
+        claims: &[edgegpu_kubelet_api::dra_v1::Claim],
+    ) -> Result<edgegpu_kubelet_api::dra_v1::NodeUnprepareResourcesResponse, tonic::Status> {
+        dra::dra_unprepare(&self.shared, driver, claims).await
+    }
+
+    /// Opens `NodeWatchResources` on `driver`'s plugin, as the kubelet does with the
+    /// `ResourceHealthStatus` gate.
+    pub async fn dra_health(&self, driver: &str) -> Result<DraHealthStream, tonic::Status> {
+        dra::dra_health(&self.shared, driver).await
     }
 }

@@ -49,7 +49,7 @@ impl FakeKubeletOptions {
             old_kubelet_authority: false,
             get_info_timeout: GET_INFO_TIMEOUT,
             listen_delay: Duration::ZERO,
-            dra_services: super::dra::kubelet_dra_services(),
+            dra_services: kubelet_dra_services(),
             resource_health_status: false,
         }
     }
@@ -109,7 +109,7 @@ pub(super) struct State {
     /// When `kubelet.sock` last started accepting.
     pub(super) listening_since: Option<Instant>,
     /// Registered DRA plugins (plugin watcher only).
-    pub(super) dra: super::dra::DraState,
+    pub(super) dra: super::dra_state::DraState,
 }
 
 pub(super) struct Shared {
@@ -129,4 +129,12 @@ impl Shared {
         tracing::debug!("fake kubelet: {line}");
         self.update(|s| s.events.push(line));
     }
+}
+
+/// The DRA services a 1.34+ kubelet supports, most recent first (`servicesSupportedByKubelet`).
+pub fn kubelet_dra_services() -> Vec<String> {
+    vec![
+        edgegpu_kubelet_api::dra_v1::DRA_PLUGIN_SERVICE.to_string(),
+        edgegpu_kubelet_api::dra_v1beta1::DRA_PLUGIN_SERVICE.to_string(),
+    ]
 }

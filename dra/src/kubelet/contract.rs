@@ -1,0 +1,84 @@
+//! What the kubelet side and the rest of the driver agree on: the claim and device types of
+//! the DRA calls, the [`Driver`] the kubelet side calls, where its sockets go.
+
+use std::path::PathBuf;
+
+use edgegpu_kubelet_api::dra_v1::DRA_SOCKET_NAME;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+/// A claim as the kubelet names it in NodePrepareResources / NodeUnprepareResources.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ClaimRef {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+/// One device of a prepared claim, as the kubelet gets it back (`dra.v1.Device`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreparedDevice {
+    /// The claim's requests this device was allocated for.
+    pub requests: Vec<String>,
+    pub pool: String,
+    pub device: String,
+    /// Fully qualified CDI device IDs (`vendor/class=name`) the runtime injects.
+    pub cdi_device_ids: Vec<String>,
+    /// The allocation's `shareID`, for devices allocated several times (v1 only).
+    pub share_id: Option<String>,
+}
+
+/// Health of one published device, for the kubelet's health stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    Unknown,
+    Healthy,
+    Unhealthy,
+}
+
+/// One device's health.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceHealth {
+    pub pool: String,
+    pub device: String,
+    pub health: Health,
+    /// Why (≤ 1024 bytes: the kubelet's limit).
+    pub message: String,
+}
+
+/// What the kubelet side calls. Calls are serialised by the kubelet side (one prepare or
+/// unprepare at a time), as the kubeletplugin helper does by default.
+#[tonic::async_trait]
+pub trait Driver: Send + Sync + 'static {
+    /// Prepares one claim: idempotent (the kubelet retries and calls again after restarts).
+    /// `Err` carries the message the kubelet shows on the pod's events.
+    async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedDevice>, String>;
+    /// Undoes [`Driver::prepare`]; a claim never prepared (or already unprepared) is `Ok`.
+    async fn unprepare(&self, claim: &ClaimRef) -> Result<(), String>;
+    /// Every published device's health, current value first, a new full list on change.
+    fn health(&self) -> watch::Receiver<Vec<DeviceHealth>>;
+}
+
+/// Where the kubelet side puts its sockets.
+#[derive(Debug, Clone)]
+pub struct KubeletOptions {
+    /// Registered with the kubelet (`PluginInfo.name`): [`crate::DRIVER_NAME`].
+    pub driver_name: String,
+    /// The kubelet's plugin-watcher directory (`/var/lib/kubelet/plugins_registry`).
+    pub registry_dir: PathBuf,
+    /// This driver's directory, where `dra.sock` lives (`/var/lib/kubelet/plugins/<driver>`).
+    pub plugin_dir: PathBuf,
+}
+
+impl KubeletOptions {
+    /// The DRA service's socket, `<plugin_dir>/dra.sock` (the endpoint the kubelet dials).
+    pub fn dra_socket(&self) -> PathBuf {
+        self.plugin_dir.join(DRA_SOCKET_NAME)
+    }
+
+    /// The registration socket, `<registry_dir>/<driver_name>-reg.sock`.
+    pub fn registration_socket(&self) -> PathBuf {
+        self.registry_dir
+            .join(format!("{}-reg.sock", self.driver_name))
+    }
+}
