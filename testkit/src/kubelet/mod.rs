@@ -582,41 +582,6 @@ async fn abort_and_join(task: JoinHandle<()>) {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn resource_names_are_checked_like_the_kubelet() {
-        assert!(is_extended_resource_name("nvidia.com/gpu"));
-        assert!(is_extended_resource_name("nvidia.com/mig-1g.5gb"));
-        assert!(is_extended_resource_name("nvidia.com/gpu.shared"));
-        assert!(!is_extended_resource_name("gpu"));
-        assert!(!is_extended_resource_name("kubernetes.io/gpu"));
-        assert!(!is_extended_resource_name("requests.nvidia.com/gpu"));
-        assert!(!is_extended_resource_name("Nvidia.com/gpu"));
-        assert!(!is_extended_resource_name("nvidia.com/-gpu"));
-        assert!(!is_extended_resource_name(&format!(
-            "nvidia.com/{}",
-            "g".repeat(64)
-        )));
-    }
-
-    #[test]
-    fn start_up_clean_up_keeps_checkpoint_and_plain_files() {
-        let dir = tempfile::tempdir().unwrap();
-        let _a = std::os::unix::net::UnixListener::bind(dir.path().join("a.sock")).unwrap();
-        let _c = std::os::unix::net::UnixListener::bind(dir.path().join(CHECKPOINT_NAME)).unwrap();
-        std::fs::write(dir.path().join("notes.txt"), "x").unwrap();
-        std::fs::create_dir(dir.path().join("sub")).unwrap();
-        assert_eq!(remove_sockets(dir.path()).unwrap(), 1);
-        assert!(!dir.path().join("a.sock").exists());
-        assert!(dir.path().join(CHECKPOINT_NAME).exists());
-        assert!(dir.path().join("notes.txt").exists());
-        assert!(dir.path().join("sub").exists());
-    }
-}
-
 /// The DRA side of the fake kubelet (dra.rs does the work on the shared state).
 impl FakeKubelet {
     /// The service chosen for `driver` (e.g. `"v1.DRAPlugin"`), if a plugin is registered.
@@ -688,5 +653,40 @@ impl FakeKubelet {
     /// `ResourceHealthStatus` gate.
     pub async fn dra_health(&self, driver: &str) -> Result<DraHealthStream, tonic::Status> {
         dra::dra_health(&self.shared, driver).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_names_are_checked_like_the_kubelet() {
+        assert!(is_extended_resource_name("nvidia.com/gpu"));
+        assert!(is_extended_resource_name("nvidia.com/mig-1g.5gb"));
+        assert!(is_extended_resource_name("nvidia.com/gpu.shared"));
+        assert!(!is_extended_resource_name("gpu"));
+        assert!(!is_extended_resource_name("kubernetes.io/gpu"));
+        assert!(!is_extended_resource_name("requests.nvidia.com/gpu"));
+        assert!(!is_extended_resource_name("Nvidia.com/gpu"));
+        assert!(!is_extended_resource_name("nvidia.com/-gpu"));
+        assert!(!is_extended_resource_name(&format!(
+            "nvidia.com/{}",
+            "g".repeat(64)
+        )));
+    }
+
+    #[test]
+    fn start_up_clean_up_keeps_checkpoint_and_plain_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let _a = std::os::unix::net::UnixListener::bind(dir.path().join("a.sock")).unwrap();
+        let _c = std::os::unix::net::UnixListener::bind(dir.path().join(CHECKPOINT_NAME)).unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "x").unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        assert_eq!(remove_sockets(dir.path()).unwrap(), 1);
+        assert!(!dir.path().join("a.sock").exists());
+        assert!(dir.path().join(CHECKPOINT_NAME).exists());
+        assert!(dir.path().join("notes.txt").exists());
+        assert!(dir.path().join("sub").exists());
     }
 }
