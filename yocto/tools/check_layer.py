@@ -91,8 +91,9 @@ PROGRAM_PACKAGES = {
 TEST_ONLY_CRATES = {"edgegpu-testkit"}
 # Programs that run only inside the device-plugin image, never on a host the layer builds: the
 # labeller puts node labels on through the API server from the node-labeller DaemonSet and the
-# plugin pods' init container (docs/labels.md).
-IMAGE_ONLY_CRATES = {"edgegpu-labeller"}
+# plugin pods' init container (docs/labels.md); the DRA driver publishes ResourceSlices and reads
+# ResourceClaims through the API server from its DaemonSet (docs/dra.md).
+IMAGE_ONLY_CRATES = {"edgegpu-labeller", "edgegpu-dra"}
 AUTO_ENABLE_VALUES = {"enable", "disable", "mask", "preset"}
 EMAIL_RE = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
 SRCREV_RE = re.compile(r"^[0-9a-f]{40}$")
