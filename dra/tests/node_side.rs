@@ -34,7 +34,13 @@ fn gpu_args(args: &[&str]) -> GpuArgs {
 
 const POOL: &str = "node-a";
 
+/// Discovery loads the fake root's libnvidia-ml by its soname: two tests loading different
+/// fake NVMLs at once in this process would share whichever was loaded first, so discovery
+/// runs one test at a time (the library is closed again when discovery ends).
+static DISCOVERY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn inventory(host: &FakeHost, args: &[&str]) -> Inventory {
+    let _one_at_a_time = DISCOVERY.lock().unwrap_or_else(|p| p.into_inner());
     Inventory::discover(host.root(), &gpu_args(args), POOL).unwrap()
 }
 
