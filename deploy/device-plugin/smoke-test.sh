@@ -49,7 +49,8 @@ status=0
 chmod 0750 "$rootfs/var/lib/kubelet/device-plugins"
 here=$(cd "$(dirname "$0")" && pwd)
 timeout --preserve-status -s TERM 3 python3 "$here/run-confined.py" "$rootfs" /var/lib/kubelet/device-plugins -- \
-    /usr/bin/edgegpu-device-plugin --root=/host --discovery tegra --log-format json >"$log" 2>&1 || status=$?
+    /usr/bin/edgegpu-device-plugin --root=/host --discovery tegra --log-format json \
+    --ownership-dir=/var/lib/kubelet/device-plugins >"$log" 2>&1 || status=$?
 
 failed=0
 expect() {

@@ -175,7 +175,7 @@ impl Ownerships {
                     }
                 }
                 Err(e) => anyhow::bail!(
-                    "cannot lock {}: {e} (--ownership-dir must be a writable directory,                      shared with the other edgegpu programs of this node)",
+                    "cannot lock {}: {e} (--ownership-dir must be a writable directory shared with the other edgegpu programs of this node)",
                     dir.join(format!("{kind}.lock")).display()
                 ),
             }
