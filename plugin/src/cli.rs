@@ -123,7 +123,7 @@ pub struct Cli {
 /// The companion programs the plugin binary also is.
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum Command {
-    /// Run the MPS control daemons the device plugin asks for (`<mps-root>/daemons.json`):
+    /// Run the MPS control daemons the device plugin asks for (`<mps-root>/desired/daemons.json`):
     /// start the host's `nvidia-cuda-mps-control -f` for each MPS-shared resource with its
     /// default limits, restart it when it dies, stop it on SIGTERM, and report each in
     /// `<mps-root>/<resource>/status.json`. Runs beside the plugin (the Helm chart's
@@ -141,8 +141,8 @@ pub struct MpsDaemonArgs {
     #[arg(long, env = "HOST_ROOT", value_name = "DIR", default_value = "/")]
     pub root: PathBuf,
 
-    /// Where the daemons' pipe and log directories, the plugin's daemons.json and the shared
-    /// memory directory live (a host path, the same in every container).
+    /// Where the plugin's desired/daemons.json and each resource's pipe, log and shared
+    /// memory directories and status.json live (a host path, the same in every container).
     #[arg(long, env = "MPS_ROOT", value_name = "DIR", default_value = crate::config::DEFAULT_MPS_ROOT)]
     pub mps_root: PathBuf,
 
@@ -157,9 +157,9 @@ pub struct MpsDaemonArgs {
           value_name = "BOOL")]
     pub chroot: Option<bool>,
 
-    /// Give the daemon <mps-root>/shm as its /dev/shm in a private mount namespace: client
-    /// containers get the same directory as /dev/shm, and no one the host's. Needs
-    /// CAP_SYS_ADMIN. [default: true]
+    /// Give each resource's daemon <mps-root>/<resource>/shm as its /dev/shm, in a private
+    /// mount namespace: its client containers get the same directory as /dev/shm, and no
+    /// one the host's or another resource's. Needs CAP_SYS_ADMIN. [default: true]
     #[arg(long, env = "MPS_PRIVATE_SHM", num_args = 0..=1, require_equals = true,
           default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new(),
           value_name = "BOOL")]
@@ -172,6 +172,11 @@ pub struct MpsDaemonArgs {
 }
 
 impl MpsDaemonArgs {
+    /// Whether each daemon gets its resource's `shm/` as `/dev/shm`.
+    pub fn private_shm(&self) -> bool {
+        self.mps_private_shm.unwrap_or(true)
+    }
+
     /// Whether to chroot into --root.
     pub fn chroot(&self) -> bool {
         self.chroot

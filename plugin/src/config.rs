@@ -111,10 +111,10 @@ pub struct GpuArgs {
     pub shared_devices_allocation_policy: Option<AllocationPolicy>,
 
     /// With MPS (`sharing.mps`, or `sharing.gpuMemory` enforced by MPS): the directory of the
-    /// MPS control daemons' pipe and log directories, `<DIR>/<resource>/{pipe,log}`, and of
-    /// the shared-memory directory `<DIR>/shm`. The same path on the host, in the plugin, in
-    /// the daemon and in client containers (MPS needs it identical). [default:
-    /// /run/edgegpu/mps]
+    /// MPS control daemons' pipe, log and shared-memory directories,
+    /// `<DIR>/<resource>/{pipe,log,shm}`, and of the plugin's `<DIR>/desired/daemons.json`
+    /// (the plugin writes only there). The same path on the host, in the plugin, in the
+    /// daemon and in client containers (MPS needs it identical). [default: /run/edgegpu/mps]
     #[arg(long, env = "MPS_ROOT", value_name = "DIR")]
     pub mps_root: Option<PathBuf>,
 

@@ -32,6 +32,7 @@ pub mod mps;
 pub mod node;
 pub mod ownership;
 pub mod resource;
+pub mod resource_name;
 pub mod runtime;
 pub mod shutdown;
 
@@ -316,6 +317,7 @@ pub async fn run_mps_daemon(args: cli::MpsDaemonArgs) -> anyhow::Result<()> {
         mps_root: args.mps_root.clone(),
         binary,
         nvml,
+        private_shm: args.private_shm(),
     };
     mps::daemon::run(options, async move { signals.recv().await }).await
 }

@@ -12,13 +12,9 @@ fn main() -> ExitCode {
         }
         // Before any thread exists: a private mount namespace covers the whole process only
         // then.
-        let private_shm = args.mps_private_shm.unwrap_or(true);
-        if let Err(e) = edgegpu_plugin::mps::daemon::isolate(
-            &args.root,
-            &args.mps_root,
-            private_shm,
-            args.chroot(),
-        ) {
+        if let Err(e) =
+            edgegpu_plugin::mps::daemon::isolate(&args.root, args.private_shm(), args.chroot())
+        {
             tracing::error!("{e:#}");
             return ExitCode::FAILURE;
         }

@@ -366,8 +366,8 @@ async fn gpu_facts(
     .await?)
 }
 
-/// Tells the MPS companion which control daemons this node's resources need (its
-/// `daemons.json`). Written only where MPS is used or was used (to stop what is no longer
+/// Tells the MPS companion which control daemons this node's resources need
+/// (`<mps-root>/desired/daemons.json`). Written only where MPS is used or was used (to stop what is no longer
 /// wanted), so nodes without MPS never get the directory.
 async fn publish_mps_daemons(
     mps_root: &Path,
@@ -381,18 +381,18 @@ async fn publish_mps_daemons(
     };
     let mps_root = mps_root.to_path_buf();
     tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-        let exists = mps_root.join(mps::status::DESIRED_FILE).exists();
-        if desired.daemons.is_empty() && !exists {
+        let file = mps::status::desired_path(&mps_root);
+        if desired.daemons.is_empty() && !file.exists() {
             return Ok(());
         }
         let written = mps::status::write_desired(&mps_root, &desired).map_err(|e| {
             anyhow::anyhow!(
-                "cannot tell the MPS companion which daemons to run: writing {}: {e} (--mps-root must be writable by the plugin)",
-                mps_root.join(mps::status::DESIRED_FILE).display()
+                "cannot tell the MPS companion which daemons to run: writing {}: {e} (<mps-root>/desired must be writable by the plugin)",
+                file.display()
             )
         })?;
         if written {
-            tracing::info!(daemons = desired.daemons.len(), file = %mps_root.join(mps::status::DESIRED_FILE).display(), "MPS control daemons requested");
+            tracing::info!(daemons = desired.daemons.len(), file = %file.display(), "MPS control daemons requested");
         }
         Ok(())
     })

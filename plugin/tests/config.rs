@@ -211,6 +211,17 @@ const BAD: &[(&str, usize, &[&str])] = &[
         5,
         &["incorrect format for resource name 'nvidia.com/$invalid$'"],
     ),
+    // The whole name, prefix included: the MPS companion makes it a folder under its root.
+    (
+        "version: v1\nsharing:\n  mps:\n    resources:\n    - name: ../gpu\n      replicas: 2\n",
+        5,
+        &["incorrect format for resource name '../gpu': the prefix must be a DNS subdomain"],
+    ),
+    (
+        "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/../../etc\n      replicas: 2\n",
+        5,
+        &["incorrect format for resource name 'nvidia.com/../../etc'"],
+    ),
     (
         "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: gpu\n      replicas: 2\n      devices: [\"GPU-UUID\"]\n",
         7,

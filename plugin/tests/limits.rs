@@ -11,6 +11,8 @@ use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
 use gpu_common::{config_file, ids, Plugin};
 
 const MIB: u64 = 1 << 20;
+/// `nvidia.com/gpu`'s shared-memory directory under the MPS root: one per resource.
+const GPU_RESOURCE_SHM: &str = "nvidia.com/gpu/shm";
 
 /// `--mps-root` in a temporary directory (the flag's value and the directory).
 fn mps_root() -> (tempfile::TempDir, String) {
@@ -106,7 +108,7 @@ async fn orin_mps_replicas_wait_for_the_daemon_and_carry_their_limits() {
         [
             (pipe.display().to_string(), pipe.display().to_string()),
             (
-                root.path().join("shm").display().to_string(),
+                root.path().join(GPU_RESOURCE_SHM).display().to_string(),
                 "/dev/shm".to_string()
             ),
         ]

@@ -45,8 +45,11 @@ impl Companion {
         self.mps_root.join(resource).join("pipe")
     }
 
+    /// The status, if one can be read now (a test may have planted something there).
     fn status(&self, resource: &str) -> Option<status::Status> {
-        status::read(&self.mps_root.join(resource).join("status.json")).unwrap()
+        status::read(&self.mps_root.join(resource).join("status.json"))
+            .ok()
+            .flatten()
     }
 
     /// Waits until `resource`'s status satisfies `pred`.
@@ -389,9 +392,9 @@ async fn discrete_gpus_are_exclusive_to_the_mps_server_while_it_serves_them() {
     assert_eq!((host.compute_mode(0), host.compute_mode(1)), (0, 0));
 }
 
-/// In a container the companion chroots into the host and covers `/dev/shm` with
-/// `<mps-root>/shm` in its own mount namespace; needs root, and the static fake inside the
-/// root (no emulator there).
+/// In a container the companion chroots into the host and each daemon gets its resource's
+/// `<mps-root>/<resource>/shm` over `/dev/shm` in a mount namespace of its own; needs root,
+/// and the static fake inside the root (no emulator there).
 #[test]
 fn isolate_chroots_and_covers_dev_shm() {
     if !nix::unistd::Uid::effective().is_root()
@@ -447,18 +450,233 @@ fn isolate_chroots_and_covers_dev_shm() {
         );
         std::thread::sleep(Duration::from_millis(10));
     };
-    // The daemon's /dev/shm is <mps-root>/shm: the host's segment is not there.
+    // The daemon's /dev/shm is <mps-root>/<resource>/shm: the host's segment is not there.
     let pid = ready.pid.unwrap();
     let dev_shm = PathBuf::from(format!("/proc/{pid}/root/dev/shm"));
     assert!(dev_shm.is_dir());
     assert!(!dev_shm.join("host-segment").exists());
-    std::fs::write(host_root.join("shm/probe"), "x").unwrap();
+    std::fs::write(host_root.join(GPU).join("shm/probe"), "x").unwrap();
     assert!(
         dev_shm.join("probe").exists(),
-        "the daemon sees <mps-root>/shm as /dev/shm"
+        "the daemon sees <mps-root>/<resource>/shm as /dev/shm"
     );
+    // The companion's own /dev/shm stays the host's: only the daemon's is covered.
+    assert!(PathBuf::from(format!("/proc/{}/root/dev/shm/host-segment", child.id())).exists());
     // Paths inside are host paths: the pipe directory is the chroot's.
     assert!(mps::listening(&host_root.join(GPU).join("pipe")));
     terminate(child.id());
     assert!(child.wait().unwrap().success());
+}
+
+// The attacks of a pod with MPS access (it gets its resource's `pipe/` and `shm/`
+// read-write) and of the less privileged plugin (it writes `desired/`) on the privileged
+// companion: each fails against a companion that trusts the MPS root (docs/security.md).
+
+fn daemon(resource: &str, pct: u32) -> DaemonSettings {
+    DaemonSettings {
+        resource: resource.into(),
+        exclusive_gpus: vec![],
+        active_thread_percentage: Some(pct),
+        pinned_memory_limits: vec![],
+    }
+}
+
+fn ask_for(root: &Path, daemons: Vec<DaemonSettings>) {
+    status::write_desired(root, &Desired { daemons }).unwrap();
+}
+
+fn kill_daemon(pid: u32) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+}
+
+/// SIGTERM, then how long the companion took to exit (it must not hang).
+fn stop_within(mut companion: Companion, limit: Duration) -> Duration {
+    let t0 = Instant::now();
+    terminate(companion.child.id());
+    loop {
+        if let Some(status) = companion.child.try_wait().unwrap() {
+            assert!(status.success(), "{status}");
+            let took = t0.elapsed();
+            eprintln!("the companion exited {took:?} after SIGTERM");
+            return took;
+        }
+        assert!(
+            t0.elapsed() < limit,
+            "the companion ignored SIGTERM for {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_fifo_as_the_pid_file_freezes_nothing() {
+    let host = FakeHost::jetson(Board::Orin);
+    host.install_mps_control_runnable(mps::HOST_PATH);
+    let root = tempfile::tempdir().unwrap();
+    let companion = Companion::start(&host, root.path());
+    ask_for(root.path(), vec![daemon(GPU, 50)]);
+    let first = companion.wait_status(GPU, "ready", |s| s.state == State::Ready);
+    // The pod replaces the pid file with a FIFO; the daemon then dies (a crash, or a
+    // client's `quit`), so the companion looks for a previous daemon before restarting it.
+    let pid_file = companion.pipe(GPU).join(mps::PID_FILE);
+    std::fs::remove_file(&pid_file).unwrap();
+    nix::unistd::mkfifo(&pid_file, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+    kill_daemon(first.pid.unwrap());
+    let again = companion.wait_status(GPU, "restarted past the FIFO", |s| {
+        s.state == State::Ready && s.pid != first.pid
+    });
+    assert_eq!(again.restarts, 1);
+    // Another resource's daemon starts meanwhile: the companion's one thread is free.
+    ask_for(
+        root.path(),
+        vec![daemon(GPU, 50), daemon("nvidia.com/gpu-mem", 100)],
+    );
+    companion.wait_status("nvidia.com/gpu-mem", "second ready", |s| {
+        s.state == State::Ready
+    });
+    // And the pod does it again before SIGTERM: the companion still ends at once.
+    let pid_file = companion.pipe(GPU).join(mps::PID_FILE);
+    std::fs::remove_file(&pid_file).unwrap();
+    nix::unistd::mkfifo(&pid_file, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+    stop_within(companion, Duration::from_secs(5));
+}
+
+#[test]
+fn a_live_process_in_the_pid_file_is_not_waited_for() {
+    let host = FakeHost::jetson(Board::Orin);
+    host.install_mps_control_runnable(mps::HOST_PATH);
+    let root = tempfile::tempdir().unwrap();
+    let companion = Companion::start(&host, root.path());
+    ask_for(root.path(), vec![daemon(GPU, 50)]);
+    let first = companion.wait_status(GPU, "ready", |s| s.state == State::Ready);
+    // A live process that is no MPS control daemon: this test itself (on a host, `1`).
+    let pid_file = companion.pipe(GPU).join(mps::PID_FILE);
+    kill_daemon(first.pid.unwrap());
+    std::fs::write(&pid_file, format!("{}\n", std::process::id())).unwrap();
+    let again = companion.wait_status(GPU, "restarted, not waiting for the test", |s| {
+        s.state == State::Ready && s.pid != first.pid
+    });
+    assert_eq!(again.reason, None);
+    stop_within(companion, Duration::from_secs(5));
+}
+
+#[test]
+fn links_planted_in_the_mps_root_are_never_written_through() {
+    let host = FakeHost::jetson(Board::Orin);
+    host.install_mps_control_runnable(mps::HOST_PATH);
+    let root = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let victim = outside.path().join("victim");
+    std::fs::write(&victim, "a host file").unwrap();
+    let companion = Companion::start(&host, root.path());
+    // The old temporary name (`.status.json.<companion pid>`) and the status itself as links
+    // to a host file, before the companion writes its first status.
+    let folder = root.path().join(GPU);
+    std::fs::create_dir_all(&folder).unwrap();
+    std::os::unix::fs::symlink(
+        &victim,
+        folder.join(format!(".status.json.{}", companion.child.id())),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(&victim, folder.join("status.json")).unwrap();
+    // A resource folder that is a link to a folder outside the MPS root.
+    std::os::unix::fs::symlink(outside.path(), root.path().join("example.com")).unwrap();
+    ask_for(
+        root.path(),
+        vec![daemon(GPU, 50), daemon("example.com/gpu", 50)],
+    );
+    companion.wait_status(GPU, "ready", |s| s.state == State::Ready);
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "a host file");
+    assert!(
+        !folder.join("status.json").is_symlink(),
+        "replaced, not followed"
+    );
+    // Nothing made or written through the linked folder.
+    std::thread::sleep(Duration::from_millis(200));
+    let made: Vec<_> = std::fs::read_dir(outside.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(made, ["victim"], "written through the link: {made:?}");
+    stop_within(companion, Duration::from_secs(5));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "a host file");
+}
+
+#[test]
+fn a_hostile_list_of_daemons_is_refused_whole() {
+    let host = FakeHost::jetson(Board::Orin);
+    host.install_mps_control_runnable(mps::HOST_PATH);
+    let parent = tempfile::tempdir().unwrap();
+    let root = parent.path().join("mps");
+    std::fs::create_dir(&root).unwrap();
+    let companion = Companion::start(&host, &root);
+    ask_for(&root, vec![daemon(GPU, 50)]);
+    let ready = companion.wait_status(GPU, "ready", |s| s.state == State::Ready);
+
+    let injected = DaemonSettings {
+        pinned_memory_limits: vec![DeviceLimit {
+            ordinal: 0,
+            uuid: Some("GPU-1 1000M\ninjected_command".into()),
+            mib: 1000,
+        }],
+        ..daemon("nvidia.com/gpu-mem", 100)
+    };
+    let absolute = parent.path().join("abs").display().to_string();
+    let hostile: Vec<Vec<DaemonSettings>> = vec![
+        vec![daemon(GPU, 50), daemon("../escape", 50)],
+        vec![daemon(GPU, 50), daemon(&absolute, 50)],
+        vec![daemon(GPU, 50), injected],
+        (0..40)
+            .map(|i| daemon(&format!("nvidia.com/gpu-{i}"), 50))
+            .collect(),
+    ];
+    for daemons in hostile {
+        ask_for(&root, daemons);
+        // Refused whole: the running daemon stays as it was and nothing else starts.
+        std::thread::sleep(Duration::from_millis(300));
+        let now = companion.status(GPU).expect("the daemon keeps running");
+        assert_eq!((now.state, now.pid), (State::Ready, ready.pid));
+        assert!(!parent.path().join("escape").exists());
+        assert!(!parent.path().join("abs").exists());
+        assert!(!root.join("nvidia.com/gpu-mem").exists());
+        assert!(!root.join("nvidia.com/gpu-0").exists());
+    }
+    let commands = mps::commands(&companion.pipe(GPU));
+    assert!(
+        commands.iter().all(|c| !c.contains("injected")),
+        "{commands:?}"
+    );
+    stop_within(companion, Duration::from_secs(5));
+}
+
+#[test]
+fn gpus_the_node_does_not_have_are_refused() {
+    let gpus = FakeGpu::two_on_two_numa_nodes();
+    let host = FakeHost::discrete(&gpus);
+    host.install_mps_control_runnable(mps::HOST_PATH);
+    let root = tempfile::tempdir().unwrap();
+    let companion = Companion::start(&host, root.path());
+    let foreign = DaemonSettings {
+        exclusive_gpus: vec![
+            gpus[0].uuid.clone(),
+            "GPU-00000000-dead-beef-0000-000000000000".into(),
+        ],
+        ..daemon(GPU, 50)
+    };
+    ask_for(root.path(), vec![foreign]);
+    let refused = companion.wait_status(GPU, "refused", |s| s.state == State::Refused);
+    assert!(
+        refused
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("GPU-00000000-dead-beef-0000-000000000000 does not exist")),
+        "{refused:?}"
+    );
+    // No GPU changed its compute mode for it.
+    assert_eq!((host.compute_mode(0), host.compute_mode(1)), (0, 0));
+    stop_within(companion, Duration::from_secs(5));
 }

@@ -10,8 +10,6 @@ use super::yaml::{Node, Value};
 
 /// NVIDIA's resource-name prefix, added to names given without it.
 const RESOURCE_PREFIX: &str = "nvidia.com/";
-/// Longest fully qualified resource name (NVIDIA's `MaxResourceNameLength`).
-const MAX_RESOURCE_NAME: usize = 63;
 
 /// A config file that could not be used: names the file, the line/column and the key.
 #[derive(Debug, thiserror::Error)]
@@ -214,34 +212,10 @@ pub(super) fn resource_name(node: &Node, path: &str) -> Result<String, ConfigFil
     } else {
         format!("{RESOURCE_PREFIX}{raw}")
     };
-    if full.len() > MAX_RESOURCE_NAME {
-        return fail(
-            node,
-            format!("{path}: fully-qualified resource name must be {MAX_RESOURCE_NAME} characters or less: {full}"),
-        );
-    }
-    let (_, name) = full.split_once('/').unwrap_or(("", &full));
-    if !is_dns_subdomain(name) {
-        return fail(
-            node,
-            format!("{path}: incorrect format for resource name '{full}': the part after the prefix must be lower-case letters, digits, '-' and '.', starting and ending with a letter or digit"),
-        );
+    if let Err(why) = crate::resource_name::check(&full) {
+        return fail(node, format!("{path}: {why}"));
     }
     Ok(full)
-}
-
-/// RFC 1123 subdomain, as Kubernetes' `NameIsDNSSubdomain` checks it.
-fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s.split('.').all(|label| {
-            !label.is_empty()
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        })
 }
 
 /// A `devices` list entry NVIDIA accepts: GPU index, MIG index (`0:1`), GPU or MIG UUID.
@@ -306,16 +280,5 @@ mod tests {
         ] {
             assert!(!is_device_ref(bad), "{bad}");
         }
-    }
-
-    #[test]
-    fn dns_subdomains() {
-        assert!(is_dns_subdomain("gpu"));
-        assert!(is_dns_subdomain("gpu.shared"));
-        assert!(is_dns_subdomain("mig-1g.5gb"));
-        assert!(!is_dns_subdomain("$invalid$"));
-        assert!(!is_dns_subdomain("Gpu"));
-        assert!(!is_dns_subdomain("-gpu"));
-        assert!(!is_dns_subdomain("example.com/gpu"));
     }
 }

@@ -3,14 +3,31 @@
 //! binary with no arguments, the command on its standard input — the binary's documented
 //! user interface, and what NVIDIA's plugin does (`cmd/mps-control-daemon/mps/daemon.go`,
 //! `EchoPipeToControl`). Both find the daemon through `CUDA_MPS_PIPE_DIRECTORY`.
+//!
+//! With a private `/dev/shm`, each run of the binary starts in a mount namespace of its own
+//! in which the resource's `shm/` covers `/dev/shm`, so a daemon and the MPS servers it
+//! starts share memory with their own clients only.
 
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 
+use super::beneath::Dir;
 use super::MpsPaths;
+
+fn c_string(s: &str) -> CString {
+    CString::new(s).expect("no NUL byte")
+}
+
+/// The file the daemon writes its process ID to, in the pipe directory.
+pub const PID_FILE: &str = "nvidia-cuda-mps-control.pid";
 
 /// How long one command may take (the real daemon answers in milliseconds; a hung one must
 /// not hang the companion).
@@ -22,15 +39,51 @@ pub struct Control {
     binary: PathBuf,
     pipe: PathBuf,
     log: PathBuf,
+    /// The resource's `shm/`, held open, to cover `/dev/shm` with; `None`: the process's own.
+    shm: Option<Arc<Dir>>,
 }
 
 impl Control {
-    pub fn new(binary: &Path, paths: &MpsPaths) -> Control {
+    pub fn new(binary: &Path, paths: &MpsPaths, shm: Option<Arc<Dir>>) -> Control {
         Control {
             binary: binary.to_path_buf(),
             pipe: paths.pipe.clone(),
             log: paths.log.clone(),
+            shm,
         }
+    }
+
+    /// A command for the binary, in its own mount namespace with the resource's `shm/` over
+    /// `/dev/shm` where one is held.
+    fn command(&self) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new(&self.binary);
+        if let Some(shm) = &self.shm {
+            let shm_fd = shm.as_fd().as_raw_fd();
+            // Built before the fork: the child may only make system calls.
+            let (here, dev_shm, slash) = (c_string("."), c_string("/dev/shm"), c_string("/"));
+            // SAFETY: the closure runs in the forked child before exec and only makes the
+            // fchdir, unshare, mount and chdir system calls on strings allocated before the
+            // fork (no allocation, no lock); the descriptor is held open by `self.shm` for as
+            // long as the command exists and is inherited across the fork. The bind mount's
+            // source is reached through that descriptor (the working directory), never by
+            // a path someone could replace, and needs no /proc.
+            unsafe {
+                command.pre_exec(move || {
+                    nix::unistd::fchdir(shm_fd)?;
+                    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)?;
+                    nix::mount::mount(
+                        Some(here.as_c_str()),
+                        dev_shm.as_c_str(),
+                        None::<&std::ffi::CStr>,
+                        nix::mount::MsFlags::MS_BIND,
+                        None::<&std::ffi::CStr>,
+                    )?;
+                    nix::unistd::chdir(slash.as_c_str())?;
+                    Ok(())
+                });
+            }
+        }
+        command
     }
 
     /// The environment of the daemon and of every command: the pipe and log directories
@@ -45,7 +98,7 @@ impl Control {
 
     /// The daemon process, in the foreground, its output captured for our log.
     pub fn daemon(&self) -> tokio::process::Command {
-        let mut command = tokio::process::Command::new(&self.binary);
+        let mut command = self.command();
         command
             .arg("-f")
             .stdin(Stdio::null())
@@ -59,7 +112,13 @@ impl Control {
     /// Sends `command` and returns the daemon's answer (trimmed). An error names the command
     /// and what the binary said.
     pub async fn send(&self, command: &str) -> Result<String, String> {
-        let mut ui = tokio::process::Command::new(&self.binary);
+        // One line: what the daemon's settings carry was validated, and this keeps it so.
+        if command.chars().any(char::is_control) {
+            return Err(format!(
+                "refusing the control command {command:?}: it holds a control character"
+            ));
+        }
+        let mut ui = self.command();
         ui.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -15,7 +15,13 @@
 //! driver binaries, its process IDs); keeping it a separate container keeps the plugin
 //! unprivileged. Nothing here uses NVML device minor numbers (a Jetson has none): GPUs are
 //! named by CUDA ordinal and, where known, UUID.
+//!
+//! Who writes what under `--mps-root` (docs/security.md): the plugin only `desired/`; the
+//! companion the rest; client pods their resource's `pipe/` and `shm/`. The companion trusts
+//! none of what others can write there: it reaches every file through [`beneath`] and checks
+//! `daemons.json` ([`status::Desired::validate`]) before it acts on it.
 
+pub mod beneath;
 pub mod compute_mode;
 pub mod control;
 pub mod daemon;
@@ -25,6 +31,14 @@ pub mod support;
 pub mod watch;
 
 use std::path::{Path, PathBuf};
+
+/// The names inside a resource's directory.
+pub const PIPE_DIR: &str = "pipe";
+pub const LOG_DIR: &str = "log";
+pub const SHM_DIR: &str = "shm";
+pub const STATUS_FILE: &str = "status.json";
+/// The plugin's folder under the MPS root (`daemons.json`); the companion only reads it.
+pub const DESIRED_DIR: &str = "desired";
 
 /// Where one resource's MPS files live under `--mps-root`: the same paths in the companion,
 /// the plugin and client containers (MPS needs the pipe directory identical for the daemon
@@ -37,8 +51,9 @@ pub struct MpsPaths {
     pub log: PathBuf,
     /// `<root>/<resource>/status.json`: the companion's report.
     pub status: PathBuf,
-    /// `<root>/shm`: mounted as `/dev/shm` into the daemon and every client (MPS clients'
-    /// page-locked host memory lives there; NVIDIA's plugin shares one such directory too).
+    /// `<root>/<resource>/shm`: mounted as `/dev/shm` into the resource's daemon and every
+    /// client of it (MPS clients' page-locked host memory lives there); one per resource, so
+    /// a pod reaches no other resource's clients.
     pub shm: PathBuf,
 }
 
@@ -47,10 +62,10 @@ impl MpsPaths {
     pub fn new(mps_root: &Path, resource: &str) -> MpsPaths {
         let dir = mps_root.join(resource);
         MpsPaths {
-            pipe: dir.join("pipe"),
-            log: dir.join("log"),
-            status: dir.join("status.json"),
-            shm: mps_root.join("shm"),
+            pipe: dir.join(PIPE_DIR),
+            log: dir.join(LOG_DIR),
+            status: dir.join(STATUS_FILE),
+            shm: dir.join(SHM_DIR),
         }
     }
 
@@ -70,6 +85,6 @@ mod tests {
         assert_eq!(p.pipe, Path::new("/run/edgegpu/mps/nvidia.com/gpu/pipe"));
         assert_eq!(p.log, Path::new("/run/edgegpu/mps/nvidia.com/gpu/log"));
         assert_eq!(p.dir(), Path::new("/run/edgegpu/mps/nvidia.com/gpu"));
-        assert_eq!(p.shm, Path::new("/run/edgegpu/mps/shm"));
+        assert_eq!(p.shm, Path::new("/run/edgegpu/mps/nvidia.com/gpu/shm"));
     }
 }

@@ -107,6 +107,113 @@ impl DaemonSettings {
     }
 }
 
+/// Most GPUs (CUDA ordinals) one daemon's limits may name.
+const MAX_ORDINAL: u32 = 63;
+/// Largest memory limit a daemon may be given, in MiB (1 PiB: beyond every GPU's memory).
+const MAX_LIMIT_MIB: u64 = 1 << 30;
+
+/// A daemon's settings the companion refuses to act on (`daemons.json` is written by the
+/// less privileged plugin: each value below becomes a path or a line of a control command).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("MPS daemon for {resource:?}: {why}")]
+pub struct InvalidSettings {
+    pub resource: String,
+    pub why: String,
+}
+
+impl DaemonSettings {
+    /// Checks every field before the companion uses it: the resource name (a folder under
+    /// the MPS root), GPU identifiers (words of a control command), bounded numbers.
+    pub fn validate(&self) -> Result<(), InvalidSettings> {
+        let fail = |why: String| {
+            Err(InvalidSettings {
+                resource: self.resource.clone(),
+                why,
+            })
+        };
+        if let Err(why) = crate::resource_name::check(&self.resource) {
+            return fail(why);
+        }
+        if self.resource.split('/').next() == Some(super::DESIRED_DIR) {
+            return fail(format!(
+                "the folder {:?} under the MPS root is the plugin's",
+                super::DESIRED_DIR
+            ));
+        }
+        if let Some(pct) = self.active_thread_percentage {
+            if !(1..=100).contains(&pct) {
+                return fail(format!(
+                    "activeThreadPercentage must be from 1 to 100, not {pct}"
+                ));
+            }
+        }
+        for l in &self.pinned_memory_limits {
+            if l.ordinal > MAX_ORDINAL {
+                return fail(format!(
+                    "GPU ordinal {} is out of range (0-{MAX_ORDINAL})",
+                    l.ordinal
+                ));
+            }
+            if l.mib == 0 || l.mib > MAX_LIMIT_MIB {
+                return fail(format!(
+                    "memory limit {} MiB is out of range (1-{MAX_LIMIT_MIB})",
+                    l.mib
+                ));
+            }
+            if let Some(uuid) = &l.uuid {
+                if !is_device_uuid(uuid) {
+                    return fail(format!("{uuid:?} is not a GPU or MIG device UUID"));
+                }
+            }
+        }
+        if self.pinned_memory_limits.len() > MAX_ORDINAL as usize + 1 {
+            return fail("too many memory limits".into());
+        }
+        for uuid in &self.exclusive_gpus {
+            if !(uuid.starts_with("GPU-") && is_device_uuid(uuid)) {
+                return fail(format!(
+                    "{uuid:?} is not a GPU UUID (only whole GPUs change compute mode)"
+                ));
+            }
+        }
+        if self.exclusive_gpus.len() > MAX_ORDINAL as usize + 1 {
+            return fail("too many GPUs for EXCLUSIVE_PROCESS".into());
+        }
+        Ok(())
+    }
+
+    /// Every GPU or MIG UUID the settings name.
+    pub fn uuids(&self) -> impl Iterator<Item = &str> {
+        self.pinned_memory_limits
+            .iter()
+            .filter_map(|l| l.uuid.as_deref())
+            .chain(self.exclusive_gpus.iter().map(String::as_str))
+    }
+}
+
+/// NVML's device UUIDs: `GPU-<uuid>`, `MIG-<uuid>` (R470 on) and the older
+/// `MIG-GPU-<uuid>/<gi>/<ci>`; hex digits and dashes only, so no UUID can carry a second
+/// word or line into a control command.
+pub fn is_device_uuid(s: &str) -> bool {
+    let hex = |t: &str| {
+        !t.is_empty() && t.len() <= 64 && t.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
+    };
+    if let Some(rest) = s.strip_prefix("MIG-GPU-") {
+        let mut parts = rest.split('/');
+        let uuid = parts.next().unwrap_or_default();
+        let ids: Vec<&str> = parts.collect();
+        return hex(uuid)
+            && ids.len() == 2
+            && ids
+                .iter()
+                .all(|i| !i.is_empty() && i.len() <= 3 && i.bytes().all(|b| b.is_ascii_digit()));
+    }
+    match s.strip_prefix("GPU-").or_else(|| s.strip_prefix("MIG-")) {
+        Some(rest) => hex(rest),
+        None => false,
+    }
+}
+
 /// A value read back from the daemon, compared by value: the daemon answers a limit in the
 /// largest unit that keeps it whole (`4096M` set, `4G` answered; `1000M` stays) and a
 /// percentage with a decimal (`25.0`) — measured, driver 580.159.04.
@@ -312,6 +419,80 @@ mod tests {
         assert!(!Readback::Percentage(25).accepts("100.0"));
     }
 
+    fn settings(resource: &str) -> DaemonSettings {
+        DaemonSettings {
+            resource: resource.into(),
+            exclusive_gpus: vec!["GPU-8225d642-a9b1-8191-0d08-79221b703a12".into()],
+            active_thread_percentage: Some(50),
+            pinned_memory_limits: vec![DeviceLimit {
+                ordinal: 0,
+                uuid: Some("MIG-4cf8db2d-06c0-7d70-1a51-e59b25b2c16c".into()),
+                mib: 1024,
+            }],
+        }
+    }
+
+    #[test]
+    fn settings_that_would_escape_the_root_or_inject_a_command_are_refused() {
+        assert_eq!(settings("nvidia.com/gpu").validate(), Ok(()));
+        for resource in ["../x", "/abs", "nvidia.com/../../etc", "nvidia.com/a/b", ""] {
+            let e = settings(resource).validate().unwrap_err();
+            assert!(e.to_string().contains("resource name"), "{resource}: {e}");
+        }
+        let e = settings("desired/daemons.json").validate().unwrap_err();
+        assert!(e.why.contains("is the plugin's"), "{e}");
+        let mut s = settings("nvidia.com/gpu");
+        s.pinned_memory_limits[0].uuid =
+            Some("GPU-1\nset_default_active_thread_percentage 100".into());
+        assert!(s
+            .validate()
+            .unwrap_err()
+            .why
+            .contains("not a GPU or MIG device UUID"));
+        let mut s = settings("nvidia.com/gpu");
+        s.exclusive_gpus = vec!["MIG-4cf8db2d-06c0-7d70-1a51-e59b25b2c16c".into()];
+        assert!(s.validate().unwrap_err().why.contains("only whole GPUs"));
+        let mut s = settings("nvidia.com/gpu");
+        s.active_thread_percentage = Some(0);
+        assert!(s.validate().is_err());
+        let mut s = settings("nvidia.com/gpu");
+        s.pinned_memory_limits[0].ordinal = 64;
+        assert!(s.validate().is_err());
+        let mut s = settings("nvidia.com/gpu");
+        s.pinned_memory_limits[0].mib = 0;
+        assert!(s.validate().is_err());
+        assert_eq!(
+            settings("nvidia.com/gpu").uuids().collect::<Vec<_>>(),
+            [
+                "MIG-4cf8db2d-06c0-7d70-1a51-e59b25b2c16c",
+                "GPU-8225d642-a9b1-8191-0d08-79221b703a12"
+            ]
+        );
+    }
+
+    #[test]
+    fn device_uuids() {
+        for ok in [
+            "GPU-8225d642-a9b1-8191-0d08-79221b703a12",
+            "MIG-4cf8db2d-06c0-7d70-1a51-e59b25b2c16c",
+            "MIG-GPU-4cf8db2d-06c0-7d70-1a51-e59b25b2c16c/1/0",
+        ] {
+            assert!(is_device_uuid(ok), "{ok}");
+        }
+        for bad in [
+            "GPU-",
+            "GPU-x",
+            "GPU-1 2",
+            "GPU-1\n2",
+            "0",
+            "MIG-GPU-1/1",
+            "MIG-GPU-1/1/0/0",
+            "gpu-1",
+        ] {
+            assert!(!is_device_uuid(bad), "{bad}");
+        }
+    }
+
     #[test]
     fn client_variables_with_and_without_mps() {
         let paths = MpsPaths::new(Path::new("/run/edgegpu/mps"), "nvidia.com/gpu-mem");
@@ -334,7 +515,10 @@ mod tests {
         assert_eq!(env[LIMIT_ENFORCED_ENV], "true");
         assert!(!env.contains_key("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
         assert_eq!(setup.mounts()[1].container, Path::new("/dev/shm"));
-        assert_eq!(setup.mounts()[1].host, Path::new("/run/edgegpu/mps/shm"));
+        assert_eq!(
+            setup.mounts()[1].host,
+            Path::new("/run/edgegpu/mps/nvidia.com/gpu-mem/shm")
+        );
 
         setup.mps = None;
         setup.not_enforced = Some("no MPS on Jetson Nano".into());

@@ -1,17 +1,24 @@
 //! The two files the plugin and the companion exchange under `--mps-root`, each written
-//! atomically (a temporary file renamed over it, so a reader never sees half a file):
-//! - `daemons.json`, written by the plugin: the control daemons this node's config wants,
-//!   with their settings ([`Desired`]); the companion runs exactly those;
+//! atomically (a temporary file renamed over it, so a reader never sees half a file), each
+//! in a folder only its writer can write (docs/security.md):
+//! - `desired/daemons.json`, written by the plugin: the control daemons this node's config
+//!   wants, with their settings ([`Desired`]); the companion runs exactly those, once they
+//!   pass [`Desired::validate`];
 //! - `<resource>/status.json`, written by the companion: how one daemon is doing
 //!   ([`Status`]); the plugin advertises the resource's devices as healthy only while it says
 //!   `ready` with the settings the plugin asked for.
 
-use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::plan::DaemonSettings;
+use super::beneath::{self, Dir};
+use super::plan::{DaemonSettings, InvalidSettings};
+
+/// Largest `daemons.json` or `status.json` read (real ones are a few KiB).
+const MAX_FILE_BYTES: u64 = 256 * 1024;
+/// Most daemons one `daemons.json` may ask for (a node serves a handful of resources).
+pub const MAX_DAEMONS: usize = 32;
 
 /// The daemon's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,70 +51,134 @@ pub struct Status {
     pub settings: DaemonSettings,
 }
 
-/// The daemons the plugin wants, `<mps-root>/daemons.json`.
+/// The daemons the plugin wants, `<mps-root>/desired/daemons.json`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Desired {
     pub daemons: Vec<DaemonSettings>,
 }
 
-/// The name of the plugin's file under `--mps-root`.
+impl Desired {
+    /// What the companion checks before acting on the plugin's file: a bounded number of
+    /// daemons, each resource once, every daemon's settings valid.
+    pub fn validate(&self) -> Result<(), InvalidSettings> {
+        if self.daemons.len() > MAX_DAEMONS {
+            return Err(InvalidSettings {
+                resource: String::new(),
+                why: format!(
+                    "{} daemons asked for, at most {MAX_DAEMONS}",
+                    self.daemons.len()
+                ),
+            });
+        }
+        for (i, d) in self.daemons.iter().enumerate() {
+            d.validate()?;
+            if self.daemons[..i].iter().any(|o| o.resource == d.resource) {
+                return Err(InvalidSettings {
+                    resource: d.resource.clone(),
+                    why: "asked for twice".into(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+pub use super::DESIRED_DIR;
+/// The plugin's file in [`DESIRED_DIR`].
 pub const DESIRED_FILE: &str = "daemons.json";
 
-/// Writes `status` to `path` atomically. Blocking.
+/// `<mps_root>/desired/daemons.json`.
+pub fn desired_path(mps_root: &Path) -> PathBuf {
+    mps_root.join(DESIRED_DIR).join(DESIRED_FILE)
+}
+
+/// Writes `status` to `path` atomically, creating its folder (a trusted path: tests and
+/// tools; the companion writes through [`write_in`]). Blocking.
 pub fn write(path: &Path, status: &Status) -> std::io::Result<()> {
-    write_json(path, status)
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let dir = Dir::open(dir).map_err(std::io::Error::other)?;
+    write_in(&dir, status).map_err(std::io::Error::other)
+}
+
+/// Writes `status` as `status.json` in the resource's folder `dir`. Blocking.
+pub fn write_in(dir: &Dir, status: &Status) -> Result<(), beneath::BeneathError> {
+    dir.write_file(super::STATUS_FILE, &to_json(status))
 }
 
 /// Reads the status at `path`; `Ok(None)` when there is none (no companion yet). Blocking.
 pub fn read(path: &Path) -> Result<Option<Status>, String> {
-    read_json(path, "status file")
+    parse(
+        path,
+        beneath::read_file(path, MAX_FILE_BYTES),
+        "status file",
+    )
 }
 
-/// Writes the plugin's wishes to `<mps_root>/daemons.json`, unless they are already there
-/// (so a plugin restart does not touch the companion). Blocking.
+/// Writes the plugin's wishes to `<mps_root>/desired/daemons.json`, unless they are already
+/// there (so a plugin restart does not touch the companion). Blocking.
 pub fn write_desired(mps_root: &Path, desired: &Desired) -> std::io::Result<bool> {
-    let path = mps_root.join(DESIRED_FILE);
     if read_desired(mps_root).ok().flatten().as_ref() == Some(desired) {
         return Ok(false);
     }
-    write_json(&path, desired).map(|()| true)
+    let dir = mps_root.join(DESIRED_DIR);
+    std::fs::create_dir_all(&dir)?;
+    Dir::open(&dir)
+        .and_then(|d| d.write_file(DESIRED_FILE, &to_json(desired)))
+        .map_err(std::io::Error::other)?;
+    Ok(true)
 }
 
-/// Reads `<mps_root>/daemons.json`; `Ok(None)` when the plugin wrote none. Blocking.
+/// Reads `<mps_root>/desired/daemons.json`; `Ok(None)` when the plugin wrote none.
+/// Blocking.
 pub fn read_desired(mps_root: &Path) -> Result<Option<Desired>, String> {
-    read_json(&mps_root.join(DESIRED_FILE), "list of MPS daemons")
+    let path = desired_path(mps_root);
+    parse(
+        &path,
+        beneath::read_file(&path, MAX_FILE_BYTES),
+        "list of MPS daemons",
+    )
 }
 
-fn write_json<T: Serialize>(path: &Path, value: &T) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let tmp = dir.join(format!(".{name}.{}", std::process::id()));
-    let mut file = std::fs::File::create(&tmp)?;
-    file.write_all(&serde_json::to_vec_pretty(value).map_err(std::io::Error::other)?)?;
-    file.write_all(b"\n")?;
-    file.sync_all()?;
-    drop(file);
-    std::fs::rename(&tmp, path)
+/// The companion's read of the plugin's file: beneath the MPS root it holds open, never
+/// through a link, bounded, never blocking; `Ok(None)` when there is none. Not validated
+/// ([`Desired::validate`]). Blocking.
+pub fn read_desired_in(root: &Dir) -> Result<Option<Desired>, String> {
+    let path = root.path().join(DESIRED_DIR).join(DESIRED_FILE);
+    let bytes = match root.open_dir(DESIRED_DIR) {
+        Ok(Some(dir)) => dir.read_file(DESIRED_FILE, MAX_FILE_BYTES),
+        Ok(None) => Ok(None),
+        Err(e) => Err(e),
+    };
+    parse(&path, bytes, "list of MPS daemons")
 }
 
-fn read_json<T: for<'de> Deserialize<'de>>(path: &Path, what: &str) -> Result<Option<T>, String> {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+fn to_json<T: Serialize>(value: &T) -> Vec<u8> {
+    let mut bytes = serde_json::to_vec_pretty(value).expect("plain data serializes");
+    bytes.push(b'\n');
+    bytes
+}
+
+fn parse<T: for<'de> Deserialize<'de>>(
+    path: &Path,
+    bytes: Result<Option<Vec<u8>>, beneath::BeneathError>,
+    what: &str,
+) -> Result<Option<T>, String> {
+    let bytes = match bytes {
+        Ok(Some(b)) => b,
+        Ok(None) => return Ok(None),
+        Err(e) => return Err(format!("cannot read {e}")),
     };
     serde_json::from_slice(&bytes)
         .map(Some)
         .map_err(|e| format!("{}: not a {what}: {e}", path.display()))
 }
 
-/// Removes the status at `path` (the daemon is gone); a missing file is fine. Blocking.
-pub fn remove(path: &Path) {
-    if let Err(e) = std::fs::remove_file(path) {
-        if e.kind() != std::io::ErrorKind::NotFound {
-            tracing::warn!("cannot remove {}: {e}", path.display());
-        }
+/// Removes `status.json` from the resource's folder `dir` (the daemon is gone); a missing
+/// file is fine. Blocking.
+pub fn remove_in(dir: &Dir) {
+    if let Err(e) = dir.remove_file(super::STATUS_FILE) {
+        tracing::warn!("cannot remove the status: {e}");
     }
 }
 
@@ -148,8 +219,79 @@ mod tests {
             "unchanged: not rewritten"
         );
         assert_eq!(read_desired(dir.path()).unwrap(), Some(desired));
-        remove(&path);
-        remove(&path);
+        let dir = Dir::open(path.parent().unwrap()).unwrap();
+        remove_in(&dir);
+        remove_in(&dir);
         assert_eq!(read(&path).unwrap(), None);
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "no temporary file left"
+        );
+        assert!(desired_path(dir.path()).ends_with("desired/daemons.json"));
+    }
+
+    fn daemon(resource: &str) -> DaemonSettings {
+        DaemonSettings {
+            resource: resource.into(),
+            exclusive_gpus: vec![],
+            active_thread_percentage: Some(50),
+            pinned_memory_limits: vec![],
+        }
+    }
+
+    #[test]
+    fn the_plugins_file_is_bounded_and_checked() {
+        let ok = Desired {
+            daemons: vec![daemon("nvidia.com/gpu"), daemon("nvidia.com/gpu-mem")],
+        };
+        assert_eq!(ok.validate(), Ok(()));
+        let twice = Desired {
+            daemons: vec![daemon("nvidia.com/gpu"), daemon("nvidia.com/gpu")],
+        };
+        assert!(twice.validate().unwrap_err().why.contains("twice"));
+        let many = Desired {
+            daemons: (0..=MAX_DAEMONS)
+                .map(|i| daemon(&format!("nvidia.com/gpu-{i}")))
+                .collect(),
+        };
+        assert!(many.validate().unwrap_err().why.contains("at most 32"));
+        let escape = Desired {
+            daemons: vec![daemon("../x")],
+        };
+        assert!(escape.validate().is_err());
+    }
+
+    #[test]
+    fn the_companion_reads_the_plugins_file_only_as_a_plain_file_beneath_its_root() {
+        let root = tempfile::tempdir().unwrap();
+        let held = Dir::open(root.path()).unwrap();
+        assert_eq!(read_desired_in(&held).unwrap(), None);
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join(DESIRED_FILE), "{\"daemons\": []}").unwrap();
+        // A linked folder or file is refused, not followed.
+        std::os::unix::fs::symlink(outside.path(), root.path().join(DESIRED_DIR)).unwrap();
+        let e = read_desired_in(&held).unwrap_err();
+        assert!(e.contains("symbolic link"), "{e}");
+        std::fs::remove_file(root.path().join(DESIRED_DIR)).unwrap();
+        std::fs::create_dir(root.path().join(DESIRED_DIR)).unwrap();
+        std::os::unix::fs::symlink(outside.path().join(DESIRED_FILE), desired_path(root.path()))
+            .unwrap();
+        assert!(read_desired_in(&held)
+            .unwrap_err()
+            .contains("symbolic link"));
+        std::fs::remove_file(desired_path(root.path())).unwrap();
+        // A FIFO is refused at once; an oversized file is not read.
+        nix::unistd::mkfifo(
+            &desired_path(root.path()),
+            nix::sys::stat::Mode::from_bits_truncate(0o644),
+        )
+        .unwrap();
+        assert!(read_desired_in(&held).unwrap_err().contains("FIFO"));
+        std::fs::remove_file(desired_path(root.path())).unwrap();
+        std::fs::write(desired_path(root.path()), vec![b' '; 300 * 1024]).unwrap();
+        assert!(read_desired_in(&held).unwrap_err().contains("larger than"));
+        write_desired(root.path(), &Desired::default()).unwrap();
+        assert_eq!(read_desired_in(&held).unwrap(), Some(Desired::default()));
     }
 }
