@@ -202,6 +202,25 @@ def mounts(container):
     return {m["mountPath"]: (m["name"], bool(m.get("readOnly"))) for m in container.get("volumeMounts") or []}
 
 
+def writable(container, path):
+    """Whether CONTAINER may write PATH (a path in the container): the deepest mount at or above
+    it decides (the runtime mounts parents first: containerd's WithMounts sorts them by depth),
+    else the container's own root filesystem."""
+    covering = [m for m in container.get("volumeMounts") or []
+                if path == m["mountPath"] or path.startswith(m["mountPath"].rstrip("/") + "/")]
+    if not covering:
+        return not (container.get("securityContext") or {}).get("readOnlyRootFilesystem")
+    return not max(covering, key=lambda m: len(m["mountPath"])).get("readOnly")
+
+
+def writable_host_paths(ds, container, root):
+    """The host paths at or inside ROOT that CONTAINER of DaemonSet DS mounts read-write."""
+    paths = host_paths(ds)
+    return sorted(paths[m["name"]][0] for m in container.get("volumeMounts") or []
+                  if m["name"] in paths and not m.get("readOnly")
+                  and (paths[m["name"]][0] == root or paths[m["name"]][0].startswith(root + "/")))
+
+
 def host_paths(ds):
     """A pod's hostPath volumes by name: (path, type)."""
     return {v["name"]: (v["hostPath"]["path"], v["hostPath"].get("type")) for v in pod(ds)["volumes"] if "hostPath" in v}
@@ -431,10 +450,12 @@ class Matrix(unittest.TestCase):
         self.assertEqual(companion["resources"], {"requests": {"cpu": "10m", "memory": "64Mi"}})
         self.assertEqual(companion["volumeMounts"], [
             {"name": "host-root", "mountPath": "/host", "readOnly": True, "mountPropagation": "HostToContainer"},
-            {"name": "mps-root", "mountPath": "/host/run/edgegpu/mps"}])
+            {"name": "mps-root", "mountPath": "/host/run/edgegpu/mps"},
+            {"name": "mps-desired", "mountPath": "/host/run/edgegpu/mps/desired", "readOnly": True}])
         self.assertEqual(spec["volumes"], [
             {"name": "host-root", "hostPath": {"path": "/", "type": "Directory"}},
-            {"name": "mps-root", "hostPath": {"path": "/run/edgegpu/mps", "type": "DirectoryOrCreate"}}])
+            {"name": "mps-root", "hostPath": {"path": "/run/edgegpu/mps", "type": "DirectoryOrCreate"}},
+            {"name": "mps-desired", "hostPath": {"path": "/run/edgegpu/mps/desired", "type": "DirectoryOrCreate"}}])
         # Exactly where a plugin runs: the two plugins' node selector terms.
         terms = [term for ds in plugins(docs).values()
                  for term in pod(ds)["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
@@ -448,12 +469,17 @@ class Matrix(unittest.TestCase):
             self.assertEqual(plugin_spec["terminationGracePeriodSeconds"], 10)
             plugin = plugin_spec["containers"][0]
             self.assertEqual(env(plugin)["MPS_ROOT"], "/run/edgegpu/mps")
-            self.assertIn({"name": "mps-root", "mountPath": "/run/edgegpu/mps"}, plugin["volumeMounts"])
+            self.assertIn({"name": "mps-root", "mountPath": "/run/edgegpu/mps", "readOnly": True},
+                          plugin["volumeMounts"])
+            self.assertIn({"name": "mps-desired", "mountPath": "/run/edgegpu/mps/desired"}, plugin["volumeMounts"])
             self.assertIn({"name": "mps-root", "hostPath": {"path": "/run/edgegpu/mps", "type": "DirectoryOrCreate"}},
+                          plugin_spec["volumes"])
+            self.assertIn({"name": "mps-desired",
+                           "hostPath": {"path": "/run/edgegpu/mps/desired", "type": "DirectoryOrCreate"}},
                           plugin_spec["volumes"])
             self.assertEqual(plugin["securityContext"]["capabilities"], {"drop": ["ALL"]})
             labeller, = plugin_spec["initContainers"]
-            self.assertNotIn("mps-root", [m["name"] for m in labeller["volumeMounts"]])
+            self.assertFalse({"mps-root", "mps-desired"} & {m["name"] for m in labeller["volumeMounts"]})
         # Off (the default): nothing of it anywhere.
         rendered = yaml.safe_dump_all(render({}))
         self.assertNotIn("mps", rendered.lower())
@@ -497,15 +523,61 @@ class Matrix(unittest.TestCase):
         companion, = spec["containers"]
         self.assertEqual(env(companion), {"MPS_ROOT": "/var/run/gpu-mps",
                                           "MPS_CONTROL_BINARY": "/usr/local/cuda-12.6/bin/nvidia-cuda-mps-control"})
-        self.assertEqual(companion["volumeMounts"][1], {"name": "mps-root", "mountPath": "/host/var/run/gpu-mps"})
+        self.assertEqual(companion["volumeMounts"][1:], [
+            {"name": "mps-root", "mountPath": "/host/var/run/gpu-mps"},
+            {"name": "mps-desired", "mountPath": "/host/var/run/gpu-mps/desired", "readOnly": True}])
         self.assertEqual(companion["resources"]["limits"], {"memory": "1Gi"})
         jetson = plugins(docs)["edgegpu-device-plugin-jetson"]
         self.assertEqual(spec["affinity"], pod(jetson)["affinity"])
         self.assertEqual(pod(jetson)["nodeSelector"], {"example.com/pool": "edge"})
-        self.assertIn({"name": "mps-root", "mountPath": "/var/run/gpu-mps"}, pod(jetson)["containers"][0]["volumeMounts"])
+        self.assertIn({"name": "mps-root", "mountPath": "/var/run/gpu-mps", "readOnly": True},
+                      pod(jetson)["containers"][0]["volumeMounts"])
+        self.assertIn({"name": "mps-desired", "mountPath": "/var/run/gpu-mps/desired"},
+                      pod(jetson)["containers"][0]["volumeMounts"])
         # No plugin, no companion (and no check failing on a missing one).
         self.assertEqual(of_kind(render({"mps": {"enabled": True}, "devicePlugin": {"enabled": False}}), "DaemonSet")
                          .keys(), {"edgegpu-node-labeller"})
+
+    def test_mps_plugin_and_companion_write_apart(self):
+        """Under mps.root the plugin writes desired/ (daemons.json) alone and the companion
+        everything but desired/ (each resource's pipe, log, shm, status.json): a mount of the
+        directory's parent (the plugin's and the DRA driver's /run/edgegpu) is covered too."""
+        for root in ("/run/edgegpu/mps", "/var/run/gpu-mps"):
+            values = {"mps": {"enabled": True, "root": root}, "dra": {"enabled": True}}
+            docs = self.render_checked(values)
+            ours = [f"{root}/nvidia.com/gpu/status.json", f"{root}/nvidia.com/gpu/pipe/control",
+                    f"{root}/nvidia.com/gpu/shm/x", f"{root}/x"]
+            for name, ds in plugins(docs).items():
+                plugin, labeller = pod(ds)["containers"][0], pod(ds)["initContainers"][0]
+                with self.subTest(root=root, daemonset=name):
+                    self.assertIs(writable(plugin, f"{root}/desired/daemons.json"), True)
+                    for path in ours:
+                        self.assertIs(writable(plugin, path), False, path)
+                    # The host paths inside the directory that it mounts read-write.
+                    self.assertEqual(writable_host_paths(ds, plugin, root), [f"{root}/desired"])
+                    self.assertEqual(writable_host_paths(ds, labeller, root), [])
+            companion = of_kind(docs, "DaemonSet")["edgegpu-mps-control-daemon"]
+            container, = pod(companion)["containers"]
+            with self.subTest(root=root, daemonset="companion"):
+                self.assertIs(writable(container, f"/host{root}/desired/daemons.json"), False)
+                self.assertIs(writable(container, f"/host{root}/desired"), False)
+                for path in ours:
+                    self.assertIs(writable(container, "/host" + path), True, path)
+                self.assertEqual(writable_host_paths(companion, container, root), [root])
+            for name, ds in dra_drivers(docs).items():
+                driver, = pod(ds)["containers"]
+                with self.subTest(root=root, daemonset=name):
+                    for path in ours + [f"{root}/desired/daemons.json"]:
+                        self.assertIs(writable(driver, path), False, path)
+                    self.assertEqual(writable_host_paths(ds, driver, root), [])
+        # check_policy wants that cover where /run/edgegpu holds the directory.
+        docs = [d for d in render({"mps": {"enabled": True}, "dra": {"enabled": True}}) if d["kind"] != "Job"]
+        driver = pod(dra_drivers(docs)["edgegpu-dra-driver-jetson"])["containers"][0]
+        driver["volumeMounts"] = [m for m in driver["volumeMounts"] if m["name"] != "mps-root"]
+        problems = check_policy.check_objects(REPO, docs, {}, "test", configmap_required=False)
+        self.assertIn("DaemonSet edgegpu-dra-driver-jetson container dra-driver: the MPS directory /run/edgegpu/mps "
+                      "is inside a directory the driver mounts read-write: mount it readOnly over it, at the same "
+                      "path", problems)
 
     def test_mps_configs_the_plugin_accepts(self):
         entries = [
@@ -554,6 +626,8 @@ class Matrix(unittest.TestCase):
                 lambda spec: (spec["volumes"].append({"name": "etc", "hostPath": {"path": "/etc", "type": "Directory"}}),
                               spec["containers"][0]["volumeMounts"].append({"name": "etc", "mountPath": "/host-etc"})),
                 lambda spec: spec["containers"][0]["volumeMounts"][1].update(readOnly=True),
+                lambda spec: spec["containers"][0]["volumeMounts"][2].pop("readOnly"),
+                lambda spec: spec["containers"][0]["volumeMounts"].pop(2),
                 lambda spec: spec["containers"][0]["volumeMounts"][0].pop("readOnly")):
             problems = problems_with(change)
             self.assertTrue(any(p.startswith(f"{where} container mps-control-daemon: host mounts ") for p in problems),
@@ -572,10 +646,20 @@ class Matrix(unittest.TestCase):
         problems = problems_with(lambda spec: None, lambda spec: spec.update(hostPID=True))
         self.assertIn("DaemonSet edgegpu-device-plugin-jetson: hostPID must not be set (only the Helm value "
                       "metrics.podGpuMemory.hostPID sets it, on the discrete DaemonSet)", problems)
+        where = "DaemonSet edgegpu-device-plugin-jetson container device-plugin"
         problems = problems_with(lambda spec: None, lambda spec: next(
-            m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "mps-root").update(readOnly=True))
-        self.assertIn("DaemonSet edgegpu-device-plugin-jetson container device-plugin: the MPS directory "
-                      "/run/edgegpu/mps (MPS_ROOT) must be mounted read-write at the same path", problems)
+            m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "mps-root").pop("readOnly"))
+        self.assertIn(f"{where}: the MPS directory /run/edgegpu/mps (MPS_ROOT) must be mounted readOnly at the "
+                      "same path (the plugin writes only its desired/ directory; the rest is the companion's)",
+                      problems)
+        problems = problems_with(lambda spec: None, lambda spec: next(
+            m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "mps-desired").update(readOnly=True))
+        self.assertIn(f"{where}: /run/edgegpu/mps/desired must be mounted read-write at the same path (the plugin "
+                      "writes daemons.json there)", problems)
+        problems = problems_with(lambda spec: None, lambda spec: spec["containers"][0].update(volumeMounts=[
+            m for m in spec["containers"][0]["volumeMounts"] if m["name"] != "mps-desired"]))
+        self.assertIn(f"{where}: MPS_ROOT is /run/edgegpu/mps, but /run/edgegpu/mps/desired is not mounted (the "
+                      "plugin writes daemons.json there)", problems)
         plugin_sets = [d for d in docs if d["kind"] == "DaemonSet" and d["metadata"]["name"] != name]
         problems = check_policy.check_objects(REPO, plugin_sets + rbac, {}, "test", configmap_required=False,
                                               runtime_class=False)
@@ -1013,6 +1097,46 @@ class AdmissionPolicy(unittest.TestCase):
         self.assertIsNone(admits(policy, "system:serviceaccount:kube-system:r1-edgegpu-node-labeller",
                                  on_n1, old, tainted))
 
+    def test_cel_allows_nothing_of_the_metadata_but_labels(self):
+        """The labeller sends one JSON merge patch of metadata.labels (apiclient patch_node_labels):
+        an owner reference, a finalizer or an annotation from its account is not its own."""
+        policy = of_kind(render({}, release="r1", namespace="gpu", extra=VAP_CLUSTER),
+                         "ValidatingAdmissionPolicy")["r1-edgegpu-node-labeller"]
+        me = "system:serviceaccount:gpu:r1-edgegpu-node-labeller"
+        on_n1 = {"authentication.kubernetes.io/node-name": ["n1"]}
+        only_metadata = "the node labeller may change nothing of a Node's metadata but its labels"
+        old = {"metadata": {"name": "n1", "uid": "u1", "resourceVersion": "7",
+                            "labels": {"kubernetes.io/hostname": "n1", "nvidia.com/gpu.count": "1"},
+                            "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
+                            "managedFields": [{"manager": "k3s", "operation": "Update"}]},
+               "spec": {"podCIDR": "10.0.0.0/24"}}
+        # Its own patch, as the API server hands it to admission: the labels changed, and the
+        # field manager's record of the patch (managedFields).
+        ours = copy.deepcopy(old)
+        ours["metadata"]["labels"].update({"nvidia.com/gpu.count": "2", "edgegpu.io/gpu": "jetson"})
+        ours["metadata"]["managedFields"].append({"manager": "edgegpu-labeller", "operation": "Update"})
+        self.assertEqual(admits(policy, me, on_n1, old, ours), [])
+
+        def changed(change):
+            new = copy.deepcopy(ours)
+            change(new["metadata"])
+            return admits(policy, me, on_n1, old, new)
+
+        owner = {"apiVersion": "v1", "kind": "Pod", "name": "x", "uid": "u2", "controller": True}
+        for what, change in (
+                ("an owner reference", lambda m: m.update(ownerReferences=[owner])),
+                ("a finalizer", lambda m: m.update(finalizers=["example.com/hold"])),
+                ("an annotation added", lambda m: m["annotations"].update({"example.com/x": "1"})),
+                ("an annotation changed", lambda m: m["annotations"].update({"node.alpha.kubernetes.io/ttl": "9"})),
+                ("the annotations removed", lambda m: m.pop("annotations")),
+                ("an annotation under nvidia.com/", lambda m: m["annotations"].update({"nvidia.com/x": "1"}))):
+            with self.subTest(what=what):
+                self.assertEqual(changed(change), [only_metadata])
+        # Removing what was there is a change too.
+        with_owner = copy.deepcopy(old)
+        with_owner["metadata"]["ownerReferences"] = [owner]
+        self.assertEqual(admits(policy, me, on_n1, with_owner, ours), [only_metadata])
+
 
 def decide(policy, obj, operation="CREATE"):
     """What the API server decides for OBJECT under POLICY (matchConstraints aside): None when a
@@ -1105,6 +1229,72 @@ class MpsAdmissionPolicy(unittest.TestCase):
                 self.assertEqual(len(messages), 1)
                 self.assertIn(f"container warmup sets {name} itself", messages[0])
 
+    def test_cel_refuses_env_from_that_could_set_limits(self):
+        """envFrom replaces the plugin's variables as env does: the kubelet's
+        makeEnvironmentVariables takes a ConfigMap's or Secret's keys (prefix + key) before env,
+        and GenerateRunContainerOptions puts both after the device manager's variables
+        (pkg/kubelet/kubelet_pods.go). The keys are not in the pod spec, so any envFrom whose
+        names could start with CUDA_MPS_ or EDGEGPU_GPU_MEMORY_LIMIT is refused."""
+        policy = of_kind(render({"mps": {"enabled": True}}, extra=VAP_CLUSTER),
+                         "ValidatingAdmissionPolicy")["edgegpu-mps-limits"]
+        units = {"limits": {"nvidia.com/gpu-mem": 4}}
+        replica = {"requests": {"nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 1}}
+        settings = {"configMapRef": {"name": "settings"}}
+        secret = {"secretRef": {"name": "creds", "optional": True}}
+        advice = "give the envFrom a prefix such as APP_ or list the variables in env"
+
+        def pod_with(containers, init=None):
+            spec = {"containers": containers}
+            if init is not None:
+                spec["initContainers"] = init
+            return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
+
+        def decision(obj):
+            result = decide(policy, obj)
+            self.assertIsNotNone(result)
+            return result
+
+        # No prefix, an empty one, one a stem starts with, one that starts with a stem.
+        for env_from, source in (
+                ([settings], "ConfigMap settings without a prefix"),
+                ([secret], "Secret creds without a prefix"),
+                ([{**settings, "prefix": ""}], "ConfigMap settings without a prefix"),
+                ([{**settings, "prefix": "CUDA_MPS_"}], "ConfigMap settings with the prefix CUDA_MPS_"),
+                ([{**settings, "prefix": "CUDA_MPS_PINNED_"}], "ConfigMap settings with the prefix CUDA_MPS_PINNED_"),
+                ([{**settings, "prefix": "CUDA_"}], "ConfigMap settings with the prefix CUDA_"),
+                ([{**secret, "prefix": "C"}], "Secret creds with the prefix C"),
+                ([{**secret, "prefix": "EDGEGPU_GPU_"}], "Secret creds with the prefix EDGEGPU_GPU_"),
+                ([{**settings, "prefix": "EDGEGPU_GPU_MEMORY_LIMIT_"}],
+                 "ConfigMap settings with the prefix EDGEGPU_GPU_MEMORY_LIMIT_"),
+                ([{**settings, "prefix": "APP_"}, secret], "Secret creds without a prefix")):
+            with self.subTest(env_from=env_from):
+                messages = decision(pod_with([{"name": "sidecar", "envFrom": [settings]},
+                                              {"name": "app", "resources": units, "envFrom": env_from}]))
+                self.assertEqual(len(messages), 1, messages)
+                self.assertTrue(messages[0].startswith(f"container app takes variables from {source}: "), messages[0])
+                self.assertTrue(messages[0].endswith(advice), messages[0])
+                # An init container that asks for a device, the same.
+                messages = decision(pod_with([{"name": "app"}],
+                                             init=[{"name": "warmup", "resources": replica, "envFrom": env_from}]))
+                self.assertEqual(len(messages), 1, messages)
+                self.assertTrue(messages[0].startswith(f"container warmup takes variables from {source}: "),
+                                messages[0])
+        # Prefixes no such name can have, and envFrom in containers without a device.
+        for env_from in ([{**settings, "prefix": "APP_"}], [{**secret, "prefix": "CUDA_APP_"}],
+                         [{**settings, "prefix": "EDGEGPU_APP_"}, {**secret, "prefix": "MPS_"}]):
+            with self.subTest(env_from=env_from):
+                self.assertEqual(decision(pod_with([{"name": "app", "resources": units, "envFrom": env_from}],
+                                                   init=[{"name": "warmup", "resources": replica,
+                                                          "envFrom": env_from}])), [])
+        self.assertEqual(decision(pod_with([{"name": "app", "resources": {"limits": {"cpu": "1"}},
+                                             "envFrom": [settings, secret]},
+                                            {"name": "gpu", "resources": replica}],
+                                           init=[{"name": "setup", "envFrom": [settings]}])), [])
+        # Both at once: each validation says its own.
+        messages = decision(pod_with([{"name": "app", "resources": units, "envFrom": [settings],
+                                       "env": [{"name": "CUDA_MPS_PIPE_DIRECTORY", "value": "/tmp"}]}]))
+        self.assertEqual(len(messages), 2, messages)
+
 
 class InstallTable(unittest.TestCase):
     """docs/helm.md's "What the chart installs" names every object the chart can render."""
@@ -1188,6 +1378,27 @@ class Dashboard(unittest.TestCase):
 DRA_ON = {"dra": {"enabled": True}}
 # A cluster that serves resource.k8s.io/v1 and ValidatingAdmissionPolicy v1 (Kubernetes 1.34+).
 DRA_CLUSTER = ("--kube-version", "1.34.0", "--api-versions", "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy")
+
+
+def decide_write(policy, username, extra, operation, old, new):
+    """What the API server decides for an OPERATION by USERNAME (token extras EXTRA) that turns
+    OLD into NEW (None: absent) under POLICY: None when a match condition excludes it, else the
+    messages of the failed validations ([] = admitted). CEL by cel-python."""
+    env = celpy.Environment()
+    user = {"username": username, **({"extra": extra} if extra is not None else {})}
+    activation = {k: celpy.json_to_cel(v) for k, v in
+                  {"request": {"userInfo": user, "operation": operation}, "object": new, "oldObject": old}.items()}
+    holds = lambda e: bool(env.program(env.compile(e)).evaluate(activation))  # noqa: E731
+    if not all(holds(c["expression"]) for c in policy["spec"]["matchConditions"]):
+        return None
+    # The policy's variables, each seeing those before it (as the API server evaluates them).
+    variables = {}
+    for variable in policy["spec"].get("variables") or []:
+        activation["variables"] = celpy.celtypes.MapType(variables)
+        value = env.program(env.compile(variable["expression"])).evaluate(activation)
+        variables[celpy.celtypes.StringType(variable["name"])] = value
+    activation["variables"] = celpy.celtypes.MapType(variables)
+    return [v["message"] for v in policy["spec"]["validations"] if not holds(v["expression"])]
 
 
 def dra_drivers(docs):
@@ -1340,10 +1551,13 @@ class Dra(unittest.TestCase):
             else:
                 self.assertNotIn("NVIDIA_VISIBLE_DEVICES", env(container))
         role = of_kind(docs, "ClusterRole")["edgegpu-dra-driver"]
+        # What dra/src calls through edgegpu-apiclient, nothing more: slices listed (a GET of the
+        # collection), created (POST), replaced (PUT) and deleted (slices.rs); a claim read by
+        # name (claims.rs); the Node read by name (slices.rs, the owner's UID). No watch.
         self.assertEqual(role["rules"], [
             {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"],
-             "verbs": ["get", "list", "watch", "create", "update", "delete"]},
-            {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get", "list", "watch"]},
+             "verbs": ["list", "create", "update", "delete"]},
+            {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
             {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}])
         classes = of_kind(docs, "DeviceClass")
         self.assertEqual(sorted(classes), ["dla.edgegpu.io", "gpu.edgegpu.io", "mig.edgegpu.io", "pva.edgegpu.io"])
@@ -1441,23 +1655,8 @@ class Dra(unittest.TestCase):
                 spec["nodeName"] = node
             return {"metadata": {"name": f"{node}-x"}, "spec": spec}
 
-        env = celpy.Environment()
-
         def decide(username, extra, operation, old, new):
-            user = {"username": username, **({"extra": extra} if extra is not None else {})}
-            activation = {k: celpy.json_to_cel(v) for k, v in
-                          {"request": {"userInfo": user, "operation": operation}, "object": new, "oldObject": old}.items()}
-            holds = lambda e: bool(env.program(env.compile(e)).evaluate(activation))  # noqa: E731
-            if not all(holds(c["expression"]) for c in policy["spec"]["matchConditions"]):
-                return None
-            # The policy's variables, each seeing those before it (as the API server evaluates them).
-            variables = {}
-            for variable in policy["spec"].get("variables") or []:
-                activation["variables"] = celpy.celtypes.MapType(variables)
-                value = env.program(env.compile(variable["expression"])).evaluate(activation)
-                variables[celpy.celtypes.StringType(variable["name"])] = value
-            activation["variables"] = celpy.celtypes.MapType(variables)
-            return [v["message"] for v in policy["spec"]["validations"] if not holds(v["expression"])]
+            return decide_write(policy, username, extra, operation, old, new)
 
         self.assertEqual(decide(me, on_n1, "CREATE", None, slice_()), [])
         self.assertEqual(decide(me, on_n1, "UPDATE", slice_(), slice_()), [])
@@ -1471,6 +1670,34 @@ class Dra(unittest.TestCase):
         self.assertEqual(decide(me, on_n1, "CREATE", None, slice_(driver="gpu.nvidia.com")),
                          ["the DRA driver may only write ResourceSlices of the driver edgegpu.io"])
         self.assertIsNone(decide("system:serviceaccount:gpu:other", on_n1, "CREATE", None, slice_("n2")))
+
+    def test_admission_policy_binds_the_pool_to_the_node(self):
+        """The scheduler takes a pool's devices from its slices of the highest generation: a slice
+        on its own node but in another node's pool, with a higher generation, would hide that
+        node's devices. The driver names its one pool after its node (dra/src/slices.rs)."""
+        policy = of_kind(render(DRA_ON, release="r1", namespace="gpu", extra=DRA_CLUSTER),
+                         "ValidatingAdmissionPolicy")["r1-edgegpu-dra-driver"]
+        me = "system:serviceaccount:gpu:r1-edgegpu-dra-driver"
+        on_n1 = {"authentication.kubernetes.io/node-name": ["n1"]}
+        wrong_pool = "the DRA driver may only write ResourceSlices of the pool named after the node its pod runs on"
+
+        def slice_(pool, generation=1):
+            return {"metadata": {"name": f"00000-edgegpu.io-n1-{pool}"},
+                    "spec": {"driver": "edgegpu.io", "nodeName": "n1",
+                             "pool": {"name": pool, "generation": generation, "resourceSliceCount": 1}}}
+
+        # Its own pool: created, updated with a new generation, deleted.
+        self.assertEqual(decide_write(policy, me, on_n1, "CREATE", None, slice_("n1")), [])
+        self.assertEqual(decide_write(policy, me, on_n1, "UPDATE", slice_("n1"), slice_("n1", 2)), [])
+        self.assertEqual(decide_write(policy, me, on_n1, "DELETE", slice_("n1"), None), [])
+        # Another node's pool, on its own node: created, or an own slice moved there.
+        self.assertEqual(decide_write(policy, me, on_n1, "CREATE", None, slice_("n2", 99)), [wrong_pool])
+        self.assertEqual(decide_write(policy, me, on_n1, "UPDATE", slice_("n1"), slice_("n2", 99)), [wrong_pool])
+        self.assertEqual(decide_write(policy, me, on_n1, "CREATE", None, slice_("")), [wrong_pool])
+        # A slice of its node in another pool (an older scheme's, or planted) may still be
+        # deleted or moved into its own pool: the driver deletes such slices (docs/dra.md).
+        self.assertEqual(decide_write(policy, me, on_n1, "DELETE", slice_("n2", 99), None), [])
+        self.assertEqual(decide_write(policy, me, on_n1, "UPDATE", slice_("n2", 99), slice_("n1", 100)), [])
 
     def test_device_class_selectors(self):
         classes = of_kind(render(DRA_ON), "DeviceClass")

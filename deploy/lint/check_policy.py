@@ -41,19 +41,22 @@ objects. This script checks what docs/deploy.md promises:
     prometheus.io/port annotation and the Service agree; the kubelet's pod-resources directory
     is mounted read-only, only into the plugin.
   * MPS (Helm value mps.enabled, docs/sharing.md): the plugins mount the MPS directory
-    (MPS_ROOT) read-write at its own path and nothing else new; the companion DaemonSet
-    (edgegpu-mps-control-daemon) alone is privileged and in the host's PID namespace, runs the
-    plugin image's `mps-control-daemon` with flags it defines, mounts exactly the host's /
-    read-only at /host and the same MPS directory read-write at /host<MPS_ROOT>, has a token
-    for nothing, and runs on exactly the nodes that run a plugin.
+    (MPS_ROOT) read-only at its own path and its desired/ directory (daemons.json, theirs)
+    read-write, and nothing else new; the companion DaemonSet (edgegpu-mps-control-daemon)
+    alone is privileged and in the host's PID namespace, runs the plugin image's
+    `mps-control-daemon` with flags it defines, mounts exactly the host's / read-only at /host,
+    the same MPS directory read-write at /host<MPS_ROOT> and its desired/ read-only, has a token
+    for nothing, and runs on exactly the nodes that run a plugin; a DRA driver whose
+    read-write /run/edgegpu holds the MPS directory mounts that read-only over it.
   * the DRA driver (Helm value dra.enabled, docs/dra.md): its ClusterRole grants exactly
-    resourceslices get/list/watch/create/update/delete, resourceclaims get/list/watch and nodes
-    get; its DaemonSets run edgegpu-dra-driver with flags and variables it defines (dra/src),
-    unprivileged like the plugin, mount the kubelet's plugins_registry and its own
+    resourceslices list/create/update/delete, resourceclaims get and nodes get (what dra/src
+    requests); its DaemonSets run edgegpu-dra-driver with flags and variables it defines
+    (dra/src), unprivileged like the plugin, mount the kubelet's plugins_registry and its own
     plugins/edgegpu.io directory, /var/run/cdi and /run/edgegpu read-write at their host path
-    and every host path the plugin's discovery reads read-only under /host; no node ever runs
-    a plugin DaemonSet and a DRA driver DaemonSet (docs/dra.md, "The device plugin and the DRA
-    driver on one node"); the plugins mount /run/edgegpu (their ownership locks) read-write.
+    (a directory inside one only read-only, at its own path) and every host path the plugin's
+    discovery reads read-only under /host; no node ever runs a plugin DaemonSet and a DRA
+    driver DaemonSet (docs/dra.md, "The device plugin and the DRA driver on one node"); the
+    plugins mount /run/edgegpu (their ownership locks) read-write.
 
 Usage: check_policy.py REPO_ROOT. Prints one line per problem; exit status 1 if there is any.
 deploy/helm/check_chart.py runs the same rules on the Helm chart's rendered output
@@ -94,10 +97,13 @@ DRA_HOST_DIRS = {KUBELET_REGISTRY_DIR: "Directory", DRA_PLUGIN_DIR: "DirectoryOr
                  CDI_DIR: "DirectoryOrCreate", OWNERSHIP_DIR: "DirectoryOrCreate"}
 # Flags colleagues are adding to the driver (docs/dra.md): accepted before dra/src defines them.
 DRA_ANNOUNCED_FLAGS = {"ownership-dir", "devices"}
+# What dra/src asks of the API server (edgegpu-apiclient's list/create/replace/delete/get):
+# ResourceSlices listed, created, replaced and deleted (slices.rs), a ResourceClaim and the Node
+# read by name (claims.rs, slices.rs). No watch.
 DRA_RULES = [
     {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"],
-     "verbs": ["create", "delete", "get", "list", "update", "watch"]},
-    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get", "list", "watch"]},
+     "verbs": ["create", "delete", "list", "update"]},
+    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
 ]
 # Host paths every Linux node has: all the node-labeller DaemonSet (on every node) may mount.
@@ -176,6 +182,7 @@ def check_mounts(where, pod, container, plugin=True):
     paths = {m["mountPath"] for m in mounts}
     feature_file = (env_map(container).get("FEATURE_FILE") or {}).get("value")
     mps_root = (env_map(container).get("MPS_ROOT") or {}).get("value")
+    mps_desired = f"{mps_root}/{MPS_DESIRED}" if mps_root else None
     for mount in mounts:
         volume = volumes.get(mount["name"])
         if volume is None:
@@ -189,9 +196,9 @@ def check_mounts(where, pod, container, plugin=True):
         # where NFD is not (yet) installed must not hold the plugin pod back.
         if host_path["path"] == NFD_FEATURES_DIR and kind == "DirectoryOrCreate":
             pass
-        # The MPS directory: under /run, a tmpfs, it is gone at every boot, and the companion
-        # fills it; the plugin pod must not wait for the companion to create it.
-        elif mps_root and host_path["path"] == mps_root and kind == "DirectoryOrCreate":
+        # The MPS directory and its desired/: under /run, a tmpfs, they are gone at every boot,
+        # and the companion fills the first; the plugin pod must not wait for it.
+        elif mps_root and host_path["path"] in (mps_root, mps_desired) and kind == "DirectoryOrCreate":
             pass
         elif host_path["path"] == OWNERSHIP_DIR and kind == "DirectoryOrCreate" and plugin:
             pass
@@ -213,8 +220,13 @@ def check_mounts(where, pod, container, plugin=True):
             if mount["mountPath"] != OWNERSHIP_DIR or mount.get("readOnly"):
                 problem(where, f"{OWNERSHIP_DIR} (the ownership locks) must be mounted read-write at the same path")
         elif mps_root and host_path["path"] == mps_root:
-            if mount["mountPath"] != mps_root or mount.get("readOnly"):
-                problem(where, f"the MPS directory {mps_root} (MPS_ROOT) must be mounted read-write at the same path")
+            if mount["mountPath"] != mps_root or not mount.get("readOnly"):
+                problem(where, f"the MPS directory {mps_root} (MPS_ROOT) must be mounted readOnly at the same path "
+                        f"(the plugin writes only its {MPS_DESIRED}/ directory; the rest is the companion's)")
+        elif mps_root and host_path["path"] == mps_desired:
+            if mount["mountPath"] != mps_desired or mount.get("readOnly"):
+                problem(where, f"{mps_desired} must be mounted read-write at the same path (the plugin writes "
+                        "daemons.json there)")
         elif host_path["path"] == NFD_FEATURES_DIR:
             if mount["mountPath"] != NFD_FEATURES_DIR or mount.get("readOnly"):
                 problem(where, f"{NFD_FEATURES_DIR} must be mounted read-write at the same path")
@@ -234,7 +246,10 @@ def check_mounts(where, pod, container, plugin=True):
         problem(where, f"{OWNERSHIP_DIR} is not mounted: the plugin's ownership locks would not be the DRA "
                 "driver's, and both could serve the node's GPUs")
     if mps_root and mps_root not in paths:
-        problem(where, f"MPS_ROOT is {mps_root}, but no volume is mounted there (the plugin writes daemons.json)")
+        problem(where, f"MPS_ROOT is {mps_root}, but no volume is mounted there (the plugin reads status.json)")
+    if mps_root and mps_desired not in paths:
+        problem(where, f"MPS_ROOT is {mps_root}, but {mps_desired} is not mounted (the plugin writes daemons.json "
+                "there)")
     runs_labeller = "edgegpu-labeller" in " ".join(container.get("command") or [])
     for m in mounts:
         if is_token_volume(volumes.get(m["name"], {})) and not runs_labeller:
@@ -462,6 +477,7 @@ def check_dra_driver(ds, version, plugins, repo):
     check_cli_alignment(cwhere, container, dra_cli(repo), "edgegpu-dra-driver (dra/src)")
     volumes = {v["name"]: v for v in pod.get("volumes") or []}
     found_dirs = {}
+    covers = set()
     for mount in container.get("volumeMounts") or []:
         volume = volumes.get(mount["name"])
         if volume is None:
@@ -481,6 +497,14 @@ def check_dra_driver(ds, version, plugins, repo):
                 problem(cwhere, f"{path} must be mounted read-write at the same path (the kubelet and the runtime "
                         "use the host's paths)")
             continue
+        # A directory inside one of those, covered read-only (the MPS directory inside /run/edgegpu).
+        if any(path.startswith(d + "/") for d in DRA_HOST_DIRS):
+            covers.add(path)
+            if mount["mountPath"] != path or not mount.get("readOnly") \
+                    or kind not in ("DirectoryOrCreate", "Directory"):
+                problem(cwhere, f"{path} is inside a directory the driver writes: only a readOnly cover at the same "
+                        "path (hostPath type Directory or DirectoryOrCreate)")
+            continue
         if path.startswith("/var/lib/kubelet") or path in (DEVICE_PLUGIN_DIR, POD_RESOURCES_DIR, HOST_PROC) \
                 or path == SYS_KERNEL or path.startswith(SYS_KERNEL + "/"):
             problem(cwhere, f"host path {path} is not the DRA driver's")
@@ -499,6 +523,12 @@ def check_dra_driver(ds, version, plugins, repo):
     for path, kind in DRA_HOST_DIRS.items():
         if found_dirs.get(path) != kind:
             problem(cwhere, f"{path} must be mounted (hostPath type {kind}), found {found_dirs.get(path)!r}")
+    # The plugins' MPS directory: the companion's and the plugins' files, none of the driver's.
+    for mps_root in sorted({(env_map(p["spec"]["template"]["spec"]["containers"][0]).get("MPS_ROOT") or {})
+                            .get("value") for p in plugins.values()} - {None}):
+        if any(mps_root == d or mps_root.startswith(d + "/") for d in DRA_HOST_DIRS) and mps_root not in covers:
+            problem(cwhere, f"the MPS directory {mps_root} is inside a directory the driver mounts read-write: "
+                    "mount it readOnly over it, at the same path")
     paths = {m["mountPath"] for m in container.get("volumeMounts") or []}
     if "/host/dev" in paths:
         for masked in ("/host/dev/pts", "/host/dev/shm"):
@@ -550,6 +580,8 @@ def check_node_setup(ds, version, plugins, documented_labels):
 
 
 MPS_COMPANION = "edgegpu-mps-control-daemon"
+# Under MPS_ROOT, the plugin's directory (daemons.json); everything else there is the companion's.
+MPS_DESIRED = "desired"
 MPS_COMMAND = ["/usr/bin/edgegpu-device-plugin", "mps-control-daemon"]
 
 
@@ -606,8 +638,11 @@ def check_mps_control_daemon(ds, version, plugins, cli, documented_labels):
         theirs = (env_map(plugin["spec"]["template"]["spec"]["containers"][0]).get("MPS_ROOT") or {}).get("value")
         if theirs != mps_root:
             problem(where, f"MPS_ROOT {mps_root} but {name} has {theirs!r}: they meet in that directory")
-    # Exactly: the host's / read-only at /host, the MPS directory read-write at /host<MPS_ROOT>.
-    wanted = {"/": ("/host", True, "Directory"), mps_root: ("/host" + mps_root, False, "DirectoryOrCreate")}
+    # Exactly: the host's / read-only at /host, the MPS directory read-write at /host<MPS_ROOT>
+    # but its desired/ (the plugin's) read-only.
+    desired = f"{mps_root}/{MPS_DESIRED}"
+    wanted = {"/": ("/host", True, "Directory"), mps_root: ("/host" + mps_root, False, "DirectoryOrCreate"),
+              desired: ("/host" + desired, True, "DirectoryOrCreate")}
     volumes = {v["name"]: v for v in pod.get("volumes") or []}
     found = {}
     for volume in volumes.values():

@@ -296,7 +296,7 @@ async fn api_server(cli: &Cli) -> anyhow::Result<ApiServer> {
         ApiServer::new(&url, &token, &ca).map(|api| {
             api.with_forbidden_hint(
                 "the ClusterRole edgegpu-dra-driver must allow resourceslices \
-                 get/list/watch/create/update/delete, resourceclaims get and nodes get",
+                 list/create/update/delete, resourceclaims get and nodes get",
             )
         })
     })
