@@ -20,7 +20,27 @@ use edgegpu_node_setup::cdi::spec::{minimum_version, ContainerEdits, Device, Mou
 /// The CDI kind (vendor/class) of claim devices.
 pub const KIND: &str = "edgegpu.io/claim";
 
-/// The spec file of claim `uid` under `cdi_dir`.
+/// Checks that `uid` is a claim UID as Kubernetes generates them, a UUID
+/// (`8-4-4-4-12` hexadecimal digits, either case), before it names a file (the claim's spec
+/// here, the checkpoint's entry and the spec it records): a UID with `/`, `..` or anything
+/// else never reaches a path. The kubelet sends whatever the claim's `metadata.uid` holds.
+pub fn check_uid(uid: &str) -> Result<(), String> {
+    let groups: Vec<&str> = uid.split('-').collect();
+    let lengths: Vec<usize> = groups.iter().map(|g| g.len()).collect();
+    if lengths == [8, 4, 4, 4, 12]
+        && groups
+            .iter()
+            .all(|g| g.bytes().all(|b| b.is_ascii_hexdigit()))
+    {
+        Ok(())
+    } else {
+        Err(format!(
+            "claim UID {uid:?} is not a UUID (8-4-4-4-12 hexadecimal digits, as Kubernetes generates): refused, nothing written"
+        ))
+    }
+}
+
+/// The spec file of claim `uid` under `cdi_dir` (`uid` checked by [`check_uid`]).
 pub fn spec_path(cdi_dir: &Path, uid: &str) -> PathBuf {
     cdi_dir.join(format!("edgegpu.io-claim_{uid}.json"))
 }
@@ -82,6 +102,7 @@ pub fn claim_spec(uid: &str, common: &ContainerEdits, devices: &[ClaimDevice]) -
 
 /// Writes `spec` for claim `uid` atomically; returns the file.
 pub fn write(cdi_dir: &Path, uid: &str, spec: &Spec) -> Result<PathBuf, String> {
+    check_uid(uid)?;
     spec.validate()
         .map_err(|e| format!("the CDI spec of claim {uid} is invalid: {e}"))?;
     std::fs::create_dir_all(cdi_dir)
@@ -182,5 +203,47 @@ mod tests {
         let e = remove_claim_spec(Path::new("/etc/passwd"), uid).unwrap_err();
         assert!(e.contains("not removed"), "{e}");
         assert!(!path.exists());
+    }
+
+    #[test]
+    fn only_uuids_name_files() {
+        for good in [
+            "0b1c2d3e-aaaa-bbbb-cccc-1234567890ab",
+            "7C9E6679-7425-40DE-944B-E07FC1F90AE7",
+        ] {
+            check_uid(good).unwrap();
+        }
+        for bad in [
+            "",
+            "../../etc/x",
+            "a/b",
+            "..",
+            "not-a-uuid",
+            "0b1c2d3e-aaaa-bbbb-cccc-1234567890a",
+            "0b1c2d3e-aaaa-bbbb-cccc-1234567890abc",
+            "0b1c2d3eaaaabbbbcccc1234567890ab",
+            "0b1c2d3e-aaaa-bbbb-cccc-1234567890ag",
+            "0b1c2d3e-aaaa-bbbb-cccc-12345678/0ab",
+            "+b1c2d3e-aaaa-bbbb-cccc-1234567890ab",
+            "0b1c2d3e-aaaa-bbbb-cccc-1234567890ab\n",
+        ] {
+            let e = check_uid(bad).unwrap_err();
+            assert!(e.contains("is not a UUID"), "{bad}: {e}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let cdi = dir.path().join("cdi");
+        let spec = claim_spec(
+            "a/b",
+            &ContainerEdits::default(),
+            &[ClaimDevice {
+                device: "gpu-0".into(),
+                edits: ContainerEdits::default(),
+                env: vec!["A=1".into()],
+                mounts: vec![],
+            }],
+        );
+        let e = write(&cdi, "../../etc/x", &spec).unwrap_err();
+        assert!(e.contains("is not a UUID"), "{e}");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 }

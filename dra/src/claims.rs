@@ -23,8 +23,8 @@ pub struct AllocatedDevice {
     pub share_id: Option<String>,
 }
 
-/// Where an opaque configuration came from: the DeviceClass (applied first) or the claim
-/// (applied after, so it wins).
+/// Where an opaque configuration came from: the DeviceClass (the cluster admin's ceiling) or
+/// the claim (which may only tighten the class's: [`crate::sharing::resolve`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfigSource {
     Class,
@@ -46,7 +46,7 @@ pub struct OpaqueConfig {
 pub struct ClaimAllocation {
     /// This driver's devices, in the order of the allocation results.
     pub devices: Vec<AllocatedDevice>,
-    /// This driver's opaque configs, in the order they apply (class ones, then claim ones).
+    /// This driver's opaque configs, class ones then claim ones, each in the claim's order.
     pub configs: Vec<OpaqueConfig>,
 }
 

@@ -3,13 +3,17 @@
 //!
 //! Preparing a claim ([`NodeDriver::prepare_allocation`], after [`claims::fetch`] read what
 //! the scheduler allocated):
+//! 0. the claim UID must be a UUID ([`cdi::check_uid`]) before anything else: it names the
+//!    claim's spec file and checkpoint entry (so does [`NodeDriver::unprepare_claim`]);
 //! 1. a claim already `PrepareCompleted` in the checkpoint gets its stored devices back
 //!    (the kubelet calls again after restarts and on retries);
 //! 2. every device must be this node's (pool), in the inventory and healthy;
-//! 3. the opaque configs are validated ([`sharing`]); the last one that names a device's
-//!    request (or names no request) applies to it, DeviceClass configs before claim configs;
-//!    a `GpuConfig` with `sharing` that names a DLA or PVA request is refused, one that names
-//!    no request passes over the claim's engines;
+//! 3. the opaque configs are validated ([`sharing`]); for each device, the last DeviceClass
+//!    config and the last claim config that name its request (or name no request) are found
+//!    (`applying`), and the class's is a ceiling the claim's may only tighten
+//!    ([`sharing::resolve`]: same strategy, MPS limits at most the class's; anything else
+//!    is refused); a `GpuConfig` with `sharing` that names a DLA or PVA request is refused,
+//!    one that names no request passes over the claim's engines;
 //! 4. a device held exclusively by another prepared claim is busy; a device is held
 //!    exclusively unless the request has `adminAccess` (which holds nothing), the allocation
 //!    has a `shareID`, or a `GpuConfig` shares it (TimeSlicing or MPS — then it is busy
@@ -64,6 +68,39 @@ pub struct NodeDriver {
 
 fn claim_name(c: &ClaimRef) -> String {
     format!("{}/{} ({})", c.namespace, c.name, c.uid)
+}
+
+/// A validated opaque config of the claim's allocation.
+struct Parsed {
+    source: ConfigSource,
+    requests: Vec<String>,
+    config: GpuConfig,
+}
+
+/// The config of `source` that applies to a device allocated for `request` (`req` or
+/// `req/sub`): the last one naming the request or its parent request, or naming no request;
+/// one naming no request that shares passes over an engine (`is_gpu` false). With whether it
+/// named the request.
+fn applying(
+    configs: &[Parsed],
+    source: ConfigSource,
+    request: &str,
+    is_gpu: bool,
+) -> Option<(bool, GpuConfig)> {
+    let parent = request.split('/').next().unwrap_or(request);
+    configs
+        .iter()
+        .rev()
+        .filter(|p| p.source == source)
+        .find_map(|p| {
+            if p.requests.iter().any(|r| r == request || r == parent) {
+                Some((true, p.config))
+            } else if p.requests.is_empty() && (is_gpu || p.config.sharing.is_none()) {
+                Some((false, p.config))
+            } else {
+                None
+            }
+        })
 }
 
 impl NodeDriver {
@@ -197,8 +234,9 @@ impl NodeDriver {
         claim: &ClaimRef,
         allocation: &ClaimAllocation,
     ) -> Result<Vec<PreparedDevice>, String> {
-        let mut state = self.lock();
         let name = claim_name(claim);
+        cdi::check_uid(&claim.uid).map_err(|e| format!("claim {name}: {e}"))?;
+        let mut state = self.lock();
         if let Some(e) = state.checkpoint.get(&claim.uid) {
             if e.state == ClaimState::PrepareCompleted {
                 return Ok(e.devices.clone());
@@ -224,10 +262,14 @@ impl NodeDriver {
                     ConfigSource::Claim => "claim",
                 };
                 sharing::parse(&c.parameters, "opaque.parameters")
-                    .map(|g| (c.requests.clone(), g))
+                    .map(|config| Parsed {
+                        source: c.source,
+                        requests: c.requests.clone(),
+                        config,
+                    })
                     .map_err(|e| format!("claim {name}: config[{i}] (from the {source}): {e}"))
             })
-            .collect::<Result<Vec<(Vec<String>, GpuConfig)>, String>>()?;
+            .collect::<Result<Vec<Parsed>, String>>()?;
         // One entry per device (a device allocated for two requests keeps both).
         struct Planned {
             device: String,
@@ -256,31 +298,22 @@ impl NodeDriver {
                     a.device, d.health_message
                 ));
             }
-            let parent = a.request.split('/').next().unwrap_or(&a.request);
             let is_gpu = matches!(d.kind, DeviceKind::Gpu | DeviceKind::Mig);
-            // A config naming no request applies to every request it can apply to: a
-            // claim-wide GpuConfig passes over the claim's engines.
-            let (named, config) = configs
-                .iter()
-                .rev()
-                .find_map(|(requests, c)| {
-                    if requests.iter().any(|r| r == &a.request || r == parent) {
-                        Some((true, *c))
-                    } else if requests.is_empty() && (is_gpu || c.sharing.is_none()) {
-                        Some((false, *c))
-                    } else {
-                        None
-                    }
-                })
-                .unwrap_or_default();
-            if named && config.sharing.is_some() && !is_gpu {
-                return Err(format!(
-                    "claim {name}: request {}: a GpuConfig's sharing applies to GPUs and MIG devices, not to {} ({})",
-                    a.request,
-                    d.name,
-                    d.kind.as_str()
-                ));
+            let class = applying(&configs, ConfigSource::Class, &a.request, is_gpu);
+            let from_claim = applying(&configs, ConfigSource::Claim, &a.request, is_gpu);
+            for (named, c) in class.iter().chain(&from_claim) {
+                if *named && c.sharing.is_some() && !is_gpu {
+                    return Err(format!(
+                        "claim {name}: request {}: a GpuConfig's sharing applies to GPUs and MIG devices, not to {} ({})",
+                        a.request,
+                        d.name,
+                        d.kind.as_str()
+                    ));
+                }
             }
+            // The DeviceClass's config is the admin's ceiling for the claim's.
+            let config = sharing::resolve(class.map(|(_, c)| c), from_claim.map(|(_, c)| c))
+                .map_err(|e| format!("claim {name}: request {}: {e}", a.request))?;
             match planned.iter_mut().find(|p| p.device == a.device) {
                 Some(p) => {
                     p.requests.push(a.request.clone());
@@ -412,8 +445,10 @@ impl NodeDriver {
     }
 
     /// Undoes [`NodeDriver::prepare_allocation`]: removes the claim's spec, then its entry.
-    /// A claim not in the checkpoint is `Ok`.
+    /// A claim not in the checkpoint is `Ok`; a claim UID that is not a UUID is an error
+    /// ([`cdi::check_uid`]), as in prepare.
     pub fn unprepare_claim(&self, claim: &ClaimRef) -> Result<(), String> {
+        cdi::check_uid(&claim.uid).map_err(|e| format!("claim {}: {e}", claim_name(claim)))?;
         let mut state = self.lock();
         let Some(entry) = state.checkpoint.get(&claim.uid) else {
             return Ok(());

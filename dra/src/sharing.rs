@@ -32,6 +32,9 @@
 //!   connects: they can only lower what the daemon's `set_default_*` allow, never raise it
 //!   (CUDA MPS documentation, "Client-side limits"). A device shared through MPS may be
 //!   prepared for several claims.
+//!
+//! A DeviceClass's config is the cluster admin's limit for the devices of the class: a claim's
+//! config may only tighten it ([`resolve`], [`GpuConfig::within`]).
 
 use std::path::{Path, PathBuf};
 
@@ -78,6 +81,106 @@ impl GpuConfig {
     /// Whether the device may be prepared for other claims too.
     pub fn shared(&self) -> bool {
         self.sharing.is_some()
+    }
+
+    /// This config (a claim's) held to `class`'s (a DeviceClass's, for the same device) as a
+    /// ceiling: the claim may only tighten what the class sets. The strategy must be the
+    /// class's (no switch between MPS and TimeSlicing, no dropping the class's sharing, no
+    /// sharing where the class's config has none); each MPS limit the class sets is a maximum:
+    /// the claim's value is used when at or below it, refused above it, and the class's value
+    /// applies when the claim leaves the limit out. A limit the class does not set is the
+    /// claim's to set. The error says what the claim asked and what the class allows.
+    pub fn within(self, class: GpuConfig) -> Result<GpuConfig, String> {
+        let sharing = match (class.sharing, self.sharing) {
+            (None, None) => None,
+            (None, Some(c)) => {
+                return Err(format!(
+                    "the claim's sharing.strategy {} is not allowed: the DeviceClass's config sets no sharing (the device is held exclusively)",
+                    c.strategy.as_str()
+                ))
+            }
+            (Some(k), None) => {
+                return Err(format!(
+                    "the claim's config has no sharing, which would drop the DeviceClass's sharing.strategy {}",
+                    k.strategy.as_str()
+                ))
+            }
+            (Some(k), Some(c)) if k.strategy != c.strategy => {
+                return Err(format!(
+                    "the claim's sharing.strategy {} differs from the DeviceClass's {}",
+                    c.strategy.as_str(),
+                    k.strategy.as_str()
+                ))
+            }
+            (Some(k), Some(c)) => Some(Sharing {
+                strategy: k.strategy,
+                mps: match (k.mps, c.mps) {
+                    (Some(k), Some(c)) => Some(c.within(k)?),
+                    (k, c) => c.or(k),
+                },
+            }),
+        };
+        Ok(GpuConfig { sharing })
+    }
+}
+
+impl MpsSettings {
+    /// [`GpuConfig::within`] for the MPS limits.
+    fn within(self, class: MpsSettings) -> Result<MpsSettings, String> {
+        Ok(MpsSettings {
+            active_thread_percentage: at_most(
+                "activeThreadPercentage",
+                self.active_thread_percentage,
+                class.active_thread_percentage,
+                |p| p.to_string(),
+            )?,
+            pinned_memory_limit: at_most(
+                "pinnedMemoryLimit",
+                self.pinned_memory_limit,
+                class.pinned_memory_limit,
+                format_quantity,
+            )?,
+        })
+    }
+}
+
+/// A claim's limit under the class's maximum (see [`GpuConfig::within`]).
+fn at_most<T: Ord + Copy>(
+    field: &str,
+    claim: Option<T>,
+    class: Option<T>,
+    show: impl Fn(T) -> String,
+) -> Result<Option<T>, String> {
+    match (claim, class) {
+        (Some(c), Some(k)) if c > k => Err(format!(
+            "the claim's sharing.mps.{field} {} exceeds the DeviceClass's {}",
+            show(c),
+            show(k)
+        )),
+        (c, k) => Ok(c.or(k)),
+    }
+}
+
+/// The config that applies to a device, from the DeviceClass config and the claim config
+/// that apply to it (each the last of its source that names the device's request or no
+/// request): a class config is a ceiling the claim's can only tighten
+/// ([`GpuConfig::within`]); without a class config the claim's applies, without a claim
+/// config the class's, without either none (an exclusive device). Kubernetes' generic rule
+/// for opaque configs (the claim's, later, wins) would make the cluster admin's limits advice.
+pub fn resolve(class: Option<GpuConfig>, claim: Option<GpuConfig>) -> Result<GpuConfig, String> {
+    match (class, claim) {
+        (Some(k), Some(c)) => c.within(k),
+        (k, c) => Ok(c.or(k).unwrap_or_default()),
+    }
+}
+
+impl Strategy {
+    /// As written in a config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::TimeSlicing => "TimeSlicing",
+            Strategy::Mps => "MPS",
+        }
     }
 }
 
@@ -234,6 +337,25 @@ pub fn parse_quantity(q: &str) -> Option<u64> {
         _ => return None,
     };
     n.checked_mul(factor)
+}
+
+/// `bytes` as a Kubernetes quantity: with the largest binary suffix (`Ki`…`Ei`) that divides
+/// it, plain bytes otherwise (`4Gi`, `1536Mi`, `1000000000`).
+pub fn format_quantity(bytes: u64) -> String {
+    const SUFFIXES: [(&str, u32); 6] = [
+        ("Ei", 60),
+        ("Pi", 50),
+        ("Ti", 40),
+        ("Gi", 30),
+        ("Mi", 20),
+        ("Ki", 10),
+    ];
+    for (suffix, shift) in SUFFIXES {
+        if bytes != 0 && bytes % (1u64 << shift) == 0 {
+            return format!("{}{suffix}", bytes >> shift);
+        }
+    }
+    bytes.to_string()
 }
 
 /// Where the node's MPS control daemon lives (the device plugin's `--mps-root` and the
@@ -396,6 +518,143 @@ mod tests {
             let e = p(v.clone()).unwrap_err();
             assert!(e.contains(want), "{v}: {e}");
         }
+    }
+
+    fn mps(percentage: Option<u32>, pinned: Option<u64>) -> GpuConfig {
+        GpuConfig {
+            sharing: Some(Sharing {
+                strategy: Strategy::Mps,
+                mps: Some(MpsSettings {
+                    active_thread_percentage: percentage,
+                    pinned_memory_limit: pinned,
+                }),
+            }),
+        }
+    }
+
+    const TIME_SLICING: GpuConfig = GpuConfig {
+        sharing: Some(Sharing {
+            strategy: Strategy::TimeSlicing,
+            mps: None,
+        }),
+    };
+    const MPS_NO_LIMITS: GpuConfig = GpuConfig {
+        sharing: Some(Sharing {
+            strategy: Strategy::Mps,
+            mps: None,
+        }),
+    };
+    const EXCLUSIVE: GpuConfig = GpuConfig { sharing: None };
+
+    #[test]
+    fn without_a_class_config_the_claims_applies_and_without_a_claim_config_the_classs() {
+        assert_eq!(resolve(None, None), Ok(EXCLUSIVE));
+        let m = mps(Some(90), Some(8 << 30));
+        assert_eq!(resolve(None, Some(m)), Ok(m));
+        assert_eq!(resolve(None, Some(TIME_SLICING)), Ok(TIME_SLICING));
+        assert_eq!(resolve(Some(m), None), Ok(m));
+        assert_eq!(resolve(Some(EXCLUSIVE), None), Ok(EXCLUSIVE));
+    }
+
+    #[test]
+    fn a_claim_keeps_the_classs_strategy() {
+        let class = mps(Some(50), Some(4 << 30));
+        let cases = [
+            (
+                class,
+                TIME_SLICING,
+                "the claim's sharing.strategy TimeSlicing differs from the DeviceClass's MPS",
+            ),
+            (
+                TIME_SLICING,
+                MPS_NO_LIMITS,
+                "the claim's sharing.strategy MPS differs from the DeviceClass's TimeSlicing",
+            ),
+            (
+                class,
+                EXCLUSIVE,
+                "the claim's config has no sharing, which would drop the DeviceClass's sharing.strategy MPS",
+            ),
+            (
+                TIME_SLICING,
+                EXCLUSIVE,
+                "would drop the DeviceClass's sharing.strategy TimeSlicing",
+            ),
+            (
+                EXCLUSIVE,
+                TIME_SLICING,
+                "the claim's sharing.strategy TimeSlicing is not allowed: the DeviceClass's config sets no sharing",
+            ),
+            (
+                EXCLUSIVE,
+                mps(Some(10), None),
+                "the claim's sharing.strategy MPS is not allowed",
+            ),
+        ];
+        for (class, claim, want) in cases {
+            let e = resolve(Some(class), Some(claim)).unwrap_err();
+            assert!(e.contains(want), "{class:?} / {claim:?}: {e}");
+        }
+        assert_eq!(
+            resolve(Some(TIME_SLICING), Some(TIME_SLICING)),
+            Ok(TIME_SLICING)
+        );
+        assert_eq!(resolve(Some(EXCLUSIVE), Some(EXCLUSIVE)), Ok(EXCLUSIVE));
+    }
+
+    #[test]
+    fn the_classs_mps_limits_are_maxima() {
+        let class = mps(Some(50), Some(4 << 30));
+        // Above: refused, naming both values.
+        assert_eq!(
+            resolve(Some(class), Some(mps(Some(51), None))),
+            Err(
+                "the claim's sharing.mps.activeThreadPercentage 51 exceeds the DeviceClass's 50"
+                    .into()
+            )
+        );
+        assert_eq!(
+            resolve(Some(class), Some(mps(Some(20), Some(8 << 30)))),
+            Err(
+                "the claim's sharing.mps.pinnedMemoryLimit 8Gi exceeds the DeviceClass's 4Gi"
+                    .into()
+            )
+        );
+        // At or below: the claim's.
+        assert_eq!(resolve(Some(class), Some(class)), Ok(class));
+        assert_eq!(
+            resolve(Some(class), Some(mps(Some(20), Some(1 << 30)))),
+            Ok(mps(Some(20), Some(1 << 30)))
+        );
+        // Left out: the class's.
+        assert_eq!(
+            resolve(Some(class), Some(mps(Some(20), None))),
+            Ok(mps(Some(20), Some(4 << 30)))
+        );
+        assert_eq!(resolve(Some(class), Some(MPS_NO_LIMITS)), Ok(class));
+        // Not set by the class: the claim's to set.
+        let only_memory = mps(None, Some(4 << 30));
+        assert_eq!(
+            resolve(Some(only_memory), Some(mps(Some(100), Some(2 << 30)))),
+            Ok(mps(Some(100), Some(2 << 30)))
+        );
+        assert_eq!(
+            resolve(Some(MPS_NO_LIMITS), Some(mps(Some(100), Some(64 << 30)))),
+            Ok(mps(Some(100), Some(64 << 30)))
+        );
+        assert_eq!(
+            resolve(Some(MPS_NO_LIMITS), Some(MPS_NO_LIMITS)),
+            Ok(MPS_NO_LIMITS)
+        );
+    }
+
+    #[test]
+    fn quantities_are_shown_with_binary_suffixes() {
+        assert_eq!(format_quantity(4 << 30), "4Gi");
+        assert_eq!(format_quantity(1536 << 20), "1536Mi");
+        assert_eq!(format_quantity(1 << 20), "1Mi");
+        assert_eq!(format_quantity(1_000_000_000), "1000000000");
+        assert_eq!(format_quantity(0), "0");
     }
 
     #[test]

@@ -365,6 +365,42 @@ fn with_config(mut a: ClaimAllocation, parameters: Value) -> ClaimAllocation {
     a
 }
 
+/// `a` with an opaque config from `source` naming `requests` (none: every request), after the
+/// configs it has (class configs go first, as [`edgegpu_dra::claims::fetch`] orders them).
+fn with_source_config(
+    mut a: ClaimAllocation,
+    source: ConfigSource,
+    requests: &[&str],
+    parameters: Value,
+) -> ClaimAllocation {
+    a.configs.push(OpaqueConfig {
+        requests: requests.iter().map(|r| r.to_string()).collect(),
+        parameters,
+        source,
+    });
+    a
+}
+
+/// A `GpuConfig` with `sharing` (`None`: none).
+fn gpu_config(sharing: Option<Value>) -> Value {
+    let mut c = json!({"apiVersion": "edgegpu.io/v1alpha1", "kind": "GpuConfig"});
+    if let Some(s) = sharing {
+        c["sharing"] = s;
+    }
+    c
+}
+
+/// The environment of the `i`th device of claim `uid`'s spec.
+fn device_env(node: &Node, uid: &str, i: usize) -> Vec<String> {
+    let spec = spec_json(&node.cdi_dir().join(format!("edgegpu.io-claim_{uid}.json")));
+    spec["devices"][i]["containerEdits"]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap().to_string())
+        .collect()
+}
+
 const UID_A: &str = "7c9e6679-7425-40de-944b-e07fc1f90ae7";
 const UID_B: &str = "a8098c1a-f86e-11da-bd1a-00112444be1e";
 
@@ -1152,4 +1188,263 @@ fn a_spec_that_cannot_be_written_leaves_no_claim_behind() {
         .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
         .unwrap();
     assert_eq!(node.spec_files().len(), 1);
+}
+
+/// The Orin's GPU allocated for `req0/small` (a subrequest), with the DeviceClass's `class`
+/// config (naming `req0`, as the scheduler copies class configs) and then the claim's
+/// `claim_config` (naming no request).
+fn class_and_claim(class: Value, claim_config: Value) -> ClaimAllocation {
+    let mut a = alloc(&["gpu-0"]);
+    a.devices[0].request = "req0/small".into();
+    let a = with_source_config(a, ConfigSource::Class, &["req0"], class);
+    with_source_config(a, ConfigSource::Claim, &[], claim_config)
+}
+
+#[test]
+fn a_device_classs_mps_limits_are_a_ceiling_the_claim_cannot_raise() {
+    let node = Node::new(FakeHost::jetson(Board::Orin), &["--discovery=tegra"]);
+    std::fs::create_dir_all(node.options().mps.mps_root.join("nvidia.com/gpu/pipe")).unwrap();
+    let driver = node.driver().unwrap();
+    let class = gpu_config(Some(
+        json!({"strategy": "MPS", "mps": {"activeThreadPercentage": 50, "pinnedMemoryLimit": "4Gi"}}),
+    ));
+    let name = format!("claim default/claim-{UID_A} ({UID_A}): request req0/small: ");
+    // A claim asking for more than the class allows is refused (before, its config won).
+    let cases = [
+        (
+            json!({"strategy": "MPS", "mps": {"activeThreadPercentage": 100}}),
+            "the claim's sharing.mps.activeThreadPercentage 100 exceeds the DeviceClass's 50",
+        ),
+        (
+            json!({"strategy": "MPS", "mps": {"activeThreadPercentage": 50, "pinnedMemoryLimit": "8Gi"}}),
+            "the claim's sharing.mps.pinnedMemoryLimit 8Gi exceeds the DeviceClass's 4Gi",
+        ),
+        (
+            json!({"strategy": "MPS", "mps": {"pinnedMemoryLimit": 4294967297u64}}),
+            "the claim's sharing.mps.pinnedMemoryLimit 4294967297 exceeds the DeviceClass's 4Gi",
+        ),
+    ];
+    for (sharing, want) in cases {
+        let e = driver
+            .prepare_allocation(
+                &claim(UID_A),
+                &class_and_claim(class.clone(), gpu_config(Some(sharing))),
+            )
+            .unwrap_err();
+        assert_eq!(e, format!("{name}{want}"));
+    }
+    assert!(node.spec_files().is_empty());
+    assert!(driver.prepared_claims().is_empty());
+    // At or below the class's limits: the claim's; a limit it leaves out: the class's.
+    let allowed = [
+        (
+            json!({"strategy": "MPS", "mps": {"activeThreadPercentage": 30, "pinnedMemoryLimit": "2Gi"}}),
+            [
+                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30",
+                "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=2048M",
+            ],
+        ),
+        (
+            json!({"strategy": "MPS", "mps": {"activeThreadPercentage": 20}}),
+            [
+                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=20",
+                "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4096M",
+            ],
+        ),
+        (
+            json!({"strategy": "MPS"}),
+            [
+                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50",
+                "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4096M",
+            ],
+        ),
+    ];
+    for (sharing, want) in allowed {
+        driver
+            .prepare_allocation(
+                &claim(UID_A),
+                &class_and_claim(class.clone(), gpu_config(Some(sharing.clone()))),
+            )
+            .unwrap();
+        let env = device_env(&node, UID_A, 0);
+        for w in want {
+            assert!(env.contains(&w.to_string()), "{sharing}: {env:?}");
+        }
+        driver.unprepare_claim(&claim(UID_A)).unwrap();
+    }
+    // Without a claim config the class's applies.
+    let a = with_source_config(
+        alloc(&["gpu-0"]),
+        ConfigSource::Class,
+        &["req0"],
+        class.clone(),
+    );
+    driver.prepare_allocation(&claim(UID_A), &a).unwrap();
+    let env = device_env(&node, UID_A, 0);
+    assert!(
+        env.contains(&"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50".to_string()),
+        "{env:?}"
+    );
+    driver.unprepare_claim(&claim(UID_A)).unwrap();
+    // A limit the class does not set is the claim's to set.
+    let memory_only = gpu_config(Some(
+        json!({"strategy": "MPS", "mps": {"pinnedMemoryLimit": "4Gi"}}),
+    ));
+    driver
+        .prepare_allocation(
+            &claim(UID_A),
+            &class_and_claim(
+                memory_only,
+                gpu_config(Some(
+                    json!({"strategy": "MPS", "mps": {"activeThreadPercentage": 100}}),
+                )),
+            ),
+        )
+        .unwrap();
+    let env = device_env(&node, UID_A, 0);
+    assert!(
+        env.contains(&"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100".to_string()),
+        "{env:?}"
+    );
+    assert!(
+        env.contains(&"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4096M".to_string()),
+        "{env:?}"
+    );
+    assert_cdi_resolves(
+        &node.cdi_dir(),
+        &[format!("edgegpu.io/claim={UID_A}-gpu-0")],
+    );
+}
+
+#[test]
+fn a_claim_cannot_switch_drop_or_add_the_device_classs_sharing() {
+    let node = Node::new(FakeHost::jetson(Board::Orin), &["--discovery=tegra"]);
+    std::fs::create_dir_all(node.options().mps.mps_root.join("nvidia.com/gpu/pipe")).unwrap();
+    let driver = node.driver().unwrap();
+    let mps = gpu_config(Some(
+        json!({"strategy": "MPS", "mps": {"activeThreadPercentage": 50}}),
+    ));
+    let time_slicing = gpu_config(Some(json!({"strategy": "TimeSlicing"})));
+    let exclusive = gpu_config(None);
+    let cases = [
+        // MPS → time-slicing: the MPS limits would be gone.
+        (
+            mps.clone(),
+            time_slicing.clone(),
+            "request req0/small: the claim's sharing.strategy TimeSlicing differs from the DeviceClass's MPS",
+        ),
+        (
+            time_slicing.clone(),
+            mps.clone(),
+            "request req0/small: the claim's sharing.strategy MPS differs from the DeviceClass's TimeSlicing",
+        ),
+        // Dropping the class's sharing.
+        (
+            mps.clone(),
+            exclusive.clone(),
+            "request req0/small: the claim's config has no sharing, which would drop the DeviceClass's sharing.strategy MPS",
+        ),
+        // Sharing a device the class holds exclusively.
+        (
+            exclusive.clone(),
+            time_slicing.clone(),
+            "request req0/small: the claim's sharing.strategy TimeSlicing is not allowed: the DeviceClass's config sets no sharing (the device is held exclusively)",
+        ),
+    ];
+    for (class, from_claim, want) in cases {
+        let e = driver
+            .prepare_allocation(&claim(UID_A), &class_and_claim(class, from_claim))
+            .unwrap_err();
+        assert!(e.contains(UID_A) && e.ends_with(want), "{want}: {e}");
+    }
+    assert!(node.spec_files().is_empty());
+    assert!(driver.prepared_claims().is_empty());
+    // The class's exclusive device stays exclusive; its time-sliced one is shared by two
+    // claims, one of which says nothing.
+    driver
+        .prepare_allocation(
+            &claim(UID_A),
+            &class_and_claim(exclusive.clone(), exclusive),
+        )
+        .unwrap();
+    assert_eq!(
+        driver.prepared_claims()[0].held,
+        [("gpu-0".to_string(), true)]
+    );
+    driver.unprepare_claim(&claim(UID_A)).unwrap();
+    driver
+        .prepare_allocation(
+            &claim(UID_A),
+            &class_and_claim(time_slicing.clone(), time_slicing.clone()),
+        )
+        .unwrap();
+    let class_only = with_source_config(alloc(&["gpu-0"]), ConfigSource::Class, &[], time_slicing);
+    driver
+        .prepare_allocation(&claim(UID_B), &class_only)
+        .unwrap();
+    assert_eq!(driver.prepared_claims().len(), 2);
+    // Without a class config, the claim's applies as before.
+    driver.unprepare_claim(&claim(UID_A)).unwrap();
+    driver.unprepare_claim(&claim(UID_B)).unwrap();
+    let a = with_source_config(alloc(&["gpu-0"]), ConfigSource::Claim, &["req0"], mps);
+    driver.prepare_allocation(&claim(UID_A), &a).unwrap();
+    assert!(
+        device_env(&node, UID_A, 0).contains(&"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50".to_string())
+    );
+}
+
+/// Every file under `dir`, recursively.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let path = e.unwrap().path();
+        if path.is_dir() {
+            files.extend(files_under(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
+
+#[test]
+fn a_claim_uid_that_is_not_a_uuid_names_no_file() {
+    let node = Node::new(FakeHost::jetson(Board::Orin), &["--discovery=tegra"]);
+    // What a traversal would need to land outside the CDI directory.
+    std::fs::create_dir_all(node.cdi_dir().join("edgegpu.io-claim_..")).unwrap();
+    std::fs::create_dir_all(node.dirs.path().join("etc")).unwrap();
+    let driver = node.driver().unwrap();
+    for uid in [
+        "../../../etc/x",
+        "a/b",
+        "not-a-uuid",
+        "7c9e6679-7425-40de-944b-e07fc1f90ae7/..",
+    ] {
+        let e = driver
+            .prepare_allocation(&claim(uid), &alloc(&["gpu-0"]))
+            .unwrap_err();
+        assert_eq!(
+            e,
+            format!(
+                "claim default/claim-{uid} ({uid}): claim UID {uid:?} is not a UUID (8-4-4-4-12 hexadecimal digits, as Kubernetes generates): refused, nothing written"
+            )
+        );
+        let e = driver.unprepare_claim(&claim(uid)).unwrap_err();
+        assert!(e.contains("is not a UUID"), "{e}");
+    }
+    // Nothing written: no spec, no checkpoint, inside the CDI directory or out of it.
+    assert_eq!(files_under(node.dirs.path()), Vec::<PathBuf>::new());
+    assert!(driver.prepared_claims().is_empty());
+    // Kubernetes' UIDs, in either case, are fine.
+    let upper = UID_A.to_uppercase();
+    driver
+        .prepare_allocation(&claim(&upper), &alloc(&["gpu-0"]))
+        .unwrap();
+    assert_eq!(
+        node.spec_files().last().unwrap(),
+        &node
+            .cdi_dir()
+            .join(format!("edgegpu.io-claim_{upper}.json"))
+    );
+    driver.unprepare_claim(&claim(&upper)).unwrap();
 }
