@@ -278,18 +278,14 @@ fn parse_mps(v: &Value, path: &str) -> Result<MpsSettings, String> {
     };
     let pinned_memory_limit = match m.get("pinnedMemoryLimit") {
         None | Some(Value::Null) => None,
-        Some(Value::String(q)) => match parse_quantity(q) {
-            Some(b) if b >= MIB => Some(b),
-            Some(_) => {
+        Some(Value::String(q)) => match edgegpu_node::quantity::parse_bytes(q) {
+            Ok(b) if b >= MIB => Some(b),
+            Ok(_) => {
                 return Err(format!(
                     "{path}.pinnedMemoryLimit: {q:?} is less than 1Mi (MPS limits are in MiB)"
                 ))
             }
-            None => {
-                return Err(format!(
-                    "{path}.pinnedMemoryLimit: {q:?} is not a quantity of bytes (e.g. 4Gi, 512Mi)"
-                ))
-            }
+            Err(e) => return Err(format!("{path}.pinnedMemoryLimit: {e}")),
         },
         Some(Value::Number(n)) => match n.as_u64() {
             Some(b) if b >= MIB => Some(b),
@@ -308,36 +304,6 @@ fn parse_mps(v: &Value, path: &str) -> Result<MpsSettings, String> {
 }
 
 const MIB: u64 = 1024 * 1024;
-
-/// A Kubernetes quantity of bytes (`resource.Quantity`): an integer with an optional binary
-/// (`Ki`…`Ei`) or decimal (`k`, `M`…`E`) suffix, or an exponent (`1e9`). Fractions are not
-/// accepted (bytes are whole). `None` for anything else or an overflow.
-pub fn parse_quantity(q: &str) -> Option<u64> {
-    let digits = q.bytes().take_while(u8::is_ascii_digit).count();
-    if digits == 0 {
-        return None;
-    }
-    let (number, suffix) = q.split_at(digits);
-    let n: u64 = number.parse().ok()?;
-    let factor: u64 = match suffix {
-        "" => 1,
-        "Ki" => 1 << 10,
-        "Mi" => 1 << 20,
-        "Gi" => 1 << 30,
-        "Ti" => 1 << 40,
-        "Pi" => 1 << 50,
-        "Ei" => 1 << 60,
-        "k" => 1_000,
-        "M" => 1_000_000,
-        "G" => 1_000_000_000,
-        "T" => 1_000_000_000_000,
-        "P" => 1_000_000_000_000_000,
-        "E" => 1_000_000_000_000_000_000,
-        e if e.starts_with(['e', 'E']) => 10u64.checked_pow(e[1..].parse().ok()?)?,
-        _ => return None,
-    };
-    n.checked_mul(factor)
-}
 
 /// `bytes` as a Kubernetes quantity: with the largest binary suffix (`Ki`…`Ei`) that divides
 /// it, plain bytes otherwise (`4Gi`, `1536Mi`, `1000000000`).
@@ -657,16 +623,23 @@ mod tests {
         assert_eq!(format_quantity(0), "0");
     }
 
+    /// The one table every reader of a quantity passes (the plugin's config runs it too).
     #[test]
-    fn quantities() {
-        assert_eq!(parse_quantity("4Gi"), Some(4 << 30));
-        assert_eq!(parse_quantity("512Mi"), Some(512 << 20));
-        assert_eq!(parse_quantity("1G"), Some(1_000_000_000));
-        assert_eq!(parse_quantity("1e9"), Some(1_000_000_000));
-        assert_eq!(parse_quantity("1048576"), Some(1 << 20));
-        assert_eq!(parse_quantity("1.5Gi"), None);
-        assert_eq!(parse_quantity("Gi"), None);
-        assert_eq!(parse_quantity("99999999999Ei"), None);
+    fn pinned_memory_limits_read_as_the_plugin_reads_them() {
+        for (text, bytes) in edgegpu_node::quantity::CASES {
+            let config = json!({"apiVersion": API_VERSION, "kind": "GpuConfig",
+                "sharing": {"strategy": "MPS", "mps": {"pinnedMemoryLimit": text}}});
+            let read = parse(&config, "parameters").map(|c| {
+                c.sharing
+                    .and_then(|s| s.mps)
+                    .and_then(|m| m.pinned_memory_limit)
+            });
+            match bytes {
+                Some(b) if *b >= MIB => assert_eq!(read, Ok(Some(*b)), "{text:?}"),
+                Some(_) => assert!(read.unwrap_err().contains("less than 1Mi"), "{text:?}"),
+                None => assert!(read.is_err(), "{text:?}: {read:?}"),
+            }
+        }
     }
 
     #[test]

@@ -278,6 +278,31 @@ const BAD: &[(&str, usize, &[&str])] = &[
     ("version: v1\nsharing: {timeSlicing: {resources: [\n", 3, &[]),
 ];
 
+/// The one table every reader of a quantity passes (the DRA driver's opaque configs run it
+/// too): an MPS limit means the same bytes to the plugin and to the DRA driver.
+#[test]
+fn memory_limits_read_as_the_dra_driver_reads_them() {
+    const MIB: u64 = 1 << 20;
+    for (quantity, bytes) in edgegpu_node::quantity::CASES {
+        let text = format!(
+            "version: v1\nsharing:\n  mps:\n    resources:\n    - name: gpu\n      replicas: 2\n      pinnedDeviceMemoryLimit: \"{quantity}\"\n"
+        );
+        let read = ConfigFile::parse(&text).map(|f| {
+            f.mps.expect("sharing.mps").resources[0]
+                .pinned_device_memory_limit
+                .expect("a limit")
+        });
+        match bytes {
+            Some(b) if *b >= MIB => assert_eq!(read.ok(), Some(b / MIB * MIB), "{quantity:?}"),
+            Some(_) => assert!(
+                read.unwrap_err().to_string().contains("less than 1Mi"),
+                "{quantity:?}"
+            ),
+            None => assert!(read.is_err(), "{quantity:?}: {read:?}"),
+        }
+    }
+}
+
 #[test]
 fn bad_files_name_line_and_key() {
     for (text, line, words) in BAD {

@@ -424,42 +424,21 @@ impl Reader {
     }
 }
 
-/// A memory size as Kubernetes writes quantities: an integer with an optional suffix, binary
-/// (`Ki`, `Mi`, `Gi`, `Ti`) or decimal (`k`, `M`, `G`, `T`); no suffix is bytes. Rounded down
-/// to whole MiB (MPS takes its limits in MiB: rounding down never grants more than asked),
-/// and at least 1 MiB. Null is unset.
+/// A memory size as Kubernetes writes quantities ([`edgegpu_node::quantity`], the parser the
+/// DRA driver's configs go through too). Rounded down to whole MiB (MPS takes its limits in
+/// MiB: rounding down never grants more than asked), and at least 1 MiB. Null is unset.
 fn memory_size(node: &Node, path: &str) -> Result<Option<u64>, ConfigFileError> {
     let Some(text) = string(node, path)? else {
         return Ok(None);
     };
-    let bad = || {
-        fail(
-            node,
-            format!(
-                "{path}: invalid memory size {}: expected a whole number with a Kubernetes suffix, such as 256Mi, 1Gi or 512M",
-                shown(node)
-            ),
-        )
-    };
-    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
-    let (number, suffix) = text.split_at(digits);
-    let Ok(number) = number.parse::<u64>() else {
-        return bad();
-    };
-    let multiplier: u64 = match suffix {
-        "" => 1,
-        "Ki" => 1 << 10,
-        "Mi" => 1 << 20,
-        "Gi" => 1 << 30,
-        "Ti" => 1 << 40,
-        "k" => 1_000,
-        "M" => 1_000_000,
-        "G" => 1_000_000_000,
-        "T" => 1_000_000_000_000,
-        _ => return bad(),
-    };
-    let Some(bytes) = number.checked_mul(multiplier) else {
-        return bad();
+    let bytes = match edgegpu_node::quantity::parse_bytes(&text) {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            return fail(
+                node,
+                format!("{path}: invalid memory size {}: {e}", shown(node)),
+            )
+        }
     };
     if bytes < MIB {
         return fail(node, format!("{path}: {text} is less than 1Mi"));
