@@ -6,8 +6,11 @@
 //!   CPU per call. The callers run on one worker thread: on a 2-core machine the plugin's
 //!   thread and the kubelet's each get a core, as two processes would,
 //! - the lifecycle thread's idle wake-ups (in process, test resource),
-//! - the real binary's steady-state RSS after registration and 1000 Allocates (fake Orin
-//!   root), where it goes (binary text, libraries, anonymous), and idle context switches.
+//! - the real binary's steady-state memory after registration and 1000 Allocates (fake Orin
+//!   root): VmRSS, RssAnon, VmHWM, where it goes (binary text, libraries, anonymous), what
+//!   stays charged after the kernel reclaimed all it could (as root, in a memory cgroup of its
+//!   own), idle context switches; then 100 kubelet restarts: re-registration times and the
+//!   binary's CPU over them.
 //!
 //! Run: `cargo bench -p edgegpu-plugin --bench lifecycle`. Extra arguments for the binary
 //! (e.g. a metrics flag): `EDGEGPU_BENCH_PLUGIN_ARGS="--flag value" cargo bench …`; only the
@@ -363,6 +366,36 @@ async fn run_binary(mut command: std::process::Command, libc: &str, seconds: u64
     let footprint = Footprint::measure(pid, window(Duration::from_secs(seconds))).await;
     println!("binary ({libc}): steady state after {allocates} Allocates: {footprint}");
     println!("  where it goes (Rss by mapping): {}", rss_by_mapping(pid));
+    println!(
+        "  what the kernel cannot take back: {}",
+        edgegpu_testkit::process::unreclaimable_memory(pid)
+    );
+    // The kubelet restarts (kubelet.sock recreated): the binary registers again each time.
+    let restarts = iterations(100);
+    let cpu_before = cpu_time_us(&format!("/proc/{pid}/stat"));
+    let mut again = Vec::new();
+    for _ in 0..restarts {
+        let before = kubelet.registration_count();
+        kubelet.stop().await;
+        let t0 = Instant::now();
+        kubelet.start_again().await.unwrap();
+        kubelet
+            .wait_for_registrations(GPU, before + 1, WAIT)
+            .await
+            .unwrap();
+        again.push(t0.elapsed());
+    }
+    let cpu_ms = (cpu_time_us(&format!("/proc/{pid}/stat")) - cpu_before) as f64 / 1000.0;
+    println!(
+        "binary ({libc}): kubelet.sock recreated -> re-registered, {restarts} restarts: {}; the plugin's CPU over them {cpu_ms:.0} ms",
+        summary(again)
+    );
+    // Memory only: the restarts' blocking-pool threads exit meanwhile, so no switch count.
+    let after = Footprint::measure(pid, Duration::ZERO).await;
+    println!(
+        "binary ({libc}): after the restarts: VmRSS {} (RssAnon {}, RssFile {}; VmHWM {})",
+        after.vm_rss, after.rss_anon, after.rss_file, after.vm_hwm
+    );
     let libraries = shared_libraries(pid);
     let own = std::fs::read_dir(dir.path())
         .unwrap()

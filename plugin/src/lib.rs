@@ -22,7 +22,6 @@ pub mod allocate;
 pub mod cli;
 pub mod config;
 pub mod engines;
-pub mod footprint;
 pub mod gpu;
 pub mod kubelet;
 pub mod labels;
@@ -79,9 +78,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let mut metrics = MetricsEndpoint::bind(&cli).await?;
     // One set of options (and registration counters) for every round.
     let options = cli.lifecycle_options();
-    let releaser = tokio::spawn(release_pages_after_registrations(options.stats.clone()));
     let result = serve_rounds(&cli, &options, &mut signals, &mut metrics).await;
-    releaser.abort();
     metrics.stop();
     if let Some(path) = cli.feature_file() {
         remove_feature_file(path).await;
@@ -360,21 +357,5 @@ fn write_feature_file(path: &std::path::Path, resources: &[Arc<GpuResource>]) {
             path.parent().unwrap_or(path).display()
         ),
         Err(e) => tracing::warn!("{e:#}"),
-    }
-}
-
-/// Once the kubelet has accepted a registration, the code that got the plugin there (argument
-/// parsing, discovery, the registration client) is not needed until the next one: its pages go
-/// back to the kernel (see [`footprint`]), after the first registration and every later one.
-async fn release_pages_after_registrations(stats: Arc<kubelet::stats::KubeletStats>) {
-    loop {
-        stats.next_registration().await;
-        // /proc, madvise and fadvise are blocking calls: off the serving thread, like every
-        // file-system call of the plugin.
-        match tokio::task::spawn_blocking(footprint::release_start_up_pages).await {
-            Ok(Ok(released)) => tracing::debug!(?released, "start-up pages released"),
-            Ok(Err(e)) => tracing::debug!("cannot read /proc/self/maps to release pages: {e}"),
-            Err(e) => tracing::debug!("releasing start-up pages failed: {e}"),
-        }
     }
 }

@@ -169,6 +169,104 @@ impl std::fmt::Display for Footprint {
     }
 }
 
+/// The memory of process `pid` that the kernel cannot take back: the process is moved into a
+/// memory cgroup of its own, told to reclaim everything it can (cgroup v2 `memory.reclaim`,
+/// or v1 `memory.force_empty`), and what stays charged is read — the working set a pod's
+/// memory limit sees under pressure, where VmRSS also counts clean file pages the kernel
+/// drops first. Needs root and a writable memory controller; otherwise says why not. The
+/// process is moved back after.
+pub fn unreclaimable_memory(pid: u32) -> String {
+    match reclaim_in_own_cgroup(pid) {
+        Ok(figure) => figure,
+        Err(why) => format!("not measured ({why})"),
+    }
+}
+
+/// The process's memory cgroup under `base`, from `/proc/<pid>/cgroup` (v2's `0::` line or
+/// v1's `memory` one), to move it back to.
+fn own_group(pid: u32, base: &Path, v1: bool) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    let path = text.lines().find_map(|line| {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let wanted = if v1 {
+            controllers.split(',').any(|c| c == "memory")
+        } else {
+            controllers.is_empty()
+        };
+        wanted.then(|| path.trim_start_matches('/').to_string())
+    });
+    base.join(path.unwrap_or_default())
+}
+
+fn reclaim_in_own_cgroup(pid: u32) -> Result<String, String> {
+    let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers");
+    let v1 = Path::new("/sys/fs/cgroup/memory");
+    let io = |what: &str, e: std::io::Error| format!("{what}: {e}");
+    let name = format!("edgegpu-bench-{pid}");
+    let kb = |bytes: &str| {
+        bytes
+            .trim()
+            .parse::<u64>()
+            .map(|b| format!("{} kB", b / 1024))
+            .unwrap_or_else(|_| bytes.trim().to_string())
+    };
+    if std::fs::read_to_string(v2).is_ok_and(|c| c.split_whitespace().any(|c| c == "memory")) {
+        let home = own_group(pid, Path::new("/sys/fs/cgroup"), false);
+        let group = Path::new("/sys/fs/cgroup").join(&name);
+        std::fs::create_dir(&group).map_err(|e| io("creating a cgroup v2 group", e))?;
+        let result = (|| {
+            std::fs::write(group.join("cgroup.procs"), pid.to_string())
+                .map_err(|e| io("moving the process", e))?;
+            let before = std::fs::read_to_string(group.join("memory.current")).unwrap_or_default();
+            // Reclaim more than it has: the kernel stops when nothing more can go.
+            let _ = std::fs::write(group.join("memory.reclaim"), "1G");
+            let after = std::fs::read_to_string(group.join("memory.current"))
+                .map_err(|e| io("memory.current", e))?;
+            Ok(format!(
+                "cgroup v2 memory.current {} after memory.reclaim (charged at the move: {})",
+                kb(&after),
+                kb(&before)
+            ))
+        })();
+        let _ = std::fs::write(home.join("cgroup.procs"), pid.to_string());
+        let _ = std::fs::remove_dir(&group);
+        return result;
+    }
+    if v1.join("memory.usage_in_bytes").exists() {
+        let home = own_group(pid, v1, true);
+        let group = v1.join(&name);
+        std::fs::create_dir(&group).map_err(|e| io("creating a cgroup v1 memory group", e))?;
+        let result = (|| {
+            // Its pages are charged to the new group only with charge moving on (v1).
+            let _ = std::fs::write(group.join("memory.move_charge_at_immigrate"), "3");
+            std::fs::write(group.join("tasks"), pid.to_string())
+                .map_err(|e| io("moving the process", e))?;
+            let before =
+                std::fs::read_to_string(group.join("memory.usage_in_bytes")).unwrap_or_default();
+            if before.trim() == "0" {
+                // Linux 6.x no longer moves charges between v1 groups: nothing to measure.
+                return Err(
+                    "cgroup v1 here does not move a process's charges into a new group".into(),
+                );
+            }
+            std::fs::write(group.join("memory.force_empty"), "0")
+                .map_err(|e| io("memory.force_empty", e))?;
+            let after = std::fs::read_to_string(group.join("memory.usage_in_bytes"))
+                .map_err(|e| io("memory.usage_in_bytes", e))?;
+            Ok(format!(
+                "cgroup v1 memory.usage_in_bytes {} after memory.force_empty (charged at the move: {})",
+                kb(&after),
+                kb(&before)
+            ))
+        })();
+        let _ = std::fs::write(home.join("tasks"), pid.to_string());
+        let _ = std::fs::remove_dir(&group);
+        return result;
+    }
+    Err("no cgroup memory controller here".into())
+}
+
 /// Sends SIGTERM to process `pid`.
 pub fn terminate(pid: u32) {
     let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("a pid"));

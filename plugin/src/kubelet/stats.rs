@@ -7,8 +7,6 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::Notify;
-
 use super::restart_watch::RestartReason;
 
 /// Why a generation ended and the plugin registered again, as a metric label value.
@@ -63,8 +61,6 @@ impl Reregistration {
 #[derive(Debug, Default)]
 pub struct KubeletStats {
     resources: Mutex<BTreeMap<String, Arc<RegistrationStats>>>,
-    /// Woken by every registration the kubelet accepts, of any resource.
-    registrations: Arc<Notify>,
 }
 
 impl KubeletStats {
@@ -74,19 +70,8 @@ impl KubeletStats {
             .lock()
             .unwrap()
             .entry(resource.to_string())
-            .or_insert_with(|| {
-                Arc::new(RegistrationStats {
-                    accepted: self.registrations.clone(),
-                    ..RegistrationStats::default()
-                })
-            })
+            .or_default()
             .clone()
-    }
-
-    /// Completes at the next registration the kubelet accepts, of any resource (at once if one
-    /// was accepted since the last call returned).
-    pub async fn next_registration(&self) {
-        self.registrations.notified().await;
     }
 
     /// The counters of `resource`, if it was ever served.
@@ -102,8 +87,6 @@ pub struct RegistrationStats {
     registration_failures: AtomicU64,
     reregistrations: [AtomicU64; 5],
     registered: AtomicBool,
-    /// [`KubeletStats::next_registration`]'s wake-up.
-    accepted: Arc<Notify>,
 }
 
 impl RegistrationStats {
@@ -112,7 +95,6 @@ impl RegistrationStats {
     pub fn registered(&self) {
         self.registrations.fetch_add(1, Ordering::Relaxed);
         self.registered.store(true, Ordering::Relaxed);
-        self.accepted.notify_one();
     }
 
     /// A registration attempt that failed (it is retried).
@@ -151,9 +133,7 @@ impl RegistrationStats {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::future::Future;
     use std::path::PathBuf;
-    use std::task::Context;
 
     #[test]
     fn counts_by_reason() {
@@ -174,27 +154,5 @@ mod tests {
         // The same counters when the resource is served again (a rebuild).
         assert_eq!(all.resource("nvidia.com/gpu").registrations(), 1);
         assert_eq!(all.get("nvidia.com/gpu").unwrap().registrations(), 1);
-    }
-
-    #[test]
-    fn every_resource_s_registration_wakes_next_registration() {
-        let all = KubeletStats::default();
-        let gpu = all.resource("nvidia.com/gpu");
-        let mig = all.resource("nvidia.com/mig-1g.10gb");
-        assert!(waits(&all), "nothing registered yet");
-        gpu.registered();
-        assert!(!waits(&all), "a registration before the wait is not lost");
-        assert!(waits(&all), "one wake-up per registration");
-        mig.registered();
-        assert!(!waits(&all), "another resource's registration wakes it too");
-        gpu.registration_failed();
-        assert!(waits(&all), "a failed attempt is no registration");
-    }
-
-    /// Whether a new wait for the next registration is still pending when first polled.
-    fn waits(all: &KubeletStats) -> bool {
-        let mut wait = std::pin::pin!(all.next_registration());
-        let mut context = Context::from_waker(futures_util::task::noop_waker_ref());
-        wait.as_mut().poll(&mut context).is_pending()
     }
 }
