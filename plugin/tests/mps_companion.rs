@@ -512,19 +512,29 @@ fn stop_within(mut companion: Companion, limit: Duration) -> Duration {
     }
 }
 
-#[test]
-fn a_fifo_as_the_pid_file_freezes_nothing() {
+/// A fake Orin with the companion running one ready daemon for `nvidia.com/gpu`.
+fn one_ready_daemon() -> (FakeHost, tempfile::TempDir, Companion, status::Status) {
     let host = FakeHost::jetson(Board::Orin);
     host.install_mps_control_runnable(mps::HOST_PATH);
     let root = tempfile::tempdir().unwrap();
     let companion = Companion::start(&host, root.path());
     ask_for(root.path(), vec![daemon(GPU, 50)]);
-    let first = companion.wait_status(GPU, "ready", |s| s.state == State::Ready);
+    let ready = companion.wait_status(GPU, "ready", |s| s.state == State::Ready);
+    (host, root, companion, ready)
+}
+
+/// What a pod with the pipe directory can do: replace a file there with a FIFO.
+fn plant_fifo(path: &Path) {
+    std::fs::remove_file(path).unwrap();
+    nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+}
+
+#[test]
+fn a_fifo_as_the_pid_file_freezes_nothing() {
+    let (_host, root, companion, first) = one_ready_daemon();
     // The pod replaces the pid file with a FIFO; the daemon then dies (a crash, or a
     // client's `quit`), so the companion looks for a previous daemon before restarting it.
-    let pid_file = companion.pipe(GPU).join(mps::PID_FILE);
-    std::fs::remove_file(&pid_file).unwrap();
-    nix::unistd::mkfifo(&pid_file, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+    plant_fifo(&companion.pipe(GPU).join(mps::PID_FILE));
     kill_daemon(first.pid.unwrap());
     let again = companion.wait_status(GPU, "restarted past the FIFO", |s| {
         s.state == State::Ready && s.pid != first.pid
@@ -539,20 +549,13 @@ fn a_fifo_as_the_pid_file_freezes_nothing() {
         s.state == State::Ready
     });
     // And the pod does it again before SIGTERM: the companion still ends at once.
-    let pid_file = companion.pipe(GPU).join(mps::PID_FILE);
-    std::fs::remove_file(&pid_file).unwrap();
-    nix::unistd::mkfifo(&pid_file, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+    plant_fifo(&companion.pipe(GPU).join(mps::PID_FILE));
     stop_within(companion, Duration::from_secs(5));
 }
 
 #[test]
 fn a_live_process_in_the_pid_file_is_not_waited_for() {
-    let host = FakeHost::jetson(Board::Orin);
-    host.install_mps_control_runnable(mps::HOST_PATH);
-    let root = tempfile::tempdir().unwrap();
-    let companion = Companion::start(&host, root.path());
-    ask_for(root.path(), vec![daemon(GPU, 50)]);
-    let first = companion.wait_status(GPU, "ready", |s| s.state == State::Ready);
+    let (_host, _root, companion, first) = one_ready_daemon();
     // A live process that is no MPS control daemon: this test itself (on a host, `1`).
     let pid_file = companion.pipe(GPU).join(mps::PID_FILE);
     kill_daemon(first.pid.unwrap());
