@@ -28,8 +28,8 @@ objects. This script checks what docs/deploy.md promises:
     no host mount at all (a read-only hostPath leaves the mounts below it writable), and it
     runs on exactly the nodes that run a plugin;
   * every flag and environment variable the DaemonSets pass exists in the plugin's clap
-    definitions (plugin/src), and the discovery strategies they name are variants it accepts;
-  * every host path the plugin's code for a node kind reads (string literals in plugin/src and in
+    definitions (plugin/src and the node library's node/src), and the discovery strategies they name are variants it accepts;
+  * every host path the plugin's code for a node kind reads (string literals in node/src and in
     the platform table, platform/src) is inside a host mount of that kind's DaemonSet, at
     /host + the host path (--root /host);
   * the node labels (docs/labels.md): the labeller's service-account token reaches only the
@@ -432,10 +432,10 @@ def check_allocators_exclusive(plugins, drivers):
 
 def dra_cli(repo):
     """The DRA driver's flags and variables: its own (dra/src), the plugin's GPU arguments it
-    takes as the labeller does (plugin/src/config.rs, GpuArgs: discovery, MIG strategy), and
+    takes as the labeller does (node/src/config.rs, GpuArgs: discovery, MIG strategy), and
     the flags announced for it."""
-    files = sorted((repo / "dra" / "src").rglob("*.rs")) + [repo / "plugin" / "src" / "config.rs"] \
-        + sorted((repo / "plugin" / "src" / "config").rglob("*.rs"))
+    files = sorted((repo / "dra" / "src").rglob("*.rs")) + [repo / "node" / "src" / "config.rs"] \
+        + sorted((repo / "node" / "src" / "config").rglob("*.rs"))
     sources = "\n".join(p.read_text(encoding="utf-8") for p in files if p.exists())
     envs, flags, strategies = plugin_cli(repo, sources)
     return envs, flags | DRA_ANNOUNCED_FLAGS, strategies
@@ -669,7 +669,8 @@ def plugin_cli(repo, sources=None):
     """Long flags, environment variables and discovery strategies the plugin's clap code defines
     (SOURCES: other Rust files instead, e.g. the labeller's with the plugin's GPU flags)."""
     if sources is None:
-        sources = "\n".join(p.read_text(encoding="utf-8") for p in sorted((repo / "plugin" / "src").rglob("*.rs")))
+        files = sorted((repo / "plugin" / "src").rglob("*.rs")) + sorted((repo / "node" / "src").rglob("*.rs"))
+        sources = "\n".join(p.read_text(encoding="utf-8") for p in files)
     envs = set(re.findall(r'\benv\s*=\s*"([A-Z0-9_]+)"', sources))
     # Read outside clap: EDGEGPU_LOG and NO_COLOR (logging.rs's LOG_ENV, NO_COLOR_ENV).
     envs |= set(re.findall(r'\b(?:LOG|NO_COLOR)_ENV:\s*&str\s*=\s*"([A-Z0-9_]+)"', sources))
@@ -683,9 +684,9 @@ def plugin_cli(repo, sources=None):
 
 
 def labeller_cli(repo):
-    """The labeller's flags: its own (labeller/src) and the plugin's GPU flags it flattens in."""
-    files = (sorted((repo / "labeller" / "src").rglob("*.rs")) + [repo / "plugin" / "src" / "config.rs"]
-             + sorted((repo / "plugin" / "src" / "config").rglob("*.rs")))
+    """The labeller's flags: its own (labeller/src) and the node library's GPU flags it flattens in."""
+    files = (sorted((repo / "labeller" / "src").rglob("*.rs")) + [repo / "node" / "src" / "config.rs"]
+             + sorted((repo / "node" / "src" / "config").rglob("*.rs")))
     missing = [f for f in files if not f.exists()]
     for f in missing:
         problem(str(f.relative_to(repo)), "missing: the labeller's clap sources moved?")
@@ -711,21 +712,21 @@ def check_cli_alignment(where, container, cli, program="edgegpu-device-plugin"):
 # (by its component label); the Jetson ones are partly in the platform table crate.
 HOST_READERS = {
     "jetson": [
-        "plugin/src/gpu/discovery/tegra.rs",
-        "plugin/src/gpu/health/tegra.rs",
-        "plugin/src/gpu/sysfs.rs",
-        "plugin/src/gpu/sensors/tegra.rs",
-        "plugin/src/allocate/device_specs.rs",
+        "node/src/gpu/discovery/tegra.rs",
+        "node/src/gpu/health/tegra.rs",
+        "node/src/gpu/sysfs.rs",
+        "node/src/gpu/sensors/tegra.rs",
+        "node/src/serving/device_specs.rs",
         "platform/src/host.rs",
         "platform/src/generation.rs",
         "platform/src/lib.rs",
         "platform/src/table.rs",
     ],
     "discrete": [
-        "plugin/src/gpu/discovery/device.rs",
-        "plugin/src/gpu/discovery/nvml.rs",
-        "plugin/src/gpu/health/nvml.rs",
-        "plugin/src/allocate/device_specs.rs",
+        "node/src/gpu/discovery/device.rs",
+        "node/src/gpu/discovery/nvml.rs",
+        "node/src/gpu/health/nvml.rs",
+        "node/src/serving/device_specs.rs",
     ],
 }
 # Read under --root on purpose but not mounted on purpose: NVML's library directories. The
@@ -767,7 +768,7 @@ def check_host_path_coverage(where, repo, component, pod, container):
         if any(path == d or path.startswith(d + "/") for d in NOT_MOUNTED_BY_DESIGN):
             continue
         if not any(path == m or path.startswith(m.rstrip("/") + "/") for m in mounted):
-            problem(where, f"the plugin reads {path} (plugin/src, platform/src) but no host mount covers it")
+            problem(where, f"the plugin reads {path} (node/src, platform/src) but no host mount covers it")
 
 
 def check_daemonset(ds, version, configmaps, cli, repo, namespace="kube-system", configmap_required=True,

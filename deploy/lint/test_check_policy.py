@@ -66,6 +66,7 @@ class PolicyTest(unittest.TestCase):
         self.tmp = Path(tempfile.mkdtemp())
         shutil.copy(REPO / "Cargo.toml", self.tmp / "Cargo.toml")
         shutil.copytree(REPO / "plugin" / "src", self.tmp / "plugin" / "src")
+        shutil.copytree(REPO / "node" / "src", self.tmp / "node" / "src")
         shutil.copytree(REPO / "platform" / "src", self.tmp / "platform" / "src")
         shutil.copytree(REPO / "labeller" / "src", self.tmp / "labeller" / "src")
         (self.tmp / "deploy" / "examples").mkdir(parents=True)
@@ -284,7 +285,7 @@ class PolicyTest(unittest.TestCase):
             ds = jetson(objects)
             container(ds)["volumeMounts"].remove(mount(ds, "/host/sys/module"))
             pod(ds)["volumes"].remove(volume(ds, "host-sys-module"))
-        self.assert_reported(mutate, "reads /sys/module/tegra_fuse/parameters/tegra_chip_id (plugin/src, platform/src) but no host mount")
+        self.assert_reported(mutate, "reads /sys/module/tegra_fuse/parameters/tegra_chip_id (node/src, platform/src) but no host mount")
 
     def test_host_path_must_mirror_under_host(self):
         def mutate(objects, _):

@@ -15,7 +15,7 @@ use edgegpu_dra::inventory::Inventory;
 use edgegpu_dra::kubelet::ClaimRef;
 use edgegpu_dra::prepare::{NodeDriver, NodeOptions};
 use edgegpu_dra::sharing::MpsHost;
-use edgegpu_plugin::config::GpuArgs;
+use edgegpu_node::config::GpuArgs;
 use edgegpu_testkit::bench::{announce_smoke_mode, iterations};
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost};
 

@@ -15,7 +15,7 @@
 
 use std::path::{Path, PathBuf};
 
-use edgegpu_node_setup::cdi::spec::{minimum_version, ContainerEdits, Device, Mount, Spec};
+use edgegpu_host::cdi::spec::{minimum_version, ContainerEdits, Device, Mount, Spec};
 
 /// The CDI kind (vendor/class) of claim devices.
 pub const KIND: &str = "edgegpu.io/claim";
@@ -110,7 +110,7 @@ pub fn write(cdi_dir: &Path, uid: &str, spec: &Spec) -> Result<PathBuf, String> 
     let path = spec_path(cdi_dir, uid);
     let mut text = serde_json::to_vec_pretty(spec).expect("a spec serialises");
     text.push(b'\n');
-    edgegpu_node_setup::fsops::atomic_write(&path, &text, 0o644)
+    edgegpu_host::fsops::atomic_write(&path, &text, 0o644)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     Ok(path)
 }
@@ -165,7 +165,7 @@ pub fn remove(path: &Path) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use edgegpu_node_setup::cdi::spec::DeviceNode;
+    use edgegpu_host::cdi::spec::DeviceNode;
 
     #[test]
     fn names_and_files() {

@@ -140,7 +140,7 @@ impl Checkpoint {
             std::fs::create_dir_all(dir)
                 .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         }
-        edgegpu_node_setup::fsops::atomic_write(&self.path, &text, 0o600)
+        edgegpu_host::fsops::atomic_write(&self.path, &text, 0o600)
             .map_err(|e| format!("cannot write the checkpoint {}: {e}", self.path.display()))
     }
 }

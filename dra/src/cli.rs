@@ -3,9 +3,9 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use edgegpu_plugin::config::GpuArgs;
-use edgegpu_plugin::logging::LogFormat;
-use edgegpu_plugin::ownership::DeviceKind;
+use edgegpu_node::config::GpuArgs;
+use edgegpu_node::logging::LogFormat;
+use edgegpu_node::ownership::DeviceKind;
 
 /// The `--version` line: version, commit and target.
 pub const VERSION: &str = env!("EDGEGPU_LONG_VERSION");
@@ -98,7 +98,7 @@ pub struct Cli {
         long,
         env = "OWNERSHIP_DIR",
         value_name = "DIR",
-        default_value = edgegpu_plugin::ownership::DEFAULT_DIR
+        default_value = edgegpu_node::ownership::DEFAULT_DIR
     )]
     pub ownership_dir: String,
 

@@ -1,8 +1,8 @@
 //! The node's devices as DRA devices (`resource.k8s.io/v1` `Device`), from the device plugin's
 //! discovery with the plugin's settings ([`GpuArgs`], as the labeller takes them), described
-//! by the same facts as the node labels ([`edgegpu_plugin::labels::for_host`]), and the
+//! by the same facts as the node labels ([`edgegpu_node::labels::for_host`]), and the
 //! container edits `edgegpu-node-setup cdi generate` gives each of them
-//! ([`edgegpu_node_setup::cdi::generate`]).
+//! ([`edgegpu_host::cdi::generate`]).
 //!
 //! Device names (DNS labels, stable across restarts while the hardware stays):
 //! - `gpu-<index>`: a whole GPU, by NVML index; a Jetson's integrated GPU is `gpu-0`.
@@ -23,12 +23,12 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use edgegpu_node_setup::cdi::spec::ContainerEdits;
-use edgegpu_node_setup::host::HostRoot;
+use edgegpu_host::cdi::spec::ContainerEdits;
+use edgegpu_host::root::HostRoot;
+use edgegpu_node::config::{GpuArgs, MigStrategy};
+use edgegpu_node::gpu::discovery::{self, Platform};
+use edgegpu_node::labels::{self, NodeLabels};
 use edgegpu_platform::cdi as cdi_names;
-use edgegpu_plugin::config::{GpuArgs, MigStrategy};
-use edgegpu_plugin::gpu::discovery::{self, Platform};
-use edgegpu_plugin::labels::{self, NodeLabels};
 use serde_json::{json, Map, Value};
 
 use crate::kubelet::{DeviceHealth, Health};
@@ -160,13 +160,13 @@ pub fn pci_bus_id(nvml: &str) -> String {
 }
 
 /// A Jetson engine (DLA core, PVA instance) as the plugin's engine discovery gives it.
-pub use edgegpu_plugin::engines::{Engine, EngineKind};
+pub use edgegpu_node::engines::{Engine, EngineKind};
 
 /// THE place where DLA cores and PVA instances are found: the device plugin's engine
-/// discovery (`edgegpu_plugin::engines::discover_on_host`: the SoC's engines whose device
+/// discovery (`edgegpu_node::engines::discover_on_host`: the SoC's engines whose device
 /// nodes exist; none on an Orin Nano, whose engines are fused off, nor off a Jetson).
 pub fn engines(root: &Path) -> Vec<Engine> {
-    edgegpu_plugin::engines::discover_on_host(root)
+    edgegpu_node::engines::discover_on_host(root)
 }
 
 const MIB: u64 = 1024 * 1024;
@@ -193,7 +193,7 @@ impl Inventory {
             }
         };
         let host = HostRoot::new(root);
-        let generated = edgegpu_node_setup::cdi::generate(&host)
+        let generated = edgegpu_host::cdi::generate(&host)
             .map_err(|e| anyhow::anyhow!("the CDI edits of this node's GPUs: {e}"))?;
         for w in &generated.warnings {
             tracing::warn!("CDI: {w}");
@@ -208,7 +208,7 @@ impl Inventory {
                 .map(|d| d.container_edits.clone())
                 .ok_or_else(|| anyhow::anyhow!("the CDI edits have no device {name:?}"))
         };
-        let driver_version = edgegpu_node_setup::cdi::driver::version(&host);
+        let driver_version = edgegpu_host::cdi::driver::version(&host);
         let facts = Facts::from_labels(&labels);
         for gpu in &discovered.gpus {
             // A MIG-enabled GPU is used through its MIG devices (as the plugin's MIG
@@ -545,12 +545,12 @@ fn engine_device(engine: &Engine) -> InventoryDevice {
     for n in &engine.nodes {
         edits
             .device_nodes
-            .push(edgegpu_node_setup::cdi::spec::DeviceNode { path: n.clone() });
+            .push(edgegpu_host::cdi::spec::DeviceNode { path: n.clone() });
     }
     // The variable the device plugin's engine resources set (`EDGEGPU_DLA_CORES`,
     // `EDGEGPU_PVA_INSTANCES`); a claim's devices of one kind share one list (prepare.rs).
     let env = vec![(
-        edgegpu_plugin::engines::resource::env_var(engine.kind).to_string(),
+        edgegpu_node::engines::env_var(engine.kind).to_string(),
         engine.index.to_string(),
     )];
     InventoryDevice {

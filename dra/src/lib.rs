@@ -10,7 +10,7 @@
 //!   the ResourceClaims the kubelet asks to prepare. Through `edgegpu-apiclient`, the
 //!   labeller's client.
 //! - [`inventory`], [`prepare`], [`cdi`], [`checkpoint`], [`sharing`]: the node — which devices
-//!   exist and what users select them by (the device plugin's discovery, the same facts as
+//!   exist and what users select them by (the node library's discovery, the same facts as
 //!   the node labels), what a prepared claim gets (a CDI spec per claim), what survives a
 //!   restart, the opaque sharing configuration claims carry.
 //!

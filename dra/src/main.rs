@@ -2,7 +2,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use edgegpu_dra::cli::Cli;
-use edgegpu_plugin::{logging, runtime};
+use edgegpu_node::{logging, runtime};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

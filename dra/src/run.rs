@@ -1,5 +1,5 @@
 //! The driver's life: discover the node's devices, keep the kinds this driver owns on the
-//! node (the device plugin may hold others: `edgegpu_plugin::ownership`), publish them, serve
+//! node (the device plugin may hold others: `edgegpu_node::ownership`), publish them, serve
 //! the kubelet, keep the slices and health current, and on SIGTERM/SIGINT remove the sockets
 //! and exit. A kind taken over from the device plugin, or a SIGHUP, starts a new round:
 //! discovery again, the checkpoint read again, the sockets bound again.
@@ -9,9 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use edgegpu_apiclient::ApiServer;
-use edgegpu_plugin::ownership::{DeviceKind, Ownerships};
-use edgegpu_plugin::resource::Resource;
-use edgegpu_plugin::shutdown::ShutdownSignals;
+use edgegpu_node::ownership::{DeviceKind, Ownerships};
+use edgegpu_node::shutdown::ShutdownSignals;
 use tokio::sync::Notify;
 
 use crate::cli::Cli;
@@ -88,7 +87,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
 /// The node's devices, its Jetson engines included.
 fn discover(
     root: &Path,
-    gpu: &edgegpu_plugin::config::GpuArgs,
+    gpu: &edgegpu_node::config::GpuArgs,
     node: &str,
 ) -> anyhow::Result<Inventory> {
     Inventory::discover(root, gpu, node)
@@ -140,7 +139,7 @@ async fn serve_round(
                 .gpu
                 .mps_root
                 .clone()
-                .unwrap_or_else(|| edgegpu_plugin::config::DEFAULT_MPS_ROOT.into()),
+                .unwrap_or_else(|| edgegpu_node::config::DEFAULT_MPS_ROOT.into()),
             ..Default::default()
         },
     };
@@ -167,10 +166,11 @@ async fn serve_round(
         node.clone(),
         republish.clone(),
     ));
-    // The GPUs' health: the device plugin's own monitors (inotify on Tegra nodes and sysfs,
-    // NVML events), run here on resources that are never served to the kubelet.
+    // The GPUs' health: the node library's monitors of a planned round (inotify on Tegra
+    // nodes and sysfs, NVML events), the same the device plugin serves; here never served to
+    // the kubelet.
     let gpu_resources = if has_gpus {
-        match edgegpu_plugin::build_gpu_resources(&cli.root, "nvidia.com/gpu", &cli.gpu).await {
+        match edgegpu_node::serving::build_served(&cli.root, "nvidia.com/gpu", &cli.gpu).await {
             Ok(resources) => resources.resources,
             Err(e) => {
                 tracing::warn!("GPU health monitors could not start: {e:#}");
@@ -182,7 +182,7 @@ async fn serve_round(
     };
     for resource in &gpu_resources {
         tasks.spawn(follow_gpu_health(
-            resource.devices(),
+            resource.table.subscribe(),
             node.clone(),
             republish.clone(),
         ));

@@ -38,9 +38,9 @@
 
 use std::path::{Path, PathBuf};
 
-use edgegpu_node_setup::cdi::spec::Mount;
-use edgegpu_plugin::mps::plan::{ClientLimit, ClientSetup};
-use edgegpu_plugin::mps::MpsPaths;
+use edgegpu_host::cdi::spec::Mount;
+use edgegpu_node::mps::plan::{ClientLimit, ClientSetup};
+use edgegpu_node::mps::MpsPaths;
 use serde_json::{Map, Value};
 
 /// The `apiVersion` of this driver's configuration objects.
@@ -369,7 +369,7 @@ pub fn container_edits(
                 device: id.to_string(),
                 mib: settings
                     .pinned_memory_limit
-                    .map(edgegpu_plugin::mps::plan::whole_mib),
+                    .map(edgegpu_node::mps::plan::whole_mib),
             })
             .collect(),
         active_thread_percentage: settings.active_thread_percentage,

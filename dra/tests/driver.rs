@@ -10,7 +10,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use edgegpu_dra::DRIVER_NAME;
-use edgegpu_plugin::ownership::{try_own, DeviceKind, Owned};
+use edgegpu_node::ownership::{try_own, DeviceKind, Owned};
 use edgegpu_testkit::apiserver::FakeApiServer;
 use edgegpu_testkit::host::{Board, FakeHost};
 use edgegpu_testkit::kubelet::{dra_claim, FakeKubelet, FakeKubeletOptions};

@@ -15,8 +15,8 @@ use edgegpu_dra::inventory::{Attr, Inventory};
 use edgegpu_dra::kubelet::{ClaimRef, Driver, Health};
 use edgegpu_dra::prepare::{NodeDriver, NodeOptions};
 use edgegpu_dra::sharing::MpsHost;
-use edgegpu_plugin::config::GpuArgs;
-use edgegpu_plugin::labels;
+use edgegpu_node::config::GpuArgs;
+use edgegpu_node::labels;
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
 use serde_json::{json, Value};
 
@@ -969,9 +969,7 @@ fn the_plugins_health_reaches_the_slice_and_the_kubelet() {
 
 /// Every device node `cdi generate`'s spec gives (spec-wide and per device).
 fn generated_nodes(host: &FakeHost) -> Vec<String> {
-    let g =
-        edgegpu_node_setup::cdi::generate(&edgegpu_node_setup::host::HostRoot::new(host.root()))
-            .unwrap();
+    let g = edgegpu_host::cdi::generate(&edgegpu_host::root::HostRoot::new(host.root())).unwrap();
     g.spec
         .container_edits
         .device_nodes

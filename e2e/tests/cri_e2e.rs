@@ -590,8 +590,8 @@ async fn dra_claim_jetson_orin() {
     let Some(env) = env() else { return };
     let host = FakeHost::jetson_with_engines(Board::Orin);
     make_device_nodes(&host, Board::Orin.device_nodes());
-    let args = edgegpu_plugin::config::GpuArgs {
-        discovery: Some(edgegpu_plugin::config::DiscoveryStrategy::Tegra),
+    let args = edgegpu_node::config::GpuArgs {
+        discovery: Some(edgegpu_node::config::DiscoveryStrategy::Tegra),
         ..Default::default()
     };
     let inventory = Inventory::discover(host.root(), &args, "orin-1").expect("inventory");

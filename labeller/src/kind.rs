@@ -9,9 +9,9 @@
 
 use std::path::Path;
 
+use edgegpu_node::gpu::discovery::TegraDetection;
+use edgegpu_node::gpu::under_root;
 use edgegpu_platform::{Generation, GpuDriver, GENERATIONS};
-use edgegpu_plugin::gpu::discovery::TegraDetection;
-use edgegpu_plugin::gpu::under_root;
 
 /// The PCI devices (Linux `Documentation/ABI/testing/sysfs-bus-pci`).
 const PCI_DEVICES: &str = "/sys/bus/pci/devices";

@@ -22,9 +22,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use edgegpu_plugin::config::GpuArgs;
-use edgegpu_plugin::labels::{self, GPU_KIND, KEYS, MIG_PROFILE_PREFIX};
-use edgegpu_plugin::logging::LogFormat;
+use edgegpu_node::config::GpuArgs;
+use edgegpu_node::labels::{self, GPU_KIND, KEYS, MIG_PROFILE_PREFIX};
+use edgegpu_node::logging::LogFormat;
 use serde_json::{Map, Value};
 
 /// Puts this node's GPU labels on its Node (docs/labels.md).
@@ -236,7 +236,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         "--node-name / NODE_NAME `{}` is not a node name (set it from spec.nodeName)",
         args.node_name
     );
-    let mut signals = edgegpu_plugin::shutdown::ShutdownSignals::install()?;
+    let mut signals = edgegpu_node::shutdown::ShutdownSignals::install()?;
     let for_labels = args.clone();
     let mut wanted = tokio::task::spawn_blocking(move || wanted(&for_labels)).await??;
     if args.dry_run {

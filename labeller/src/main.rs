@@ -2,7 +2,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use edgegpu_labeller::Args;
-use edgegpu_plugin::{logging, runtime};
+use edgegpu_node::{logging, runtime};
 
 fn main() -> ExitCode {
     let args = Args::parse();

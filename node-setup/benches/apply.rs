@@ -8,8 +8,8 @@
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use edgegpu_host::fsops;
 use edgegpu_node_setup::cli::Cli;
-use edgegpu_node_setup::fsops;
 use edgegpu_node_setup::restart::ServiceManager;
 use edgegpu_testkit::bench::{announce_smoke_mode, iterations};
 use edgegpu_testkit::nodehost::NodeHost;
@@ -72,7 +72,7 @@ fn main() {
         for _ in 0..rounds {
             let host = make();
             let opts = edgegpu_node_setup::plan::Options {
-                host: edgegpu_node_setup::host::HostRoot::new(host.root()),
+                host: edgegpu_host::root::HostRoot::new(host.root()),
                 mode: edgegpu_node_setup::detect::ModeRequest::Auto,
                 spec: edgegpu_node_setup::RuntimeSpec {
                     name: "nvidia".into(),

@@ -5,8 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use edgegpu_node_setup::cdi;
-use edgegpu_node_setup::host::HostRoot;
+use edgegpu_host::cdi;
+use edgegpu_host::root::HostRoot;
 use edgegpu_testkit::bench::{announce_smoke_mode, iterations};
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
 

@@ -258,7 +258,7 @@ pub enum CdiCommand {
         output: Option<PathBuf>,
         /// Output format [default: json for a .json output file, else yaml].
         #[arg(long, value_enum)]
-        format: Option<crate::cdi::Format>,
+        format: Option<edgegpu_host::cdi::Format>,
     },
 }
 

@@ -7,14 +7,14 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::cli::{CdiCommand, Cli, Command, OutputFormat};
-use crate::error::{exit_code, Result, SetupError};
-use crate::host::HostRoot;
 use crate::lock::RunLock;
 use crate::ops::{self, Report, Restarts, RevertStep};
 use crate::plan::{self, FileChange, Plan};
 use crate::restart::{self, ServiceManager};
 use crate::runtime_spec::RuntimeSpec;
 use crate::state::{self, Manifest};
+use edgegpu_host::error::{exit_code, Result, SetupError};
+use edgegpu_host::root::HostRoot;
 
 /// Writes to the output. A reader that went away (`| head`) is no failure of the command,
 /// whose effect does not depend on its output; other write errors are logged.
@@ -89,7 +89,7 @@ pub fn run(cli: Cli, restarts: Restarts, out: &mut dyn Write, err: &mut dyn Writ
         ),
         Command::Cdi {
             command: CdiCommand::Generate { output, format },
-        } => crate::cdi::run(&opts.host, output.as_deref(), format, out),
+        } => edgegpu_host::cdi::run(&opts.host, output.as_deref(), format, out),
     }
 }
 
@@ -168,13 +168,13 @@ fn describe(plan: &Plan, out: &mut dyn Write) {
         Some(specs) if specs.found.is_empty() => say!(
             out,
             "cdi: no spec of kind {} in {} (MISSING)",
-            crate::cdi::spec::KIND,
+            edgegpu_host::cdi::spec::KIND,
             specs.dirs.join(" or ")
         ),
         Some(specs) => say!(
             out,
             "cdi: spec of kind {}: {}",
-            crate::cdi::spec::KIND,
+            edgegpu_host::cdi::spec::KIND,
             specs.found.join(", ")
         ),
         None => say!(
@@ -728,7 +728,7 @@ struct CheckJson<'a> {
     blockers: &'a [String],
     /// Files that could not be read for lack of permission (not root): the answer
     /// above is computed without them, and the exit code is 3 (cannot tell).
-    unreadable: &'a [crate::host::Unreadable],
+    unreadable: &'a [edgegpu_host::root::Unreadable],
     exit_code: u8,
     exit_meaning: &'static str,
 }

@@ -8,8 +8,8 @@ use crate::effective::engine::{CONTAINERD, DOCKER, K3S};
 use crate::effective::k3s::{K3s, Role};
 use crate::effective::systemd::{find_unit_file, Unit};
 use crate::effective::{Source, Sourced};
-use crate::error::{Result, SetupError};
-use crate::host::HostRoot;
+use edgegpu_host::error::{Result, SetupError};
+use edgegpu_host::root::HostRoot;
 
 const K3S_BINARIES: [&str; 3] = ["/usr/local/bin/k3s", "/opt/bin/k3s", "/usr/bin/k3s"];
 const BIN_DIRS: [&str; 4] = ["/usr/bin", "/usr/local/bin", "/usr/sbin", "/bin"];

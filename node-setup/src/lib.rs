@@ -2,26 +2,23 @@
 //! on one node, or (`--cdi`) turns on their own CDI injection instead. Plan first, then
 //! write atomically with backups; `check` and `revert`.
 //!
-//! Module map: [`cdi`] (`cdi generate`: CDI specs for every platform), [`effective`] (what
+//! Module map: [`effective`] (what
 //! the services actually load: units with drop-ins, k3s's settings, containerd imports,
 //! dockerd flags, and from those the runtime and CDI each engine uses), [`detect`] (what is
 //! installed, which mode), [`plan`] (compute every change in memory; `plan::cdi` for CDI
 //! mode), [`ops`]
 //! (write / revert), [`formats`] (one module per file format: systemd unit, daemon.json,
 //! containerd TOML and k3s's Go templates, k3s YAML), [`state`] (manifest and backups),
-//! [`lock`] (one run at a time), [`restart`] (systemctl, injectable), [`fsops`] (atomic
-//! writes), [`host`] (the `--root` tree, symlinks), [`commands`] (what each command prints),
+//! [`lock`] (one run at a time), [`restart`] (systemctl, injectable), [`commands`] (what each command prints),
 //! [`program`] (the whole program as a function), [`runtime_spec`] (the runtime to register).
+//! The `--root` tree, atomic writes, errors and the CDI spec generator (`cdi generate`) are
+//! the `edgegpu-host` library's, which the DRA driver uses too.
 
-pub mod cdi;
 pub mod cli;
 pub mod commands;
 pub mod detect;
 pub mod effective;
-pub mod error;
 pub mod formats;
-pub mod fsops;
-pub mod host;
 pub mod lock;
 pub mod ops;
 pub mod plan;
@@ -30,6 +27,6 @@ pub mod restart;
 pub mod runtime_spec;
 pub mod state;
 
-pub use error::{exit_code, SetupError};
+pub use edgegpu_host::error::{exit_code, SetupError};
 pub use program::{run, run_with};
 pub use runtime_spec::RuntimeSpec;

@@ -12,10 +12,10 @@ use std::path::PathBuf;
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
-use crate::error::{Result, SetupError};
-use crate::fsops;
-use crate::host::HostRoot;
 use crate::state;
+use edgegpu_host::error::{Result, SetupError};
+use edgegpu_host::fsops;
+use edgegpu_host::root::HostRoot;
 
 pub const LOCK: &str = "/var/lib/edgegpu/node-setup/lock";
 

@@ -2,13 +2,13 @@
 
 use std::path::Path;
 
-use crate::error::{Result, SetupError};
-use crate::fsops;
-use crate::host::{read_optional, HostRoot};
 use crate::lock::RunLock;
 use crate::plan::{FileChange, Plan};
 use crate::restart::{self, ServiceManager};
 use crate::state::{self, Entry, Manifest};
+use edgegpu_host::error::{Result, SetupError};
+use edgegpu_host::fsops;
+use edgegpu_host::root::{read_optional, HostRoot};
 
 /// Whether services get restarted, and if not, why.
 pub enum Restarts<'a> {

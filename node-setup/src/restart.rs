@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::effective::engine::{CONTAINERD, DOCKER};
-use crate::error::{Result, SetupError};
+use edgegpu_host::error::{Result, SetupError};
 
 /// Something that must pick up a changed file.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]

@@ -6,9 +6,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Result, SetupError};
-use crate::host::HostRoot;
 use crate::restart::Service;
+use edgegpu_host::error::{Result, SetupError};
+use edgegpu_host::root::HostRoot;
 
 pub const STATE_DIR: &str = "/var/lib/edgegpu/node-setup";
 pub const MANIFEST: &str = "/var/lib/edgegpu/node-setup/manifest.json";

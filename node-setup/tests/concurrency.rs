@@ -12,8 +12,8 @@ use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use common::{docker_host, ok, run};
+use edgegpu_host::root::HostRoot;
 use edgegpu_node_setup::detect::ModeRequest;
-use edgegpu_node_setup::host::HostRoot;
 use edgegpu_node_setup::lock::{RunLock, LOCK};
 use edgegpu_node_setup::ops::{self, Restarts};
 use edgegpu_node_setup::{plan, RuntimeSpec};

@@ -9,7 +9,7 @@ use common::{
     containerd_dump, containerd_dump_text, containerd_releases_for, containerd_start_cri, fixture,
     real_tool,
 };
-use edgegpu_node_setup::error::SetupError;
+use edgegpu_host::error::SetupError;
 use edgegpu_node_setup::formats::containerd::{describe, DefaultRuntime, Flavor};
 use edgegpu_node_setup::formats::Edit;
 use edgegpu_node_setup::RuntimeSpec;

@@ -5,7 +5,7 @@ mod common;
 use std::path::Path;
 
 use common::fixture;
-use edgegpu_node_setup::error::SetupError;
+use edgegpu_host::error::SetupError;
 use edgegpu_node_setup::formats::daemon_json::{self, DaemonJson, Want};
 use edgegpu_node_setup::formats::Edit;
 use edgegpu_node_setup::RuntimeSpec;

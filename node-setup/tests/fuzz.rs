@@ -7,11 +7,11 @@ mod common;
 use std::path::Path;
 
 use common::fixture;
+use edgegpu_host::root::HostRoot;
 use edgegpu_node_setup::detect::ModeRequest;
 use edgegpu_node_setup::formats::containerd::{describe, edit_cdi, CdiWant, Flavor, Setting};
 use edgegpu_node_setup::formats::daemon_json;
 use edgegpu_node_setup::formats::unit::{add_k3s_docker_flag, UnitFile};
-use edgegpu_node_setup::host::HostRoot;
 use edgegpu_node_setup::lock::RunLock;
 use edgegpu_node_setup::ops::{self, Restarts};
 use edgegpu_node_setup::{plan, RuntimeSpec};

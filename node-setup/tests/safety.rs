@@ -8,13 +8,14 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use common::{containerd_host, docker_host};
+use edgegpu_host::fsops;
+use edgegpu_host::root::HostRoot;
 use edgegpu_node_setup::cli::Cli;
 use edgegpu_node_setup::detect::ModeRequest;
-use edgegpu_node_setup::host::HostRoot;
 use edgegpu_node_setup::lock::RunLock;
 use edgegpu_node_setup::ops::{self, Restarts};
 use edgegpu_node_setup::restart::{restart, restart_blocked, Service, ServiceManager};
-use edgegpu_node_setup::{fsops, plan, RuntimeSpec};
+use edgegpu_node_setup::{plan, RuntimeSpec};
 use edgegpu_testkit::nodehost::{NodeHost, Snapshot};
 
 /// Records systemctl calls instead of running them.

@@ -6,7 +6,7 @@ mod common;
 use std::path::Path;
 
 use common::{fixture, real_tool, systemd_verify};
-use edgegpu_node_setup::error::SetupError;
+use edgegpu_host::error::SetupError;
 use edgegpu_node_setup::formats::unit::{add_k3s_docker_flag, UnitFile};
 
 fn words(text: &str) -> Vec<String> {

@@ -1,5 +1,30 @@
 //! The library under edgegpu's node-side programs: what the device plugin, the DRA driver
 //! and the labeller must read the same way, so that one value never means one thing to one
 //! program and another to the next. Programs depend on it; it depends on no program.
+//!
+//! - Facts of the node: [`gpu`] (the device model, discovery, health and sensors per
+//!   platform; Jetson facts from the `edgegpu-platform` table), [`engines`] (DLA and PVA),
+//!   [`labels`] (the node's facts as GPU Feature Discovery's labels).
+//! - What the node serves: [`config`] (the config file and flags), [`serving`] (the plan of
+//!   each round: units, sharing, limits, health tables), [`mps`] (MPS paths, plan, status
+//!   and the companion that runs the control daemons), [`quantity`], [`resource_name`].
+//! - Agent plumbing every long-lived program uses: [`runtime`], [`logging`], [`shutdown`],
+//!   [`ownership`] (which program serves which device kind), [`authority`] (old kubelets'
+//!   HTTP/2 `:authority`).
 
+// `unsafe` only in gpu/nvml_raw.rs (NVML MIG calls nvml-wrapper lacks) and mps/control.rs
+// (the pre-exec hook), each block with a `// SAFETY:` comment (clippy denies one without).
+
+pub mod authority;
+pub mod config;
+pub mod engines;
+pub mod gpu;
+pub mod labels;
+pub mod logging;
+pub mod mps;
+pub mod ownership;
 pub mod quantity;
+pub mod resource_name;
+pub mod runtime;
+pub mod serving;
+pub mod shutdown;

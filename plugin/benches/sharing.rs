@@ -16,7 +16,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use edgegpu_kubelet_api::v1beta1::HEALTHY;
-use edgegpu_plugin::mps::status::{self, State, Status};
+use edgegpu_node::mps::status::{self, State, Status};
 use edgegpu_testkit::bench::{announce_smoke_mode, iterations, window};
 use edgegpu_testkit::host::{Board, FakeHost};
 use edgegpu_testkit::kubelet::FakeKubelet;

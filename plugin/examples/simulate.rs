@@ -22,10 +22,11 @@ use std::time::Duration;
 
 use clap::Parser;
 use edgegpu_kubelet_api::v1beta1::{Device, HEALTHY, UNHEALTHY};
-use edgegpu_plugin::gpu::discovery::Platform;
+use edgegpu_node::gpu::discovery::Platform;
+use edgegpu_node::labels;
 use edgegpu_plugin::metrics::{self, MetricsSource};
 use edgegpu_plugin::resource::Resource;
-use edgegpu_plugin::{build_gpu_resources, labels, GpuResource};
+use edgegpu_plugin::{build_gpu_resources, GpuResource};
 use edgegpu_plugin::{serve_all, Cli};
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
 use edgegpu_testkit::kubelet::FakeKubelet;
@@ -125,7 +126,7 @@ fn main() -> ExitCode {
     let level = if args.verbose {
         "info"
     } else {
-        "warn,edgegpu_plugin::gpu::health=error"
+        "warn,edgegpu_node::gpu::health=error"
     };
     common::init_logging(level);
     common::run_to_exit("simulate", simulate(args))
@@ -382,7 +383,14 @@ fn show_response(
 /// The node labels the plugin writes for NFD and the labeller puts on the Node.
 fn show_labels(resources: &[Arc<GpuResource>]) {
     println!("Node labels (NFD feature file / edgegpu-labeller; docs/labels.md)");
-    for (key, value) in labels::for_resources(resources).iter() {
+    for (key, value) in labels::for_resources(
+        &resources
+            .iter()
+            .map(|r| r.served().clone())
+            .collect::<Vec<_>>(),
+    )
+    .iter()
+    {
         println!("  {key}={value}");
     }
     println!();

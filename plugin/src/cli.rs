@@ -7,10 +7,10 @@ use clap::Parser;
 use edgegpu_kubelet_api::podresources::POD_RESOURCES_SOCKET;
 use edgegpu_kubelet_api::v1beta1::{DEVICE_PLUGIN_PATH, KUBELET_SOCKET_NAME};
 
-use crate::config::GpuArgs;
 use crate::kubelet::lifecycle::LifecycleOptions;
-use crate::labels::feature_file;
-use crate::logging::LogFormat;
+use edgegpu_node::config::GpuArgs;
+use edgegpu_node::labels::feature_file;
+use edgegpu_node::logging::LogFormat;
 
 /// `--version` text: version, git commit and target triple.
 pub const VERSION: &str = env!("EDGEGPU_LONG_VERSION");
@@ -107,7 +107,7 @@ pub struct Cli {
         long,
         env = "OWNERSHIP_DIR",
         value_name = "DIR",
-        default_value = crate::ownership::DEFAULT_DIR
+        default_value = edgegpu_node::ownership::DEFAULT_DIR
     )]
     pub ownership_dir: String,
 
@@ -143,7 +143,7 @@ pub struct MpsDaemonArgs {
 
     /// Where the plugin's desired/daemons.json and each resource's pipe, log and shared
     /// memory directories and status.json live (a host path, the same in every container).
-    #[arg(long, env = "MPS_ROOT", value_name = "DIR", default_value = crate::config::DEFAULT_MPS_ROOT)]
+    #[arg(long, env = "MPS_ROOT", value_name = "DIR", default_value = edgegpu_node::config::DEFAULT_MPS_ROOT)]
     pub mps_root: PathBuf,
 
     /// nvidia-cuda-mps-control as a host path [default: the first found in /usr/bin,
@@ -183,7 +183,7 @@ impl MpsDaemonArgs {
             .unwrap_or(self.root != std::path::Path::new("/"))
     }
 
-    /// The root the companion sees the host under once [`crate::mps::daemon::isolate`] ran.
+    /// The root the companion sees the host under once [`edgegpu_node::mps::daemon::isolate`] ran.
     pub fn effective_root(&self) -> PathBuf {
         if self.chroot() {
             PathBuf::from("/")

@@ -1,18 +1,16 @@
 //! `edgegpu-device-plugin`: a kubelet device plugin (API v1beta1) that advertises NVIDIA GPUs.
 //!
-//! Three sides, each in one place (docs/architecture.md draws the picture):
+//! A thin application on the node library (`edgegpu_node`), which finds the GPUs and engines,
+//! reads the config and plans each round (docs/architecture.md draws the picture):
 //! - [`kubelet`]: everything facing the kubelet — serve, register, survive restarts, let old
 //!   kubelets in. It serves [`resource::Resource`]s, one socket each, and knows nothing about
 //!   GPUs.
-//! - [`gpu`]: everything facing the hardware — the device model, discovery and health per
-//!   platform; Jetson facts come from the `edgegpu-platform` table.
-//! - [`allocate`]: what a pod receives — device IDs and replicas, Allocate strategies, device
-//!   specs, preferred allocation. Reads `gpu`; `gpu` never reads it.
+//! - [`allocate`]: what a pod receives — the `Allocate` and preferred-allocation answers of
+//!   a resource the node library planned ([`GpuResource`]); [`engine_resource`] the same for
+//!   DLA and PVA.
 //!
-//! [`node`] wires `gpu` and `allocate` into the served resources. Two readers look at all
-//! three sides and nothing looks at them: [`metrics`] (Prometheus' `/metrics`) and [`labels`]
-//! (the node's GPU labels). [`cli`], [`config`], [`logging`], [`runtime`] and [`shutdown`] are the program
-//! around it.
+//! [`node`] wires the node library's plan into the served resources. [`metrics`] (Prometheus'
+//! `/metrics`) reads all of it and nothing reads it. [`cli`] is the command line around it.
 
 // `tonic::Status` (176 bytes) is the error type of every gRPC handler and of the
 // `Resource` contract by design; boxing it would only add allocations on error paths.
@@ -20,22 +18,15 @@
 
 pub mod allocate;
 pub mod cli;
-pub mod config;
-pub mod engines;
-pub mod gpu;
+pub mod engine_resource;
 pub mod kubelet;
-pub mod labels;
-pub mod logging;
 pub mod metrics;
-pub mod mps;
 pub mod node;
-pub mod ownership;
 pub mod resource;
-pub mod resource_name;
-pub mod runtime;
-pub mod shutdown;
 
 use std::sync::Arc;
+
+use edgegpu_node::{engines, gpu, labels, mps, ownership, shutdown};
 
 pub use allocate::GpuResource;
 pub use cli::Cli;
@@ -57,7 +48,7 @@ fn resource_kind(_resource: &GpuResource) -> ownership::DeviceKind {
 }
 
 /// The kind of device an engine resource hands out.
-fn engine_kind(resource: &engines::resource::EngineResource) -> ownership::DeviceKind {
+fn engine_kind(resource: &engine_resource::EngineResource) -> ownership::DeviceKind {
     match resource.kind() {
         engines::EngineKind::Dla => ownership::DeviceKind::Dla,
         engines::EngineKind::Pva => ownership::DeviceKind::Pva,
@@ -157,7 +148,7 @@ async fn serve_rounds(
 /// Serves one round's resources until a signal or (MIG strategies) a changed geometry.
 async fn serve_round(
     node: NodeResources,
-    engines: Vec<Arc<engines::resource::EngineResource>>,
+    engines: Vec<Arc<engine_resource::EngineResource>>,
     options: &LifecycleOptions,
     signals: &mut shutdown::ShutdownSignals,
     owned: &mut ownership::Ownerships,
@@ -276,7 +267,7 @@ impl MetricsEndpoint {
     }
 
     /// Scrapes describe these engines from now on.
-    fn describe_engines(&self, cli: &Cli, engines: &[Arc<engines::resource::EngineResource>]) {
+    fn describe_engines(&self, cli: &Cli, engines: &[Arc<engine_resource::EngineResource>]) {
         if let Some(source) = &self.source {
             let all = engines.iter().flat_map(|r| r.engines().to_vec()).collect();
             source.set_engines(cli.root.clone(), all);
@@ -347,7 +338,8 @@ async fn remove_feature_file(path: &std::path::Path) {
 /// Writes the NFD feature file; a failure is logged, never fatal (labels are a convenience,
 /// the GPUs are served either way).
 fn write_feature_file(path: &std::path::Path, resources: &[Arc<GpuResource>]) {
-    let labels = labels::for_resources(resources);
+    let served: Vec<_> = resources.iter().map(|r| r.served().clone()).collect();
+    let labels = labels::for_resources(&served);
     match labels::feature_file::write(path, &labels) {
         Ok(true) => {
             tracing::info!(file = %path.display(), labels = labels.iter().count(), "Node Feature Discovery feature file written")

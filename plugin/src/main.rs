@@ -1,8 +1,9 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use edgegpu_node::{logging, runtime};
 use edgegpu_plugin::cli::Command;
-use edgegpu_plugin::{logging, runtime, Cli};
+use edgegpu_plugin::Cli;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -13,7 +14,7 @@ fn main() -> ExitCode {
         // Before any thread exists: a private mount namespace covers the whole process only
         // then.
         if let Err(e) =
-            edgegpu_plugin::mps::daemon::isolate(&args.root, args.private_shm(), args.chroot())
+            edgegpu_node::mps::daemon::isolate(&args.root, args.private_shm(), args.chroot())
         {
             tracing::error!("{e:#}");
             return ExitCode::FAILURE;

@@ -8,8 +8,8 @@ mod gpu_common;
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use edgegpu_node_setup::cdi;
-use edgegpu_node_setup::host::HostRoot;
+use edgegpu_host::cdi;
+use edgegpu_host::root::HostRoot;
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
 use gpu_common::Node;
 

@@ -345,7 +345,7 @@ async fn binary_takes_its_settings_from_the_environment_and_uses_the_plugin_watc
 /// lock is released (docs/dra.md, "The device plugin and the DRA driver on one node").
 #[tokio::test]
 async fn a_gpu_locked_by_the_dra_driver_is_not_advertised_until_released() {
-    use edgegpu_plugin::ownership::{try_own, DeviceKind, Owned};
+    use edgegpu_node::ownership::{try_own, DeviceKind, Owned};
     let host = FakeHost::jetson(Board::Orin);
     let dir = tempfile::tempdir().unwrap();
     let locks = tempfile::tempdir().unwrap();

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::Output;
 
-use edgegpu_plugin::config::{
+use edgegpu_node::config::{
     AllocationPolicy, ConfigFile, DeviceIdStrategy, DeviceListStrategy, DiscoveryStrategy,
     MigStrategy,
 };

@@ -3,7 +3,7 @@
 
 mod gpu_common;
 
-use edgegpu_plugin::gpu::discovery::Platform;
+use edgegpu_node::gpu::discovery::Platform;
 use edgegpu_testkit::host::{Board, FakeHost};
 use gpu_common::{ids, spec_paths, Plugin};
 

@@ -7,7 +7,7 @@ mod gpu_common;
 use std::sync::Arc;
 
 use edgegpu_kubelet_api::v1beta1::{ContainerAllocateResponse, HEALTHY, UNHEALTHY};
-use edgegpu_plugin::engines::resource::EngineResource;
+use edgegpu_plugin::engine_resource::EngineResource;
 use edgegpu_plugin::node::build_engine_resources;
 use edgegpu_plugin::resource::Resource;
 use edgegpu_plugin::serve_all;

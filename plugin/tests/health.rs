@@ -204,7 +204,7 @@ async fn r470_without_memory_info_v2_keeps_its_gpus_healthy() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dp_disable_healthchecks_values_are_parsed() {
-    use edgegpu_plugin::config::GpuArgs;
+    use edgegpu_node::config::GpuArgs;
     let args = GpuArgs::default();
     let all = args
         .resolve_with_env(|k| (k == "DP_DISABLE_HEALTHCHECKS").then(|| "all".to_string()))

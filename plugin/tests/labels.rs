@@ -6,10 +6,12 @@
 mod gpu_common;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use clap::Parser;
-use edgegpu_plugin::labels::{self, feature_file, value, NodeLabels};
-use edgegpu_plugin::Cli;
+use edgegpu_node::labels::{self, feature_file, value, NodeLabels};
+use edgegpu_node::serving::Served;
+use edgegpu_plugin::{Cli, GpuResource};
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
 
 fn map(labels: &NodeLabels) -> BTreeMap<String, String> {
@@ -26,9 +28,14 @@ fn expect(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The planned resources under the plugin's served ones (what the labels are computed from).
+fn served(resources: &[Arc<GpuResource>]) -> Vec<Arc<Served>> {
+    resources.iter().map(|r| r.served().clone()).collect()
+}
+
 async fn labels_of(host: &FakeHost, args: &[&str]) -> NodeLabels {
     let resources = gpu_common::resources(host.root(), args).await.unwrap();
-    let from_plugin = labels::for_resources(&resources);
+    let from_plugin = labels::for_resources(&served(&resources));
     // The labeller computes them without serving: the same labels.
     let from_labeller = labeller_labels(host, args);
     assert_eq!(from_plugin, from_labeller);
@@ -272,7 +279,7 @@ async fn the_feature_file() {
     let resources = gpu_common::resources(host.root(), &["--discovery=tegra"])
         .await
         .unwrap();
-    let labels = labels::for_resources(&resources);
+    let labels = labels::for_resources(&served(&resources));
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("edgegpu");
     assert!(feature_file::write(&path, &labels).unwrap());

@@ -5,8 +5,8 @@
 mod gpu_common;
 
 use edgegpu_kubelet_api::v1beta1::{HEALTHY, UNHEALTHY};
-use edgegpu_plugin::mps::plan::{DaemonSettings, DeviceLimit};
-use edgegpu_plugin::mps::status::{self, State, Status};
+use edgegpu_node::mps::plan::{DaemonSettings, DeviceLimit};
+use edgegpu_node::mps::status::{self, State, Status};
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
 use gpu_common::{config_file, ids, Plugin};
 

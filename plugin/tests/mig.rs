@@ -346,8 +346,8 @@ async fn mig_slots_nvml_will_not_name_are_skipped_like_go_nvlib() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_between_discovery_and_the_watch_is_noticed() {
-    use edgegpu_plugin::config::DiscoveryStrategy;
-    use edgegpu_plugin::gpu::discovery;
+    use edgegpu_node::config::DiscoveryStrategy;
+    use edgegpu_node::gpu::discovery;
     let (host, gpus) = mixed_host();
     let dir = tempfile::tempdir().unwrap();
     let cli = gpu_common::cli(host.root(), dir.path(), &["--mig-strategy=mixed"]);

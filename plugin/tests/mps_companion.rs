@@ -11,8 +11,8 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use edgegpu_kubelet_api::v1beta1::{ContainerAllocateRequest, HEALTHY, UNHEALTHY};
-use edgegpu_plugin::mps::plan::{DaemonSettings, DeviceLimit};
-use edgegpu_plugin::mps::status::{self, Desired, State};
+use edgegpu_node::mps::plan::{DaemonSettings, DeviceLimit};
+use edgegpu_node::mps::status::{self, Desired, State};
 use edgegpu_plugin::resource::Resource;
 use edgegpu_testkit::cuda::{devices, variant, FakeCuda};
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost};

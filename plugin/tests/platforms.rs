@@ -11,8 +11,8 @@
 mod gpu_common;
 
 use edgegpu_kubelet_api::v1beta1::{ContainerAllocateRequest, HEALTHY, UNHEALTHY};
+use edgegpu_node::gpu::discovery::{Platform, TegraDetection};
 use edgegpu_platform::Generation;
-use edgegpu_plugin::gpu::discovery::{Platform, TegraDetection};
 use edgegpu_plugin::resource::Resource;
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost};
 use gpu_common::{ids, spec_paths, Plugin};

@@ -13,7 +13,7 @@
 //!
 //! Connections from every listener that ever held the path go to one stream, so a single
 //! tonic server serves the socket across re-creations. Each goes through the device
-//! plugin's `:authority` shim (`edgegpu_plugin::kubelet::authority`): the kubelet dials
+//! plugin's `:authority` shim (`edgegpu_node::authority`): the kubelet dials
 //! `dra.sock` with the `unix:` scheme (authority `localhost`), but its plugin watcher dials
 //! the registration socket with the bare socket path as gRPC target
 //! (`pkg/kubelet/pluginmanager/operationexecutor/operation_generator.go` dial), and a
@@ -25,7 +25,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use edgegpu_plugin::kubelet::authority::AuthorityShim;
+use edgegpu_node::authority::AuthorityShim;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;

@@ -18,10 +18,10 @@ use super::packages::{self, Installed};
 use super::runtime::k3s_not_on_docker;
 use super::{Source, Sourced};
 use crate::detect::{ContainerdTarget, Inventory, Mode};
-use crate::error::{Result, SetupError};
 use crate::formats::containerd::Flavor;
 use crate::formats::daemon_json::DaemonJson;
-use crate::host::HostRoot;
+use edgegpu_host::error::{Result, SetupError};
+use edgegpu_host::root::HostRoot;
 
 /// Where CDI runtimes look for specs by default (the CDI library's DefaultSpecDirs, used
 /// by containerd and dockerd alike); `check` looks for ours there.
@@ -29,7 +29,7 @@ pub const DEFAULT_SPEC_DIRS: [&str; 2] = DEFAULT_CDI_SPEC_DIRS;
 
 /// The directory `cdi generate` writes to: every engine must read it.
 pub fn spec_dir() -> &'static str {
-    crate::cdi::DEFAULT_OUTPUT
+    edgegpu_host::cdi::DEFAULT_OUTPUT
         .rsplit_once('/')
         .map_or("/", |(dir, _)| dir)
 }
@@ -82,7 +82,7 @@ impl Specs {
                                 .and_then(|d| d["kind"].as_str().map(String::from))
                         })
                 };
-                if kind.as_deref() == Some(crate::cdi::spec::KIND) {
+                if kind.as_deref() == Some(edgegpu_host::cdi::spec::KIND) {
                     found.push(f);
                 }
             }

@@ -11,11 +11,11 @@ use std::path::Path;
 use super::engine::CONTAINERD;
 use super::systemd::Unit;
 use super::{Source, Sourced};
-use crate::error::Result;
 use crate::formats::containerd::{
     describe, describe_as, DefaultRuntime, Description, Flavor, Setting,
 };
-use crate::host::HostRoot;
+use edgegpu_host::error::Result;
+use edgegpu_host::root::HostRoot;
 
 /// One file containerd loads.
 #[derive(Debug, Clone)]

@@ -8,12 +8,12 @@ use toml_edit::Value;
 use super::containerd::Loaded;
 use super::engine::CONTAINERD;
 use super::{Source, Sourced};
-use crate::error::Result;
 use crate::formats::containerd::{
     copy_from_plugin, legacy_default_type, version_of_cri_plugin, Node, RuntimeCopy, CRI_V1,
     CRI_V2, CRI_V3,
 };
-use crate::host::HostRoot;
+use edgegpu_host::error::Result;
+use edgegpu_host::root::HostRoot;
 
 /// How a containerd release combines the files it loads (the main config, then its
 /// `imports`, breadth-first, each file once).

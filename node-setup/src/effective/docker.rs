@@ -7,9 +7,9 @@
 use super::engine::DOCKER;
 use super::systemd::{Arg, Unit};
 use super::{Source, Sourced};
-use crate::error::Result;
 use crate::formats::daemon_json::DaemonJson;
-use crate::host::HostRoot;
+use edgegpu_host::error::Result;
+use edgegpu_host::root::HostRoot;
 
 /// Flags whose daemon.json key has another name (moby cmd/dockerd/config.go,
 /// config_unix.go, options.go: their values are `NamedOption`s, and dockerd compares the

@@ -12,9 +12,9 @@ use std::path::Path;
 use super::engine::K3S;
 use super::systemd::{Arg, Environment, Unit, DEFAULT_PATH};
 use super::{Source, Sourced};
-use crate::error::{Result, SetupError};
 use crate::formats::k3s_yaml::{self, Entry};
-use crate::host::HostRoot;
+use edgegpu_host::error::{Result, SetupError};
+use edgegpu_host::root::HostRoot;
 
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/rancher/k3s";
 /// Where k3s's containerd sockets and templates live, below the data dir.

@@ -5,9 +5,9 @@
 use super::containerd::{load_with_imports, Loaded};
 use super::k3s::K3s;
 use crate::detect::{Inventory, K3sVersion, K3S_TEMPLATES};
-use crate::error::Result;
 use crate::formats::containerd::Flavor;
-use crate::host::HostRoot;
+use edgegpu_host::error::Result;
+use edgegpu_host::root::HostRoot;
 
 /// Runtimes k3s registers by itself when it finds their binary, and that binary's name
 /// (k3s pkg/agent/containerd/runtimes.go).

@@ -6,8 +6,8 @@
 //! their version in a form one can read without running them, and an image's binaries
 //! cannot be run at build time.
 
-use crate::error::Result;
-use crate::host::HostRoot;
+use edgegpu_host::error::Result;
+use edgegpu_host::root::HostRoot;
 
 const STATUS_FILES: [&str; 3] = [
     "/var/lib/dpkg/status",

@@ -16,11 +16,11 @@ use super::k3s_template;
 use super::systemd::DEFAULT_PATH;
 use super::{Source, Sourced};
 use crate::detect::{ContainerdTarget, Inventory, K3sEngine, Mode};
-use crate::error::Result;
 use crate::formats::containerd::{DefaultRuntime, Flavor};
 use crate::formats::daemon_json;
-use crate::host::HostRoot;
 use crate::runtime_spec::RuntimeSpec;
+use edgegpu_host::error::Result;
+use edgegpu_host::root::HostRoot;
 
 /// The runtime an engine will actually use, and where that is decided.
 #[derive(Debug, Clone, Serialize)]

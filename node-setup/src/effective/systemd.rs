@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::{Source, Sourced};
-use crate::error::{Result, SetupError};
 use crate::formats::unit::{exec_start_of, split_words, strip_exec_prefixes, Assignment, UnitFile};
-use crate::host::HostRoot;
+use edgegpu_host::error::{Result, SetupError};
+use edgegpu_host::root::HostRoot;
 
 /// Where systemd's system manager looks for units, highest priority first (the subset
 /// that holds packaged and administrator units; `/lib` for split-usr systems).

@@ -10,8 +10,8 @@ use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
 use super::Edit;
-use crate::error::{Result, SetupError};
 use crate::runtime_spec::RuntimeSpec;
+use edgegpu_host::error::{Result, SetupError};
 
 /// Runtime names dockerd reserves for itself (moby daemon/config: `runtime name 'runc' is
 /// reserved`).

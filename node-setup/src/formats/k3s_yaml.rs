@@ -11,7 +11,7 @@ use std::path::Path;
 use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
 use yaml_rust2::scanner::{Marker, TScalarStyle};
 
-use crate::error::{Result, SetupError};
+use edgegpu_host::error::{Result, SetupError};
 
 /// One top-level key of a k3s config file.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use super::Edit;
-use crate::error::{Result, SetupError};
+use edgegpu_host::error::{Result, SetupError};
 
 /// One `Key=Value` assignment, possibly spread over continuation lines.
 #[derive(Debug, Clone)]

@@ -9,13 +9,13 @@ use super::model::{CheckItem, FileChange, Options, Plan};
 use crate::detect::{Inventory, K3sEngine};
 use crate::effective::k3s::{K3s, Role};
 use crate::effective::k3s_template::{Template, BASE_IMPORTS_DROP_INS};
-use crate::error::{Result, SetupError};
 use crate::formats::containerd::Description;
 use crate::formats::unit::{self, UnitFile};
 use crate::formats::{k3s_yaml, Edit};
-use crate::host::HostRoot;
 use crate::restart::Service;
 use crate::runtime_spec::RuntimeSpec;
+use edgegpu_host::error::{Result, SetupError};
+use edgegpu_host::root::HostRoot;
 
 /// Used when k3s has no systemd unit to add `--docker` to (OpenRC, custom service).
 const K3S_DOCKER_DROP_IN: &str = "99-edgegpu-docker.yaml";

@@ -26,10 +26,10 @@ use crate::effective::k3s::K3s;
 use crate::effective::k3s_template;
 use crate::effective::runtime;
 use crate::effective::Source;
-use crate::error::{Result, SetupError};
 use crate::formats::containerd::{self, CdiWant, Flavor};
 use crate::formats::daemon_json::{self, DaemonJson};
 use crate::restart::Service;
+use edgegpu_host::error::{Result, SetupError};
 
 /// A plan for CDI mode: its first requirement is a spec to inject.
 pub(super) fn new_plan(opts: &Options, specs: Specs, choice: Option<Choice>) -> Plan {
@@ -38,8 +38,8 @@ pub(super) fn new_plan(opts: &Options, specs: Specs, choice: Option<Choice>) -> 
         file: specs.dirs.join(" or "),
         what: format!(
             "a CDI spec of kind {} (edgegpu-node-setup cdi generate writes {})",
-            crate::cdi::spec::KIND,
-            crate::cdi::DEFAULT_OUTPUT
+            edgegpu_host::cdi::spec::KIND,
+            edgegpu_host::cdi::DEFAULT_OUTPUT
         ),
         ok: !specs.found.is_empty(),
     }];
@@ -133,7 +133,7 @@ impl Builder<'_> {
         if self.plan.cdi.as_ref().is_some_and(|s| s.found.is_empty()) {
             self.plan.notes.push(format!(
                 "no CDI spec of kind {} in {} yet: run `edgegpu-node-setup cdi generate` (edgegpu-cdi-refresh.service does at every boot)",
-                crate::cdi::spec::KIND,
+                edgegpu_host::cdi::spec::KIND,
                 DEFAULT_SPEC_DIRS.join(" or ")
             ));
         }

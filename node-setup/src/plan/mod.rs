@@ -11,8 +11,8 @@
 use std::path::PathBuf;
 
 use crate::effective::cdi::Specs;
-use crate::error::{Result, SetupError};
-use crate::host::HostRoot;
+use edgegpu_host::error::{Result, SetupError};
+use edgegpu_host::root::HostRoot;
 
 mod builder;
 pub mod cdi;
@@ -52,10 +52,10 @@ fn note_temp_files(plan: &mut Plan, host: &HostRoot) {
         }
     }
     for dir in dirs {
-        for f in crate::fsops::temp_files(&dir).unwrap_or_default() {
+        for f in edgegpu_host::fsops::temp_files(&dir).unwrap_or_default() {
             let pid = f
                 .file_name()
-                .and_then(|n| crate::fsops::temp_file_pid(&n.to_string_lossy()))
+                .and_then(|n| edgegpu_host::fsops::temp_file_pid(&n.to_string_lossy()))
                 .unwrap_or_default();
             let shown = f
                 .strip_prefix(host.root())

@@ -8,9 +8,9 @@ use serde::Serialize;
 use crate::detect::Choice;
 use crate::effective::cdi::{EffectiveCdi, Specs};
 use crate::effective::runtime::Effective;
-use crate::host::HostRoot;
 use crate::restart::Service;
 use crate::runtime_spec::RuntimeSpec;
+use edgegpu_host::root::HostRoot;
 
 /// Everything `plan` needs to know.
 #[derive(Debug, Clone)]

@@ -14,11 +14,11 @@ use crate::effective::k3s::K3s;
 use crate::effective::k3s_template::{self, EXTRA_SEARCH_DIRS};
 use crate::effective::runtime::View;
 use crate::effective::systemd::DEFAULT_PATH;
-use crate::error::{Result, SetupError};
 use crate::formats::containerd::{self, CopyFrom, DefaultRuntime, Flavor, RuntimeCopy, Want};
 use crate::formats::{daemon_json, k3s_yaml, Edit};
 use crate::restart::Service;
 use crate::runtime_spec::RuntimeSpec;
+use edgegpu_host::error::{Result, SetupError};
 
 /// Our k3s drop-in (in the `.d` directory of the config file k3s reads); `99-` so that
 /// it sorts after the usual ones (later wins).

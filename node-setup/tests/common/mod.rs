@@ -229,7 +229,7 @@ pub fn containerd_edit(
     text: Option<&str>,
     spec: &edgegpu_node_setup::RuntimeSpec,
     flavor: edgegpu_node_setup::formats::containerd::Flavor,
-) -> edgegpu_node_setup::error::Result<edgegpu_node_setup::formats::Edit> {
+) -> edgegpu_host::error::Result<edgegpu_node_setup::formats::Edit> {
     use edgegpu_node_setup::formats::containerd::{
         describe, edit, CopyFrom, DefaultRuntime, Flavor, Want,
     };

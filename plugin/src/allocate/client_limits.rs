@@ -4,9 +4,9 @@
 
 use tonic::Status;
 
-use super::limits::{LimitKind, MemoryLimit};
 use super::GpuResource;
-use crate::mps::plan::{ClientLimit, ClientSetup};
+use edgegpu_node::mps::plan::{ClientLimit, ClientSetup};
+use edgegpu_node::serving::limits::{LimitKind, MemoryLimit};
 
 const MIB: u64 = 1 << 20;
 

@@ -1,20 +1,13 @@
-//! What a pod receives: the advertised device IDs (whole GPUs or MIG devices, or
-//! time-slicing replicas of them), the answer to `Allocate` (strategies in [`strategy`],
-//! `/dev` nodes in [`device_specs`]) and to `GetPreferredAllocation` ([`sharing`]). Which
-//! resources the node serves under each MIG strategy is [`mig`]; the GPU memory limit a
-//! container was given, [`limits`]. Reads the `gpu` side; the
-//! `gpu` side never reads this module.
+//! What a pod receives: the answer to `Allocate` for a served resource (strategies in
+//! [`strategy`], MPS variables and mounts in `client_limits`) and to
+//! `GetPreferredAllocation`. The resource itself (units, replicas, limits, `/dev` nodes, health)
+//! is the node library's plan (`edgegpu_node::serving`); this module only answers the kubelet
+//! from it.
 
 mod client_limits;
-pub mod device_specs;
-pub mod limits;
-pub mod mig;
-pub mod plan;
-pub mod sharing;
 pub mod strategy;
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -22,98 +15,45 @@ use edgegpu_kubelet_api::v1beta1::{
     ContainerAllocateRequest, ContainerAllocateResponse, ContainerPreferredAllocationRequest,
     ContainerPreferredAllocationResponse, Device, DevicePluginOptions, DeviceSpec, Mount,
 };
-use edgegpu_platform::cdi;
 use tokio::sync::watch;
 use tonic::Status;
 
-use crate::config::{Config, DeviceIdStrategy};
-use crate::gpu::health::{Advertised, HealthCounts, HealthTable};
-use crate::gpu::{Gpu, MigDevice, Platform};
 use crate::resource::Resource;
-use sharing::Replication;
+use edgegpu_node::gpu::Platform;
+use edgegpu_node::serving::{limits, sharing, Served};
 
-/// One allocatable device: a whole GPU, or a MIG device of one.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Unit {
-    /// Position of the GPU (the MIG device's parent) in the node's GPU list.
-    pub gpu: usize,
-    pub mig: Option<MigDevice>,
-}
-
-impl Unit {
-    /// A MIG device's GPU instance and compute instance on its GPU's device node.
-    pub fn mig_instance(&self, gpus: &[Gpu]) -> Option<device_specs::MigInstance> {
-        self.mig.as_ref().map(|m| device_specs::MigInstance {
-            gpu_minor: gpus[self.gpu].device_minor(),
-            gpu_instance: m.gpu_instance,
-            compute_instance: m.compute_instance,
-        })
-    }
-
-    /// The device's ID under `strategy`: GPU/MIG UUID (`tegra` on Jetson) or NVIDIA's index
-    /// (`0`, MIG `0:1`).
-    pub fn id(&self, gpus: &[Gpu], strategy: DeviceIdStrategy) -> String {
-        let gpu = &gpus[self.gpu];
-        match (&self.mig, strategy) {
-            (None, DeviceIdStrategy::Uuid) => gpu.uuid.clone(),
-            (None, DeviceIdStrategy::Index) => gpu.index.to_string(),
-            (Some(m), DeviceIdStrategy::Uuid) => m.uuid.clone(),
-            (Some(m), DeviceIdStrategy::Index) => m.nvidia_index(gpu),
-        }
-    }
-
-    /// The device's name in the CDI spec `edgegpu-node-setup cdi generate` writes (kind
-    /// `nvidia.com/gpu`): on Jetson the iGPU is `0` (as in `nvidia-ctk cdi generate
-    /// --mode=csv`); a GPU its ID (UUID or index, both are in the spec); a MIG device
-    /// `<gpu index>:gi<G>:ci<C>`, on Thor too (the names the driver's procfs gives exactly:
-    /// nvidia-ctk's `<gpu>:<mig index>` and `MIG-…` need NVML's MIG order and UUIDs, which
-    /// procfs lacks — docs/cdi.md, "Names next to nvidia-ctk's"). Every name is
-    /// `edgegpu_platform::cdi`'s, which node-setup's generator uses too.
-    pub fn cdi_name(
-        &self,
-        gpus: &[Gpu],
-        platform: Option<&Platform>,
-        strategy: DeviceIdStrategy,
-    ) -> String {
-        let gpu = &gpus[self.gpu];
-        match (&self.mig, platform, strategy) {
-            (Some(m), _, _) => cdi::mig_device(gpu.index, m.gpu_instance, m.compute_instance),
-            (None, Some(Platform::Tegra { .. }), _) => cdi::INTEGRATED_GPU.into(),
-            (None, _, DeviceIdStrategy::Uuid) => cdi::gpu_by_uuid(&gpu.uuid),
-            (None, _, DeviceIdStrategy::Index) => cdi::gpu_by_index(gpu.index),
-        }
-    }
-}
-
-/// Some devices of this node as one extended resource.
+/// One served resource as the kubelet sees it: the node library's [`Served`] resource and the
+/// answers to `Allocate`.
 pub struct GpuResource {
-    /// The advertised name.
-    pub(crate) name: String,
-    /// The name before sharing renamed it (`nvidia.com/gpu` for `nvidia.com/gpu.shared`).
-    pub(crate) configured_name: String,
-    pub(crate) config: Config,
-    /// The host root the GPUs were found under (what metrics and labels read).
-    pub(crate) root: PathBuf,
-    /// `None` when no GPU was found and `--fail-on-init-error=false`.
-    pub(crate) platform: Option<Platform>,
-    /// Every GPU of the node (units refer to them by position).
-    pub(crate) gpus: Vec<Gpu>,
-    /// The devices this resource serves.
-    pub(crate) units: Vec<Unit>,
-    /// Per unit: its ID under `--device-id-strategy`.
-    pub(crate) base_ids: Vec<String>,
-    pub(crate) replication: Option<Replication>,
-    /// MPS replicas' or memory units' limits (`None`: whole GPUs or time-slicing).
-    pub(crate) limits: Option<limits::Limits>,
-    /// The MPS control daemon serving this resource, as the companion must run it.
-    pub(crate) mps_daemon: Option<crate::mps::plan::DaemonSettings>,
-    pub(crate) table: Arc<HealthTable>,
-    /// The `/dev` nodes for `--pass-device-specs` (`None` when it is off).
-    /// Shared by the node's resources.
-    pub(crate) device_nodes: Option<Arc<device_specs::DeviceNodes>>,
+    pub(crate) served: Arc<Served>,
     pub(crate) allocations: AllocationCounts,
-    /// NVML, where discovery kept it loaded (discrete GPUs, hybrid Jetsons).
-    pub(crate) nvml: Option<Arc<nvml_wrapper::Nvml>>,
+}
+
+impl GpuResource {
+    pub fn new(served: Arc<Served>) -> Self {
+        Self {
+            served,
+            allocations: AllocationCounts::default(),
+        }
+    }
+
+    /// The planned resource this serves.
+    pub fn served(&self) -> &Arc<Served> {
+        &self.served
+    }
+
+    /// Allocation counters.
+    pub fn allocations(&self) -> &AllocationCounts {
+        &self.allocations
+    }
+}
+
+impl std::ops::Deref for GpuResource {
+    type Target = Served;
+
+    fn deref(&self) -> &Served {
+        &self.served
+    }
 }
 
 /// Container allocations answered, for the plugin's metrics.
@@ -132,122 +72,6 @@ impl AllocationCounts {
     /// Container allocations refused (unknown, unhealthy or too many IDs).
     pub fn failed(&self) -> u64 {
         self.failed.load(Ordering::Relaxed)
-    }
-}
-
-impl Drop for GpuResource {
-    /// A rebuild drops the old resources on the runtime thread; when theirs is the last NVML
-    /// handle, dropping it calls `nvmlShutdown`, which blocks: hand it to the blocking pool.
-    fn drop(&mut self) {
-        if let (Some(nvml), Ok(runtime)) = (self.nvml.take(), tokio::runtime::Handle::try_current())
-        {
-            runtime.spawn_blocking(move || drop(nvml));
-        }
-    }
-}
-
-impl GpuResource {
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The effective configuration.
-    pub fn config(&self) -> &Config {
-        &self.config
-    }
-
-    /// The platform found (None: no GPU, running with zero devices).
-    pub fn platform(&self) -> Option<&Platform> {
-        self.platform.as_ref()
-    }
-
-    /// Every GPU of the node.
-    pub fn gpus(&self) -> &[Gpu] {
-        &self.gpus
-    }
-
-    /// Per unit, its ID under `--device-id-strategy` (`GPU-…`/`MIG-…`/`tegra`, or the index).
-    pub fn base_ids(&self) -> &[String] {
-        &self.base_ids
-    }
-
-    /// The advertised device IDs (units or their replicas) and the unit of each.
-    pub fn advertised(&self) -> &[Advertised] {
-        self.table.advertised()
-    }
-
-    /// Time-slicing or MPS replicas per unit (`None`: units are not replicated).
-    pub fn replication(&self) -> Option<Replication> {
-        self.replication
-    }
-
-    /// The name before sharing renamed it (`nvidia.com/gpu` for `nvidia.com/gpu.shared`).
-    pub fn resource_name_configured(&self) -> &str {
-        &self.configured_name
-    }
-
-    /// How many devices unit `p` is advertised as, where units are shared (replicas or
-    /// memory units); `None` for whole units.
-    pub fn advertised_per_unit(&self, p: usize) -> Option<u32> {
-        if self.replication.is_none() && self.limits.is_none() {
-            return None;
-        }
-        Some(self.advertised().iter().filter(|a| a.physical == p).count() as u32)
-    }
-
-    /// The limits of MPS replicas or memory units (`None`: none set).
-    pub fn limits(&self) -> Option<&limits::Limits> {
-        self.limits.as_ref()
-    }
-
-    /// The MPS control daemon this resource needs (`None`: no MPS).
-    pub fn mps_daemon(&self) -> Option<&crate::mps::plan::DaemonSettings> {
-        self.mps_daemon.as_ref()
-    }
-
-    /// The unit (position in [`Self::units`]) behind an advertised device ID, also for a
-    /// replica ID of an earlier configuration (`tegra::7` after the replica count went down):
-    /// its base ID decides.
-    pub fn physical_of(&self, device_id: &str) -> Option<usize> {
-        if let Some(a) = self.advertised().iter().find(|a| a.id == device_id) {
-            return Some(a.physical);
-        }
-        let base = sharing::base_id(device_id);
-        self.base_ids.iter().position(|b| b == base)
-    }
-
-    /// Each unit's health and transition counts.
-    pub fn health(&self) -> Vec<HealthCounts> {
-        self.table.counts()
-    }
-
-    /// Allocation counters.
-    pub fn allocations(&self) -> &AllocationCounts {
-        &self.allocations
-    }
-
-    /// The host root the GPUs were found under.
-    pub fn root(&self) -> &std::path::Path {
-        &self.root
-    }
-
-    /// NVML, where discovery kept it loaded.
-    pub fn nvml(&self) -> Option<&Arc<nvml_wrapper::Nvml>> {
-        self.nvml.as_ref()
-    }
-
-    /// The devices this resource serves.
-    pub fn units(&self) -> &[Unit] {
-        &self.units
-    }
-
-    /// The CDI device name part of unit `physical`.
-    pub(crate) fn cdi_id(&self, physical: usize) -> String {
-        self.units[physical].cdi_name(
-            &self.gpus,
-            self.platform.as_ref(),
-            self.config.device_id_strategy,
-        )
     }
 }
 

@@ -6,7 +6,7 @@ use std::hash::{BuildHasher, Hasher};
 
 use edgegpu_kubelet_api::v1beta1::{CdiDevice, ContainerAllocateResponse};
 
-use crate::config::DeviceListStrategy;
+use edgegpu_node::config::DeviceListStrategy;
 
 /// Env var the NVIDIA container runtime reads.
 const VISIBLE_DEVICES_ENV: &str = "NVIDIA_VISIBLE_DEVICES";

@@ -31,7 +31,6 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tonic::transport::Server;
 
-use super::authority::AuthorityShim;
 use super::plugin_watcher::PluginWatcherService;
 use super::registration::{backoff, register_request, register_until_success};
 use super::restart_watch::{DirWatcher, RestartReason, WatchError};
@@ -39,6 +38,7 @@ use super::server::{self, DevicePluginService};
 use super::socket::{socket_prefix, OwnedSocket};
 use super::stats::KubeletStats;
 use crate::resource::Resource;
+use edgegpu_node::authority::AuthorityShim;
 
 /// How long probing another instance's socket may take.
 const COMPETITOR_DIAL_TIMEOUT: Duration = Duration::from_millis(500);

@@ -12,9 +12,9 @@
 //!   API), for per-pod metrics; [`checkpoint`]: the same by pod UID (the device manager's
 //!   checkpoint file); [`pod_cgroup`]: which pod UID a process belongs to (the cgroups the
 //!   kubelet names), for per-pod GPU memory.
-//! - [`authority`]: lets kubelets older than 1.26 in (their `:authority` is a socket path).
+//! - `edgegpu_node::authority`: lets kubelets older than 1.26 in (their `:authority` is a
+//!   socket path); the DRA driver's sockets use it too.
 
-pub mod authority;
 pub mod checkpoint;
 pub mod lifecycle;
 pub mod plugin_watcher;

@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use edgegpu_kubelet_api::v1beta1::HEALTHY;
 
-use crate::gpu::health::HealthCounts;
-use crate::gpu::sensors::{Reading, Readings};
-use crate::gpu::Platform;
 use crate::kubelet::stats::{RegistrationStats, Reregistration};
 use crate::resource::Resource;
+use edgegpu_node::gpu::health::HealthCounts;
+use edgegpu_node::gpu::sensors::{Reading, Readings};
+use edgegpu_node::gpu::Platform;
 
 use super::exposition::{Exposition, Kind};
 use super::served::{Entity, Holder, Served};
@@ -448,7 +448,10 @@ pub(super) fn pod_resources_errors(e: &mut Exposition, errors: u64) {
 pub(super) fn engines(
     e: &mut Exposition,
     hostname: &str,
-    readings: &[(crate::engines::Engine, crate::engines::EngineReading)],
+    readings: &[(
+        edgegpu_node::engines::Engine,
+        edgegpu_node::engines::EngineReading,
+    )],
 ) {
     let ids: Vec<String> = readings.iter().map(|(engine, _)| engine.id()).collect();
     let labels = |n: usize| {

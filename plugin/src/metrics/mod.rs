@@ -3,7 +3,7 @@
 //! hold each GPU or MIG GPU instance, for every resource the plugin serves (docs/metrics.md
 //! lists every series).
 //!
-//! Everything is read when Prometheus scrapes — sensors ([`crate::gpu::sensors`]), the
+//! Everything is read when Prometheus scrapes — sensors ([`edgegpu_node::gpu::sensors`]), the
 //! kubelet's pod resources ([`crate::kubelet::pod_resources`]), the GPUs' processes and
 //! which pods they belong to ([`pod_memory`]), the counters of the kubelet and allocation
 //! sides — so an idle plugin does no work for its metrics.
@@ -24,9 +24,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use crate::allocate::GpuResource;
-use crate::gpu::sensors::Readings;
 use crate::kubelet::pod_resources::{self, DeviceHolder};
 use crate::kubelet::stats::KubeletStats;
+use edgegpu_node::gpu::sensors::Readings;
 use exposition::Exposition;
 use served::{holders_per_entity, Holder, Served};
 
@@ -45,7 +45,7 @@ pub struct MetricsSource {
     /// The last checkpoint read failed (logged once until it reads again).
     checkpoint_failing: AtomicBool,
     /// The DLA cores and PVA instances served, and the root they are read under.
-    engines: RwLock<(PathBuf, Vec<crate::engines::Engine>)>,
+    engines: RwLock<(PathBuf, Vec<edgegpu_node::engines::Engine>)>,
 }
 
 impl MetricsSource {
@@ -72,7 +72,7 @@ impl MetricsSource {
     }
 
     /// The engines scrapes describe from now on (`edgegpu_engine_*`), read under `root`.
-    pub fn set_engines(&self, root: PathBuf, engines: Vec<crate::engines::Engine>) {
+    pub fn set_engines(&self, root: PathBuf, engines: Vec<edgegpu_node::engines::Engine>) {
         *self.engines.write().unwrap() = (root, engines);
     }
 

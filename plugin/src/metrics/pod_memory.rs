@@ -4,7 +4,7 @@
 //!
 //! No API says which pod a GPU process belongs to, so it is pieced together at scrape time:
 //!
-//! 1. the GPU's processes and their memory ([`crate::gpu::processes`]: NVML, or nvmap on an
+//! 1. the GPU's processes and their memory ([`edgegpu_node::gpu::processes`]: NVML, or nvmap on an
 //!    nvgpu Jetson);
 //! 2. each process's pod UID, from its cgroup ([`crate::kubelet::pod_cgroup`]);
 //! 3. the devices that pod UID's containers hold, from the device manager's checkpoint
@@ -19,11 +19,11 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
-use crate::allocate::limits::MemoryLimit;
-use crate::gpu::processes::{GpuProcess, ProcessReadings, Processes};
 use crate::kubelet::checkpoint::{self, PodDevices};
 use crate::kubelet::pod_cgroup;
 use crate::kubelet::pod_resources::DeviceHolder;
+use edgegpu_node::gpu::processes::{GpuProcess, ProcessReadings, Processes};
+use edgegpu_node::serving::limits::MemoryLimit;
 
 use super::exposition::{Exposition, Kind};
 use super::served::{Holder, Served};

@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::allocate::GpuResource;
-use crate::gpu::processes::Processes;
-use crate::gpu::sensors::Sensors;
-use crate::gpu::MigDevice;
 use crate::kubelet::pod_resources::DeviceHolder;
+use edgegpu_node::gpu::processes::Processes;
+use edgegpu_node::gpu::sensors::Sensors;
+use edgegpu_node::gpu::MigDevice;
 
 /// The resources of one round of serving, what their series are about, and their sensors.
 pub(super) struct Served {

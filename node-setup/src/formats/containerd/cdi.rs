@@ -13,7 +13,7 @@ use toml_edit::Item;
 use super::template::{template_value, Skeleton, VALUE_PLACEHOLDER};
 use super::toml::{get, span_line};
 use super::version::CriKeys;
-use crate::error::{Result, SetupError};
+use edgegpu_host::error::{Result, SetupError};
 
 /// A setting one file decides.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,7 +13,7 @@ use super::node::{self, Node};
 use super::template::{prepare, template_value, VALUE_PLACEHOLDER};
 use super::toml::{dotted, get, malformed, span_line};
 use super::version::{CriKeys, Flavor, CRI_V1, CRI_V2, CRI_V3};
-use crate::error::{Result, SetupError};
+use edgegpu_host::error::{Result, SetupError};
 
 /// How a file decides the default runtime.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -14,9 +14,9 @@ use super::template::{
 };
 use super::toml::{self, dotted, parse};
 use super::version::{CriKeys, Flavor};
-use crate::error::{Result, SetupError};
 use crate::formats::Edit;
 use crate::runtime_spec::RuntimeSpec;
+use edgegpu_host::error::{Result, SetupError};
 
 /// The runc v2 shim: NVIDIA's runtime is runc-compatible and runs under it.
 const RUNC_V2: &str = "io.containerd.runc.v2";

@@ -11,8 +11,8 @@ use super::edit::finish_edit;
 use super::template::{place_new_tables_last, prepare};
 use super::toml::{self, parse};
 use super::version::{CriKeys, Flavor};
-use crate::error::{Result, SetupError};
 use crate::formats::Edit;
+use edgegpu_host::error::{Result, SetupError};
 
 /// What a CDI edit must achieve in one file.
 #[derive(Debug, Clone, Copy)]

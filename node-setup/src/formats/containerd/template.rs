@@ -10,8 +10,8 @@ use std::path::Path;
 use toml_edit::{DocumentMut, Table};
 
 use super::version::Flavor;
-use crate::error::{line_column, Result, SetupError};
 use crate::formats::go_template::{self, ActionKind};
+use edgegpu_host::error::{line_column, Result, SetupError};
 
 /// Prefix of the comment that stands in for a Go-template line while the TOML is parsed.
 const PLACEHOLDER: &str = "#edgegpu-node-setup:template-line:";

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use toml_edit::{DocumentMut, InlineTable, Item, Table, TomlError, Value};
 
-use crate::error::{line_column, Result, SetupError};
+use edgegpu_host::error::{line_column, Result, SetupError};
 
 /// Parses `text` (lines of `file` from `line_offset` on).
 pub(super) fn parse(file: &Path, text: &str, line_offset: usize) -> Result<DocumentMut> {

@@ -25,7 +25,7 @@ use super::driver::{self, all_device, DriverGpu, ProcfsGpus};
 use super::edits::EditsBuilder;
 use super::spec::{Device, Mount};
 use crate::error::{Result, SetupError};
-use crate::host::HostRoot;
+use crate::root::HostRoot;
 use std::path::PathBuf;
 
 /// The devices of a Jetson host; spec-wide mounts and links go into `edits`. Entries the

@@ -10,7 +10,7 @@
 //! container while the hook tries to make `tegra` a symlink.
 
 use super::spec::{ContainerEdits, DeviceNode, Hook, Mount};
-use crate::host::HostRoot;
+use crate::root::HostRoot;
 
 /// Symlink chains longer than this are loops (the kernel's limit).
 const MAX_LINKS: usize = 40;

@@ -11,7 +11,7 @@ use tracing_subscriber::util::SubscriberInitExt;
 /// The `--log-format` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum LogFormat {
-    /// `2024-01-01T00:00:00Z  INFO edgegpu_plugin::…: message`
+    /// `2024-01-01T00:00:00Z  INFO edgegpu_node::gpu::…: message`
     #[default]
     Text,
     /// One JSON object per line, for log collectors.
@@ -19,7 +19,7 @@ pub enum LogFormat {
 }
 
 /// The environment variable with the log filter, shared by every edgegpu program:
-/// `EDGEGPU_LOG=debug`, `EDGEGPU_LOG=info,edgegpu_plugin::kubelet=debug` (`RUST_LOG`'s
+/// `EDGEGPU_LOG=debug`, `EDGEGPU_LOG=info,edgegpu_node::gpu=debug` (`RUST_LOG`'s
 /// `target=level` directives). The plugin reads it with tracing-subscriber's `Targets`, which
 /// has no regex engine (a third of a megabyte of code, most of it resident): span and field
 /// filters (`[span]{field}`) are not supported.

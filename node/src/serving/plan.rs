@@ -6,13 +6,13 @@ use std::path::Path;
 
 use edgegpu_platform::host::{meminfo_bytes, MEMINFO};
 
-use crate::allocate::limits::{LimitKind, Limits};
-use crate::allocate::sharing::{self, Replication};
-use crate::allocate::Unit;
+use super::unit::Unit;
 use crate::config::{Config, MemoryEnforcement};
 use crate::gpu::{under_root, Gpu, Platform};
 use crate::mps::plan::{whole_mib, DaemonSettings, DeviceLimit};
 use crate::mps::{support, MpsPaths};
+use crate::serving::limits::{LimitKind, Limits};
+use crate::serving::sharing::{self, Replication};
 
 /// Per GPU, facts read from the host for sharing: memory and compute capability.
 #[derive(Debug, Clone, Default)]

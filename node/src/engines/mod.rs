@@ -12,11 +12,10 @@
 //! - [`Engine::health`]: one check of one engine (node present, platform device bound).
 //! - [`health::spawn`]: the same checks re-run on every inotify event, reported to a
 //!   [`crate::gpu::health::HealthTable`].
-//! - [`resource::EngineResource`]: the `nvidia.com/dla` / `nvidia.com/pva` device-plugin
-//!   resource.
+//! - [`env_var`]: the variable naming the engines a container got (the device plugin's
+//!   `Allocate` and the DRA driver's CDI edits set the same one).
 
 pub mod health;
-pub mod resource;
 
 use std::path::{Path, PathBuf};
 
@@ -25,6 +24,18 @@ use edgegpu_platform::engines::HOST1X_DIRS;
 use edgegpu_platform::Generation;
 
 use crate::gpu::under_root;
+
+/// Env var naming the DLA cores a container got (`0`, `0,1`).
+pub const DLA_CORES_ENV: &str = "EDGEGPU_DLA_CORES";
+/// Env var naming the PVA instances a container got.
+pub const PVA_INSTANCES_ENV: &str = "EDGEGPU_PVA_INSTANCES";
+/// The env var a container gets for engines of `kind`.
+pub fn env_var(kind: EngineKind) -> &'static str {
+    match kind {
+        EngineKind::Dla => DLA_CORES_ENV,
+        EngineKind::Pva => PVA_INSTANCES_ENV,
+    }
+}
 
 /// One DLA core or PVA instance found on the host.
 #[derive(Debug, Clone, PartialEq, Eq)]

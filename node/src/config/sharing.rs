@@ -431,7 +431,7 @@ fn memory_size(node: &Node, path: &str) -> Result<Option<u64>, ConfigFileError> 
     let Some(text) = string(node, path)? else {
         return Ok(None);
     };
-    let bytes = match edgegpu_node::quantity::parse_bytes(&text) {
+    let bytes = match crate::quantity::parse_bytes(&text) {
         Ok(bytes) => bytes,
         Err(e) => {
             return fail(

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 pub use edgegpu_platform::csv::{Entry, Kind};
 
 use crate::error::{Result, SetupError};
-use crate::host::HostRoot;
+use crate::root::HostRoot;
 
 /// The CSV files in `dir` (on disk), sorted by name; none if the directory does not exist.
 pub fn files(dir: &Path) -> Result<Vec<PathBuf>> {

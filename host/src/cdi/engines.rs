@@ -18,7 +18,7 @@
 use edgegpu_platform::engines::EngineKind;
 
 use super::spec::{ContainerEdits, Device, DeviceNode, Spec};
-use crate::host::HostRoot;
+use crate::root::HostRoot;
 
 /// File names of the engine specs, beside the GPU's (`/var/run/cdi/edgegpu-dla.yaml`).
 pub fn file_name(kind: EngineKind, json: bool) -> String {

@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use crate::config::MigStrategy;
 use crate::gpu::{Gpu, MigDevice};
 
-use super::Unit;
+use super::unit::Unit;
 
 /// A resource name and the units it serves, in GPU order.
 pub type ResourceUnits = Vec<(String, Vec<Unit>)>;

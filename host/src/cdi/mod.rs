@@ -35,7 +35,7 @@ use edgegpu_platform::procfs::GPUS_DIR;
 
 use crate::error::{exit_code, Result, SetupError};
 use crate::fsops;
-use crate::host::HostRoot;
+use crate::root::HostRoot;
 use edits::EditsBuilder;
 use spec::Spec;
 

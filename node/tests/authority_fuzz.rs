@@ -1,14 +1,14 @@
 //! Property tests of the `:authority` shim on hostile input: whatever a client sends —
 //! truncated or corrupted HPACK blocks, frames whose lengths lie, CONTINUATIONs out of
-//! place, any chunking — the shim must not panic (the plugin runs with `panic = "abort"`),
+//! place, any chunking — the shim must not panic (the programs run with `panic = "abort"`),
 //! must pass through byte for byte what it does not rewrite, and must not depend on how
 //! the bytes were split into reads.
 //!
-//! `PROPTEST_CASES=100000 cargo test -p edgegpu-plugin --test authority_fuzz` searches
+//! `PROPTEST_CASES=100000 cargo test -p edgegpu-node --test authority_fuzz` searches
 //! deeper than the default run.
 
-use edgegpu_plugin::kubelet::authority::AuthorityRewriter;
-// The input is framed by the test doubles' RFC 9113 code, not the plugin's own, so that a
+use edgegpu_node::authority::AuthorityRewriter;
+// The input is framed by the test doubles' RFC 9113 code, not the shim's own, so that a
 // framing bug cannot hide on both sides.
 use edgegpu_testkit::http2::{
     frame_header, write_frame, FLAG_END_HEADERS, FLAG_PADDED, FLAG_PRIORITY, PREFACE,

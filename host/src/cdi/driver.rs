@@ -21,7 +21,7 @@ use edgegpu_platform::procfs::{
 use super::edits::EditsBuilder;
 use super::spec::{ContainerEdits, Device, DeviceNode};
 use crate::error::{Result, SetupError};
-use crate::host::HostRoot;
+use crate::root::HostRoot;
 
 /// One GPU the driver serves, with its MIG devices.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -16,10 +16,10 @@ use std::sync::Arc;
 
 use edgegpu_platform::host::{jetpack, meminfo_bytes, MEMINFO};
 
-use crate::allocate::{mig, plan, GpuResource, Unit};
 use crate::config::{GpuArgs, MigStrategy};
 use crate::gpu::discovery::{self, Gpu, MigDevice, Platform};
 use crate::gpu::under_root;
+use crate::serving::{mig, plan, Served, Unit};
 
 /// The node kind the device-plugin DaemonSets select on (docs/deploy.md, "Node labels").
 pub const GPU_KIND: &str = "edgegpu.io/gpu";
@@ -104,7 +104,7 @@ impl NodeLabels {
 
 /// One resource the plugin serves: its devices, its replicas (time-slicing, MPS clients or
 /// memory units per GPU) and how they share a GPU.
-struct Served {
+struct ResourceFacts {
     units: Vec<Unit>,
     replicas: Option<u32>,
     /// GFD's sharing strategy: `none`, `time-slicing`, `mps`.
@@ -113,7 +113,7 @@ struct Served {
     renamed: bool,
 }
 
-impl Served {
+impl ResourceFacts {
     /// GFD's product value (`internal/lm/resource.go`, `getProductName`): `-SHARED` appended
     /// when the resource's GPUs are time-sliced (replicas > 1) under their own name, so that a
     /// pod selecting on the product knows it gets a share.
@@ -134,14 +134,14 @@ struct Facts<'a> {
     nvml: Option<&'a nvml_wrapper::Nvml>,
     mig_strategy: MigStrategy,
     /// The resources served; empty with `invalid_mig`.
-    served: Vec<Served>,
+    served: Vec<ResourceFacts>,
     /// Why `--mig-strategy single` refuses this node's MIG geometry.
     invalid_mig: Option<String>,
 }
 
 /// The labels of the node `resources` (every resource the plugin serves) describe. Reads
 /// `/proc/meminfo` on Jetson: call it off the async runtime.
-pub fn for_resources(resources: &[Arc<GpuResource>]) -> NodeLabels {
+pub fn for_resources(resources: &[Arc<Served>]) -> NodeLabels {
     let Some(first) = resources.first() else {
         return NodeLabels::default();
     };
@@ -153,7 +153,7 @@ pub fn for_resources(resources: &[Arc<GpuResource>]) -> NodeLabels {
         mig_strategy: first.config().mig_strategy,
         served: resources
             .iter()
-            .map(|r| Served {
+            .map(|r| ResourceFacts {
                 units: r.units().to_vec(),
                 replicas: r
                     .replication()
@@ -200,7 +200,7 @@ pub fn for_host(root: &Path, resource_name: &str, args: &GpuArgs) -> anyhow::Res
             for (name, units) in split {
                 let p = plan::plan(&name, &config, platform, &discovered.gpus, &units, &facts)
                     .map_err(anyhow::Error::msg)?;
-                served.push(Served {
+                served.push(ResourceFacts {
                     replicas: p.replicas(),
                     strategy: p.sharing_strategy(),
                     renamed: p.name != name,

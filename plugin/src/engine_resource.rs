@@ -1,5 +1,6 @@
 //! `nvidia.com/dla` and `nvidia.com/pva`: one advertised device per engine found on the host
-//! (IDs `dla0`, `dla1`, `pva0`), as a [`Resource`].
+//! (IDs `dla0`, `dla1`, `pva0`), as a [`Resource`]; the engines themselves are the node
+//! library's (`edgegpu_node::engines`).
 //!
 //! Allocate hands the container the engine's device nodes and tells the application which
 //! core it got in `EDGEGPU_DLA_CORES` / `EDGEGPU_PVA_INSTANCES` (comma-separated host
@@ -27,28 +28,16 @@ use edgegpu_kubelet_api::v1beta1::{
 };
 use tokio::sync::watch;
 
-use super::{Engine, EngineKind};
-use crate::config::DeviceListStrategy;
-use crate::gpu::health::{Advertised, HealthTable, Target};
-use crate::gpu::under_root;
 use crate::resource::Resource;
+use edgegpu_node::config::DeviceListStrategy;
+use edgegpu_node::engines::{env_var, Engine, EngineKind};
+use edgegpu_node::gpu::health::{Advertised, HealthTable, Target};
+use edgegpu_node::gpu::under_root;
 
-/// Env var naming the DLA cores a container got (`0`, `0,1`).
-pub const DLA_CORES_ENV: &str = "EDGEGPU_DLA_CORES";
-/// Env var naming the PVA instances a container got.
-pub const PVA_INSTANCES_ENV: &str = "EDGEGPU_PVA_INSTANCES";
 /// Annotation key prefix the CRI runtimes read CDI devices from (one key per resource).
 const CDI_ANNOTATION_PREFIX: &str = "cdi.k8s.io/edgegpu-engines_";
 /// Memory node PVA applications need besides the PVA node.
 const NVMAP: &str = "/dev/nvmap";
-
-/// The env var Allocate sets for engines of `kind`.
-pub fn env_var(kind: EngineKind) -> &'static str {
-    match kind {
-        EngineKind::Dla => DLA_CORES_ENV,
-        EngineKind::Pva => PVA_INSTANCES_ENV,
-    }
-}
 
 /// One engine resource: every engine of one kind on the node, with its health.
 pub struct EngineResource {
@@ -72,7 +61,7 @@ impl EngineResource {
         engines: &[Engine],
         strategies: &[DeviceListStrategy],
     ) -> Option<Self> {
-        let engines = super::of_kind(engines, kind);
+        let engines = edgegpu_node::engines::of_kind(engines, kind);
         if engines.is_empty() {
             return None;
         }

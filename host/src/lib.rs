@@ -1,0 +1,14 @@
+//! The host tree edgegpu's node-side programs read and write, and the CDI specs made from it:
+//! what `edgegpu-node-setup` and the DRA driver share, so that neither program imports the
+//! other.
+//!
+//! - [`root`]: the host's files under `--root`, read without following links out of it.
+//! - [`fsops`]: atomic writes (temporary file, fsync, rename) with backups.
+//! - [`cdi`]: the CDI spec of the node's GPUs and engines, generated from the driver's files
+//!   (`edgegpu-node-setup cdi generate`, and the DRA driver's per-claim specs).
+//! - [`error`]: what stops a read or a write, and the exit code each maps to.
+
+pub mod cdi;
+pub mod error;
+pub mod fsops;
+pub mod root;
