@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # All the checks, as CI runs them (.ci/run calls exactly this). Installs what is missing first.
-#   1. formatting and module import cycles, 2. clippy (deny warnings), 3. the test suite
+#   1. formatting, module import cycles and the crate graph (no program imports another), 2. clippy (deny warnings), 3. the test suite
 #   (x86_64), every benchmark once in smoke mode (a few iterations, figures printed, nothing
 #   asserted on time), and the docs
 #   checked against the programs the tests built (scripts/check-docs.py),
@@ -34,6 +34,10 @@ cargo fmt --all -- --check
 step "no import cycles between a crate's modules (scripts/check-module-cycles.py)"
 python3 scripts/check-module-cycles.py --self-test
 python3 scripts/check-module-cycles.py
+
+step "no program crate imports another (scripts/check-crate-graph.py)"
+python3 scripts/check-crate-graph.py --self-test
+python3 scripts/check-crate-graph.py
 
 step "cargo clippy --workspace --all-targets -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
