@@ -32,7 +32,7 @@ const RETRY_MAX: Duration = Duration::from_secs(60);
 /// Why a round ended.
 enum RoundEnd {
     Shutdown,
-    Rebuild(&'static str),
+    Rebuild(String),
 }
 
 /// Runs the driver until SIGTERM/SIGINT.
@@ -198,9 +198,9 @@ async fn serve_round(
             shutdown = signals.shutdown_or_hangup() => if shutdown {
                 RoundEnd::Shutdown
             } else {
-                RoundEnd::Rebuild("SIGHUP")
+                RoundEnd::Rebuild("SIGHUP".into())
             },
-            _ = owned.take_over(wanted) => RoundEnd::Rebuild("took over devices the device plugin served"),
+            taken = owned.take_over(wanted) => RoundEnd::Rebuild(taken.to_string()),
         };
         let _ = end_tx.send(end).await;
     };

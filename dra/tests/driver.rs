@@ -317,6 +317,8 @@ async fn kinds_the_device_plugin_holds_are_not_published_until_free() {
     let names = node.published(&mut driver, 5).await;
     assert!(names.contains(&"gpu-0".to_string()), "{names:?}");
     driver.wait_log("took over the gpu devices");
+    // The rebuild names the holder the lock file named (here the test, as the plugin).
+    driver.wait_log("Rebuilding: took over the gpu devices edgegpu-device-plugin pid");
     assert!(driver.sigterm().success());
 
     // Only DLA cores, by choice: the GPU and PVAs stay free for the device plugin.

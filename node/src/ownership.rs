@@ -194,20 +194,42 @@ impl Ownerships {
 
     /// Completes once one of `wanted`'s missing kinds has been taken over (polling every
     /// [`TAKEOVER_POLL`]); never when nothing is missing or on an error (logged).
-    pub async fn take_over(&mut self, wanted: &[DeviceKind]) -> DeviceKind {
+    pub async fn take_over(&mut self, wanted: &[DeviceKind]) -> Takeover {
         loop {
             let missing = self.missing(wanted);
             if missing.is_empty() {
                 return std::future::pending().await;
             }
             tokio::time::sleep(TAKEOVER_POLL).await;
+            // Who held them, as their lock file said when last seen (acquire forgets it).
+            let holders = self.reported.clone();
             if let Err(e) = self.acquire(&missing) {
                 tracing::error!("{e:#}");
                 continue;
             }
             if let Some(kind) = missing.into_iter().find(|k| self.holds(*k)) {
-                return kind;
+                return Takeover {
+                    kind,
+                    previous_holder: holders.get(&kind).cloned(),
+                };
             }
+        }
+    }
+}
+
+/// A kind of device this program now holds, and who held it before.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Takeover {
+    pub kind: DeviceKind,
+    /// The previous holder's lock-file text (`edgegpu-dra-driver pid 42`), where it was read.
+    pub previous_holder: Option<String>,
+}
+
+impl std::fmt::Display for Takeover {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.previous_holder {
+            Some(holder) => write!(f, "took over the {} devices {holder} served", self.kind),
+            None => write!(f, "took over the {} devices", self.kind),
         }
     }
 }
@@ -288,11 +310,18 @@ mod tests {
             tokio::time::timeout(TAKEOVER_POLL * 3, second.take_over(&[DeviceKind::Gpu])).await;
         assert!(waiting.is_err(), "taken over while held");
         drop(first);
-        let kind = tokio::time::timeout(TAKEOVER_POLL * 2, second.take_over(&[DeviceKind::Gpu]))
+        let taken = tokio::time::timeout(TAKEOVER_POLL * 2, second.take_over(&[DeviceKind::Gpu]))
             .await
             .expect("taken over after the holder went");
-        assert_eq!(kind, DeviceKind::Gpu);
+        assert_eq!(taken.kind, DeviceKind::Gpu);
         assert!(second.holds(DeviceKind::Gpu));
+        // The message names whoever held them, not a program assumed to.
+        let first_pid = format!("first pid {}", std::process::id());
+        assert_eq!(taken.previous_holder.as_deref(), Some(first_pid.as_str()));
+        assert_eq!(
+            taken.to_string(),
+            format!("took over the gpu devices {first_pid} served")
+        );
     }
 
     #[test]

@@ -36,7 +36,7 @@ pub use node::{build_gpu_resource, build_gpu_resources, build_resource, NodeReso
 /// Why a round of serving ended.
 enum RoundEnd {
     Shutdown,
-    Rebuild(&'static str),
+    Rebuild(String),
     /// The MIG geometry changed: settle it before rebuilding.
     Reconfigured,
 }
@@ -173,7 +173,7 @@ async fn serve_round(
             shutdown = signals.shutdown_or_hangup() => if shutdown {
                 RoundEnd::Shutdown
             } else {
-                RoundEnd::Rebuild("SIGHUP")
+                RoundEnd::Rebuild("SIGHUP".into())
             },
             _ = async {
                 // No MIG watch (its sender is gone): nothing will ever change.
@@ -181,7 +181,7 @@ async fn serve_round(
                     std::future::pending::<()>().await;
                 }
             } => RoundEnd::Reconfigured,
-            _ = owned.take_over(kinds) => RoundEnd::Rebuild("took over devices the DRA driver served"),
+            taken = owned.take_over(kinds) => RoundEnd::Rebuild(taken.to_string()),
         };
         let _ = end_tx.send(end).await;
     };

@@ -29,6 +29,39 @@ fn c_string(s: &str) -> CString {
 /// The file the daemon writes its process ID to, in the pipe directory.
 pub const PID_FILE: &str = "nvidia-cuda-mps-control.pid";
 
+/// Where a child's standard input is opened from (`Stdio::null`).
+const DEV_NULL: &str = "/dev/null";
+
+/// Why the daemon did not start, in words that name the missing file: a bare "No such file
+/// or directory" reads as a missing binary when it may be `/dev/null` or the binary's
+/// interpreter that is absent.
+fn spawn_failure(binary: &Path, dev_null: &Path, e: &std::io::Error) -> String {
+    if e.kind() != std::io::ErrorKind::NotFound {
+        return format!(
+            "cannot start the MPS control daemon {}: {e}",
+            binary.display()
+        );
+    }
+    if !dev_null.exists() {
+        return format!(
+            "cannot start the MPS control daemon: {} does not exist (the companion runs in the \
+             host root, and the daemon's standard input is opened from it)",
+            dev_null.display()
+        );
+    }
+    if !binary.exists() {
+        return format!(
+            "cannot start the MPS control daemon: {} does not exist",
+            binary.display()
+        );
+    }
+    format!(
+        "cannot start the MPS control daemon {}: {e} (the binary is there: is its ELF \
+         interpreter or a library loader missing from the host root?)",
+        binary.display()
+    )
+}
+
 /// How long one command may take (the real daemon answers in milliseconds; a hung one must
 /// not hang the companion).
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
@@ -109,6 +142,16 @@ impl Control {
         command
     }
 
+    /// Starts [`Self::daemon`]. A failure says which file was missing: the binary, the
+    /// `/dev/null` its standard input is opened from (inside the host root the companion runs
+    /// chrooted in), or, with both there, what `execve` needs beyond the binary (its ELF
+    /// interpreter).
+    pub fn spawn_daemon(&self) -> Result<tokio::process::Child, String> {
+        self.daemon()
+            .spawn()
+            .map_err(|e| spawn_failure(&self.binary, Path::new(DEV_NULL), &e))
+    }
+
     /// Sends `command` and returns the daemon's answer (trimmed). An error names the command
     /// and what the binary said.
     pub async fn send(&self, command: &str) -> Result<String, String> {
@@ -164,5 +207,38 @@ impl Control {
         self.send("get_default_active_thread_percentage")
             .await
             .is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_start_names_the_file_that_is_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (binary, dev_null) = (dir.path().join("mps-control"), dir.path().join("null"));
+        let not_found = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let message = spawn_failure(&binary, &dev_null, &not_found);
+        assert!(
+            message.contains(&format!("{} does not exist", dev_null.display())),
+            "{message}"
+        );
+        std::fs::write(&dev_null, "").unwrap();
+        let message = spawn_failure(&binary, &dev_null, &not_found);
+        assert!(
+            message.contains(&format!("{} does not exist", binary.display())),
+            "{message}"
+        );
+        std::fs::write(&binary, "").unwrap();
+        let message = spawn_failure(&binary, &dev_null, &not_found);
+        assert!(message.contains("ELF interpreter"), "{message}");
+        let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let message = spawn_failure(&binary, &dev_null, &denied);
+        assert!(
+            message.starts_with("cannot start the MPS control daemon /"),
+            "{message}"
+        );
+        assert!(message.contains("permission denied"), "{message}");
     }
 }

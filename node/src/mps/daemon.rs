@@ -605,10 +605,7 @@ async fn start(
     settings: &DaemonSettings,
     daemon: &Daemon,
 ) -> Result<(tokio::process::Child, Option<LiveDaemon>), String> {
-    let mut child = control
-        .daemon()
-        .spawn()
-        .map_err(|e| format!("cannot start the MPS control daemon: {e}"))?;
+    let mut child = control.spawn_daemon()?;
     let live = child.id().map(|pid| {
         let resource = daemon.resource();
         daemon
