@@ -7,12 +7,15 @@
 //! profile, x86_64; docs/labels.md) for a handful of requests whose shapes are fixed by the
 //! API (`GET /api/v1/nodes/{name}`, `PATCH` with `application/merge-patch+json`, …).
 
+pub mod args;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+pub use args::ApiArgs;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST};

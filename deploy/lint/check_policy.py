@@ -432,10 +432,11 @@ def check_allocators_exclusive(plugins, drivers):
 
 def dra_cli(repo):
     """The DRA driver's flags and variables: its own (dra/src), the plugin's GPU arguments it
-    takes as the labeller does (node/src/config.rs, GpuArgs: discovery, MIG strategy), and
+    takes as the labeller does (node/src/config.rs, GpuArgs: discovery, MIG strategy), the API
+    flags both share (apiclient/src/args.rs, ApiArgs), and
     the flags announced for it."""
     files = sorted((repo / "dra" / "src").rglob("*.rs")) + [repo / "node" / "src" / "config.rs"] \
-        + sorted((repo / "node" / "src" / "config").rglob("*.rs"))
+        + sorted((repo / "node" / "src" / "config").rglob("*.rs")) + [repo / "apiclient" / "src" / "args.rs"]
     sources = "\n".join(p.read_text(encoding="utf-8") for p in files if p.exists())
     envs, flags, strategies = plugin_cli(repo, sources)
     return envs, flags | DRA_ANNOUNCED_FLAGS, strategies
@@ -684,9 +685,10 @@ def plugin_cli(repo, sources=None):
 
 
 def labeller_cli(repo):
-    """The labeller's flags: its own (labeller/src) and the node library's GPU flags it flattens in."""
+    """The labeller's flags: its own (labeller/src), the node library's GPU flags and the API
+    client's flags it flattens in."""
     files = (sorted((repo / "labeller" / "src").rglob("*.rs")) + [repo / "node" / "src" / "config.rs"]
-             + sorted((repo / "node" / "src" / "config").rglob("*.rs")))
+             + sorted((repo / "node" / "src" / "config").rglob("*.rs")) + [repo / "apiclient" / "src" / "args.rs"])
     missing = [f for f in files if not f.exists()]
     for f in missing:
         problem(str(f.relative_to(repo)), "missing: the labeller's clap sources moved?")

@@ -67,6 +67,7 @@ class PolicyTest(unittest.TestCase):
         shutil.copy(REPO / "Cargo.toml", self.tmp / "Cargo.toml")
         shutil.copytree(REPO / "plugin" / "src", self.tmp / "plugin" / "src")
         shutil.copytree(REPO / "node" / "src", self.tmp / "node" / "src")
+        shutil.copytree(REPO / "apiclient" / "src", self.tmp / "apiclient" / "src")
         shutil.copytree(REPO / "platform" / "src", self.tmp / "platform" / "src")
         shutil.copytree(REPO / "labeller" / "src", self.tmp / "labeller" / "src")
         (self.tmp / "deploy" / "examples").mkdir(parents=True)

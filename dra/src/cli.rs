@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Parser;
+use edgegpu_apiclient::ApiArgs;
 use edgegpu_node::config::GpuArgs;
 use edgegpu_node::logging::LogFormat;
 use edgegpu_node::ownership::DeviceKind;
@@ -18,34 +19,14 @@ pub const VERSION: &str = env!("EDGEGPU_LONG_VERSION");
 #[derive(Debug, Parser)]
 #[command(name = "edgegpu-dra-driver", version = VERSION)]
 pub struct Cli {
-    /// This node's name (the downward API's spec.nodeName): the pool name and owner of the
-    /// published ResourceSlices.
-    #[arg(long, env = "NODE_NAME", value_name = "NAME")]
-    pub node_name: String,
+    /// This node's name and the API server (NODE_NAME, --api-server, --token-file,
+    /// --ca-file).
+    #[command(flatten)]
+    pub api: ApiArgs,
 
     /// Host root prefix for every host file read (as the device plugin's --root).
     #[arg(long, env = "HOST_ROOT", value_name = "DIR", default_value = "/")]
     pub root: PathBuf,
-
-    /// The API server [default: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT].
-    #[arg(long, env = "API_SERVER", value_name = "URL")]
-    pub api_server: Option<String>,
-
-    /// The bearer token.
-    #[arg(
-        long,
-        value_name = "FILE",
-        default_value = "/var/run/secrets/kubernetes.io/serviceaccount/token"
-    )]
-    pub token_file: PathBuf,
-
-    /// The CA bundle (PEM) the API server's certificate chains to.
-    #[arg(
-        long,
-        value_name = "FILE",
-        default_value = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
-    )]
-    pub ca_file: PathBuf,
 
     /// The kubelet's plugin-watcher directory, where the registration socket
     /// `edgegpu.io-reg.sock` is created.
@@ -133,27 +114,8 @@ impl Cli {
     /// Refuses values that would only fail later: a node name that is not a DNS subdomain
     /// (it is a pool name and part of URLs), no device kind.
     pub fn validate(&self) -> anyhow::Result<()> {
-        anyhow::ensure!(
-            valid_node_name(&self.node_name),
-            "--node-name `{}` is not a node name (a DNS subdomain: lower-case letters, digits, \
-             '-' and '.')",
-            self.node_name
-        );
+        self.api.check_node_name()?;
         anyhow::ensure!(!self.devices.is_empty(), "--devices names no device kind");
         Ok(())
     }
-}
-
-/// A node name is a DNS subdomain (RFC 1123).
-fn valid_node_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|part| {
-            !part.is_empty()
-                && part
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !part.starts_with('-')
-                && !part.ends_with('-')
-        })
 }

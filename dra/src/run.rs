@@ -41,14 +41,21 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     tracing::info!(
         "Starting edgegpu DRA driver {} on node {}",
         crate::cli::VERSION,
-        cli.node_name
+        cli.api.node_name
     );
     cli.validate()?;
-    let api = Arc::new(api_server(&cli).await?);
+    let api = Arc::new(
+        cli.api
+            .connect(
+                "the ClusterRole edgegpu-dra-driver must allow resourceslices \
+                 list/create/update/delete, resourceclaims get and nodes get",
+            )
+            .await?,
+    );
     let mut owned = Ownerships::new(cli.ownership_dir(), "edgegpu-dra-driver");
     loop {
         let root = cli.root.clone();
-        let (gpu, node) = (cli.gpu.clone(), cli.node_name.clone());
+        let (gpu, node) = (cli.gpu.clone(), cli.api.node_name.clone());
         let discovered = tokio::select! {
             d = tokio::task::spawn_blocking(move || discover(&root, &gpu, &node)) => d??,
             _ = signals.recv() => return Ok(()),
@@ -157,7 +164,7 @@ async fn serve_round(
     let republish = Arc::new(Notify::new());
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(publish_slices(
-        SlicePublisher::new(api.clone(), DRIVER_NAME, &cli.node_name),
+        SlicePublisher::new(api.clone(), DRIVER_NAME, &cli.api.node_name),
         node.clone(),
         republish.clone(),
     ));
@@ -280,25 +287,4 @@ async fn follow_engine_health(root: PathBuf, node: Arc<NodeDriver>, republish: A
         }
         tokio::time::sleep(ENGINE_HEALTH_EVERY).await;
     }
-}
-
-/// The API server of `--api-server` (or the in-cluster one), with the service account's
-/// token and CA, read off the runtime thread.
-async fn api_server(cli: &Cli) -> anyhow::Result<ApiServer> {
-    let url = match &cli.api_server {
-        Some(url) => url.clone(),
-        None => edgegpu_apiclient::in_cluster_url().ok_or_else(|| {
-            anyhow::anyhow!("KUBERNETES_SERVICE_HOST is not set: not in a pod? use --api-server")
-        })?,
-    };
-    let (token, ca) = (cli.token_file.clone(), cli.ca_file.clone());
-    tokio::task::spawn_blocking(move || {
-        ApiServer::new(&url, &token, &ca).map(|api| {
-            api.with_forbidden_hint(
-                "the ClusterRole edgegpu-dra-driver must allow resourceslices \
-                 list/create/update/delete, resourceclaims get and nodes get",
-            )
-        })
-    })
-    .await?
 }

@@ -11,6 +11,7 @@ pub mod http2;
 pub mod kubelet;
 pub mod l4t;
 pub mod mps;
+pub mod names;
 pub mod nodehost;
 pub mod pod_resources;
 pub mod process;
