@@ -1,6 +1,7 @@
-//! The node's devices as DRA devices (`resource.k8s.io/v1` `Device`), from the device plugin's
-//! discovery with the plugin's settings ([`GpuArgs`], as the labeller takes them), described
-//! by the same facts as the node labels ([`edgegpu_node::labels::for_host`]), and the
+//! The node's devices as DRA devices (`resource.k8s.io/v1` `Device`), from one snapshot of the
+//! node ([`Snapshot`]: discovery with the plugin's settings, [`GpuArgs`], as the labeller takes
+//! them), described by the same typed facts the node labels are written from ([`NodeFacts`];
+//! attributes carry the values as they are, labels their escaped form), and the
 //! container edits `edgegpu-node-setup cdi generate` gives each of them
 //! ([`edgegpu_host::cdi::generate`]).
 //!
@@ -26,8 +27,9 @@ use std::path::Path;
 use edgegpu_host::cdi::spec::ContainerEdits;
 use edgegpu_host::root::HostRoot;
 use edgegpu_node::config::{GpuArgs, MigStrategy};
-use edgegpu_node::gpu::discovery::{self, Platform};
-use edgegpu_node::labels::{self, NodeLabels};
+use edgegpu_node::facts::NodeFacts;
+use edgegpu_node::gpu::discovery::Platform;
+use edgegpu_node::snapshot::Snapshot;
 use edgegpu_platform::cdi as cdi_names;
 use serde_json::{json, Map, Value};
 
@@ -176,21 +178,21 @@ impl Inventory {
     /// `args` sees them (MIG devices where its MIG strategy enumerates them). No GPU: an
     /// empty inventory.
     pub fn discover(root: &Path, args: &GpuArgs, pool: &str) -> anyhow::Result<Inventory> {
-        let config = args.resolve()?;
-        let labels = labels::for_host(root, "nvidia.com/gpu", args)?;
-        let with_mig = config.mig_strategy != MigStrategy::None;
+        Inventory::of_snapshot(root, &Snapshot::take(root, args)?, pool)
+    }
+
+    /// The devices of a round's snapshot (one discovery, shared with the round's health
+    /// monitors), described by its typed facts.
+    pub fn of_snapshot(root: &Path, snapshot: &Snapshot, pool: &str) -> anyhow::Result<Inventory> {
+        let with_mig = snapshot.config.mig_strategy != MigStrategy::None;
         let mut inventory = Inventory {
             pool: pool.to_string(),
             devices: Vec::new(),
             common_edits: ContainerEdits::default(),
             engines: Vec::new(),
         };
-        let discovered = match discovery::discover(root, config.discovery, with_mig) {
-            Ok(d) => d,
-            Err(e) => {
-                tracing::info!("{e}");
-                return Ok(inventory);
-            }
+        let Some(discovered) = &snapshot.discovered else {
+            return Ok(inventory);
         };
         let host = HostRoot::new(root);
         let generated = edgegpu_host::cdi::generate(&host)
@@ -209,7 +211,7 @@ impl Inventory {
                 .ok_or_else(|| anyhow::anyhow!("the CDI edits have no device {name:?}"))
         };
         let driver_version = edgegpu_host::cdi::driver::version(&host);
-        let facts = Facts::from_labels(&labels);
+        let facts = Facts::of(&snapshot.facts);
         for gpu in &discovered.gpus {
             // A MIG-enabled GPU is used through its MIG devices (as the plugin's MIG
             // strategies and NVIDIA's DRA driver do).
@@ -331,7 +333,7 @@ impl Inventory {
                 health_message: "found by discovery".into(),
             });
         }
-        inventory.add_engines(&engines(root));
+        inventory.add_engines(&snapshot.facts.engines);
         for d in &inventory.devices {
             check_limits(d)?;
         }
@@ -460,28 +462,21 @@ struct Facts {
 }
 
 impl Facts {
-    fn from_labels(l: &NodeLabels) -> Facts {
-        let pair = |major: &str, minor: &str| -> Option<String> {
-            semver(&format!("{}.{}", l.get(major)?, l.get(minor)?))
-        };
+    /// The attributes' values: the facts as they are (a board's model keeps its spaces),
+    /// never a label's escaped value.
+    fn of(node: &NodeFacts) -> Facts {
+        let version = |v: Option<(u32, u32)>| v.and_then(|(a, b)| semver(&format!("{a}.{b}")));
+        let jetson = node.jetson.as_ref();
         Facts {
-            architecture: l.get("nvidia.com/gpu.family").map(str::to_string),
-            capability: pair(
-                "nvidia.com/gpu.compute.major",
-                "nvidia.com/gpu.compute.minor",
-            ),
-            cuda_driver: pair(
-                "nvidia.com/cuda.driver.major",
-                "nvidia.com/cuda.driver.minor",
-            ),
-            memory_mib: l.get("nvidia.com/gpu.memory").and_then(|m| m.parse().ok()),
-            l4t: l.get("edgegpu.io/jetson.l4t").and_then(semver),
-            jetpack_major: l
-                .get("edgegpu.io/jetson.jetpack.major")
-                .and_then(|m| m.parse().ok()),
-            board: l.get("edgegpu.io/jetson.board").map(str::to_string),
-            module: l.get("edgegpu.io/jetson.module").map(str::to_string),
-            soc: l.get("edgegpu.io/jetson.soc").map(str::to_string),
+            architecture: node.family().map(str::to_string),
+            capability: version(node.compute_capability),
+            cuda_driver: version(node.cuda_driver),
+            memory_mib: node.gpu_memory_bytes.map(|b| b / MIB),
+            l4t: jetson.and_then(|j| j.l4t.as_deref()).and_then(semver),
+            jetpack_major: jetson.and_then(|j| j.jetpack_major).map(i64::from),
+            board: jetson.and_then(|j| j.model.clone()),
+            module: jetson.and_then(|j| j.module.clone()),
+            soc: jetson.and_then(|j| j.soc).map(str::to_string),
         }
     }
 

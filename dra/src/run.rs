@@ -11,6 +11,7 @@ use std::time::Duration;
 use edgegpu_apiclient::ApiServer;
 use edgegpu_node::ownership::{DeviceKind, Ownerships};
 use edgegpu_node::shutdown::ShutdownSignals;
+use edgegpu_node::snapshot::Snapshot;
 use tokio::sync::Notify;
 
 use crate::cli::Cli;
@@ -56,11 +57,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     loop {
         let root = cli.root.clone();
         let (gpu, node) = (cli.gpu.clone(), cli.api.node_name.clone());
-        let discovered = tokio::select! {
+        let (mut inventory, snapshot) = tokio::select! {
             d = tokio::task::spawn_blocking(move || discover(&root, &gpu, &node)) => d??,
             _ = signals.recv() => return Ok(()),
         };
-        let mut inventory = discovered;
         let wanted: Vec<DeviceKind> = kinds_of(&inventory)
             .into_iter()
             .filter(|k| cli.devices.contains(k))
@@ -84,20 +84,33 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
-        match serve_round(&cli, &api, inventory, &mut signals, &mut owned, &wanted).await? {
+        let round = Round {
+            inventory,
+            snapshot,
+        };
+        match serve_round(&cli, &api, round, &mut signals, &mut owned, &wanted).await? {
             RoundEnd::Shutdown => return Ok(()),
             RoundEnd::Rebuild(why) => tracing::info!("Rebuilding: {why}"),
         }
     }
 }
 
-/// The node's devices, its Jetson engines included.
+/// The node's devices, its Jetson engines included, and the snapshot they come from: the
+/// round's one discovery (its health monitors start from the same snapshot).
 fn discover(
     root: &Path,
     gpu: &edgegpu_node::config::GpuArgs,
     node: &str,
-) -> anyhow::Result<Inventory> {
-    Inventory::discover(root, gpu, node)
+) -> anyhow::Result<(Inventory, Snapshot)> {
+    let snapshot = Snapshot::take(root, gpu)?;
+    let inventory = Inventory::of_snapshot(root, &snapshot, node)?;
+    Ok((inventory, snapshot))
+}
+
+/// What one round serves: the devices it publishes and the discovery they come from.
+struct Round {
+    inventory: Inventory,
+    snapshot: Snapshot,
 }
 
 fn device_kind(kind: inventory::DeviceKind) -> DeviceKind {
@@ -131,7 +144,7 @@ fn kinds_of(inventory: &Inventory) -> Vec<DeviceKind> {
 async fn serve_round(
     cli: &Cli,
     api: &Arc<ApiServer>,
-    inventory: Inventory,
+    round: Round,
     signals: &mut ShutdownSignals,
     owned: &mut Ownerships,
     wanted: &[DeviceKind],
@@ -150,6 +163,12 @@ async fn serve_round(
             ..Default::default()
         },
     };
+    let Round {
+        inventory,
+        snapshot: Snapshot {
+            config, discovered, ..
+        },
+    } = round;
     let has_gpus = inventory
         .devices
         .iter()
@@ -176,8 +195,10 @@ async fn serve_round(
     // The GPUs' health: the node library's monitors of a planned round (inotify on Tegra
     // nodes and sysfs, NVML events), the same the device plugin serves; here never served to
     // the kubelet.
-    let gpu_resources = if has_gpus {
-        match edgegpu_node::serving::build_served(&cli.root, "nvidia.com/gpu", &cli.gpu).await {
+    let gpu_resources = if let (true, Some(discovered)) = (has_gpus, discovered) {
+        match edgegpu_node::serving::served_of(&cli.root, "nvidia.com/gpu", &config, discovered)
+            .await
+        {
             Ok(resources) => resources.resources,
             Err(e) => {
                 tracing::warn!("GPU health monitors could not start: {e:#}");

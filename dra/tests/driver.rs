@@ -203,6 +203,11 @@ async fn publishes_prepares_survives_a_restart_and_unprepares() {
     let mut names = node.published(&mut driver, 5).await;
     names.sort();
     assert_eq!(names, ["dla-0", "dla-1", "gpu-0", "pva-0", "pva-1"]);
+    // One discovery for the round: the devices, their attributes and the GPU's health
+    // monitors all come from it (it was three: labels, inventory, health resources).
+    driver.wait_log("GPU resource ready");
+    let discoveries = driver.seen.matches("Discovering GPUs").count();
+    assert_eq!(discoveries, 1, "{}", driver.seen);
     let registered = node
         .kubelet
         .wait_for_dra_registration(DRIVER_NAME, 1, WAIT)

@@ -129,9 +129,17 @@ fn jetson_gpus_carry_the_labels_facts() {
             "{board:?}"
         );
         assert_eq!(attr(&inv, "gpu-0", "jetpackMajor"), Some(&Attr::Int(jp)));
+        // Attributes are not labels: the device-tree model as written, spaces and all (a
+        // selector written from docs/dra.md matches), where the label has its escaped form.
         assert_eq!(
             attr(&inv, "gpu-0", "board"),
-            label("edgegpu.io/jetson.board").map(|b| s(&b)).as_ref()
+            Some(&s(board.model())),
+            "{board:?}"
+        );
+        assert!(board.model().contains(' '));
+        assert_eq!(
+            label("edgegpu.io/jetson.board").unwrap(),
+            board.model().replace(' ', "-")
         );
         assert_eq!(
             attr(&inv, "gpu-0", "module"),

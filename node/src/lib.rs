@@ -4,7 +4,8 @@
 //!
 //! - Facts of the node: [`gpu`] (the device model, discovery, health and sensors per
 //!   platform; Jetson facts from the `edgegpu-platform` table), [`engines`] (DLA and PVA),
-//!   [`labels`] (the node's facts as GPU Feature Discovery's labels).
+//!   [`facts`] (the node's facts as typed values), [`snapshot`] (one discovery per round, with
+//!   its facts), [`labels`] (the facts as GPU Feature Discovery's labels).
 //! - What the node serves: [`config`] (the config file and flags), [`serving`] (the plan of
 //!   each round: units, sharing, limits, health tables), [`mps`] (MPS paths, plan, status
 //!   and the companion that runs the control daemons), [`quantity`], [`resource_name`].
@@ -18,6 +19,7 @@
 pub mod authority;
 pub mod config;
 pub mod engines;
+pub mod facts;
 pub mod gpu;
 pub mod labels;
 pub mod logging;
@@ -28,3 +30,4 @@ pub mod resource_name;
 pub mod runtime;
 pub mod serving;
 pub mod shutdown;
+pub mod snapshot;

@@ -14,12 +14,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use edgegpu_platform::host::{jetpack, meminfo_bytes, MEMINFO};
-
 use crate::config::{GpuArgs, MigStrategy};
-use crate::gpu::discovery::{self, Gpu, MigDevice, Platform};
-use crate::gpu::under_root;
+use crate::facts::NodeFacts;
+use crate::gpu::discovery::{Gpu, MigDevice, Platform};
 use crate::serving::{mig, plan, Served, Unit};
+use crate::snapshot::Snapshot;
 
 /// The node kind the device-plugin DaemonSets select on (docs/deploy.md, "Node labels").
 pub const GPU_KIND: &str = "edgegpu.io/gpu";
@@ -128,10 +127,9 @@ impl ResourceFacts {
 
 /// What the labels are computed from.
 struct Facts<'a> {
-    root: &'a Path,
     platform: Option<&'a Platform>,
     gpus: &'a [Gpu],
-    nvml: Option<&'a nvml_wrapper::Nvml>,
+    node: &'a NodeFacts,
     mig_strategy: MigStrategy,
     /// The resources served; empty with `invalid_mig`.
     served: Vec<ResourceFacts>,
@@ -140,16 +138,24 @@ struct Facts<'a> {
 }
 
 /// The labels of the node `resources` (every resource the plugin serves) describe. Reads
-/// `/proc/meminfo` on Jetson: call it off the async runtime.
+/// `/proc/meminfo` and the engines' device nodes on Jetson: call it off the async runtime.
 pub fn for_resources(resources: &[Arc<Served>]) -> NodeLabels {
     let Some(first) = resources.first() else {
         return NodeLabels::default();
     };
+    let node = match first.platform() {
+        Some(platform) => NodeFacts::read(
+            first.root(),
+            platform,
+            first.gpus(),
+            first.nvml().map(|n| &**n),
+        ),
+        None => NodeFacts::default(),
+    };
     compute(&Facts {
-        root: first.root(),
         platform: first.platform(),
         gpus: first.gpus(),
-        nvml: first.nvml().map(|n| &**n),
+        node: &node,
         mig_strategy: first.config().mig_strategy,
         served: resources
             .iter()
@@ -172,15 +178,19 @@ pub fn for_resources(resources: &[Arc<Served>]) -> NodeLabels {
 /// No GPU found gives empty labels; a MIG geometry `--mig-strategy single` refuses gives
 /// GFD's `…-MIG-INVALID` labels.
 pub fn for_host(root: &Path, resource_name: &str, args: &GpuArgs) -> anyhow::Result<NodeLabels> {
-    let config = args.resolve()?;
-    let with_mig = config.mig_strategy != MigStrategy::None;
-    let discovered = match discovery::discover(root, config.discovery, with_mig) {
-        Ok(d) => d,
-        Err(e) => {
-            tracing::info!("{e}");
-            return Ok(NodeLabels::default());
-        }
+    for_snapshot(root, resource_name, &Snapshot::take(root, args)?)
+}
+
+/// [`for_host`] from a snapshot taken already (the DRA driver's round): no second discovery.
+pub fn for_snapshot(
+    root: &Path,
+    resource_name: &str,
+    snapshot: &Snapshot,
+) -> anyhow::Result<NodeLabels> {
+    let Some(discovered) = &snapshot.discovered else {
+        return Ok(NodeLabels::default());
     };
+    let config = &snapshot.config;
     let (served, invalid_mig) = match mig::resources(
         resource_name,
         config.mig_strategy,
@@ -191,14 +201,14 @@ pub fn for_host(root: &Path, resource_name: &str, args: &GpuArgs) -> anyhow::Res
             let platform = Some(&discovered.platform).filter(|_| !discovered.gpus.is_empty());
             let facts = plan::GpuFacts::read(
                 root,
-                &config,
+                config,
                 platform,
                 &discovered.gpus,
                 discovered.nvml.as_deref(),
             );
             let mut served = Vec::new();
             for (name, units) in split {
-                let p = plan::plan(&name, &config, platform, &discovered.gpus, &units, &facts)
+                let p = plan::plan(&name, config, platform, &discovered.gpus, &units, &facts)
                     .map_err(anyhow::Error::msg)?;
                 served.push(ResourceFacts {
                     replicas: p.replicas(),
@@ -212,33 +222,13 @@ pub fn for_host(root: &Path, resource_name: &str, args: &GpuArgs) -> anyhow::Res
         Err(reason) => (Vec::new(), Some(reason)),
     };
     Ok(compute(&Facts {
-        root,
         platform: Some(&discovered.platform),
         gpus: &discovered.gpus,
-        nvml: discovered.nvml.as_deref(),
+        node: &snapshot.facts,
         mig_strategy: config.mig_strategy,
         served,
         invalid_mig,
     }))
-}
-
-/// GFD's architecture family of a compute capability (gpu-feature-discovery
-/// `internal/lm/resource.go`); Thor's 10.1 / 11.0 is Blackwell.
-fn family(major: u32, minor: u32) -> Option<&'static str> {
-    Some(match (major, minor) {
-        (1, _) => "tesla",
-        (2, _) => "fermi",
-        (3, _) => "kepler",
-        (5, _) => "maxwell",
-        (6, _) => "pascal",
-        (7, 0..=4) => "volta",
-        (7, _) => "turing",
-        (8, 0..=8) => "ampere",
-        (8, _) => "ada-lovelace",
-        (9, _) => "hopper",
-        (10..=12, _) => "blackwell",
-        _ => return None,
-    })
 }
 
 const MIB: u64 = 1024 * 1024;
@@ -276,83 +266,50 @@ fn compute(f: &Facts<'_>) -> NodeLabels {
             None => product,
         },
     );
-    let (memory_bytes, capability, cuda) = match platform {
-        Platform::Tegra { detection, .. } => {
+    let node = f.node;
+    match &node.jetson {
+        Some(jetson) => {
             labels.set(GPU_KIND, "jetson");
-            let generation = detection.generation;
-            if let Some(model) = &detection.model {
+            if let Some(model) = &jetson.model {
                 labels.set("edgegpu.io/jetson.board", model);
             }
-            if let Some(module) = &detection.module {
+            if let Some(module) = &jetson.module {
                 labels.set("edgegpu.io/jetson.module", module);
             }
-            if let Some(product) = detection.module_name {
+            if let Some(product) = jetson.product {
                 labels.set("edgegpu.io/jetson.product", product);
             }
-            if let Some(g) = generation {
-                labels.set("edgegpu.io/jetson.soc", g.soc);
+            if let Some(soc) = jetson.soc {
+                labels.set("edgegpu.io/jetson.soc", soc);
             }
-            let release = detection.l4t.as_deref().and_then(jetpack);
-            if let Some(l4t) = &detection.l4t {
+            if let Some(l4t) = &jetson.l4t {
                 labels.set("edgegpu.io/jetson.l4t", l4t);
             }
-            if let Some(jp) = release {
-                labels.set("edgegpu.io/jetson.jetpack.major", jp.major.to_string());
+            if let Some(major) = jetson.jetpack_major {
+                labels.set("edgegpu.io/jetson.jetpack.major", major.to_string());
             }
             // The DLA cores and PVA instances the host shows (`nvidia.com/dla.count`, in
             // GFD's `<resource>.count` form), only where there is at least one.
-            let l4t_major = detection
-                .l4t
-                .as_deref()
-                .and_then(|v| v.split('.').next()?.parse().ok());
-            let engines = crate::engines::discover(f.root, generation, l4t_major);
             for (kind, key) in ENGINE_COUNT_KEYS {
-                let n = engines.iter().filter(|e| e.kind == kind).count();
+                let n = node.engines.iter().filter(|e| e.kind == kind).count();
                 if n > 0 {
                     labels.set(key, n.to_string());
                 }
             }
-            // The GPU shares the system's memory (what cuDeviceTotalMem reports on Jetson).
-            let memory = std::fs::read_to_string(under_root(f.root, MEMINFO))
-                .ok()
-                .and_then(|m| meminfo_bytes(&m, "MemTotal"));
-            let cuda = release.map(|r| r.cuda);
-            let capability = match (generation, cuda) {
-                (Some(g), Some(cuda)) => g.compute_capability(cuda),
-                // Without the release, the capability before any renumbering.
-                (Some(g), None) => g.cuda.capability.first().map(|c| (c.major, c.minor)),
-                _ => None,
-            };
-            (memory, capability, cuda)
         }
-        Platform::Nvml => {
-            labels.set(GPU_KIND, "discrete");
-            let device = f
-                .nvml
-                .and_then(|n| n.device_by_uuid(first.uuid.as_str()).ok());
-            let capability = device
-                .and_then(|d| d.cuda_compute_capability().ok())
-                .and_then(|c| Some((u32::try_from(c.major).ok()?, u32::try_from(c.minor).ok()?)));
-            // NVML encodes CUDA 12.4 as 12040.
-            let cuda = f
-                .nvml
-                .and_then(|n| n.sys_cuda_driver_version().ok())
-                .and_then(|v| u32::try_from(v).ok())
-                .map(|v| (v / 1000, v % 1000 / 10));
-            (first.memory_bytes, capability, cuda)
-        }
-    };
-    if let Some(bytes) = memory_bytes {
+        None => labels.set(GPU_KIND, "discrete"),
+    }
+    if let Some(bytes) = node.gpu_memory_bytes {
         labels.set("nvidia.com/gpu.memory", (bytes / MIB).to_string());
     }
-    if let Some((major, minor)) = capability {
+    if let Some((major, minor)) = node.compute_capability {
         labels.set("nvidia.com/gpu.compute.major", major.to_string());
         labels.set("nvidia.com/gpu.compute.minor", minor.to_string());
-        if let Some(family) = family(major, minor) {
-            labels.set("nvidia.com/gpu.family", family);
-        }
     }
-    if let Some((major, minor)) = cuda {
+    if let Some(family) = node.family() {
+        labels.set("nvidia.com/gpu.family", family);
+    }
+    if let Some((major, minor)) = node.cuda_driver {
         labels.set("nvidia.com/cuda.driver.major", major.to_string());
         labels.set("nvidia.com/cuda.driver.minor", minor.to_string());
     }
@@ -436,19 +393,6 @@ fn mig_labels(f: &Facts<'_>, labels: &mut NodeLabels) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn families() {
-        assert_eq!(family(5, 3), Some("maxwell"));
-        assert_eq!(family(6, 2), Some("pascal"));
-        assert_eq!(family(7, 2), Some("volta"));
-        assert_eq!(family(7, 5), Some("turing"));
-        assert_eq!(family(8, 7), Some("ampere"));
-        assert_eq!(family(8, 9), Some("ada-lovelace"));
-        assert_eq!(family(9, 0), Some("hopper"));
-        assert_eq!(family(11, 0), Some("blackwell"));
-        assert_eq!(family(4, 0), None);
-    }
 
     #[test]
     fn every_key_is_a_valid_label_key() {

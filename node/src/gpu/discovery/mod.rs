@@ -171,6 +171,15 @@ fn nvml_gpus(root: &Path) -> Result<(::nvml_wrapper::Nvml, Vec<Gpu>), String> {
     }
 }
 
+/// How many times this process ran [`discover`]: a round must probe the hardware once, and
+/// the tests that say so count.
+static DISCOVERIES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The number of discoveries this process ran so far.
+pub fn discoveries() -> usize {
+    DISCOVERIES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Runs discovery with `strategy`; with `with_mig` the MIG devices of MIG-enabled GPUs are
 /// enumerated too. Logs what was found and why.
 pub fn discover(
@@ -178,6 +187,12 @@ pub fn discover(
     strategy: DiscoveryStrategy,
     with_mig: bool,
 ) -> Result<Discovered, NoGpuError> {
+    let n = DISCOVERIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    tracing::info!(
+        "Discovering GPUs ({}{}; discovery #{n} of this process)",
+        format!("{strategy:?}").to_lowercase(),
+        if with_mig { ", MIG devices too" } else { "" }
+    );
     let no_gpu = |reason: String| NoGpuError {
         root: root.display().to_string(),
         reason,
