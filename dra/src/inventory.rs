@@ -69,23 +69,33 @@ impl Attr {
     }
 }
 
-/// What kind of device.
+/// What a published device is (its `type` attribute).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeviceKind {
+pub enum DeviceType {
     Gpu,
     Mig,
     Dla,
     Pva,
 }
 
-impl DeviceKind {
+impl DeviceType {
+    /// The kind of device it is allocated as: a MIG device is a GPU's.
+    pub fn kind(self) -> edgegpu_node::ownership::DeviceKind {
+        use edgegpu_node::ownership::DeviceKind;
+        match self {
+            DeviceType::Gpu | DeviceType::Mig => DeviceKind::Gpu,
+            DeviceType::Dla => DeviceKind::Dla,
+            DeviceType::Pva => DeviceKind::Pva,
+        }
+    }
+
     /// The `type` attribute.
     pub fn as_str(self) -> &'static str {
         match self {
-            DeviceKind::Gpu => "gpu",
-            DeviceKind::Mig => "mig",
-            DeviceKind::Dla => "dla",
-            DeviceKind::Pva => "pva",
+            DeviceType::Gpu => "gpu",
+            DeviceType::Mig => "mig",
+            DeviceType::Dla => "dla",
+            DeviceType::Pva => "pva",
         }
     }
 }
@@ -95,7 +105,7 @@ impl DeviceKind {
 pub struct InventoryDevice {
     /// The DRA device name (`gpu-0`).
     pub name: String,
-    pub kind: DeviceKind,
+    pub kind: DeviceType,
     /// Attributes by unqualified (driver-domain) or qualified name.
     pub attributes: BTreeMap<String, Attr>,
     /// Capacities (plain numbers: bytes, counts).
@@ -259,7 +269,7 @@ impl Inventory {
             let edits = edits_of(&cdi_names::gpu_by_index(gpu.index))?;
             inventory.devices.push(InventoryDevice {
                 name: format!("gpu-{}", gpu.index),
-                kind: DeviceKind::Gpu,
+                kind: DeviceType::Gpu,
                 attributes,
                 capacity,
                 cuda_id,
@@ -322,7 +332,7 @@ impl Inventory {
                     "gpu-{}-mig-{}-{}",
                     parent.index, mig.gpu_instance, mig.compute_instance
                 ),
-                kind: DeviceKind::Mig,
+                kind: DeviceType::Mig,
                 attributes,
                 capacity,
                 cuda_id: mig.uuid.clone(),
@@ -351,7 +361,7 @@ impl Inventory {
         let board: BTreeMap<String, Attr> = self
             .devices
             .iter()
-            .find(|d| d.kind == DeviceKind::Gpu || d.kind == DeviceKind::Mig)
+            .find(|d| d.kind == DeviceType::Gpu || d.kind == DeviceType::Mig)
             .map(|d| {
                 d.attributes
                     .iter()
@@ -518,20 +528,22 @@ impl Facts {
 /// The attributes of the board an engine shares with its Jetson's GPU.
 const JETSON_ATTRIBUTES: [&str; 5] = ["board", "module", "soc", "l4tRelease", "jetpackMajor"];
 
-fn engine_kind(engine: &Engine) -> DeviceKind {
-    match engine.kind {
-        EngineKind::Dla => DeviceKind::Dla,
-        EngineKind::Pva => DeviceKind::Pva,
+impl From<EngineKind> for DeviceType {
+    fn from(kind: EngineKind) -> Self {
+        match kind {
+            EngineKind::Dla => DeviceType::Dla,
+            EngineKind::Pva => DeviceType::Pva,
+        }
     }
 }
 
 /// `dla-0`, `pva-0`.
 fn engine_name(engine: &Engine) -> String {
-    format!("{}-{}", engine_kind(engine).as_str(), engine.index)
+    format!("{}-{}", engine.kind.name(), engine.index)
 }
 
 fn engine_device(engine: &Engine) -> InventoryDevice {
-    let kind = engine_kind(engine);
+    let kind = DeviceType::from(engine.kind);
     let mut attributes = BTreeMap::new();
     attributes.insert("type".into(), Attr::string(kind.as_str()));
     attributes.insert("index".into(), Attr::Int(i64::from(engine.index)));
@@ -614,6 +626,20 @@ fn device_json(d: &InventoryDevice) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One allocation kind per device type: a MIG device is held with its GPU's lock, an
+    /// engine's type and kind share its name.
+    #[test]
+    fn device_types_and_their_allocation_kinds() {
+        use edgegpu_node::ownership::DeviceKind;
+        assert_eq!(DeviceType::Gpu.kind(), DeviceKind::Gpu);
+        assert_eq!(DeviceType::Mig.kind(), DeviceKind::Gpu);
+        for engine in [EngineKind::Dla, EngineKind::Pva] {
+            let t = DeviceType::from(engine);
+            assert_eq!(t.as_str(), engine.name());
+            assert_eq!(t.kind(), DeviceKind::from(engine));
+        }
+    }
 
     #[test]
     fn versions_become_semver() {

@@ -37,7 +37,7 @@ use tokio::sync::watch;
 use crate::cdi::{self, ClaimDevice};
 use crate::checkpoint::{Checkpoint, ClaimEntry, ClaimState};
 use crate::claims::{self, ClaimAllocation, ConfigSource};
-use crate::inventory::{DeviceKind, Inventory};
+use crate::inventory::{DeviceType, Inventory};
 use crate::kubelet::{self, ClaimRef, DeviceHealth, Health, PreparedDevice};
 use crate::sharing::{self, GpuConfig, MpsHost, Sharing};
 
@@ -298,7 +298,7 @@ impl NodeDriver {
                     a.device, d.health_message
                 ));
             }
-            let is_gpu = matches!(d.kind, DeviceKind::Gpu | DeviceKind::Mig);
+            let is_gpu = matches!(d.kind, DeviceType::Gpu | DeviceType::Mig);
             let class = applying(&configs, ConfigSource::Class, &a.request, is_gpu);
             let from_claim = applying(&configs, ConfigSource::Claim, &a.request, is_gpu);
             for (named, c) in class.iter().chain(&from_claim) {

@@ -15,7 +15,7 @@ use edgegpu_node::snapshot::Snapshot;
 use tokio::sync::Notify;
 
 use crate::cli::Cli;
-use crate::inventory::{self, Inventory};
+use crate::inventory::Inventory;
 use crate::kubelet::{self, KubeletOptions};
 use crate::prepare::{NodeDriver, NodeOptions};
 use crate::slices::SlicePublisher;
@@ -67,11 +67,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             .collect();
         owned.acquire(&wanted)?;
         inventory.devices.retain(|d| {
-            let kind = device_kind(d.kind);
+            let kind = d.kind.kind();
             cli.devices.contains(&kind) && owned.holds(kind)
         });
         inventory.engines.retain(|e| {
-            let kind = engine_kind(e.kind);
+            let kind = DeviceKind::from(e.kind);
             cli.devices.contains(&kind) && owned.holds(kind)
         });
         tracing::info!(
@@ -113,27 +113,8 @@ struct Round {
     snapshot: Snapshot,
 }
 
-fn device_kind(kind: inventory::DeviceKind) -> DeviceKind {
-    match kind {
-        inventory::DeviceKind::Gpu | inventory::DeviceKind::Mig => DeviceKind::Gpu,
-        inventory::DeviceKind::Dla => DeviceKind::Dla,
-        inventory::DeviceKind::Pva => DeviceKind::Pva,
-    }
-}
-
-fn engine_kind(kind: inventory::EngineKind) -> DeviceKind {
-    match kind {
-        inventory::EngineKind::Dla => DeviceKind::Dla,
-        inventory::EngineKind::Pva => DeviceKind::Pva,
-    }
-}
-
 fn kinds_of(inventory: &Inventory) -> Vec<DeviceKind> {
-    let mut kinds: Vec<DeviceKind> = inventory
-        .devices
-        .iter()
-        .map(|d| device_kind(d.kind))
-        .collect();
+    let mut kinds: Vec<DeviceKind> = inventory.devices.iter().map(|d| d.kind.kind()).collect();
     kinds.sort();
     kinds.dedup();
     kinds
@@ -172,7 +153,7 @@ async fn serve_round(
     let has_gpus = inventory
         .devices
         .iter()
-        .any(|d| device_kind(d.kind) == DeviceKind::Gpu);
+        .any(|d| d.kind.kind() == DeviceKind::Gpu);
     let node = {
         let api = api.clone();
         tokio::task::spawn_blocking(move || NodeDriver::new(inventory, options, Some(api)))

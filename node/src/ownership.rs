@@ -48,6 +48,16 @@ impl DeviceKind {
     }
 }
 
+/// DLA cores and PVA instances are allocated as their own kinds.
+impl From<crate::engines::EngineKind> for DeviceKind {
+    fn from(kind: crate::engines::EngineKind) -> Self {
+        match kind {
+            crate::engines::EngineKind::Dla => DeviceKind::Dla,
+            crate::engines::EngineKind::Pva => DeviceKind::Pva,
+        }
+    }
+}
+
 impl fmt::Display for DeviceKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -330,6 +340,13 @@ mod tests {
             assert_eq!(DeviceKind::from_name(kind.name()), Some(kind));
         }
         assert_eq!(DeviceKind::from_name("tpu"), None);
+        // An engine is allocated as its own kind, by the same name.
+        for engine in [
+            crate::engines::EngineKind::Dla,
+            crate::engines::EngineKind::Pva,
+        ] {
+            assert_eq!(DeviceKind::from(engine).name(), engine.name());
+        }
     }
 
     #[test]

@@ -26,7 +26,7 @@ pub mod resource;
 
 use std::sync::Arc;
 
-use edgegpu_node::{engines, gpu, labels, mps, ownership, shutdown};
+use edgegpu_node::{gpu, labels, mps, ownership, shutdown};
 
 pub use allocate::GpuResource;
 pub use cli::Cli;
@@ -39,20 +39,6 @@ enum RoundEnd {
     Rebuild(String),
     /// The MIG geometry changed: settle it before rebuilding.
     Reconfigured,
-}
-
-/// The kind of device a served resource hands out (every GPU resource, MIG and shared
-/// replicas included, is [`ownership::DeviceKind::Gpu`]).
-fn resource_kind(_resource: &GpuResource) -> ownership::DeviceKind {
-    ownership::DeviceKind::Gpu
-}
-
-/// The kind of device an engine resource hands out.
-fn engine_kind(resource: &engine_resource::EngineResource) -> ownership::DeviceKind {
-    match resource.kind() {
-        engines::EngineKind::Dla => ownership::DeviceKind::Dla,
-        engines::EngineKind::Pva => ownership::DeviceKind::Pva,
-    }
 }
 
 /// Runs the plugin as the command line describes, until SIGTERM/SIGINT. A SIGHUP or a changed
@@ -122,13 +108,19 @@ async fn serve_rounds(
         let kinds: Vec<ownership::DeviceKind> = node
             .resources
             .iter()
-            .map(|r| resource_kind(r))
-            .chain(engines.iter().map(|e| engine_kind(e)))
+            .map(|_| ownership::DeviceKind::Gpu)
+            .chain(
+                engines
+                    .iter()
+                    .map(|e| ownership::DeviceKind::from(e.kind())),
+            )
             .collect();
         owned.acquire(&kinds)?;
         let mut node = node;
-        node.resources.retain(|r| owned.holds(resource_kind(r)));
-        engines.retain(|e| owned.holds(engine_kind(e)));
+        // Every GPU resource (MIG and shared replicas included) hands out GPUs.
+        node.resources
+            .retain(|_| owned.holds(ownership::DeviceKind::Gpu));
+        engines.retain(|e| owned.holds(e.kind().into()));
         if let Some(path) = cli.feature_file() {
             publish_feature_file(path, &node.resources).await;
         }
