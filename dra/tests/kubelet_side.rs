@@ -554,7 +554,7 @@ fn serve_info(registry: &Path, name: &str, info: PluginInfo) -> (PathBuf, JoinHa
     let listener = UnixListener::bind(&path).unwrap();
     let task = tokio::spawn(async move {
         let _ = tonic::transport::Server::builder()
-            .add_service(registration::RegistrationService::new(info).into_server())
+            .add_service(registration::service(info).into_server())
             .serve_with_incoming(UnixListenerStream::new(listener))
             .await;
     });

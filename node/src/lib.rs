@@ -10,8 +10,10 @@
 //!   each round: units, sharing, limits, health tables), [`mps`] (MPS paths, plan, status
 //!   and the companion that runs the control daemons), [`quantity`], [`resource_name`].
 //! - Agent plumbing every long-lived program uses: [`runtime`], [`logging`], [`shutdown`],
-//!   [`ownership`] (which program serves which device kind), [`authority`] (old kubelets'
-//!   HTTP/2 `:authority`).
+//!   [`ownership`] (which program serves which device kind), [`registration`] (the kubelet
+//!   plugin watcher's `Registration` service), [`socket`] (a bound socket known
+//!   by its inode, removed only while it is ours), [`authority`] (old kubelets' HTTP/2
+//!   `:authority`).
 
 // `unsafe` only in gpu/nvml_raw.rs (NVML MIG calls nvml-wrapper lacks) and mps/control.rs
 // (the pre-exec hook), each block with a `// SAFETY:` comment (clippy denies one without).
@@ -26,8 +28,10 @@ pub mod logging;
 pub mod mps;
 pub mod ownership;
 pub mod quantity;
+pub mod registration;
 pub mod resource_name;
 pub mod runtime;
 pub mod serving;
 pub mod shutdown;
 pub mod snapshot;
+pub mod socket;

@@ -83,7 +83,7 @@ pub async fn serve(
         };
     let info = registration::plugin_info(&options.driver_name, &dra_path.to_string_lossy());
     let reg_server = Server::builder()
-        .add_service(registration::RegistrationService::new(info).into_server())
+        .add_service(registration::service(info).into_server())
         .serve_with_incoming_shutdown(reg_incoming, stopped_owned(reg_stop));
     let mut reg_task = tokio::spawn(reg_server);
     tracing::info!(

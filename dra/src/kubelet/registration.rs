@@ -15,14 +15,9 @@
 //! `NodeWatchResources` on the same endpoint when its `ResourceHealthStatus` gate is on.
 
 use edgegpu_kubelet_api::dra_health_v1alpha1::DRA_RESOURCE_HEALTH_SERVICE;
-use edgegpu_kubelet_api::pluginregistration::registration_server::{
-    Registration, RegistrationServer,
-};
-use edgegpu_kubelet_api::pluginregistration::{
-    InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse, DRA_PLUGIN_TYPE,
-};
+use edgegpu_kubelet_api::pluginregistration::{PluginInfo, DRA_PLUGIN_TYPE};
 use edgegpu_kubelet_api::{dra_v1, dra_v1beta1};
-use tonic::{Request, Response, Status};
+use edgegpu_node::registration::RegistrationOutcome;
 
 /// The services `dra.sock` serves, as advertised in `PluginInfo.supported_versions`: v1
 /// first (the kubelet takes the first one it supports), then v1beta1 for 1.32–1.33
@@ -44,55 +39,32 @@ pub fn plugin_info(driver_name: &str, dra_endpoint: &str) -> PluginInfo {
     }
 }
 
-/// The registration service.
-pub struct RegistrationService {
-    info: PluginInfo,
+/// The registration service of `dra.sock`.
+pub type RegistrationService = edgegpu_node::registration::RegistrationService<Logged>;
+
+/// The service answering the plugin watcher with `info` ([`plugin_info`]).
+pub fn service(info: PluginInfo) -> RegistrationService {
+    RegistrationService::new(info, Logged)
 }
 
-impl RegistrationService {
-    pub fn new(info: PluginInfo) -> Self {
-        RegistrationService { info }
-    }
+/// The kubelet's verdict, logged.
+pub struct Logged;
 
-    /// Wraps the service for tonic.
-    pub fn into_server(self) -> RegistrationServer<Self> {
-        RegistrationServer::new(self)
-    }
-}
-
-#[tonic::async_trait]
-impl Registration for RegistrationService {
-    async fn get_info(
-        &self,
-        _request: Request<InfoRequest>,
-    ) -> Result<Response<PluginInfo>, Status> {
-        tracing::debug!(
-            "Kubelet plugin watcher asked for the plugin info of DRA driver '{}'",
-            self.info.name
+impl RegistrationOutcome for Logged {
+    fn registered(&self, info: &PluginInfo) {
+        tracing::info!(
+            "Registered DRA driver '{}' with the kubelet (endpoint {}, services {:?})",
+            info.name,
+            info.endpoint,
+            info.supported_versions
         );
-        Ok(Response::new(self.info.clone()))
     }
 
-    async fn notify_registration_status(
-        &self,
-        request: Request<RegistrationStatus>,
-    ) -> Result<Response<RegistrationStatusResponse>, Status> {
-        let status = request.into_inner();
-        if status.plugin_registered {
-            tracing::info!(
-                "Registered DRA driver '{}' with the kubelet (endpoint {}, services {:?})",
-                self.info.name,
-                self.info.endpoint,
-                self.info.supported_versions
-            );
-        } else {
-            tracing::error!(
-                "The kubelet refused the registration of DRA driver '{}': {}",
-                self.info.name,
-                status.error
-            );
-        }
-        Ok(Response::new(RegistrationStatusResponse {}))
+    fn refused(&self, info: &PluginInfo, error: &str) {
+        tracing::error!(
+            "The kubelet refused the registration of DRA driver '{}': {error}",
+            info.name
+        );
     }
 }
 

@@ -9,7 +9,8 @@
 //!   kubelet or an operator cleaning its directory): the kubelet's plugin watcher sees the
 //!   new registration socket and registers the driver again;
 //! - removes a path on shutdown only while it still is the socket this process bound (dev
-//!   and inode): a newer instance that took the path over keeps its socket.
+//!   and inode, the node library's `BoundSocket`, as the device plugin's sockets): a newer
+//!   instance that took the path over keeps its socket.
 //!
 //! Connections from every listener that ever held the path go to one stream, so a single
 //! tonic server serves the socket across re-creations. Each goes through the device
@@ -21,11 +22,11 @@
 //! call reset by h2 (`PROTOCOL_ERROR`).
 
 use std::io;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use edgegpu_node::authority::AuthorityShim;
+use edgegpu_node::socket::{BoundSocket, PathState};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -37,23 +38,8 @@ pub const CHECK_INTERVAL: Duration = Duration::from_millis(500);
 /// The connections accepted on one served socket.
 pub type Incoming = ReceiverStream<io::Result<AuthorityShim<UnixStream>>>;
 
-/// Identity of the file bound at a path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct FileId {
-    dev: u64,
-    ino: u64,
-}
-
-fn file_id(path: &Path) -> io::Result<FileId> {
-    let meta = std::fs::symlink_metadata(path)?;
-    Ok(FileId {
-        dev: meta.dev(),
-        ino: meta.ino(),
-    })
-}
-
 /// Removes whatever is at `path` (a stale socket) and binds a fresh socket there.
-fn bind_fresh(path: &Path) -> io::Result<(UnixListener, FileId)> {
+fn bind_fresh(path: &Path) -> io::Result<(UnixListener, BoundSocket)> {
     match std::fs::remove_file(path) {
         Ok(()) => tracing::debug!("Removed stale socket {}", path.display()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -66,26 +52,9 @@ fn bind_fresh(path: &Path) -> io::Result<(UnixListener, FileId)> {
     }
     let listener = std::os::unix::net::UnixListener::bind(path)
         .map_err(|e| io::Error::new(e.kind(), format!("cannot bind {}: {e}", path.display())))?;
-    let id = file_id(path)?;
+    let bound = BoundSocket::at(path)?;
     listener.set_nonblocking(true)?;
-    Ok((UnixListener::from_std(listener)?, id))
-}
-
-/// What a path holds now, compared with what we bound.
-enum PathState {
-    Ours,
-    Missing,
-    Replaced,
-}
-
-fn path_state(path: &Path, ours: FileId) -> PathState {
-    match file_id(path) {
-        Ok(id) if id == ours => PathState::Ours,
-        Ok(_) => PathState::Replaced,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => PathState::Missing,
-        // Unreadable for another reason: leave it alone, look again later.
-        Err(_) => PathState::Ours,
-    }
+    Ok((UnixListener::from_std(listener)?, bound))
 }
 
 /// Binds `path` (removing a stale file first) and keeps it served until `stop` turns true
@@ -97,9 +66,9 @@ pub fn serve(
     what: &'static str,
     stop: watch::Receiver<bool>,
 ) -> io::Result<(Incoming, JoinHandle<()>)> {
-    let (listener, id) = bind_fresh(&path)?;
+    let (listener, bound) = bind_fresh(&path)?;
     let (tx, rx) = mpsc::channel(16);
-    let task = tokio::spawn(keep(path, what, listener, id, tx, stop));
+    let task = tokio::spawn(keep(path, what, listener, bound, tx, stop));
     Ok((ReceiverStream::new(rx), task))
 }
 
@@ -107,7 +76,7 @@ async fn keep(
     path: PathBuf,
     what: &'static str,
     mut listener: UnixListener,
-    mut id: FileId,
+    mut bound: BoundSocket,
     tx: mpsc::Sender<io::Result<AuthorityShim<UnixStream>>>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -129,12 +98,12 @@ async fn keep(
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             },
-            _ = check.tick(), if !replaced => match path_state(&path, id) {
+            _ = check.tick(), if !replaced => match bound.state() {
                 PathState::Ours => {}
                 PathState::Missing => match bind_fresh(&path) {
-                    Ok((new_listener, new_id)) => {
+                    Ok((new_listener, new_bound)) => {
                         listener = new_listener;
-                        id = new_id;
+                        bound = new_bound;
                         tracing::warn!(
                             "The {what} socket {} was deleted; created it again",
                             path.display()
@@ -156,11 +125,8 @@ async fn keep(
         }
     }
     drop(listener);
-    if !replaced && matches!(path_state(&path, id), PathState::Ours) {
-        match std::fs::remove_file(&path) {
-            Ok(()) => tracing::debug!("Removed the {what} socket {}", path.display()),
-            Err(e) => tracing::warn!("Cannot remove the {what} socket {}: {e}", path.display()),
-        }
+    if !replaced && bound.remove_if_ours() {
+        tracing::debug!("Removed the {what} socket {}", path.display());
     }
 }
 

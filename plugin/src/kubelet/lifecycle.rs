@@ -31,7 +31,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tonic::transport::Server;
 
-use super::plugin_watcher::PluginWatcherService;
+use super::plugin_watcher;
 use super::registration::{backoff, register_request, register_until_success};
 use super::restart_watch::{DirWatcher, RestartReason, WatchError};
 use super::server::{self, DevicePluginService};
@@ -313,7 +313,7 @@ impl Generation {
                     reg_socket.path().display(),
                     endpoint.display()
                 );
-                let watcher_service = PluginWatcherService::new(
+                let watcher_service = plugin_watcher::service(
                     resource_name,
                     &endpoint.to_string_lossy(),
                     opts.stats.resource(resource_name),

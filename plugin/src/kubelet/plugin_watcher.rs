@@ -8,76 +8,45 @@
 
 use std::sync::Arc;
 
-use edgegpu_kubelet_api::pluginregistration::registration_server::{
-    Registration, RegistrationServer,
-};
-use edgegpu_kubelet_api::pluginregistration::{
-    InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse, DEVICE_PLUGIN_TYPE,
-};
+use edgegpu_kubelet_api::pluginregistration::{PluginInfo, DEVICE_PLUGIN_TYPE};
 use edgegpu_kubelet_api::v1beta1::VERSION;
-use tonic::{Request, Response, Status};
+use edgegpu_node::registration::{RegistrationOutcome, RegistrationService};
 
 use super::stats::RegistrationStats;
 
-/// Answers the kubelet's plugin watcher for one generation.
-pub struct PluginWatcherService {
-    info: PluginInfo,
+/// The plugin watcher's service for one generation of a resource.
+pub type PluginWatcherService = RegistrationService<Counted>;
+
+/// `endpoint` is the absolute path of the socket serving `DevicePlugin`.
+pub fn service(
+    resource_name: &str,
+    endpoint: &str,
     stats: Arc<RegistrationStats>,
+) -> PluginWatcherService {
+    let info = PluginInfo {
+        r#type: DEVICE_PLUGIN_TYPE.to_string(),
+        name: resource_name.to_string(),
+        endpoint: endpoint.to_string(),
+        supported_versions: vec![VERSION.to_string()],
+    };
+    RegistrationService::new(info, Counted(stats))
 }
 
-impl PluginWatcherService {
-    /// `endpoint` is the absolute path of the socket serving `DevicePlugin`.
-    pub fn new(resource_name: &str, endpoint: &str, stats: Arc<RegistrationStats>) -> Self {
-        PluginWatcherService {
-            stats,
-            info: PluginInfo {
-                r#type: DEVICE_PLUGIN_TYPE.to_string(),
-                name: resource_name.to_string(),
-                endpoint: endpoint.to_string(),
-                supported_versions: vec![VERSION.to_string()],
-            },
-        }
-    }
+/// The kubelet's verdict, counted in the resource's registration statistics and logged.
+pub struct Counted(Arc<RegistrationStats>);
 
-    /// Wraps the service for tonic.
-    pub fn into_server(self) -> RegistrationServer<Self> {
-        RegistrationServer::new(self)
-    }
-}
-
-#[tonic::async_trait]
-impl Registration for PluginWatcherService {
-    async fn get_info(
-        &self,
-        _request: Request<InfoRequest>,
-    ) -> Result<Response<PluginInfo>, Status> {
-        tracing::debug!(
-            "Plugin watcher asked for plugin info of '{}'",
-            self.info.name
+impl RegistrationOutcome for Counted {
+    fn registered(&self, info: &PluginInfo) {
+        self.0.registered();
+        tracing::info!(
+            "Registered device plugin for '{}' with Kubelet (plugin watcher, endpoint {})",
+            info.name,
+            info.endpoint
         );
-        Ok(Response::new(self.info.clone()))
     }
 
-    async fn notify_registration_status(
-        &self,
-        request: Request<RegistrationStatus>,
-    ) -> Result<Response<RegistrationStatusResponse>, Status> {
-        let status = request.into_inner();
-        if status.plugin_registered {
-            self.stats.registered();
-            tracing::info!(
-                "Registered device plugin for '{}' with Kubelet (plugin watcher, endpoint {})",
-                self.info.name,
-                self.info.endpoint
-            );
-        } else {
-            self.stats.registration_failed();
-            tracing::error!(
-                "Kubelet plugin watcher refused '{}': {}",
-                self.info.name,
-                status.error
-            );
-        }
-        Ok(Response::new(RegistrationStatusResponse {}))
+    fn refused(&self, info: &PluginInfo, error: &str) {
+        self.0.registration_failed();
+        tracing::error!("Kubelet plugin watcher refused '{}': {error}", info.name);
     }
 }

@@ -6,11 +6,11 @@
 //! unlinks the socket of a newer one zeroes the node's capacity (rdma-shared-dev-plugin #319).
 
 use std::io;
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use edgegpu_node::socket::BoundSocket;
 use tokio::net::UnixListener;
 
 /// Counter that makes socket names unique within one process even inside one second.
@@ -59,13 +59,10 @@ fn unique_socket_name(prefix: &str) -> String {
     format!("{prefix}-{secs}-{:04x}-{n}.sock", process_tag())
 }
 
-/// A unix socket this process bound, identified by path *and* inode.
+/// A unix socket this process bound, identified by path *and* inode (the node library's
+/// [`BoundSocket`]).
 #[derive(Debug)]
-pub struct OwnedSocket {
-    path: PathBuf,
-    dev: u64,
-    ino: u64,
-}
+pub struct OwnedSocket(BoundSocket);
 
 impl OwnedSocket {
     /// Binds a new, uniquely named socket `<dir>/<prefix>-….sock`. An existing file of the
@@ -89,15 +86,8 @@ impl OwnedSocket {
         for _ in 0..16 {
             let path = dir.join(unique_socket_name(prefix));
             match std::os::unix::net::UnixListener::bind(&path) {
-                Ok(listener) => match std::fs::symlink_metadata(&path) {
-                    Ok(meta) => {
-                        let socket = OwnedSocket {
-                            path,
-                            dev: meta.dev(),
-                            ino: meta.ino(),
-                        };
-                        return Ok((socket, listener));
-                    }
+                Ok(listener) => match BoundSocket::at(&path) {
+                    Ok(bound) => return Ok((OwnedSocket(bound), listener)),
                     // Unlinked between bind() and stat(): a restarting kubelet is deleting
                     // every socket in the directory. Bind again under a new name.
                     Err(e) if e.kind() == io::ErrorKind::NotFound => last_err = Some(e),
@@ -117,38 +107,21 @@ impl OwnedSocket {
 
     /// Absolute (or as given) path of the socket.
     pub fn path(&self) -> &Path {
-        &self.path
+        self.0.path()
     }
 
     /// The socket's file name, which is what `RegisterRequest.endpoint` carries.
     pub fn file_name(&self) -> String {
-        self.path
+        self.path()
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default()
     }
 
-    /// Whether the path still refers to the inode we bound.
-    fn is_still_ours(&self) -> bool {
-        match std::fs::symlink_metadata(&self.path) {
-            Ok(meta) => meta.dev() == self.dev && meta.ino() == self.ino,
-            Err(_) => false,
-        }
-    }
-
     /// Unlinks the path if (and only if) it still is the socket we bound. Returns whether
     /// something was removed.
     pub fn remove(&self) -> bool {
-        if !self.is_still_ours() {
-            return false;
-        }
-        match std::fs::remove_file(&self.path) {
-            Ok(()) => true,
-            Err(e) => {
-                tracing::warn!("Failed to remove socket {}: {e}", self.path.display());
-                false
-            }
-        }
+        self.0.remove_if_ours()
     }
 }
 
@@ -172,6 +145,7 @@ impl Drop for OwnedSocket {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use edgegpu_node::socket::PathState;
 
     #[test]
     fn prefix_follows_nvidia_naming() {
@@ -192,13 +166,13 @@ mod tests {
     async fn removal_spares_a_socket_bound_by_someone_else() {
         let dir = tempfile::tempdir().unwrap();
         let (ours, listener) = OwnedSocket::bind_unique(dir.path(), "t").await.unwrap();
-        assert!(ours.is_still_ours());
+        assert_eq!(ours.0.state(), PathState::Ours);
         // Someone else puts their own socket at our path (bound elsewhere, renamed over).
         let elsewhere = dir.path().join("theirs.sock");
         let _theirs = std::os::unix::net::UnixListener::bind(&elsewhere).unwrap();
         std::fs::rename(&elsewhere, ours.path()).unwrap();
         drop(listener);
-        assert!(!ours.is_still_ours());
+        assert_eq!(ours.0.state(), PathState::Replaced);
         assert!(!ours.remove());
         assert!(ours.path().exists(), "the other socket must survive");
     }
