@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-pub use args::ApiArgs;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST};

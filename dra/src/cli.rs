@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use edgegpu_apiclient::ApiArgs;
+use edgegpu_apiclient::args::ApiArgs;
 use edgegpu_node::config::GpuArgs;
 use edgegpu_node::logging::LogFormat;
 use edgegpu_node::ownership::DeviceKind;

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use edgegpu_apiclient::ApiArgs;
+use edgegpu_apiclient::args::ApiArgs;
 use edgegpu_node::config::GpuArgs;
 use edgegpu_node::labels::{self, GPU_KIND, KEYS, MIG_PROFILE_PREFIX};
 use edgegpu_node::logging::LogFormat;
