@@ -4,11 +4,13 @@
 //!
 //! - [`root`]: the host's files under `--root`, read without following links out of it.
 //! - [`fsops`]: atomic writes (temporary file, fsync, rename) with backups.
+//! - [`flock`]: exclusive lock files (node-setup's run lock, the node programs' ownership).
 //! - [`cdi`]: the CDI spec of the node's GPUs and engines, generated from the driver's files
 //!   (`edgegpu-node-setup cdi generate`, and the DRA driver's per-claim specs).
 //! - [`error`]: what stops a read or a write, and the exit code each maps to.
 
 pub mod cdi;
 pub mod error;
+pub mod flock;
 pub mod fsops;
 pub mod root;

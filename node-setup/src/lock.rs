@@ -4,13 +4,12 @@
 //! (while holding it); a run that was waiting on the removed file notices that the path
 //! now names another file (or none) and locks again.
 
-use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
+use edgegpu_host::flock::{self, TryLock};
 use nix::errno::Errno;
-use nix::fcntl::{Flock, FlockArg};
 
 use crate::state;
 use edgegpu_host::error::{Result, SetupError};
@@ -21,7 +20,7 @@ pub const LOCK: &str = "/var/lib/edgegpu/node-setup/lock";
 
 /// The held lock; released when dropped (or when the process dies).
 pub struct RunLock {
-    file: Flock<File>,
+    file: flock::Held,
     path: PathBuf,
     /// Directories created to hold the lock file (outermost first), host-absolute.
     pub created_dirs: Vec<String>,
@@ -61,16 +60,9 @@ impl RunLock {
             .collect();
         let mut told = false;
         loop {
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&path)
-                .map_err(|e| io_err("opening", e))?;
-            let file = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-                Ok(locked) => locked,
-                Err((file, Errno::EWOULDBLOCK)) => {
+            let file = match flock::try_lock(&path).map_err(|e| io_err("opening", e))? {
+                TryLock::Locked(held) => held,
+                TryLock::Busy(file) => {
                     if !told {
                         told = true;
                         waiting(format!(
@@ -78,10 +70,8 @@ impl RunLock {
                             path.display()
                         ));
                     }
-                    Flock::lock(file, FlockArg::LockExclusive)
-                        .map_err(|(_, e)| io_err("locking", e.into()))?
+                    flock::wait(file).map_err(|e| io_err("locking", e))?
                 }
-                Err((_, e)) => return Err(io_err("locking", e.into())),
             };
             // The file we locked must still be the one at the path (a revert may have
             // removed it while we waited).

@@ -8,12 +8,10 @@
 //! The file's text names the holder, for the other program's message.
 
 use std::fmt;
-use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use nix::errno::Errno;
-use nix::fcntl::{Flock, FlockArg};
+use edgegpu_host::flock::{self, TryLock};
 
 /// Where the lock files live unless `--ownership-dir` says otherwise: a tmpfs both programs
 /// (and both DaemonSets, as a hostPath) see.
@@ -68,7 +66,7 @@ impl fmt::Display for DeviceKind {
 #[derive(Debug)]
 pub struct Ownership {
     kind: DeviceKind,
-    _lock: Flock<File>,
+    _lock: flock::Held,
 }
 
 impl Ownership {
@@ -91,21 +89,14 @@ pub enum Owned {
 pub fn try_own(dir: &Path, kind: DeviceKind, holder: &str) -> std::io::Result<Owned> {
     std::fs::create_dir_all(dir)?;
     let path = dir.join(format!("{}.lock", kind.name()));
-    // Not truncated on open: the text belongs to whoever holds the lock.
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)?;
-    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-        Ok(mut lock) => {
+    match flock::try_lock(&path)? {
+        TryLock::Locked(mut lock) => {
             lock.set_len(0)?;
             lock.seek(SeekFrom::Start(0))?;
             writeln!(lock, "{holder} pid {}", std::process::id())?;
             Ok(Owned::Yes(Ownership { kind, _lock: lock }))
         }
-        Err((mut file, Errno::EWOULDBLOCK)) => {
+        TryLock::Busy(mut file) => {
             let mut text = String::new();
             // Best effort: the holder may be between truncating and writing its name.
             let _ = file.read_to_string(&mut text);
@@ -115,7 +106,6 @@ pub fn try_own(dir: &Path, kind: DeviceKind, holder: &str) -> std::io::Result<Ow
             };
             Ok(Owned::HeldBy { path, holder })
         }
-        Err((_, errno)) => Err(std::io::Error::from(errno)),
     }
 }
 
