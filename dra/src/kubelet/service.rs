@@ -155,69 +155,85 @@ fn base_request(name: &str) -> String {
 /// The v1 `DRAPlugin` service.
 pub struct V1(NodeService);
 
-#[tonic::async_trait]
-impl dra_v1::dra_plugin_server::DraPlugin for V1 {
-    async fn node_prepare_resources(
-        &self,
-        request: Request<dra_v1::NodePrepareResourcesRequest>,
-    ) -> Result<Response<dra_v1::NodePrepareResourcesResponse>, Status> {
-        let request = request.into_inner();
-        let claims = claim_refs(
-            "NodePrepareResources",
-            request.claims.iter().map(|c| RawClaim {
-                namespace: &c.namespace,
-                name: &c.name,
-                uid: &c.uid,
-            }),
-        )?;
-        let results = self.0.prepare("v1", claims).await;
-        let claims = results
-            .into_iter()
-            .map(|(uid, result)| {
-                let answer = match result {
-                    Ok(devices) => dra_v1::NodePrepareResourceResponse {
-                        devices: devices.into_iter().map(v1_device).collect(),
-                        error: String::new(),
-                    },
-                    Err(error) => dra_v1::NodePrepareResourceResponse {
-                        devices: Vec::new(),
-                        error,
-                    },
-                };
-                (uid, answer)
-            })
-            .collect();
-        Ok(Response::new(dra_v1::NodePrepareResourcesResponse {
-            claims,
-        }))
-    }
+/// The v1beta1 `DRAPlugin` service: the v1 answers without `share_id`.
+pub struct V1beta1(NodeService);
 
-    async fn node_unprepare_resources(
-        &self,
-        request: Request<dra_v1::NodeUnprepareResourcesRequest>,
-    ) -> Result<Response<dra_v1::NodeUnprepareResourcesResponse>, Status> {
-        let request = request.into_inner();
-        let claims = claim_refs(
-            "NodeUnprepareResources",
-            request.claims.iter().map(|c| RawClaim {
-                namespace: &c.namespace,
-                name: &c.name,
-                uid: &c.uid,
-            }),
-        )?;
-        let results = self.0.unprepare("v1", claims).await;
-        let claims = results
-            .into_iter()
-            .map(|(uid, result)| {
-                let error = result.err().unwrap_or_default();
-                (uid, dra_v1::NodeUnprepareResourceResponse { error })
-            })
-            .collect();
-        Ok(Response::new(dra_v1::NodeUnprepareResourcesResponse {
-            claims,
-        }))
-    }
+/// One body for both API versions of `DRAPlugin`: their requests and answers have the same
+/// shape (v1beta1's `Device` lacks `share_id`), so the service is written once and each
+/// version converts its devices at the edge (`$device`). Kubelets of 1.32–1.33 speak only
+/// v1beta1; both are served.
+macro_rules! dra_plugin_service {
+    ($service:ident, $api:ident, $version:literal, $device:path) => {
+        #[tonic::async_trait]
+        impl $api::dra_plugin_server::DraPlugin for $service {
+            async fn node_prepare_resources(
+                &self,
+                request: Request<$api::NodePrepareResourcesRequest>,
+            ) -> Result<Response<$api::NodePrepareResourcesResponse>, Status> {
+                let request = request.into_inner();
+                let claims = claim_refs(
+                    "NodePrepareResources",
+                    request.claims.iter().map(|c| RawClaim {
+                        namespace: &c.namespace,
+                        name: &c.name,
+                        uid: &c.uid,
+                    }),
+                )?;
+                let claims = self
+                    .0
+                    .prepare($version, claims)
+                    .await
+                    .into_iter()
+                    .map(|(uid, result)| {
+                        let answer = match result {
+                            Ok(devices) => $api::NodePrepareResourceResponse {
+                                devices: devices.into_iter().map($device).collect(),
+                                error: String::new(),
+                            },
+                            Err(error) => $api::NodePrepareResourceResponse {
+                                devices: Vec::new(),
+                                error,
+                            },
+                        };
+                        (uid, answer)
+                    })
+                    .collect();
+                Ok(Response::new($api::NodePrepareResourcesResponse { claims }))
+            }
+
+            async fn node_unprepare_resources(
+                &self,
+                request: Request<$api::NodeUnprepareResourcesRequest>,
+            ) -> Result<Response<$api::NodeUnprepareResourcesResponse>, Status> {
+                let request = request.into_inner();
+                let claims = claim_refs(
+                    "NodeUnprepareResources",
+                    request.claims.iter().map(|c| RawClaim {
+                        namespace: &c.namespace,
+                        name: &c.name,
+                        uid: &c.uid,
+                    }),
+                )?;
+                let claims = self
+                    .0
+                    .unprepare($version, claims)
+                    .await
+                    .into_iter()
+                    .map(|(uid, result)| {
+                        let error = result.err().unwrap_or_default();
+                        (uid, $api::NodeUnprepareResourceResponse { error })
+                    })
+                    .collect();
+                Ok(Response::new($api::NodeUnprepareResourcesResponse {
+                    claims,
+                }))
+            }
+        }
+    };
 }
+
+dra_plugin_service!(V1, dra_v1, "v1", v1_device);
+dra_plugin_service!(V1beta1, dra_v1beta1, "v1beta1", v1beta1_device);
 
 fn v1_device(d: PreparedDevice) -> dra_v1::Device {
     dra_v1::Device {
@@ -229,78 +245,12 @@ fn v1_device(d: PreparedDevice) -> dra_v1::Device {
     }
 }
 
-/// The v1beta1 `DRAPlugin` service: the v1 answers without `share_id`.
-pub struct V1beta1(NodeService);
-
-#[tonic::async_trait]
-impl dra_v1beta1::dra_plugin_server::DraPlugin for V1beta1 {
-    async fn node_prepare_resources(
-        &self,
-        request: Request<dra_v1beta1::NodePrepareResourcesRequest>,
-    ) -> Result<Response<dra_v1beta1::NodePrepareResourcesResponse>, Status> {
-        let request = request.into_inner();
-        let claims = claim_refs(
-            "NodePrepareResources",
-            request.claims.iter().map(|c| RawClaim {
-                namespace: &c.namespace,
-                name: &c.name,
-                uid: &c.uid,
-            }),
-        )?;
-        let results = self.0.prepare("v1beta1", claims).await;
-        let claims = results
-            .into_iter()
-            .map(|(uid, result)| {
-                let answer = match result {
-                    Ok(devices) => dra_v1beta1::NodePrepareResourceResponse {
-                        devices: devices
-                            .into_iter()
-                            .map(|d| dra_v1beta1::Device {
-                                request_names: d.requests.iter().map(|r| base_request(r)).collect(),
-                                pool_name: d.pool,
-                                device_name: d.device,
-                                cdi_device_ids: d.cdi_device_ids,
-                            })
-                            .collect(),
-                        error: String::new(),
-                    },
-                    Err(error) => dra_v1beta1::NodePrepareResourceResponse {
-                        devices: Vec::new(),
-                        error,
-                    },
-                };
-                (uid, answer)
-            })
-            .collect();
-        Ok(Response::new(dra_v1beta1::NodePrepareResourcesResponse {
-            claims,
-        }))
-    }
-
-    async fn node_unprepare_resources(
-        &self,
-        request: Request<dra_v1beta1::NodeUnprepareResourcesRequest>,
-    ) -> Result<Response<dra_v1beta1::NodeUnprepareResourcesResponse>, Status> {
-        let request = request.into_inner();
-        let claims = claim_refs(
-            "NodeUnprepareResources",
-            request.claims.iter().map(|c| RawClaim {
-                namespace: &c.namespace,
-                name: &c.name,
-                uid: &c.uid,
-            }),
-        )?;
-        let results = self.0.unprepare("v1beta1", claims).await;
-        let claims = results
-            .into_iter()
-            .map(|(uid, result)| {
-                let error = result.err().unwrap_or_default();
-                (uid, dra_v1beta1::NodeUnprepareResourceResponse { error })
-            })
-            .collect();
-        Ok(Response::new(dra_v1beta1::NodeUnprepareResourcesResponse {
-            claims,
-        }))
+fn v1beta1_device(d: PreparedDevice) -> dra_v1beta1::Device {
+    dra_v1beta1::Device {
+        request_names: d.requests.iter().map(|r| base_request(r)).collect(),
+        pool_name: d.pool,
+        device_name: d.device,
+        cdi_device_ids: d.cdi_device_ids,
     }
 }
 
