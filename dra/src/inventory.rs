@@ -171,15 +171,10 @@ pub fn pci_bus_id(nvml: &str) -> String {
     }
 }
 
-/// A Jetson engine (DLA core, PVA instance) as the plugin's engine discovery gives it.
+/// A Jetson engine (DLA core, PVA instance), as the round's snapshot found it
+/// (`NodeFacts::engines`: the SoC's engines whose device nodes exist; none on an Orin Nano,
+/// whose engines are fused off, nor off a Jetson).
 pub use edgegpu_node::engines::{Engine, EngineKind};
-
-/// THE place where DLA cores and PVA instances are found: the device plugin's engine
-/// discovery (`edgegpu_node::engines::discover_on_host`: the SoC's engines whose device
-/// nodes exist; none on an Orin Nano, whose engines are fused off, nor off a Jetson).
-pub fn engines(root: &Path) -> Vec<Engine> {
-    edgegpu_node::engines::discover_on_host(root)
-}
 
 const MIB: u64 = 1024 * 1024;
 
