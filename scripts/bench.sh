@@ -9,9 +9,10 @@ cd "$(dirname "$0")/.."
 # The plugin's footprint is measured on the release build users run: the binary `cargo bench`
 # builds carries the test doubles' features too (cargo unifies them). A hard link keeps the
 # page cache the linker left, as a copy would not.
-cargo build --release --locked -p edgegpu-plugin --bin edgegpu-device-plugin
+# The programs are one multi-call binary: the hard link's name picks the plugin (argv[0]).
+cargo build --release --locked -p edgegpu --bin edgegpu
 measured=target/bench-plugin
 mkdir -p "$measured"
-ln -f target/release/edgegpu-device-plugin "$measured/edgegpu-device-plugin"
+ln -f target/release/edgegpu "$measured/edgegpu-device-plugin"
 export EDGEGPU_BENCH_PLUGIN_BINARY="${EDGEGPU_BENCH_PLUGIN_BINARY:-$PWD/$measured/edgegpu-device-plugin}"
 cargo bench --workspace --locked "$@"

@@ -3,7 +3,7 @@
 # for linux/amd64 and linux/arm64 WITHOUT a container daemon: Debian's buildah with the vfs
 # storage driver and chroot isolation (as root), in a private storage under a temporary directory.
 #
-#   edgegpu-device-plugin   deploy/device-plugin/Containerfile   target <= 13 MB uncompressed
+#   edgegpu-device-plugin   deploy/device-plugin/Containerfile   target <= 9 MB uncompressed
 #   devicequery             deploy/devicequery/Containerfile     target <= 10 MB uncompressed
 #   edgegpu-node-setup      deploy/node-setup/Containerfile
 #
@@ -59,6 +59,8 @@ REGISTRY=${IMAGE_REGISTRY:-}
 REGISTRY=${REGISTRY:-ghcr.io/edgegpu}
 declare -A CONTAINERFILE=([edgegpu-device-plugin]=deploy/device-plugin/Containerfile
     [devicequery]=deploy/devicequery/Containerfile [edgegpu-node-setup]=deploy/node-setup/Containerfile)
+# The dist/ binary each image is built from (the plugin image: the multi-call binary).
+declare -A BINARY=([edgegpu-device-plugin]=edgegpu [devicequery]=devicequery [edgegpu-node-setup]=edgegpu-node-setup)
 declare -A RUST_TARGET=([edgegpu-device-plugin:amd64]=x86_64-unknown-linux-gnu
     [edgegpu-device-plugin:arm64]=aarch64-unknown-linux-gnu [devicequery:amd64]=x86_64-unknown-linux-gnu
     [devicequery:arm64]=aarch64-unknown-linux-gnu [edgegpu-node-setup:amd64]=x86_64-unknown-linux-musl
@@ -81,7 +83,7 @@ command -v buildah >/dev/null || { echo "$0: buildah not found: run scripts/setu
 
 missing=0
 for key in "${!RUST_TARGET[@]}"; do
-    binary=$dist/${key%%:*}-${RUST_TARGET[$key]}
+    binary=$dist/${BINARY[${key%%:*}]}-${RUST_TARGET[$key]}
     [ -f "$binary" ] || { echo "$0: missing $binary (run scripts/build-release.sh $dist)" >&2; missing=1; }
 done
 [ "$missing" = 0 ] || exit 1
@@ -113,11 +115,8 @@ build_all() {
         buildah "${B[@]}" manifest create "$list" >/dev/null
         for arch in "${ARCHES[@]}"; do
             rootfs=$store/rootfs-$image-$arch
-            extra=()
-            [ "$image" != edgegpu-device-plugin ] || extra=("$dist/edgegpu-labeller-${RUST_TARGET[$image:$arch]}"
-                "$dist/edgegpu-dra-driver-${RUST_TARGET[$image:$arch]}")
             sh deploy/image/assemble-rootfs.sh "$arch" "$work/debian/debian-$arch" \
-                "$dist/$image-${RUST_TARGET[$image:$arch]}" "$rootfs" "$image" "${extra[@]}"
+                "$dist/${BINARY[$image]}-${RUST_TARGET[$image:$arch]}" "$rootfs" "$image"
             container=$(buildah "${B[@]}" from scratch)
             buildah "${B[@]}" copy --quiet --chown 0:0 "$container" "$rootfs/" / >/dev/null
             buildah "${B[@]}" config "${config[@]}" \
@@ -153,9 +152,9 @@ report() {
 import gzip, hashlib, json, os, sys, tarfile
 
 directory, images = sys.argv[1], sys.argv[2:]
-# The plugin image carries three programs since the DRA driver joined the plugin and the labeller
-# (docs/deploy.md, "Image sizes"): 13 MB, up from 12 MB.
-targets = {"edgegpu-device-plugin": 13_000_000, "devicequery": 10_000_000}
+# The plugin image's three programs are one multi-call binary (docs/deploy.md, "Image sizes"):
+# 9 MB, down from the 13 MB three separate binaries needed.
+targets = {"edgegpu-device-plugin": 9_000_000, "devicequery": 10_000_000}
 status = 0
 print(f"{'image':<22} {'platform':<12} {'files':>10} {'uncompressed':>13} {'compressed':>11}  manifest digest")
 for image in images:

@@ -71,6 +71,8 @@ ARCHES=(amd64 arm64)
 declare -A GNU=([amd64]=x86_64-unknown-linux-gnu [arm64]=aarch64-unknown-linux-gnu)
 declare -A MUSL=([amd64]=x86_64-unknown-linux-musl [arm64]=aarch64-unknown-linux-musl)
 IMAGES=(edgegpu-device-plugin devicequery edgegpu-node-setup)
+# The programs of the multi-call binary edgegpu, installed as links to it (edgegpu/src/main.rs).
+MULTI_CALL_PROGRAMS=(edgegpu-device-plugin edgegpu-dra-driver edgegpu-labeller)
 K3S_SYNOPSIS="edgegpu's k3s auto-deploy manifest and air-gap container images"
 ROOT_CACHE=.tools/debian-root/bookworm-minbase
 DEBIAN_MIRROR=http://deb.debian.org/debian
@@ -102,7 +104,8 @@ mkdir -p "$dist/packages" "$dist/sbom" "$dist/bundle"
 stage() {
     local arch=$1 target=$2 gnu=$2/${GNU[$1]}/release musl=$2/${MUSL[$1]}/release image
     mkdir -p "$gnu/k3s" "$musl"
-    for b in edgegpu-device-plugin edgegpu-labeller devicequery; do cp "$dist/$b-${GNU[$arch]}" "$gnu/$b"; done
+    for b in edgegpu devicequery; do cp "$dist/$b-${GNU[$arch]}" "$gnu/$b"; done
+    for program in "${MULTI_CALL_PROGRAMS[@]}"; do ln -s edgegpu "$gnu/$program"; done
     cp "$dist/edgegpu-node-setup-${MUSL[$arch]}" "$musl/edgegpu-node-setup"
     cp deploy/k3s/edgegpu-device-plugin.yaml deploy/k3s/edgegpu-devicequery-job.yaml "$gnu/k3s/"
     cp deploy/k3s/helmchart/edgegpu.yaml "$gnu/k3s/helmchart-edgegpu.yaml"
@@ -121,7 +124,7 @@ build_debs() {
     local deb=(cargo deb --no-build --no-strip --quiet --deb-revision "$revision" --output "$out/")
     CARGO_TARGET_DIR=$target "${deb[@]}" -p edgegpu-node-setup --target "${MUSL[$arch]}" >/dev/null
     CARGO_TARGET_DIR=$target "${deb[@]}" -p edgegpu-devicequery --target "${GNU[$arch]}" >/dev/null
-    CARGO_TARGET_DIR=$target "${deb[@]}" -p edgegpu-plugin --target "${GNU[$arch]}" >/dev/null
+    CARGO_TARGET_DIR=$target "${deb[@]}" -p edgegpu --target "${GNU[$arch]}" >/dev/null
     CARGO_TARGET_DIR=$target "${deb[@]}" -p edgegpu-node-setup --variant k3s --target "${GNU[$arch]}" >/dev/null
     # The variant inherits node-setup's synopsis (cargo-deb cannot override it): put its own in.
     local k3s=$out/edgegpu-k3s_$VERSION-${revision}_$arch.deb tree=$work/k3s-tree
@@ -154,10 +157,9 @@ log "SBOMs (cargo-cyclonedx, cyclonedx-python-lib)"
 for triple in "${GNU[@]}" "${MUSL[@]}"; do
     cargo cyclonedx --manifest-path Cargo.toml --format json --spec-version 1.5 --describe binaries \
         --target "$triple" --target-in-filename --no-build-deps --quiet
-    for crate_bin in plugin/edgegpu-device-plugin labeller/edgegpu-labeller devicequery/devicequery \
-        node-setup/edgegpu-node-setup; do
+    for crate_bin in edgegpu/edgegpu devicequery/devicequery node-setup/edgegpu-node-setup; do
         case "$crate_bin:$triple" in
-            node-setup/*:*-gnu | */edgegpu-device-plugin:*-musl | */edgegpu-labeller:*-musl | */devicequery:*-musl) ;;
+            node-setup/*:*-gnu | */edgegpu:*-musl | */devicequery:*-musl) ;;
             *) mv "${crate_bin}_bin_$triple.cdx.json" "$dist/sbom/${crate_bin#*/}-$triple.cdx.json" ;;
         esac
     done
@@ -186,7 +188,8 @@ make_bundle() {
     local root=$work/bundle-$arch/$name
     rm -rf "$work/bundle-$arch"
     mkdir -p "$root/bin" "$root/images" "$root/manifests/k3s/helmchart" "$root/helm" "$root/packages" "$root/sbom"
-    for b in edgegpu-device-plugin edgegpu-labeller devicequery; do cp "$dist/$b-${GNU[$arch]}" "$root/bin/$b"; done
+    for b in edgegpu devicequery; do cp "$dist/$b-${GNU[$arch]}" "$root/bin/$b"; done
+    for program in "${MULTI_CALL_PROGRAMS[@]}"; do ln -s edgegpu "$root/bin/$program"; done
     cp "$dist/edgegpu-node-setup-${MUSL[$arch]}" "$root/bin/edgegpu-node-setup"
     for image in "${IMAGES[@]}"; do cp "$work/target-$arch/${GNU[$arch]}/release/k3s/edgegpu-${image#edgegpu-}.oci.tar" "$root/images/"; done
     cp deploy/*.yaml "$root/manifests/"
@@ -291,7 +294,8 @@ if [ "$check" = 1 ]; then
         # As the README installs them: apt with the files (their Depends come from the root).
         DEBIAN_FRONTEND=noninteractive in_root "$root" sh -c 'apt-get install -y -qq /tmp/debs/v1/*.deb' \
             >"$work/install.log" 2>&1 || { cat "$work/install.log" >&2; fail "$arch: apt-get install ./*.deb"; return; }
-        for f in /usr/bin/edgegpu-node-setup /usr/bin/devicequery /usr/bin/edgegpu-device-plugin /usr/bin/edgegpu-labeller \
+        for f in /usr/bin/edgegpu-node-setup /usr/bin/devicequery /usr/bin/edgegpu /usr/bin/edgegpu-device-plugin \
+            /usr/bin/edgegpu-labeller /usr/bin/edgegpu-dra-driver \
             /lib/systemd/system/edgegpu-device-plugin.service /lib/systemd/system/edgegpu-mps-control-daemon.service \
             /etc/default/edgegpu-device-plugin /var/lib/rancher/k3s/server/manifests/edgegpu-device-plugin.yaml \
             /var/lib/rancher/k3s/agent/images/edgegpu-device-plugin.oci.tar /var/lib/rancher/k3s/agent/images/edgegpu-devicequery.oci.tar \
@@ -312,6 +316,10 @@ if [ "$check" = 1 ]; then
             in_root "$root" edgegpu-node-setup --version >/dev/null || fail "amd64: edgegpu-node-setup --version"
             in_root "$root" edgegpu-device-plugin --version >/dev/null || fail "amd64: edgegpu-device-plugin --version"
             in_root "$root" edgegpu-labeller --version >/dev/null || fail "amd64: edgegpu-labeller --version"
+            in_root "$root" edgegpu-dra-driver --version >/dev/null || fail "amd64: edgegpu-dra-driver --version"
+            # The programs are links to the one binary, as dpkg installed them.
+            [ "$(readlink "$root/usr/bin/edgegpu-device-plugin")" = edgegpu ] ||
+                fail "amd64: /usr/bin/edgegpu-device-plugin is not a link to edgegpu"
             local rc=0 out
             out=$(in_root "$root" devicequery 2>&1) || rc=$?
             { [ "$rc" = 1 ] && grep -q 'Result = FAIL' <<<"$out"; } || fail "amd64: devicequery without a driver: exit $rc, $out"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Release cross-builds of the programs into one folder (default: dist/):
-#   edgegpu-device-plugin, edgegpu-labeller, edgegpu-dra-driver, devicequery
+#   edgegpu (the multi-call binary: edgegpu-device-plugin, edgegpu-dra-driver and
+#   edgegpu-labeller, installed as links to it), devicequery
 #                                       -> x86_64/aarch64-unknown-linux-gnu, linked against glibc 2.17
 #                                          (cargo-zigbuild's `<triple>.2.17`), dynamic: they dlopen
 #                                          NVIDIA's libraries, which a static binary cannot do.
@@ -16,7 +17,7 @@ export PATH="$PWD/.tools/venv/bin:$PATH"
 GLIBC_MAX=2.17
 GNU_TARGETS=(x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu)
 MUSL_TARGETS=(x86_64-unknown-linux-musl aarch64-unknown-linux-musl)
-GNU_BINS=(edgegpu-device-plugin edgegpu-labeller edgegpu-dra-driver devicequery)
+GNU_BINS=(edgegpu devicequery)
 MUSL_BINS=(edgegpu-node-setup)
 
 command -v cargo-zigbuild >/dev/null || { echo "cargo-zigbuild missing: run scripts/setup.sh" >&2; exit 1; }
@@ -25,7 +26,7 @@ gnu_args=(); for t in "${GNU_TARGETS[@]}"; do gnu_args+=(--target "$t.$GLIBC_MAX
 musl_args=(); for t in "${MUSL_TARGETS[@]}"; do musl_args+=(--target "$t"); done
 
 echo "==> cargo zigbuild (glibc $GLIBC_MAX): ${GNU_BINS[*]}"
-cargo zigbuild --release --locked -p edgegpu-plugin -p edgegpu-labeller -p edgegpu-dra -p edgegpu-devicequery --bins \
+cargo zigbuild --release --locked -p edgegpu -p edgegpu-devicequery --bins \
     "${gnu_args[@]}"
 echo "==> cargo zigbuild (musl, static): ${MUSL_BINS[*]}"
 cargo zigbuild --release --locked -p edgegpu-node-setup --bins "${musl_args[@]}"

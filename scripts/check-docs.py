@@ -40,6 +40,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 # The programs whose flags the docs name, and the scripts (with --help) they also name.
 PROGRAMS = ["edgegpu-device-plugin", "edgegpu-labeller", "edgegpu-dra-driver", "edgegpu-node-setup", "devicequery"]
+# The programs of the multi-call binary `edgegpu` (edgegpu/src/main.rs), run as
+# `edgegpu SUBCOMMAND`; the others are binaries of their own.
+MULTI_CALL = {"edgegpu-device-plugin": "device-plugin", "edgegpu-labeller": "labeller",
+              "edgegpu-dra-driver": "dra-driver"}
 SCRIPTS = {
     "scripts/e2e-node.sh": ["--help"],
     "scripts/build-images.sh": ["--help"],
@@ -162,10 +166,17 @@ def help_flags(command):
     return flags, commands
 
 
-def program_flags(binary):
+def program_command(bin_dir, program):
+    """The command line that starts `program` from the binaries in `bin_dir`."""
+    if program in MULTI_CALL:
+        return [str(bin_dir / "edgegpu"), MULTI_CALL[program]]
+    return [str(bin_dir / program)]
+
+
+def program_flags(command):
     """Every long option of a program and of its subcommands, recursively."""
     flags = set()
-    queue = [[str(binary)]]
+    queue = [command]
     while queue:
         command = queue.pop()
         own, subcommands = help_flags(command)
@@ -431,14 +442,17 @@ def check_figures():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--bin-dir", type=Path, help="where the four programs are (default: <target>/debug)")
+    parser.add_argument("--bin-dir", type=Path,
+                        help="where the binaries are: edgegpu, edgegpu-node-setup, devicequery "
+                             "(default: <target>/debug)")
     args = parser.parse_args()
     bin_dir = args.bin_dir or target_dir() / "debug"
-    missing = [p for p in PROGRAMS if not (bin_dir / p).is_file()]
+    binaries = {Path(program_command(bin_dir, p)[0]) for p in PROGRAMS}
+    missing = sorted(b.name for b in binaries if not b.is_file())
     if missing:
         sys.exit(f"check-docs: {', '.join(missing)} not in {bin_dir}: run `cargo build --workspace --bins` "
                  "(or cargo test --workspace) first, or pass --bin-dir")
-    known = {p: program_flags(bin_dir / p) for p in PROGRAMS}
+    known = {p: program_flags(program_command(bin_dir, p)) for p in PROGRAMS}
     check_flags(known, script_flags())
     check_programs()
     check_jobs()

@@ -8,8 +8,10 @@
 #
 # Needs root, a GPU whose platform runs MPS (docs/sharing.md), nvidia-cuda-mps-control on the
 # host, util-linux (unshare, mount), and the release binaries in BIN_DIR:
-#   cargo build --release -p edgegpu-plugin -p edgegpu-devicequery --example allocate_here
+#   cargo build --release -p edgegpu -p edgegpu-devicequery && cargo build --release -p edgegpu-plugin --example allocate_here
 #   BIN_DIR=target/release (allocate_here is in target/release/examples: copy it next to them)
+# The companion is the multi-call binary run as edgegpu-device-plugin: BIN_DIR/edgegpu-device-plugin
+# when it is there (a link to edgegpu, as the images install it), else `edgegpu device-plugin`.
 # Usage: scripts/mps-check.sh BIN_DIR OUT_DIR
 # Exit status 0 only when every check met its expectation.
 set -uo pipefail
@@ -21,6 +23,10 @@ DQ=$BIN/devicequery
 ALLOC=$BIN/allocate_here
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
+if [ ! -e "$PLUGIN" ] && [ -x "$BIN/edgegpu" ]; then
+    PLUGIN=$OUT/bin/edgegpu-device-plugin
+    mkdir -p "$OUT/bin" && ln -sf "$BIN/edgegpu" "$PLUGIN"
+fi
 failures=0
 
 say() { printf '%s\n' "$*" | tee -a "$OUT/summary.txt"; }

@@ -32,7 +32,8 @@ GNU = {"amd64": "x86_64-unknown-linux-gnu", "arm64": "aarch64-unknown-linux-gnu"
 MUSL = {"amd64": "x86_64-unknown-linux-musl", "arm64": "aarch64-unknown-linux-musl"}
 # image -> (binaries with their crate, Debian packages), as deploy/image/assemble-rootfs.sh builds it
 IMAGES = {
-    "edgegpu-device-plugin": ([("edgegpu-device-plugin", "edgegpu-plugin"), ("edgegpu-labeller", "edgegpu-labeller")],
+    # One multi-call binary: the device plugin, the DRA driver and the labeller.
+    "edgegpu-device-plugin": ([("edgegpu", "edgegpu")],
                               ["libc6", "libgcc-s1"]),
     "devicequery": ([("devicequery", "edgegpu-devicequery")], ["libc6", "libgcc-s1"]),
     "edgegpu-node-setup": ([("edgegpu-node-setup", "edgegpu-node-setup")], ["busybox-static"]),

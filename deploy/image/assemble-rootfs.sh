@@ -7,31 +7,31 @@
 # scripts/build-images.sh (which builds the images from it without a container engine) and by
 # measure-image-size.sh. POSIX sh: it runs in debian:trixie-slim.
 #
-# Usage: assemble-rootfs.sh TARGETARCH DEBIAN_ROOT BINARY OUT_DIR IMAGE [LABELLER DRA_DRIVER]
+# Usage: assemble-rootfs.sh TARGETARCH DEBIAN_ROOT BINARY OUT_DIR IMAGE
 #   TARGETARCH   amd64 | arm64 (BuildKit's names)
 #   DEBIAN_ROOT  a directory holding the TARGET architecture's Debian /usr/lib (a target-arch
 #                image's filesystem, or libc6 + libgcc-s1 unpacked with dpkg-deb -x); for
 #                edgegpu-node-setup its /usr/bin/busybox (busybox-static unpacked)
-#   BINARY       the image's binary for that architecture
+#   BINARY       the image's binary for that architecture: for edgegpu-device-plugin the
+#                multi-call `edgegpu` binary (the device plugin, the DRA driver and the
+#                labeller in one, docs/architecture.md)
 #   OUT_DIR      created; must not exist yet
 #   IMAGE        edgegpu-device-plugin | devicequery | edgegpu-node-setup: the binary's name in
-#                /usr/bin and the image's own extras (plugin: /host/proc/device-tree link;
-#                devicequery: /etc/ld.so.conf.d for the NVIDIA runtime's ldconfig; node-setup:
-#                busybox and /usr/share/edgegpu/node-setup-pod.sh, read from
-#                ../node-setup/node-setup-pod.sh next to this script)
-#   LABELLER     edgegpu-device-plugin only, and required there: the edgegpu-labeller binary for
-#                that architecture, installed next to the plugin (the node labeller and the
-#                plugins' init containers run it from this image, docs/labels.md)
-#   DRA_DRIVER   edgegpu-device-plugin only, and required there: the edgegpu-dra-driver binary
-#                for that architecture, installed next to the plugin (the chart's DRA driver
-#                DaemonSets run it from this image, docs/dra.md)
+#                /usr/bin and the image's own extras (plugin: /usr/bin/edgegpu with
+#                edgegpu-device-plugin, edgegpu-dra-driver and edgegpu-labeller as links to it,
+#                and the /host/proc/device-tree link; devicequery: /etc/ld.so.conf.d for the
+#                NVIDIA runtime's ldconfig; node-setup: busybox and
+#                /usr/share/edgegpu/node-setup-pod.sh, read from ../node-setup/node-setup-pod.sh
+#                next to this script)
 set -eu
 
-if [ "$#" -ne 5 ] && [ "$#" -ne 7 ]; then
-    echo "usage: $0 TARGETARCH DEBIAN_ROOT BINARY OUT_DIR IMAGE [LABELLER DRA_DRIVER]" >&2
+if [ "$#" -ne 5 ]; then
+    echo "usage: $0 TARGETARCH DEBIAN_ROOT BINARY OUT_DIR IMAGE" >&2
     exit 2
 fi
-arch=$1 debian_root=$2 binary=$3 out=$4 image=$5 labeller=${6:-} dra_driver=${7:-}
+arch=$1 debian_root=$2 binary=$3 out=$4 image=$5
+# The programs of the multi-call binary, installed as links to it (its argv[0] dispatch).
+multi_call_programs="edgegpu-device-plugin edgegpu-dra-driver edgegpu-labeller"
 
 case "$arch" in
     amd64) triple=x86_64-linux-gnu; loader=ld-linux-x86-64.so.2 ;;
@@ -48,14 +48,6 @@ case "$image" in
     edgegpu-node-setup) ;;
     *) echo "$0: unknown IMAGE '$image' (edgegpu-device-plugin, devicequery or edgegpu-node-setup)" >&2; exit 2 ;;
 esac
-if [ "$image" = edgegpu-device-plugin ] && { [ -z "$labeller" ] || [ -z "$dra_driver" ]; }; then
-    echo "$0: edgegpu-device-plugin needs LABELLER and DRA_DRIVER (the edgegpu-labeller and edgegpu-dra-driver binaries)" >&2
-    exit 2
-fi
-if [ "$image" != edgegpu-device-plugin ] && [ -n "$labeller$dra_driver" ]; then
-    echo "$0: LABELLER and DRA_DRIVER are only for edgegpu-device-plugin" >&2
-    exit 2
-fi
 
 # The binaries are cross-built against glibc 2.17 (cargo-zigbuild), whose libpthread, libdl, librt
 # and libm were separate libraries: they stay DT_NEEDED even though glibc >= 2.34 folded them into
@@ -77,12 +69,10 @@ for lib in $libs; do
         exit 1
     fi
 done
-for input in "$binary" ${labeller:+"$labeller"} ${dra_driver:+"$dra_driver"}; do
-    if [ ! -f "$input" ]; then
-        echo "$0: missing binary $input" >&2
-        exit 1
-    fi
-done
+if [ ! -f "$binary" ]; then
+    echo "$0: missing binary $binary" >&2
+    exit 1
+fi
 if [ "$image" = edgegpu-node-setup ]; then
     for input in "$debian_root/usr/bin/busybox" "$pod_script"; do
         if [ ! -f "$input" ]; then
@@ -125,12 +115,10 @@ case "$image" in
         # hostPath that cannot exist on x86 hosts).
         mkdir -p "$out/host/proc" "$out/host/sys"
         ln -s ../sys/firmware/devicetree/base "$out/host/proc/device-tree"
-        cp "$labeller" "$out/usr/bin/edgegpu-labeller"
-        chmod 0755 "$out/usr/bin/edgegpu-labeller"
-        # The DRA driver links the plugin's discovery (it dlopens libnvidia-ml.so.1 the same
-        # way): the same glibc pieces serve it.
-        cp "$dra_driver" "$out/usr/bin/edgegpu-dra-driver"
-        chmod 0755 "$out/usr/bin/edgegpu-dra-driver"
+        # One binary, three programs: the DaemonSets keep running /usr/bin/<program>.
+        cp "$binary" "$out/usr/bin/edgegpu"
+        chmod 0755 "$out/usr/bin/edgegpu"
+        for program in $multi_call_programs; do ln -s edgegpu "$out/usr/bin/$program"; done
         ;;
     devicequery)
         # The NVIDIA runtime's hook injects the driver libraries (on Jetson with JetPack 4/5 also
@@ -151,5 +139,7 @@ case "$image" in
         ;;
 esac
 
-cp "$binary" "$out/usr/bin/$image"
-chmod 0755 "$out/usr/bin/$image"
+if [ "$image" != edgegpu-device-plugin ]; then
+    cp "$binary" "$out/usr/bin/$image"
+    chmod 0755 "$out/usr/bin/$image"
+fi

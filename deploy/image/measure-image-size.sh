@@ -9,10 +9,11 @@
 # libraries (--version; for devicequery also its dlopen of libcuda.so.1).
 #
 # Usage: deploy/image/measure-image-size.sh IMAGE [--smoke] [DIST_DIR]   (DIST_DIR default: dist)
-#   IMAGE    edgegpu-device-plugin (target <= 13 MB) | devicequery (target <= 10 MB)
+#   IMAGE    edgegpu-device-plugin (target <= 9 MB) | devicequery (target <= 10 MB)
 #   --smoke  edgegpu-device-plugin only: also run deploy/device-plugin/smoke-test.sh in the host
 #            architecture's assembled image (needs root)
-# Binaries (DIST_DIR/IMAGE-<rust target>) missing from DIST_DIR are reported; the glibc part is
+# Binaries (DIST_DIR/IMAGE-<rust target>; for edgegpu-device-plugin the multi-call
+# DIST_DIR/edgegpu-<rust target>) missing from DIST_DIR are reported; the glibc part is
 # still measured.
 # Needs: apt-get, dpkg-deb, readelf (binutils), network access to the Debian archive;
 # qemu-aarch64-static (optional) to run the arm64 binary.
@@ -34,7 +35,7 @@ repo=$(cd "$here/../.." && pwd)
 image=$1
 shift
 case "$image" in
-    edgegpu-device-plugin) target_bytes=13000000 ;;
+    edgegpu-device-plugin) target_bytes=9000000 ;;
     devicequery) target_bytes=10000000 ;;
     *) echo "$0: unknown IMAGE '$image' (edgegpu-device-plugin or devicequery)" >&2; usage ;;
 esac
@@ -74,36 +75,19 @@ for arch in amd64 arm64; do
     debian_root=$work/debian-$arch
     echo "== $image linux/$arch ($(basename "$work"/debs/libc6_*_"$arch".deb .deb))"
 
-    binary=$dist/$image-$rust_target
+    # The plugin image is built from the multi-call binary (its three programs are links).
+    binary_name=$image
+    [ "$image" != edgegpu-device-plugin ] || binary_name=edgegpu
+    binary=$dist/$binary_name-$rust_target
     have_binary=1
     if [ ! -f "$binary" ]; then
         have_binary=0
         binary=$work/placeholder-$arch
         : >"$binary"
-        echo "   $dist/$image-$rust_target not found: measuring the glibc part only"
-    fi
-    extra=()
-    if [ "$image" = edgegpu-device-plugin ]; then
-        # The plugin image also carries edgegpu-labeller (docs/labels.md).
-        labeller=$dist/edgegpu-labeller-$rust_target
-        if [ ! -f "$labeller" ]; then
-            labeller=$work/placeholder-labeller-$arch
-            : >"$labeller"
-            have_binary=0
-            echo "   $dist/edgegpu-labeller-$rust_target not found: measuring the glibc part only"
-        fi
-        # And edgegpu-dra-driver (docs/dra.md).
-        dra_driver=$dist/edgegpu-dra-driver-$rust_target
-        if [ ! -f "$dra_driver" ]; then
-            dra_driver=$work/placeholder-dra-driver-$arch
-            : >"$dra_driver"
-            have_binary=0
-            echo "   $dist/edgegpu-dra-driver-$rust_target not found: measuring the glibc part only"
-        fi
-        extra=("$labeller" "$dra_driver")
+        echo "   $dist/$binary_name-$rust_target not found: measuring the glibc part only"
     fi
     rootfs=$work/rootfs-$arch
-    sh "$here/assemble-rootfs.sh" "$arch" "$debian_root" "$binary" "$rootfs" "$image" "${extra[@]}"
+    sh "$here/assemble-rootfs.sh" "$arch" "$debian_root" "$binary" "$rootfs" "$image"
 
     echo "   files in the image:"
     (cd "$rootfs" && find . -type f -printf '     %10s  /%P\n' | sort -k2)

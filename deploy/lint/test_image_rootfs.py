@@ -47,12 +47,18 @@ def expected_tree(arch, image):
         tree.update({f"/usr/bin/{applet}": "l -> busybox" for applet in NODE_SETUP_APPLETS})
         return tree
     if image == "edgegpu-device-plugin":
+        # The multi-call binary, its three programs links to it.
         tree.update({"/host": "d", "/host/proc": "d", "/host/sys": "d",
                      "/host/proc/device-tree": "l -> ../sys/firmware/devicetree/base",
-                     "/usr/bin/edgegpu-labeller": "f", "/usr/bin/edgegpu-dra-driver": "f"})
+                     "/usr/bin/edgegpu": "f"})
+        tree.update({f"/usr/bin/{program}": "l -> edgegpu" for program in MULTI_CALL_PROGRAMS})
     else:
         tree.update({"/etc": "d", "/etc/ld.so.conf.d": "d"})
     return tree
+
+
+# The programs of the multi-call binary in the plugin image (edgegpu/src/main.rs).
+MULTI_CALL_PROGRAMS = ["edgegpu-device-plugin", "edgegpu-dra-driver", "edgegpu-labeller"]
 
 
 def actual_tree(root):
@@ -76,10 +82,6 @@ class AssembleRootfsTest(unittest.TestCase):
         self.binary = self.tmp / "binary"
         self.binary.write_bytes(b"\x7fELF fake binary")
         self.binary.chmod(0o644)
-        self.labeller = self.tmp / "labeller"
-        self.labeller.write_bytes(b"\x7fELF fake labeller")
-        self.dra_driver = self.tmp / "dra-driver"
-        self.dra_driver.write_bytes(b"\x7fELF fake dra driver")
         # A fake Debian tree per architecture: every library the image needs (the loader as a
         # symlink, as Debian ships some of them, to prove the image gets a file), plus one it
         # does not need, to prove only the listed ones are copied.
@@ -105,8 +107,7 @@ class AssembleRootfsTest(unittest.TestCase):
             for arch, triple in TRIPLES.items():
                 with self.subTest(image=image, arch=arch):
                     out = self.tmp / f"rootfs-{image}-{arch}"
-                    extra = [self.labeller, self.dra_driver] if image == "edgegpu-device-plugin" else []
-                    result = self.assemble(arch, self.tmp / f"debian-{arch}", self.binary, out, image, *extra)
+                    result = self.assemble(arch, self.tmp / f"debian-{arch}", self.binary, out, image)
                     self.assertEqual(result.returncode, 0, result.stderr)
                     self.assertEqual(actual_tree(out), expected_tree(arch, image))
                     if image == "edgegpu-node-setup":
@@ -116,16 +117,10 @@ class AssembleRootfsTest(unittest.TestCase):
                     else:
                         loader = out / "usr" / "lib" / triple / LOADERS[arch]
                         self.assertEqual(loader.read_text(), f"{arch} loader\n")
-                    installed = out / "usr" / "bin" / image
+                    binary = "edgegpu" if image == "edgegpu-device-plugin" else image
+                    installed = out / "usr" / "bin" / binary
                     self.assertEqual(installed.read_bytes(), self.binary.read_bytes())
                     self.assertEqual(installed.stat().st_mode & 0o777, 0o755)
-                    if extra:
-                        labeller = out / "usr" / "bin" / "edgegpu-labeller"
-                        self.assertEqual(labeller.read_bytes(), self.labeller.read_bytes())
-                        self.assertEqual(labeller.stat().st_mode & 0o777, 0o755)
-                        driver = out / "usr" / "bin" / "edgegpu-dra-driver"
-                        self.assertEqual(driver.read_bytes(), self.dra_driver.read_bytes())
-                        self.assertEqual(driver.stat().st_mode & 0o777, 0o755)
 
     def assert_rejected(self, args, status, message, out):
         result = self.assemble(*args)
@@ -145,21 +140,12 @@ class AssembleRootfsTest(unittest.TestCase):
         self.assert_rejected(["arm64", debian, self.binary, out, "devicequery"], 1,
                              "ld-linux-aarch64.so.1 (is DEBIAN_ROOT a arm64 Debian tree?)", out)
         (debian / "usr" / "lib" / "x86_64-linux-gnu" / "librt.so.1").unlink()
-        self.assert_rejected(["amd64", debian, self.binary, out, "edgegpu-device-plugin", self.labeller,
-                              self.dra_driver], 1, "librt.so.1", out)
+        self.assert_rejected(["amd64", debian, self.binary, out, "edgegpu-device-plugin"], 1, "librt.so.1", out)
         self.assert_rejected(["arm64", self.tmp / "debian-arm64", self.tmp / "no-binary", out,
                               "devicequery"], 1, "missing binary", out)
-        self.assert_rejected(["arm64", self.tmp / "debian-arm64", self.binary, out, "edgegpu-device-plugin"], 2,
-                             "edgegpu-device-plugin needs LABELLER and DRA_DRIVER", out)
-        # The labeller alone (the image before the DRA driver) is no longer enough.
+        # The old call with separate labeller and DRA driver binaries: they are links now.
         self.assert_rejected(["arm64", self.tmp / "debian-arm64", self.binary, out, "edgegpu-device-plugin",
-                              self.labeller], 2, "usage:", out)
-        self.assert_rejected(["arm64", self.tmp / "debian-arm64", self.binary, out, "devicequery", self.labeller,
-                              self.dra_driver], 2, "LABELLER and DRA_DRIVER are only for edgegpu-device-plugin", out)
-        self.assert_rejected(["arm64", self.tmp / "debian-arm64", self.binary, out, "edgegpu-device-plugin",
-                              self.tmp / "no-labeller", self.dra_driver], 1, "missing binary", out)
-        self.assert_rejected(["arm64", self.tmp / "debian-arm64", self.binary, out, "edgegpu-device-plugin",
-                              self.labeller, self.tmp / "no-dra-driver"], 1, "missing binary", out)
+                              self.binary, self.binary], 2, "usage:", out)
         (self.tmp / "debian-arm64" / "usr" / "bin" / "busybox").unlink()
         self.assert_rejected(["arm64", self.tmp / "debian-arm64", self.binary, out, "edgegpu-node-setup"], 1,
                              "debian-arm64/usr/bin/busybox", out)
@@ -184,14 +170,9 @@ class ContainerfileTest(unittest.TestCase):
                 call = re.search(r"sh /assemble-rootfs\.sh ((?:[^\\\n]|\\\n)*)", text)
                 self.assertIsNotNone(call, "no assemble-rootfs.sh call")
                 args = call.group(1).replace("\\\n", " ").split()
-                # The plugin image also carries edgegpu-labeller (docs/labels.md) and
-                # edgegpu-dra-driver (docs/dra.md), and copies them in.
-                extra = ['"/dist/edgegpu-labeller-$rust_target"', '"/dist/edgegpu-dra-driver-$rust_target"'] \
-                    if image == "edgegpu-device-plugin" else []
-                self.assertEqual(args[2:], [f'"/dist/{image}-$rust_target"', "/rootfs", image, *extra])
-                if extra:
-                    self.assertIn("dist/edgegpu-labeller-*-unknown-linux-gnu", text)
-                    self.assertIn("dist/edgegpu-dra-driver-*-unknown-linux-gnu", text)
+                # The plugin image is built from the multi-call binary (its programs are links).
+                binary = "edgegpu" if image == "edgegpu-device-plugin" else image
+                self.assertEqual(args[2:], [f'"/dist/{binary}-$rust_target"', "/rootfs", image])
                 self.assertIn(f'ENTRYPOINT ["/usr/bin/{image}"]', text)
 
 

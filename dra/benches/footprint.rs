@@ -29,7 +29,7 @@ async fn run(what: &str, host: FakeHost, discovery: &str, idle_seconds: u64) {
     let cdi = dir.path().join("cdi");
     std::fs::create_dir_all(&cdi).unwrap();
     let t0 = Instant::now();
-    let mut child = binary_command(env!("CARGO_BIN_EXE_edgegpu-dra-driver"))
+    let mut child = binary_command(edgegpu_testkit::process::program("edgegpu-dra-driver"))
         .args(["--node-name", NODE, "--discovery", discovery])
         .arg("--root")
         .arg(host.root())

@@ -4,14 +4,18 @@
 //! and exit. A kind taken over from the device plugin, or a SIGHUP, starts a new round:
 //! discovery again, the checkpoint read again, the sockets bound again.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use clap::Parser;
 use edgegpu_apiclient::ApiServer;
 use edgegpu_node::ownership::{DeviceKind, Ownerships};
 use edgegpu_node::shutdown::ShutdownSignals;
 use edgegpu_node::snapshot::Snapshot;
+use edgegpu_node::{logging, runtime};
 use tokio::sync::Notify;
 
 use crate::cli::Cli;
@@ -29,6 +33,16 @@ const RESYNC_EVERY: Duration = Duration::from_secs(600);
 /// First and longest delay between two failed publishing attempts.
 const RETRY_FIRST: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(60);
+
+/// The program's entry point (`edgegpu-dra-driver`): parses `args` (argv\[0\] first), sets up
+/// logging and runs until a signal. The multi-call `edgegpu` binary calls it.
+pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
+    let cli = Cli::parse_from(args);
+    if let Err(e) = logging::init(cli.log_format) {
+        eprintln!("edgegpu-dra-driver: cannot set up logging: {e}");
+    }
+    runtime::run_to_exit(run(cli))
+}
 
 /// Why a round ended.
 enum RoundEnd {

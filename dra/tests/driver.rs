@@ -17,7 +17,10 @@ use edgegpu_testkit::kubelet::{dra_claim, FakeKubelet, FakeKubeletOptions};
 use edgegpu_testkit::process::{binary_command, OWNERSHIP_DIR_ENV};
 use serde_json::{json, Value};
 
-const BIN: &str = env!("CARGO_BIN_EXE_edgegpu-dra-driver");
+/// The program under test, as its manifests run it (a link to the multi-call binary).
+fn bin() -> std::path::PathBuf {
+    edgegpu_testkit::process::program("edgegpu-dra-driver")
+}
 const NODE: &str = "jetson-1";
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -102,7 +105,7 @@ impl Node {
     }
 
     fn start_driver(&self, extra: &[&str]) -> Driver {
-        let mut child = binary_command(BIN)
+        let mut child = binary_command(bin())
             .arg("--node-name")
             .arg(NODE)
             .arg("--root")
@@ -347,7 +350,7 @@ async fn kinds_the_device_plugin_holds_are_not_published_until_free() {
 /// Bad command lines fail before anything starts, naming what is wrong.
 #[test]
 fn bad_flags_are_refused_with_their_reason() {
-    let out = binary_command(BIN)
+    let out = binary_command(bin())
         .args([
             "--node-name",
             "Not_A_Node",
@@ -359,7 +362,7 @@ fn bad_flags_are_refused_with_their_reason() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("`Not_A_Node` is not a node name"), "{err}");
-    let out = binary_command(BIN)
+    let out = binary_command(bin())
         .args(["--node-name", "n", "--devices", "gpu,tpu"])
         .output()
         .unwrap();

@@ -47,7 +47,7 @@ fn env() -> Option<Env> {
     };
     for f in [
         "images/devicequery.oci.tar",
-        "edgegpu-device-plugin-x86_64-unknown-linux-gnu",
+        "edgegpu-x86_64-unknown-linux-gnu",
         "edgegpu-node-setup-x86_64-unknown-linux-musl",
     ] {
         if !dist.join(f).exists() {
@@ -74,9 +74,15 @@ impl Env {
         self.dist
             .join("edgegpu-node-setup-x86_64-unknown-linux-musl")
     }
+    /// The released multi-call binary, started as the image and the packages install the
+    /// plugin: through a link named `edgegpu-device-plugin`.
     fn plugin(&self) -> PathBuf {
-        self.dist
-            .join("edgegpu-device-plugin-x86_64-unknown-linux-gnu")
+        let link = self.scratch.path().join("edgegpu-device-plugin");
+        if !link.exists() {
+            std::os::unix::fs::symlink(self.dist.join("edgegpu-x86_64-unknown-linux-gnu"), &link)
+                .expect("link edgegpu-device-plugin to dist's edgegpu");
+        }
+        link
     }
     fn containerd(&self, release: Release, setup: &Setup) -> Containerd {
         Containerd::start(

@@ -18,7 +18,9 @@
 pub use edgegpu_apiclient as api;
 pub mod kind;
 
+use std::ffi::OsString;
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
@@ -26,6 +28,7 @@ use edgegpu_apiclient::args::ApiArgs;
 use edgegpu_node::config::GpuArgs;
 use edgegpu_node::labels::{self, GPU_KIND, KEYS, MIG_PROFILE_PREFIX};
 use edgegpu_node::logging::LogFormat;
+use edgegpu_node::{logging, runtime};
 use serde_json::{Map, Value};
 
 /// Puts this node's GPU labels on its Node (docs/labels.md).
@@ -253,6 +256,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         signals.recv().await;
     }
     Ok(())
+}
+
+/// The program's entry point (`edgegpu-labeller`): parses `args` (argv\[0\] first), sets up
+/// logging and runs. The multi-call `edgegpu` binary calls it.
+pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
+    let args = Args::parse_from(args);
+    if let Err(e) = logging::init(args.log_format) {
+        eprintln!("edgegpu-labeller: cannot set up logging: {e}");
+    }
+    runtime::run_to_exit(run(args))
 }
 
 #[cfg(test)]

@@ -12,7 +12,10 @@ use edgegpu_testkit::apiserver::FakeApiServer;
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
 use edgegpu_testkit::process::binary_command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_edgegpu-labeller");
+/// The program under test, as its manifests run it (a link to the multi-call binary).
+fn bin() -> std::path::PathBuf {
+    edgegpu_testkit::process::program("edgegpu-labeller")
+}
 const NODE: &str = "node-1";
 
 /// Runs the labeller on `root` against `api` (blocking: the fake runs on its own runtime).
@@ -22,7 +25,7 @@ fn labeller(root: &Path, api: &FakeApiServer, args: &[&str]) -> Command {
 
 /// The same, trusting the CA bundle `ca_file`.
 fn labeller_trusting(root: &Path, api: &FakeApiServer, ca_file: &Path, args: &[&str]) -> Command {
-    let mut cmd = binary_command(BIN);
+    let mut cmd = binary_command(bin());
     cmd.arg("--root")
         .arg(root)
         .arg("--api-server")

@@ -289,7 +289,11 @@ async fn binary_footprint(seconds: u64) {
     let bin = std::env::var("EDGEGPU_BENCH_PLUGIN_BINARY")
         .ok()
         .filter(|path| !path.is_empty())
-        .unwrap_or_else(|| env!("CARGO_BIN_EXE_edgegpu-device-plugin").to_string());
+        .unwrap_or_else(|| {
+            edgegpu_testkit::process::program("edgegpu-device-plugin")
+                .display()
+                .to_string()
+        });
     println!("binary measured: {bin}");
     let libraries = run_binary(binary_command(&bin), "host's C library", seconds).await;
     // Under an emulator the figures are the emulator's: one run is enough.

@@ -153,7 +153,7 @@ async fn http_get(addr: SocketAddr) -> usize {
 
 /// The real binary on a fake Orin root, with metrics off or on.
 async fn binary(metrics: bool, idle_seconds: u64) {
-    let bin = env!("CARGO_BIN_EXE_edgegpu-device-plugin");
+    let bin = &edgegpu_testkit::process::program("edgegpu-device-plugin");
     let host = FakeHost::jetson(Board::Orin);
     let dir = tempfile::tempdir().unwrap();
     let kubelet = FakeKubelet::start(dir.path()).await.unwrap();

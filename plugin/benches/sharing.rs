@@ -22,7 +22,10 @@ use edgegpu_testkit::host::{Board, FakeHost};
 use edgegpu_testkit::kubelet::FakeKubelet;
 use edgegpu_testkit::process::{binary_command, machine_line, terminate, Footprint};
 
-const BIN: &str = env!("CARGO_BIN_EXE_edgegpu-device-plugin");
+/// The program under test, as its manifests run it (a link to the multi-call binary).
+fn bin() -> std::path::PathBuf {
+    edgegpu_testkit::process::program("edgegpu-device-plugin")
+}
 const WAIT: Duration = Duration::from_secs(30);
 
 fn summary(mut samples: Vec<Duration>) -> String {
@@ -47,7 +50,7 @@ async fn until(what: &str, mut f: impl FnMut() -> bool) -> Duration {
 }
 
 fn spawn_plugin(host: &FakeHost, plugin_dir: &Path, config: &Path, mps_root: &Path) -> Child {
-    binary_command(BIN)
+    binary_command(bin())
         .arg("--device-plugin-path")
         .arg(plugin_dir)
         .arg("--root")
@@ -136,7 +139,7 @@ async fn config_change_to_new_limits(rounds: usize) {
         .unwrap();
     };
     write_config(25);
-    let mut companion = edgegpu_testkit::mps::companion_command(BIN, host.root(), &mps_root)
+    let mut companion = edgegpu_testkit::mps::companion_command(&bin(), host.root(), &mps_root)
         .env("EDGEGPU_LOG", "warn")
         .spawn()
         .unwrap();

@@ -24,14 +24,42 @@ pub mod metrics;
 pub mod node;
 pub mod resource;
 
+use std::ffi::OsString;
+use std::process::ExitCode;
 use std::sync::Arc;
 
-use edgegpu_node::{gpu, labels, mps, ownership, shutdown};
+use clap::Parser;
+use edgegpu_node::{gpu, labels, logging, mps, ownership, runtime, shutdown};
 
 pub use allocate::GpuResource;
 pub use cli::Cli;
 pub use kubelet::lifecycle::{serve, serve_all, LifecycleOptions};
 pub use node::{build_gpu_resource, build_gpu_resources, build_resource, NodeResources};
+
+/// The program's entry point (`edgegpu-device-plugin`, and `edgegpu-device-plugin
+/// mps-control-daemon` for the MPS companion): parses `args` (argv\[0\] first), sets up
+/// logging and runs until a signal. The multi-call `edgegpu` binary calls it.
+pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
+    let cli = Cli::parse_from(args);
+    if let Some(cli::Command::MpsControlDaemon(args)) = cli.command {
+        if let Err(e) = logging::init(args.log_format) {
+            eprintln!("edgegpu-device-plugin: cannot set up logging: {e}");
+        }
+        // Before any thread exists: a private mount namespace covers the whole process only
+        // then.
+        if let Err(e) =
+            edgegpu_node::mps::daemon::isolate(&args.root, args.private_shm(), args.chroot())
+        {
+            tracing::error!("{e:#}");
+            return ExitCode::FAILURE;
+        }
+        return runtime::run_to_exit(run_mps_daemon(args));
+    }
+    if let Err(e) = logging::init(cli.log_format) {
+        eprintln!("edgegpu-device-plugin: cannot set up logging: {e}");
+    }
+    runtime::run_to_exit(run(cli))
+}
 
 /// Why a round of serving ended.
 enum RoundEnd {

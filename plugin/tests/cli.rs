@@ -12,12 +12,15 @@ use edgegpu_testkit::host::{Board, FakeHost};
 use edgegpu_testkit::kubelet::{FakeKubelet, FakeKubeletOptions};
 use edgegpu_testkit::process::binary_command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_edgegpu-device-plugin");
+/// The program under test, as its manifests run it (a link to the multi-call binary).
+fn bin() -> std::path::PathBuf {
+    edgegpu_testkit::process::program("edgegpu-device-plugin")
+}
 const GPU: &str = "nvidia.com/gpu";
 
 #[test]
 fn version_names_commit_and_target() {
-    let out = binary_command(BIN).arg("--version").output().unwrap();
+    let out = binary_command(bin()).arg("--version").output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     let expected_start = format!(
@@ -38,7 +41,7 @@ fn edgegpu_log_sets_the_level() {
     let host = FakeHost::empty();
     let dir = tempfile::tempdir().unwrap();
     let run = |var: Option<(&str, &str)>| {
-        let mut cmd = binary_command(BIN);
+        let mut cmd = binary_command(bin());
         cmd.arg("--root")
             .arg(host.root())
             .arg("--device-plugin-path")
@@ -67,7 +70,7 @@ fn edgegpu_log_sets_the_level() {
 fn logs_to_a_pipe_carry_no_colour_codes() {
     let host = FakeHost::empty();
     let dir = tempfile::tempdir().unwrap();
-    let out = binary_command(BIN)
+    let out = binary_command(bin())
         .arg("--root")
         .arg(host.root())
         .arg("--device-plugin-path")
@@ -102,7 +105,7 @@ fn colour_at_a_terminal_unless_no_color() {
     }
     let host = FakeHost::empty();
     let dir = tempfile::tempdir().unwrap();
-    let mut plugin = binary_command(BIN);
+    let mut plugin = binary_command(bin());
     plugin
         .arg("--root")
         .arg(host.root())
@@ -137,7 +140,7 @@ fn colour_at_a_terminal_unless_no_color() {
 /// `--help` says what `:PORT` binds: a dual-stack socket (metrics/server.rs), not IPv4 only.
 #[test]
 fn help_says_the_metrics_port_listens_on_ipv6_and_ipv4() {
-    let out = binary_command(BIN).arg("--help").output().unwrap();
+    let out = binary_command(bin()).arg("--help").output().unwrap();
     let help = String::from_utf8(out.stdout).unwrap();
     let start = help.find("--metrics-bind-address").expect("metrics flag");
     let text = help[start..].split("[env: ").next().unwrap();
@@ -148,7 +151,7 @@ fn help_says_the_metrics_port_listens_on_ipv6_and_ipv4() {
 
 #[test]
 fn help_documents_every_flag_with_env_and_default() {
-    let out = binary_command(BIN).arg("--help").output().unwrap();
+    let out = binary_command(bin()).arg("--help").output().unwrap();
     assert!(out.status.success());
     let help = String::from_utf8(out.stdout).unwrap();
     for (flag, env) in [
@@ -210,7 +213,7 @@ async fn binary_registers_survives_a_restart_and_cleans_up_on_sigterm() {
     let nfd = tempfile::tempdir().unwrap();
     let feature_file = nfd.path().join("edgegpu");
     let mut plugin = Plugin(
-        binary_command(BIN)
+        binary_command(bin())
             .arg("--device-plugin-path")
             .arg(dir.path())
             .arg("--root")
@@ -307,7 +310,7 @@ async fn binary_takes_its_settings_from_the_environment_and_uses_the_plugin_watc
     opts.get_info_timeout = WAIT;
     let kubelet = FakeKubelet::start_with(opts).await.unwrap();
     let mut plugin = Plugin(
-        binary_command(BIN)
+        binary_command(bin())
             .env("DEVICE_PLUGIN_PATH", &plugins)
             .env("PLUGINS_REGISTRY", &registry)
             .env("HOST_ROOT", host.root())
@@ -355,7 +358,7 @@ async fn a_gpu_locked_by_the_dra_driver_is_not_advertised_until_released() {
     };
     let kubelet = FakeKubelet::start(dir.path()).await.unwrap();
     let mut plugin = Plugin(
-        binary_command(BIN)
+        binary_command(bin())
             .arg("--device-plugin-path")
             .arg(dir.path())
             .arg("--root")

@@ -343,7 +343,7 @@ fn unknown_keys_are_reported_with_their_line_and_ignored_as_nvidia_does() {
 
 fn run_plugin(root: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = binary_command(env!("CARGO_BIN_EXE_edgegpu-device-plugin"));
+    let mut cmd = binary_command(edgegpu_testkit::process::program("edgegpu-device-plugin"));
     cmd.arg("--root")
         .arg(root)
         .arg("--device-plugin-path")
@@ -525,7 +525,7 @@ fn no_gpu_with_the_default_fail_on_init_error_exits_and_says_how_to_keep_running
 
 #[test]
 fn help_lists_every_gpu_flag_with_env_and_default() {
-    let out = binary_command(env!("CARGO_BIN_EXE_edgegpu-device-plugin"))
+    let out = binary_command(edgegpu_testkit::process::program("edgegpu-device-plugin"))
         .arg("--help")
         .output()
         .unwrap();

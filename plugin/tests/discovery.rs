@@ -101,19 +101,20 @@ fn run_binary_until(root: &std::path::Path, args: &[&str], done: impl Fn(&str) -
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;
     let dir = tempfile::tempdir().unwrap();
-    let mut child =
-        edgegpu_testkit::process::binary_command(env!("CARGO_BIN_EXE_edgegpu-device-plugin"))
-            .arg("--root")
-            .arg(root)
-            .arg("--device-plugin-path")
-            .arg(dir.path())
-            .args(args)
-            .env("EDGEGPU_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+    let mut child = edgegpu_testkit::process::binary_command(edgegpu_testkit::process::program(
+        "edgegpu-device-plugin",
+    ))
+    .arg("--root")
+    .arg(root)
+    .arg("--device-plugin-path")
+    .arg(dir.path())
+    .args(args)
+    .env("EDGEGPU_LOG", "info")
+    .env("NO_COLOR", "1")
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     let stderr = child.stderr.take().unwrap();
     std::thread::spawn(move || {

@@ -1032,25 +1032,26 @@ impl RunningPlugin {
         let kubelet = edgegpu_testkit::kubelet::FakeKubelet::start(&dir)
             .await
             .unwrap();
-        let mut child =
-            edgegpu_testkit::process::binary_command(env!("CARGO_BIN_EXE_edgegpu-device-plugin"))
-                .arg("--root")
-                .arg(host.root())
-                .arg("--device-plugin-path")
-                .arg(&dir)
-                .arg("--pod-resources-socket")
-                .arg(pod_resources)
-                .args([
-                    "--metrics-bind-address=127.0.0.1:0",
-                    "--node-name=node-1",
-                    "--feature-file=",
-                ])
-                .args(args)
-                .env("EDGEGPU_LOG", "info")
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap();
+        let mut child = edgegpu_testkit::process::binary_command(
+            edgegpu_testkit::process::program("edgegpu-device-plugin"),
+        )
+        .arg("--root")
+        .arg(host.root())
+        .arg("--device-plugin-path")
+        .arg(&dir)
+        .arg("--pod-resources-socket")
+        .arg(pod_resources)
+        .args([
+            "--metrics-bind-address=127.0.0.1:0",
+            "--node-name=node-1",
+            "--feature-file=",
+        ])
+        .args(args)
+        .env("EDGEGPU_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
         // The log names the port; the rest of it is kept for the test's messages.
         let stderr = child.stderr.take().unwrap();
         let log = Arc::new(std::sync::Mutex::new(String::new()));

@@ -510,7 +510,7 @@ impl Running {
             None => (Stdio::null(), Stdio::null()),
         };
         Running(
-            binary_command(env!("CARGO_BIN_EXE_edgegpu-device-plugin"))
+            binary_command(edgegpu_testkit::process::program("edgegpu-device-plugin"))
                 .arg("--root")
                 .arg(root)
                 .arg("--device-plugin-path")

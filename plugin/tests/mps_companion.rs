@@ -20,7 +20,10 @@ use edgegpu_testkit::mps;
 use edgegpu_testkit::process::{binary_command, terminate};
 use gpu_common::{config_file, Plugin, WAIT};
 
-const BIN: &str = env!("CARGO_BIN_EXE_edgegpu-device-plugin");
+/// The program under test, as its manifests run it (a link to the multi-call binary).
+fn bin() -> std::path::PathBuf {
+    edgegpu_testkit::process::program("edgegpu-device-plugin")
+}
 const GPU: &str = "nvidia.com/gpu";
 
 /// The companion, as a test runs it: no chroot (the fake root has no libc), no private
@@ -32,7 +35,7 @@ struct Companion {
 
 impl Companion {
     fn start(host: &FakeHost, mps_root: &Path) -> Companion {
-        let child = mps::companion_command(BIN, host.root(), mps_root)
+        let child = mps::companion_command(&bin(), host.root(), mps_root)
             .spawn()
             .expect("start the companion");
         Companion {
@@ -411,7 +414,7 @@ fn isolate_chroots_and_covers_dev_shm() {
     host.write("/dev/shm/host-segment", "the host's shared memory");
     let mps_root = "/run/edgegpu/mps";
     let host_root = host.path(mps_root);
-    let mut child = binary_command(BIN)
+    let mut child = binary_command(bin())
         .arg("mps-control-daemon")
         .arg("--root")
         .arg(host.root())

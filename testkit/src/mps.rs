@@ -86,7 +86,7 @@ impl FakeHost {
 /// The device plugin's MPS companion (`<plugin binary> mps-control-daemon`) as tests run it
 /// against a fake root: no chroot (the root has no libc), no private `/dev/shm` (needs
 /// CAP_SYS_ADMIN), its files under `mps_root`, its output discarded.
-pub fn companion_command(plugin_binary: &str, root: &Path, mps_root: &Path) -> Command {
+pub fn companion_command(plugin_binary: &Path, root: &Path, mps_root: &Path) -> Command {
     let mut cmd = binary_command(plugin_binary);
     cmd.arg("mps-control-daemon")
         .arg("--root")

@@ -2,8 +2,9 @@
 //! under an emulator (aarch64 test suite under qemu-user, where the kernel cannot exec a
 //! foreign-architecture binary without binfmt_misc).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::SystemTime;
 
 /// Environment variable holding the command prefix that runs a target binary on this host,
 /// e.g. `qemu-aarch64-static -L /usr/aarch64-linux-gnu`. `scripts/test.sh` sets it for the
@@ -30,6 +31,87 @@ pub fn binary_command(path: impl AsRef<Path>) -> Command {
     };
     cmd.env(OWNERSHIP_DIR_ENV, "");
     cmd
+}
+
+/// The multi-call binary of the node-side programs (the `edgegpu` package).
+pub const MULTI_CALL_BINARY: &str = "edgegpu";
+
+/// The crates linked into [`MULTI_CALL_BINARY`], for the staleness check of [`program`].
+const PROGRAM_SOURCES: [&str; 9] = [
+    "edgegpu",
+    "plugin",
+    "dra",
+    "labeller",
+    "node",
+    "host",
+    "apiclient",
+    "platform",
+    "kubelet-api",
+];
+
+/// The path of a node-side program (`edgegpu-device-plugin`, `edgegpu-dra-driver`,
+/// `edgegpu-labeller`) as the images and packages install it: a link of that name to the
+/// multi-call `edgegpu` binary, so the tests start it the way a manifest does (argv\[0\]
+/// dispatch). The binary is the one cargo built next to this test's executable
+/// (`target/[TRIPLE/]PROFILE/edgegpu`): `cargo test --workspace` builds it, as it builds every
+/// package's binary that has integration tests; `cargo test -p edgegpu-plugin` alone does not,
+/// so a missing binary, or one older than the sources it is built from, stops the test with
+/// the command that fixes it instead of running old code.
+pub fn program(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own executable");
+    // target/[TRIPLE/]PROFILE/deps/TEST-HASH -> target/[TRIPLE/]PROFILE
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("a test executable inside cargo's target directory");
+    let binary = dir.join(MULTI_CALL_BINARY);
+    let built = match std::fs::metadata(&binary).and_then(|m| m.modified()) {
+        Ok(t) => t,
+        Err(e) => panic!(
+            "{}: {e}; build it with `cargo build -p edgegpu` (cargo test --workspace does)",
+            binary.display()
+        ),
+    };
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    if let Some(newer) = PROGRAM_SOURCES
+        .iter()
+        .find_map(|krate| newer_file(&workspace.join(krate).join("src"), built))
+    {
+        panic!(
+            "{} is older than {}: rebuild it with `cargo build -p edgegpu` \
+             (cargo test --workspace does)",
+            binary.display(),
+            newer.display()
+        );
+    }
+    let link = dir.join(name);
+    if std::fs::read_link(&link).is_ok_and(|to| to == Path::new(MULTI_CALL_BINARY)) {
+        return link;
+    }
+    // Tests of one binary run in parallel: make the link under a private name, then rename
+    // it over whatever is there (an old program binary of that name, a link of another run).
+    let private = dir.join(format!(".{name}.{}", std::process::id()));
+    let _ = std::fs::remove_file(&private);
+    std::os::unix::fs::symlink(MULTI_CALL_BINARY, &private)
+        .and_then(|()| std::fs::rename(&private, &link))
+        .unwrap_or_else(|e| panic!("cannot link {} to {MULTI_CALL_BINARY}: {e}", link.display()));
+    link
+}
+
+/// A file under `dir` modified after `than`, if any.
+fn newer_file(dir: &Path, than: SystemTime) -> Option<PathBuf> {
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        let Ok(meta) = entry.metadata() else { continue };
+        if meta.is_dir() {
+            if let Some(found) = newer_file(&path, than) {
+                return Some(found);
+            }
+        } else if meta.modified().is_ok_and(|m| m > than) {
+            return Some(path);
+        }
+    }
+    None
 }
 
 /// The environment variable of `--ownership-dir`.

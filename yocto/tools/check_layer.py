@@ -81,19 +81,17 @@ NODE_LABEL_HEADER = "# Installed by meta-edgegpu: lets the edgegpu device-plugin
 COMMON_LICENSE_MD5 = {"Apache-2.0": "89aea4e17d99a7cacdbeed46a0096b10"}
 PACKAGEGROUP = os.path.join("recipes-core", "packagegroups", "packagegroup-edgegpu.bb")
 ROOTFS_CLASS = os.path.join("classes", "edgegpu_node_setup_rootfs.bbclass")
-# The package each program ships in (the issue names them).
+# The package each binary ships in (the issue names them).
 PROGRAM_PACKAGES = {
-    "edgegpu-device-plugin": "edgegpu-device-plugin",
+    "edgegpu": "edgegpu-device-plugin",
     "edgegpu-node-setup": "edgegpu-node-setup",
     "devicequery": "devicequery",
 }
+# The multi-call binary: its programs are installed as links to it, in its package.
+MULTI_CALL_BINARY = "edgegpu"
+MULTI_CALL_SOURCE = os.path.join("edgegpu", "src", "main.rs")
 # Workspace members that are never shipped.
 TEST_ONLY_CRATES = {"edgegpu-testkit"}
-# Programs that run only inside the device-plugin image, never on a host the layer builds: the
-# labeller puts node labels on through the API server from the node-labeller DaemonSet and the
-# plugin pods' init container (docs/labels.md); the DRA driver publishes ResourceSlices and reads
-# ResourceClaims through the API server from its DaemonSet (docs/dra.md).
-IMAGE_ONLY_CRATES = {"edgegpu-labeller", "edgegpu-dra"}
 AUTO_ENABLE_VALUES = {"enable", "disable", "mask", "preset"}
 EMAIL_RE = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
 SRCREV_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -381,6 +379,7 @@ class RecipeFacts:
         self.packages = set()
         self.files = {}
         self.bins = []
+        self.links = []  # the multi-call binary's programs, links to it
         self.native_bins = []
         self.native = False
         self.units = {}  # unit file name -> package
@@ -502,8 +501,7 @@ def check_recipe(layer, repo, workspace, report, strict_srcrev=False):
     # --- which programs get built (and only those)
     facts.bins = recipe.items("EDGEGPU_BINS")
     facts.native_bins = recipe.items("EDGEGPU_BINS", "class-native")
-    shipped = {b for b, crate in workspace.binaries.items()
-               if crate not in TEST_ONLY_CRATES and crate not in IMAGE_ONLY_CRATES}
+    shipped = {b for b, crate in workspace.binaries.items() if crate not in TEST_ONLY_CRATES}
     if set(facts.bins) != shipped:
         report.error(
             recipe.loc("EDGEGPU_BINS"),
@@ -542,7 +540,20 @@ def check_recipe(layer, repo, workspace, report, strict_srcrev=False):
             report.error(
                 recipe.loc("PACKAGES"), f"package {package} has no FILES (it would never be created)"
             )
-    for name in facts.bins:
+    # The multi-call binary's programs: exactly the names it dispatches on, as links.
+    facts.links = recipe.items("EDGEGPU_MULTI_CALL_PROGRAMS")
+    dispatched = set(re.findall(r'installed_as: "([^"]+)"', read_text(os.path.join(repo, MULTI_CALL_SOURCE))))
+    if set(facts.links) != dispatched:
+        report.error(
+            recipe.loc("EDGEGPU_MULTI_CALL_PROGRAMS"),
+            f"EDGEGPU_MULTI_CALL_PROGRAMS is {sorted(facts.links)}, {MULTI_CALL_SOURCE} dispatches on "
+            f"{sorted(dispatched)}",
+        )
+    if facts.links and not re.search(r"ln -s %s \$\{D\}\$\{bindir\}/\$program" % MULTI_CALL_BINARY, recipe.text):
+        report.error(recipe.rel, f"must install EDGEGPU_MULTI_CALL_PROGRAMS as links to {MULTI_CALL_BINARY}")
+    for link in facts.links:
+        PROGRAM_PACKAGES.setdefault(link, PROGRAM_PACKAGES[MULTI_CALL_BINARY])
+    for name in list(facts.bins) + list(facts.links):
         owners = [p for p, files in facts.files.items() if f"${{bindir}}/{name}" in files]
         expected = PROGRAM_PACKAGES.get(name)
         if owners != [expected]:
@@ -1050,7 +1061,7 @@ def check_units(layer, repo, facts, report, run_verify=True):
                 report.error(rel, f"runs {binary}: the recipe installs its programs in /usr/bin")
                 continue
             name = binary[len("/usr/bin/") :]
-            if name not in facts.bins:
+            if name not in facts.bins and name not in facts.links:
                 report.error(rel, f"runs {binary}, which the recipe does not build")
             elif package is not None:
                 owner = PROGRAM_PACKAGES.get(name)
@@ -1078,6 +1089,9 @@ def check_units(layer, repo, facts, report, run_verify=True):
             with open(stub, "w") as handle:
                 handle.write("#!/bin/sh\nexit 0\n")
             os.chmod(stub, 0o755)
+        # The multi-call binary's programs, as the recipe installs them: links to it.
+        for link in facts.links:
+            os.symlink(MULTI_CALL_BINARY, os.path.join(root, "usr", "bin", link))
         for path in units:
             shutil.copy(path, unit_dir)
         names = [os.path.basename(p) for p in units]

@@ -85,6 +85,9 @@ class ScratchRepo:
             shutil.copy(
                 os.path.join(REPO, member, "Cargo.toml"), os.path.join(self.root, member, "Cargo.toml")
             )
+        # The multi-call binary's dispatch table (the programs the recipe links to it).
+        shutil.copy(os.path.join(REPO, check_layer.MULTI_CALL_SOURCE),
+                    os.path.join(self.root, check_layer.MULTI_CALL_SOURCE))
         os.makedirs(os.path.join(self.root, "deploy", "k3s"))
         self.write("deploy/k3s/device-plugin.yaml", DAEMONSET)
         self.write("deploy/k3s/devicequery-job.yaml", JOB)
@@ -249,6 +252,22 @@ class CheckLayer(unittest.TestCase):
             '[[bin]]\nname = "gpuinfo"\npath = "src/gpuinfo.rs"\n\n[[bin]]',
         )
         self.assertError(r"EDGEGPU_BINS is .*shipped binaries are .*gpuinfo")
+
+    def test_every_program_of_the_multi_call_binary_is_linked(self):
+        self.repo.replace(
+            RECIPE,
+            'EDGEGPU_MULTI_CALL_PROGRAMS = "edgegpu-device-plugin edgegpu-dra-driver edgegpu-labeller"',
+            'EDGEGPU_MULTI_CALL_PROGRAMS = "edgegpu-device-plugin edgegpu-labeller"',
+        )
+        self.assertError(r"EDGEGPU_MULTI_CALL_PROGRAMS is .* dispatches on .*edgegpu-dra-driver")
+
+    def test_multi_call_links_ship_with_the_binary(self):
+        self.repo.replace(RECIPE, " ${bindir}/edgegpu-dra-driver", "")
+        self.assertError(r"\$\{bindir\}/edgegpu-dra-driver must be in FILES:edgegpu-device-plugin only, found in \[\]")
+
+    def test_multi_call_programs_are_installed_as_links(self):
+        self.repo.replace(RECIPE, "ln -s edgegpu ${D}${bindir}/$program", "cp ${D}${bindir}/edgegpu ${D}${bindir}/$program")
+        self.assertError(r"must install EDGEGPU_MULTI_CALL_PROGRAMS as links to edgegpu")
 
     def test_binary_in_wrong_package(self):
         self.repo.replace(

@@ -53,12 +53,13 @@ PACKAGECONFIG[k3s-manifests] = ""
 PACKAGECONFIG[devicequery-job] = ""
 
 # The workspace root is the cargo manifest (CARGO_SRC_DIR empty). Build only the three
-# programs: a plain `cargo build` of the workspace would also build the test-only
+# binaries (edgegpu is the multi-call binary of the device plugin, the DRA driver and the
+# labeller, installed below as links named after them): a plain `cargo build` of the workspace would also build the test-only
 # edgegpu-testkit crate and leave library rlibs in the target dir, and cargo_do_install
 # copies every executable (and on scarthgap every *.rlib) it finds there. `--bin` makes
 # cargo place nothing but these executables at the top of the target dir.
 CARGO_SRC_DIR = ""
-EDGEGPU_BINS = "edgegpu-device-plugin edgegpu-node-setup devicequery"
+EDGEGPU_BINS = "edgegpu edgegpu-node-setup devicequery"
 EDGEGPU_BINS:class-native = "edgegpu-node-setup"
 CARGO_BUILD_FLAGS += "${@' '.join('--bin ' + b for b in d.getVar('EDGEGPU_BINS').split())}"
 
@@ -82,7 +83,13 @@ do_install:append() {
     done
 }
 
+# The programs of the multi-call binary: links to it, so the units keep their commands.
+EDGEGPU_MULTI_CALL_PROGRAMS = "edgegpu-device-plugin edgegpu-dra-driver edgegpu-labeller"
+
 do_install:append:class-target() {
+    for program in ${EDGEGPU_MULTI_CALL_PROGRAMS}; do
+        ln -s edgegpu ${D}${bindir}/$program
+    done
     install -d ${D}${systemd_system_unitdir} ${D}${sysconfdir}/default
     install -m 0644 ${EDGEGPU_UNPACKDIR}/edgegpu-node-setup.service ${D}${systemd_system_unitdir}/
     install -m 0644 ${EDGEGPU_UNPACKDIR}/edgegpu-device-plugin.service ${D}${systemd_system_unitdir}/
@@ -116,7 +123,8 @@ do_install:append:class-target() {
 # packagegroup-edgegpu or name the packages below.
 PACKAGES =+ "edgegpu-device-plugin edgegpu-device-plugin-host edgegpu-node-setup edgegpu-cdi devicequery edgegpu-k3s-manifests"
 
-FILES:edgegpu-device-plugin += "${bindir}/edgegpu-device-plugin"
+FILES:edgegpu-device-plugin += "${bindir}/edgegpu ${bindir}/edgegpu-device-plugin ${bindir}/edgegpu-dra-driver \
+                                ${bindir}/edgegpu-labeller"
 # Host mode: the plugin as a systemd service instead of the Kubernetes DaemonSet. Opt-in by
 # installing this package; never together with the DaemonSet on one node.
 FILES:edgegpu-device-plugin-host += "${systemd_system_unitdir}/edgegpu-device-plugin.service \
