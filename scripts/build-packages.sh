@@ -74,7 +74,8 @@ IMAGES=(edgegpu-device-plugin devicequery edgegpu-node-setup)
 # The programs of the multi-call binary edgegpu, installed as links to it (edgegpu/src/main.rs).
 MULTI_CALL_PROGRAMS=(edgegpu-device-plugin edgegpu-dra-driver edgegpu-labeller)
 K3S_SYNOPSIS="edgegpu's k3s auto-deploy manifest and air-gap container images"
-ROOT_CACHE=.tools/debian-root/bookworm-minbase
+. scripts/lib/tools.sh
+ROOT_CACHE=$(edgegpu_tools_dir)/debian-root/bookworm-minbase
 DEBIAN_MIRROR=http://deb.debian.org/debian
 
 log() { printf '==> %s\n' "$*"; }

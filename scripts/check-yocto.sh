@@ -19,7 +19,8 @@ cd "$(dirname "$0")/.."
 
 LAYER=yocto/meta-edgegpu
 CRATES_INC=$LAYER/recipes-containers/edgegpu/edgegpu-crates.inc
-VENV=.tools/yocto-venv
+. scripts/lib/tools.sh
+VENV=$(edgegpu_tools_dir)/yocto-venv
 # Pinned: new oelint rules must not break CI unannounced; bump on purpose.
 # tomli only on Pythons older than 3.11 (which have no tomllib).
 PY_REQUIREMENTS=(oelint-adv==9.11.2 oelint-parser==8.13.2 oelint-data==1.5.26 bitbake-setup==2.19.0 'tomli>=2; python_version < "3.11"')

