@@ -196,7 +196,7 @@ impl Inventory {
             common_edits: ContainerEdits::default(),
             engines: Vec::new(),
         };
-        let Some(discovered) = &snapshot.discovered else {
+        let Some(discovered) = snapshot.gpus_found() else {
             return Ok(inventory);
         };
         let host = HostRoot::new(root);

@@ -190,7 +190,7 @@ async fn serve_round(
     // The GPUs' health: the node library's monitors of a planned round (inotify on Tegra
     // nodes and sysfs, NVML events), the same the device plugin serves; here never served to
     // the kubelet.
-    let gpu_resources = if let (true, Some(discovered)) = (has_gpus, discovered) {
+    let gpu_resources = if let (true, Ok(discovered)) = (has_gpus, discovered) {
         match edgegpu_node::serving::served_of(&cli.root, "nvidia.com/gpu", &config, discovered)
             .await
         {

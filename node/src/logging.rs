@@ -65,7 +65,10 @@ pub fn init(format: LogFormat) -> Result<(), Box<dyn std::error::Error + Send + 
     };
     // tracing-subscriber colours by default, whatever stderr is: every line of a container
     // log would start with escape codes.
+    // The fmt builder stops at INFO unless told otherwise, which silently capped every
+    // `EDGEGPU_LOG=…=debug`: the level is the filter's alone.
     let builder = tracing_subscriber::fmt()
+        .with_max_level(tracing_subscriber::filter::LevelFilter::TRACE)
         .with_writer(std::io::stderr)
         .with_ansi(stderr_colour());
     match format {

@@ -29,6 +29,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
+use edgegpu_node::facts::NodeFacts;
+use edgegpu_node::snapshot::Snapshot;
 use edgegpu_node::{gpu, labels, logging, mps, ownership, runtime, shutdown};
 
 pub use allocate::GpuResource;
@@ -113,8 +115,22 @@ async fn serve_rounds(
             }
             settle = false;
         }
+        // The round's one discovery: the GPU resources, the engines and the feature file's
+        // labels all read it.
+        let snapshot = {
+            let (root, args) = (cli.root.clone(), cli.gpu.clone());
+            tokio::select! {
+                snapshot = tokio::task::spawn_blocking(move || Snapshot::take(&root, &args)) => snapshot??,
+                _ = signals.recv() => return Ok(()),
+            }
+        };
+        let Snapshot {
+            config,
+            discovered,
+            facts,
+        } = snapshot;
         let node = tokio::select! {
-            node = build_gpu_resources(&cli.root, &cli.resource_name, &cli.gpu) => node,
+            node = node::resources_of_discovery(&cli.root, &cli.resource_name, &config, discovered) => node,
             _ = signals.recv() => return Ok(()),
         };
         let node = match node {
@@ -127,9 +143,13 @@ async fn serve_rounds(
             Err(e) => return Err(e),
         };
         first_round = false;
-        let mut engines = tokio::select! {
-            engines = node::build_engine_resources(&cli.root, &cli.gpu) => engines?,
-            _ = signals.recv() => return Ok(()),
+        let mut engines = if cli.gpu.engines == Some(false) {
+            Vec::new()
+        } else {
+            tokio::select! {
+                engines = node::engine_resources_of(&cli.root, &config, &facts.engines) => engines?,
+                _ = signals.recv() => return Ok(()),
+            }
         };
         // Serve only the kinds this plugin holds (docs/dra.md): the others wait for a
         // takeover, which ends the round.
@@ -150,7 +170,7 @@ async fn serve_rounds(
             .retain(|_| owned.holds(ownership::DeviceKind::Gpu));
         engines.retain(|e| owned.holds(e.kind().into()));
         if let Some(path) = cli.feature_file() {
-            publish_feature_file(path, &node.resources).await;
+            publish_feature_file(path, &node.resources, facts).await;
         }
         metrics.describe(cli, &node.resources, options).await?;
         metrics.describe_engines(cli, &engines);
@@ -331,9 +351,14 @@ pub async fn run_mps_daemon(args: cli::MpsDaemonArgs) -> anyhow::Result<()> {
 }
 
 /// Writes the NFD feature file off the runtime thread (labels read host files and NVML).
-async fn publish_feature_file(path: &std::path::Path, resources: &[Arc<GpuResource>]) {
+async fn publish_feature_file(
+    path: &std::path::Path,
+    resources: &[Arc<GpuResource>],
+    facts: NodeFacts,
+) {
     let (path, resources) = (path.to_path_buf(), resources.to_vec());
-    if let Err(e) = tokio::task::spawn_blocking(move || write_feature_file(&path, &resources)).await
+    if let Err(e) =
+        tokio::task::spawn_blocking(move || write_feature_file(&path, &resources, &facts)).await
     {
         tracing::warn!("writing the feature file failed: {e}");
     }
@@ -357,9 +382,9 @@ async fn remove_feature_file(path: &std::path::Path) {
 
 /// Writes the NFD feature file; a failure is logged, never fatal (labels are a convenience,
 /// the GPUs are served either way).
-fn write_feature_file(path: &std::path::Path, resources: &[Arc<GpuResource>]) {
+fn write_feature_file(path: &std::path::Path, resources: &[Arc<GpuResource>], facts: &NodeFacts) {
     let served: Vec<_> = resources.iter().map(|r| r.served().clone()).collect();
-    let labels = labels::for_resources(&served);
+    let labels = labels::for_served(&served, facts);
     match labels::feature_file::write(path, &labels) {
         Ok(true) => {
             tracing::info!(file = %path.display(), labels = labels.iter().count(), "Node Feature Discovery feature file written")

@@ -7,8 +7,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use edgegpu_node::config::{Config, GpuArgs};
-use edgegpu_node::engines::EngineKind;
-use edgegpu_node::gpu::discovery::Discovered;
+use edgegpu_node::engines::{Engine, EngineKind};
+use edgegpu_node::gpu::discovery::{Discovered, NoGpuError};
 use edgegpu_node::serving::{self, ServedNode};
 use tokio::sync::watch;
 
@@ -82,6 +82,21 @@ pub async fn build_gpu_resources(
         .into())
 }
 
+/// The resources a round's snapshot makes (its config, and what discovery found or why
+/// nothing was): [`edgegpu_node::serving::served_of_discovery`].
+pub async fn resources_of_discovery(
+    root: &Path,
+    resource_name: &str,
+    config: &Config,
+    discovered: Result<Discovered, NoGpuError>,
+) -> anyhow::Result<NodeResources> {
+    Ok(
+        serving::served_of_discovery(root, resource_name, config, discovered)
+            .await?
+            .into(),
+    )
+}
+
 /// The resources `config` makes of what discovery found, with their health monitors and,
 /// for MIG strategies, the watch on the MIG geometry as `discovered` saw it.
 pub async fn resources_of(
@@ -98,7 +113,8 @@ pub async fn resources_of(
 /// The node's DLA and PVA resources (`nvidia.com/dla`, `nvidia.com/pva`), each only where the
 /// host has engines of its kind, with their health monitor running (kept alive by the
 /// resources' tables). Empty when `--engines=false` or the host is not a Jetson. They use the
-/// GPU resource's device list strategies and `--health-checks` setting.
+/// GPU resource's device list strategies and `--health-checks` setting. The plugin's round
+/// reads the engines its snapshot found instead ([`engine_resources_of`]).
 pub async fn build_engine_resources(
     root: &Path,
     args: &GpuArgs,
@@ -114,9 +130,19 @@ pub async fn build_engine_resources(
         ))
     })
     .await??;
+    engine_resources_of(root, &config, &found).await
+}
+
+/// The DLA and PVA resources of the engines `found` (a round's snapshot,
+/// `NodeFacts::engines`), as [`build_engine_resources`] describes them.
+pub async fn engine_resources_of(
+    root: &Path,
+    config: &Config,
+    found: &[Engine],
+) -> anyhow::Result<Vec<Arc<EngineResource>>> {
     let resources: Vec<Arc<EngineResource>> = EngineKind::ALL
         .iter()
-        .filter_map(|k| EngineResource::new(root, *k, &found, &config.device_list_strategy))
+        .filter_map(|k| EngineResource::new(root, *k, found, &config.device_list_strategy))
         .map(Arc::new)
         .collect();
     if config.health_checks && !resources.is_empty() {

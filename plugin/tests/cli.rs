@@ -284,6 +284,63 @@ async fn binary_registers_survives_a_restart_and_cleans_up_on_sigterm() {
     );
 }
 
+/// One snapshot per round: the GPUs are discovered and the Jetson's engines probed once per
+/// round, for the GPU resource, the DLA/PVA resources and the feature file's labels alike (the
+/// round before took three engine probes: the engine resources, then the labels twice over).
+#[tokio::test]
+async fn each_round_discovers_the_gpus_and_probes_the_engines_once() {
+    let host = FakeHost::jetson(Board::Orin);
+    let dir = tempfile::tempdir().unwrap();
+    let kubelet = FakeKubelet::start(dir.path()).await.unwrap();
+    let nfd = tempfile::tempdir().unwrap();
+    let feature_file = nfd.path().join("edgegpu");
+    let mut plugin = Plugin(
+        binary_command(bin())
+            .arg("--device-plugin-path")
+            .arg(dir.path())
+            .arg("--root")
+            .arg(host.root())
+            .arg("--feature-file")
+            .arg(&feature_file)
+            .env("EDGEGPU_LOG", "info,edgegpu_node::engines=debug")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stderr = plugin.0.stderr.take().unwrap();
+    let log_reader = std::thread::spawn(move || {
+        BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<String>>()
+    });
+    kubelet.wait_for_registration(GPU, WAIT).await.unwrap();
+    kubelet
+        .wait_for_registration("nvidia.com/dla", WAIT)
+        .await
+        .unwrap();
+    let labels = std::fs::read_to_string(&feature_file).unwrap();
+    assert!(labels.contains("nvidia.com/dla.count="), "{labels}");
+    // A second round (SIGHUP rebuilds everything).
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(plugin.0.id() as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    kubelet.wait_for_registrations(GPU, 2, WAIT).await.unwrap();
+    kubelet
+        .wait_for_registrations("nvidia.com/dla", 2, WAIT)
+        .await
+        .unwrap();
+    sigterm(&plugin.0);
+    assert!(wait_exit(&mut plugin.0).await.success());
+    let text = log_reader.join().unwrap().join("\n");
+    assert_eq!(text.matches("Discovering GPUs").count(), 2, "{text}");
+    assert_eq!(text.matches("engine probe #").count(), 2, "{text}");
+    assert!(text.contains("engine probe #2 of this process"), "{text}");
+}
+
 /// The plugin's socket in `dir`, ignoring `other`.
 fn plugin_socket_of(dir: &std::path::Path, other: &std::path::Path) -> std::path::PathBuf {
     let names: Vec<String> = sockets_in(dir)

@@ -132,6 +132,10 @@ impl Engine {
     }
 }
 
+/// Engine probes run by this process: each logs its number (debug), so a test can tell how
+/// often a round probed (one snapshot per round).
+static PROBES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// The engines under `root` (`/` on the host), DLA first, by index. `generation` bounds the
 /// indices probed (none for Nano/TX1/TX2; unknown probes up to two of each); `l4t_major`
 /// picks the release's device node names (unknown: every name any release uses). Blocking.
@@ -140,6 +144,8 @@ pub fn discover(
     generation: Option<&Generation>,
     l4t_major: Option<u32>,
 ) -> Vec<Engine> {
+    let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    tracing::debug!("Probing the DLA and PVA engines (engine probe #{n} of this process)");
     let soc = generation.map(|g| g.soc);
     let mut found = Vec::new();
     for kind in EngineKind::ALL {

@@ -138,7 +138,8 @@ struct Facts<'a> {
 }
 
 /// The labels of the node `resources` (every resource the plugin serves) describe. Reads
-/// `/proc/meminfo` and the engines' device nodes on Jetson: call it off the async runtime.
+/// `/proc/meminfo` and the engines' device nodes on Jetson: call it off the async runtime. A
+/// round that took a [`Snapshot`] has those facts already: [`for_served`].
 pub fn for_resources(resources: &[Arc<Served>]) -> NodeLabels {
     let Some(first) = resources.first() else {
         return NodeLabels::default();
@@ -152,10 +153,19 @@ pub fn for_resources(resources: &[Arc<Served>]) -> NodeLabels {
         ),
         None => NodeFacts::default(),
     };
+    for_served(resources, &node)
+}
+
+/// The labels of the node `resources` (every resource the plugin serves) and the facts of
+/// the round's snapshot describe. Reads nothing.
+pub fn for_served(resources: &[Arc<Served>], node: &NodeFacts) -> NodeLabels {
+    let Some(first) = resources.first() else {
+        return NodeLabels::default();
+    };
     compute(&Facts {
         platform: first.platform(),
         gpus: first.gpus(),
-        node: &node,
+        node,
         mig_strategy: first.config().mig_strategy,
         served: resources
             .iter()
@@ -187,7 +197,7 @@ pub fn for_snapshot(
     resource_name: &str,
     snapshot: &Snapshot,
 ) -> anyhow::Result<NodeLabels> {
-    let Some(discovered) = &snapshot.discovered else {
+    let Some(discovered) = snapshot.gpus_found() else {
         return Ok(NodeLabels::default());
     };
     let config = &snapshot.config;

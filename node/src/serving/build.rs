@@ -16,10 +16,11 @@ use super::served::Served;
 use super::unit::Unit;
 use super::{mig, sharing};
 use crate::config::{Config, GpuArgs, Imex, MigStrategy};
-use crate::gpu::discovery::{self, Discovered};
+use crate::gpu::discovery::{self, Discovered, NoGpuError};
 use crate::gpu::health::{self, Advertised, HealthTable, Target};
 use crate::gpu::Platform;
 use crate::mps;
+use crate::snapshot::Snapshot;
 
 /// The resources of this node, and the signal that they must be rebuilt.
 pub struct ServedNode {
@@ -36,67 +37,55 @@ pub struct ServedNode {
 pub struct InvalidMigGeometry(pub String);
 
 /// Detects the GPUs under `root` and returns every resource to serve. A MIG geometry the
-/// strategy refuses is an [`InvalidMigGeometry`] error.
+/// strategy refuses is an [`InvalidMigGeometry`] error. A program's round takes its
+/// [`Snapshot`] itself and calls [`served_of_discovery`], to read the rest of it too.
 pub async fn build_served(
     root: &Path,
     resource_name: &str,
     args: &GpuArgs,
 ) -> anyhow::Result<ServedNode> {
     // Reading the config file and the host's device files blocks: not on the runtime thread.
-    let config = {
+    let snapshot = {
         let (args, root) = (args.clone(), root.to_path_buf());
-        tokio::task::spawn_blocking(move || -> anyhow::Result<Config> {
-            let config = args.resolve()?;
-            check_imex(&root, &config.imex)?;
-            Ok(config)
-        })
-        .await??
+        tokio::task::spawn_blocking(move || Snapshot::take(&root, &args)).await??
     };
-    tracing::info!(
-        "Running with config: {}",
-        serde_json::to_string(&config).unwrap_or_default()
-    );
-    tracing::info!(
-        "Using device discovery strategy: {}",
-        serde_json::to_string(&config.discovery)
-            .unwrap_or_default()
-            .trim_matches('"')
-    );
+    served_of_discovery(root, resource_name, &snapshot.config, snapshot.discovered).await
+}
 
-    let root_owned = root.to_path_buf();
-    let strategy = config.discovery;
-    let with_mig = config.mig_strategy != MigStrategy::None;
-    // NVML calls block; keep them off the async workers.
-    let discovered =
-        tokio::task::spawn_blocking(move || discovery::discover(&root_owned, strategy, with_mig))
-            .await?;
+/// The resources a round's snapshot makes: its `config` and what discovery found, or why
+/// nothing was. Checks the IMEX channels the config names first. No GPU is an error unless
+/// `--fail-on-init-error=false`, which serves zero devices.
+pub async fn served_of_discovery(
+    root: &Path,
+    resource_name: &str,
+    config: &Config,
+    discovered: Result<Discovered, NoGpuError>,
+) -> anyhow::Result<ServedNode> {
+    {
+        let (imex, root) = (config.imex.clone(), root.to_path_buf());
+        tokio::task::spawn_blocking(move || check_imex(&root, &imex)).await??;
+    }
     let discovered =
         match discovered {
-            Ok(d) => Some(d),
+            Ok(d) => {
+                tracing::info!("Detected platform: {}", d.platform_name());
+                d
+            }
             Err(e) if !config.fail_on_init_error => {
                 tracing::warn!("{e}; --fail-on-init-error=false: running with zero devices");
-                None
+                tracing::info!("Detected platform: none");
+                Discovered {
+                    platform: Platform::Nvml,
+                    gpus: Vec::new(),
+                    migs: Vec::new(),
+                    nvml: None,
+                }
             }
             Err(e) => return Err(anyhow::Error::new(e).context(
                 "GPU discovery failed (use --fail-on-init-error=false to run with zero devices)",
             )),
         };
-    let discovered = match discovered {
-        Some(d) => {
-            tracing::info!("Detected platform: {}", d.platform_name());
-            d
-        }
-        None => {
-            tracing::info!("Detected platform: none");
-            Discovered {
-                platform: Platform::Nvml,
-                gpus: Vec::new(),
-                migs: Vec::new(),
-                nvml: None,
-            }
-        }
-    };
-    served_of(root, resource_name, &config, discovered).await
+    served_of(root, resource_name, config, discovered).await
 }
 
 /// The resources `config` makes of what discovery found, with their health monitors and,

@@ -15,6 +15,9 @@ pub mod served;
 pub mod sharing;
 pub mod unit;
 
-pub use build::{build_served, served_of, settle_mig_geometry, InvalidMigGeometry, ServedNode};
+pub use build::{
+    build_served, served_of, served_of_discovery, settle_mig_geometry, InvalidMigGeometry,
+    ServedNode,
+};
 pub use served::Served;
 pub use unit::Unit;
