@@ -178,6 +178,36 @@ fn help_documents_every_flag_with_env_and_default() {
 
 struct Plugin(Child);
 
+/// The binary serving `host` into the kubelet directory `dir`, with its NFD feature file at
+/// `feature_file` and the arguments `more` adds; its stderr is collected by the returned
+/// thread (every line, once the plugin has exited).
+fn start_logged(
+    host: &FakeHost,
+    dir: &std::path::Path,
+    feature_file: &std::path::Path,
+    more: impl FnOnce(&mut std::process::Command),
+) -> (Plugin, std::thread::JoinHandle<Vec<String>>) {
+    let mut cmd = binary_command(bin());
+    cmd.arg("--device-plugin-path")
+        .arg(dir)
+        .arg("--root")
+        .arg(host.root())
+        .arg("--feature-file")
+        .arg(feature_file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    more(&mut cmd);
+    let mut plugin = Plugin(cmd.spawn().unwrap());
+    let stderr = plugin.0.stderr.take().unwrap();
+    let log_reader = std::thread::spawn(move || {
+        BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<String>>()
+    });
+    (plugin, log_reader)
+}
+
 impl Drop for Plugin {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -212,30 +242,12 @@ async fn binary_registers_survives_a_restart_and_cleans_up_on_sigterm() {
     let kubelet = FakeKubelet::start(dir.path()).await.unwrap();
     let nfd = tempfile::tempdir().unwrap();
     let feature_file = nfd.path().join("edgegpu");
-    let mut plugin = Plugin(
-        binary_command(bin())
-            .arg("--device-plugin-path")
-            .arg(dir.path())
-            .arg("--root")
-            .arg(host.root())
-            .arg("--feature-file")
-            .arg(&feature_file)
-            .args(["--log-format", "json"])
+    let (mut plugin, log_reader) = start_logged(&host, dir.path(), &feature_file, |cmd| {
+        cmd.args(["--log-format", "json"])
             // The GPU's lifecycle alone (this root's DLA node would add a second socket and
             // registration; the engine resources are tested in tests/engines.rs).
             .arg("--engines=false")
-            .env_remove("EDGEGPU_LOG")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let stderr = plugin.0.stderr.take().unwrap();
-    let log_reader = std::thread::spawn(move || {
-        BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-            .collect::<Vec<String>>()
+            .env_remove("EDGEGPU_LOG");
     });
 
     let first = kubelet.wait_for_registration(GPU, WAIT).await.unwrap();
@@ -294,26 +306,8 @@ async fn each_round_discovers_the_gpus_and_probes_the_engines_once() {
     let kubelet = FakeKubelet::start(dir.path()).await.unwrap();
     let nfd = tempfile::tempdir().unwrap();
     let feature_file = nfd.path().join("edgegpu");
-    let mut plugin = Plugin(
-        binary_command(bin())
-            .arg("--device-plugin-path")
-            .arg(dir.path())
-            .arg("--root")
-            .arg(host.root())
-            .arg("--feature-file")
-            .arg(&feature_file)
-            .env("EDGEGPU_LOG", "info,edgegpu_node::engines=debug")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let stderr = plugin.0.stderr.take().unwrap();
-    let log_reader = std::thread::spawn(move || {
-        BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-            .collect::<Vec<String>>()
+    let (mut plugin, log_reader) = start_logged(&host, dir.path(), &feature_file, |cmd| {
+        cmd.env("EDGEGPU_LOG", "info,edgegpu_node::engines=debug");
     });
     kubelet.wait_for_registration(GPU, WAIT).await.unwrap();
     kubelet
