@@ -6,13 +6,14 @@
 # Usage: scripts/bench.sh [-p CRATE] [--bench NAME] [other cargo bench args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The plugin's footprint is measured on the release build users run: the binary `cargo bench`
+# The programs' footprints are measured on the release build users run: the binary `cargo bench`
 # builds carries the test doubles' features too (cargo unifies them). A hard link keeps the
 # page cache the linker left, as a copy would not.
-# The programs are one multi-call binary: the hard link's name picks the plugin (argv[0]).
+# The programs are one multi-call binary; the benchmarks run it through links named after
+# each program (edgegpu_testkit::process::bench_program).
 cargo build --release --locked -p edgegpu --bin edgegpu
 measured=target/bench-plugin
 mkdir -p "$measured"
-ln -f target/release/edgegpu "$measured/edgegpu-device-plugin"
-export EDGEGPU_BENCH_PLUGIN_BINARY="${EDGEGPU_BENCH_PLUGIN_BINARY:-$PWD/$measured/edgegpu-device-plugin}"
+ln -f target/release/edgegpu "$measured/edgegpu"
+export EDGEGPU_BENCH_BINARY="${EDGEGPU_BENCH_BINARY:-$PWD/$measured/edgegpu}"
 cargo bench --workspace --locked "$@"

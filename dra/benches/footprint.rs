@@ -4,8 +4,12 @@
 //! and wake-ups while it idles as the DaemonSet's container does, and the time from the
 //! kubelet's NodePrepareResources to the answer (the claim's CDI spec on disk before it).
 //!
-//! Run: `cargo bench -p edgegpu-dra --bench footprint` (release binary); smoke mode (short
-//! windows, as scripts/test.sh runs it): `edgegpu_testkit::bench`.
+//! Run: `scripts/bench.sh -p edgegpu-dra --bench footprint` (the release binary users run;
+//! `EDGEGPU_BENCH_BINARY=dist/edgegpu-<triple>` measures a cross-built one); smoke mode
+//! (short windows, as scripts/test.sh runs it): `edgegpu_testkit::bench`. Memory as the
+//! device plugin's benchmark counts it: RssAnon, VmHWM, and the working set left after the
+//! kernel reclaimed what it can in a cgroup of the driver's own (what a pod's memory limit
+//! sees), with VmRSS as it falls out.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -14,7 +18,9 @@ use edgegpu_testkit::apiserver::FakeApiServer;
 use edgegpu_testkit::bench::{announce_smoke_mode, iterations, window};
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost};
 use edgegpu_testkit::kubelet::{dra_claim, FakeKubelet, FakeKubeletOptions};
-use edgegpu_testkit::process::{binary_command, terminate, Footprint, OWNERSHIP_DIR_ENV};
+use edgegpu_testkit::process::{
+    bench_program, binary_command, terminate, unreclaimable_memory, Footprint, OWNERSHIP_DIR_ENV,
+};
 use serde_json::json;
 
 const NODE: &str = "node-1";
@@ -29,7 +35,14 @@ async fn run(what: &str, host: FakeHost, discovery: &str, idle_seconds: u64) {
     let cdi = dir.path().join("cdi");
     std::fs::create_dir_all(&cdi).unwrap();
     let t0 = Instant::now();
-    let mut child = binary_command(edgegpu_testkit::process::program("edgegpu-dra-driver"))
+    let binary = bench_program("edgegpu-dra-driver");
+    if what.starts_with("Jetson") {
+        println!(
+            "binary measured: {}",
+            std::fs::canonicalize(&binary).unwrap().display()
+        );
+    }
+    let mut child = binary_command(binary)
         .args(["--node-name", NODE, "--discovery", discovery])
         .arg("--root")
         .arg(host.root())
@@ -93,10 +106,11 @@ async fn run(what: &str, host: FakeHost, discovery: &str, idle_seconds: u64) {
     tokio::time::sleep(window(Duration::from_secs(1))).await;
     let pid = child.id();
     let footprint = Footprint::measure(pid, window(Duration::from_secs(idle_seconds))).await;
+    let working_set = unreclaimable_memory(pid);
     println!(
         "dra driver, {what} ({} devices): start -> registered {registered:.2?}, slices published {published:.2?}; \
          NodePrepareResources (fetch claim, CDI spec + checkpoint written) median {:.2?} p95 {:.2?} over {}; \
-         then idle: {footprint}",
+         then idle: {footprint}; working set after reclaim: {working_set}",
         devices.len(),
         pct(50),
         pct(95),

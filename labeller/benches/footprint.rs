@@ -19,7 +19,7 @@ const NODE: &str = "node-1";
 async fn run(kind_only: bool, idle_seconds: u64) {
     let host = FakeHost::jetson(Board::Orin);
     let api = FakeApiServer::start(NODE, &[]).await;
-    let mut cmd = binary_command(edgegpu_testkit::process::program("edgegpu-labeller"));
+    let mut cmd = binary_command(edgegpu_testkit::process::bench_program("edgegpu-labeller"));
     cmd.arg("--root")
         .arg(host.root())
         .arg("--api-server")

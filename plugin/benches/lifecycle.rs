@@ -16,7 +16,8 @@
 //! (e.g. a metrics flag): `EDGEGPU_BENCH_PLUGIN_ARGS="--flag value" cargo bench …`; only the
 //! binary's figures: `EDGEGPU_BENCH_ONLY=footprint cargo bench …`; on a real host root instead of
 //! the fake Orin (a GPU machine): `EDGEGPU_BENCH_HOST_ROOT=/`; another build of the binary
-//! (the release one users run: `EDGEGPU_BENCH_PLUGIN_BINARY=dist/x86_64/…`). Smoke mode (a few
+//! (the release one users run: `EDGEGPU_BENCH_BINARY=dist/edgegpu-<triple>`, the multi-call
+//! binary). Smoke mode (a few
 //! iterations, short idle windows, as scripts/test.sh runs it): `edgegpu_testkit::bench`.
 
 use std::path::Path;
@@ -286,14 +287,9 @@ async fn binary_footprint(seconds: u64) {
     // The binary this bench built has the test doubles' features too (cargo unifies them, e.g.
     // tokio's multi-threaded scheduler); the one users run comes from `cargo build --release`
     // or scripts/build-release.sh, and is measured by naming it here.
-    let bin = std::env::var("EDGEGPU_BENCH_PLUGIN_BINARY")
-        .ok()
-        .filter(|path| !path.is_empty())
-        .unwrap_or_else(|| {
-            edgegpu_testkit::process::program("edgegpu-device-plugin")
-                .display()
-                .to_string()
-        });
+    let bin = edgegpu_testkit::process::bench_program("edgegpu-device-plugin")
+        .display()
+        .to_string();
     println!("binary measured: {bin}");
     let libraries = run_binary(binary_command(&bin), "host's C library", seconds).await;
     // Under an emulator the figures are the emulator's: one run is enough.

@@ -98,6 +98,34 @@ pub fn program(name: &str) -> PathBuf {
     link
 }
 
+/// The environment variable naming the multi-call binary the benchmarks measure instead of
+/// the debug one [`program`] finds: `scripts/bench.sh` sets it to the release build
+/// (`target/release/edgegpu`); `dist/edgegpu-<triple>` (scripts/build-release.sh) works too.
+pub const BENCH_BINARY_ENV: &str = "EDGEGPU_BENCH_BINARY";
+
+/// [`program`] for a benchmark: the program `name` run from the binary [`BENCH_BINARY_ENV`]
+/// names, through a link of that name in a private temporary folder (argv\[0\] picks the
+/// program), or the debug build when it is unset.
+pub fn bench_program(name: &str) -> PathBuf {
+    let Some(binary) = std::env::var_os(BENCH_BINARY_ENV).filter(|b| !b.is_empty()) else {
+        return program(name);
+    };
+    let binary = std::fs::canonicalize(&binary)
+        .unwrap_or_else(|e| panic!("{BENCH_BINARY_ENV}={}: {e}", binary.to_string_lossy()));
+    let dir = std::env::temp_dir().join(format!("edgegpu-bench-bin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = dir.join(name);
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&binary, &link).unwrap_or_else(|e| {
+        panic!(
+            "cannot link {} to {}: {e}",
+            link.display(),
+            binary.display()
+        )
+    });
+    link
+}
+
 /// A file under `dir` modified after `than`, if any.
 fn newer_file(dir: &Path, than: SystemTime) -> Option<PathBuf> {
     for entry in std::fs::read_dir(dir).ok()?.flatten() {
