@@ -6,8 +6,9 @@
 //!
 //! Builds a simulated host root (a Jetson Orin on L4T r36 by default; every Jetson generation
 //! from JetPack 4 to 7, a discrete server, and MIG servers) in a temporary directory, starts
-//! the testkit's fake kubelet and the real plugin (command-line parsing, GPU discovery,
-//! `serve_all`) in this process, and prints what a node operator wants to know: what was
+//! the testkit's fake kubelet and the real plugin (command-line parsing, the program's own
+//! round — one snapshot, the GPU and the DLA/PVA resources: `build_round` — and `serve_all`)
+//! in this process, and prints what a node operator wants to know: what was
 //! detected and why, the registrations (one per resource), the advertised devices, the
 //! Allocate answer a pod would get, the node labels, a Prometheus scrape of `/metrics` with
 //! those pods attributed (through a fake pod-resources API), and a health loss and recovery.
@@ -22,11 +23,12 @@ use std::time::Duration;
 
 use clap::Parser;
 use edgegpu_kubelet_api::v1beta1::{Device, HEALTHY, UNHEALTHY};
+use edgegpu_node::facts::NodeFacts;
 use edgegpu_node::gpu::discovery::Platform;
 use edgegpu_node::labels;
 use edgegpu_plugin::metrics::{self, MetricsSource};
 use edgegpu_plugin::resource::Resource;
-use edgegpu_plugin::{build_gpu_resources, GpuResource};
+use edgegpu_plugin::{build_round, GpuResource};
 use edgegpu_plugin::{serve_all, Cli};
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
 use edgegpu_testkit::kubelet::FakeKubelet;
@@ -264,23 +266,26 @@ async fn simulate(args: Args) -> anyhow::Result<()> {
     let cli = Cli::try_parse_from(&argv)?;
     println!("plugin flags: {}\n", args.plugin_flags.join(" "));
 
-    let node = build_gpu_resources(&cli.root, &cli.resource_name, &cli.gpu).await?;
-    let resources = node.resources;
+    // The program's own round: one snapshot, the GPU resources, the DLA/PVA resources and
+    // the labels' facts, as `edgegpu_plugin::run` builds them.
+    let round = build_round(&cli.root, &cli.resource_name, &cli.gpu).await?;
+    let resources = round.gpus.resources;
     show_detection(&resources[0]);
 
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let served: Vec<Arc<dyn Resource>> = resources
         .iter()
         .map(|r| r.clone() as Arc<dyn Resource>)
+        .chain(round.engines.iter().map(|e| e.clone() as Arc<dyn Resource>))
         .collect();
     let options = cli.lifecycle_options();
     let stats = options.stats.clone();
-    let server = tokio::spawn(serve_all(served, options, async move {
+    let server = tokio::spawn(serve_all(served.clone(), options, async move {
         let _ = stopped.await;
     }));
     println!("Registration (fake kubelet, API v1beta1; one socket per resource)");
-    for r in &resources {
-        let name = r.name();
+    for r in &served {
+        let name = r.resource_name();
         let info = kubelet.wait_for_registration(name, WAIT).await?;
         println!(
             "  {name:<24} endpoint {}  (GetPreferredAllocation: {}, PreStartContainer: {})",
@@ -296,8 +301,8 @@ async fn simulate(args: Args) -> anyhow::Result<()> {
 
     let mut first_chosen = None;
     let mut allocated = Vec::new();
-    for r in &resources {
-        let name = r.name().to_string();
+    for r in &served {
+        let name = r.resource_name().to_string();
         println!("Devices of {name} (ListAndWatch)");
         for d in kubelet.devices(&name) {
             println!("  {}", health_line(&d));
@@ -319,7 +324,7 @@ async fn simulate(args: Args) -> anyhow::Result<()> {
         allocated.push((name, chosen));
     }
 
-    show_labels(&resources);
+    show_labels(&resources, &round.facts);
     let pod_resources =
         FakePodResources::start(&plugin_dir.path().join("pod-resources.sock")).await?;
     for (n, (name, chosen)) in allocated.iter().enumerate() {
@@ -381,13 +386,14 @@ fn show_response(
 }
 
 /// The node labels the plugin writes for NFD and the labeller puts on the Node.
-fn show_labels(resources: &[Arc<GpuResource>]) {
+fn show_labels(resources: &[Arc<GpuResource>], facts: &NodeFacts) {
     println!("Node labels (NFD feature file / edgegpu-labeller; docs/labels.md)");
-    for (key, value) in labels::for_resources(
+    for (key, value) in labels::for_served(
         &resources
             .iter()
             .map(|r| r.served().clone())
             .collect::<Vec<_>>(),
+        facts,
     )
     .iter()
     {

@@ -30,13 +30,14 @@ use std::sync::Arc;
 
 use clap::Parser;
 use edgegpu_node::facts::NodeFacts;
-use edgegpu_node::snapshot::Snapshot;
 use edgegpu_node::{gpu, labels, logging, mps, ownership, runtime, shutdown};
 
 pub use allocate::GpuResource;
 pub use cli::Cli;
 pub use kubelet::lifecycle::{serve, serve_all, LifecycleOptions};
-pub use node::{build_gpu_resource, build_gpu_resources, build_resource, NodeResources};
+pub use node::{
+    build_gpu_resource, build_gpu_resources, build_resource, build_round, NodeResources, Round,
+};
 
 /// The program's entry point (`edgegpu-device-plugin`, and `edgegpu-device-plugin
 /// mps-control-daemon` for the MPS companion): parses `args` (argv\[0\] first), sets up
@@ -117,24 +118,16 @@ async fn serve_rounds(
         }
         // The round's one discovery: the GPU resources, the engines and the feature file's
         // labels all read it.
-        let snapshot = {
-            let (root, args) = (cli.root.clone(), cli.gpu.clone());
-            tokio::select! {
-                snapshot = tokio::task::spawn_blocking(move || Snapshot::take(&root, &args)) => snapshot??,
-                _ = signals.recv() => return Ok(()),
-            }
-        };
-        let Snapshot {
-            config,
-            discovered,
-            facts,
-        } = snapshot;
-        let node = tokio::select! {
-            node = node::resources_of_discovery(&cli.root, &cli.resource_name, &config, discovered) => node,
+        let round = tokio::select! {
+            round = node::build_round(&cli.root, &cli.resource_name, &cli.gpu) => round,
             _ = signals.recv() => return Ok(()),
         };
-        let node = match node {
-            Ok(node) => node,
+        let node::Round {
+            gpus: node,
+            mut engines,
+            facts,
+        } = match round {
+            Ok(round) => round,
             // Changed again between settling and discovery: settle again.
             Err(e) if !first_round && e.downcast_ref::<node::InvalidMigGeometry>().is_some() => {
                 settle = true;
@@ -143,14 +136,6 @@ async fn serve_rounds(
             Err(e) => return Err(e),
         };
         first_round = false;
-        let mut engines = if cli.gpu.engines == Some(false) {
-            Vec::new()
-        } else {
-            tokio::select! {
-                engines = node::engine_resources_of(&cli.root, &config, &facts.engines) => engines?,
-                _ = signals.recv() => return Ok(()),
-            }
-        };
         // Serve only the kinds this plugin holds (docs/dra.md): the others wait for a
         // takeover, which ends the round.
         let kinds: Vec<ownership::DeviceKind> = node

@@ -8,8 +8,10 @@ use std::sync::Arc;
 
 use edgegpu_node::config::{Config, GpuArgs};
 use edgegpu_node::engines::{Engine, EngineKind};
+use edgegpu_node::facts::NodeFacts;
 use edgegpu_node::gpu::discovery::{Discovered, NoGpuError};
 use edgegpu_node::serving::{self, ServedNode};
+use edgegpu_node::snapshot::Snapshot;
 use tokio::sync::watch;
 
 use crate::allocate::GpuResource;
@@ -37,6 +39,46 @@ impl From<ServedNode> for NodeResources {
             reconfigured: node.reconfigured,
         }
     }
+}
+
+/// Everything one round of the plugin serves, from the round's one snapshot: the GPU
+/// resources, the DLA and PVA resources, and the facts the feature file's labels read. The
+/// program's rounds and the `simulate` example both build it with [`build_round`].
+pub struct Round {
+    pub gpus: NodeResources,
+    pub engines: Vec<Arc<EngineResource>>,
+    pub facts: NodeFacts,
+}
+
+/// Takes the round's snapshot under `root` (the config `args` describe and one discovery) and
+/// builds what it serves. A MIG geometry the strategy refuses is an [`InvalidMigGeometry`]
+/// error; no GPU is one unless `--fail-on-init-error=false`.
+pub async fn build_round(
+    root: &Path,
+    resource_name: &str,
+    args: &GpuArgs,
+) -> anyhow::Result<Round> {
+    // Reading the config file and the host's device files blocks: not on the runtime thread.
+    let snapshot = {
+        let (root, args) = (root.to_path_buf(), args.clone());
+        tokio::task::spawn_blocking(move || Snapshot::take(&root, &args)).await??
+    };
+    let Snapshot {
+        config,
+        discovered,
+        facts,
+    } = snapshot;
+    let gpus = resources_of_discovery(root, resource_name, &config, discovered).await?;
+    let engines = if args.engines == Some(false) {
+        Vec::new()
+    } else {
+        engine_resources_of(root, &config, &facts.engines).await?
+    };
+    Ok(Round {
+        gpus,
+        engines,
+        facts,
+    })
 }
 
 /// Detects the GPUs under `root` and returns the one resource to serve (`--mig-strategy

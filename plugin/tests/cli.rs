@@ -316,15 +316,26 @@ async fn each_round_discovers_the_gpus_and_probes_the_engines_once() {
         .unwrap();
     let labels = std::fs::read_to_string(&feature_file).unwrap();
     assert!(labels.contains("nvidia.com/dla.count="), "{labels}");
-    // A second round (SIGHUP rebuilds everything).
+    // A second round (SIGHUP rebuilds everything): both resources register again, each on a
+    // new socket.
+    let endpoint = |name: &str| kubelet.resource(name).map(|r| r.endpoint);
+    let first_round = [endpoint(GPU), endpoint("nvidia.com/dla")];
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(plugin.0.id() as i32),
         nix::sys::signal::Signal::SIGHUP,
     )
     .unwrap();
-    kubelet.wait_for_registrations(GPU, 2, WAIT).await.unwrap();
     kubelet
-        .wait_for_registrations("nvidia.com/dla", 2, WAIT)
+        .wait_until("both resources registered anew", WAIT, |k| {
+            [GPU, "nvidia.com/dla"]
+                .iter()
+                .zip(&first_round)
+                .all(|(name, old)| {
+                    k.resource(name).is_some_and(|r| {
+                        !r.stopped && !r.history.is_empty() && Some(&r.endpoint) != old.as_ref()
+                    })
+                })
+        })
         .await
         .unwrap();
     sigterm(&plugin.0);
