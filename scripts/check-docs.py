@@ -40,10 +40,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 # The programs whose flags the docs name, and the scripts (with --help) they also name.
 PROGRAMS = ["edgegpu-device-plugin", "edgegpu-labeller", "edgegpu-dra-driver", "edgegpu-node-setup", "devicequery"]
-# The programs of the multi-call binary `edgegpu` (edgegpu/src/main.rs), run as
-# `edgegpu SUBCOMMAND`; the others are binaries of their own.
-MULTI_CALL = {"edgegpu-device-plugin": "device-plugin", "edgegpu-labeller": "labeller",
-              "edgegpu-dra-driver": "dra-driver"}
+# The programs of the multi-call binary `edgegpu`, run as `edgegpu SUBCOMMAND`, from its own
+# dispatch table (edgegpu/src/main.rs: installed name -> subcommand); the others are binaries
+# of their own.
+MULTI_CALL = {installed: subcommand for subcommand, installed in re.findall(
+    r'subcommand: "([^"]+)",\s*installed_as: "([^"]+)"', (REPO / "edgegpu/src/main.rs").read_text())}
 SCRIPTS = {
     "scripts/e2e-node.sh": ["--help"],
     "scripts/build-images.sh": ["--help"],
@@ -447,6 +448,8 @@ def main():
                              "(default: <target>/debug)")
     args = parser.parse_args()
     bin_dir = args.bin_dir or target_dir() / "debug"
+    if not MULTI_CALL:
+        sys.exit("check-docs: no program found in edgegpu/src/main.rs's dispatch table (PROGRAMS)")
     binaries = {Path(program_command(bin_dir, p)[0]) for p in PROGRAMS}
     missing = sorted(b.name for b in binaries if not b.is_file())
     if missing:

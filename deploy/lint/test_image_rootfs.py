@@ -57,8 +57,9 @@ def expected_tree(arch, image):
     return tree
 
 
-# The programs of the multi-call binary in the plugin image (edgegpu/src/main.rs).
-MULTI_CALL_PROGRAMS = ["edgegpu-device-plugin", "edgegpu-dra-driver", "edgegpu-labeller"]
+# The programs of the multi-call binary in the plugin image: the names its dispatch table
+# (edgegpu/src/main.rs) answers to, each of which must be a link in the image.
+MULTI_CALL_PROGRAMS = re.findall(r'installed_as: "([^"]+)"', (REPO / "edgegpu/src/main.rs").read_text())
 
 
 def actual_tree(root):
@@ -103,6 +104,7 @@ class AssembleRootfsTest(unittest.TestCase):
                               check=False)
 
     def test_each_image_gets_exactly_its_tree(self):
+        self.assertTrue(MULTI_CALL_PROGRAMS, "no program in edgegpu/src/main.rs's dispatch table")
         for image in ["edgegpu-device-plugin", "devicequery", "edgegpu-node-setup"]:
             for arch, triple in TRIPLES.items():
                 with self.subTest(image=image, arch=arch):

@@ -60,6 +60,12 @@ impl Snapshot {
         })
     }
 
+    /// [`Snapshot::take`] on tokio's blocking pool: for a round that runs on the runtime.
+    pub async fn take_off_runtime(root: &Path, args: &GpuArgs) -> anyhow::Result<Snapshot> {
+        let (root, args) = (root.to_path_buf(), args.clone());
+        tokio::task::spawn_blocking(move || Snapshot::take(&root, &args)).await?
+    }
+
     /// The GPUs found, if any.
     pub fn gpus_found(&self) -> Option<&Discovered> {
         self.discovered.as_ref().ok()

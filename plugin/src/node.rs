@@ -58,16 +58,11 @@ pub async fn build_round(
     resource_name: &str,
     args: &GpuArgs,
 ) -> anyhow::Result<Round> {
-    // Reading the config file and the host's device files blocks: not on the runtime thread.
-    let snapshot = {
-        let (root, args) = (root.to_path_buf(), args.clone());
-        tokio::task::spawn_blocking(move || Snapshot::take(&root, &args)).await??
-    };
     let Snapshot {
         config,
         discovered,
         facts,
-    } = snapshot;
+    } = Snapshot::take_off_runtime(root, args).await?;
     let gpus = resources_of_discovery(root, resource_name, &config, discovered).await?;
     let engines = if args.engines == Some(false) {
         Vec::new()

@@ -58,44 +58,58 @@ const PROGRAM_SOURCES: [&str; 9] = [
 /// so a missing binary, or one older than the sources it is built from, stops the test with
 /// the command that fixes it instead of running old code.
 pub fn program(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("the test's own executable");
-    // target/[TRIPLE/]PROFILE/deps/TEST-HASH -> target/[TRIPLE/]PROFILE
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("a test executable inside cargo's target directory");
-    let binary = dir.join(MULTI_CALL_BINARY);
-    let built = match std::fs::metadata(&binary).and_then(|m| m.modified()) {
-        Ok(t) => t,
-        Err(e) => panic!(
-            "{}: {e}; build it with `cargo build -p edgegpu` (cargo test --workspace does)",
-            binary.display()
-        ),
-    };
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    if let Some(newer) = PROGRAM_SOURCES
-        .iter()
-        .find_map(|krate| newer_file(&workspace.join(krate).join("src"), built))
-    {
-        panic!(
-            "{} is older than {}: rebuild it with `cargo build -p edgegpu` \
-             (cargo test --workspace does)",
-            binary.display(),
-            newer.display()
-        );
-    }
+    let dir = multi_call_dir();
     let link = dir.join(name);
     if std::fs::read_link(&link).is_ok_and(|to| to == Path::new(MULTI_CALL_BINARY)) {
         return link;
     }
-    // Tests of one binary run in parallel: make the link under a private name, then rename
-    // it over whatever is there (an old program binary of that name, a link of another run).
-    let private = dir.join(format!(".{name}.{}", std::process::id()));
+    // Tests run in parallel, in threads and in processes: make the link under a name private
+    // to this call, then rename it over whatever is there (an old program binary of that
+    // name, a link another test just made).
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let private = dir.join(format!(".{name}.{}.{call}", std::process::id()));
     let _ = std::fs::remove_file(&private);
     std::os::unix::fs::symlink(MULTI_CALL_BINARY, &private)
         .and_then(|()| std::fs::rename(&private, &link))
         .unwrap_or_else(|e| panic!("cannot link {} to {MULTI_CALL_BINARY}: {e}", link.display()));
     link
+}
+
+/// The folder of the multi-call binary, checked once per test process (the staleness check
+/// walks the sources of every crate linked into it).
+fn multi_call_dir() -> &'static Path {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let exe = std::env::current_exe().expect("the test's own executable");
+        // target/[TRIPLE/]PROFILE/deps/TEST-HASH -> target/[TRIPLE/]PROFILE
+        let dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("a test executable inside cargo's target directory")
+            .to_path_buf();
+        let binary = dir.join(MULTI_CALL_BINARY);
+        let built = match std::fs::metadata(&binary).and_then(|m| m.modified()) {
+            Ok(t) => t,
+            Err(e) => panic!(
+                "{}: {e}; build it with `cargo build -p edgegpu` (cargo test --workspace does)",
+                binary.display()
+            ),
+        };
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        if let Some(newer) = PROGRAM_SOURCES
+            .iter()
+            .find_map(|krate| newer_file(&workspace.join(krate).join("src"), built))
+        {
+            panic!(
+                "{} is older than {}: rebuild it with `cargo build -p edgegpu` \
+                 (cargo test --workspace does)",
+                binary.display(),
+                newer.display()
+            );
+        }
+        dir
+    })
 }
 
 /// The environment variable naming the multi-call binary the benchmarks measure instead of

@@ -385,6 +385,12 @@ class RecipeFacts:
         self.units = {}  # unit file name -> package
         self.rdepends = {}  # package -> RDEPENDS
 
+    def package_of(self, name):
+        """The package a binary, or a link of the multi-call binary, ships in."""
+        if name in self.links:
+            name = MULTI_CALL_BINARY
+        return PROGRAM_PACKAGES.get(name)
+
 
 def check_recipe(layer, repo, workspace, report, strict_srcrev=False):
     facts = RecipeFacts()
@@ -551,11 +557,9 @@ def check_recipe(layer, repo, workspace, report, strict_srcrev=False):
         )
     if facts.links and not re.search(r"ln -s %s \$\{D\}\$\{bindir\}/\$program" % MULTI_CALL_BINARY, recipe.text):
         report.error(recipe.rel, f"must install EDGEGPU_MULTI_CALL_PROGRAMS as links to {MULTI_CALL_BINARY}")
-    for link in facts.links:
-        PROGRAM_PACKAGES.setdefault(link, PROGRAM_PACKAGES[MULTI_CALL_BINARY])
     for name in list(facts.bins) + list(facts.links):
         owners = [p for p, files in facts.files.items() if f"${{bindir}}/{name}" in files]
-        expected = PROGRAM_PACKAGES.get(name)
+        expected = facts.package_of(name)
         if owners != [expected]:
             report.error(
                 recipe.loc("FILES", expected),
@@ -1064,7 +1068,7 @@ def check_units(layer, repo, facts, report, run_verify=True):
             if name not in facts.bins and name not in facts.links:
                 report.error(rel, f"runs {binary}, which the recipe does not build")
             elif package is not None:
-                owner = PROGRAM_PACKAGES.get(name)
+                owner = facts.package_of(name)
                 if owner != package and owner not in facts.rdepends.get(package, []):
                     report.error(
                         rel, f"runs {binary} from {owner}, but {package} neither ships nor RDEPENDS on it"

@@ -44,11 +44,7 @@ pub async fn build_served(
     resource_name: &str,
     args: &GpuArgs,
 ) -> anyhow::Result<ServedNode> {
-    // Reading the config file and the host's device files blocks: not on the runtime thread.
-    let snapshot = {
-        let (args, root) = (args.clone(), root.to_path_buf());
-        tokio::task::spawn_blocking(move || Snapshot::take(&root, &args)).await??
-    };
+    let snapshot = Snapshot::take_off_runtime(root, args).await?;
     served_of_discovery(root, resource_name, &snapshot.config, snapshot.discovered).await
 }
 
