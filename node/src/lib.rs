@@ -30,6 +30,7 @@ pub mod ownership;
 pub mod quantity;
 pub mod registration;
 pub mod resource_name;
+pub mod rounds;
 pub mod runtime;
 pub mod serving;
 pub mod shutdown;
