@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 use clap::Parser;
 use edgegpu_node::facts::NodeFacts;
-use edgegpu_node::{gpu, labels, logging, mps, ownership, runtime, shutdown};
+use edgegpu_node::{gpu, labels, logging, mps, ownership, rounds, runtime, shutdown};
 
 pub use allocate::GpuResource;
 pub use cli::Cli;
@@ -64,19 +64,21 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     runtime::run_to_exit(run(cli))
 }
 
-/// Why a round of serving ended.
-enum RoundEnd {
-    Shutdown,
-    Rebuild(String),
-    /// The MIG geometry changed: settle it before rebuilding.
-    Reconfigured,
+/// The plugin's own reason to end a round: the MIG geometry changed (settle it before
+/// rebuilding).
+struct MigGeometryChanged;
+
+impl std::fmt::Display for MigGeometryChanged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the MIG geometry changed")
+    }
 }
 
 /// Runs the plugin as the command line describes, until SIGTERM/SIGINT. A SIGHUP or a changed
 /// MIG geometry ends the round: every resource is stopped (sockets removed), discovery runs
 /// again and the resources it finds are served and registered anew.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
-    let mut signals = shutdown::ShutdownSignals::install()?;
+    let signals = shutdown::ShutdownSignals::install()?;
     tracing::info!(
         "Starting edgegpu device plugin {} for '{}'",
         cli::VERSION,
@@ -86,7 +88,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let mut metrics = MetricsEndpoint::bind(&cli).await?;
     // One set of options (and registration counters) for every round.
     let options = cli.lifecycle_options();
-    let result = serve_rounds(&cli, &options, &mut signals, &mut metrics).await;
+    let owned = ownership::Ownerships::new(cli.ownership_dir(), "edgegpu-device-plugin");
+    let mut plugin = PluginRounds {
+        cli: &cli,
+        options: &options,
+        metrics: &mut metrics,
+    };
+    let result = rounds::serve_rounds(&mut plugin, signals, owned).await;
     metrics.stop();
     if let Some(path) = cli.feature_file() {
         remove_feature_file(path).await;
@@ -94,91 +102,99 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     result
 }
 
-/// Round after round: discover, serve until a signal or a MIG reconfiguration, rebuild.
-/// `Ok` on SIGTERM/SIGINT.
-async fn serve_rounds(
-    cli: &Cli,
-    options: &LifecycleOptions,
-    signals: &mut shutdown::ShutdownSignals,
-    metrics: &mut MetricsEndpoint,
-) -> anyhow::Result<()> {
-    // After a MIG geometry change (or a rebuild that met a refused geometry): wait until the
-    // geometry is valid and stable before serving it; never exit for a geometry met while
-    // running, which is what reconfigurations pass through.
-    let mut settle = false;
-    let mut first_round = true;
-    let mut owned = ownership::Ownerships::new(cli.ownership_dir(), "edgegpu-device-plugin");
-    loop {
-        if settle {
-            tokio::select! {
-                r = node::settle_mig_geometry(&cli.root, &cli.resource_name, &cli.gpu) => r?,
-                _ = signals.recv() => return Ok(()),
+/// The plugin's rounds ([`rounds::serve_rounds`]): discover, serve until a signal, a
+/// takeover or a MIG reconfiguration, rebuild.
+struct PluginRounds<'a> {
+    cli: &'a Cli,
+    options: &'a LifecycleOptions,
+    metrics: &'a mut MetricsEndpoint,
+}
+
+impl rounds::Rounds for PluginRounds<'_> {
+    type Found = node::Round;
+    type End = MigGeometryChanged;
+    const REBUILDING: &'static str = "Rebuilding the resources";
+
+    /// The round's one discovery: the GPU resources, the engines and the feature file's
+    /// labels all read it.
+    async fn discover(
+        &mut self,
+        after: Option<&rounds::RoundEnd<MigGeometryChanged>>,
+    ) -> anyhow::Result<node::Round> {
+        let cli = self.cli;
+        // After a MIG geometry change (or a rebuild that met a refused geometry): wait until
+        // the geometry is valid and stable before serving it; never exit for a geometry met
+        // while running, which is what reconfigurations pass through.
+        let mut settle = matches!(after, Some(rounds::RoundEnd::Program(MigGeometryChanged)));
+        loop {
+            if settle {
+                node::settle_mig_geometry(&cli.root, &cli.resource_name, &cli.gpu).await?;
             }
-            settle = false;
+            match node::build_round(&cli.root, &cli.resource_name, &cli.gpu).await {
+                // Changed again between settling and discovery: settle again.
+                Err(e)
+                    if after.is_some()
+                        && e.downcast_ref::<node::InvalidMigGeometry>().is_some() =>
+                {
+                    settle = true;
+                }
+                round => return round,
+            }
         }
-        // The round's one discovery: the GPU resources, the engines and the feature file's
-        // labels all read it.
-        let round = tokio::select! {
-            round = node::build_round(&cli.root, &cli.resource_name, &cli.gpu) => round,
-            _ = signals.recv() => return Ok(()),
-        };
-        let node::Round {
-            gpus: node,
-            mut engines,
-            facts,
-        } = match round {
-            Ok(round) => round,
-            // Changed again between settling and discovery: settle again.
-            Err(e) if !first_round && e.downcast_ref::<node::InvalidMigGeometry>().is_some() => {
-                settle = true;
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        first_round = false;
-        // Serve only the kinds this plugin holds (docs/dra.md): the others wait for a
-        // takeover, which ends the round.
-        let kinds: Vec<ownership::DeviceKind> = node
+    }
+
+    fn kinds(&self, round: &node::Round) -> Vec<ownership::DeviceKind> {
+        round
+            .gpus
             .resources
             .iter()
             .map(|_| ownership::DeviceKind::Gpu)
             .chain(
-                engines
+                round
+                    .engines
                     .iter()
                     .map(|e| ownership::DeviceKind::from(e.kind())),
             )
-            .collect();
-        owned.acquire(&kinds)?;
-        let mut node = node;
-        // Every GPU resource (MIG and shared replicas included) hands out GPUs.
+            .collect()
+    }
+
+    async fn serve(
+        &mut self,
+        round: node::Round,
+        held: &[ownership::DeviceKind],
+        until: rounds::Until<'_, MigGeometryChanged>,
+    ) -> anyhow::Result<()> {
+        let node::Round {
+            gpus: mut node,
+            mut engines,
+            facts,
+        } = round;
+        // Serve only the kinds this plugin holds (docs/dra.md): the others wait for a
+        // takeover, which ends the round. Every GPU resource (MIG and shared replicas
+        // included) hands out GPUs.
         node.resources
-            .retain(|_| owned.holds(ownership::DeviceKind::Gpu));
-        engines.retain(|e| owned.holds(e.kind().into()));
+            .retain(|_| held.contains(&ownership::DeviceKind::Gpu));
+        engines.retain(|e| held.contains(&e.kind().into()));
+        let cli = self.cli;
         if let Some(path) = cli.feature_file() {
             publish_feature_file(path, &node.resources, facts).await;
         }
-        metrics.describe(cli, &node.resources, options).await?;
-        metrics.describe_engines(cli, &engines);
-        match serve_round(node, engines, options, signals, &mut owned, &kinds).await? {
-            RoundEnd::Rebuild(why) => tracing::info!("Rebuilding the resources: {why}"),
-            RoundEnd::Reconfigured => {
-                tracing::info!("Rebuilding the resources: the MIG geometry changed");
-                settle = true;
-            }
-            RoundEnd::Shutdown => return Ok(()),
-        }
+        self.metrics
+            .describe(cli, &node.resources, self.options)
+            .await?;
+        self.metrics.describe_engines(cli, &engines);
+        serve_round(node, engines, self.options, until).await
     }
 }
 
-/// Serves one round's resources until a signal or (MIG strategies) a changed geometry.
+/// Serves one round's resources until a signal, a takeover or (MIG strategies) a changed
+/// geometry.
 async fn serve_round(
     node: NodeResources,
     engines: Vec<Arc<engine_resource::EngineResource>>,
     options: &LifecycleOptions,
-    signals: &mut shutdown::ShutdownSignals,
-    owned: &mut ownership::Ownerships,
-    kinds: &[ownership::DeviceKind],
-) -> anyhow::Result<RoundEnd> {
+    until: rounds::Until<'_, MigGeometryChanged>,
+) -> anyhow::Result<()> {
     let NodeResources {
         resources,
         mut reconfigured,
@@ -192,24 +208,13 @@ async fn serve_round(
                 .map(|r| r as Arc<dyn resource::Resource>),
         )
         .collect();
-    let (end_tx, mut end_rx) = tokio::sync::mpsc::channel::<RoundEnd>(1);
-    let stop = async {
-        let end = tokio::select! {
-            shutdown = signals.shutdown_or_hangup() => if shutdown {
-                RoundEnd::Shutdown
-            } else {
-                RoundEnd::Rebuild("SIGHUP".into())
-            },
-            _ = async {
-                // No MIG watch (its sender is gone): nothing will ever change.
-                if reconfigured.wait_for(|c| *c).await.is_err() {
-                    std::future::pending::<()>().await;
-                }
-            } => RoundEnd::Reconfigured,
-            taken = owned.take_over(kinds) => RoundEnd::Rebuild(taken.to_string()),
-        };
-        let _ = end_tx.send(end).await;
-    };
+    let stop = until.end_or(async move {
+        // No MIG watch (its sender is gone): nothing will ever change.
+        if reconfigured.wait_for(|c| *c).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+        MigGeometryChanged
+    });
     if resources.is_empty() {
         // Every kind is served by the DRA driver: nothing to register, wait for a signal or a
         // takeover (serve_all would return at once).
@@ -217,7 +222,7 @@ async fn serve_round(
     } else {
         serve_all(resources, options.clone(), stop).await?;
     }
-    Ok(end_rx.recv().await.unwrap_or(RoundEnd::Shutdown))
+    Ok(())
 }
 
 /// `/metrics`: bound once, before discovery; it outlives the rounds, starting with the first

@@ -467,6 +467,19 @@ async fn a_gpu_locked_by_the_dra_driver_is_not_advertised_until_released() {
     drop(held);
     let registered = kubelet.wait_for_registration(GPU, WAIT).await.unwrap();
     assert!(!registered.devices.is_empty());
+    // The rebuild names the holder its lock file named (here the test, as the DRA driver).
+    while !log
+        .contains("Rebuilding the resources: took over the gpu devices edgegpu-dra-driver pid")
+    {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                log.push_str(&line);
+                log.push('\n');
+            }
+            Err(_) => panic!("no takeover logged:\n{log}"),
+        }
+    }
     let text = std::fs::read_to_string(locks.path().join("gpu.lock")).unwrap();
     assert_eq!(
         text,
