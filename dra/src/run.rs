@@ -13,6 +13,7 @@ use std::time::Duration;
 use clap::Parser;
 use edgegpu_apiclient::ApiServer;
 use edgegpu_node::ownership::{DeviceKind, Ownerships};
+use edgegpu_node::rounds::{self, RoundEnd, Until};
 use edgegpu_node::shutdown::ShutdownSignals;
 use edgegpu_node::snapshot::Snapshot;
 use edgegpu_node::{logging, runtime};
@@ -44,15 +45,9 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     runtime::run_to_exit(run(cli))
 }
 
-/// Why a round ended.
-enum RoundEnd {
-    Shutdown,
-    Rebuild(String),
-}
-
 /// Runs the driver until SIGTERM/SIGINT.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
-    let mut signals = ShutdownSignals::install()?;
+    let signals = ShutdownSignals::install()?;
     tracing::info!(
         "Starting edgegpu DRA driver {} on node {}",
         crate::cli::VERSION,
@@ -67,26 +62,64 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             )
             .await?,
     );
-    let mut owned = Ownerships::new(cli.ownership_dir(), "edgegpu-dra-driver");
-    loop {
-        let root = cli.root.clone();
-        let (gpu, node) = (cli.gpu.clone(), cli.api.node_name.clone());
-        let (mut inventory, snapshot) = tokio::select! {
-            d = tokio::task::spawn_blocking(move || discover(&root, &gpu, &node)) => d??,
-            _ = signals.recv() => return Ok(()),
-        };
-        let wanted: Vec<DeviceKind> = kinds_of(&inventory)
+    let owned = Ownerships::new(cli.ownership_dir(), "edgegpu-dra-driver");
+    rounds::serve_rounds(
+        &mut DriverRounds {
+            cli: &cli,
+            api: &api,
+        },
+        signals,
+        owned,
+    )
+    .await
+}
+
+/// The driver's rounds ([`rounds::serve_rounds`]): discover, publish and serve until a signal
+/// or a takeover, rebuild.
+struct DriverRounds<'a> {
+    cli: &'a Cli,
+    api: &'a Arc<ApiServer>,
+}
+
+impl rounds::Rounds for DriverRounds<'_> {
+    type Found = Round;
+    type End = std::convert::Infallible;
+    const REBUILDING: &'static str = "Rebuilding";
+
+    async fn discover(&mut self, _after: Option<&RoundEnd>) -> anyhow::Result<Round> {
+        let root = self.cli.root.clone();
+        let (gpu, node) = (self.cli.gpu.clone(), self.cli.api.node_name.clone());
+        let (inventory, snapshot) =
+            tokio::task::spawn_blocking(move || discover(&root, &gpu, &node)).await??;
+        Ok(Round {
+            inventory,
+            snapshot,
+        })
+    }
+
+    /// The kinds found that `--devices` lets this driver serve.
+    fn kinds(&self, round: &Round) -> Vec<DeviceKind> {
+        kinds_of(&round.inventory)
             .into_iter()
-            .filter(|k| cli.devices.contains(k))
-            .collect();
-        owned.acquire(&wanted)?;
+            .filter(|k| self.cli.devices.contains(k))
+            .collect()
+    }
+
+    async fn serve(
+        &mut self,
+        mut round: Round,
+        held: &[DeviceKind],
+        until: Until<'_, std::convert::Infallible>,
+    ) -> anyhow::Result<()> {
+        let cli = self.cli;
+        let inventory = &mut round.inventory;
         inventory.devices.retain(|d| {
             let kind = d.kind.kind();
-            cli.devices.contains(&kind) && owned.holds(kind)
+            cli.devices.contains(&kind) && held.contains(&kind)
         });
         inventory.engines.retain(|e| {
             let kind = DeviceKind::from(e.kind);
-            cli.devices.contains(&kind) && owned.holds(kind)
+            cli.devices.contains(&kind) && held.contains(&kind)
         });
         tracing::info!(
             devices = inventory.devices.len(),
@@ -98,14 +131,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
-        let round = Round {
-            inventory,
-            snapshot,
-        };
-        match serve_round(&cli, &api, round, &mut signals, &mut owned, &wanted).await? {
-            RoundEnd::Shutdown => return Ok(()),
-            RoundEnd::Rebuild(why) => tracing::info!("Rebuilding: {why}"),
-        }
+        serve_round(cli, self.api, round, until).await
     }
 }
 
@@ -140,10 +166,8 @@ async fn serve_round(
     cli: &Cli,
     api: &Arc<ApiServer>,
     round: Round,
-    signals: &mut ShutdownSignals,
-    owned: &mut Ownerships,
-    wanted: &[DeviceKind],
-) -> anyhow::Result<RoundEnd> {
+    until: Until<'_, std::convert::Infallible>,
+) -> anyhow::Result<()> {
     let options = NodeOptions {
         plugin_dir: cli.plugin_dir(),
         cdi_dir: cli.cdi_dir.clone(),
@@ -215,23 +239,15 @@ async fn serve_round(
         registry_dir: cli.kubelet_registry_dir.clone(),
         plugin_dir: cli.plugin_dir(),
     };
-    let (end_tx, mut end_rx) = tokio::sync::mpsc::channel::<RoundEnd>(1);
-    let stop = async {
-        let end = tokio::select! {
-            shutdown = signals.shutdown_or_hangup() => if shutdown {
-                RoundEnd::Shutdown
-            } else {
-                RoundEnd::Rebuild("SIGHUP".into())
-            },
-            taken = owned.take_over(wanted) => RoundEnd::Rebuild(taken.to_string()),
-        };
-        let _ = end_tx.send(end).await;
-    };
-    let served = kubelet::serve(node.clone() as Arc<dyn kubelet::Driver>, options, stop).await;
+    let served = kubelet::serve(
+        node.clone() as Arc<dyn kubelet::Driver>,
+        options,
+        until.end(),
+    )
+    .await;
     tasks.abort_all();
     drop(gpu_resources);
-    served?;
-    Ok(end_rx.recv().await.unwrap_or(RoundEnd::Shutdown))
+    served
 }
 
 /// Keeps the API server's slices equal to the node's devices: at start (retried with
