@@ -37,7 +37,8 @@
 #     each release with its own shim); a folder without the shim is fetched again.
 #     Both are fetched with apt-get download into a private apt state directory: nothing is
 #     installed and the system's apt sources stay as they are.
-#   - rustup: the 1.75 toolchain (MSRV check) and the cross targets.
+#   - rustup: the 1.75 toolchain with the aarch64 target (the aarch64 tests are built with it: the
+#     MSRV check) and the cross targets.
 # Usage: scripts/setup.sh            (everything)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -154,6 +155,11 @@ for target in "${TARGETS[@]}"; do
         rustup target add "$target"
     fi
 done
+# The aarch64 test lane of scripts/test.sh builds with the MSRV toolchain.
+if ! rustup target list --installed --toolchain "$MSRV" | grep -qx aarch64-unknown-linux-gnu; then
+    log "rustup target add --toolchain $MSRV aarch64-unknown-linux-gnu"
+    rustup target add --toolchain "$MSRV" aarch64-unknown-linux-gnu
+fi
 for component in rustfmt clippy; do
     rustup component list --installed | grep -q "^$component" || rustup component add "$component"
 done

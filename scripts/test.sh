@@ -1,20 +1,37 @@
 #!/usr/bin/env bash
 # All the checks, as CI runs them (.ci/run calls exactly this). Installs what is missing first.
-#   1. formatting, module import cycles and the crate graph (no program imports another), 2. clippy (deny warnings), 3. the test suite
-#   (x86_64), every benchmark once in smoke mode (a few iterations, figures printed, nothing
-#   asserted on time), and the docs
-#   checked against the programs the tests built (scripts/check-docs.py),
-#   4. MSRV: cargo +1.75 check --locked, 5. manifest and Yocto layer checks,
-#   6. release cross-builds (glibc 2.17 / static checks, size table), and the container images
+#   1. formatting, module import cycles and the crate graph (no program imports another),
+#   2. clippy (deny warnings), 3. the test suite (x86_64), every benchmark once in smoke mode
+#   (a few iterations, figures printed, nothing asserted on time), and the docs checked against
+#   the programs the tests built (scripts/check-docs.py),
+#   4. release cross-builds (glibc 2.17 / static checks, size table), and the container images
 #      built from them (sizes, smoke runs, reproducibility), then the CRI end-to-end test
 #      (e2e/: real containerd releases run devicequery pods from dist/'s image),
-#   7. Debian packages, offline bundles and SBOMs from them (scripts/build-packages.sh: lintian,
+#   5. Debian packages, offline bundles and SBOMs from them (scripts/build-packages.sh: lintian,
 #      dpkg install/upgrade/remove/purge in a debootstrap root, k3s's air-gap import in containerd),
-#   8. the test suite for aarch64 under qemu-user.
+#   6. the test suite for aarch64 under qemu-user, built with Rust 1.75 (the MSRV, the compiler
+#      Yocto 5.0 builds the layer with): that build is the MSRV check of every target,
+#   7. manifest and Yocto layer checks.
+# Three lanes run side by side on CI's two cores (docs/development.md "CI"): the x86_64 lane
+# (1-5) in the foreground; the aarch64 lane (6) from the moment the x86_64 tests are built;
+# the manifest and layer lane (7, Python only) from the start. Builds and Python checks run
+# at a lower CPU priority than test runs, so a test waiting on a timeout is never starved by
+# a compiler. A lane's output is printed when it ends; the run fails if any lane failed.
 # Usage: scripts/test.sh [--skip-setup]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+case "${1:-}" in
+"" | --skip-setup) ;;
+-h | --help)
+    awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"
+    exit 0
+    ;;
+*)
+    echo "scripts/test.sh: unknown option '$1' (see --help)" >&2
+    exit 2
+    ;;
+esac
 [ "${1:-}" = --skip-setup ] || scripts/setup.sh
 
 export PATH="$PWD/.tools/venv/bin:$PATH"
@@ -24,9 +41,73 @@ export CARGO_TERM_COLOR=never
 export EDGEGPU_REQUIRE_REAL_TOOLS=1
 MSRV=1.75
 AARCH64_SYSROOT=/usr/aarch64-linux-gnu
+# The aarch64 lane's own build folder: its compiler (1.75) shares no artifact with the
+# x86_64 lane's, and cargo holds a build folder's lock for a whole `cargo test`, so one
+# folder would make the lanes wait for each other.
+AARCH64_TARGET_DIR=target/msrv-aarch64
+LANES=target/ci-lanes
+rm -rf "$LANES" && mkdir -p "$LANES"
 
-started=$SECONDS
-step() { printf '\n==> [%4ds] %s\n' $((SECONDS - started)) "$*"; }
+# Wall-clock seconds (bash's SECONDS restarts in the lanes' subshells).
+started=$(date +%s)
+step() { printf '\n==> [%4ds] %s\n' $(($(date +%s) - started)) "$*"; }
+# Builds and Python checks yield the CPU to test runs.
+low() { nice -n 10 "$@"; }
+
+# --- lane: manifests and the Yocto layer (Python, no cargo) ------------------------------------
+manifest_lane() {
+    step "manifests: yamllint + schema validation"
+    low scripts/validate-manifests.sh
+    step "Yocto layer checks"
+    low scripts/check-yocto.sh
+}
+
+# --- lane: aarch64 ------------------------------------------------------------------------------
+aarch64_lane() {
+    local runner="qemu-aarch64-static -L $AARCH64_SYSROOT"
+    export CARGO_TARGET_DIR=$AARCH64_TARGET_DIR
+    export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
+    export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$runner"
+    export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc
+    export EDGEGPU_TEST_RUNNER="$runner"
+    step "cargo +$MSRV test --workspace --all-targets --no-run (aarch64; the MSRV check)"
+    low cargo "+$MSRV" test --workspace --all-targets --locked --target aarch64-unknown-linux-gnu --no-run
+    step "cargo +$MSRV test --workspace (aarch64 under qemu-user)"
+    cargo "+$MSRV" test --workspace --locked --target aarch64-unknown-linux-gnu
+}
+
+lane_pids=() lane_names=()
+start_lane() { # NAME FUNCTION
+    # Its own process group (job control on for this one job), so that it can be stopped whole.
+    set -m
+    ("$2") >"$LANES/$1.log" 2>&1 &
+    set +m
+    lane_pids+=($!) lane_names+=("$1")
+    step "lane '$1' started (its output follows when it ends)"
+}
+join_lanes() {
+    local i failed=0
+    trap - EXIT
+    for i in "${!lane_pids[@]}"; do
+        if wait "${lane_pids[$i]}"; then
+            step "lane '${lane_names[$i]}' passed; its output:"
+        else
+            step "lane '${lane_names[$i]}' FAILED; its output:"
+            failed=1
+        fi
+        cat "$LANES/${lane_names[$i]}.log"
+    done
+    return $failed
+}
+# A failing foreground step ends the run: stop the lanes with it, then show what they printed.
+stop_lanes() {
+    local pid
+    for pid in "${lane_pids[@]}"; do kill -- "-$pid" 2>/dev/null || true; done
+    tail -n 40 "$LANES"/*.log 2>/dev/null || true
+}
+trap stop_lanes EXIT
+
+start_lane manifests manifest_lane
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
@@ -42,6 +123,11 @@ python3 scripts/check-crate-graph.py
 step "cargo clippy --workspace --all-targets -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+step "cargo test --workspace --no-run (x86_64)"
+cargo test --workspace --locked --no-run
+
+start_lane aarch64 aarch64_lane
+
 step "cargo test --workspace (x86_64)"
 cargo test --workspace --locked
 
@@ -54,36 +140,22 @@ EDGEGPU_BENCH_SMOKE=1 cargo test --workspace --locked --bench '*'
 step "docs in step with the code: flags, programs, Job names, figures (scripts/check-docs.py)"
 python3 scripts/check-docs.py
 
-step "cargo +$MSRV check --workspace --all-targets --locked"
-cargo "+$MSRV" check --workspace --all-targets --locked
-
-step "manifests: yamllint + schema validation"
-scripts/validate-manifests.sh
-
-step "Yocto layer checks"
-scripts/check-yocto.sh
-
 step "release cross-builds"
-scripts/build-release.sh dist
+low scripts/build-release.sh dist
 
 step "container images from dist/ (buildah, multi-arch OCI archives, smoke-run, built twice)"
 scripts/build-images.sh --smoke --reproducible dist
 
 # Needs dist/ (the release binaries and devicequery's image), hence after the images. x86_64
 # only: the fake driver libraries are x86_64 and containerd cannot run under qemu-user (the
-# aarch64 run below skips it as `#[ignore]`d).
+# aarch64 run skips it as `#[ignore]`d). `--workspace`: the features cargo unifies over the
+# whole workspace, so the test reuses what the x86_64 step built instead of rebuilding tokio & co.
 step "CRI end to end: containerd 1.6/1.7/2.1 run devicequery pods as the kubelet would (e2e/)"
-EDGEGPU_E2E_DIST=$PWD/dist cargo test -p edgegpu-e2e --test cri_e2e --locked -- --include-ignored --nocapture
+EDGEGPU_E2E_DIST=$PWD/dist cargo test --workspace --locked --test cri_e2e -- --include-ignored --nocapture
 
 step "packages, bundle, SBOM: lintian, dpkg cycle in a debootstrap root, k3s air-gap import"
 scripts/build-packages.sh dist
 
-step "cargo test --workspace (aarch64 under qemu-user)"
-runner="qemu-aarch64-static -L $AARCH64_SYSROOT"
-CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
-CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$runner" \
-CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc \
-EDGEGPU_TEST_RUNNER="$runner" \
-    cargo test --workspace --locked --target aarch64-unknown-linux-gnu
-
+step "waiting for the other lanes"
+join_lanes
 step "all checks passed"
