@@ -4,8 +4,8 @@
 //!
 //! Module map: [`effective`] (what
 //! the services actually load: units with drop-ins, k3s's settings, containerd imports,
-//! dockerd flags, and from those the runtime and CDI each engine uses), [`detect`] (what is
-//! installed, which mode), [`plan`] (compute every change in memory; `plan::cdi` for CDI
+//! dockerd flags, what is installed, and from those the runtime and CDI each engine uses),
+//! [`mode`] (the ways of wiring the runtime in), [`detect`] (which mode), [`plan`] (compute every change in memory; `plan::cdi` for CDI
 //! mode), [`ops`]
 //! (write / revert), [`formats`] (one module per file format: systemd unit, daemon.json,
 //! containerd TOML and k3s's Go templates, k3s YAML), [`state`] (manifest and backups),
@@ -20,6 +20,7 @@ pub mod detect;
 pub mod effective;
 pub mod formats;
 pub mod lock;
+pub mod mode;
 pub mod ops;
 pub mod plan;
 pub mod program;

@@ -12,14 +12,15 @@ use super::containerd::{
 };
 use super::docker::{self, Docker};
 use super::engine::{CONTAINERD, DOCKER, K3S};
+use super::inventory::Inventory;
 use super::k3s::K3s;
 use super::k3s_template;
 use super::packages::{self, Installed};
 use super::runtime::k3s_not_on_docker;
 use super::{Source, Sourced};
-use crate::detect::{ContainerdTarget, Inventory, Mode};
 use crate::formats::containerd::Flavor;
 use crate::formats::daemon_json::DaemonJson;
+use crate::mode::{ContainerdTarget, Mode};
 use edgegpu_host::error::{Result, SetupError};
 use edgegpu_host::root::HostRoot;
 

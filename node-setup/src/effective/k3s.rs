@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use super::engine::K3S;
+use super::engine::{CONTAINERD, K3S};
 use super::systemd::{Arg, Environment, Unit, DEFAULT_PATH};
 use super::{Source, Sourced};
 use crate::formats::k3s_yaml::{self, Entry};
@@ -19,6 +19,10 @@ use edgegpu_host::root::HostRoot;
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/rancher/k3s";
 /// Where k3s's containerd sockets and templates live, below the data dir.
 pub const TEMPLATE_SUBDIR: &str = "agent/etc/containerd";
+/// k3s renders its containerd config from `config-v3.toml.tmpl` if it exists, else
+/// `config.toml.tmpl` (config versions 3 and 2), else from its built-in template
+/// (k3s pkg/agent/containerd/config_linux.go).
+pub const K3S_TEMPLATES: [(&str, i64); 2] = [("config-v3.toml.tmpl", 3), ("config.toml.tmpl", 2)];
 
 /// Server or agent, from the unit's subcommand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,6 +209,48 @@ impl K3s {
     /// A short name for messages: the unit, or "k3s".
     pub fn name(&self) -> &str {
         self.unit.as_ref().map_or("k3s", |u| u.name.as_str())
+    }
+}
+
+/// How one k3s service runs its containers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum K3sEngine {
+    /// `--docker`: cri-dockerd and docker, whose default runtime decides.
+    Docker(Source),
+    /// `--container-runtime-endpoint` to the system containerd's socket.
+    SystemContainerd(Sourced<String>),
+    /// `--container-runtime-endpoint` to a socket node-setup does not know.
+    UnknownEndpoint(Sourced<String>),
+    /// The unit requires containerd.service (meta-virtualization's layout, where the
+    /// image's containerd serves k3s).
+    RequiresContainerdService(String),
+    /// k3s's own containerd, configured from its templates.
+    Embedded,
+}
+
+impl K3sEngine {
+    pub fn of(k: &K3s) -> K3sEngine {
+        if let Some(d) = k.enabled("docker") {
+            return K3sEngine::Docker(d.source);
+        }
+        if let Some(e) = k.setting(&["container-runtime-endpoint"]) {
+            let socket = e.value.trim_start_matches("unix://");
+            let system = [
+                "/run/containerd/containerd.sock",
+                "/var/run/containerd/containerd.sock",
+            ];
+            return if system.contains(&socket) {
+                K3sEngine::SystemContainerd(e)
+            } else {
+                K3sEngine::UnknownEndpoint(e)
+            };
+        }
+        if let Some(u) = &k.unit {
+            if u.depends_on(CONTAINERD.unit()) {
+                return K3sEngine::RequiresContainerdService(u.path.clone());
+            }
+        }
+        K3sEngine::Embedded
     }
 }
 

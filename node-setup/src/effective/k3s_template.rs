@@ -3,8 +3,9 @@
 //! their binaries. Shared by both modes' effective views and by `plan`.
 
 use super::containerd::{load_with_imports, Loaded};
-use super::k3s::K3s;
-use crate::detect::{Inventory, K3sVersion, K3S_TEMPLATES};
+use super::inventory::Inventory;
+use super::k3s::{K3s, K3S_TEMPLATES};
+use super::k3s_version::K3sVersion;
 use crate::formats::containerd::Flavor;
 use edgegpu_host::error::Result;
 use edgegpu_host::root::HostRoot;

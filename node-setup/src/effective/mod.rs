@@ -1,8 +1,9 @@
 //! What the services will actually load, as opposed to what one file says: systemd units
 //! merged with their drop-ins, k3s's settings from its command line and config files,
-//! containerd's config with its imports, dockerd's flags and daemon.json. On top of
-//! those, [`runtime`] and [`cdi`] say what each engine will use (the runtime, CDI) and
-//! why it would not be what was asked for. `plan` decides from these views, and `check`
+//! containerd's config with its imports, dockerd's flags and daemon.json; [`inventory`]:
+//! which of those are installed, and k3s's release ([`k3s_version`]). On top of those,
+//! [`runtime`] and [`cdi`] say what each engine will use (the runtime, CDI) in a given
+//! [`crate::mode::Mode`] and why it would not be what was asked for. `plan` decides from these views, and `check`
 //! reports the effective runtime and where it comes from.
 
 use std::fmt;
@@ -14,8 +15,10 @@ pub mod containerd;
 pub mod containerd_merge;
 pub mod docker;
 pub mod engine;
+pub mod inventory;
 pub mod k3s;
 pub mod k3s_template;
+pub mod k3s_version;
 pub mod packages;
 pub mod runtime;
 pub mod systemd;

@@ -6,8 +6,8 @@
 use std::path::Path;
 
 use super::model::{CheckItem, FileChange, Options, Plan};
-use crate::detect::{Inventory, K3sEngine};
-use crate::effective::k3s::{K3s, Role};
+use crate::effective::inventory::Inventory;
+use crate::effective::k3s::{K3s, K3sEngine, Role};
 use crate::effective::k3s_template::{Template, BASE_IMPORTS_DROP_INS};
 use crate::formats::containerd::Description;
 use crate::formats::unit::{self, UnitFile};

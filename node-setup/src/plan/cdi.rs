@@ -17,17 +17,19 @@ use std::path::Path;
 
 use super::builder::{finish_plan, Builder};
 use super::model::{CheckItem, Options, Plan};
-use crate::detect::{Choice, ContainerdTarget, Inventory, Mode, ModeRequest};
+use crate::detect::{Choice, ModeRequest};
 use crate::effective::cdi::{docker_release, has_dir, spec_dir, Specs, View, DEFAULT_SPEC_DIRS};
 use crate::effective::containerd::{effective_cdi, load_with_imports, Cdi, Containerd};
 use crate::effective::docker::Docker;
 use crate::effective::engine::DOCKER;
+use crate::effective::inventory::Inventory;
 use crate::effective::k3s::K3s;
 use crate::effective::k3s_template;
 use crate::effective::runtime;
 use crate::effective::Source;
 use crate::formats::containerd::{self, CdiWant, Flavor};
 use crate::formats::daemon_json::{self, DaemonJson};
+use crate::mode::{ContainerdTarget, Mode};
 use crate::restart::Service;
 use edgegpu_host::error::{Result, SetupError};
 

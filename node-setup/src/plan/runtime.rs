@@ -6,16 +6,17 @@ use std::path::Path;
 
 use super::builder::{finish_plan, Builder};
 use super::model::{CheckItem, Options, Plan};
-use crate::detect::{ContainerdTarget, Inventory, Mode};
 use crate::effective::containerd::Containerd;
 use crate::effective::containerd_merge::{system_merges, Layer, Merge, MergedCri};
 use crate::effective::docker::Docker;
+use crate::effective::inventory::Inventory;
 use crate::effective::k3s::K3s;
 use crate::effective::k3s_template::{self, EXTRA_SEARCH_DIRS};
 use crate::effective::runtime::View;
 use crate::effective::systemd::DEFAULT_PATH;
 use crate::formats::containerd::{self, CopyFrom, DefaultRuntime, Flavor, RuntimeCopy, Want};
 use crate::formats::{daemon_json, k3s_yaml, Edit};
+use crate::mode::{ContainerdTarget, Mode};
 use crate::restart::Service;
 use crate::runtime_spec::RuntimeSpec;
 use edgegpu_host::error::{Result, SetupError};
