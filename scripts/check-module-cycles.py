@@ -18,7 +18,16 @@ cycle. Comments and string literals are ignored, and so are a `#[cfg(test)]` mod
 references to its parent (a test module may see what it tests).
 
 Every strongly connected component of more than one file is printed with the references
-that make its edges; the exit status is 1 when there is any, else "no cycles in N crates".
+that make its edges.
+
+Folders too: under each module, every child module is collapsed with all its descendants into
+one node (`effective/` stands for effective/mod.rs and every file below it), and a reference
+between files under two different children is an edge between those children. A component of
+more than one child, one of them a folder (a child with files of its own below it), is a folder
+cycle: `detect.rs` using `effective::k3s` while `effective/runtime.rs` uses `detect`'s types
+is one even though no file cycle exists. It is printed with the references that make it.
+
+The exit status is 1 when there is any cycle, else "no cycles in N crates".
 
 Usage: scripts/check-module-cycles.py [--root DIR] [--exclude CRATE_DIR]... [--self-test]
 """
@@ -256,6 +265,33 @@ class Target:
             module.children[name] = child
             self.add_file_module(child)
 
+    def file_module_path(self, file):
+        """The module path of `file`'s own (non-inline) module."""
+        return self.file_modules[file][0].path
+
+    def folder_edges(self, edges):
+        """{parent path: {(child, child): [(from_file, to_file)]}}: each file edge seen from the
+        deepest module holding both files, between the two children of it that hold them. An
+        edge between a module and one of its own descendants has no such pair (the file-level
+        check sees it)."""
+        found = {}
+        for a, b in edges:
+            pa, pb = self.file_module_path(a), self.file_module_path(b)
+            k = 0
+            while k < min(len(pa), len(pb)) and pa[k] == pb[k]:
+                k += 1
+            if k == len(pa) or k == len(pb):
+                continue  # one holds the other
+            found.setdefault(pa[:k], {}).setdefault((pa[k], pb[k]), []).append((a, b))
+        return found
+
+    def is_folder(self, path):
+        """Whether module `path` has files of its own below it (not only its own file)."""
+        return any(
+            len(p) > len(path) and p[: len(path)] == path
+            for p in (self.file_module_path(f) for f in self.files)
+        )
+
     def module_at(self, file, offset):
         """The innermost module of `file` whose text holds `offset`."""
         best = None
@@ -403,9 +439,12 @@ def target_roots(crate_dir):
 
 
 def check(root, exclude=(), out=sys.stdout):
-    """Prints the cycles of every member crate; returns (crates checked, cycles, problems)."""
+    """Prints the cycles of every member crate; returns (crates checked, file cycles, folder
+    cycles, problems). A folder cycle is the list of its members: a child module's file, or
+    its folder with a trailing `/`."""
     excluded = {os.path.normpath(e) for e in exclude}
-    crates, cycles, problems = 0, [], []
+    crates, cycles, folder_cycles, problems = 0, [], [], []
+    rel = lambda p: os.path.relpath(p, root)  # noqa: E731
     for member in workspace_members(root):
         if os.path.normpath(member) in excluded:
             continue
@@ -419,22 +458,51 @@ def check(root, exclude=(), out=sys.stdout):
                 if len(component) < 2 or tuple(component) in seen:
                     continue
                 seen.add(tuple(component))
-                rel = lambda p: os.path.relpath(p, root)  # noqa: E731
                 cycles.append([rel(p) for p in component])
                 print(f"cycle in crate {member}: {' <-> '.join(rel(p) for p in component)}", file=out)
                 members = set(component)
                 for (a, b), (line, text) in sorted(edges.items()):
                     if a in members and b in members:
                         print(f"  {rel(a)}:{line}: {text}  -> {rel(b)}", file=out)
+            for parent, child_edges in sorted(target.folder_edges(edges).items()):
+
+                def name(child, parent=parent):
+                    module = target.modules[parent + (child,)]
+                    if target.is_folder(module.path):
+                        return rel(module.directory) + "/"
+                    return rel(module.file)
+
+                for component in strongly_connected(
+                    {c for pair in child_edges for c in pair}, child_edges
+                ):
+                    if len(component) < 2:
+                        continue
+                    if not any(target.is_folder(parent + (c,)) for c in component):
+                        continue  # only files: the file-level check reports it
+                    names = sorted(name(c) for c in component)
+                    if ("folder",) + tuple(names) in seen:
+                        continue
+                    seen.add(("folder",) + tuple(names))
+                    folder_cycles.append(names)
+                    print(f"folder cycle in crate {member}: {' <-> '.join(names)}", file=out)
+                    members = set(component)
+                    lines = []
+                    for (ca, cb), pairs in child_edges.items():
+                        if ca in members and cb in members:
+                            for a, b in pairs:
+                                line, text = edges[(a, b)]
+                                lines.append((rel(a), line, text, rel(b)))
+                    for a, line, text, b in sorted(lines):
+                        print(f"  {a}:{line}: {text}  -> {b}", file=out)
     for problem in problems:
         print(f"warning: {problem}", file=out)
-    if not cycles:
+    if not cycles and not folder_cycles:
         print(f"no cycles in {crates} crates", file=out)
-    return crates, cycles, problems
+    return crates, cycles, folder_cycles, problems
 
 
 SELF_TEST_TREE = {
-    "Cargo.toml": '[workspace]\nmembers = ["a", "b", "c"]\n',
+    "Cargo.toml": '[workspace]\nmembers = ["a", "b", "c", "d"]\n',
     # a: x and y use each other (a `use` one way, a path in code the other); z only mentions
     # them in comments and strings; the parent module `outer` declares `inner`, which uses it.
     "a/src/lib.rs": "mod x;\nmod y;\nmod z;\npub mod outer;\n",
@@ -461,6 +529,24 @@ SELF_TEST_TREE = {
     "c/src/k/kid.rs": "pub fn b() { super::a() }\n",
     "c/src/t.rs": "pub fn t() {}\n#[cfg(test)]\nmod tests;\n",
     "c/src/t/tests.rs": "use super::*;\nfn x() { super::t() }\n",
+    # d: no file cycle, but folder cycles. detect.rs uses effective/k3s.rs, and
+    # effective/runtime.rs uses detect.rs; mode.rs is used by both and uses neither. One level
+    # down, formats/containerd/ and formats/unit.rs use each other through different files.
+    "d/src/lib.rs": "mod detect;\nmod effective;\nmod formats;\nmod mode;\n",
+    "d/src/mode.rs": "pub enum Mode { A }\n",
+    "d/src/detect.rs": (
+        "use crate::effective::k3s::K3s;\nuse crate::mode::Mode;\npub struct Inventory(K3s);\n"
+    ),
+    "d/src/effective/mod.rs": "pub mod k3s;\npub mod runtime;\n",
+    "d/src/effective/k3s.rs": "pub struct K3s;\n",
+    "d/src/effective/runtime.rs": (
+        "use crate::mode::Mode;\npub fn f(_: &crate::detect::Inventory, _: Mode) {}\n"
+    ),
+    "d/src/formats/mod.rs": "pub mod containerd;\npub mod unit;\n",
+    "d/src/formats/containerd/mod.rs": "pub mod edit;\npub mod toml;\n",
+    "d/src/formats/containerd/edit.rs": "use super::super::unit::Unit;\n",
+    "d/src/formats/containerd/toml.rs": "pub struct Toml;\n",
+    "d/src/formats/unit.rs": "pub struct Unit(super::containerd::toml::Toml);\n",
 }
 
 
@@ -471,30 +557,64 @@ def self_test():
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w", encoding="utf-8") as f:
                 f.write(text)
-        for crate in ("a", "b", "c"):
+        for crate in ("a", "b", "c", "d"):
             with open(os.path.join(root, crate, "Cargo.toml"), "w", encoding="utf-8") as f:
                 f.write(f'[package]\nname = "{crate}"\n')
         log = io.StringIO()
-        crates, cycles, problems = check(root, out=log)
+        crates, cycles, folder_cycles, problems = check(root, out=log)
         expected = [
             ["a/src/x.rs", "a/src/y.rs"],
             ["b/src/p.rs", "b/src/q/mod.rs", "b/src/q/r.rs"],
             ["c/src/k.rs", "c/src/k/kid.rs"],
         ]
         got = sorted(sorted(c) for c in cycles)
-        assert crates == 3 and not problems, log.getvalue()
+        assert crates == 4 and not problems, log.getvalue()
         assert got == expected, f"found {got}, expected {expected}\n{log.getvalue()}"
+        # Folder cycles: b's file cycle crosses q/; d's are folder cycles only. a's x <-> y
+        # (files only) and c's k.rs <-> k/kid.rs (a module and its own child) are not.
+        expected_folders = [
+            ["b/src/p.rs", "b/src/q/"],
+            ["d/src/detect.rs", "d/src/effective/"],
+            ["d/src/formats/containerd/", "d/src/formats/unit.rs"],
+        ]
+        got = sorted(folder_cycles)
+        assert got == expected_folders, f"found {got}, expected {expected_folders}\n{log.getvalue()}"
+        # Each is printed with the references (file:line) that make it.
+        for line in (
+            "folder cycle in crate d: d/src/detect.rs <-> d/src/effective/",
+            "  d/src/detect.rs:1: use crate::effective::k3s::K3s  -> d/src/effective/k3s.rs",
+            "  d/src/effective/runtime.rs:2: crate::detect::Inventory  -> d/src/detect.rs",
+            "folder cycle in crate d: d/src/formats/containerd/ <-> d/src/formats/unit.rs",
+            "  d/src/formats/containerd/edit.rs:1: use super::super::unit::Unit"
+            "  -> d/src/formats/unit.rs",
+            "  d/src/formats/unit.rs:1: super::containerd::toml::Toml"
+            "  -> d/src/formats/containerd/toml.rs",
+        ):
+            assert line in log.getvalue().splitlines(), f"no {line!r} in\n{log.getvalue()}"
+        assert "mode.rs" not in log.getvalue(), log.getvalue()
         log = io.StringIO()
-        crates, cycles, _ = check(root, exclude=["c", "b"], out=log)
+        crates, cycles, folder_cycles, _ = check(root, exclude=["c", "b", "d"], out=log)
         assert crates == 1 and sorted(cycles[0]) == expected[0], log.getvalue()
+        assert not folder_cycles, log.getvalue()
+        # d without its folder cycles: runtime.rs takes what it needs from mode.rs, unit.rs
+        # stops using containerd/.
+        with open(os.path.join(root, "d/src/effective/runtime.rs"), "w", encoding="utf-8") as f:
+            f.write("use crate::mode::Mode;\npub fn f(_: Mode) {}\n")
+        with open(os.path.join(root, "d/src/formats/unit.rs"), "w", encoding="utf-8") as f:
+            f.write("pub struct Unit;\n")
+        log = io.StringIO()
+        crates, cycles, folder_cycles, _ = check(root, exclude=["a", "b", "c"], out=log)
+        assert not cycles and not folder_cycles, log.getvalue()
+        assert "no cycles in 1 crates" in log.getvalue(), log.getvalue()
         # Without the cycle, nothing is left.
         shutil.rmtree(os.path.join(root, "b"))
         os.remove(os.path.join(root, "a/src/y.rs"))
         with open(os.path.join(root, "a/src/y.rs"), "w", encoding="utf-8") as f:
             f.write("pub struct Thing;\n")
         log = io.StringIO()
-        crates, cycles, _ = check(root, exclude=["b", "c"], out=log)
-        assert not cycles and "no cycles in 1 crates" in log.getvalue(), log.getvalue()
+        crates, cycles, folder_cycles, _ = check(root, exclude=["b", "c", "d"], out=log)
+        assert not cycles and not folder_cycles, log.getvalue()
+        assert "no cycles in 1 crates" in log.getvalue(), log.getvalue()
     # Use-tree expansion on its own.
     assert expand_use_tree_clean("crate::{a, b::{self, c as d}, e::*}") == [
         ["crate", "a"],
@@ -524,8 +644,8 @@ def main():
     if args.self_test:
         self_test()
         return 0
-    _, cycles, _ = check(args.root, args.exclude)
-    return 1 if cycles else 0
+    _, cycles, folder_cycles, _ = check(args.root, args.exclude)
+    return 1 if cycles or folder_cycles else 0
 
 
 if __name__ == "__main__":
