@@ -2,15 +2,15 @@
 //! on one node, or (`--cdi`) turns on their own CDI injection instead. Plan first, then
 //! write atomically with backups; `check` and `revert`.
 //!
-//! Module map: [`effective`] (what
-//! the services actually load: units with drop-ins, k3s's settings, containerd imports,
-//! dockerd flags, what is installed, and from those the runtime and CDI each engine uses),
-//! [`mode`] (the ways of wiring the runtime in), [`detect`] (which mode), [`plan`] (compute every change in memory; `plan::cdi` for CDI
-//! mode), [`ops`]
+//! Module map: [`effective`] (what the services actually load: units with drop-ins, k3s's
+//! settings, containerd imports, dockerd flags, what is installed, and from those the runtime
+//! and CDI each engine uses), [`mode`] (the ways of wiring the runtime in), [`detect`] (which
+//! mode, and why), [`plan`] (compute every change in memory; `plan::cdi` for CDI mode), [`ops`]
 //! (write / revert), [`formats`] (one module per file format: systemd unit, daemon.json,
 //! containerd TOML and k3s's Go templates, k3s YAML), [`state`] (manifest and backups),
-//! [`lock`] (one run at a time), [`restart`] (systemctl, injectable), [`commands`] (what each command prints),
-//! [`program`] (the whole program as a function), [`runtime_spec`] (the runtime to register).
+//! [`lock`] (one run at a time), [`restart`] (systemctl, injectable), [`commands`] (each
+//! command's outcome, shown as text or JSON), [`program`] (the whole program as a function),
+//! [`runtime_spec`] (the runtime to register).
 //! The `--root` tree, atomic writes, errors and the CDI spec generator (`cdi generate`) are
 //! the `edgegpu-host` library's, which the DRA driver uses too.
 
