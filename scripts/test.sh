@@ -112,7 +112,7 @@ start_lane manifests manifest_lane
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
-step "no import cycles between a crate's modules (scripts/check-module-cycles.py)"
+step "no import cycles between a crate's modules or its module folders (scripts/check-module-cycles.py)"
 python3 scripts/check-module-cycles.py --self-test
 python3 scripts/check-module-cycles.py
 
