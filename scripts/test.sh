@@ -13,10 +13,11 @@
 #      Yocto 5.0 builds the layer with): that build is the MSRV check of every target,
 #   7. manifest and Yocto layer checks.
 # Three lanes run side by side on CI's two cores (docs/development.md "CI"): the x86_64 lane
-# (1-5) in the foreground; the aarch64 lane (6) from the moment the x86_64 tests are built;
-# the manifest and layer lane (7, Python only) from the start. Builds and Python checks run
-# at a lower CPU priority than test runs, so a test waiting on a timeout is never starved by
-# a compiler. A lane's output is printed when it ends; the run fails if any lane failed.
+# (1-5) in the foreground; from the moment the x86_64 tests are built, when much of the CPU
+# waits with the tests, the aarch64 lane (6) and the manifest and layer lane (7, Python).
+# Builds run at a lower CPU priority than tests and checks, so nothing that waits on a timeout
+# (our tests, deploy/lint's simulated node) is starved by a compiler. A lane's output is
+# printed when the run joins it; the run fails if any lane failed.
 # Usage: scripts/test.sh [--skip-setup]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,15 +52,15 @@ rm -rf "$LANES" && mkdir -p "$LANES"
 # Wall-clock seconds (bash's SECONDS restarts in the lanes' subshells).
 started=$(date +%s)
 step() { printf '\n==> [%4ds] %s\n' $(($(date +%s) - started)) "$*"; }
-# Builds and Python checks yield the CPU to test runs.
+# Builds yield the CPU to tests and checks.
 low() { nice -n 10 "$@"; }
 
 # --- lane: manifests and the Yocto layer (Python, no cargo) ------------------------------------
 manifest_lane() {
     step "manifests: yamllint + schema validation"
-    low scripts/validate-manifests.sh
+    scripts/validate-manifests.sh
     step "Yocto layer checks"
-    low scripts/check-yocto.sh
+    scripts/check-yocto.sh
 }
 
 # --- lane: aarch64 ------------------------------------------------------------------------------
@@ -107,8 +108,6 @@ stop_lanes() {
 }
 trap stop_lanes EXIT
 
-start_lane manifests manifest_lane
-
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
@@ -127,6 +126,7 @@ step "cargo test --workspace --no-run (x86_64)"
 cargo test --workspace --locked --no-run
 
 start_lane aarch64 aarch64_lane
+start_lane manifests manifest_lane
 
 step "cargo test --workspace (x86_64)"
 cargo test --workspace --locked
