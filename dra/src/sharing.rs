@@ -41,12 +41,90 @@ use std::path::{Path, PathBuf};
 use edgegpu_host::cdi::spec::Mount;
 use edgegpu_node::mps::plan::{ClientLimit, ClientSetup};
 use edgegpu_node::mps::MpsPaths;
+use edgegpu_node::quantity::QuantityError;
 use serde_json::{Map, Value};
 
 /// The `apiVersion` of this driver's configuration objects.
 pub const API_VERSION: &str = "edgegpu.io/v1alpha1";
 /// The kind of a GPU's (or MIG device's) configuration.
 pub const GPU_CONFIG: &str = "GpuConfig";
+
+/// Why an opaque `GpuConfig` is refused by [`parse`]: each names the field's path (e.g.
+/// `opaque.parameters.sharing.strategy`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: must be an object")]
+    NotAnObject { path: String },
+    #[error("{path}.{field}: unknown field (known: {})", .known.join(", "))]
+    UnknownField {
+        path: String,
+        field: String,
+        known: &'static [&'static str],
+    },
+    #[error("{path}.{field}: must be a string")]
+    NotAString { path: String, field: &'static str },
+    #[error("{path}.apiVersion: missing ({API_VERSION})")]
+    MissingApiVersion { path: String },
+    #[error("{path}.apiVersion: {found:?} is not supported (only {API_VERSION})")]
+    ApiVersion { path: String, found: String },
+    #[error("{path}.kind: missing ({GPU_CONFIG})")]
+    MissingKind { path: String },
+    #[error("{path}.kind: {found:?} is not a kind of {API_VERSION} (only {GPU_CONFIG})")]
+    Kind { path: String, found: String },
+    #[error("{path}.strategy: missing (TimeSlicing or MPS)")]
+    MissingStrategy { path: String },
+    #[error("{path}.strategy: {found:?} is not a strategy (TimeSlicing, MPS)")]
+    Strategy { path: String, found: String },
+    /// `mps` settings under a strategy other than MPS.
+    #[error("{path}.mps: only with strategy MPS")]
+    MpsWithoutMps { path: String },
+    #[error("{path}.activeThreadPercentage: must be an integer from 1 to 100, not {found}")]
+    ActiveThreadPercentage { path: String, found: Value },
+    #[error("{path}.pinnedMemoryLimit: must be a quantity")]
+    PinnedMemoryLimitType { path: String },
+    #[error("{path}.pinnedMemoryLimit: {source}")]
+    PinnedMemoryLimit {
+        path: String,
+        #[source]
+        source: QuantityError,
+    },
+    /// A quantity (text) below the MPS limits' unit.
+    #[error("{path}.pinnedMemoryLimit: {found:?} is less than 1Mi (MPS limits are in MiB)")]
+    PinnedMemoryLimitBelowMib { path: String, found: String },
+    /// A plain number that is not a whole number of bytes of at least 1 MiB.
+    #[error("{path}.pinnedMemoryLimit: {found} is not a number of bytes of at least 1Mi")]
+    PinnedMemoryLimitBytes {
+        path: String,
+        found: serde_json::Number,
+    },
+}
+
+/// Why a claim's config is refused under its DeviceClass's, the cluster admin's ceiling
+/// ([`GpuConfig::within`]): what the claim asked and what the class allows.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClassCeilingError {
+    #[error("the claim's sharing.strategy {} is not allowed: the DeviceClass's config sets no sharing (the device is held exclusively)", .claim.as_str())]
+    SharingNotAllowed { claim: Strategy },
+    #[error("the claim's config has no sharing, which would drop the DeviceClass's sharing.strategy {}", .class.as_str())]
+    SharingDropped { class: Strategy },
+    #[error("the claim's sharing.strategy {} differs from the DeviceClass's {}", .claim.as_str(), .class.as_str())]
+    OtherStrategy { claim: Strategy, class: Strategy },
+    /// An MPS limit above the class's; the values as written in a config (`8Gi`, `51`).
+    #[error("the claim's sharing.mps.{field} {claim} exceeds the DeviceClass's {class}")]
+    AboveLimit {
+        field: &'static str,
+        claim: String,
+        class: String,
+    },
+}
+
+/// A claim asks for MPS and the node's MPS control daemon is not there.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("sharing.strategy MPS: no MPS control daemon on this node ({pipe} does not exist; the device plugin's MPS companion creates it)")]
+pub struct NoMpsDaemon {
+    /// The daemon's pipe directory, which it creates.
+    pub pipe: PathBuf,
+}
 
 /// How a device is shared between claims.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,27 +168,18 @@ impl GpuConfig {
     /// the claim's value is used when at or below it, refused above it, and the class's value
     /// applies when the claim leaves the limit out. A limit the class does not set is the
     /// claim's to set. The error says what the claim asked and what the class allows.
-    pub fn within(self, class: GpuConfig) -> Result<GpuConfig, String> {
+    pub fn within(self, class: GpuConfig) -> Result<GpuConfig, ClassCeilingError> {
         let sharing = match (class.sharing, self.sharing) {
             (None, None) => None,
             (None, Some(c)) => {
-                return Err(format!(
-                    "the claim's sharing.strategy {} is not allowed: the DeviceClass's config sets no sharing (the device is held exclusively)",
-                    c.strategy.as_str()
-                ))
+                return Err(ClassCeilingError::SharingNotAllowed { claim: c.strategy })
             }
-            (Some(k), None) => {
-                return Err(format!(
-                    "the claim's config has no sharing, which would drop the DeviceClass's sharing.strategy {}",
-                    k.strategy.as_str()
-                ))
-            }
+            (Some(k), None) => return Err(ClassCeilingError::SharingDropped { class: k.strategy }),
             (Some(k), Some(c)) if k.strategy != c.strategy => {
-                return Err(format!(
-                    "the claim's sharing.strategy {} differs from the DeviceClass's {}",
-                    c.strategy.as_str(),
-                    k.strategy.as_str()
-                ))
+                return Err(ClassCeilingError::OtherStrategy {
+                    claim: c.strategy,
+                    class: k.strategy,
+                })
             }
             (Some(k), Some(c)) => Some(Sharing {
                 strategy: k.strategy,
@@ -126,7 +195,7 @@ impl GpuConfig {
 
 impl MpsSettings {
     /// [`GpuConfig::within`] for the MPS limits.
-    fn within(self, class: MpsSettings) -> Result<MpsSettings, String> {
+    fn within(self, class: MpsSettings) -> Result<MpsSettings, ClassCeilingError> {
         Ok(MpsSettings {
             active_thread_percentage: at_most(
                 "activeThreadPercentage",
@@ -146,17 +215,17 @@ impl MpsSettings {
 
 /// A claim's limit under the class's maximum (see [`GpuConfig::within`]).
 fn at_most<T: Ord + Copy>(
-    field: &str,
+    field: &'static str,
     claim: Option<T>,
     class: Option<T>,
     show: impl Fn(T) -> String,
-) -> Result<Option<T>, String> {
+) -> Result<Option<T>, ClassCeilingError> {
     match (claim, class) {
-        (Some(c), Some(k)) if c > k => Err(format!(
-            "the claim's sharing.mps.{field} {} exceeds the DeviceClass's {}",
-            show(c),
-            show(k)
-        )),
+        (Some(c), Some(k)) if c > k => Err(ClassCeilingError::AboveLimit {
+            field,
+            claim: show(c),
+            class: show(k),
+        }),
         (c, k) => Ok(c.or(k)),
     }
 }
@@ -167,7 +236,10 @@ fn at_most<T: Ord + Copy>(
 /// ([`GpuConfig::within`]); without a class config the claim's applies, without a claim
 /// config the class's, without either none (an exclusive device). Kubernetes' generic rule
 /// for opaque configs (the claim's, later, wins) would make the cluster admin's limits advice.
-pub fn resolve(class: Option<GpuConfig>, claim: Option<GpuConfig>) -> Result<GpuConfig, String> {
+pub fn resolve(
+    class: Option<GpuConfig>,
+    claim: Option<GpuConfig>,
+) -> Result<GpuConfig, ClassCeilingError> {
     match (class, claim) {
         (Some(k), Some(c)) => c.within(k),
         (k, c) => Ok(c.or(k).unwrap_or_default()),
@@ -184,50 +256,74 @@ impl Strategy {
     }
 }
 
-fn object<'a>(v: &'a Value, path: &str) -> Result<&'a Map<String, Value>, String> {
-    v.as_object()
-        .ok_or_else(|| format!("{path}: must be an object"))
+fn object<'a>(v: &'a Value, path: &str) -> Result<&'a Map<String, Value>, ConfigError> {
+    v.as_object().ok_or_else(|| ConfigError::NotAnObject {
+        path: path.to_string(),
+    })
 }
 
-fn only_fields(m: &Map<String, Value>, path: &str, known: &[&str]) -> Result<(), String> {
+fn only_fields(
+    m: &Map<String, Value>,
+    path: &str,
+    known: &'static [&'static str],
+) -> Result<(), ConfigError> {
     match m.keys().find(|k| !known.contains(&k.as_str())) {
-        Some(k) => Err(format!(
-            "{path}.{k}: unknown field (known: {})",
-            known.join(", ")
-        )),
+        Some(k) => Err(ConfigError::UnknownField {
+            path: path.to_string(),
+            field: k.clone(),
+            known,
+        }),
         None => Ok(()),
     }
 }
 
-fn string<'a>(m: &'a Map<String, Value>, path: &str, key: &str) -> Result<Option<&'a str>, String> {
-    match m.get(key) {
+fn string<'a>(
+    m: &'a Map<String, Value>,
+    path: &str,
+    field: &'static str,
+) -> Result<Option<&'a str>, ConfigError> {
+    match m.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(format!("{path}.{key}: must be a string")),
+        Some(_) => Err(ConfigError::NotAString {
+            path: path.to_string(),
+            field,
+        }),
     }
 }
 
 /// Parses and validates `parameters` (the `opaque.parameters` object). `path` names it in
 /// errors (e.g. `config[0].opaque.parameters`).
-pub fn parse(parameters: &Value, path: &str) -> Result<GpuConfig, String> {
+pub fn parse(parameters: &Value, path: &str) -> Result<GpuConfig, ConfigError> {
     let m = object(parameters, path)?;
+    let path_string = || path.to_string();
     match string(m, path, "apiVersion")? {
         Some(API_VERSION) => {}
         Some(other) => {
-            return Err(format!(
-                "{path}.apiVersion: {other:?} is not supported (only {API_VERSION})"
-            ))
+            return Err(ConfigError::ApiVersion {
+                path: path_string(),
+                found: other.to_string(),
+            })
         }
-        None => return Err(format!("{path}.apiVersion: missing ({API_VERSION})")),
+        None => {
+            return Err(ConfigError::MissingApiVersion {
+                path: path_string(),
+            })
+        }
     }
     match string(m, path, "kind")? {
         Some(GPU_CONFIG) => {}
         Some(other) => {
-            return Err(format!(
-                "{path}.kind: {other:?} is not a kind of {API_VERSION} (only {GPU_CONFIG})"
-            ))
+            return Err(ConfigError::Kind {
+                path: path_string(),
+                found: other.to_string(),
+            })
         }
-        None => return Err(format!("{path}.kind: missing ({GPU_CONFIG})")),
+        None => {
+            return Err(ConfigError::MissingKind {
+                path: path_string(),
+            })
+        }
     }
     only_fields(m, path, &["apiVersion", "kind", "sharing"])?;
     let sharing = match m.get("sharing") {
@@ -237,24 +333,32 @@ pub fn parse(parameters: &Value, path: &str) -> Result<GpuConfig, String> {
     Ok(GpuConfig { sharing })
 }
 
-fn parse_sharing(v: &Value, path: &str) -> Result<Sharing, String> {
+fn parse_sharing(v: &Value, path: &str) -> Result<Sharing, ConfigError> {
     let m = object(v, path)?;
     only_fields(m, path, &["strategy", "mps"])?;
+    let path_string = || path.to_string();
     let strategy = match string(m, path, "strategy")? {
         Some("TimeSlicing") => Strategy::TimeSlicing,
         Some("MPS") => Strategy::Mps,
         Some(other) => {
-            return Err(format!(
-                "{path}.strategy: {other:?} is not a strategy (TimeSlicing, MPS)"
-            ))
+            return Err(ConfigError::Strategy {
+                path: path_string(),
+                found: other.to_string(),
+            })
         }
-        None => return Err(format!("{path}.strategy: missing (TimeSlicing or MPS)")),
+        None => {
+            return Err(ConfigError::MissingStrategy {
+                path: path_string(),
+            })
+        }
     };
     let mps = match m.get("mps") {
         None | Some(Value::Null) => None,
         Some(v) => {
             if strategy != Strategy::Mps {
-                return Err(format!("{path}.mps: only with strategy MPS"));
+                return Err(ConfigError::MpsWithoutMps {
+                    path: path_string(),
+                });
             }
             Some(parse_mps(v, &format!("{path}.mps"))?)
         }
@@ -262,17 +366,19 @@ fn parse_sharing(v: &Value, path: &str) -> Result<Sharing, String> {
     Ok(Sharing { strategy, mps })
 }
 
-fn parse_mps(v: &Value, path: &str) -> Result<MpsSettings, String> {
+fn parse_mps(v: &Value, path: &str) -> Result<MpsSettings, ConfigError> {
     let m = object(v, path)?;
     only_fields(m, path, &["activeThreadPercentage", "pinnedMemoryLimit"])?;
+    let path_string = || path.to_string();
     let active_thread_percentage = match m.get("activeThreadPercentage") {
         None | Some(Value::Null) => None,
         Some(n) => match n.as_u64() {
             Some(p @ 1..=100) => Some(p as u32),
             _ => {
-                return Err(format!(
-                    "{path}.activeThreadPercentage: must be an integer from 1 to 100, not {n}"
-                ))
+                return Err(ConfigError::ActiveThreadPercentage {
+                    path: path_string(),
+                    found: n.clone(),
+                })
             }
         },
     };
@@ -281,21 +387,32 @@ fn parse_mps(v: &Value, path: &str) -> Result<MpsSettings, String> {
         Some(Value::String(q)) => match edgegpu_node::quantity::parse_bytes(q) {
             Ok(b) if b >= MIB => Some(b),
             Ok(_) => {
-                return Err(format!(
-                    "{path}.pinnedMemoryLimit: {q:?} is less than 1Mi (MPS limits are in MiB)"
-                ))
+                return Err(ConfigError::PinnedMemoryLimitBelowMib {
+                    path: path_string(),
+                    found: q.clone(),
+                })
             }
-            Err(e) => return Err(format!("{path}.pinnedMemoryLimit: {e}")),
+            Err(source) => {
+                return Err(ConfigError::PinnedMemoryLimit {
+                    path: path_string(),
+                    source,
+                })
+            }
         },
         Some(Value::Number(n)) => match n.as_u64() {
             Some(b) if b >= MIB => Some(b),
             _ => {
-                return Err(format!(
-                    "{path}.pinnedMemoryLimit: {n} is not a number of bytes of at least 1Mi"
-                ))
+                return Err(ConfigError::PinnedMemoryLimitBytes {
+                    path: path_string(),
+                    found: n.clone(),
+                })
             }
         },
-        Some(_) => return Err(format!("{path}.pinnedMemoryLimit: must be a quantity")),
+        Some(_) => {
+            return Err(ConfigError::PinnedMemoryLimitType {
+                path: path_string(),
+            })
+        }
     };
     Ok(MpsSettings {
         active_thread_percentage,
@@ -348,16 +465,13 @@ pub fn container_edits(
     sharing: Option<&Sharing>,
     cuda_ids: &[&str],
     host: &MpsHost,
-) -> Result<(Vec<String>, Vec<Mount>), String> {
+) -> Result<(Vec<String>, Vec<Mount>), NoMpsDaemon> {
     let Some(sharing) = sharing.filter(|s| s.strategy == Strategy::Mps) else {
         return Ok((Vec::new(), Vec::new()));
     };
     let paths = MpsPaths::new(&host.mps_root, &host.resource);
     if !paths.pipe.is_dir() {
-        return Err(format!(
-            "sharing.strategy MPS: no MPS control daemon on this node ({} does not exist; the device plugin's MPS companion creates it)",
-            paths.pipe.display()
-        ));
+        return Err(NoMpsDaemon { pipe: paths.pipe });
     }
     let settings = sharing.mps.unwrap_or_default();
     let setup = ClientSetup {
@@ -405,7 +519,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn p(v: Value) -> Result<GpuConfig, String> {
+    fn p(v: Value) -> Result<GpuConfig, ConfigError> {
         parse(&v, "parameters")
     }
 
@@ -481,9 +595,19 @@ mod tests {
             ),
         ];
         for (v, want) in cases {
-            let e = p(v.clone()).unwrap_err();
+            let e = p(v.clone()).unwrap_err().to_string();
             assert!(e.contains(want), "{v}: {e}");
         }
+        // The path and the offending value travel with the error.
+        let e = p(json!({"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mps": {"pinnedMemoryLimit": "4GB"}}})).unwrap_err();
+        assert_eq!(
+            e,
+            ConfigError::PinnedMemoryLimit {
+                path: "parameters.sharing.mps".into(),
+                source: edgegpu_node::quantity::QuantityError::Malformed("4GB".into()),
+            }
+        );
+        assert!(std::error::Error::source(&e).is_some());
     }
 
     fn mps(percentage: Option<u32>, pinned: Option<u64>) -> GpuConfig {
@@ -558,7 +682,7 @@ mod tests {
             ),
         ];
         for (class, claim, want) in cases {
-            let e = resolve(Some(class), Some(claim)).unwrap_err();
+            let e = resolve(Some(class), Some(claim)).unwrap_err().to_string();
             assert!(e.contains(want), "{class:?} / {claim:?}: {e}");
         }
         assert_eq!(
@@ -572,19 +696,24 @@ mod tests {
     fn the_classs_mps_limits_are_maxima() {
         let class = mps(Some(50), Some(4 << 30));
         // Above: refused, naming both values.
+        let e = resolve(Some(class), Some(mps(Some(51), None))).unwrap_err();
         assert_eq!(
-            resolve(Some(class), Some(mps(Some(51), None))),
-            Err(
-                "the claim's sharing.mps.activeThreadPercentage 51 exceeds the DeviceClass's 50"
-                    .into()
-            )
+            e,
+            ClassCeilingError::AboveLimit {
+                field: "activeThreadPercentage",
+                claim: "51".into(),
+                class: "50".into(),
+            }
         );
         assert_eq!(
-            resolve(Some(class), Some(mps(Some(20), Some(8 << 30)))),
-            Err(
-                "the claim's sharing.mps.pinnedMemoryLimit 8Gi exceeds the DeviceClass's 4Gi"
-                    .into()
-            )
+            e.to_string(),
+            "the claim's sharing.mps.activeThreadPercentage 51 exceeds the DeviceClass's 50"
+        );
+        assert_eq!(
+            resolve(Some(class), Some(mps(Some(20), Some(8 << 30))))
+                .unwrap_err()
+                .to_string(),
+            "the claim's sharing.mps.pinnedMemoryLimit 8Gi exceeds the DeviceClass's 4Gi"
         );
         // At or below: the claim's.
         assert_eq!(resolve(Some(class), Some(class)), Ok(class));
@@ -636,7 +765,10 @@ mod tests {
             });
             match bytes {
                 Some(b) if *b >= MIB => assert_eq!(read, Ok(Some(*b)), "{text:?}"),
-                Some(_) => assert!(read.unwrap_err().contains("less than 1Mi"), "{text:?}"),
+                Some(_) => assert!(
+                    read.unwrap_err().to_string().contains("less than 1Mi"),
+                    "{text:?}"
+                ),
                 None => assert!(read.is_err(), "{text:?}: {read:?}"),
             }
         }
@@ -657,7 +789,8 @@ mod tests {
             }),
         };
         let e = container_edits(Some(&sharing), &["0"], &host).unwrap_err();
-        assert!(e.contains("no MPS control daemon"), "{e}");
+        assert_eq!(e.pipe, dir.path().join("nvidia.com/gpu/pipe"));
+        assert!(e.to_string().contains("no MPS control daemon"), "{e}");
         std::fs::create_dir_all(dir.path().join("nvidia.com/gpu/pipe")).unwrap();
         let (env, mounts) = container_edits(Some(&sharing), &["0"], &host).unwrap();
         let pipe = dir.path().join("nvidia.com/gpu/pipe").display().to_string();
