@@ -4,7 +4,7 @@
 //! `status.allocation` on the API server (as `k8s.io/dynamic-resource-allocation/kubeletplugin`
 //! fetches it before calling a driver).
 
-use edgegpu_apiclient::{api_error, ApiServer};
+use edgegpu_apiclient::{api_error, ApiError, ApiServer};
 use serde_json::Value;
 
 use crate::kubelet::ClaimRef;
@@ -50,6 +50,64 @@ pub struct ClaimAllocation {
     pub configs: Vec<OpaqueConfig>,
 }
 
+/// Why a claim's `status.allocation` is not one this driver can prepare
+/// ([`allocation_from_object`]); each names the claim by namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AllocationError {
+    /// The claim was deleted and created again under the same name.
+    #[error("claim {}/{} got replaced: the kubelet asked for UID {}, the API server has UID {found_uid} (deleted and created again)", .claim.namespace, .claim.name, .claim.uid)]
+    Replaced { claim: ClaimRef, found_uid: String },
+    #[error("claim {}/{} is not allocated (no status.allocation)", .claim.namespace, .claim.name)]
+    NotAllocated { claim: ClaimRef },
+    #[error("claim {}/{}: status.allocation.devices.results[{index}] has no {field}", .claim.namespace, .claim.name)]
+    ResultWithout {
+        claim: ClaimRef,
+        index: usize,
+        field: &'static str,
+    },
+    /// None of the results is this driver's; `drivers` are the drivers they are for.
+    #[error("claim {}/{} has no device of driver {driver} allocated (its results are for: {})", .claim.namespace, .claim.name, list_or_nothing(.drivers))]
+    NoDeviceOfDriver {
+        claim: ClaimRef,
+        driver: String,
+        drivers: Vec<String>,
+    },
+    #[error("claim {}/{}: status.allocation.devices.config[{index}] has source {found:?}, neither FromClass nor FromClaim", .claim.namespace, .claim.name)]
+    ConfigSource {
+        claim: ClaimRef,
+        index: usize,
+        found: Option<String>,
+    },
+}
+
+fn list_or_nothing(items: &[String]) -> String {
+    if items.is_empty() {
+        "nothing".to_string()
+    } else {
+        items.join(", ")
+    }
+}
+
+/// Why [`fetch`] could not read what was allocated to a claim.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    /// The API server answered that the claim does not exist.
+    #[error("claim {}/{} is gone (deleted before it was prepared): {}", .claim.namespace, .claim.name, .answer.message)]
+    Gone {
+        claim: ClaimRef,
+        #[source]
+        answer: ApiError,
+    },
+    /// Every version of [`CLAIM_API_VERSIONS`] answered "not served".
+    #[error("{what}: the API server serves none of resource.k8s.io/{}", CLAIM_API_VERSIONS.join(", "))]
+    NotServed { what: String },
+    /// The request failed otherwise (the API client's error, with its context).
+    #[error(transparent)]
+    Api(anyhow::Error),
+    #[error(transparent)]
+    Allocation(#[from] AllocationError),
+}
+
 /// The `resource.k8s.io` versions a claim is read in, most preferred first: the order of
 /// `k8s.io/dynamic-resource-allocation/client` (v0.36.0, `client.go`). Their
 /// `status.allocation.devices` have the same shape.
@@ -74,7 +132,7 @@ pub async fn fetch(
     api: &ApiServer,
     claim: &ClaimRef,
     driver: &str,
-) -> anyhow::Result<ClaimAllocation> {
+) -> Result<ClaimAllocation, FetchError> {
     let what = format!("get resourceclaim {}/{}", claim.namespace, claim.name);
     let mut object = None;
     for version in CLAIM_API_VERSIONS {
@@ -85,23 +143,19 @@ pub async fn fetch(
             }
             Err(e) => match api_error(&e) {
                 Some(a) if a.is_resource_not_served() => continue,
-                Some(a) if a.is_object_not_found() => anyhow::bail!(
-                    "claim {}/{} is gone (deleted before it was prepared): {}",
-                    claim.namespace,
-                    claim.name,
-                    a.message
-                ),
-                _ => return Err(e),
+                Some(a) if a.is_object_not_found() => {
+                    let answer = e.downcast::<ApiError>().map_err(FetchError::Api)?;
+                    return Err(FetchError::Gone {
+                        claim: claim.clone(),
+                        answer,
+                    });
+                }
+                _ => return Err(FetchError::Api(e)),
             },
         }
     }
-    let object = object.ok_or_else(|| {
-        anyhow::anyhow!(
-            "{what}: the API server serves none of resource.k8s.io/{}",
-            CLAIM_API_VERSIONS.join(", ")
-        )
-    })?;
-    allocation_from_object(claim, &object, driver).map_err(anyhow::Error::msg)
+    let object = object.ok_or(FetchError::NotServed { what })?;
+    Ok(allocation_from_object(claim, &object, driver)?)
 }
 
 /// The pure part of [`fetch`]: [`ClaimAllocation`] from the claim object (JSON).
@@ -109,24 +163,24 @@ pub fn allocation_from_object(
     claim: &ClaimRef,
     object: &Value,
     driver: &str,
-) -> Result<ClaimAllocation, String> {
-    let id = format!("claim {}/{}", claim.namespace, claim.name);
+) -> Result<ClaimAllocation, AllocationError> {
     let uid = object
         .pointer("/metadata/uid")
         .and_then(Value::as_str)
         .unwrap_or("");
     if uid != claim.uid {
-        return Err(format!(
-            "{id} got replaced: the kubelet asked for UID {}, the API server has UID {uid} \
-             (deleted and created again)",
-            claim.uid
-        ));
+        return Err(AllocationError::Replaced {
+            claim: claim.clone(),
+            found_uid: uid.to_string(),
+        });
     }
     let Some(allocation) = object
         .pointer("/status/allocation")
         .filter(|a| !a.is_null())
     else {
-        return Err(format!("{id} is not allocated (no status.allocation)"));
+        return Err(AllocationError::NotAllocated {
+            claim: claim.clone(),
+        });
     };
     let results = allocation
         .pointer("/devices/results")
@@ -138,11 +192,15 @@ pub fn allocation_from_object(
         if field("driver") != Some(driver) {
             continue;
         }
-        let required = |key: &str| {
+        let required = |key: &'static str| {
             field(key)
                 .filter(|s| !s.is_empty())
                 .map(str::to_string)
-                .ok_or_else(|| format!("{id}: status.allocation.devices.results[{i}] has no {key}"))
+                .ok_or_else(|| AllocationError::ResultWithout {
+                    claim: claim.clone(),
+                    index: i,
+                    field: key,
+                })
         };
         devices.push(AllocatedDevice {
             request: required("request")?,
@@ -156,18 +214,15 @@ pub fn allocation_from_object(
         });
     }
     if devices.is_empty() {
-        let drivers: Vec<&str> = results
-            .iter()
-            .filter_map(|r| r.get("driver").and_then(Value::as_str))
-            .collect();
-        return Err(format!(
-            "{id} has no device of driver {driver} allocated (its results are for: {})",
-            if drivers.is_empty() {
-                "nothing".to_string()
-            } else {
-                drivers.join(", ")
-            }
-        ));
+        return Err(AllocationError::NoDeviceOfDriver {
+            claim: claim.clone(),
+            driver: driver.to_string(),
+            drivers: results
+                .iter()
+                .filter_map(|r| r.get("driver").and_then(Value::as_str))
+                .map(str::to_string)
+                .collect(),
+        });
     }
     let configs = allocation
         .pointer("/devices/config")
@@ -186,10 +241,11 @@ pub fn allocation_from_object(
             Some("FromClass") => ConfigSource::Class,
             Some("FromClaim") => ConfigSource::Claim,
             other => {
-                return Err(format!(
-                    "{id}: status.allocation.devices.config[{i}] has source {other:?}, \
-                     neither FromClass nor FromClaim"
-                ))
+                return Err(AllocationError::ConfigSource {
+                    claim: claim.clone(),
+                    index: i,
+                    found: other.map(str::to_string),
+                })
             }
         };
         let requests = config

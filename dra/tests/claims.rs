@@ -4,7 +4,8 @@ mod api_common;
 
 use api_common::{client, NODE};
 use edgegpu_dra::claims::{
-    allocation_from_object, fetch, AllocatedDevice, ConfigSource, OpaqueConfig,
+    allocation_from_object, fetch, AllocatedDevice, AllocationError, ConfigSource, FetchError,
+    OpaqueConfig,
 };
 use edgegpu_dra::kubelet::ClaimRef;
 use edgegpu_dra::DRIVER_NAME;
@@ -112,12 +113,14 @@ async fn an_older_api_server_is_read_through_the_beta_versions() {
 #[tokio::test]
 async fn a_deleted_claim_is_gone_without_trying_other_versions() {
     let api = FakeApiServer::start(NODE, &[]).await;
-    let message = format!(
-        "{:#}",
-        fetch(&client(&api), &claim_ref(), DRIVER_NAME)
-            .await
-            .unwrap_err()
+    let error = fetch(&client(&api), &claim_ref(), DRIVER_NAME)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, FetchError::Gone { claim, answer } if *claim == claim_ref() && answer.is_object_not_found()),
+        "{error:?}"
     );
+    let message = format!("{error:#}");
     assert!(
         message.contains("claim vision/camera-infer-gpu is gone"),
         "{message}"
@@ -133,12 +136,11 @@ async fn a_deleted_claim_is_gone_without_trying_other_versions() {
 async fn no_served_version_is_an_error() {
     let api = FakeApiServer::start(NODE, &[]).await;
     api.serve_resource_versions(&[]);
-    let message = format!(
-        "{:#}",
-        fetch(&client(&api), &claim_ref(), DRIVER_NAME)
-            .await
-            .unwrap_err()
-    );
+    let error = fetch(&client(&api), &claim_ref(), DRIVER_NAME)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, FetchError::NotServed { .. }), "{error:?}");
+    let message = format!("{error:#}");
     assert!(
         message.contains("serves none of resource.k8s.io/v1, v1beta2, v1beta1"),
         "{message}"
@@ -154,12 +156,15 @@ async fn replaced_and_unallocated_claims_are_refused() {
         "0e7a4d1c-0000-4000-8000-000000000001",
         Some(allocation()),
     );
-    let message = format!(
-        "{:#}",
-        fetch(&client(&api), &claim_ref(), DRIVER_NAME)
-            .await
-            .unwrap_err()
+    let error = fetch(&client(&api), &claim_ref(), DRIVER_NAME)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, FetchError::Allocation(AllocationError::Replaced { found_uid, .. })
+            if found_uid == "0e7a4d1c-0000-4000-8000-000000000001"),
+        "{error:?}"
     );
+    let message = format!("{error:#}");
     assert!(message.contains("got replaced"), "{message}");
     api.add_claim("vision", "camera-infer-gpu", UID, None);
     let message = format!(
@@ -178,11 +183,17 @@ fn a_claim_with_only_other_drivers_devices_is_refused() {
         "config": [{"source": "FromClass",
             "opaque": {"driver": DRIVER_NAME, "parameters": {}}}]}}}});
     let err = allocation_from_object(&claim_ref(), &object, DRIVER_NAME).unwrap_err();
-    assert!(
-        err.contains(
-            "no device of driver edgegpu.io allocated (its results are for: net.example.com)"
-        ),
-        "{err}"
+    assert_eq!(
+        err,
+        AllocationError::NoDeviceOfDriver {
+            claim: claim_ref(),
+            driver: DRIVER_NAME.into(),
+            drivers: vec!["net.example.com".into()],
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "claim vision/camera-infer-gpu has no device of driver edgegpu.io allocated (its results are for: net.example.com)"
     );
 }
 
@@ -191,10 +202,27 @@ fn malformed_results_and_sources_are_named() {
     let mut object = json!({"metadata": {"uid": UID}, "status": {"allocation": allocation()}});
     object["status"]["allocation"]["devices"]["results"][0]["device"] = json!("");
     let err = allocation_from_object(&claim_ref(), &object, DRIVER_NAME).unwrap_err();
-    assert!(err.contains("results[0] has no device"), "{err}");
+    assert!(
+        matches!(
+            err,
+            AllocationError::ResultWithout {
+                index: 0,
+                field: "device",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .ends_with(": status.allocation.devices.results[0] has no device"),
+        "{err}"
+    );
     let mut object = json!({"metadata": {"uid": UID}, "status": {"allocation": allocation()}});
     object["status"]["allocation"]["devices"]["config"][0]["source"] = json!("FromPod");
-    let err = allocation_from_object(&claim_ref(), &object, DRIVER_NAME).unwrap_err();
+    let err = allocation_from_object(&claim_ref(), &object, DRIVER_NAME)
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("config[0] has source Some(\"FromPod\")"),
         "{err}"
