@@ -95,9 +95,17 @@ pub struct Cli {
     pub gpu: GpuArgs,
 }
 
-fn parse_kind(name: &str) -> Result<DeviceKind, String> {
-    DeviceKind::from_name(name.trim())
-        .ok_or_else(|| format!("`{name}` is not a device kind (gpu, dla or pva)"))
+/// A `--devices` entry that names no device kind.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{name}` is not a device kind (gpu, dla or pva)")]
+pub struct UnknownDeviceKind {
+    pub name: String,
+}
+
+fn parse_kind(name: &str) -> Result<DeviceKind, UnknownDeviceKind> {
+    DeviceKind::from_name(name.trim()).ok_or_else(|| UnknownDeviceKind {
+        name: name.to_string(),
+    })
 }
 
 impl Cli {
