@@ -20,11 +20,53 @@ use edgegpu_host::cdi::spec::{minimum_version, ContainerEdits, Device, Mount, Sp
 /// The CDI kind (vendor/class) of claim devices.
 pub const KIND: &str = "edgegpu.io/claim";
 
+/// A claim UID that is not a UUID ([`check_uid`]): it never names a file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("claim UID {uid:?} is not a UUID (8-4-4-4-12 hexadecimal digits, as Kubernetes generates): refused, nothing written")]
+pub struct InvalidClaimUid {
+    pub uid: String,
+}
+
+/// Why a claim's spec file could not be written or removed.
+#[derive(Debug, thiserror::Error)]
+pub enum CdiError {
+    #[error(transparent)]
+    InvalidUid(#[from] InvalidClaimUid),
+    /// The spec built for the claim fails the CDI rules (`reason`: the host library's check).
+    #[error("the CDI spec of claim {uid} is invalid: {reason}")]
+    InvalidSpec { uid: String, reason: String },
+    #[error("cannot create {path}: {source}")]
+    CreateDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A checkpoint entry names a file that is not the claim's spec: never deleted.
+    #[error("the checkpoint names {path} as claim {uid}'s CDI spec, which is not {expected}: not removed")]
+    NotTheClaimSpec {
+        path: PathBuf,
+        uid: String,
+        expected: String,
+    },
+    #[error("cannot remove {path}: {source}")]
+    Remove {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// Checks that `uid` is a claim UID as Kubernetes generates them, a UUID
 /// (`8-4-4-4-12` hexadecimal digits, either case), before it names a file (the claim's spec
 /// here, the checkpoint's entry and the spec it records): a UID with `/`, `..` or anything
 /// else never reaches a path. The kubelet sends whatever the claim's `metadata.uid` holds.
-pub fn check_uid(uid: &str) -> Result<(), String> {
+pub fn check_uid(uid: &str) -> Result<(), InvalidClaimUid> {
     let groups: Vec<&str> = uid.split('-').collect();
     let lengths: Vec<usize> = groups.iter().map(|g| g.len()).collect();
     if lengths == [8, 4, 4, 4, 12]
@@ -34,9 +76,9 @@ pub fn check_uid(uid: &str) -> Result<(), String> {
     {
         Ok(())
     } else {
-        Err(format!(
-            "claim UID {uid:?} is not a UUID (8-4-4-4-12 hexadecimal digits, as Kubernetes generates): refused, nothing written"
-        ))
+        Err(InvalidClaimUid {
+            uid: uid.to_string(),
+        })
     }
 }
 
@@ -101,18 +143,23 @@ pub fn claim_spec(uid: &str, common: &ContainerEdits, devices: &[ClaimDevice]) -
 }
 
 /// Writes `spec` for claim `uid` atomically; returns the file.
-pub fn write(cdi_dir: &Path, uid: &str, spec: &Spec) -> Result<PathBuf, String> {
+pub fn write(cdi_dir: &Path, uid: &str, spec: &Spec) -> Result<PathBuf, CdiError> {
     check_uid(uid)?;
-    spec.validate()
-        .map_err(|e| format!("the CDI spec of claim {uid} is invalid: {e}"))?;
-    std::fs::create_dir_all(cdi_dir)
-        .map_err(|e| format!("cannot create {}: {e}", cdi_dir.display()))?;
+    spec.validate().map_err(|reason| CdiError::InvalidSpec {
+        uid: uid.to_string(),
+        reason,
+    })?;
+    std::fs::create_dir_all(cdi_dir).map_err(|source| CdiError::CreateDir {
+        path: cdi_dir.to_path_buf(),
+        source,
+    })?;
     let path = spec_path(cdi_dir, uid);
     let mut text = serde_json::to_vec_pretty(spec).expect("a spec serialises");
     text.push(b'\n');
-    edgegpu_host::fsops::atomic_write(&path, &text, 0o644)
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    Ok(path)
+    match edgegpu_host::fsops::atomic_write(&path, &text, 0o644) {
+        Ok(()) => Ok(path),
+        Err(source) => Err(CdiError::Write { path, source }),
+    }
 }
 
 /// The claim UIDs of the claim specs in `cdi_dir` (`edgegpu.io-claim_<uid>.json`), and the
@@ -142,23 +189,27 @@ pub fn claim_files(cdi_dir: &Path) -> (Vec<(String, PathBuf)>, Vec<PathBuf>) {
 /// Removes the spec file a checkpoint entry of claim `uid` names, after checking that it is
 /// one (`edgegpu.io-claim_<uid>.json`): a damaged or edited checkpoint never makes the driver
 /// delete another file.
-pub fn remove_claim_spec(path: &Path, uid: &str) -> Result<(), String> {
+pub fn remove_claim_spec(path: &Path, uid: &str) -> Result<(), CdiError> {
     let expected = format!("edgegpu.io-claim_{uid}.json");
     if path.file_name().and_then(|n| n.to_str()) != Some(expected.as_str()) {
-        return Err(format!(
-            "the checkpoint names {} as claim {uid}'s CDI spec, which is not {expected}: not removed",
-            path.display()
-        ));
+        return Err(CdiError::NotTheClaimSpec {
+            path: path.to_path_buf(),
+            uid: uid.to_string(),
+            expected,
+        });
     }
     remove(path)
 }
 
 /// Removes claim `uid`'s spec; a missing file is fine.
-pub fn remove(path: &Path) -> Result<(), String> {
+pub fn remove(path: &Path) -> Result<(), CdiError> {
     match std::fs::remove_file(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!("cannot remove {}: {e}", path.display())),
+        Err(source) => Err(CdiError::Remove {
+            path: path.to_path_buf(),
+            source,
+        }),
     }
 }
 
@@ -201,7 +252,15 @@ mod tests {
         remove_claim_spec(&path, uid).unwrap();
         remove_claim_spec(&path, uid).unwrap();
         let e = remove_claim_spec(Path::new("/etc/passwd"), uid).unwrap_err();
-        assert!(e.contains("not removed"), "{e}");
+        assert!(
+            matches!(&e, CdiError::NotTheClaimSpec { path, .. } if path == Path::new("/etc/passwd")),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "the checkpoint names /etc/passwd as claim 0b1c2d3e-aaaa-bbbb-cccc-1234567890ab's CDI \
+             spec, which is not edgegpu.io-claim_0b1c2d3e-aaaa-bbbb-cccc-1234567890ab.json: not removed"
+        );
         assert!(!path.exists());
     }
 
@@ -228,7 +287,8 @@ mod tests {
             "0b1c2d3e-aaaa-bbbb-cccc-1234567890ab\n",
         ] {
             let e = check_uid(bad).unwrap_err();
-            assert!(e.contains("is not a UUID"), "{bad}: {e}");
+            assert_eq!(e.uid, bad);
+            assert!(e.to_string().contains("is not a UUID"), "{bad}: {e}");
         }
         let dir = tempfile::tempdir().unwrap();
         let cdi = dir.path().join("cdi");
@@ -243,7 +303,15 @@ mod tests {
             }],
         );
         let e = write(&cdi, "../../etc/x", &spec).unwrap_err();
-        assert!(e.contains("is not a UUID"), "{e}");
+        assert!(
+            matches!(&e, CdiError::InvalidUid(InvalidClaimUid { uid }) if uid == "../../etc/x"),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "claim UID \"../../etc/x\" is not a UUID (8-4-4-4-12 hexadecimal digits, as Kubernetes \
+             generates): refused, nothing written"
+        );
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 }

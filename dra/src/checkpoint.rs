@@ -23,6 +23,45 @@ pub const FILE_NAME: &str = "checkpoint.json";
 /// The format version written.
 pub const VERSION: u32 = 1;
 
+/// Why the checkpoint could not be read or written. A checkpoint that cannot be read stops
+/// the driver: starting empty would forget the prepared claims.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("the checkpoint {path} is corrupt ({source}); it was left as it is: repair or remove it (removing it forgets which claims are prepared)")]
+    Corrupt {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("the checkpoint {path} has version {found} (this driver reads {VERSION})")]
+    Version { path: PathBuf, found: u32 },
+    /// An entry keyed by one claim UID holds another claim.
+    #[error("the checkpoint {path} is corrupt: entry {key} holds claim {uid}")]
+    MisfiledEntry {
+        path: PathBuf,
+        key: String,
+        uid: String,
+    },
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot create {path}: {source}")]
+    CreateDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot write the checkpoint {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// Where a claim is in its preparation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ClaimState {
@@ -59,36 +98,31 @@ pub struct Checkpoint {
 
 impl Checkpoint {
     /// Reads `<plugin_dir>/checkpoint.json`; a missing file is an empty checkpoint.
-    pub fn load(plugin_dir: &Path) -> Result<Checkpoint, String> {
+    pub fn load(plugin_dir: &Path) -> Result<Checkpoint, CheckpointError> {
         let path = plugin_dir.join(FILE_NAME);
         let claims = match std::fs::read(&path) {
             Ok(bytes) => {
-                let file: File = serde_json::from_slice(&bytes).map_err(|e| {
-                    format!(
-                        "the checkpoint {} is corrupt ({e}); it was left as it is: repair or remove it (removing it forgets which claims are prepared)",
-                        path.display()
-                    )
-                })?;
+                let file: File = match serde_json::from_slice(&bytes) {
+                    Ok(file) => file,
+                    Err(source) => return Err(CheckpointError::Corrupt { path, source }),
+                };
                 if file.version != VERSION {
-                    return Err(format!(
-                        "the checkpoint {} has version {} (this driver reads {VERSION})",
-                        path.display(),
-                        file.version
-                    ));
+                    return Err(CheckpointError::Version {
+                        path,
+                        found: file.version,
+                    });
                 }
-                for (uid, entry) in &file.claims {
-                    if *uid != entry.claim.uid {
-                        return Err(format!(
-                            "the checkpoint {} is corrupt: entry {uid} holds claim {}",
-                            path.display(),
-                            entry.claim.uid
-                        ));
-                    }
+                if let Some((key, entry)) = file.claims.iter().find(|(k, e)| **k != e.claim.uid) {
+                    return Err(CheckpointError::MisfiledEntry {
+                        key: key.clone(),
+                        uid: entry.claim.uid.clone(),
+                        path,
+                    });
                 }
                 file.claims
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
-            Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+            Err(source) => return Err(CheckpointError::Read { path, source }),
         };
         Ok(Checkpoint { path, claims })
     }
@@ -106,7 +140,7 @@ impl Checkpoint {
     }
 
     /// Records `entry` (replacing the claim's) and writes the file.
-    pub fn put(&mut self, entry: ClaimEntry) -> Result<(), String> {
+    pub fn put(&mut self, entry: ClaimEntry) -> Result<(), CheckpointError> {
         let uid = entry.claim.uid.clone();
         let old = self.claims.insert(uid.clone(), entry);
         self.save().map_err(|e| {
@@ -119,7 +153,7 @@ impl Checkpoint {
     }
 
     /// Forgets claim `uid` and writes the file.
-    pub fn remove(&mut self, uid: &str) -> Result<(), String> {
+    pub fn remove(&mut self, uid: &str) -> Result<(), CheckpointError> {
         let Some(old) = self.claims.remove(uid) else {
             return Ok(());
         };
@@ -129,7 +163,7 @@ impl Checkpoint {
         })
     }
 
-    fn save(&self) -> Result<(), String> {
+    fn save(&self) -> Result<(), CheckpointError> {
         let file = File {
             version: VERSION,
             claims: self.claims.clone(),
@@ -137,10 +171,72 @@ impl Checkpoint {
         let mut text = serde_json::to_vec_pretty(&file).expect("the checkpoint serialises");
         text.push(b'\n');
         if let Some(dir) = self.path.parent() {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            std::fs::create_dir_all(dir).map_err(|source| CheckpointError::CreateDir {
+                path: dir.to_path_buf(),
+                source,
+            })?;
         }
-        edgegpu_host::fsops::atomic_write(&self.path, &text, 0o600)
-            .map_err(|e| format!("cannot write the checkpoint {}: {e}", self.path.display()))
+        edgegpu_host::fsops::atomic_write(&self.path, &text, 0o600).map_err(|source| {
+            CheckpointError::Write {
+                path: self.path.clone(),
+                source,
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UID: &str = "0b1c2d3e-aaaa-bbbb-cccc-1234567890ab";
+
+    fn entry(uid: &str) -> serde_json::Value {
+        serde_json::json!({
+            "claim": {"namespace": "ns", "name": "c", "uid": uid},
+            "state": "PrepareCompleted",
+            "devices": [],
+            "held": [],
+            "specFile": format!("/var/run/cdi/edgegpu.io-claim_{uid}.json"),
+        })
+    }
+
+    /// Each way a checkpoint is refused keeps the file's path and what was wrong.
+    #[test]
+    fn a_checkpoint_that_cannot_be_trusted_is_refused_with_its_facts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        let write = |v: serde_json::Value| std::fs::write(&path, v.to_string()).unwrap();
+
+        write(serde_json::json!({"version": 2, "claims": {}}));
+        let e = Checkpoint::load(dir.path()).unwrap_err();
+        assert!(
+            matches!(&e, CheckpointError::Version { path: p, found: 2 } if *p == path),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "the checkpoint {} has version 2 (this driver reads 1)",
+                path.display()
+            )
+        );
+
+        let other = "7c9e6679-7425-40de-944b-e07fc1f90ae7";
+        write(serde_json::json!({"version": 1, "claims": {UID: entry(other)}}));
+        let e = Checkpoint::load(dir.path()).unwrap_err();
+        assert!(
+            matches!(&e, CheckpointError::MisfiledEntry { key, uid, .. } if key == UID && uid == other),
+            "{e:?}"
+        );
+
+        write(serde_json::json!({"version": 1, "claims": {UID: entry(UID)}}));
+        assert_eq!(Checkpoint::load(dir.path()).unwrap().entries().count(), 1);
+
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir(&path).unwrap();
+        let e = Checkpoint::load(dir.path()).unwrap_err();
+        assert!(matches!(e, CheckpointError::Read { .. }), "{e:?}");
+        assert!(std::error::Error::source(&e).is_some());
     }
 }

@@ -34,12 +34,122 @@ use edgegpu_apiclient::ApiServer;
 use serde_json::Value;
 use tokio::sync::watch;
 
-use crate::cdi::{self, ClaimDevice};
-use crate::checkpoint::{Checkpoint, ClaimEntry, ClaimState};
-use crate::claims::{self, ClaimAllocation, ConfigSource};
+use crate::cdi::{self, CdiError, ClaimDevice, InvalidClaimUid};
+use crate::checkpoint::{Checkpoint, CheckpointError, ClaimEntry, ClaimState};
+use crate::claims::{self, ClaimAllocation, ConfigSource, FetchError};
 use crate::inventory::{DeviceType, Inventory};
-use crate::kubelet::{self, ClaimRef, DeviceHealth, Health, PreparedDevice};
-use crate::sharing::{self, GpuConfig, MpsHost, Sharing};
+use crate::kubelet::{self, ClaimRef, DeviceHealth, DriverError, Health, PreparedDevice};
+use crate::sharing::{
+    self, ClassCeilingError, ConfigError, GpuConfig, MpsHost, NoMpsDaemon, Sharing,
+};
+
+/// Why a claim could not be prepared or unprepared. Its message is what the kubelet shows on
+/// the pod's events; most name the claim (`namespace/name (uid)`).
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    #[error("claim {claim}: {source}")]
+    InvalidUid {
+        claim: ClaimRef,
+        #[source]
+        source: InvalidClaimUid,
+    },
+    #[error("no API server to read the claim from")]
+    NoApiServer,
+    /// What the scheduler allocated could not be read.
+    #[error("claim {claim}: {source:#}")]
+    Fetch {
+        claim: ClaimRef,
+        #[source]
+        source: FetchError,
+    },
+    #[error("claim {claim}: no device of {driver} is allocated")]
+    NothingAllocated { claim: ClaimRef, driver: String },
+    /// Opaque config `index` of the allocation does not parse.
+    #[error("claim {claim}: config[{index}] (from the {}): {source}", origin_name(*.origin))]
+    InvalidConfig {
+        claim: ClaimRef,
+        index: usize,
+        origin: ConfigSource,
+        #[source]
+        source: ConfigError,
+    },
+    #[error("claim {claim}: device {pool}/{device} is not on this node (pool {node_pool})")]
+    OtherNode {
+        claim: ClaimRef,
+        pool: String,
+        device: String,
+        node_pool: String,
+    },
+    #[error("claim {claim}: device {device} is not one of this node's devices")]
+    UnknownDevice { claim: ClaimRef, device: String },
+    #[error("claim {claim}: device {device} is unhealthy: {why}")]
+    Unhealthy {
+        claim: ClaimRef,
+        device: String,
+        why: String,
+    },
+    /// A `GpuConfig` with sharing names a request that got a DLA core or a PVA.
+    #[error("claim {claim}: request {request}: a GpuConfig's sharing applies to GPUs and MIG devices, not to {device} ({kind})")]
+    SharingOnEngine {
+        claim: ClaimRef,
+        request: String,
+        device: String,
+        kind: &'static str,
+    },
+    /// The claim's config is refused under its DeviceClass's, a ceiling it may only tighten.
+    #[error("claim {claim}: request {request}: {source}")]
+    ClassCeiling {
+        claim: ClaimRef,
+        request: String,
+        #[source]
+        source: ClassCeilingError,
+    },
+    /// Another prepared claim holds the device: exclusively, or shared while this claim
+    /// wants it exclusively.
+    #[error("claim {claim}: device {device} is busy: prepared {} for claim {holder}", if *.held_exclusively { "exclusively" } else { "shared" })]
+    Busy {
+        claim: ClaimRef,
+        device: String,
+        holder: ClaimRef,
+        held_exclusively: bool,
+    },
+    #[error("claim {claim}: {source}")]
+    NoMpsDaemon {
+        claim: ClaimRef,
+        #[source]
+        source: NoMpsDaemon,
+    },
+    /// The claim's spec could not be written, or (unprepare) removed.
+    #[error("claim {claim}: {source}")]
+    Spec {
+        claim: ClaimRef,
+        #[source]
+        source: CdiError,
+    },
+    /// The spec of an earlier, unfinished preparation of the claim could not be removed.
+    #[error(transparent)]
+    StaleSpec(CdiError),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+}
+
+/// How a config's source is named in messages.
+fn origin_name(source: ConfigSource) -> &'static str {
+    match source {
+        ConfigSource::Class => "DeviceClass",
+        ConfigSource::Claim => "claim",
+    }
+}
+
+/// Why the driver's state could not be recovered at start ([`NodeDriver::new`]): the
+/// checkpoint, or a spec to roll back or clean up.
+#[derive(Debug, thiserror::Error)]
+pub enum RecoveryError {
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error(transparent)]
+    Spec(#[from] CdiError),
+}
 
 /// Where the node side keeps its files.
 #[derive(Debug, Clone)]
@@ -64,10 +174,6 @@ pub struct NodeDriver {
     options: NodeOptions,
     state: Mutex<State>,
     health: watch::Sender<Vec<DeviceHealth>>,
-}
-
-fn claim_name(c: &ClaimRef) -> String {
-    format!("{}/{} ({})", c.namespace, c.name, c.uid)
 }
 
 /// A validated opaque config of the claim's allocation.
@@ -112,7 +218,7 @@ impl NodeDriver {
         inventory: Inventory,
         options: NodeOptions,
         api: Option<Arc<ApiServer>>,
-    ) -> Result<NodeDriver, String> {
+    ) -> Result<NodeDriver, RecoveryError> {
         let mut checkpoint = Checkpoint::load(&options.plugin_dir)?;
         let started: Vec<ClaimEntry> = checkpoint
             .entries()
@@ -120,7 +226,7 @@ impl NodeDriver {
             .cloned()
             .collect();
         for e in started {
-            tracing::info!(claim = %claim_name(&e.claim), "rolling back a preparation interrupted by a restart");
+            tracing::info!(claim = %e.claim, "rolling back a preparation interrupted by a restart");
             cdi::remove_claim_spec(&e.spec_file, &e.claim.uid)?;
             checkpoint.remove(&e.claim.uid)?;
         }
@@ -229,13 +335,19 @@ impl NodeDriver {
     }
 
     /// Prepares `claim` with what the scheduler allocated to it (see the module docs).
+    // A `PrepareError` carries the claim and the facts of the refusal (a few hundred bytes);
+    // it is built at most once per kubelet call, where boxing would only add an allocation.
+    #[allow(clippy::result_large_err)]
     pub fn prepare_allocation(
         &self,
         claim: &ClaimRef,
         allocation: &ClaimAllocation,
-    ) -> Result<Vec<PreparedDevice>, String> {
-        let name = claim_name(claim);
-        cdi::check_uid(&claim.uid).map_err(|e| format!("claim {name}: {e}"))?;
+    ) -> Result<Vec<PreparedDevice>, PrepareError> {
+        let claim_ref = || claim.clone();
+        cdi::check_uid(&claim.uid).map_err(|source| PrepareError::InvalidUid {
+            claim: claim_ref(),
+            source,
+        })?;
         let mut state = self.lock();
         if let Some(e) = state.checkpoint.get(&claim.uid) {
             if e.state == ClaimState::PrepareCompleted {
@@ -243,33 +355,34 @@ impl NodeDriver {
             }
             // Started and not completed in this process (an earlier error): start over.
             let spec = e.spec_file.clone();
-            cdi::remove_claim_spec(&spec, &claim.uid)?;
+            cdi::remove_claim_spec(&spec, &claim.uid).map_err(PrepareError::StaleSpec)?;
             state.checkpoint.remove(&claim.uid)?;
         }
         if allocation.devices.is_empty() {
-            return Err(format!(
-                "claim {name}: no device of {} is allocated",
-                self.driver
-            ));
+            return Err(PrepareError::NothingAllocated {
+                claim: claim_ref(),
+                driver: self.driver.clone(),
+            });
         }
         let configs = allocation
             .configs
             .iter()
             .enumerate()
-            .map(|(i, c)| {
-                let source = match c.source {
-                    ConfigSource::Class => "DeviceClass",
-                    ConfigSource::Claim => "claim",
-                };
+            .map(|(index, c)| {
                 sharing::parse(&c.parameters, "opaque.parameters")
                     .map(|config| Parsed {
                         source: c.source,
                         requests: c.requests.clone(),
                         config,
                     })
-                    .map_err(|e| format!("claim {name}: config[{i}] (from the {source}): {e}"))
+                    .map_err(|source| PrepareError::InvalidConfig {
+                        claim: claim_ref(),
+                        index,
+                        origin: c.source,
+                        source,
+                    })
             })
-            .collect::<Result<Vec<Parsed>, String>>()?;
+            .collect::<Result<Vec<Parsed>, PrepareError>>()?;
         // One entry per device (a device allocated for two requests keeps both).
         struct Planned {
             device: String,
@@ -281,39 +394,46 @@ impl NodeDriver {
         let mut planned: Vec<Planned> = Vec::new();
         for a in &allocation.devices {
             if a.pool != state.inventory.pool {
-                return Err(format!(
-                    "claim {name}: device {}/{} is not on this node (pool {})",
-                    a.pool, a.device, state.inventory.pool
-                ));
+                return Err(PrepareError::OtherNode {
+                    claim: claim_ref(),
+                    pool: a.pool.clone(),
+                    device: a.device.clone(),
+                    node_pool: state.inventory.pool.clone(),
+                });
             }
             let Some(d) = state.inventory.get(&a.device) else {
-                return Err(format!(
-                    "claim {name}: device {} is not one of this node's devices",
-                    a.device
-                ));
+                return Err(PrepareError::UnknownDevice {
+                    claim: claim_ref(),
+                    device: a.device.clone(),
+                });
             };
             if d.health == Health::Unhealthy {
-                return Err(format!(
-                    "claim {name}: device {} is unhealthy: {}",
-                    a.device, d.health_message
-                ));
+                return Err(PrepareError::Unhealthy {
+                    claim: claim_ref(),
+                    device: a.device.clone(),
+                    why: d.health_message.clone(),
+                });
             }
             let is_gpu = matches!(d.kind, DeviceType::Gpu | DeviceType::Mig);
             let class = applying(&configs, ConfigSource::Class, &a.request, is_gpu);
             let from_claim = applying(&configs, ConfigSource::Claim, &a.request, is_gpu);
             for (named, c) in class.iter().chain(&from_claim) {
                 if *named && c.sharing.is_some() && !is_gpu {
-                    return Err(format!(
-                        "claim {name}: request {}: a GpuConfig's sharing applies to GPUs and MIG devices, not to {} ({})",
-                        a.request,
-                        d.name,
-                        d.kind.as_str()
-                    ));
+                    return Err(PrepareError::SharingOnEngine {
+                        claim: claim_ref(),
+                        request: a.request.clone(),
+                        device: d.name.clone(),
+                        kind: d.kind.as_str(),
+                    });
                 }
             }
             // The DeviceClass's config is the admin's ceiling for the claim's.
             let config = sharing::resolve(class.map(|(_, c)| c), from_claim.map(|(_, c)| c))
-                .map_err(|e| format!("claim {name}: request {}: {e}", a.request))?;
+                .map_err(|source| PrepareError::ClassCeiling {
+                    claim: claim_ref(),
+                    request: a.request.clone(),
+                    source,
+                })?;
             match planned.iter_mut().find(|p| p.device == a.device) {
                 Some(p) => {
                     p.requests.push(a.request.clone());
@@ -344,15 +464,12 @@ impl NodeDriver {
                 }
                 if let Some((_, other_exclusive)) = other.held.iter().find(|(d, _)| d == device) {
                     if *exclusive || *other_exclusive {
-                        return Err(format!(
-                            "claim {name}: device {device} is busy: prepared {} for claim {}",
-                            if *other_exclusive {
-                                "exclusively"
-                            } else {
-                                "shared"
-                            },
-                            claim_name(&other.claim)
-                        ));
+                        return Err(PrepareError::Busy {
+                            claim: claim_ref(),
+                            device: device.clone(),
+                            holder: other.claim.clone(),
+                            held_exclusively: *other_exclusive,
+                        });
                     }
                 }
             }
@@ -407,7 +524,10 @@ impl NodeDriver {
                 })
                 .collect();
             let (env, mounts) = sharing::container_edits(Some(s), &ids, &self.options.mps)
-                .map_err(|e| format!("claim {name}: {e}"))?;
+                .map_err(|source| PrepareError::NoMpsDaemon {
+                    claim: claim_ref(),
+                    source,
+                })?;
             for &i in members {
                 claim_devices[i].env.extend(env.iter().cloned());
                 claim_devices[i].mounts.extend(mounts.iter().cloned());
@@ -433,10 +553,13 @@ impl NodeDriver {
             spec_file: spec_file.clone(),
         };
         state.checkpoint.put(entry.clone())?;
-        if let Err(e) = cdi::write(&self.options.cdi_dir, &claim.uid, &spec) {
+        if let Err(source) = cdi::write(&self.options.cdi_dir, &claim.uid, &spec) {
             let _ = cdi::remove(&spec_file);
             let _ = state.checkpoint.remove(&claim.uid);
-            return Err(format!("claim {name}: {e}"));
+            return Err(PrepareError::Spec {
+                claim: claim_ref(),
+                source,
+            });
         }
         entry.state = ClaimState::PrepareCompleted;
         entry.devices = prepared.clone();
@@ -447,39 +570,45 @@ impl NodeDriver {
     /// Undoes [`NodeDriver::prepare_allocation`]: removes the claim's spec, then its entry.
     /// A claim not in the checkpoint is `Ok`; a claim UID that is not a UUID is an error
     /// ([`cdi::check_uid`]), as in prepare.
-    pub fn unprepare_claim(&self, claim: &ClaimRef) -> Result<(), String> {
-        cdi::check_uid(&claim.uid).map_err(|e| format!("claim {}: {e}", claim_name(claim)))?;
+    #[allow(clippy::result_large_err)] // as `prepare_allocation`
+    pub fn unprepare_claim(&self, claim: &ClaimRef) -> Result<(), PrepareError> {
+        cdi::check_uid(&claim.uid).map_err(|source| PrepareError::InvalidUid {
+            claim: claim.clone(),
+            source,
+        })?;
         let mut state = self.lock();
         let Some(entry) = state.checkpoint.get(&claim.uid) else {
             return Ok(());
         };
         let spec = entry.spec_file.clone();
-        cdi::remove_claim_spec(&spec, &claim.uid)
-            .map_err(|e| format!("claim {}: {e}", claim_name(claim)))?;
-        state.checkpoint.remove(&claim.uid)
+        cdi::remove_claim_spec(&spec, &claim.uid).map_err(|source| PrepareError::Spec {
+            claim: claim.clone(),
+            source,
+        })?;
+        Ok(state.checkpoint.remove(&claim.uid)?)
     }
 }
 
 #[tonic::async_trait]
 impl kubelet::Driver for NodeDriver {
-    async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedDevice>, String> {
+    async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedDevice>, DriverError> {
         if let Some(e) = self.lock().checkpoint.get(&claim.uid) {
             if e.state == ClaimState::PrepareCompleted {
                 return Ok(e.devices.clone());
             }
         }
-        let api = self
-            .api
-            .as_ref()
-            .ok_or_else(|| "no API server to read the claim from".to_string())?;
+        let api = self.api.as_ref().ok_or(PrepareError::NoApiServer)?;
         let allocation = claims::fetch(api, claim, &self.driver)
             .await
-            .map_err(|e| format!("claim {}: {e:#}", claim_name(claim)))?;
-        self.prepare_allocation(claim, &allocation)
+            .map_err(|source| PrepareError::Fetch {
+                claim: claim.clone(),
+                source,
+            })?;
+        Ok(self.prepare_allocation(claim, &allocation)?)
     }
 
-    async fn unprepare(&self, claim: &ClaimRef) -> Result<(), String> {
-        self.unprepare_claim(claim)
+    async fn unprepare(&self, claim: &ClaimRef) -> Result<(), DriverError> {
+        Ok(self.unprepare_claim(claim)?)
     }
 
     fn health(&self) -> watch::Receiver<Vec<DeviceHealth>> {

@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use edgegpu_dra::kubelet::{
-    registration, serve, ClaimRef, DeviceHealth, Driver, Health, KubeletOptions, PreparedDevice,
+    registration, serve, ClaimRef, DeviceHealth, Driver, DriverError, Health, KubeletOptions,
+    PreparedDevice,
 };
 use edgegpu_kubelet_api::dra_health_v1alpha1::HealthStatus;
 use edgegpu_kubelet_api::pluginregistration::PluginInfo;
@@ -72,10 +73,10 @@ fn device(name: &str, health: Health) -> DeviceHealth {
 
 #[tonic::async_trait]
 impl Driver for TestDriver {
-    async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedDevice>, String> {
+    async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedDevice>, DriverError> {
         self.call(format!("prepare {}", claim.uid)).await;
         if self.failing.contains(&claim.uid) {
-            return Err(format!("no device free for claim {}", claim.name));
+            return Err(format!("no device free for claim {}", claim.name).into());
         }
         Ok(vec![PreparedDevice {
             requests: vec!["gpu/large".into()],
@@ -86,10 +87,10 @@ impl Driver for TestDriver {
         }])
     }
 
-    async fn unprepare(&self, claim: &ClaimRef) -> Result<(), String> {
+    async fn unprepare(&self, claim: &ClaimRef) -> Result<(), DriverError> {
         self.call(format!("unprepare {}", claim.uid)).await;
         if self.failing.contains(&claim.uid) {
-            return Err(format!("cannot remove the CDI spec of {}", claim.name));
+            return Err(format!("cannot remove the CDI spec of {}", claim.name).into());
         }
         Ok(())
     }

@@ -10,10 +10,11 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use clap::Parser;
+use edgegpu_dra::checkpoint::CheckpointError;
 use edgegpu_dra::claims::{AllocatedDevice, ClaimAllocation, ConfigSource, OpaqueConfig};
 use edgegpu_dra::inventory::{Attr, Inventory};
 use edgegpu_dra::kubelet::{ClaimRef, Driver, Health};
-use edgegpu_dra::prepare::{NodeDriver, NodeOptions};
+use edgegpu_dra::prepare::{NodeDriver, NodeOptions, PrepareError, RecoveryError};
 use edgegpu_dra::sharing::MpsHost;
 use edgegpu_node::config::GpuArgs;
 use edgegpu_node::labels;
@@ -326,7 +327,7 @@ impl Node {
         self.dirs.path().join("cdi")
     }
 
-    fn driver(&self) -> Result<NodeDriver, String> {
+    fn driver(&self) -> Result<NodeDriver, RecoveryError> {
         NodeDriver::new(self.inventory.clone(), self.options(), None)
     }
 
@@ -636,10 +637,15 @@ fn prepare_is_idempotent_and_survives_a_restart() {
             .unwrap(),
         first
     );
-    // Not in the checkpoint and no API server: an error, nothing written.
-    assert!(rt
+    // Not in the checkpoint and no API server: an error, nothing written. The node side's
+    // error reaches the kubelet side whole.
+    let e = rt
         .block_on(Driver::prepare(&driver, &claim(UID_B)))
-        .is_err());
+        .unwrap_err();
+    assert!(
+        matches!(e.downcast_ref(), Some(PrepareError::NoApiServer)),
+        "{e:?}"
+    );
     rt.block_on(Driver::unprepare(&driver, &claim(UID_A)))
         .unwrap();
     rt.block_on(Driver::unprepare(&driver, &claim(UID_A)))
@@ -718,6 +724,11 @@ fn a_corrupt_checkpoint_is_named_and_kept() {
         .driver()
         .err()
         .expect("a corrupt checkpoint is an error");
+    assert!(
+        matches!(&e, RecoveryError::Checkpoint(CheckpointError::Corrupt { path, .. }) if *path == cp_path),
+        "{e:?}"
+    );
+    let e = e.to_string();
     assert!(e.contains(&cp_path.display().to_string()), "{e}");
     assert!(e.contains("corrupt"), "{e}");
     // Left as it was: claim A's record can still be repaired.
@@ -739,6 +750,12 @@ fn busy_devices_and_what_shares_them() {
     let e = driver
         .prepare_allocation(&claim(UID_B), &alloc(&["gpu-0"]))
         .unwrap_err();
+    assert!(
+        matches!(&e, PrepareError::Busy { claim: c, device, holder, held_exclusively: true }
+            if c.uid == UID_B && device == "gpu-0" && holder.uid == UID_A),
+        "{e:?}"
+    );
+    let e = e.to_string();
     assert!(
         e.contains(UID_B) && e.contains("gpu-0 is busy") && e.contains(UID_A),
         "{e}"
@@ -765,7 +782,8 @@ fn busy_devices_and_what_shares_them() {
             &claim("c0ffee00-0000-0000-0000-000000000003"),
             &alloc(&["gpu-1"]),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("prepared shared"), "{e}");
     let mut ids = Vec::new();
     for c in driver.prepared_claims() {
@@ -801,7 +819,10 @@ fn bad_configs_and_devices_are_refused_naming_the_claim_and_field() {
         (alloc(&[]), "no device of edgegpu.io is allocated"),
     ];
     for (a, want) in cases {
-        let e = driver.prepare_allocation(&claim(UID_A), &a).unwrap_err();
+        let e = driver
+            .prepare_allocation(&claim(UID_A), &a)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains(want) && e.contains(UID_A), "{want}: {e}");
     }
     let mut other_pool = alloc(&["gpu-0"]);
@@ -809,7 +830,11 @@ fn bad_configs_and_devices_are_refused_naming_the_claim_and_field() {
     let e = driver
         .prepare_allocation(&claim(UID_A), &other_pool)
         .unwrap_err();
-    assert!(e.contains("not on this node"), "{e}");
+    assert!(
+        matches!(&e, PrepareError::OtherNode { pool, device, .. } if pool == "node-b" && device == "gpu-0"),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("not on this node"), "{e}");
     // Unhealthy: tainted in the slice, refused, reported to the kubelet.
     let rx = Driver::health(&driver);
     assert!(driver.set_health("gpu-0", Health::Unhealthy, "GPU sysfs unreadable"));
@@ -820,7 +845,8 @@ fn bad_configs_and_devices_are_refused_naming_the_claim_and_field() {
     );
     let e = driver
         .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("unhealthy: GPU sysfs unreadable"), "{e}");
     assert!(node.spec_files().is_empty());
     assert!(driver.prepared_claims().is_empty());
@@ -834,7 +860,8 @@ fn mps_claims_join_the_nodes_daemon() {
     let e = driver
         .prepare_allocation(&claim(UID_A), &with_config(alloc(&["gpu-0"]), mps.clone()))
         .unwrap_err();
-    assert!(e.contains("no MPS control daemon"), "{e}");
+    assert!(matches!(e, PrepareError::NoMpsDaemon { .. }), "{e:?}");
+    assert!(e.to_string().contains("no MPS control daemon"), "{e}");
     let pipe = node.options().mps.mps_root.join("nvidia.com/gpu/pipe");
     std::fs::create_dir_all(&pipe).unwrap();
     let p = driver
@@ -967,6 +994,7 @@ fn the_plugins_health_reaches_the_slice_and_the_kubelet() {
     assert!(driver
         .prepare_allocation(&claim(UID_A), &alloc(&["gpu-1"]))
         .unwrap_err()
+        .to_string()
         .contains("unhealthy"));
     assert!(driver.apply_plugin_health(&[dev(&gpus[1].uuid, HEALTHY)]));
     assert!(driver.slice_devices()[1].get("taints").is_none());
@@ -1101,7 +1129,8 @@ fn engines_get_their_own_nodes_and_a_gpu_claim_no_longer_has_them() {
                 a
             },
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("not to pva-0"), "{e}");
     // A claim-wide sharing config passes over the engines (and applies to the GPU).
     let mut mixed = alloc(&["gpu-0", "pva-0"]);
@@ -1127,7 +1156,8 @@ fn engines_get_their_own_nodes_and_a_gpu_claim_no_longer_has_them() {
     mixed.configs[0].requests = vec!["req1".into()];
     let e = driver
         .prepare_allocation(&claim("c0ffee00-0000-0000-0000-000000000006"), &mixed)
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("request req1") && e.contains("not to pva-0"),
         "{e}"
@@ -1138,7 +1168,8 @@ fn engines_get_their_own_nodes_and_a_gpu_claim_no_longer_has_them() {
             &claim("c0ffee00-0000-0000-0000-000000000004"),
             &alloc(&["dla-1"]),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("dla-1 is busy"), "{e}");
     // Engine health: the plugin's check (node present) marks a DLA core unhealthy.
     let rx = Driver::health(&driver);
@@ -1181,6 +1212,8 @@ fn a_spec_that_cannot_be_written_leaves_no_claim_behind() {
     let e = driver
         .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
         .unwrap_err();
+    assert!(matches!(e, PrepareError::Spec { .. }), "{e:?}");
+    let e = e.to_string();
     assert!(
         e.contains(UID_A) && e.contains(&node.cdi_dir().display().to_string()),
         "{e}"
@@ -1237,7 +1270,8 @@ fn a_device_classs_mps_limits_are_a_ceiling_the_claim_cannot_raise() {
                 &class_and_claim(class.clone(), gpu_config(Some(sharing))),
             )
             .unwrap_err();
-        assert_eq!(e, format!("{name}{want}"));
+        assert!(matches!(e, PrepareError::ClassCeiling { .. }), "{e:?}");
+        assert_eq!(e.to_string(), format!("{name}{want}"));
     }
     assert!(node.spec_files().is_empty());
     assert!(driver.prepared_claims().is_empty());
@@ -1360,7 +1394,8 @@ fn a_claim_cannot_switch_drop_or_add_the_device_classs_sharing() {
     for (class, from_claim, want) in cases {
         let e = driver
             .prepare_allocation(&claim(UID_A), &class_and_claim(class, from_claim))
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains(UID_A) && e.ends_with(want), "{want}: {e}");
     }
     assert!(node.spec_files().is_empty());
@@ -1429,13 +1464,17 @@ fn a_claim_uid_that_is_not_a_uuid_names_no_file() {
         let e = driver
             .prepare_allocation(&claim(uid), &alloc(&["gpu-0"]))
             .unwrap_err();
+        assert!(
+            matches!(&e, PrepareError::InvalidUid { source, .. } if source.uid == uid),
+            "{e:?}"
+        );
         assert_eq!(
-            e,
+            e.to_string(),
             format!(
                 "claim default/claim-{uid} ({uid}): claim UID {uid:?} is not a UUID (8-4-4-4-12 hexadecimal digits, as Kubernetes generates): refused, nothing written"
             )
         );
-        let e = driver.unprepare_claim(&claim(uid)).unwrap_err();
+        let e = driver.unprepare_claim(&claim(uid)).unwrap_err().to_string();
         assert!(e.contains("is not a UUID"), "{e}");
     }
     // Nothing written: no spec, no checkpoint, inside the CDI directory or out of it.

@@ -15,6 +15,13 @@ pub struct ClaimRef {
     pub uid: String,
 }
 
+/// `namespace/name (uid)`, how messages name a claim.
+impl std::fmt::Display for ClaimRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{} ({})", self.namespace, self.name, self.uid)
+    }
+}
+
 /// One device of a prepared claim, as the kubelet gets it back (`dra.v1.Device`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PreparedDevice {
@@ -46,15 +53,19 @@ pub struct DeviceHealth {
     pub message: String,
 }
 
+/// Why a [`Driver`] could not prepare or unprepare a claim: the node side's own error, kept
+/// whole up to the gRPC answer, where its message becomes the claim's `error` (the text the
+/// kubelet shows on the pod's events).
+pub type DriverError = Box<dyn std::error::Error + Send + Sync>;
+
 /// What the kubelet side calls. Calls are serialised by the kubelet side (one prepare or
 /// unprepare at a time), as the kubeletplugin helper does by default.
 #[tonic::async_trait]
 pub trait Driver: Send + Sync + 'static {
     /// Prepares one claim: idempotent (the kubelet retries and calls again after restarts).
-    /// `Err` carries the message the kubelet shows on the pod's events.
-    async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedDevice>, String>;
+    async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedDevice>, DriverError>;
     /// Undoes [`Driver::prepare`]; a claim never prepared (or already unprepared) is `Ok`.
-    async fn unprepare(&self, claim: &ClaimRef) -> Result<(), String>;
+    async fn unprepare(&self, claim: &ClaimRef) -> Result<(), DriverError>;
     /// Every published device's health, current value first, a new full list on change.
     fn health(&self) -> watch::Receiver<Vec<DeviceHealth>>;
 }

@@ -36,7 +36,9 @@ pub mod registration;
 pub mod service;
 pub mod socket;
 
-pub use contract::{ClaimRef, DeviceHealth, Driver, Health, KubeletOptions, PreparedDevice};
+pub use contract::{
+    ClaimRef, DeviceHealth, Driver, DriverError, Health, KubeletOptions, PreparedDevice,
+};
 
 /// How long a shutdown waits for the gRPC servers to finish their calls in flight.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);

@@ -23,7 +23,7 @@ use edgegpu_kubelet_api::{dra_v1, dra_v1beta1};
 use tokio::sync::Mutex;
 use tonic::{Request, Response, Status};
 
-use super::contract::{ClaimRef, Driver, PreparedDevice};
+use super::contract::{ClaimRef, Driver, DriverError, PreparedDevice};
 
 /// Serves both versions with one driver and one lock.
 #[derive(Clone)]
@@ -33,9 +33,9 @@ pub struct NodeService {
 }
 
 /// Per claim UID: the prepared devices, or the driver's error.
-type Prepared = BTreeMap<String, Result<Vec<PreparedDevice>, String>>;
+type Prepared = BTreeMap<String, Result<Vec<PreparedDevice>, DriverError>>;
 /// Per claim UID: `Ok`, or the driver's error.
-type Unprepared = BTreeMap<String, Result<(), String>>;
+type Unprepared = BTreeMap<String, Result<(), DriverError>>;
 
 /// The fields of a v1 or v1beta1 `Claim` (identical messages).
 struct RawClaim<'a> {
@@ -192,7 +192,7 @@ macro_rules! dra_plugin_service {
                             },
                             Err(error) => $api::NodePrepareResourceResponse {
                                 devices: Vec::new(),
-                                error,
+                                error: error.to_string(),
                             },
                         };
                         (uid, answer)
@@ -220,7 +220,7 @@ macro_rules! dra_plugin_service {
                     .await
                     .into_iter()
                     .map(|(uid, result)| {
-                        let error = result.err().unwrap_or_default();
+                        let error = result.err().map(|e| e.to_string()).unwrap_or_default();
                         (uid, $api::NodeUnprepareResourceResponse { error })
                     })
                     .collect();
