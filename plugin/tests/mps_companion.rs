@@ -471,6 +471,62 @@ fn isolate_chroots_and_covers_dev_shm() {
     assert!(child.wait().unwrap().success());
 }
 
+/// A host root without `/dev/null` (the daemon's standard input is opened from it inside the
+/// chroot) is reported as that, not as `No such file or directory`, which reads as a missing
+/// binary. Needs root for the chroot, as `isolate_chroots_and_covers_dev_shm`.
+#[test]
+fn a_host_root_without_dev_null_is_named() {
+    if !nix::unistd::Uid::effective().is_root()
+        || std::env::var_os(edgegpu_testkit::process::RUNNER_ENV).is_some()
+    {
+        eprintln!("skipped: needs root and a native run (chroot, mount namespace)");
+        return;
+    }
+    let host = FakeHost::jetson(Board::Orin);
+    host.install_mps_control(mps::HOST_PATH);
+    host.mkdir("/dev/shm");
+    let mps_root = "/run/edgegpu/mps";
+    let host_root = host.path(mps_root);
+    let mut child = binary_command(bin())
+        .arg("mps-control-daemon")
+        .arg("--root")
+        .arg(host.root())
+        .arg("--mps-root")
+        .arg(mps_root)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    ask_for(&host_root, vec![daemon(GPU, 50)]);
+    let status_file = host_root.join(GPU).join("status.json");
+    let t0 = Instant::now();
+    let failed = loop {
+        if let Some(s) = status::read(&status_file)
+            .ok()
+            .flatten()
+            .filter(|s| s.state == State::Failed)
+        {
+            break s;
+        }
+        assert!(
+            t0.elapsed() < WAIT,
+            "not failed: {:?}",
+            status::read(&status_file)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(
+        failed.reason.as_deref(),
+        Some(
+            "cannot start the MPS control daemon: /dev/null does not exist (the companion runs \
+             in the host root, and the daemon's standard input is opened from it)"
+        ),
+        "{failed:?}"
+    );
+    terminate(child.id());
+    assert!(child.wait().unwrap().success());
+}
+
 // The attacks of a pod with MPS access (it gets its resource's `pipe/` and `shm/`
 // read-write) and of the less privileged plugin (it writes `desired/`) on the privileged
 // companion: each fails against a companion that trusts the MPS root (docs/security.md).

@@ -34,32 +34,90 @@ const DEV_NULL: &str = "/dev/null";
 
 /// Why the daemon did not start, in words that name the missing file: a bare "No such file
 /// or directory" reads as a missing binary when it may be `/dev/null` or the binary's
-/// interpreter that is absent.
-fn spawn_failure(binary: &Path, dev_null: &Path, e: &std::io::Error) -> String {
-    if e.kind() != std::io::ErrorKind::NotFound {
-        return format!(
-            "cannot start the MPS control daemon {}: {e}",
-            binary.display()
-        );
+/// interpreter that is absent. Each keeps the `spawn` error as its source.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    /// The `/dev/null` the daemon's standard input is opened from is missing.
+    #[error("cannot start the MPS control daemon: {dev_null} does not exist (the companion runs in the host root, and the daemon's standard input is opened from it)")]
+    NoDevNull {
+        dev_null: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot start the MPS control daemon: {binary} does not exist")]
+    NoBinary {
+        binary: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not found although the binary and `/dev/null` are there: what `execve` loads next.
+    #[error("cannot start the MPS control daemon {binary}: {source} (the binary is there: is its ELF interpreter or a library loader missing from the host root?)")]
+    NoInterpreter {
+        binary: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot start the MPS control daemon {binary}: {source}")]
+    Failed {
+        binary: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl SpawnError {
+    /// Tells the missing files apart after `spawn` failed with `source`.
+    fn new(binary: &Path, dev_null: &Path, source: std::io::Error) -> SpawnError {
+        let binary = binary.to_path_buf();
+        if source.kind() != std::io::ErrorKind::NotFound {
+            SpawnError::Failed { binary, source }
+        } else if !dev_null.exists() {
+            SpawnError::NoDevNull {
+                dev_null: dev_null.to_path_buf(),
+                source,
+            }
+        } else if !binary.exists() {
+            SpawnError::NoBinary { binary, source }
+        } else {
+            SpawnError::NoInterpreter { binary, source }
+        }
     }
-    if !dev_null.exists() {
-        return format!(
-            "cannot start the MPS control daemon: {} does not exist (the companion runs in the \
-             host root, and the daemon's standard input is opened from it)",
-            dev_null.display()
-        );
-    }
-    if !binary.exists() {
-        return format!(
-            "cannot start the MPS control daemon: {} does not exist",
-            binary.display()
-        );
-    }
-    format!(
-        "cannot start the MPS control daemon {}: {e} (the binary is there: is its ELF \
-         interpreter or a library loader missing from the host root?)",
-        binary.display()
-    )
+}
+
+/// Why a control command got no answer, or a failing one.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    /// A control character would split the command into several.
+    #[error("refusing the control command {command:?}: it holds a control character")]
+    ControlCharacter { command: String },
+    #[error("cannot run {binary}: {source}")]
+    Run {
+        binary: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("writing to {binary}: {source}")]
+    Write {
+        binary: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("waiting for {binary}: {source}")]
+    Wait {
+        binary: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The binary exited unsuccessfully; `output` is its standard error, or its standard
+    /// output when that is empty.
+    #[error("`{command}` failed ({status}): {output}")]
+    Failed {
+        command: String,
+        status: std::process::ExitStatus,
+        output: String,
+    },
+    #[error("`{command}` got no answer in {}s", .waited.as_secs())]
+    Timeout { command: String, waited: Duration },
 }
 
 /// How long one command may take (the real daemon answers in milliseconds; a hung one must
@@ -146,20 +204,20 @@ impl Control {
     /// `/dev/null` its standard input is opened from (inside the host root the companion runs
     /// chrooted in), or, with both there, what `execve` needs beyond the binary (its ELF
     /// interpreter).
-    pub fn spawn_daemon(&self) -> Result<tokio::process::Child, String> {
+    pub fn spawn_daemon(&self) -> Result<tokio::process::Child, SpawnError> {
         self.daemon()
             .spawn()
-            .map_err(|e| spawn_failure(&self.binary, Path::new(DEV_NULL), &e))
+            .map_err(|e| SpawnError::new(&self.binary, Path::new(DEV_NULL), e))
     }
 
     /// Sends `command` and returns the daemon's answer (trimmed). An error names the command
     /// and what the binary said.
-    pub async fn send(&self, command: &str) -> Result<String, String> {
+    pub async fn send(&self, command: &str) -> Result<String, CommandError> {
         // One line: what the daemon's settings carry was validated, and this keeps it so.
         if command.chars().any(char::is_control) {
-            return Err(format!(
-                "refusing the control command {command:?}: it holds a control character"
-            ));
+            return Err(CommandError::ControlCharacter {
+                command: command.to_string(),
+            });
         }
         let mut ui = self.command();
         ui.stdin(Stdio::piped())
@@ -168,37 +226,45 @@ impl Control {
             .kill_on_drop(true);
         self.env(&mut ui);
         let run = async {
-            let mut child = ui
-                .spawn()
-                .map_err(|e| format!("cannot run {}: {e}", self.binary.display()))?;
+            let binary = || self.binary.clone();
+            let mut child = ui.spawn().map_err(|source| CommandError::Run {
+                binary: binary(),
+                source,
+            })?;
             let mut stdin = child.stdin.take().expect("stdin is piped");
             stdin
                 .write_all(format!("{command}\n").as_bytes())
                 .await
-                .map_err(|e| format!("writing to {}: {e}", self.binary.display()))?;
+                .map_err(|source| CommandError::Write {
+                    binary: binary(),
+                    source,
+                })?;
             drop(stdin);
             let output = child
                 .wait_with_output()
                 .await
-                .map_err(|e| format!("waiting for {}: {e}", self.binary.display()))?;
+                .map_err(|source| CommandError::Wait {
+                    binary: binary(),
+                    source,
+                })?;
             let stdout = String::from_utf8_lossy(&output.stdout).trim().to_string();
             if output.status.success() {
                 Ok(stdout)
             } else {
                 let stderr = String::from_utf8_lossy(&output.stderr).trim().to_string();
-                Err(format!(
-                    "`{command}` failed ({}): {}",
-                    output.status,
-                    if stderr.is_empty() { stdout } else { stderr }
-                ))
+                Err(CommandError::Failed {
+                    command: command.to_string(),
+                    status: output.status,
+                    output: if stderr.is_empty() { stdout } else { stderr },
+                })
             }
         };
         match tokio::time::timeout(COMMAND_TIMEOUT, run).await {
             Ok(result) => result,
-            Err(_) => Err(format!(
-                "`{command}` got no answer in {}s",
-                COMMAND_TIMEOUT.as_secs()
-            )),
+            Err(_) => Err(CommandError::Timeout {
+                command: command.to_string(),
+                waited: COMMAND_TIMEOUT,
+            }),
         }
     }
 
@@ -218,27 +284,83 @@ mod tests {
     fn a_failed_start_names_the_file_that_is_missing() {
         let dir = tempfile::tempdir().unwrap();
         let (binary, dev_null) = (dir.path().join("mps-control"), dir.path().join("null"));
-        let not_found = std::io::Error::from(std::io::ErrorKind::NotFound);
-        let message = spawn_failure(&binary, &dev_null, &not_found);
+        let not_found = || std::io::Error::from(std::io::ErrorKind::NotFound);
+        let e = SpawnError::new(&binary, &dev_null, not_found());
         assert!(
-            message.contains(&format!("{} does not exist", dev_null.display())),
-            "{message}"
+            matches!(&e, SpawnError::NoDevNull { dev_null: d, .. } if *d == dev_null),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "cannot start the MPS control daemon: {} does not exist (the companion runs in \
+                 the host root, and the daemon's standard input is opened from it)",
+                dev_null.display()
+            )
         );
         std::fs::write(&dev_null, "").unwrap();
-        let message = spawn_failure(&binary, &dev_null, &not_found);
+        let e = SpawnError::new(&binary, &dev_null, not_found());
         assert!(
-            message.contains(&format!("{} does not exist", binary.display())),
-            "{message}"
+            matches!(&e, SpawnError::NoBinary { binary: b, .. } if *b == binary),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "cannot start the MPS control daemon: {} does not exist",
+                binary.display()
+            )
         );
         std::fs::write(&binary, "").unwrap();
-        let message = spawn_failure(&binary, &dev_null, &not_found);
-        assert!(message.contains("ELF interpreter"), "{message}");
+        let e = SpawnError::new(&binary, &dev_null, not_found());
+        assert!(matches!(e, SpawnError::NoInterpreter { .. }), "{e:?}");
+        assert!(e.to_string().contains("ELF interpreter"), "{e}");
         let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
-        let message = spawn_failure(&binary, &dev_null, &denied);
+        let e = SpawnError::new(&binary, &dev_null, denied);
+        let message = e.to_string();
         assert!(
             message.starts_with("cannot start the MPS control daemon /"),
             "{message}"
         );
         assert!(message.contains("permission denied"), "{message}");
+        let source = std::error::Error::source(&e).expect("the spawn error is the source");
+        assert_eq!(source.to_string(), "permission denied");
+    }
+
+    /// Through the real `spawn`: this host has `/dev/null`, so a missing binary is named
+    /// as such (not as "No such file or directory").
+    #[tokio::test]
+    async fn spawning_a_missing_binary_names_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let binary = dir.path().join("nvidia-cuda-mps-control");
+        let control = Control::new(&binary, &MpsPaths::new(dir.path(), "nvidia.com/gpu"), None);
+        let e = control.spawn_daemon().unwrap_err();
+        assert!(
+            matches!(&e, SpawnError::NoBinary { binary: b, .. } if *b == binary),
+            "{e:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_command_with_a_control_character_is_refused_before_it_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let control = Control::new(
+            &dir.path().join("nvidia-cuda-mps-control"),
+            &MpsPaths::new(dir.path(), "nvidia.com/gpu"),
+            None,
+        );
+        let e = control
+            .send("quit\nset_default_active_thread_percentage 100")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&e, CommandError::ControlCharacter { command } if command.starts_with("quit\n")),
+            "{e:?}"
+        );
+        // Another error would have been `cannot run …`: the binary does not exist.
+        assert!(
+            e.to_string().starts_with("refusing the control command"),
+            "{e}"
+        );
     }
 }

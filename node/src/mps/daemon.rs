@@ -28,8 +28,8 @@ use nvml_wrapper::Nvml;
 
 use super::beneath::Dir;
 use super::compute_mode;
-use super::control::Control;
-use super::plan::DaemonSettings;
+use super::control::{CommandError, Control, SpawnError};
+use super::plan::{DaemonSettings, Readback};
 use super::status::{self, Desired, State, Status};
 use super::{MpsPaths, LOG_DIR, PIPE_DIR, SHM_DIR};
 
@@ -450,6 +450,7 @@ async fn keep_running(
                         Err(why) => {
                             tracing::error!(resource = %resource, "{why}");
                             restarts += 1;
+                            let why = why.to_string();
                             report(folder, status(State::Failed, Some(why), None, restarts)).await;
                         }
                     }
@@ -599,12 +600,39 @@ impl Drop for LiveDaemon {
     }
 }
 
+/// Why a daemon did not start ready with its settings (reported as `failed`, then retried).
+#[derive(Debug, thiserror::Error)]
+enum StartError {
+    #[error(transparent)]
+    Spawn(#[from] SpawnError),
+    #[error("the MPS control daemon exited at start ({0})")]
+    ExitedAtStart(std::process::ExitStatus),
+    #[error("the MPS control daemon did not answer within {}s; killed", .0.as_secs())]
+    NoAnswer(Duration),
+    #[error("setting the MPS defaults failed: {0}")]
+    Defaults(#[source] DefaultsError),
+}
+
+/// Why the daemon's default limits are not what was asked.
+#[derive(Debug, thiserror::Error)]
+enum DefaultsError {
+    #[error(transparent)]
+    Command(#[from] CommandError),
+    /// The daemon took the command but answers another value.
+    #[error("the daemon answers `{answer}` to `{query}` after being set to {expected}")]
+    ReadBack {
+        query: String,
+        answer: String,
+        expected: Readback,
+    },
+}
+
 /// Spawns the daemon, waits until it answers, applies `settings` and checks them back.
 async fn start(
     control: &Control,
     settings: &DaemonSettings,
     daemon: &Daemon,
-) -> Result<(tokio::process::Child, Option<LiveDaemon>), String> {
+) -> Result<(tokio::process::Child, Option<LiveDaemon>), StartError> {
     let mut child = control.spawn_daemon()?;
     let live = child.id().map(|pid| {
         let resource = daemon.resource();
@@ -623,7 +651,7 @@ async fn start(
     let deadline = tokio::time::Instant::now() + START_TIMEOUT;
     loop {
         if let Ok(Some(exit)) = child.try_wait() {
-            return Err(format!("the MPS control daemon exited at start ({exit})"));
+            return Err(StartError::ExitedAtStart(exit));
         }
         if control.answers().await {
             break;
@@ -631,10 +659,7 @@ async fn start(
         if tokio::time::Instant::now() > deadline {
             let _ = child.start_kill();
             let _ = child.wait().await;
-            return Err(format!(
-                "the MPS control daemon did not answer within {}s; killed",
-                START_TIMEOUT.as_secs()
-            ));
+            return Err(StartError::NoAnswer(START_TIMEOUT));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -645,9 +670,11 @@ async fn start(
         for (query, expected) in settings.readback() {
             let answer = control.send(&query).await?;
             if !expected.accepts(&answer) {
-                return Err(format!(
-                    "the daemon answers `{answer}` to `{query}` after being set to {expected}"
-                ));
+                return Err(DefaultsError::ReadBack {
+                    query,
+                    answer,
+                    expected,
+                });
             }
         }
         Ok(())
@@ -655,7 +682,7 @@ async fn start(
     if let Err(why) = applied.await {
         let _ = child.start_kill();
         let _ = child.wait().await;
-        return Err(format!("setting the MPS defaults failed: {why}"));
+        return Err(StartError::Defaults(why));
     }
     Ok((child, live))
 }
