@@ -31,6 +31,7 @@ use super::compute_mode;
 use super::control::{CommandError, Control, SpawnError};
 use super::plan::{DaemonSettings, Readback};
 use super::status::{self, Desired, State, Status};
+use super::support::NoControlBinary;
 use super::{MpsPaths, LOG_DIR, PIPE_DIR, SHM_DIR};
 
 /// How often a ready daemon is asked whether it still answers.
@@ -54,7 +55,7 @@ const ENVIRON_BYTES: u64 = 256 * 1024;
 pub struct Options {
     pub mps_root: PathBuf,
     /// `nvidia-cuda-mps-control`, or why the host has none.
-    pub binary: Result<PathBuf, String>,
+    pub binary: Result<PathBuf, NoControlBinary>,
     /// The host's NVML, for discrete GPUs' compute mode (`None` on a Jetson without NVML).
     pub nvml: Option<Arc<Nvml>>,
     /// Give each daemon its resource's `shm/` as `/dev/shm` (in a mount namespace of its
@@ -201,7 +202,7 @@ fn reconcile(
         }
         let binary = match unknown_gpus(&settings, options.nvml.as_deref()) {
             Some(why) => Err(why),
-            None => options.binary.clone(),
+            None => options.binary.clone().map_err(Refusal::from),
         };
         tracing::info!(resource = %name, commands = ?settings.commands(), "starting an MPS control daemon");
         let daemon = Daemon {
@@ -220,7 +221,7 @@ fn reconcile(
 
 /// Why `settings` name a GPU this node does not have (NVML's view; without NVML only the
 /// form of the names was checked).
-fn unknown_gpus(settings: &DaemonSettings, nvml: Option<&Nvml>) -> Option<String> {
+fn unknown_gpus(settings: &DaemonSettings, nvml: Option<&Nvml>) -> Option<Refusal> {
     let nvml = nvml?;
     let count = nvml.device_count().unwrap_or(0);
     if let Some(l) = settings
@@ -228,15 +229,29 @@ fn unknown_gpus(settings: &DaemonSettings, nvml: Option<&Nvml>) -> Option<String
         .iter()
         .find(|l| l.ordinal >= count)
     {
-        return Some(format!(
-            "GPU ordinal {} does not exist on this node ({count} GPUs)",
-            l.ordinal
-        ));
+        return Some(Refusal::UnknownOrdinal {
+            ordinal: l.ordinal,
+            count,
+        });
     }
     settings
         .uuids()
         .find(|uuid| nvml.device_by_uuid(*uuid).is_err())
-        .map(|uuid| format!("GPU {uuid} does not exist on this node"))
+        .map(|uuid| Refusal::UnknownGpu {
+            uuid: uuid.to_string(),
+        })
+}
+
+/// Why the companion does not run a daemon at all (its status says `refused`; not retried).
+#[derive(Debug, Clone, thiserror::Error)]
+enum Refusal {
+    #[error(transparent)]
+    MissingBinary(#[from] NoControlBinary),
+    /// The settings name a GPU ordinal NVML does not have.
+    #[error("GPU ordinal {ordinal} does not exist on this node ({count} GPUs)")]
+    UnknownOrdinal { ordinal: u32, count: u32 },
+    #[error("GPU {uuid} does not exist on this node")]
+    UnknownGpu { uuid: String },
 }
 
 /// One resource's daemon: its paths, the MPS root it is reached through, and what it
@@ -267,7 +282,7 @@ impl Supervisor {
     fn start(
         settings: DaemonSettings,
         daemon: Daemon,
-        binary: Result<PathBuf, String>,
+        binary: Result<PathBuf, Refusal>,
         nvml: Option<Arc<Nvml>>,
     ) -> Self {
         let (stop, stopped) = watch::channel(false);
@@ -319,7 +334,7 @@ async fn resource_folder(daemon: &Daemon) -> Option<Arc<Dir>> {
 async fn supervise(
     settings: DaemonSettings,
     daemon: Daemon,
-    binary: Result<PathBuf, String>,
+    binary: Result<PathBuf, Refusal>,
     nvml: Option<Arc<Nvml>>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -345,7 +360,7 @@ async fn supervise(
             tracing::error!(resource = %settings.resource, "MPS daemon refused: {why}");
             let refused = Status {
                 state: State::Refused,
-                reason: Some(why),
+                reason: Some(why.to_string()),
                 pid: None,
                 restarts: 0,
                 settings: settings.clone(),

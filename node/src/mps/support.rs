@@ -27,6 +27,44 @@ pub const CONTROL_BINARY_DIRS: &[&str] = &[
 /// The control binary's name.
 pub const CONTROL_BINARY: &str = "nvidia-cuda-mps-control";
 
+/// Why MPS cannot serve a resource's GPUs on this node ([`check`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MpsUnsupported {
+    // NVIDIA's plugin refuses it too ("sharing using MPS is not supported for MIG devices",
+    // internal/plugin/mps.go); MPS inside a MIG instance needs one daemon per instance, which
+    // a replica-per-GPU design cannot express.
+    #[error("MPS is not supported for MIG devices (NVIDIA's plugin refuses it too); share MIG devices with time-slicing")]
+    Mig,
+    #[error("the Jetson generation could not be determined, so whether it runs MPS is unknown")]
+    UnknownJetson,
+    /// The platform table says this Jetson generation cannot run MPS, and why.
+    #[error("{generation}: {reason}")]
+    Jetson {
+        generation: &'static str,
+        reason: &'static str,
+    },
+    /// The L4T release predates the CUDA utilities that ship the control binary.
+    #[error("L4T {l4t} ships no nvidia-cuda-mps-control: L4T's CUDA utilities carry it from R{}.{} on ({})", .binary_since.0, .binary_since.1, jetpack_of(*.binary_since))]
+    L4tWithoutBinary {
+        l4t: String,
+        binary_since: (u32, u32),
+    },
+    #[error("GPU {index} ({uuid}) has compute capability {}.{}: MPS limits need Volta (7.0) or later", .capability.0, .capability.1)]
+    BeforeVolta {
+        index: u32,
+        uuid: String,
+        capability: (u32, u32),
+    },
+}
+
+/// The JetPack release that brought L4T release `l4t`'s CUDA utilities.
+fn jetpack_of(l4t: (u32, u32)) -> &'static str {
+    match l4t {
+        (36, _) => "JetPack 6.1",
+        _ => "JetPack 7",
+    }
+}
+
 /// Why MPS cannot serve GPUs on this node, or `Ok` where it can (the binary aside).
 /// `mig`: the resource serves MIG devices. `capability`: the compute capability of the GPU at
 /// a position of `gpus`, where known (NVML); GPUs without one are not refused for it.
@@ -35,39 +73,29 @@ pub fn check(
     gpus: &[Gpu],
     mig: bool,
     capability: impl Fn(usize) -> Option<(u32, u32)>,
-) -> Result<(), String> {
+) -> Result<(), MpsUnsupported> {
     if mig {
-        // NVIDIA's plugin refuses it too ("sharing using MPS is not supported for MIG
-        // devices", internal/plugin/mps.go); MPS inside a MIG instance needs one daemon per
-        // instance, which a replica-per-GPU design cannot express.
-        return Err(
-            "MPS is not supported for MIG devices (NVIDIA's plugin refuses it too); \
-                    share MIG devices with time-slicing"
-                .into(),
-        );
+        return Err(MpsUnsupported::Mig);
     }
     match platform {
         Platform::Tegra { detection, .. } => {
             let Some(generation) = detection.generation else {
-                return Err(
-                    "the Jetson generation could not be determined, so whether it runs MPS is unknown"
-                        .into(),
-                );
+                return Err(MpsUnsupported::UnknownJetson);
             };
             match generation.mps {
-                Mps::Unsupported(reason) => Err(format!("{}: {reason}", generation.name)),
+                Mps::Unsupported(reason) => Err(MpsUnsupported::Jetson {
+                    generation: generation.name,
+                    reason,
+                }),
                 Mps::Volta { binary_since_l4t } => {
                     let release = detection.l4t.as_deref().and_then(release);
                     match (release, detection.l4t.as_deref()) {
-                        (Some(r), Some(l4t)) if r < binary_since_l4t => Err(format!(
-                            "L4T {l4t} ships no nvidia-cuda-mps-control: L4T's CUDA utilities carry it from R{}.{} on ({})",
-                            binary_since_l4t.0,
-                            binary_since_l4t.1,
-                            match binary_since_l4t {
-                                (36, _) => "JetPack 6.1",
-                                _ => "JetPack 7",
-                            }
-                        )),
+                        (Some(r), Some(l4t)) if r < binary_since_l4t => {
+                            Err(MpsUnsupported::L4tWithoutBinary {
+                                l4t: l4t.to_string(),
+                                binary_since: binary_since_l4t,
+                            })
+                        }
                         _ => Ok(()),
                     }
                 }
@@ -77,10 +105,11 @@ pub fn check(
             for (i, gpu) in gpus.iter().enumerate() {
                 if let Some(cc) = capability(i) {
                     if cc < VOLTA {
-                        return Err(format!(
-                            "GPU {} ({}) has compute capability {}.{}: MPS limits need Volta (7.0) or later",
-                            gpu.index, gpu.uuid, cc.0, cc.1
-                        ));
+                        return Err(MpsUnsupported::BeforeVolta {
+                            index: gpu.index,
+                            uuid: gpu.uuid.clone(),
+                            capability: cc,
+                        });
                     }
                 }
             }
@@ -97,18 +126,31 @@ fn release(l4t: &str) -> Option<(u32, u32)> {
     Some((major, minor))
 }
 
+/// Why the host has no control binary to run ([`find_control_binary`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoControlBinary {
+    /// `--mps-control-binary` names a host path that is not a file.
+    #[error("{path} does not exist on the host (--mps-control-binary)")]
+    Explicit { path: PathBuf },
+    /// None of [`CONTROL_BINARY_DIRS`] has it.
+    #[error("the host has no {CONTROL_BINARY} (looked in {}); it comes with the NVIDIA driver (discrete GPUs), L4T's nvidia-l4t-cuda-utils from JetPack 6.1 on, or meta-tegra's tegra-cuda-utils on Yocto", CONTROL_BINARY_DIRS.join(", "))]
+    NotInstalled,
+}
+
 /// The control binary under `root`: `explicit` (a host path) if given, else the first of
 /// [`CONTROL_BINARY_DIRS`] that has it. Returns the host path (as seen from `root`).
-pub fn find_control_binary(root: &Path, explicit: Option<&Path>) -> Result<PathBuf, String> {
+pub fn find_control_binary(
+    root: &Path,
+    explicit: Option<&Path>,
+) -> Result<PathBuf, NoControlBinary> {
     if let Some(path) = explicit {
         let seen = under_root(root, &path.to_string_lossy());
         return if seen.is_file() {
             Ok(path.to_path_buf())
         } else {
-            Err(format!(
-                "{} does not exist on the host (--mps-control-binary)",
-                path.display()
-            ))
+            Err(NoControlBinary::Explicit {
+                path: path.to_path_buf(),
+            })
         };
     }
     for dir in CONTROL_BINARY_DIRS {
@@ -117,17 +159,51 @@ pub fn find_control_binary(root: &Path, explicit: Option<&Path>) -> Result<PathB
             return Ok(PathBuf::from(host));
         }
     }
-    Err(format!(
-        "the host has no {CONTROL_BINARY} (looked in {}); it comes with the NVIDIA driver \
-         (discrete GPUs), L4T's nvidia-l4t-cuda-utils from JetPack 6.1 on, or meta-tegra's \
-         tegra-cuda-utils on Yocto",
-        CONTROL_BINARY_DIRS.join(", ")
-    ))
+    Err(NoControlBinary::NotInstalled)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_control_binary_says_where_it_was_looked_for() {
+        let root = tempfile::tempdir().unwrap();
+        let e = find_control_binary(root.path(), None).unwrap_err();
+        assert_eq!(e, NoControlBinary::NotInstalled);
+        assert!(
+            e.to_string()
+                .contains("(looked in /usr/bin, /usr/sbin, /usr/local/nvidia/bin"),
+            "{e}"
+        );
+        let explicit = Path::new("/opt/mps/nvidia-cuda-mps-control");
+        let e = find_control_binary(root.path(), Some(explicit)).unwrap_err();
+        assert_eq!(
+            e,
+            NoControlBinary::Explicit {
+                path: explicit.to_path_buf()
+            }
+        );
+        std::fs::create_dir_all(root.path().join("usr/local/cuda/bin")).unwrap();
+        std::fs::write(
+            root.path().join("usr/local/cuda/bin").join(CONTROL_BINARY),
+            "",
+        )
+        .unwrap();
+        assert_eq!(
+            find_control_binary(root.path(), None),
+            Ok(PathBuf::from("/usr/local/cuda/bin/nvidia-cuda-mps-control"))
+        );
+    }
+
+    #[test]
+    fn mig_devices_are_refused_before_anything_else() {
+        assert_eq!(
+            check(&Platform::Nvml, &[], true, |_| Some((5, 0))),
+            Err(MpsUnsupported::Mig)
+        );
+        assert_eq!(check(&Platform::Nvml, &[], false, |_| None), Ok(()));
+    }
 
     #[test]
     fn releases() {
