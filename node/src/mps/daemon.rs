@@ -26,7 +26,7 @@ use tokio::sync::watch;
 
 use nvml_wrapper::Nvml;
 
-use super::beneath::Dir;
+use super::beneath::{BeneathError, Dir};
 use super::compute_mode;
 use super::control::{CommandError, Control, SpawnError};
 use super::plan::{DaemonSettings, Readback};
@@ -92,12 +92,14 @@ pub async fn run(
             let held = held.clone();
             tokio::task::spawn_blocking(move || status::read_desired_in(&held)).await?
         };
-        match desired.map(Option::unwrap_or_default).and_then(|d| {
-            d.validate()
-                .map(|()| d)
-                .map_err(|e| format!("{}: {e}", status::desired_path(&root).display()))
-        }) {
-            Ok(desired) => reconcile(&options, &held, &live, &mut running, desired),
+        match desired.map(Option::unwrap_or_default) {
+            Ok(desired) => match desired.validate() {
+                Ok(()) => reconcile(&options, &held, &live, &mut running, desired),
+                Err(e) => tracing::warn!(
+                    "{}: {e}; keeping the daemons as they are",
+                    status::desired_path(&root).display()
+                ),
+            },
             Err(e) => tracing::warn!("{e}; keeping the daemons as they are"),
         }
         tokio::select! {
@@ -489,21 +491,30 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
+/// Why the daemon's directories could not be made.
+#[derive(Debug, thiserror::Error)]
+enum DirsError {
+    #[error(transparent)]
+    Beneath(#[from] BeneathError),
+    /// The blocking task that makes them panicked or was cancelled.
+    #[error(transparent)]
+    Task(#[from] tokio::task::JoinError),
+}
+
 /// The pipe and log directories (clients of any user reach the daemon's sockets) and the
 /// shared-memory directory (sticky and world-writable, as `/dev/shm` is: clients of any user
 /// create segments), all beneath the resource's folder; returns the shared-memory directory
 /// held open when each daemon gets it as `/dev/shm`.
-async fn prepare_dirs(folder: &Arc<Dir>, private_shm: bool) -> Result<Option<Arc<Dir>>, String> {
+async fn prepare_dirs(folder: &Arc<Dir>, private_shm: bool) -> Result<Option<Arc<Dir>>, DirsError> {
     let folder = folder.clone();
-    tokio::task::spawn_blocking(move || {
+    let made = tokio::task::spawn_blocking(move || -> Result<_, BeneathError> {
         folder.create_dir_all(PIPE_DIR, 0o755)?;
         folder.create_dir_all(LOG_DIR, 0o755)?;
         let shm = folder.create_dir_all(SHM_DIR, 0o1777)?;
         Ok(private_shm.then(|| Arc::new(shm)))
     })
-    .await
-    .map_err(|e| e.to_string())?
-    .map_err(|e: super::beneath::BeneathError| e.to_string())
+    .await??;
+    Ok(made)
 }
 
 /// Waits while an earlier daemon still holds the resource's pipe directory: one this

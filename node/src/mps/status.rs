@@ -20,6 +20,22 @@ const MAX_FILE_BYTES: u64 = 256 * 1024;
 /// Most daemons one `daemons.json` may ask for (a node serves a handful of resources).
 pub const MAX_DAEMONS: usize = 32;
 
+/// Why `status.json` or `daemons.json` could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// Not a plain file beneath the root, or an I/O error (the error names the file).
+    #[error("cannot read {0}")]
+    Unreadable(#[source] beneath::BeneathError),
+    /// The file is there but is not what it should hold (`what`: "status file", …).
+    #[error("{path}: not a {what}: {source}")]
+    Malformed {
+        path: PathBuf,
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
 /// The daemon's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -107,7 +123,7 @@ pub fn write_in(dir: &Dir, status: &Status) -> Result<(), beneath::BeneathError>
 }
 
 /// Reads the status at `path`; `Ok(None)` when there is none (no companion yet). Blocking.
-pub fn read(path: &Path) -> Result<Option<Status>, String> {
+pub fn read(path: &Path) -> Result<Option<Status>, ReadError> {
     parse(
         path,
         beneath::read_file(path, MAX_FILE_BYTES),
@@ -131,7 +147,7 @@ pub fn write_desired(mps_root: &Path, desired: &Desired) -> std::io::Result<bool
 
 /// Reads `<mps_root>/desired/daemons.json`; `Ok(None)` when the plugin wrote none.
 /// Blocking.
-pub fn read_desired(mps_root: &Path) -> Result<Option<Desired>, String> {
+pub fn read_desired(mps_root: &Path) -> Result<Option<Desired>, ReadError> {
     let path = desired_path(mps_root);
     parse(
         &path,
@@ -143,7 +159,7 @@ pub fn read_desired(mps_root: &Path) -> Result<Option<Desired>, String> {
 /// The companion's read of the plugin's file: beneath the MPS root it holds open, never
 /// through a link, bounded, never blocking; `Ok(None)` when there is none. Not validated
 /// ([`Desired::validate`]). Blocking.
-pub fn read_desired_in(root: &Dir) -> Result<Option<Desired>, String> {
+pub fn read_desired_in(root: &Dir) -> Result<Option<Desired>, ReadError> {
     let path = root.path().join(DESIRED_DIR).join(DESIRED_FILE);
     let bytes = match root.open_dir(DESIRED_DIR) {
         Ok(Some(dir)) => dir.read_file(DESIRED_FILE, MAX_FILE_BYTES),
@@ -162,16 +178,20 @@ fn to_json<T: Serialize>(value: &T) -> Vec<u8> {
 fn parse<T: for<'de> Deserialize<'de>>(
     path: &Path,
     bytes: Result<Option<Vec<u8>>, beneath::BeneathError>,
-    what: &str,
-) -> Result<Option<T>, String> {
+    what: &'static str,
+) -> Result<Option<T>, ReadError> {
     let bytes = match bytes {
         Ok(Some(b)) => b,
         Ok(None) => return Ok(None),
-        Err(e) => return Err(format!("cannot read {e}")),
+        Err(e) => return Err(ReadError::Unreadable(e)),
     };
     serde_json::from_slice(&bytes)
         .map(Some)
-        .map_err(|e| format!("{}: not a {what}: {e}", path.display()))
+        .map_err(|source| ReadError::Malformed {
+            path: path.to_path_buf(),
+            what,
+            source,
+        })
 }
 
 /// Removes `status.json` from the resource's folder `dir` (the daemon is gone); a missing
@@ -208,7 +228,12 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.contains("\"state\": \"ready\""), "{text}");
         std::fs::write(&path, "{").unwrap();
-        assert!(read(&path).unwrap_err().contains("not a status file"));
+        let e = read(&path).unwrap_err();
+        assert!(
+            matches!(&e, ReadError::Malformed { path: p, what: "status file", .. } if *p == path),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("not a status file"), "{e}");
         let desired = Desired {
             daemons: vec![status.settings.clone()],
         };
@@ -272,13 +297,18 @@ mod tests {
         // A linked folder or file is refused, not followed.
         std::os::unix::fs::symlink(outside.path(), root.path().join(DESIRED_DIR)).unwrap();
         let e = read_desired_in(&held).unwrap_err();
-        assert!(e.contains("symbolic link"), "{e}");
+        assert!(
+            matches!(&e, ReadError::Unreadable(beneath::BeneathError::Symlink(_))),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("symbolic link"), "{e}");
         std::fs::remove_file(root.path().join(DESIRED_DIR)).unwrap();
         std::fs::create_dir(root.path().join(DESIRED_DIR)).unwrap();
         std::os::unix::fs::symlink(outside.path().join(DESIRED_FILE), desired_path(root.path()))
             .unwrap();
         assert!(read_desired_in(&held)
             .unwrap_err()
+            .to_string()
             .contains("symbolic link"));
         std::fs::remove_file(desired_path(root.path())).unwrap();
         // A FIFO is refused at once; an oversized file is not read.
@@ -287,10 +317,16 @@ mod tests {
             nix::sys::stat::Mode::from_bits_truncate(0o644),
         )
         .unwrap();
-        assert!(read_desired_in(&held).unwrap_err().contains("FIFO"));
+        assert!(read_desired_in(&held)
+            .unwrap_err()
+            .to_string()
+            .contains("FIFO"));
         std::fs::remove_file(desired_path(root.path())).unwrap();
         std::fs::write(desired_path(root.path()), vec![b' '; 300 * 1024]).unwrap();
-        assert!(read_desired_in(&held).unwrap_err().contains("larger than"));
+        assert!(read_desired_in(&held)
+            .unwrap_err()
+            .to_string()
+            .contains("larger than"));
         write_desired(root.path(), &Desired::default()).unwrap();
         assert_eq!(read_desired_in(&held).unwrap(), Some(Desired::default()));
     }

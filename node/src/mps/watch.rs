@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use inotify::{Inotify, WatchMask};
 
 use super::plan::DaemonSettings;
-use super::status::{self, State, Status};
+use super::status::{self, ReadError, State, Status};
 use super::MpsPaths;
 use crate::gpu::health::Target;
 use crate::gpu::AbortOnDrop;
@@ -16,40 +16,48 @@ use crate::gpu::AbortOnDrop;
 /// The health source name MPS reports under.
 pub const SOURCE: &str = "mps";
 
-/// What a status means for the resource's devices: `Ok` or the reason they are unhealthy.
+/// Why a resource served through MPS is unhealthy: what the companion's status says, or
+/// that there is none to read.
+#[derive(Debug, thiserror::Error)]
+pub enum NotReady {
+    #[error("waiting for the MPS control daemon (no status yet: is the companion `edgegpu-device-plugin mps-control-daemon` running?)")]
+    NoStatus,
+    #[error(transparent)]
+    Unreadable(#[from] ReadError),
+    /// Ready, with settings (as control commands) other than this config's.
+    #[error(
+        "the MPS control daemon runs other settings ({running:?}) than this config ({wanted:?})"
+    )]
+    OtherSettings {
+        running: Vec<String>,
+        wanted: Vec<String>,
+    },
+    #[error("the MPS control daemon is starting{}", .reason.as_ref().map(|r| format!(": {r}")).unwrap_or_default())]
+    Starting { reason: Option<String> },
+    #[error("the MPS control daemon failed ({}); the companion restarts it", .reason.as_deref().unwrap_or_default())]
+    Failed { reason: Option<String> },
+    #[error("MPS cannot run on this host: {}", .reason.as_deref().unwrap_or_default())]
+    Refused { reason: Option<String> },
+}
+
+/// What a status means for the resource's devices: `Ok` or why they are unhealthy.
 pub fn verdict(
-    status: Result<Option<Status>, String>,
+    status: Result<Option<Status>, ReadError>,
     wanted: &DaemonSettings,
-) -> Result<(), String> {
-    let status = match status {
-        Ok(Some(s)) => s,
-        Ok(None) => {
-            return Err(
-                "waiting for the MPS control daemon (no status yet: is the companion `edgegpu-device-plugin mps-control-daemon` running?)"
-                    .into(),
-            )
-        }
-        Err(e) => return Err(e),
+) -> Result<(), NotReady> {
+    let Some(status) = status? else {
+        return Err(NotReady::NoStatus);
     };
+    let reason = status.reason;
     match status.state {
         State::Ready if &status.settings == wanted => Ok(()),
-        State::Ready => Err(format!(
-            "the MPS control daemon runs other settings ({:?}) than this config ({:?})",
-            status.settings.commands(),
-            wanted.commands()
-        )),
-        State::Starting => Err(format!(
-            "the MPS control daemon is starting{}",
-            status.reason.map(|r| format!(": {r}")).unwrap_or_default()
-        )),
-        State::Failed => Err(format!(
-            "the MPS control daemon failed ({}); the companion restarts it",
-            status.reason.unwrap_or_default()
-        )),
-        State::Refused => Err(format!(
-            "MPS cannot run on this host: {}",
-            status.reason.unwrap_or_default()
-        )),
+        State::Ready => Err(NotReady::OtherSettings {
+            running: status.settings.commands(),
+            wanted: wanted.commands(),
+        }),
+        State::Starting => Err(NotReady::Starting { reason }),
+        State::Failed => Err(NotReady::Failed { reason }),
+        State::Refused => Err(NotReady::Refused { reason }),
     }
 }
 
@@ -94,10 +102,11 @@ pub fn spawn(
                 }
             }
             let path = paths.status.clone();
-            let read = tokio::task::spawn_blocking(move || status::read(&path))
-                .await
-                .unwrap_or_else(|e| Err(e.to_string()));
-            let now = verdict(read, &wanted);
+            // The health table keeps reasons as text: converted here, where they go to it.
+            let now = match tokio::task::spawn_blocking(move || status::read(&path)).await {
+                Ok(read) => verdict(read, &wanted).map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
             if last.as_ref() != Some(&now) {
                 match &now {
                     Ok(()) => {
@@ -153,19 +162,40 @@ mod tests {
     #[test]
     fn ready_with_the_wanted_settings_only() {
         let want = settings(50);
-        assert_eq!(verdict(Ok(Some(status(State::Ready, 50))), &want), Ok(()));
-        assert!(verdict(Ok(Some(status(State::Ready, 25))), &want)
-            .unwrap_err()
+        let why = |s: Result<Option<Status>, ReadError>| verdict(s, &want).unwrap_err();
+        assert!(verdict(Ok(Some(status(State::Ready, 50))), &want).is_ok());
+        assert!(why(Ok(Some(status(State::Ready, 25))))
+            .to_string()
             .contains("other settings"));
-        assert!(verdict(Ok(None), &want)
-            .unwrap_err()
-            .contains("mps-control-daemon"));
-        assert!(verdict(Ok(Some(status(State::Refused, 50))), &want)
-            .unwrap_err()
-            .contains("cannot run on this host: why"));
-        assert!(verdict(Ok(Some(status(State::Failed, 50))), &want)
-            .unwrap_err()
-            .contains("restarts it"));
-        assert!(verdict(Err("bad file".into()), &want).is_err());
+        assert!(why(Ok(None)).to_string().contains("mps-control-daemon"));
+        assert_eq!(
+            why(Ok(Some(status(State::Refused, 50)))).to_string(),
+            "MPS cannot run on this host: why"
+        );
+        assert_eq!(
+            why(Ok(Some(status(State::Failed, 50)))).to_string(),
+            "the MPS control daemon failed (why); the companion restarts it"
+        );
+        assert_eq!(
+            why(Ok(Some(status(State::Starting, 50)))).to_string(),
+            "the MPS control daemon is starting: why"
+        );
+        let mut starting = status(State::Starting, 50);
+        starting.reason = None;
+        assert_eq!(
+            why(Ok(Some(starting))).to_string(),
+            "the MPS control daemon is starting"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("status.json");
+        std::fs::write(&path, "{").unwrap();
+        let unreadable = why(status::read(&path));
+        assert!(
+            matches!(
+                unreadable,
+                NotReady::Unreadable(ReadError::Malformed { .. })
+            ),
+            "{unreadable:?}"
+        );
     }
 }
