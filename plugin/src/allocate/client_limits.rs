@@ -2,9 +2,7 @@
 //! client setup, computed from the types in [`super::limits`]. A module apart from
 //! limits.rs, whose types `mod.rs` holds, so that limits.rs does not need `mod.rs` in turn.
 
-use tonic::Status;
-
-use super::GpuResource;
+use super::{AllocateError, GpuResource};
 use edgegpu_node::mps::plan::{ClientLimit, ClientSetup};
 use edgegpu_node::serving::limits::{LimitKind, MemoryLimit};
 
@@ -43,7 +41,7 @@ impl GpuResource {
         &self,
         physical: &[usize],
         ids: &[String],
-    ) -> Result<Option<ClientSetup>, Status> {
+    ) -> Result<Option<ClientSetup>, AllocateError> {
         let Some(limits) = &self.limits else {
             return Ok(None);
         };
@@ -72,21 +70,20 @@ impl GpuResource {
             ),
             LimitKind::Memory { unit_mib } => {
                 if physical.len() > 1 {
-                    let per_gpu: Vec<String> = physical
+                    let units_per_gpu = physical
                         .iter()
                         .map(|p| {
                             let n = ids
                                 .iter()
                                 .filter(|id| self.physical_of(id) == Some(*p))
                                 .count();
-                            format!("{} ({n})", self.base_ids[*p])
+                            (self.base_ids[*p].clone(), n)
                         })
                         .collect();
-                    return Err(Status::invalid_argument(format!(
-                        "every unit of '{}' one container asks for must come from one GPU (its memory limit is one GPU's); got units of {}: ask for at most as many units as one GPU has free, or enable GetPreferredAllocation in the kubelet",
-                        self.name,
-                        per_gpu.join(", ")
-                    )));
+                    return Err(AllocateError::UnitsOfSeveralGpus {
+                        resource: self.name.clone(),
+                        units_per_gpu,
+                    });
                 }
                 (
                     vec![ClientLimit {

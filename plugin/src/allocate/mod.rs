@@ -22,6 +22,78 @@ use crate::resource::Resource;
 use edgegpu_node::gpu::Platform;
 use edgegpu_node::serving::{limits, sharing, Served};
 
+/// Why `Allocate` or `GetPreferredAllocation` refuses a container's request. Each names the
+/// resource; the gRPC status the kubelet gets is made from it at the [`Resource`] boundary
+/// (code: [`AllocateError::code`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AllocateError {
+    #[error("Allocate request for '{resource}' has no device IDs")]
+    NoIds { resource: String },
+    #[error("requested {} devices for '{resource}' ({}) but only {available} exist", .ids.len(), .ids.join(", "))]
+    TooMany {
+        resource: String,
+        ids: Vec<String>,
+        available: usize,
+    },
+    #[error("unknown device IDs for '{resource}': {}", .ids.join(", "))]
+    UnknownIds { resource: String, ids: Vec<String> },
+    #[error("device IDs requested twice for '{resource}': {}", .ids.join(", "))]
+    Repeated { resource: String, ids: Vec<String> },
+    /// `failRequestsGreaterThanOne`: a shared resource hands out one ID per container.
+    #[error("invalid request: maximum request size for shared resources is 1; found {requested}")]
+    SharedRequestTooLarge { requested: usize },
+    /// (ID, the health monitors' reason) of each unhealthy ID asked for.
+    #[error("unhealthy device IDs for '{resource}': {}", id_reasons(.devices))]
+    Unhealthy {
+        resource: String,
+        devices: Vec<(String, String)>,
+    },
+    /// A MIG device's access nodes cannot be handed out (`reason`: the node watch's).
+    #[error("MIG device {mig} of '{resource}': {reason}")]
+    MigNodes {
+        resource: String,
+        mig: String,
+        reason: String,
+    },
+    /// Memory units of several GPUs for one container, whose limit is one GPU's: (GPU ID,
+    /// units asked of it).
+    #[error("every unit of '{resource}' one container asks for must come from one GPU (its memory limit is one GPU's); got units of {}: ask for at most as many units as one GPU has free, or enable GetPreferredAllocation in the kubelet", id_reasons(.units_per_gpu))]
+    UnitsOfSeveralGpus {
+        resource: String,
+        units_per_gpu: Vec<(String, usize)>,
+    },
+    #[error("invalid allocation size {size}")]
+    AllocationSize { size: i32 },
+}
+
+/// `a (x), b (y)`.
+fn id_reasons<T: std::fmt::Display>(items: &[(String, T)]) -> String {
+    items
+        .iter()
+        .map(|(id, why)| format!("{id} ({why})"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl AllocateError {
+    /// The gRPC code the kubelet gets: the request is wrong, or (health, missing nodes) the
+    /// node is not in a state to serve it.
+    pub fn code(&self) -> tonic::Code {
+        match self {
+            AllocateError::Unhealthy { .. } | AllocateError::MigNodes { .. } => {
+                tonic::Code::FailedPrecondition
+            }
+            _ => tonic::Code::InvalidArgument,
+        }
+    }
+}
+
+impl From<AllocateError> for Status {
+    fn from(e: AllocateError) -> Status {
+        Status::new(e.code(), e.to_string())
+    }
+}
+
 /// One served resource as the kubelet sees it: the node library's [`Served`] resource and the
 /// answers to `Allocate`.
 pub struct GpuResource {
@@ -101,103 +173,106 @@ impl Resource for GpuResource {
             Err(_) => &self.allocations.failed,
         };
         counter.fetch_add(1, Ordering::Relaxed);
-        result
+        result.map_err(Status::from)
     }
 
     fn preferred_allocation(
         &self,
         request: &ContainerPreferredAllocationRequest,
     ) -> Result<ContainerPreferredAllocationResponse, tonic::Status> {
-        let advertised = self.table.advertised();
-        let unknown: Vec<&str> = request
-            .available_device_i_ds
-            .iter()
-            .chain(&request.must_include_device_i_ds)
-            .filter(|id| !advertised.iter().any(|a| &a.id == *id))
-            .map(String::as_str)
-            .collect();
-        if !unknown.is_empty() {
-            return Err(tonic::Status::invalid_argument(format!(
-                "unknown device IDs for '{}': {}",
-                self.name,
-                unknown.join(", ")
-            )));
-        }
-        let size = usize::try_from(request.allocation_size).map_err(|_| {
-            tonic::Status::invalid_argument(format!(
-                "invalid allocation size {}",
-                request.allocation_size
-            ))
-        })?;
-        let pick = match (&self.limits, self.replication) {
-            (
-                Some(limits::Limits {
-                    kind: limits::LimitKind::Memory { .. },
-                    ..
-                }),
-                _,
-            ) => sharing::Pick::OneGpu,
-            (_, Some(_)) => sharing::Pick::Replicas(self.config.shared_devices_allocation_policy),
-            (_, None) => sharing::Pick::Numa,
-        };
-        let ids = sharing::preferred(
-            advertised,
-            &request.available_device_i_ds,
-            &request.must_include_device_i_ds,
-            size,
-            pick,
-        );
-        Ok(ContainerPreferredAllocationResponse { device_i_ds: ids })
+        preferred_allocation(self, request).map_err(Status::from)
     }
+}
+
+/// The preferred IDs for one container, among those the kubelet offers.
+fn preferred_allocation(
+    res: &GpuResource,
+    request: &ContainerPreferredAllocationRequest,
+) -> Result<ContainerPreferredAllocationResponse, AllocateError> {
+    let advertised = res.table.advertised();
+    let unknown: Vec<String> = request
+        .available_device_i_ds
+        .iter()
+        .chain(&request.must_include_device_i_ds)
+        .filter(|id| !advertised.iter().any(|a| &a.id == *id))
+        .cloned()
+        .collect();
+    if !unknown.is_empty() {
+        return Err(AllocateError::UnknownIds {
+            resource: res.name.clone(),
+            ids: unknown,
+        });
+    }
+    let size =
+        usize::try_from(request.allocation_size).map_err(|_| AllocateError::AllocationSize {
+            size: request.allocation_size,
+        })?;
+    let pick = match (&res.limits, res.replication) {
+        (
+            Some(limits::Limits {
+                kind: limits::LimitKind::Memory { .. },
+                ..
+            }),
+            _,
+        ) => sharing::Pick::OneGpu,
+        (_, Some(_)) => sharing::Pick::Replicas(res.config.shared_devices_allocation_policy),
+        (_, None) => sharing::Pick::Numa,
+    };
+    let ids = sharing::preferred(
+        advertised,
+        &request.available_device_i_ds,
+        &request.must_include_device_i_ds,
+        size,
+        pick,
+    );
+    Ok(ContainerPreferredAllocationResponse { device_i_ds: ids })
 }
 
 /// Validates `ids` against the advertised devices; returns the physical GPU indices
 /// (deduplicated, in request order).
-fn resolve_ids(res: &GpuResource, ids: &[String]) -> Result<Vec<usize>, Status> {
-    let name = res.name();
+fn resolve_ids(res: &GpuResource, ids: &[String]) -> Result<Vec<usize>, AllocateError> {
+    let resource = || res.name().to_string();
     let advertised = res.table.advertised();
     if ids.is_empty() {
-        return Err(Status::invalid_argument(format!(
-            "Allocate request for '{name}' has no device IDs"
-        )));
+        return Err(AllocateError::NoIds {
+            resource: resource(),
+        });
     }
     if ids.len() > advertised.len() {
-        return Err(Status::invalid_argument(format!(
-            "requested {} devices for '{name}' ({}) but only {} exist",
-            ids.len(),
-            ids.join(", "),
-            advertised.len()
-        )));
+        return Err(AllocateError::TooMany {
+            resource: resource(),
+            ids: ids.to_vec(),
+            available: advertised.len(),
+        });
     }
-    let unknown: Vec<&str> = ids
+    let unknown: Vec<String> = ids
         .iter()
         .filter(|id| !advertised.iter().any(|a| &a.id == *id))
-        .map(String::as_str)
+        .cloned()
         .collect();
     if !unknown.is_empty() {
-        return Err(Status::invalid_argument(format!(
-            "unknown device IDs for '{name}': {}",
-            unknown.join(", ")
-        )));
+        return Err(AllocateError::UnknownIds {
+            resource: resource(),
+            ids: unknown,
+        });
     }
     let mut seen = HashSet::new();
-    let repeated: Vec<&str> = ids
+    let repeated: Vec<String> = ids
         .iter()
         .filter(|id| !seen.insert(id.as_str()))
-        .map(String::as_str)
+        .cloned()
         .collect();
     if !repeated.is_empty() {
-        return Err(Status::invalid_argument(format!(
-            "device IDs requested twice for '{name}': {}",
-            repeated.join(", ")
-        )));
+        return Err(AllocateError::Repeated {
+            resource: resource(),
+            ids: repeated,
+        });
     }
     if let Some(rep) = res.replication {
         if rep.fail_requests_greater_than_one && ids.len() > 1 {
-            return Err(Status::invalid_argument(format!(
-                "invalid request: maximum request size for shared resources is 1; found {}",
-                ids.len()
-            )));
+            return Err(AllocateError::SharedRequestTooLarge {
+                requested: ids.len(),
+            });
         }
     }
     let mut physical = Vec::new();
@@ -208,23 +283,23 @@ fn resolve_ids(res: &GpuResource, ids: &[String]) -> Result<Vec<usize>, Status> 
             .find(|a| &a.id == id)
             .expect("checked above");
         if let Some(reason) = res.table.unhealthy_reason(a.physical) {
-            unhealthy.push(format!("{id} ({reason})"));
+            unhealthy.push((id.clone(), reason));
         }
         if !physical.contains(&a.physical) {
             physical.push(a.physical);
         }
     }
     if !unhealthy.is_empty() {
-        return Err(Status::failed_precondition(format!(
-            "unhealthy device IDs for '{name}': {}",
-            unhealthy.join(", ")
-        )));
+        return Err(AllocateError::Unhealthy {
+            resource: resource(),
+            devices: unhealthy,
+        });
     }
     Ok(physical)
 }
 
 /// The response for one container.
-fn allocate(res: &GpuResource, ids: &[String]) -> Result<ContainerAllocateResponse, Status> {
+fn allocate(res: &GpuResource, ids: &[String]) -> Result<ContainerAllocateResponse, AllocateError> {
     let physical = resolve_ids(res, ids)?;
     // IDs handed to the runtime: the GPU's ID under the ID strategy (replicas map to their GPU).
     let visible: Vec<String> = physical.iter().map(|p| res.base_ids[*p].clone()).collect();
@@ -280,12 +355,12 @@ fn allocate(res: &GpuResource, ids: &[String]) -> Result<ContainerAllocateRespon
                         }
                     }
                 }
-                Err(e) => {
-                    return Err(Status::failed_precondition(format!(
-                        "MIG device {} of '{}': {e}",
-                        m.uuid,
-                        res.name()
-                    )))
+                Err(reason) => {
+                    return Err(AllocateError::MigNodes {
+                        resource: res.name().to_string(),
+                        mig: m.uuid.clone(),
+                        reason,
+                    })
                 }
             }
         }
@@ -306,4 +381,37 @@ fn allocate(res: &GpuResource, ids: &[String]) -> Result<ContainerAllocateRespon
         "Allocate"
     );
     Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kubelet gets the message and a code that says whose fault it is.
+    #[test]
+    fn refusals_become_statuses_with_their_code() {
+        let unhealthy = AllocateError::Unhealthy {
+            resource: "nvidia.com/gpu".into(),
+            devices: vec![
+                ("GPU-a".into(), "XID 79".into()),
+                ("GPU-b".into(), "gone".into()),
+            ],
+        };
+        let status = Status::from(unhealthy);
+        assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+        assert_eq!(
+            status.message(),
+            "unhealthy device IDs for 'nvidia.com/gpu': GPU-a (XID 79), GPU-b (gone)"
+        );
+        let status = Status::from(AllocateError::TooMany {
+            resource: "nvidia.com/gpu".into(),
+            ids: vec!["0".into(), "1".into()],
+            available: 1,
+        });
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert_eq!(
+            status.message(),
+            "requested 2 devices for 'nvidia.com/gpu' (0, 1) but only 1 exist"
+        );
+    }
 }
