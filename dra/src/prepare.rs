@@ -20,6 +20,11 @@
 //!    only for an exclusive claim);
 //! 5. checkpoint `PrepareStarted` → the claim's CDI spec ([`cdi`]) → `PrepareCompleted`.
 //!
+//! Each step is a function of its own, called in this order by `Node::prepare`. One lock on
+//! the driver's state (a `std::sync::Mutex`: the inventory and the checkpoint) is held from
+//! step 1 to step 5, so that for concurrent prepares the busy check and the entry that holds
+//! the devices are one step.
+//!
 //! A pod's GPU claim and DLA claim are separate claims with a spec file each; each spec
 //! carries the node's common edits (driver libraries, hooks) so it works alone, and when a
 //! container gets both, the CDI library's edit application replaces device nodes and mounts
@@ -31,13 +36,14 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use edgegpu_apiclient::ApiServer;
+use edgegpu_host::cdi::spec::Spec;
 use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::cdi::{self, CdiError, ClaimDevice, InvalidClaimUid};
 use crate::checkpoint::{Checkpoint, CheckpointError, ClaimEntry, ClaimState};
-use crate::claims::{self, ClaimAllocation, ConfigSource, FetchError};
-use crate::inventory::{DeviceType, Inventory};
+use crate::claims::{self, AllocatedDevice, ClaimAllocation, ConfigSource, FetchError};
+use crate::inventory::{DeviceType, Inventory, InventoryDevice};
 use crate::kubelet::{self, ClaimRef, DeviceHealth, DriverError, Health, PreparedDevice};
 use crate::sharing::{
     self, ClassCeilingError, ConfigError, GpuConfig, MpsHost, NoMpsDaemon, Sharing,
@@ -170,10 +176,16 @@ struct State {
 /// The node side of the driver.
 pub struct NodeDriver {
     api: Option<Arc<ApiServer>>,
+    node: Arc<Node>,
+    health: watch::Sender<Vec<DeviceHealth>>,
+}
+
+/// What preparing and unpreparing read and write: the devices and the prepared claims, under
+/// one lock, and where the files go.
+struct Node {
     driver: String,
     options: NodeOptions,
     state: Mutex<State>,
-    health: watch::Sender<Vec<DeviceHealth>>,
 }
 
 /// A validated opaque config of the claim's allocation.
@@ -245,11 +257,13 @@ impl NodeDriver {
         let (health, _) = watch::channel(inventory.health());
         Ok(NodeDriver {
             api,
-            driver: crate::DRIVER_NAME.to_string(),
-            options,
-            state: Mutex::new(State {
-                inventory,
-                checkpoint,
+            node: Arc::new(Node {
+                driver: crate::DRIVER_NAME.to_string(),
+                options,
+                state: Mutex::new(State {
+                    inventory,
+                    checkpoint,
+                }),
             }),
             health,
         })
@@ -331,10 +345,11 @@ impl NodeDriver {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.node.lock()
     }
 
     /// Prepares `claim` with what the scheduler allocated to it (see the module docs).
+    /// Blocking (the spec and the checkpoint are written).
     // A `PrepareError` carries the claim and the facts of the refusal (a few hundred bytes);
     // it is built at most once per kubelet call, where boxing would only add an allocation.
     #[allow(clippy::result_large_err)]
@@ -343,208 +358,74 @@ impl NodeDriver {
         claim: &ClaimRef,
         allocation: &ClaimAllocation,
     ) -> Result<Vec<PreparedDevice>, PrepareError> {
-        let claim_ref = || claim.clone();
-        cdi::check_uid(&claim.uid).map_err(|source| PrepareError::InvalidUid {
-            claim: claim_ref(),
-            source,
-        })?;
-        let mut state = self.lock();
-        if let Some(e) = state.checkpoint.get(&claim.uid) {
-            if e.state == ClaimState::PrepareCompleted {
-                return Ok(e.devices.clone());
-            }
-            // Started and not completed in this process (an earlier error): start over.
-            let spec = e.spec_file.clone();
-            cdi::remove_claim_spec(&spec, &claim.uid).map_err(PrepareError::StaleSpec)?;
-            state.checkpoint.remove(&claim.uid)?;
+        self.node.prepare(claim, allocation)
+    }
+
+    /// Undoes [`NodeDriver::prepare_allocation`]: removes the claim's spec, then its entry.
+    /// A claim not in the checkpoint is `Ok`; a claim UID that is not a UUID is an error
+    /// ([`cdi::check_uid`]), as in prepare. Blocking, as prepare.
+    #[allow(clippy::result_large_err)] // as `prepare_allocation`
+    pub fn unprepare_claim(&self, claim: &ClaimRef) -> Result<(), PrepareError> {
+        self.node.unprepare(claim)
+    }
+}
+
+impl Node {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// [`NodeDriver::prepare_allocation`]: the steps of the module docs, in their order.
+    #[allow(clippy::result_large_err)] // as `prepare_allocation`
+    fn prepare(
+        &self,
+        claim: &ClaimRef,
+        allocation: &ClaimAllocation,
+    ) -> Result<Vec<PreparedDevice>, PrepareError> {
+        valid_uid(claim)?;
+        // One lock from the first look at the checkpoint to its last write: for concurrent
+        // prepares, the busy check and the entry that holds the devices are one step.
+        let mut guard = self.lock();
+        let state = &mut *guard;
+        if let Some(devices) = earlier_preparation(&mut state.checkpoint, claim)? {
+            return Ok(devices);
         }
         if allocation.devices.is_empty() {
             return Err(PrepareError::NothingAllocated {
-                claim: claim_ref(),
+                claim: claim.clone(),
                 driver: self.driver.clone(),
             });
         }
-        let configs = allocation
-            .configs
-            .iter()
-            .enumerate()
-            .map(|(index, c)| {
-                sharing::parse(&c.parameters, "opaque.parameters")
-                    .map(|config| Parsed {
-                        source: c.source,
-                        requests: c.requests.clone(),
-                        config,
-                    })
-                    .map_err(|source| PrepareError::InvalidConfig {
-                        claim: claim_ref(),
-                        index,
-                        origin: c.source,
-                        source,
-                    })
-            })
-            .collect::<Result<Vec<Parsed>, PrepareError>>()?;
-        // One entry per device (a device allocated for two requests keeps both).
-        struct Planned {
-            device: String,
-            requests: Vec<String>,
-            share_id: Option<String>,
-            admin: bool,
-            config: GpuConfig,
-        }
-        let mut planned: Vec<Planned> = Vec::new();
-        for a in &allocation.devices {
-            if a.pool != state.inventory.pool {
-                return Err(PrepareError::OtherNode {
-                    claim: claim_ref(),
-                    pool: a.pool.clone(),
-                    device: a.device.clone(),
-                    node_pool: state.inventory.pool.clone(),
-                });
-            }
-            let Some(d) = state.inventory.get(&a.device) else {
-                return Err(PrepareError::UnknownDevice {
-                    claim: claim_ref(),
-                    device: a.device.clone(),
-                });
-            };
-            if d.health == Health::Unhealthy {
-                return Err(PrepareError::Unhealthy {
-                    claim: claim_ref(),
-                    device: a.device.clone(),
-                    why: d.health_message.clone(),
-                });
-            }
-            let is_gpu = matches!(d.kind, DeviceType::Gpu | DeviceType::Mig);
-            let class = applying(&configs, ConfigSource::Class, &a.request, is_gpu);
-            let from_claim = applying(&configs, ConfigSource::Claim, &a.request, is_gpu);
-            for (named, c) in class.iter().chain(&from_claim) {
-                if *named && c.sharing.is_some() && !is_gpu {
-                    return Err(PrepareError::SharingOnEngine {
-                        claim: claim_ref(),
-                        request: a.request.clone(),
-                        device: d.name.clone(),
-                        kind: d.kind.as_str(),
-                    });
-                }
-            }
-            // The DeviceClass's config is the admin's ceiling for the claim's.
-            let config = sharing::resolve(class.map(|(_, c)| c), from_claim.map(|(_, c)| c))
-                .map_err(|source| PrepareError::ClassCeiling {
-                    claim: claim_ref(),
-                    request: a.request.clone(),
-                    source,
-                })?;
-            match planned.iter_mut().find(|p| p.device == a.device) {
-                Some(p) => {
-                    p.requests.push(a.request.clone());
-                    p.admin &= a.admin_access;
-                }
-                None => planned.push(Planned {
-                    device: a.device.clone(),
-                    requests: vec![a.request.clone()],
-                    share_id: a.share_id.clone(),
-                    admin: a.admin_access,
-                    config,
-                }),
-            }
-        }
-        // Busy devices.
-        let held: Vec<(String, bool)> = planned
-            .iter()
-            .filter(|p| !p.admin)
-            .map(|p| {
-                let exclusive = p.share_id.is_none() && !p.config.shared();
-                (p.device.clone(), exclusive)
-            })
-            .collect();
-        for (device, exclusive) in &held {
-            for other in state.checkpoint.entries() {
-                if other.claim.uid == claim.uid {
-                    continue;
-                }
-                if let Some((_, other_exclusive)) = other.held.iter().find(|(d, _)| d == device) {
-                    if *exclusive || *other_exclusive {
-                        return Err(PrepareError::Busy {
-                            claim: claim_ref(),
-                            device: device.clone(),
-                            holder: other.claim.clone(),
-                            held_exclusively: *other_exclusive,
-                        });
-                    }
-                }
-            }
-        }
-        // What each device gets.
-        let mut claim_devices: Vec<ClaimDevice> = Vec::new();
-        // Engine variables list every engine of the kind in the claim (`EDGEGPU_DLA_CORES=0,1`).
-        let mut lists: Vec<(String, Vec<String>)> = Vec::new();
-        for p in &planned {
-            if let Some(d) = state.inventory.get(&p.device) {
-                for (k, v) in &d.env {
-                    match lists.iter_mut().find(|(key, _)| key == k) {
-                        Some((_, values)) => values.push(v.clone()),
-                        None => lists.push((k.clone(), vec![v.clone()])),
-                    }
-                }
-            }
-        }
-        let mut groups: Vec<(Sharing, Vec<usize>)> = Vec::new();
-        for (i, p) in planned.iter().enumerate() {
-            let d = state.inventory.get(&p.device).expect("checked above");
-            let mut env: Vec<String> = d
-                .env
-                .iter()
-                .map(|(k, v)| match lists.iter().find(|(key, _)| key == k) {
-                    Some((_, values)) => format!("{k}={}", values.join(",")),
-                    None => format!("{k}={v}"),
-                })
-                .collect();
-            env.push(format!("EDGEGPU_DRA_CLAIM={}", claim.uid));
-            claim_devices.push(ClaimDevice {
-                device: p.device.clone(),
-                edits: d.edits.clone(),
-                env,
-                mounts: Vec::new(),
-            });
-            if let Some(s) = p.config.sharing {
-                match groups.iter_mut().find(|(g, _)| *g == s) {
-                    Some((_, members)) => members.push(i),
-                    None => groups.push((s, vec![i])),
-                }
-            }
-        }
-        for (s, members) in &groups {
-            let ids: Vec<&str> = members
-                .iter()
-                .map(|&i| {
-                    state
-                        .inventory
-                        .get(&planned[i].device)
-                        .map_or("", |d| d.cuda_id.as_str())
-                })
-                .collect();
-            let (env, mounts) = sharing::container_edits(Some(s), &ids, &self.options.mps)
-                .map_err(|source| PrepareError::NoMpsDaemon {
-                    claim: claim_ref(),
-                    source,
-                })?;
-            for &i in members {
-                claim_devices[i].env.extend(env.iter().cloned());
-                claim_devices[i].mounts.extend(mounts.iter().cloned());
-            }
-        }
-        let spec = cdi::claim_spec(&claim.uid, &state.inventory.common_edits, &claim_devices);
+        let configs = parse_configs(claim, allocation)?;
+        let planned = plan_devices(&state.inventory, claim, allocation, &configs)?;
+        let held = held_devices(&planned);
+        check_busy(&state.checkpoint, claim, &held)?;
+        let mut devices = device_edits(&state.inventory, claim, &planned);
+        add_sharing(
+            &state.inventory,
+            claim,
+            &planned,
+            &mut devices,
+            &self.options.mps,
+        )?;
+        let spec = cdi::claim_spec(&claim.uid, &state.inventory.common_edits, &devices);
+        let prepared = prepared_devices(&state.inventory.pool, claim, &planned);
+        self.record(&mut state.checkpoint, claim, held, &spec, prepared)
+    }
+
+    /// Records the preparation: checkpoint `PrepareStarted`, the claim's spec written,
+    /// `PrepareCompleted` with the devices; a spec that cannot be written is removed with
+    /// the entry.
+    #[allow(clippy::result_large_err)] // as `prepare_allocation`
+    fn record(
+        &self,
+        checkpoint: &mut Checkpoint,
+        claim: &ClaimRef,
+        held: Vec<(String, bool)>,
+        spec: &Spec,
+        prepared: Vec<PreparedDevice>,
+    ) -> Result<Vec<PreparedDevice>, PrepareError> {
         let spec_file = cdi::spec_path(&self.options.cdi_dir, &claim.uid);
-        let prepared: Vec<PreparedDevice> = planned
-            .iter()
-            .map(|p| PreparedDevice {
-                requests: p.requests.clone(),
-                pool: state.inventory.pool.clone(),
-                device: p.device.clone(),
-                cdi_device_ids: vec![cdi::qualified(&claim.uid, &p.device)],
-                share_id: p.share_id.clone(),
-            })
-            .collect();
         let mut entry = ClaimEntry {
             claim: claim.clone(),
             state: ClaimState::PrepareStarted,
@@ -552,30 +433,25 @@ impl NodeDriver {
             held,
             spec_file: spec_file.clone(),
         };
-        state.checkpoint.put(entry.clone())?;
-        if let Err(source) = cdi::write(&self.options.cdi_dir, &claim.uid, &spec) {
+        checkpoint.put(entry.clone())?;
+        if let Err(source) = cdi::write(&self.options.cdi_dir, &claim.uid, spec) {
             let _ = cdi::remove(&spec_file);
-            let _ = state.checkpoint.remove(&claim.uid);
+            let _ = checkpoint.remove(&claim.uid);
             return Err(PrepareError::Spec {
-                claim: claim_ref(),
+                claim: claim.clone(),
                 source,
             });
         }
         entry.state = ClaimState::PrepareCompleted;
         entry.devices = prepared.clone();
-        state.checkpoint.put(entry)?;
+        checkpoint.put(entry)?;
         Ok(prepared)
     }
 
-    /// Undoes [`NodeDriver::prepare_allocation`]: removes the claim's spec, then its entry.
-    /// A claim not in the checkpoint is `Ok`; a claim UID that is not a UUID is an error
-    /// ([`cdi::check_uid`]), as in prepare.
+    /// [`NodeDriver::unprepare_claim`].
     #[allow(clippy::result_large_err)] // as `prepare_allocation`
-    pub fn unprepare_claim(&self, claim: &ClaimRef) -> Result<(), PrepareError> {
-        cdi::check_uid(&claim.uid).map_err(|source| PrepareError::InvalidUid {
-            claim: claim.clone(),
-            source,
-        })?;
+    fn unprepare(&self, claim: &ClaimRef) -> Result<(), PrepareError> {
+        valid_uid(claim)?;
         let mut state = self.lock();
         let Some(entry) = state.checkpoint.get(&claim.uid) else {
             return Ok(());
@@ -589,6 +465,299 @@ impl NodeDriver {
     }
 }
 
+/// Whether the claim UID may name a spec file and a checkpoint entry: a UUID.
+#[allow(clippy::result_large_err)] // as `prepare_allocation`
+fn valid_uid(claim: &ClaimRef) -> Result<(), PrepareError> {
+    cdi::check_uid(&claim.uid).map_err(|source| PrepareError::InvalidUid {
+        claim: claim.clone(),
+        source,
+    })
+}
+
+/// What an earlier preparation of the claim left: a completed one's devices (the kubelet
+/// calls again), or `None` once an unfinished one (an earlier error) is rolled back.
+#[allow(clippy::result_large_err)] // as `prepare_allocation`
+fn earlier_preparation(
+    checkpoint: &mut Checkpoint,
+    claim: &ClaimRef,
+) -> Result<Option<Vec<PreparedDevice>>, PrepareError> {
+    let Some(e) = checkpoint.get(&claim.uid) else {
+        return Ok(None);
+    };
+    if e.state == ClaimState::PrepareCompleted {
+        return Ok(Some(e.devices.clone()));
+    }
+    // Started and not completed in this process (an earlier error): start over.
+    let spec = e.spec_file.clone();
+    cdi::remove_claim_spec(&spec, &claim.uid).map_err(PrepareError::StaleSpec)?;
+    checkpoint.remove(&claim.uid)?;
+    Ok(None)
+}
+
+/// The allocation's opaque configs, each parsed and validated, in their order.
+#[allow(clippy::result_large_err)] // as `prepare_allocation`
+fn parse_configs(
+    claim: &ClaimRef,
+    allocation: &ClaimAllocation,
+) -> Result<Vec<Parsed>, PrepareError> {
+    allocation
+        .configs
+        .iter()
+        .enumerate()
+        .map(|(index, c)| {
+            sharing::parse(&c.parameters, "opaque.parameters")
+                .map(|config| Parsed {
+                    source: c.source,
+                    requests: c.requests.clone(),
+                    config,
+                })
+                .map_err(|source| PrepareError::InvalidConfig {
+                    claim: claim.clone(),
+                    index,
+                    origin: c.source,
+                    source,
+                })
+        })
+        .collect()
+}
+
+/// One device of the claim: the requests it was allocated for and the config it gets.
+struct Planned {
+    device: String,
+    requests: Vec<String>,
+    share_id: Option<String>,
+    admin: bool,
+    config: GpuConfig,
+}
+
+/// The allocation's devices, each this node's and healthy, with the config it gets; one
+/// entry per device (a device allocated for two requests keeps both).
+#[allow(clippy::result_large_err)] // as `prepare_allocation`
+fn plan_devices(
+    inventory: &Inventory,
+    claim: &ClaimRef,
+    allocation: &ClaimAllocation,
+    configs: &[Parsed],
+) -> Result<Vec<Planned>, PrepareError> {
+    let mut planned: Vec<Planned> = Vec::new();
+    for a in &allocation.devices {
+        let d = allocated_device(inventory, claim, a)?;
+        let config = resolve_config(claim, a, d, configs)?;
+        match planned.iter_mut().find(|p| p.device == a.device) {
+            Some(p) => {
+                p.requests.push(a.request.clone());
+                p.admin &= a.admin_access;
+            }
+            None => planned.push(Planned {
+                device: a.device.clone(),
+                requests: vec![a.request.clone()],
+                share_id: a.share_id.clone(),
+                admin: a.admin_access,
+                config,
+            }),
+        }
+    }
+    Ok(planned)
+}
+
+/// The inventory's device allocated as `a`: refused when it is another node's, not one of
+/// this node's devices, or unhealthy.
+#[allow(clippy::result_large_err)] // as `prepare_allocation`
+fn allocated_device<'i>(
+    inventory: &'i Inventory,
+    claim: &ClaimRef,
+    a: &AllocatedDevice,
+) -> Result<&'i InventoryDevice, PrepareError> {
+    if a.pool != inventory.pool {
+        return Err(PrepareError::OtherNode {
+            claim: claim.clone(),
+            pool: a.pool.clone(),
+            device: a.device.clone(),
+            node_pool: inventory.pool.clone(),
+        });
+    }
+    let Some(d) = inventory.get(&a.device) else {
+        return Err(PrepareError::UnknownDevice {
+            claim: claim.clone(),
+            device: a.device.clone(),
+        });
+    };
+    if d.health == Health::Unhealthy {
+        return Err(PrepareError::Unhealthy {
+            claim: claim.clone(),
+            device: a.device.clone(),
+            why: d.health_message.clone(),
+        });
+    }
+    Ok(d)
+}
+
+/// The config device `d` gets for its request: the claim's under the DeviceClass's ceiling;
+/// a sharing config that names the request of a DLA core or PVA is refused.
+#[allow(clippy::result_large_err)] // as `prepare_allocation`
+fn resolve_config(
+    claim: &ClaimRef,
+    a: &AllocatedDevice,
+    d: &InventoryDevice,
+    configs: &[Parsed],
+) -> Result<GpuConfig, PrepareError> {
+    let is_gpu = matches!(d.kind, DeviceType::Gpu | DeviceType::Mig);
+    let class = applying(configs, ConfigSource::Class, &a.request, is_gpu);
+    let from_claim = applying(configs, ConfigSource::Claim, &a.request, is_gpu);
+    for (named, c) in class.iter().chain(&from_claim) {
+        if *named && c.sharing.is_some() && !is_gpu {
+            return Err(PrepareError::SharingOnEngine {
+                claim: claim.clone(),
+                request: a.request.clone(),
+                device: d.name.clone(),
+                kind: d.kind.as_str(),
+            });
+        }
+    }
+    // The DeviceClass's config is the admin's ceiling for the claim's.
+    sharing::resolve(class.map(|(_, c)| c), from_claim.map(|(_, c)| c)).map_err(|source| {
+        PrepareError::ClassCeiling {
+            claim: claim.clone(),
+            request: a.request.clone(),
+            source,
+        }
+    })
+}
+
+/// The devices the claim holds, with whether exclusively: all but `adminAccess` ones,
+/// exclusively unless the allocation has a `shareID` or the config shares the device.
+fn held_devices(planned: &[Planned]) -> Vec<(String, bool)> {
+    planned
+        .iter()
+        .filter(|p| !p.admin)
+        .map(|p| {
+            let exclusive = p.share_id.is_none() && !p.config.shared();
+            (p.device.clone(), exclusive)
+        })
+        .collect()
+}
+
+/// Refuses a device another prepared claim holds exclusively, or holds shared while this
+/// claim wants it exclusively.
+#[allow(clippy::result_large_err)] // as `prepare_allocation`
+fn check_busy(
+    checkpoint: &Checkpoint,
+    claim: &ClaimRef,
+    held: &[(String, bool)],
+) -> Result<(), PrepareError> {
+    for (device, exclusive) in held {
+        for other in checkpoint.entries() {
+            if other.claim.uid == claim.uid {
+                continue;
+            }
+            if let Some((_, other_exclusive)) = other.held.iter().find(|(d, _)| d == device) {
+                if *exclusive || *other_exclusive {
+                    return Err(PrepareError::Busy {
+                        claim: claim.clone(),
+                        device: device.clone(),
+                        holder: other.claim.clone(),
+                        held_exclusively: *other_exclusive,
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What each device gets before sharing: its edits and env, an engine variable listing every
+/// engine of its kind in the claim (`EDGEGPU_DLA_CORES=0,1`), and the claim's UID.
+fn device_edits(inventory: &Inventory, claim: &ClaimRef, planned: &[Planned]) -> Vec<ClaimDevice> {
+    let mut lists: Vec<(String, Vec<String>)> = Vec::new();
+    for p in planned {
+        if let Some(d) = inventory.get(&p.device) {
+            for (k, v) in &d.env {
+                match lists.iter_mut().find(|(key, _)| key == k) {
+                    Some((_, values)) => values.push(v.clone()),
+                    None => lists.push((k.clone(), vec![v.clone()])),
+                }
+            }
+        }
+    }
+    planned
+        .iter()
+        .map(|p| {
+            let d = inventory.get(&p.device).expect("checked by plan_devices");
+            let mut env: Vec<String> = d
+                .env
+                .iter()
+                .map(|(k, v)| match lists.iter().find(|(key, _)| key == k) {
+                    Some((_, values)) => format!("{k}={}", values.join(",")),
+                    None => format!("{k}={v}"),
+                })
+                .collect();
+            env.push(format!("EDGEGPU_DRA_CLAIM={}", claim.uid));
+            ClaimDevice {
+                device: p.device.clone(),
+                edits: d.edits.clone(),
+                env,
+                mounts: Vec::new(),
+            }
+        })
+        .collect()
+}
+
+/// Adds each sharing group's env and mounts (the devices with the same `sharing`, MPS limits
+/// over their CUDA IDs) to its devices; MPS without the node's daemon is refused.
+#[allow(clippy::result_large_err)] // as `prepare_allocation`
+fn add_sharing(
+    inventory: &Inventory,
+    claim: &ClaimRef,
+    planned: &[Planned],
+    devices: &mut [ClaimDevice],
+    mps: &MpsHost,
+) -> Result<(), PrepareError> {
+    let mut groups: Vec<(Sharing, Vec<usize>)> = Vec::new();
+    for (i, p) in planned.iter().enumerate() {
+        if let Some(s) = p.config.sharing {
+            match groups.iter_mut().find(|(g, _)| *g == s) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((s, vec![i])),
+            }
+        }
+    }
+    for (s, members) in &groups {
+        let ids: Vec<&str> = members
+            .iter()
+            .map(|&i| {
+                inventory
+                    .get(&planned[i].device)
+                    .map_or("", |d| d.cuda_id.as_str())
+            })
+            .collect();
+        let (env, mounts) = sharing::container_edits(Some(s), &ids, mps).map_err(|source| {
+            PrepareError::NoMpsDaemon {
+                claim: claim.clone(),
+                source,
+            }
+        })?;
+        for &i in members {
+            devices[i].env.extend(env.iter().cloned());
+            devices[i].mounts.extend(mounts.iter().cloned());
+        }
+    }
+    Ok(())
+}
+
+/// What the kubelet gets back for each planned device.
+fn prepared_devices(pool: &str, claim: &ClaimRef, planned: &[Planned]) -> Vec<PreparedDevice> {
+    planned
+        .iter()
+        .map(|p| PreparedDevice {
+            requests: p.requests.clone(),
+            pool: pool.to_string(),
+            device: p.device.clone(),
+            cdi_device_ids: vec![cdi::qualified(&claim.uid, &p.device)],
+            share_id: p.share_id.clone(),
+        })
+        .collect()
+}
+
 #[tonic::async_trait]
 impl kubelet::Driver for NodeDriver {
     async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedDevice>, DriverError> {
@@ -598,17 +767,17 @@ impl kubelet::Driver for NodeDriver {
             }
         }
         let api = self.api.as_ref().ok_or(PrepareError::NoApiServer)?;
-        let allocation = claims::fetch(api, claim, &self.driver)
+        let allocation = claims::fetch(api, claim, &self.node.driver)
             .await
             .map_err(|source| PrepareError::Fetch {
                 claim: claim.clone(),
                 source,
             })?;
-        Ok(self.prepare_allocation(claim, &allocation)?)
+        Ok(self.node.prepare(claim, &allocation)?)
     }
 
     async fn unprepare(&self, claim: &ClaimRef) -> Result<(), DriverError> {
-        Ok(self.unprepare_claim(claim)?)
+        Ok(self.node.unprepare(claim)?)
     }
 
     fn health(&self) -> watch::Receiver<Vec<DeviceHealth>> {
