@@ -23,7 +23,10 @@
 //! Each step is a function of its own, called in this order by `Node::prepare`. One lock on
 //! the driver's state (a `std::sync::Mutex`: the inventory and the checkpoint) is held from
 //! step 1 to step 5, so that for concurrent prepares the busy check and the entry that holds
-//! the devices are one step.
+//! the devices are one step. Since steps 1 and 5 write files under that lock, the kubelet
+//! side's async calls ([`kubelet::Driver::prepare`], [`kubelet::Driver::unprepare`]) run
+//! them on a blocking thread (`tokio::task::spawn_blocking`), not on the runtime that serves
+//! the kubelet; a panic there is an error for that claim ([`PrepareError::Stopped`]).
 //!
 //! A pod's GPU claim and DLA claim are separate claims with a spec file each; each spec
 //! carries the node's common edits (driver libraries, hooks) so it works alone, and when a
@@ -137,6 +140,13 @@ pub enum PrepareError {
     StaleSpec(CdiError),
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
+    /// The blocking task that prepared or unprepared the claim panicked.
+    #[error("claim {claim}: {source}")]
+    Stopped {
+        claim: ClaimRef,
+        #[source]
+        source: tokio::task::JoinError,
+    },
 }
 
 /// How a config's source is named in messages.
@@ -176,6 +186,7 @@ struct State {
 /// The node side of the driver.
 pub struct NodeDriver {
     api: Option<Arc<ApiServer>>,
+    /// Shared with the blocking tasks that prepare and unprepare ([`off_runtime`]).
     node: Arc<Node>,
     health: watch::Sender<Vec<DeviceHealth>>,
 }
@@ -349,7 +360,8 @@ impl NodeDriver {
     }
 
     /// Prepares `claim` with what the scheduler allocated to it (see the module docs).
-    /// Blocking (the spec and the checkpoint are written).
+    /// Blocking (the spec and the checkpoint are written): [`kubelet::Driver::prepare`] runs
+    /// it on a blocking thread.
     // A `PrepareError` carries the claim and the facts of the refusal (a few hundred bytes);
     // it is built at most once per kubelet call, where boxing would only add an allocation.
     #[allow(clippy::result_large_err)]
@@ -758,9 +770,29 @@ fn prepared_devices(pool: &str, claim: &ClaimRef, planned: &[Planned]) -> Vec<Pr
         .collect()
 }
 
+/// Runs `work` (the files it writes: the spec, the checkpoint) on a blocking thread, off the
+/// runtime the kubelet side's calls run on; a panic in it is an error for `claim`.
+#[allow(clippy::result_large_err)] // as `prepare_allocation`
+async fn off_runtime<T: Send + 'static>(
+    claim: &ClaimRef,
+    work: impl FnOnce() -> Result<T, PrepareError> + Send + 'static,
+) -> Result<T, PrepareError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|source| {
+            Err(PrepareError::Stopped {
+                claim: claim.clone(),
+                source,
+            })
+        })
+}
+
+#[allow(clippy::result_large_err)] // the closures given to `off_runtime`
 #[tonic::async_trait]
 impl kubelet::Driver for NodeDriver {
     async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedDevice>, DriverError> {
+        // A read under the lock, on the runtime: no file is written here, and the kubelet
+        // side serialises calls, so no prepare or unprepare holds the lock while it writes.
         if let Some(e) = self.lock().checkpoint.get(&claim.uid) {
             if e.state == ClaimState::PrepareCompleted {
                 return Ok(e.devices.clone());
@@ -773,14 +805,64 @@ impl kubelet::Driver for NodeDriver {
                 claim: claim.clone(),
                 source,
             })?;
-        Ok(self.node.prepare(claim, &allocation)?)
+        let (node, owned) = (self.node.clone(), claim.clone());
+        Ok(off_runtime(claim, move || node.prepare(&owned, &allocation)).await?)
     }
 
     async fn unprepare(&self, claim: &ClaimRef) -> Result<(), DriverError> {
-        Ok(self.node.unprepare(claim)?)
+        let (node, owned) = (self.node.clone(), claim.clone());
+        Ok(off_runtime(claim, move || node.unprepare(&owned)).await?)
     }
 
     fn health(&self) -> watch::Receiver<Vec<DeviceHealth>> {
         self.health.subscribe()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::result_large_err)] // the closures given to `off_runtime`
+mod tests {
+    use super::*;
+
+    fn claim() -> ClaimRef {
+        ClaimRef {
+            namespace: "default".into(),
+            name: "c".into(),
+            uid: "c0ffee00-0000-0000-0000-000000000001".into(),
+        }
+    }
+
+    fn current_thread() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn the_work_runs_off_the_runtime_thread() {
+        // `block_on` of a current-thread runtime runs its tasks on this thread.
+        let runtime_thread = std::thread::current().id();
+        let worker = current_thread()
+            .block_on(off_runtime(&claim(), || Ok(std::thread::current().id())))
+            .unwrap();
+        assert_ne!(worker, runtime_thread);
+    }
+
+    #[test]
+    fn a_panic_in_the_work_is_an_error_for_the_claim() {
+        let e = current_thread()
+            .block_on(off_runtime(&claim(), || -> Result<(), PrepareError> {
+                panic!("the work panicked")
+            }))
+            .unwrap_err();
+        assert!(
+            matches!(&e, PrepareError::Stopped { claim: c, source } if *c == claim() && source.is_panic()),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string()
+                .starts_with("claim default/c (c0ffee00-0000-0000-0000-000000000001): "),
+            "{e}"
+        );
     }
 }
