@@ -395,26 +395,22 @@ async fn discrete_gpus_are_exclusive_to_the_mps_server_while_it_serves_them() {
     assert_eq!((host.compute_mode(0), host.compute_mode(1)), (0, 0));
 }
 
-/// In a container the companion chroots into the host and each daemon gets its resource's
-/// `<mps-root>/<resource>/shm` over `/dev/shm` in a mount namespace of its own; needs root,
-/// and the static fake inside the root (no emulator there).
-#[test]
-fn isolate_chroots_and_covers_dev_shm() {
-    if !nix::unistd::Uid::effective().is_root()
-        || std::env::var_os(edgegpu_testkit::process::RUNNER_ENV).is_some()
-    {
+/// The chroot tests need root and a native run (chroot, mount namespace; the static fake
+/// inside the root cannot run under an emulator): `true`, said on stderr, when they cannot.
+fn chroot_tests_cannot_run() -> bool {
+    let cannot = !nix::unistd::Uid::effective().is_root()
+        || std::env::var_os(edgegpu_testkit::process::RUNNER_ENV).is_some();
+    if cannot {
         eprintln!("skipped: needs root and a native run (chroot, mount namespace)");
-        return;
     }
-    let host = FakeHost::jetson(Board::Orin);
-    host.install_mps_control(mps::HOST_PATH);
-    host.mkdir("/dev/shm");
-    // What the daemon's standard input is opened from (a character device on a real host).
-    host.write("/dev/null", "");
-    host.write("/dev/shm/host-segment", "the host's shared memory");
+    cannot
+}
+
+/// The companion on `host`'s root with the MPS root `/run/edgegpu/mps`, and that folder's
+/// path on the host.
+fn start_chrooted_companion(host: &FakeHost) -> (Child, PathBuf) {
     let mps_root = "/run/edgegpu/mps";
-    let host_root = host.path(mps_root);
-    let mut child = binary_command(bin())
+    let child = binary_command(bin())
         .arg("mps-control-daemon")
         .arg("--root")
         .arg(host.root())
@@ -425,6 +421,45 @@ fn isolate_chroots_and_covers_dev_shm() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    (child, host.path(mps_root))
+}
+
+/// The status in `status_file` once it is in `state` (a status file not yet readable counts
+/// as not there); fails after [`WAIT`].
+fn wait_for_state(status_file: &Path, state: State) -> status::Status {
+    let t0 = Instant::now();
+    loop {
+        if let Some(s) = status::read(status_file)
+            .ok()
+            .flatten()
+            .filter(|s| s.state == state)
+        {
+            return s;
+        }
+        assert!(
+            t0.elapsed() < WAIT,
+            "not {state:?}: {:?}",
+            status::read(status_file)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// In a container the companion chroots into the host and each daemon gets its resource's
+/// `<mps-root>/<resource>/shm` over `/dev/shm` in a mount namespace of its own; needs root,
+/// and the static fake inside the root (no emulator there).
+#[test]
+fn isolate_chroots_and_covers_dev_shm() {
+    if chroot_tests_cannot_run() {
+        return;
+    }
+    let host = FakeHost::jetson(Board::Orin);
+    host.install_mps_control(mps::HOST_PATH);
+    host.mkdir("/dev/shm");
+    // What the daemon's standard input is opened from (a character device on a real host).
+    host.write("/dev/null", "");
+    host.write("/dev/shm/host-segment", "the host's shared memory");
+    let (mut child, host_root) = start_chrooted_companion(&host);
     status::write_desired(
         &host_root,
         &Desired {
@@ -438,21 +473,7 @@ fn isolate_chroots_and_covers_dev_shm() {
     )
     .unwrap();
     let status_file = host_root.join(GPU).join("status.json");
-    let t0 = Instant::now();
-    let ready = loop {
-        if let Some(s) = status::read(&status_file)
-            .unwrap()
-            .filter(|s| s.state == State::Ready)
-        {
-            break s;
-        }
-        assert!(
-            t0.elapsed() < WAIT,
-            "not ready: {:?}",
-            status::read(&status_file)
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let ready = wait_for_state(&status_file, State::Ready);
     // The daemon's /dev/shm is <mps-root>/<resource>/shm: the host's segment is not there.
     let pid = ready.pid.unwrap();
     let dev_shm = PathBuf::from(format!("/proc/{pid}/root/dev/shm"));
@@ -476,45 +497,16 @@ fn isolate_chroots_and_covers_dev_shm() {
 /// binary. Needs root for the chroot, as `isolate_chroots_and_covers_dev_shm`.
 #[test]
 fn a_host_root_without_dev_null_is_named() {
-    if !nix::unistd::Uid::effective().is_root()
-        || std::env::var_os(edgegpu_testkit::process::RUNNER_ENV).is_some()
-    {
-        eprintln!("skipped: needs root and a native run (chroot, mount namespace)");
+    if chroot_tests_cannot_run() {
         return;
     }
     let host = FakeHost::jetson(Board::Orin);
     host.install_mps_control(mps::HOST_PATH);
     host.mkdir("/dev/shm");
-    let mps_root = "/run/edgegpu/mps";
-    let host_root = host.path(mps_root);
-    let mut child = binary_command(bin())
-        .arg("mps-control-daemon")
-        .arg("--root")
-        .arg(host.root())
-        .arg("--mps-root")
-        .arg(mps_root)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let (mut child, host_root) = start_chrooted_companion(&host);
     ask_for(&host_root, vec![daemon(GPU, 50)]);
     let status_file = host_root.join(GPU).join("status.json");
-    let t0 = Instant::now();
-    let failed = loop {
-        if let Some(s) = status::read(&status_file)
-            .ok()
-            .flatten()
-            .filter(|s| s.state == State::Failed)
-        {
-            break s;
-        }
-        assert!(
-            t0.elapsed() < WAIT,
-            "not failed: {:?}",
-            status::read(&status_file)
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let failed = wait_for_state(&status_file, State::Failed);
     assert_eq!(
         failed.reason.as_deref(),
         Some(

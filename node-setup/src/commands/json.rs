@@ -9,7 +9,7 @@ use super::emit::say;
 use super::outcome::{Applied, Checked, Reverted, Stopped, UNDO_APPLY, UNDO_REVERT};
 use super::text::diff;
 use crate::ops::Report;
-use crate::plan::{self, Plan};
+use crate::plan::{self, FileChange, Plan};
 use crate::restart;
 use crate::runtime_spec::RuntimeSpec;
 use edgegpu_host::error::{exit_code, Result, SetupError};
@@ -94,6 +94,30 @@ struct FileDoc {
     diff: Option<String>,
 }
 
+impl FileDoc {
+    /// apply's entry for one planned change: `update` or `create`, with its backup.
+    fn of_change(
+        change: &FileChange,
+        backup: &Option<String>,
+        written: bool,
+        diff: Option<String>,
+    ) -> FileDoc {
+        FileDoc {
+            path: change.host_path.clone(),
+            target: change.target.clone(),
+            action: if change.old.is_some() {
+                "update"
+            } else {
+                "create"
+            },
+            purpose: Some(change.purpose.clone()),
+            backup: backup.clone(),
+            written,
+            diff,
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct RestartDoc {
     /// `null` for `systemctl daemon-reload`.
@@ -140,15 +164,9 @@ impl RunDoc {
             Ok(Applied::WouldChange { plan, backups }) => {
                 doc.decision = Some(Decision::of(plan));
                 for (c, backup) in plan.changes.iter().zip(backups) {
-                    doc.files.push(FileDoc {
-                        path: c.host_path.clone(),
-                        target: c.target.clone(),
-                        action: if c.old.is_some() { "update" } else { "create" },
-                        purpose: Some(c.purpose.clone()),
-                        backup: backup.clone(),
-                        written: false,
-                        diff: Some(diff(&c.host_path, c.old.as_deref(), Some(&c.new))),
-                    });
+                    let diff = diff(&c.host_path, c.old.as_deref(), Some(&c.new));
+                    doc.files
+                        .push(FileDoc::of_change(c, backup, false, Some(diff)));
                 }
                 doc.planned(&plan.services);
                 doc.result = "changes-pending";
@@ -161,15 +179,7 @@ impl RunDoc {
             }) => {
                 doc.decision = Some(Decision::of(plan));
                 for (c, backup) in plan.changes.iter().zip(&report.backups) {
-                    doc.files.push(FileDoc {
-                        path: c.host_path.clone(),
-                        target: c.target.clone(),
-                        action: if c.old.is_some() { "update" } else { "create" },
-                        purpose: Some(c.purpose.clone()),
-                        backup: backup.clone(),
-                        written: true,
-                        diff: None,
-                    });
+                    doc.files.push(FileDoc::of_change(c, backup, true, None));
                 }
                 doc.restarts(report);
                 doc.result = "applied";
