@@ -26,7 +26,8 @@
 //! the devices are one step. Since steps 1 and 5 write files under that lock, the kubelet
 //! side's async calls ([`kubelet::Driver::prepare`], [`kubelet::Driver::unprepare`]) run
 //! them on a blocking thread (`tokio::task::spawn_blocking`), not on the runtime that serves
-//! the kubelet; a panic there is an error for that claim ([`PrepareError::Stopped`]).
+//! the kubelet; in a build that unwinds (tests), a panic there is an error for that claim
+//! ([`PrepareError::Stopped`]); release builds abort on a panic by design (`panic = "abort"`).
 //!
 //! A pod's GPU claim and DLA claim are separate claims with a spec file each; each spec
 //! carries the node's common edits (driver libraries, hooks) so it works alone, and when a
@@ -771,7 +772,8 @@ fn prepared_devices(pool: &str, claim: &ClaimRef, planned: &[Planned]) -> Vec<Pr
 }
 
 /// Runs `work` (the files it writes: the spec, the checkpoint) on a blocking thread, off the
-/// runtime the kubelet side's calls run on; a panic in it is an error for `claim`.
+/// runtime the kubelet side's calls run on; where panics unwind, a panic in it is an error for
+/// `claim` (release builds abort instead: the workspace's `panic = "abort"`).
 #[allow(clippy::result_large_err)] // as `prepare_allocation`
 async fn off_runtime<T: Send + 'static>(
     claim: &ClaimRef,
