@@ -178,6 +178,27 @@ fn help_documents_every_flag_with_env_and_default() {
 
 struct Plugin(Child);
 
+/// Appends the log lines `rx` receives to `log` until one contains `needle`; fails, naming
+/// `what` and showing the log, when `deadline` passes first.
+fn read_log_until(
+    rx: &std::sync::mpsc::Receiver<String>,
+    log: &mut String,
+    needle: &str,
+    deadline: Instant,
+    what: &str,
+) {
+    while !log.contains(needle) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                log.push_str(&line);
+                log.push('\n');
+            }
+            Err(_) => panic!("no {what} logged:\n{log}"),
+        }
+    }
+}
+
 /// The binary serving `host` into the kubelet directory `dir`, with its NFD feature file at
 /// `feature_file` and the arguments `more` adds; its stderr is collected by the returned
 /// thread (every line, once the plugin has exited).
@@ -448,16 +469,13 @@ async fn a_gpu_locked_by_the_dra_driver_is_not_advertised_until_released() {
     // The refusal is logged once discovery is done.
     let deadline = Instant::now() + WAIT;
     let mut log = String::new();
-    while !log.contains("served by edgegpu-dra-driver pid") {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(line) => {
-                log.push_str(&line);
-                log.push('\n');
-            }
-            Err(_) => panic!("no refusal logged:\n{log}"),
-        }
-    }
+    read_log_until(
+        &rx,
+        &mut log,
+        "served by edgegpu-dra-driver pid",
+        deadline,
+        "refusal",
+    );
     assert!(log.contains("gpu.lock"), "{log}");
     assert_eq!(
         kubelet.registration_count(),
@@ -468,18 +486,13 @@ async fn a_gpu_locked_by_the_dra_driver_is_not_advertised_until_released() {
     let registered = kubelet.wait_for_registration(GPU, WAIT).await.unwrap();
     assert!(!registered.devices.is_empty());
     // The rebuild names the holder its lock file named (here the test, as the DRA driver).
-    while !log
-        .contains("Rebuilding the resources: took over the gpu devices edgegpu-dra-driver pid")
-    {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(line) => {
-                log.push_str(&line);
-                log.push('\n');
-            }
-            Err(_) => panic!("no takeover logged:\n{log}"),
-        }
-    }
+    read_log_until(
+        &rx,
+        &mut log,
+        "Rebuilding the resources: took over the gpu devices edgegpu-dra-driver pid",
+        deadline,
+        "takeover",
+    );
     let text = std::fs::read_to_string(locks.path().join("gpu.lock")).unwrap();
     assert_eq!(
         text,
