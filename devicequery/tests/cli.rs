@@ -1,7 +1,7 @@
 //! The real `devicequery` binary against the fake CUDA driver: golden text reports for the
 //! machines and failure paths of the issue, JSON output and the verification checks.
 
-mod common;
+use crate::common;
 
 use common::*;
 use edgegpu_testkit::cuda::{variant, FakeCuda};

@@ -4,7 +4,7 @@
 //! the test's own numbers: the limit it set, the context overhead it configured, and the
 //! multiprocessor counts measured on an H100 80GB HBM3 (driver 580.159.04) at 25 % and 10 %.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

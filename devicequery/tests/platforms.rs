@@ -5,7 +5,7 @@
 //! (`edgegpu-platform`, which the plugin and the labeller read) is checked against the same facts
 //! and against the published deviceQuery outputs in `golden/`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use edgegpu_platform::{Generation, GENERATIONS};

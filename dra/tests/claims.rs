@@ -1,6 +1,6 @@
 //! `claims::fetch` against the fake API server, and `allocation_from_object` on claim objects.
 
-mod api_common;
+use crate::api_common;
 
 use api_common::{client, NODE};
 use edgegpu_dra::claims::{

@@ -1,7 +1,7 @@
 //! `SlicePublisher` against the fake API server: what is created, updated and deleted, and
 //! that every slice it produces is valid under the real `resource.k8s.io/v1` schema.
 
-mod api_common;
+use crate::api_common;
 
 use std::path::PathBuf;
 use std::process::Command;

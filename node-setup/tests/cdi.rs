@@ -7,7 +7,7 @@
 //! Python's jsonschema, tests/cdi/validate.py); bad inputs are refused naming the file and line,
 //! with nothing written.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

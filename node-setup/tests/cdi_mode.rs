@@ -5,7 +5,7 @@
 //! where it looks for them, dockerd 26 (`--validate`) reads daemon.json; Debian 12's
 //! containerd 1.6 and dockerd 20.10 must still load every file.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -1,6 +1,6 @@
 //! End-to-end: the real binary on fake host trees (`--root`), one per layout.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

@@ -3,7 +3,7 @@
 //! next; and after SIGKILL at every rename and fsync of every write (injected by strace,
 //! so each point is hit on every run) every file is old or new, never partial.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};

@@ -1,7 +1,7 @@
 //! containerd TOML editing (config versions 1, 2, 3 and k3s templates), checked by our
 //! own reader and by the real `containerd config dump`.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

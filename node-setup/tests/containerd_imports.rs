@@ -7,7 +7,7 @@
 //! 1.6, Debian 13's 1.7, Debian sid's 2.1): `check` never says configured when containerd's
 //! merged config does not use the runtime.
 
-mod common;
+use crate::common;
 
 use common::{containerd_dump_host, containerd_releases, containerd_start_cri, run, Out};
 use edgegpu_testkit::nodehost::NodeHost;

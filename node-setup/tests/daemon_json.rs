@@ -1,6 +1,6 @@
 //! daemon.json merging: other keys and their order survive, the result round-trips.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

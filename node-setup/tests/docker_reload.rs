@@ -17,7 +17,7 @@
 //! dockerd does, without --config-file), and --data-root, --exec-root, --pidfile and its
 //! socket in a temporary directory; no iptables, no bridge, no IP forwarding.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;

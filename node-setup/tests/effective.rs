@@ -2,7 +2,7 @@
 //! k3s's command line and config files, containerd's imports, dockerd's flags. Each test
 //! is one real situation where deciding from a single file gave a wrong "configured".
 
-mod common;
+use crate::common;
 
 use common::{containerd_dumps, fixture, ok, real_tool, run, Out};
 use edgegpu_testkit::nodehost::NodeHost;

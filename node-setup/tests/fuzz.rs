@@ -2,7 +2,7 @@
 //! accept they turn into a configured file that needs no second change; and a run on
 //! input they reject writes nothing.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

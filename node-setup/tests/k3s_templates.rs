@@ -2,7 +2,7 @@
 //! table the (stand-in) base templates emit is one node-setup refuses to see declared
 //! again after the base line, and the template lexer accepts exactly what Go accepts.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -1,7 +1,7 @@
 //! node-setup's log lines (stderr) carry no ANSI colour codes when stderr is not a terminal:
 //! the node-setup pod's log and a systemd unit's journal are pipes.
 
-mod common;
+use crate::common;
 
 use common::{containerd_host, run_env};
 

@@ -6,7 +6,7 @@
 //! daemon.json validated by Debian's dockerd; every unit by systemd-analyze. Prints how
 //! many inputs pass.
 
-mod common;
+use crate::common;
 
 use common::{
     containerd_dumps, dockerd_validate, fixture, real_tool, render_k3s_template, run,

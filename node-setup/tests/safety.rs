@@ -1,7 +1,7 @@
 //! Safety properties through the library: restart order and injection, rollback on a
 //! failed write, zero writes when idempotent.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -2,7 +2,7 @@
 //! the code agree on them), boolean environment variables, JSON output of every command,
 //! `--dry-run --exit-code`, progress and failure reports of restarts, `check` without root.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::Path;

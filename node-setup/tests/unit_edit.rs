@@ -1,7 +1,7 @@
 //! systemd unit reading and the `--docker` edit, on the exact layouts the k3s installer
 //! and meta-virtualization write; validated with the real `systemd-analyze verify`.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

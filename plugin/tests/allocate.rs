@@ -1,7 +1,7 @@
 //! Allocate errors that name the offending IDs, and GetPreferredAllocation keeping a pod on
 //! one NUMA node, on a discrete host with four GPUs on two NUMA nodes.
 
-mod gpu_common;
+use crate::gpu_common;
 
 use edgegpu_kubelet_api::v1beta1::{ContainerAllocateRequest, ContainerPreferredAllocationRequest};
 use edgegpu_plugin::resource::Resource;

@@ -1,6 +1,6 @@
 //! Old kubelets (< 1.26) send the socket path as HTTP/2 `:authority`.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! every MIG strategy and both ID strategies), every name in an Allocate response is a device
 //! of the spec `edgegpu-node-setup cdi generate` writes for the same host.
 
-mod gpu_common;
+use crate::gpu_common;
 
 use std::collections::BTreeSet;
 use std::path::Path;

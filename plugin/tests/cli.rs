@@ -1,7 +1,7 @@
 //! The real `edgegpu-device-plugin` binary: command line, registration with the fake
 //! kubelet on a fake Jetson root, kubelet restart, JSON logs, SIGTERM clean-up.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};

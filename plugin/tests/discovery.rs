@@ -1,7 +1,7 @@
 //! Discovery in `auto` mode on roots without NVML, and detection details. This test binary
 //! never loads a (fake) NVML: glibc would hand a loaded copy to the soname fallback.
 
-mod gpu_common;
+use crate::gpu_common;
 
 use edgegpu_node::gpu::discovery::Platform;
 use edgegpu_testkit::host::{Board, FakeHost};

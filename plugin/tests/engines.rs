@@ -2,7 +2,7 @@
 //! which resources each fake board advertises, what Allocate answers, and health that flips
 //! to Unhealthy when an engine's node disappears or its driver is unbound, and back.
 
-mod gpu_common;
+use crate::gpu_common;
 
 use std::sync::Arc;
 

@@ -2,7 +2,7 @@
 //! getting them back (inotify, recovery to Healthy), and a discrete server with a critical
 //! XID, an ignored XID and a lost GPU through the fake NVML.
 
-mod gpu_common;
+use crate::gpu_common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! labels under each MIG strategy, valid label values, time-slicing, the NFD feature file,
 //! and the labeller's path (discovery without serving) agreeing with the plugin's.
 
-mod gpu_common;
+use crate::gpu_common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

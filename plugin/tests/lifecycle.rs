@@ -1,7 +1,7 @@
 //! Lifecycle through the fake kubelet: registration, ListAndWatch, Allocate, lost
 //! sockets, two instances, a kubelet that appears late. (100 restarts: `restarts.rs`.)
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

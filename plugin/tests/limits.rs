@@ -2,7 +2,7 @@
 //! a container receives, when the devices are healthy (the companion's status), and the
 //! refusals where a platform cannot run MPS.
 
-mod gpu_common;
+use crate::gpu_common;
 
 use edgegpu_kubelet_api::v1beta1::{HEALTHY, UNHEALTHY};
 use edgegpu_node::mps::plan::{DaemonSettings, DeviceLimit};

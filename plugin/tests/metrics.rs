@@ -7,7 +7,7 @@
 //! too), the plugin's own counters per resource, the HTTP endpoint, and the text checked with
 //! Prometheus' own parser (Python `prometheus_client`).
 
-mod gpu_common;
+use crate::gpu_common;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! CDI names in what a pod receives, their `/dev/nvidia-caps` nodes, health per MIG device,
 //! Jetson Thor's MIG, and a MIG reconfiguration while the real binary runs.
 
-mod gpu_common;
+use crate::gpu_common;
 
 use std::process::{Child, Stdio};
 

@@ -4,7 +4,7 @@
 //! kubelet; and devicequery, against the fake libcuda that honours the daemon's defaults and the
 //! container's MPS variables, checks the limits a container got.
 
-mod gpu_common;
+use crate::gpu_common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};

@@ -8,7 +8,7 @@
 //! `--discovery tegra`; `auto` on roots without NVML is tested in `discovery.rs`, a binary
 //! that never loads NVML.
 
-mod gpu_common;
+use crate::gpu_common;
 
 use edgegpu_kubelet_api::v1beta1::{ContainerAllocateRequest, HEALTHY, UNHEALTHY};
 use edgegpu_node::gpu::discovery::{Platform, TegraDetection};

@@ -1,6 +1,6 @@
 //! Registration details, the plugin-watcher path, and bad requests.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

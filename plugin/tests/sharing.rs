@@ -1,7 +1,7 @@
 //! Time-slicing through the fake kubelet: replica IDs `<id>::<n>`, `renameByDefault`,
 //! `failRequestsGreaterThanOne`, replica health, and the `distributed`/`packed` policies.
 
-mod gpu_common;
+use crate::gpu_common;
 
 use edgegpu_kubelet_api::v1beta1::{HEALTHY, UNHEALTHY};
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost};
