@@ -147,8 +147,14 @@ fn cdi_library_check(validator: &Path, files: &[PathBuf]) -> (bool, String) {
     )
 }
 
-/// The Python that runs tests/cdi/validate.py (jsonschema and PyYAML), or None (skip).
+/// The Python that runs tests/cdi/validate.py (jsonschema and PyYAML), or None (skip); looked
+/// for once per test process, as the Go validator is built once.
 fn validator_python() -> Option<PathBuf> {
+    static FOUND: OnceLock<Option<PathBuf>> = OnceLock::new();
+    FOUND.get_or_init(find_validator_python).clone()
+}
+
+fn find_validator_python() -> Option<PathBuf> {
     let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.tools/venv/bin/python");
     for candidate in [venv, PathBuf::from("python3")] {
         let ok = Command::new(&candidate)
