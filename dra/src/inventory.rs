@@ -464,6 +464,9 @@ struct Facts {
     board: Option<String>,
     module: Option<String>,
     soc: Option<String>,
+    power_mode: Option<String>,
+    power_mode_id: Option<i64>,
+    gpu_clock_max_mhz: Option<i64>,
 }
 
 impl Facts {
@@ -482,6 +485,13 @@ impl Facts {
             board: jetson.and_then(|j| j.model.clone()),
             module: jetson.and_then(|j| j.module.clone()),
             soc: jetson.and_then(|j| j.soc).map(str::to_string),
+            power_mode: jetson.and_then(|j| j.power.current.as_ref()?.name.clone()),
+            power_mode_id: jetson
+                .and_then(|j| j.power.current.as_ref())
+                .map(|c| i64::from(c.id)),
+            gpu_clock_max_mhz: jetson
+                .and_then(|j| j.power.gpu_ceiling_hz())
+                .and_then(|hz| i64::try_from(hz / 1_000_000).ok()),
         }
     }
 
@@ -498,6 +508,10 @@ impl Facts {
         }
         if let Some(v) = &self.cuda_driver {
             a.insert("cudaDriverVersion".into(), Attr::Version(v.clone()));
+        }
+        // The GPU's own: its clock ceiling under the power mode (docs/power.md).
+        if let Some(v) = self.gpu_clock_max_mhz {
+            a.insert("gpuClockMaxMHz".into(), Attr::Int(v));
         }
     }
 
@@ -517,11 +531,25 @@ impl Facts {
         if let Some(v) = self.jetpack_major {
             a.insert("jetpackMajor".into(), Attr::Int(v));
         }
+        if let Some(v) = &self.power_mode {
+            a.insert("powerMode".into(), Attr::string(v));
+        }
+        if let Some(v) = self.power_mode_id {
+            a.insert("powerModeId".into(), Attr::Int(v));
+        }
     }
 }
 
 /// The attributes of the board an engine shares with its Jetson's GPU.
-const JETSON_ATTRIBUTES: [&str; 5] = ["board", "module", "soc", "l4tRelease", "jetpackMajor"];
+const JETSON_ATTRIBUTES: [&str; 7] = [
+    "board",
+    "module",
+    "soc",
+    "l4tRelease",
+    "jetpackMajor",
+    "powerMode",
+    "powerModeId",
+];
 
 impl From<EngineKind> for DeviceType {
     fn from(kind: EngineKind) -> Self {

@@ -130,6 +130,20 @@ fn jetson_gpus_carry_the_labels_facts() {
             "{board:?}"
         );
         assert_eq!(attr(&inv, "gpu-0", "jetpackMajor"), Some(&Attr::Int(jp)));
+        // The power mode and the GPU's clock ceiling under it, as the labels say them (a CEL
+        // selector can ask for a GPU at MAXN or above a clock): docs/power.md.
+        assert_eq!(
+            attr(&inv, "gpu-0", "powerMode").cloned(),
+            label("edgegpu.io/jetson.power-mode").map(|m| s(&m)),
+            "{board:?}"
+        );
+        assert_eq!(
+            attr(&inv, "gpu-0", "gpuClockMaxMHz"),
+            label("edgegpu.io/jetson.gpu-clock-max-mhz")
+                .map(|m| Attr::Int(m.parse().unwrap()))
+                .as_ref(),
+            "{board:?}"
+        );
         // Attributes are not labels: the device-tree model as written, spaces and all (a
         // selector written from docs/dra.md matches), where the label has its escaped form.
         assert_eq!(
@@ -1083,6 +1097,16 @@ fn engines_get_their_own_nodes_and_a_gpu_claim_no_longer_has_them() {
         attr(&node.inventory, "dla-0", "module"),
         attr(&node.inventory, "gpu-0", "module")
     );
+    // The engines run under the same power mode; the clock ceiling is the GPU's own.
+    assert_eq!(
+        attr(&node.inventory, "dla-0", "powerMode"),
+        Some(&s("MODE_30W"))
+    );
+    assert_eq!(
+        attr(&node.inventory, "gpu-0", "powerModeId"),
+        Some(&Attr::Int(2))
+    );
+    assert_eq!(attr(&node.inventory, "dla-0", "gpuClockMaxMHz"), None);
     check_slice_device_schema(&node.inventory);
 
     let driver = node.driver().unwrap();

@@ -8,7 +8,9 @@ use edgegpu_platform::host::{jetpack, meminfo_bytes, MEMINFO};
 
 use crate::engines::{self, Engine};
 use crate::gpu::discovery::{Gpu, Platform};
+use crate::gpu::sysfs::GpuSysfs;
 use crate::gpu::under_root;
+use crate::power::PowerFacts;
 
 /// What a node is, beyond its list of GPUs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -41,6 +43,8 @@ pub struct JetsonFacts {
     pub l4t: Option<String>,
     /// The JetPack major release of that L4T release.
     pub jetpack_major: Option<u32>,
+    /// The power mode in force, the GPU's clock ceiling under it, the thermal zones.
+    pub power: PowerFacts,
 }
 
 impl NodeFacts {
@@ -84,6 +88,12 @@ impl NodeFacts {
                         soc: generation.map(|g| g.soc),
                         l4t: detection.l4t.clone(),
                         jetpack_major: release.map(|r| r.major),
+                        power: PowerFacts::read(
+                            root,
+                            GpuSysfs::find(root, generation, l4t_major)
+                                .devfreq
+                                .as_deref(),
+                        ),
                     }),
                     engines: engines::discover(root, generation, l4t_major),
                 }

@@ -4,7 +4,8 @@
 //!
 //! - Facts of the node: [`gpu`] (the device model, discovery, health and sensors per
 //!   platform; Jetson facts from the `edgegpu-platform` table), [`engines`] (DLA and PVA),
-//!   [`facts`] (the node's facts as typed values), [`snapshot`] (one discovery per round, with
+//!   [`facts`] (the node's facts as typed values), [`power`] (a Jetson's power mode, clocks and
+//!   thermal limits), [`snapshot`] (one discovery per round, with
 //!   its facts), [`labels`] (the facts as GPU Feature Discovery's labels).
 //! - What the node serves: [`config`] (the config file and flags), [`serving`] (the plan of
 //!   each round: units, sharing, limits, health tables), [`mps`] (MPS paths, plan, status
@@ -27,6 +28,7 @@ pub mod labels;
 pub mod logging;
 pub mod mps;
 pub mod ownership;
+pub mod power;
 pub mod quantity;
 pub mod registration;
 pub mod resource_name;

@@ -48,6 +48,11 @@ pub const MEMINFO: &str = "/proc/meminfo";
 /// Thermal zones (`thermal_zoneN/type`, `temp` in millidegrees Celsius; Linux
 /// `Documentation/driver-api/thermal/sysfs-api.rst`).
 pub const THERMAL_CLASS: &str = "/sys/class/thermal";
+/// nvpmodel's configuration: the board's power modes (on L4T a link to the board's file under
+/// `/etc/nvpmodel/`; format in the header of L4T's own files).
+pub const NVPMODEL_CONF: &str = "/etc/nvpmodel.conf";
+/// nvpmodel's record of the mode it set last (`pmode:0002 fmode:quiet`).
+pub const NVPMODEL_STATUS: &str = "/var/lib/nvpmodel/status";
 /// Where the INA3221 power monitors' I2C devices are listed, one directory per driver.
 pub const I2C_DRIVERS: &str = "/sys/bus/i2c/drivers";
 

@@ -59,6 +59,34 @@ fn mib(kb: u64) -> String {
     (kb / 1024).to_string()
 }
 
+/// `nvpmodel -m` changed the mode: the labels follow nvpmodel's record, not the boot default,
+/// and a mode without a GPU limit is labelled with the hardware's highest clock. Thor's
+/// nvpmodel file is not modelled (docs/power.md): no power labels there.
+#[tokio::test]
+async fn jetson_power_mode_labels_follow_nvpmodel() {
+    let host = FakeHost::jetson(Board::Orin);
+    host.set_power_mode(Board::Orin, 1, 420_750_000);
+    let labels = labels_of(&host, &["--discovery=tegra"]).await;
+    assert_eq!(labels.get("edgegpu.io/jetson.power-mode"), Some("MODE_15W"));
+    assert_eq!(labels.get("edgegpu.io/jetson.power-mode.id"), Some("1"));
+    assert_eq!(
+        labels.get("edgegpu.io/jetson.gpu-clock-max-mhz"),
+        Some("420")
+    );
+
+    host.set_power_mode(Board::Orin, 0, 1_300_500_000);
+    let labels = labels_of(&host, &["--discovery=tegra"]).await;
+    assert_eq!(labels.get("edgegpu.io/jetson.power-mode"), Some("MAXN"));
+    assert_eq!(
+        labels.get("edgegpu.io/jetson.gpu-clock-max-mhz"),
+        Some("1300")
+    );
+
+    let thor = labels_of(&FakeHost::jetson(Board::Thor), &["--discovery=tegra"]).await;
+    assert_eq!(thor.get("edgegpu.io/jetson.power-mode"), None);
+    assert_eq!(thor.get("edgegpu.io/gpu"), Some("jetson"));
+}
+
 #[tokio::test]
 async fn jetson_labels_per_generation() {
     let nano = labels_of(&FakeHost::jetson(Board::Nano), &["--discovery=tegra"]).await;
@@ -87,6 +115,10 @@ async fn jetson_labels_per_generation() {
             ("edgegpu.io/jetson.soc", "T210"),
             ("edgegpu.io/jetson.l4t", "32.7.6"),
             ("edgegpu.io/jetson.jetpack.major", "4"),
+            // nvpmodel's boot default; MAXN sets no GPU limit: the hardware's 921.6 MHz.
+            ("edgegpu.io/jetson.power-mode", "MAXN"),
+            ("edgegpu.io/jetson.power-mode.id", "0"),
+            ("edgegpu.io/jetson.gpu-clock-max-mhz", "921"),
         ])
     );
 
@@ -125,6 +157,9 @@ async fn jetson_labels_per_generation() {
         ("edgegpu.io/jetson.soc", "T234"),
         ("edgegpu.io/jetson.l4t", "36.4.3"),
         ("edgegpu.io/jetson.jetpack.major", "6"),
+        ("edgegpu.io/jetson.power-mode", "MODE_30W"),
+        ("edgegpu.io/jetson.power-mode.id", "2"),
+        ("edgegpu.io/jetson.gpu-clock-max-mhz", "624"),
     ] {
         assert_eq!(orin.get(k), Some(v), "{k}");
     }
@@ -184,6 +219,9 @@ async fn jetpack6_names_the_product_as_nvml_does() {
             ("edgegpu.io/jetson.soc", "T234"),
             ("edgegpu.io/jetson.l4t", "39.2.0"),
             ("edgegpu.io/jetson.jetpack.major", "7"),
+            ("edgegpu.io/jetson.power-mode", "25W"),
+            ("edgegpu.io/jetson.power-mode.id", "3"),
+            ("edgegpu.io/jetson.gpu-clock-max-mhz", "918"),
         ])
     );
     // Without NVML the generation's CUDA name.

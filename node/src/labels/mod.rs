@@ -23,6 +23,13 @@ use crate::snapshot::Snapshot;
 /// The node kind the device-plugin DaemonSets select on (docs/deploy.md, "Node labels").
 pub const GPU_KIND: &str = "edgegpu.io/gpu";
 
+/// A Jetson's power mode in force (`MAXN`, `MODE_30W`: nvpmodel's name), docs/power.md.
+pub const POWER_MODE: &str = "edgegpu.io/jetson.power-mode";
+/// Its nvpmodel id (`0`): names are per board, ids are what `nvpmodel -m` takes.
+pub const POWER_MODE_ID: &str = "edgegpu.io/jetson.power-mode.id";
+/// The GPU's clock ceiling under that mode, in MHz.
+pub const GPU_CLOCK_MAX_MHZ: &str = "edgegpu.io/jetson.gpu-clock-max-mhz";
+
 /// Every fixed key this module writes. A key missing from a [`NodeLabels`] is one this node
 /// has no value for: a labeller removes it from the Node. Keys of MIG profiles
 /// (`nvidia.com/mig-<profile>.*`, [`MIG_PROFILE_PREFIX`]) come and go with the MIG geometry.
@@ -55,9 +62,25 @@ pub const KEYS: &[&str] = &[
     "edgegpu.io/jetson.soc",
     "edgegpu.io/jetson.l4t",
     "edgegpu.io/jetson.jetpack.major",
+    POWER_MODE,
+    POWER_MODE_ID,
+    GPU_CLOCK_MAX_MHZ,
     "nvidia.com/dla.count",
     "nvidia.com/pva.count",
 ];
+
+/// The power mode in force and the GPU's clock ceiling under it.
+fn power_labels(power: &crate::power::PowerFacts, labels: &mut NodeLabels) {
+    if let Some(current) = &power.current {
+        labels.set(POWER_MODE_ID, current.id.to_string());
+        if let Some(name) = &current.name {
+            labels.set(POWER_MODE, name);
+        }
+    }
+    if let Some(hz) = power.gpu_ceiling_hz() {
+        labels.set(GPU_CLOCK_MAX_MHZ, (hz / 1_000_000).to_string());
+    }
+}
 
 /// The engine count labels, by kind (docs/engines.md).
 const ENGINE_COUNT_KEYS: [(crate::engines::EngineKind, &str); 2] = [
@@ -298,6 +321,7 @@ fn compute(f: &Facts<'_>) -> NodeLabels {
             if let Some(major) = jetson.jetpack_major {
                 labels.set("edgegpu.io/jetson.jetpack.major", major.to_string());
             }
+            power_labels(&jetson.power, &mut labels);
             // The DLA cores and PVA instances the host shows (`nvidia.com/dla.count`, in
             // GFD's `<resource>.count` form), only where there is at least one.
             for (kind, key) in ENGINE_COUNT_KEYS {

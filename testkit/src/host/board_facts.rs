@@ -207,6 +207,81 @@ impl Board {
         }
     }
 
+    /// The board's nvpmodel configuration, in the format L4T's files use (PARAM blocks, then
+    /// one `POWER_MODEL` block per mode, then `PM_CONFIG`), with the GPU's highest devfreq
+    /// frequency and the ceiling of the boot-default mode (Hz). Mode names, ids and defaults
+    /// are the boards' own; the clock values are representative. Thor's file is not modelled:
+    /// its modes are not verified here (docs/power.md).
+    pub fn nvpmodel(self) -> Option<(String, u64, u64)> {
+        let (modes, default, hardware_max): (&[(u32, &str, i64)], u32, u64) = match self {
+            Board::Nano => (&[(0, "MAXN", -1), (1, "5W", 640_000_000)], 0, 921_600_000),
+            Board::Xavier => (
+                &[
+                    (0, "MAXN", -1),
+                    (1, "MODE_10W", 520_000_000),
+                    (2, "MODE_15W", 670_000_000),
+                    (3, "MODE_30W_ALL", 900_000_000),
+                ],
+                2,
+                1_377_000_000,
+            ),
+            Board::Orin => (
+                &[
+                    (0, "MAXN", -1),
+                    (1, "MODE_15W", 420_750_000),
+                    (2, "MODE_30W", 624_750_000),
+                    (3, "MODE_50W", 828_750_000),
+                ],
+                2,
+                1_300_500_000,
+            ),
+            Board::OrinR39 => (
+                &[
+                    (0, "MAXN", -1),
+                    (1, "10W", 408_000_000),
+                    (2, "15W", 612_000_000),
+                    (3, "25W", 918_000_000),
+                ],
+                3,
+                1_173_000_000,
+            ),
+            Board::Thor => return None,
+        };
+        let (dev, devfreq, _, _) = self.sysfs();
+        let mut conf = format!(
+            "# nvpmodel configuration (test double)\n\
+             < PARAM TYPE=FILE NAME=CPU_ONLINE >\n\
+             CORE_0 /sys/devices/system/cpu/cpu0/online\n\
+             CORE_1 /sys/devices/system/cpu/cpu1/online\n\
+             < PARAM TYPE=CLOCK NAME=GPU >\n\
+             FREQ_TABLE {dev}/devfreq/{devfreq}/available_frequencies\n\
+             MAX_FREQ {dev}/devfreq/{devfreq}/max_freq\n\
+             MIN_FREQ {dev}/devfreq/{devfreq}/min_freq\n\
+             < PARAM TYPE=CLOCK NAME=EMC >\n\
+             MAX_FREQ /sys/kernel/nvpmodel_emc_cap/emc_iso_cap\n\n"
+        );
+        for (id, name, gpu) in modes {
+            let second_core = u8::from(*gpu < 0 || *id != 1);
+            conf.push_str(&format!(
+                "< POWER_MODEL ID={id} NAME={name} >\n\
+                 CPU_ONLINE CORE_0 1\n\
+                 CPU_ONLINE CORE_1 {second_core}\n\
+                 GPU MIN_FREQ 0\n\
+                 GPU MAX_FREQ {gpu}\n\
+                 EMC MAX_FREQ 0\n\n"
+            ));
+        }
+        conf.push_str(&format!(
+            "# mandatory section to configure the default mode\n< PM_CONFIG DEFAULT={default} >\n"
+        ));
+        let boot_ceiling = modes
+            .iter()
+            .find(|(id, _, _)| *id == default)
+            .and_then(|(_, _, gpu)| u64::try_from(*gpu).ok())
+            .unwrap_or(hardware_max);
+        Some((conf, boot_ceiling, hardware_max))
+    }
+
     /// What the board's NVML reports, answering NOT_SUPPORTED as its driver does; `None` where
     /// the release ships no real `libnvidia-ml.so.1` (JetPack 4 and 5: only the toolkit stub).
     pub fn nvml(self) -> Option<FakeGpu> {

@@ -56,6 +56,21 @@ impl FakeHost {
         }
         host.write(&format!("{dev}/of_node/name"), format!("{of_name}\0"));
         host.write(&format!("{dev}/devfreq/{devfreq}/cur_freq"), "306000000\n");
+        // nvpmodel: the board's file linked into place as L4T does, and the devfreq ceiling
+        // of its boot-default mode (no status file: the board never ran `nvpmodel -m`).
+        if let Some((conf, ceiling, hardware_max)) = board.nvpmodel() {
+            let file = format!("/etc/nvpmodel/nvpmodel_{}.conf", board.name());
+            host.write(&file, &conf);
+            // An absolute link, as on the board: read through the root, never the host.
+            host.symlink_raw("/etc/nvpmodel.conf", &file);
+            let dir = format!("{dev}/devfreq/{devfreq}");
+            host.write(&format!("{dir}/max_freq"), format!("{ceiling}\n"));
+            host.write(&format!("{dir}/min_freq"), "306000000\n");
+            host.write(
+                &format!("{dir}/available_frequencies"),
+                format!("306000000 {ceiling} {hardware_max}\n"),
+            );
+        }
         host.symlink(&format!("{dev}/devfreq/{devfreq}/device"), dev);
         host.symlink(
             &format!("/sys/class/devfreq/{devfreq}"),
@@ -63,6 +78,20 @@ impl FakeHost {
         );
         host.write_telemetry_files(board);
         host
+    }
+
+    /// Records `id` as the power mode nvpmodel set (`/var/lib/nvpmodel/status`), as
+    /// `nvpmodel -m <id>` does; `gpu_ceiling_hz` is what it wrote to the GPU's `max_freq`.
+    pub fn set_power_mode(&self, board: Board, id: u32, gpu_ceiling_hz: u64) {
+        self.write(
+            "/var/lib/nvpmodel/status",
+            format!("pmode:{id:04} fmode:quiet\n"),
+        );
+        let (dev, devfreq, _, _) = board.sysfs();
+        self.write(
+            &format!("{dev}/devfreq/{devfreq}/max_freq"),
+            format!("{gpu_ceiling_hz}\n"),
+        );
     }
 
     /// Thermal zones, the power monitor, `/proc/meminfo` and the EMC files the board exposes

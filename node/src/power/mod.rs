@@ -1,0 +1,211 @@
+//! A Jetson's power mode and what limits its GPU: the board's `nvpmodel` modes, the mode in
+//! force, the GPU's clock ceiling under it, whether `jetson_clocks` pinned the clocks, and the
+//! thermal zones with their trip points. Read from the host root like every other fact
+//! (docs/power.md names each file and where a generation differs).
+
+pub mod clocks;
+pub mod nvpmodel;
+pub mod thermal;
+
+use std::path::Path;
+
+use edgegpu_host::root::HostRoot;
+use edgegpu_platform::host::{NVPMODEL_CONF, NVPMODEL_STATUS};
+
+pub use clocks::GpuClock;
+pub use nvpmodel::{Ceiling, PowerMode, PowerModes};
+pub use thermal::ThermalZone;
+
+/// Where the mode in force was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModeSource {
+    /// nvpmodel's own record of the mode it set.
+    StatusFile,
+    /// No record: the configuration's boot default (what the board runs until someone
+    /// changes it).
+    BootDefault,
+}
+
+/// The mode in force.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CurrentMode {
+    pub id: u32,
+    /// `None` when the configuration has no mode of that id.
+    pub name: Option<String>,
+    pub source: ModeSource,
+}
+
+/// A Jetson's power facts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PowerFacts {
+    /// The board's modes, or why they could not be read (`None`: no nvpmodel configuration).
+    pub modes: Option<Result<PowerModes, String>>,
+    pub current: Option<CurrentMode>,
+    /// The GPU's devfreq readings, where its devfreq directory was found.
+    pub gpu_clock: Option<GpuClock>,
+    pub thermal: Vec<ThermalZone>,
+}
+
+impl PowerFacts {
+    /// Reads the power facts under `root`; `gpu_devfreq` is the GPU's devfreq directory
+    /// (host path) where discovery found it. Blocking: a few small sysfs and /etc reads.
+    pub fn read(root: &Path, gpu_devfreq: Option<&str>) -> PowerFacts {
+        let host = HostRoot::new(root);
+        let modes = match host.read(NVPMODEL_CONF) {
+            Ok(Some(text)) => {
+                Some(nvpmodel::parse_conf(&text).map_err(|e| format!("{NVPMODEL_CONF}: {e}")))
+            }
+            Ok(None) => None,
+            Err(e) => Some(Err(e.to_string())),
+        };
+        let parsed = modes.as_ref().and_then(|m| m.as_ref().ok());
+        let recorded = host
+            .read(NVPMODEL_STATUS)
+            .ok()
+            .flatten()
+            .and_then(|s| nvpmodel::parse_status(&s));
+        let current = match (recorded, parsed.and_then(|m| m.default)) {
+            (Some(id), _) => Some((id, ModeSource::StatusFile)),
+            (None, Some(id)) => Some((id, ModeSource::BootDefault)),
+            (None, None) => None,
+        }
+        .map(|(id, source)| CurrentMode {
+            id,
+            name: parsed.and_then(|m| m.by_id(id)).map(|m| m.name.clone()),
+            source,
+        });
+        PowerFacts {
+            modes,
+            current,
+            gpu_clock: gpu_devfreq.map(|d| GpuClock::read(root, d)),
+            thermal: thermal::zones(root),
+        }
+    }
+
+    /// The mode in force, as the configuration defines it.
+    pub fn current_mode(&self) -> Option<&PowerMode> {
+        let modes = self.modes.as_ref()?.as_ref().ok()?;
+        modes.by_id(self.current.as_ref()?.id)
+    }
+
+    /// The GPU's clock ceiling under the mode in force, in Hz: the mode's own limit, the
+    /// hardware's maximum where the mode sets none; without a configuration, the devfreq
+    /// ceiling in force.
+    pub fn gpu_ceiling_hz(&self) -> Option<u64> {
+        let clock = self.gpu_clock.as_ref();
+        match self.current_mode().and_then(|m| m.gpu_max) {
+            Some(Ceiling::At(hz)) => Some(hz),
+            Some(Ceiling::Unlimited) => clock.and_then(|c| c.hardware_max.or(c.max)),
+            None => clock.and_then(|c| c.max),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONF: &str = "\
+< POWER_MODEL ID=0 NAME=MAXN >
+GPU MAX_FREQ -1
+< POWER_MODEL ID=1 NAME=MODE_15W >
+GPU MAX_FREQ 420750000
+< PM_CONFIG DEFAULT=1 >
+";
+
+    fn write(root: &Path, path: &str, text: &str) {
+        let p = root.join(path.trim_start_matches('/'));
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+
+    fn devfreq(root: &Path) {
+        write(
+            root,
+            "/sys/class/devfreq/17000000.gpu/max_freq",
+            "420750000\n",
+        );
+        write(
+            root,
+            "/sys/class/devfreq/17000000.gpu/min_freq",
+            "306000000\n",
+        );
+        write(
+            root,
+            "/sys/class/devfreq/17000000.gpu/cur_freq",
+            "306000000\n",
+        );
+        write(
+            root,
+            "/sys/class/devfreq/17000000.gpu/available_frequencies",
+            "306000000 420750000 1300500000\n",
+        );
+    }
+
+    #[test]
+    fn the_recorded_mode_then_the_boot_default() {
+        let root = tempfile::tempdir().unwrap();
+        // L4T links the board's file into place; the link resolves inside the root.
+        write(root.path(), "/etc/nvpmodel/nvpmodel_test.conf", CONF);
+        std::os::unix::fs::symlink(
+            "/etc/nvpmodel/nvpmodel_test.conf",
+            root.path().join("etc/nvpmodel.conf"),
+        )
+        .unwrap();
+        devfreq(root.path());
+        let gpu = Some("/sys/class/devfreq/17000000.gpu");
+
+        let facts = PowerFacts::read(root.path(), gpu);
+        assert_eq!(
+            facts.current,
+            Some(CurrentMode {
+                id: 1,
+                name: Some("MODE_15W".into()),
+                source: ModeSource::BootDefault
+            })
+        );
+        assert_eq!(facts.gpu_ceiling_hz(), Some(420_750_000));
+
+        write(root.path(), NVPMODEL_STATUS, "pmode:0000 fmode:quiet\n");
+        let facts = PowerFacts::read(root.path(), gpu);
+        assert_eq!(
+            facts.current.as_ref().unwrap().source,
+            ModeSource::StatusFile
+        );
+        assert_eq!(facts.current_mode().unwrap().name, "MAXN");
+        // MAXN sets no GPU limit: the hardware's highest frequency.
+        assert_eq!(facts.gpu_ceiling_hz(), Some(1_300_500_000));
+        assert_eq!(facts.gpu_clock.unwrap().pinned(), Some(false));
+    }
+
+    #[test]
+    fn a_mode_the_file_lacks_and_a_broken_file() {
+        let root = tempfile::tempdir().unwrap();
+        write(root.path(), NVPMODEL_CONF, CONF);
+        write(root.path(), NVPMODEL_STATUS, "pmode:0007\n");
+        let facts = PowerFacts::read(root.path(), None);
+        assert_eq!(facts.current.as_ref().unwrap().name, None);
+        assert_eq!(facts.gpu_ceiling_hz(), None);
+
+        write(
+            root.path(),
+            NVPMODEL_CONF,
+            "< POWER_MODEL ID=0 NAME=MAXN >\nGPU MAX_FREQ x\n",
+        );
+        let facts = PowerFacts::read(root.path(), None);
+        let err = facts.modes.unwrap().unwrap_err();
+        assert_eq!(
+            err,
+            "/etc/nvpmodel.conf: line 2: clock value `x` is not a number"
+        );
+        // The record still says which mode is in force.
+        assert_eq!(facts.current.unwrap().id, 7);
+    }
+
+    #[test]
+    fn nothing_without_nvpmodel() {
+        let root = tempfile::tempdir().unwrap();
+        let facts = PowerFacts::read(root.path(), None);
+        assert_eq!(facts, PowerFacts::default());
+    }
+}
