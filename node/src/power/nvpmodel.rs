@@ -221,19 +221,21 @@ fn clock(value: &str) -> Result<Ceiling, String> {
     })
 }
 
+/// The memory clock's cap: a clock, where 0 lifts the cap (MAXN writes it).
+fn emc_cap(value: &str) -> Result<Ceiling, String> {
+    Ok(match clock(value)? {
+        Ceiling::At(0) => Ceiling::Unlimited,
+        c => c,
+    })
+}
+
 fn setting(mode: &mut PowerMode, param: &str, arg: &str, value: &str) -> Result<(), String> {
     if arg.ends_with("_KNEXT") {
         return Ok(());
     }
     match (param, arg) {
         ("GPU", "MAX_FREQ") => mode.gpu_max = Some(clock(value)?),
-        // 0 lifts the cap (MAXN writes it).
-        ("EMC", "MAX_FREQ") => {
-            mode.emc_max = Some(match clock(value)? {
-                Ceiling::At(0) => Ceiling::Unlimited,
-                c => c,
-            })
-        }
+        ("EMC", "MAX_FREQ") => mode.emc_max = Some(emc_cap(value)?),
         ("CPU_ONLINE", core) => {
             let n = core
                 .strip_prefix("CORE_")
@@ -270,10 +272,7 @@ fn path_setting(mode: &mut PowerMode, path: &str, value: &str) -> Result<(), Str
     } else if path.contains("/devfreq/") && path.ends_with("/max_freq") {
         mode.gpu_max = Some(clock(value)?);
     } else if path.ends_with("/emc_iso_cap") {
-        mode.emc_max = Some(match clock(value)? {
-            Ceiling::At(0) => Ceiling::Unlimited,
-            c => c,
-        });
+        mode.emc_max = Some(emc_cap(value)?);
     } else if let Some(cpu) = path
         .strip_prefix("/sys/devices/system/cpu/cpu")
         .and_then(|rest| rest.strip_suffix("/cpufreq/scaling_max_freq"))
