@@ -29,6 +29,7 @@ use edgegpu_host::root::HostRoot;
 use edgegpu_node::config::{GpuArgs, MigStrategy};
 use edgegpu_node::facts::NodeFacts;
 use edgegpu_node::gpu::discovery::Platform;
+use edgegpu_node::power::follow::Published;
 use edgegpu_node::snapshot::Snapshot;
 use edgegpu_platform::cdi as cdi_names;
 use serde_json::{json, Map, Value};
@@ -434,6 +435,28 @@ impl Inventory {
         }
     }
 
+    /// Sets the power-mode attributes to what `power` publishes after a mode change
+    /// (docs/power.md): `powerMode` and `powerModeId` on every device of the board,
+    /// `gpuClockMaxMHz` on its GPUs and MIG devices, as discovery sets them. `true` if one
+    /// changed (republish the slices).
+    pub fn set_power(&mut self, power: &Published) -> bool {
+        let mut changed = false;
+        for d in &mut self.devices {
+            let a = &mut d.attributes;
+            changed |= set_attribute(a, "powerMode", power.mode_name.as_deref().map(Attr::string));
+            changed |= set_attribute(
+                a,
+                "powerModeId",
+                power.mode_id.map(|id| Attr::Int(id.into())),
+            );
+            if matches!(d.kind, DeviceType::Gpu | DeviceType::Mig) {
+                let mhz = power.gpu_ceiling_mhz.and_then(|m| i64::try_from(m).ok());
+                changed |= set_attribute(a, "gpuClockMaxMHz", mhz.map(Attr::Int));
+            }
+        }
+        changed
+    }
+
     /// The devices as `resource.k8s.io/v1` `Device` objects, for [`crate::slices`].
     pub fn slice_devices(&self) -> Vec<Value> {
         self.devices.iter().map(device_json).collect()
@@ -450,6 +473,14 @@ impl Inventory {
                 message: d.health_message.clone(),
             })
             .collect()
+    }
+}
+
+/// Sets (`Some`) or removes (`None`) one attribute; `true` if that changed it.
+fn set_attribute(attributes: &mut BTreeMap<String, Attr>, key: &str, value: Option<Attr>) -> bool {
+    match value {
+        Some(v) => attributes.insert(key.to_string(), v.clone()) != Some(v),
+        None => attributes.remove(key).is_some(),
     }
 }
 
@@ -475,6 +506,8 @@ impl Facts {
     fn of(node: &NodeFacts) -> Facts {
         let version = |v: Option<(u32, u32)>| v.and_then(|(a, b)| semver(&format!("{a}.{b}")));
         let jetson = node.jetson.as_ref();
+        // The same values a mode change sets later (`Inventory::set_power`).
+        let power = jetson.map(|j| j.power.published()).unwrap_or_default();
         Facts {
             architecture: node.family().map(str::to_string),
             capability: version(node.compute_capability),
@@ -485,13 +518,9 @@ impl Facts {
             board: jetson.and_then(|j| j.model.clone()),
             module: jetson.and_then(|j| j.module.clone()),
             soc: jetson.and_then(|j| j.soc).map(str::to_string),
-            power_mode: jetson.and_then(|j| j.power.current.as_ref()?.name.clone()),
-            power_mode_id: jetson
-                .and_then(|j| j.power.current.as_ref())
-                .map(|c| i64::from(c.id)),
-            gpu_clock_max_mhz: jetson
-                .and_then(|j| j.power.gpu_ceiling_hz())
-                .and_then(|hz| i64::try_from(hz / 1_000_000).ok()),
+            power_mode: power.mode_name,
+            power_mode_id: power.mode_id.map(i64::from),
+            gpu_clock_max_mhz: power.gpu_ceiling_mhz.and_then(|m| i64::try_from(m).ok()),
         }
     }
 

@@ -297,6 +297,12 @@ impl NodeDriver {
         changed
     }
 
+    /// Sets the power-mode attributes after a mode change ([`Inventory::set_power`]); `true`
+    /// if one changed (republish the slices).
+    pub fn set_power(&self, power: &edgegpu_node::power::follow::Published) -> bool {
+        self.lock().inventory.set_power(power)
+    }
+
     /// Follows the device plugin's health table (`GpuResource::subscribe()`'s device lists,
     /// one per served resource): a device is unhealthy while the plugin reports any of its
     /// IDs (time-slicing replicas `<id>::<n>` included) unhealthy. Devices the list does not

@@ -184,9 +184,12 @@ async fn serve_round(
     };
     let Round {
         inventory,
-        snapshot: Snapshot {
-            config, discovered, ..
-        },
+        snapshot:
+            Snapshot {
+                config,
+                discovered,
+                facts,
+            },
     } = round;
     let has_gpus = inventory
         .devices
@@ -211,6 +214,15 @@ async fn serve_round(
         node.clone(),
         republish.clone(),
     ));
+    if let Some(power) = facts.jetson.map(|j| j.power).filter(|p| p.followable()) {
+        tasks.spawn(follow_power_mode(
+            cli.root.clone(),
+            power,
+            cli.gpu.power_recheck(),
+            node.clone(),
+            republish.clone(),
+        ));
+    }
     // The GPUs' health: the node library's monitors of a planned round (inotify on Tegra
     // nodes and sysfs, NVML events), the same the device plugin serves; here never served to
     // the kubelet.
@@ -304,6 +316,23 @@ async fn follow_gpu_health(
         }
         if devices.changed().await.is_err() {
             return;
+        }
+    }
+}
+
+/// Follows the power mode (`nvpmodel -m` while the driver runs) into the devices' power
+/// attributes, republishing the slices when one changed.
+async fn follow_power_mode(
+    root: PathBuf,
+    mut power: edgegpu_node::power::PowerFacts,
+    every: std::time::Duration,
+    node: Arc<NodeDriver>,
+    republish: Arc<Notify>,
+) {
+    loop {
+        power = edgegpu_node::power::follow::changed(&root, &power, every).await;
+        if node.set_power(&power.published()) {
+            republish.notify_one();
         }
     }
 }

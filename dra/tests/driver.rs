@@ -347,6 +347,51 @@ async fn kinds_the_device_plugin_holds_are_not_published_until_free() {
     assert!(driver.sigterm().success());
 }
 
+/// An AGX Orin switched from its boot default (MODE_30W) to MAXN with `nvpmodel -m 0` while
+/// the driver runs: the published power attributes follow at the next recheck, on the GPU
+/// and the engines alike, without a rebuild (prepared claims and the kubelet registration
+/// stay as they are).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_power_mode_change_is_republished_without_a_rebuild() {
+    let node = Node::start(FakeHost::jetson_with_engines(Board::Orin)).await;
+    let mut driver = node.start_driver(&["--power-recheck-seconds", "1"]);
+    node.published(&mut driver, 4).await;
+    let attributes = |device: &str| -> Value {
+        node.api
+            .slices()
+            .iter()
+            .flat_map(|s| s["spec"]["devices"].as_array().cloned().unwrap_or_default())
+            .find(|d| d["name"] == device)
+            .map(|d| d["attributes"].clone())
+            .unwrap_or(Value::Null)
+    };
+    let gpu = attributes("gpu-0");
+    assert_eq!(gpu["powerMode"], json!({"string": "MODE_30W"}), "{gpu}");
+    assert_eq!(gpu["powerModeId"], json!({"int": 2}));
+    assert_eq!(gpu["gpuClockMaxMHz"], json!({"int": 624}));
+
+    node.host.set_power_mode(Board::Orin, 0, 1_300_500_000);
+    let deadline = Instant::now() + WAIT;
+    while attributes("gpu-0")["powerMode"] != json!({"string": "MAXN"}) {
+        assert!(Instant::now() < deadline, "{}", attributes("gpu-0"));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let gpu = attributes("gpu-0");
+    assert_eq!(gpu["powerModeId"], json!({"int": 0}));
+    // MAXN sets no GPU limit: the GPU's highest frequency.
+    assert_eq!(gpu["gpuClockMaxMHz"], json!({"int": 1300}));
+    let dla = attributes("dla-0");
+    assert_eq!(dla["powerMode"], json!({"string": "MAXN"}), "{dla}");
+    assert_eq!(
+        dla["gpuClockMaxMHz"],
+        Value::Null,
+        "the GPU's own attribute"
+    );
+    driver.wait_log("the power mode changed");
+    assert!(!driver.seen.contains("Rebuilding"), "{}", driver.seen);
+    assert!(driver.sigterm().success());
+}
+
 /// Bad command lines fail before anything starts, naming what is wrong.
 #[test]
 fn bad_flags_are_refused_with_their_reason() {

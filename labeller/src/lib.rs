@@ -28,6 +28,9 @@ use edgegpu_apiclient::args::ApiArgs;
 use edgegpu_node::config::GpuArgs;
 use edgegpu_node::labels::{self, GPU_KIND, KEYS, MIG_PROFILE_PREFIX};
 use edgegpu_node::logging::LogFormat;
+use edgegpu_node::power::follow::Published;
+use edgegpu_node::power::PowerFacts;
+use edgegpu_node::snapshot::Snapshot;
 use edgegpu_node::{logging, runtime};
 use serde_json::{Map, Value};
 
@@ -55,8 +58,10 @@ pub struct Args {
     pub kind_only: bool,
 
     /// After labelling (retried until it works), keep running until SIGTERM: for a
-    /// DaemonSet's main container. Without it, give up after --timeout and exit 0, so that an
-    /// init container never holds the device plugin back.
+    /// DaemonSet's main or sidecar container. With the full labels on a Jetson, the power-mode
+    /// labels then follow `nvpmodel -m` (checked every --power-recheck-seconds). Without it,
+    /// give up after --timeout and exit 0, so that an init container never holds the device
+    /// plugin back.
     #[arg(long)]
     pub wait: bool,
 
@@ -108,18 +113,39 @@ pub struct Wanted {
     pub owned_prefix: Option<&'static str>,
 }
 
-fn wanted(args: &Args) -> anyhow::Result<Wanted> {
+impl Wanted {
+    /// Sets the power-mode keys to what `power` publishes (a mode change while `--wait`
+    /// runs).
+    fn set_power(&mut self, power: &Published) {
+        for (key, value) in labels::power_values(power) {
+            match self.values.iter_mut().find(|(k, _)| k == key) {
+                Some((_, v)) => *v = value,
+                None => self.values.push((key.to_string(), value)),
+            }
+        }
+    }
+}
+
+/// What this run sets, and (full labels on a Jetson) the power facts to follow with `--wait`.
+fn wanted(args: &Args) -> anyhow::Result<(Wanted, Option<PowerFacts>)> {
     if args.kind_only {
         let kind = kind::detect(&args.root);
-        return Ok(Wanted {
+        let wanted = Wanted {
             values: vec![(
                 GPU_KIND.to_string(),
                 kind.map(|k| k.label_value().to_string()),
             )],
             owned_prefix: None,
-        });
+        };
+        return Ok((wanted, None));
     }
-    let computed = labels::for_host(&args.root, &args.resource_name, &args.gpu)?;
+    let snapshot = Snapshot::take(&args.root, &args.gpu)?;
+    let computed = labels::for_snapshot(&args.root, &args.resource_name, &snapshot)?;
+    let power = snapshot
+        .facts
+        .jetson
+        .map(|j| j.power)
+        .filter(PowerFacts::followable);
     let mut values: Vec<(String, Option<String>)> = KEYS
         .iter()
         .map(|key| (key.to_string(), computed.get(key).map(str::to_string)))
@@ -130,10 +156,11 @@ fn wanted(args: &Args) -> anyhow::Result<Wanted> {
             .filter(|(key, _)| !KEYS.contains(key))
             .map(|(key, value)| (key.to_string(), Some(value.to_string()))),
     );
-    Ok(Wanted {
+    let wanted = Wanted {
         values,
         owned_prefix: Some(MIG_PROFILE_PREFIX),
-    })
+    };
+    Ok((wanted, power))
 }
 
 /// The merge patch from the Node's `current` labels to `wanted`: only what changes. The kind
@@ -195,7 +222,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     args.api.check_node_name()?;
     let mut signals = edgegpu_node::shutdown::ShutdownSignals::install()?;
     let for_labels = args.clone();
-    let mut wanted = tokio::task::spawn_blocking(move || wanted(&for_labels)).await??;
+    let (mut wanted, mut power) =
+        tokio::task::spawn_blocking(move || wanted(&for_labels)).await??;
     if args.dry_run {
         let patch = patch(&Default::default(), &wanted);
         println!(
@@ -218,22 +246,57 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 _ = tokio::time::sleep(Duration::from_secs(args.recheck)) => {}
             }
             let for_labels = args.clone();
-            wanted = tokio::task::spawn_blocking(move || self::wanted(&for_labels)).await??;
+            (wanted, _) = tokio::task::spawn_blocking(move || self::wanted(&for_labels)).await??;
         }
     }
+    if !label_until_done(&args, &wanted, &mut signals).await {
+        return Ok(());
+    }
+    if !args.wait {
+        return Ok(());
+    }
+    // Full labels with --wait on a Jetson: the power-mode keys follow `nvpmodel -m`.
+    let every = args.gpu.power_recheck();
+    loop {
+        let follow = async {
+            match &power {
+                Some(facts) => edgegpu_node::power::follow::changed(&args.root, facts, every).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = signals.recv() => return Ok(()),
+            changed = follow => {
+                wanted.set_power(&changed.published());
+                power = Some(changed);
+            }
+        }
+        if !label_until_done(&args, &wanted, &mut signals).await {
+            return Ok(());
+        }
+    }
+}
+
+/// Patches the Node until it works (without `--wait`: until `--timeout`, then gives up so
+/// the device plugin is never held back). `false` when SIGTERM/SIGINT came first.
+async fn label_until_done(
+    args: &Args,
+    wanted: &Wanted,
+    signals: &mut edgegpu_node::shutdown::ShutdownSignals,
+) -> bool {
     let give_up =
         (!args.wait).then(|| tokio::time::Instant::now() + Duration::from_secs(args.timeout));
     let mut delay = RETRY_FIRST;
     loop {
-        match label_once(&args, &wanted).await {
+        match label_once(args, wanted).await {
             Ok(patch) if patch.is_empty() => {
                 tracing::info!(node = %args.api.node_name, "Node labels already up to date");
-                break;
+                return true;
             }
             Ok(patch) => {
                 let keys: Vec<&str> = patch.keys().map(String::as_str).collect();
                 tracing::info!(node = %args.api.node_name, changed = %keys.join(","), "Node labels updated");
-                break;
+                return true;
             }
             Err(e) => {
                 if give_up.is_some_and(|t| tokio::time::Instant::now() + delay > t) {
@@ -241,21 +304,17 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                         "{e:#}; giving up after {} s (the device plugin starts anyway)",
                         args.timeout
                     );
-                    return Ok(());
+                    return true;
                 }
                 tracing::warn!("{e:#}; retrying in {delay:?}");
                 tokio::select! {
-                    _ = signals.recv() => return Ok(()),
+                    _ = signals.recv() => return false,
                     _ = tokio::time::sleep(delay) => {}
                 }
                 delay = (delay * 2).min(RETRY_MAX);
             }
         }
     }
-    if args.wait {
-        signals.recv().await;
-    }
-    Ok(())
 }
 
 /// The program's entry point (`edgegpu-labeller`): parses `args` (argv\[0\] first), sets up

@@ -397,6 +397,86 @@ async fn dry_run_prints_the_patch() {
     assert!(api.requests().is_empty());
 }
 
+/// Full labels with --wait on an AGX Orin: `nvpmodel -m 0` while it runs moves the power-mode
+/// labels from the boot default (MODE_30W) to MAXN, and nothing else is patched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_follows_a_power_mode_change() {
+    let host = FakeHost::jetson(Board::Orin);
+    let api = FakeApiServer::start(NODE, &[]).await;
+    let mut child = labeller(
+        host.root(),
+        &api,
+        &["--discovery=tegra", "--wait", "--power-recheck-seconds=1"],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let label = |key: &str| api.labels(NODE).get(key).cloned();
+    let wait_for = |key: &'static str, value: &'static str| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        async move {
+            while label(key).as_deref() != Some(value) {
+                assert!(Instant::now() < deadline, "{key} is {:?}", label(key));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    wait_for("edgegpu.io/jetson.power-mode", "MODE_30W").await;
+    assert_eq!(
+        label("edgegpu.io/jetson.gpu-clock-max-mhz").as_deref(),
+        Some("624")
+    );
+    let patches = || {
+        api.requests()
+            .into_iter()
+            .filter(|r| r.method == "PATCH")
+            .collect::<Vec<_>>()
+    };
+    let patches_before = patches().len();
+
+    host.set_power_mode(Board::Orin, 0, 1_300_500_000);
+    wait_for("edgegpu.io/jetson.power-mode", "MAXN").await;
+    assert_eq!(
+        label("edgegpu.io/jetson.power-mode.id").as_deref(),
+        Some("0")
+    );
+    assert_eq!(
+        label("edgegpu.io/jetson.gpu-clock-max-mhz").as_deref(),
+        Some("1300")
+    );
+    assert_eq!(label("edgegpu.io/jetson.soc").as_deref(), Some("T234"));
+    // One patch, of the power-mode keys alone.
+    let after = patches();
+    assert_eq!(after.len(), patches_before + 1);
+    let changed = &after.last().unwrap().body.as_ref().unwrap()["metadata"]["labels"];
+    let mut keys: Vec<&str> = changed
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            "edgegpu.io/jetson.gpu-clock-max-mhz",
+            "edgegpu.io/jetson.power-mode",
+            "edgegpu.io/jetson.power-mode.id"
+        ]
+    );
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "{status}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_keeps_running_until_sigterm() {
     let host = FakeHost::jetson(Board::Orin);

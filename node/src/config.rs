@@ -127,6 +127,21 @@ pub struct GpuArgs {
           default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new(),
           value_name = "BOOL")]
     pub engines: Option<bool>,
+
+    /// On Jetson: how often to re-read the power mode (nvpmodel's status and configuration,
+    /// the GPU's devfreq ceiling), so that labels and DRA attributes follow an
+    /// `nvpmodel -m` without a restart (docs/power.md). A read of a few small files.
+    /// [default: 15]
+    #[arg(long, env = "POWER_RECHECK_SECONDS", value_name = "SECONDS",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub power_recheck_seconds: Option<u64>,
+}
+
+impl GpuArgs {
+    /// `--power-recheck-seconds`, or its default.
+    pub fn power_recheck(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.power_recheck_seconds.unwrap_or(15))
+    }
 }
 
 /// `--mps-root` when not set: under /run, a tmpfs on every systemd host, so the MPS

@@ -176,14 +176,29 @@ impl rounds::Rounds for PluginRounds<'_> {
             .retain(|_| held.contains(&ownership::DeviceKind::Gpu));
         engines.retain(|e| held.contains(&e.kind().into()));
         let cli = self.cli;
+        // The feature file's power-mode labels follow `nvpmodel -m` for the round's length.
+        let mut follow_power = None;
         if let Some(path) = cli.feature_file() {
-            publish_feature_file(path, &node.resources, facts).await;
+            publish_feature_file(path, &node.resources, facts.clone()).await;
+            if facts.jetson.as_ref().is_some_and(|j| j.power.followable()) {
+                follow_power = Some(tokio::spawn(follow_power_mode(
+                    path.to_path_buf(),
+                    cli.root.clone(),
+                    cli.gpu.power_recheck(),
+                    node.resources.clone(),
+                    facts,
+                )));
+            }
         }
         self.metrics
             .describe(cli, &node.resources, self.options)
             .await?;
         self.metrics.describe_engines(cli, &engines);
-        serve_round(node, engines, self.options, until).await
+        let served = serve_round(node, engines, self.options, until).await;
+        if let Some(task) = follow_power {
+            task.abort();
+        }
+        served
     }
 }
 
@@ -351,6 +366,21 @@ async fn publish_feature_file(
         tokio::task::spawn_blocking(move || write_feature_file(&path, &resources, &facts)).await
     {
         tracing::warn!("writing the feature file failed: {e}");
+    }
+}
+
+/// Rewrites the feature file each time the power mode or the GPU's ceiling under it changed
+/// (docs/power.md); the round, and what it serves, go on.
+async fn follow_power_mode(
+    path: std::path::PathBuf,
+    root: std::path::PathBuf,
+    every: std::time::Duration,
+    resources: Vec<Arc<GpuResource>>,
+    mut facts: NodeFacts,
+) {
+    while let Some(jetson) = facts.jetson.as_mut() {
+        jetson.power = edgegpu_node::power::follow::changed(&root, &jetson.power, every).await;
+        publish_feature_file(&path, &resources, facts.clone()).await;
     }
 }
 

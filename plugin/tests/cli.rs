@@ -367,6 +367,56 @@ async fn each_round_discovers_the_gpus_and_probes_the_engines_once() {
     assert!(text.contains("engine probe #2 of this process"), "{text}");
 }
 
+/// `nvpmodel -m 0` on an AGX Orin while the plugin runs: the feature file's power-mode labels
+/// follow at the next recheck, and the plugin goes on serving (no new registration).
+#[tokio::test]
+async fn the_feature_file_follows_a_power_mode_change() {
+    let host = FakeHost::jetson(Board::Orin);
+    let dir = tempfile::tempdir().unwrap();
+    let kubelet = FakeKubelet::start(dir.path()).await.unwrap();
+    let nfd = tempfile::tempdir().unwrap();
+    let feature_file = nfd.path().join("edgegpu");
+    let (mut plugin, log_reader) = start_logged(&host, dir.path(), &feature_file, |cmd| {
+        cmd.args(["--engines=false", "--power-recheck-seconds", "1"]);
+    });
+    let registered = kubelet.wait_for_registration(GPU, WAIT).await.unwrap();
+    let labels = std::fs::read_to_string(&feature_file).unwrap();
+    assert!(
+        labels.contains("edgegpu.io/jetson.power-mode=MODE_30W\n"),
+        "{labels}"
+    );
+    assert!(
+        labels.contains("edgegpu.io/jetson.gpu-clock-max-mhz=624\n"),
+        "{labels}"
+    );
+
+    host.set_power_mode(Board::Orin, 0, 1_300_500_000);
+    let started = Instant::now();
+    let labels = loop {
+        let labels = std::fs::read_to_string(&feature_file).unwrap_or_default();
+        if labels.contains("edgegpu.io/jetson.power-mode=MAXN\n") {
+            break labels;
+        }
+        assert!(started.elapsed() < WAIT, "{labels}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        labels.contains("edgegpu.io/jetson.power-mode.id=0\n"),
+        "{labels}"
+    );
+    assert!(
+        labels.contains("edgegpu.io/jetson.gpu-clock-max-mhz=1300\n"),
+        "{labels}"
+    );
+    // The same serving round: still the first registration's socket.
+    assert_eq!(kubelet.resource(GPU).unwrap().endpoint, registered.endpoint);
+    sigterm(&plugin.0);
+    assert!(wait_exit(&mut plugin.0).await.success());
+    let text = log_reader.join().unwrap().join("\n");
+    assert!(text.contains("the power mode changed"), "{text}");
+    assert!(!text.contains("Rebuilding"), "{text}");
+}
+
 /// The plugin's socket in `dir`, ignoring `other`.
 fn plugin_socket_of(dir: &std::path::Path, other: &std::path::Path) -> std::path::PathBuf {
     let names: Vec<String> = sockets_in(dir)

@@ -71,15 +71,26 @@ pub const KEYS: &[&str] = &[
 
 /// The power mode in force and the GPU's clock ceiling under it.
 fn power_labels(power: &crate::power::PowerFacts, labels: &mut NodeLabels) {
-    if let Some(current) = &power.current {
-        labels.set(POWER_MODE_ID, current.id.to_string());
-        if let Some(name) = &current.name {
-            labels.set(POWER_MODE, name);
+    for (key, value) in power_values(&power.published()) {
+        if let Some(value) = value {
+            labels.set(key, value);
         }
     }
-    if let Some(hz) = power.gpu_ceiling_hz() {
-        labels.set(GPU_CLOCK_MAX_MHZ, (hz / 1_000_000).to_string());
-    }
+}
+
+/// The power-mode keys and their values (`None`: not set), for a program that follows a mode
+/// change ([`crate::power::follow`]) and updates only these keys.
+pub fn power_values(
+    power: &crate::power::follow::Published,
+) -> [(&'static str, Option<String>); 3] {
+    [
+        (POWER_MODE, power.mode_name.clone()),
+        (POWER_MODE_ID, power.mode_id.map(|id| id.to_string())),
+        (
+            GPU_CLOCK_MAX_MHZ,
+            power.gpu_ceiling_mhz.map(|mhz| mhz.to_string()),
+        ),
+    ]
 }
 
 /// The engine count labels, by kind (docs/engines.md).

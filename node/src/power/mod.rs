@@ -4,6 +4,7 @@
 //! (docs/power.md names each file and where a generation differs).
 
 pub mod clocks;
+pub mod follow;
 pub mod nvpmodel;
 pub mod thermal;
 
@@ -41,6 +42,9 @@ pub struct PowerFacts {
     /// The board's modes, or why they could not be read (`None`: no nvpmodel configuration).
     pub modes: Option<Result<PowerModes, String>>,
     pub current: Option<CurrentMode>,
+    /// The GPU's devfreq directory (a host path), where discovery found it: kept so that a
+    /// re-read ([`follow`]) does not scan for it again.
+    pub gpu_devfreq: Option<String>,
     /// The GPU's devfreq readings, where its devfreq directory was found.
     pub gpu_clock: Option<GpuClock>,
     pub thermal: Vec<ThermalZone>,
@@ -59,15 +63,15 @@ impl PowerFacts {
             Err(e) => Some(Err(e.to_string())),
         };
         let parsed = modes.as_ref().and_then(|m| m.as_ref().ok());
-        let recorded = host
-            .read(NVPMODEL_STATUS)
-            .ok()
-            .flatten()
-            .and_then(|s| nvpmodel::parse_status(&s));
-        let current = match (recorded, parsed.and_then(|m| m.default)) {
-            (Some(id), _) => Some((id, ModeSource::StatusFile)),
-            (None, Some(id)) => Some((id, ModeSource::BootDefault)),
-            (None, None) => None,
+        // Only a missing record means the boot default is in force. A record that cannot be
+        // read or parsed says nvpmodel set some mode we cannot name: publishing the default
+        // would claim a mode the board may not be in, so no mode is published.
+        let current = match host.read(NVPMODEL_STATUS) {
+            Ok(Some(text)) => nvpmodel::parse_status(&text).map(|id| (id, ModeSource::StatusFile)),
+            Ok(None) => parsed
+                .and_then(|m| m.default)
+                .map(|id| (id, ModeSource::BootDefault)),
+            Err(_) => None,
         }
         .map(|(id, source)| CurrentMode {
             id,
@@ -77,6 +81,7 @@ impl PowerFacts {
         PowerFacts {
             modes,
             current,
+            gpu_devfreq: gpu_devfreq.map(str::to_string),
             gpu_clock: gpu_devfreq.map(|d| GpuClock::read(root, d)),
             thermal: thermal::zones(root),
         }
@@ -200,6 +205,23 @@ GPU MAX_FREQ 420750000
         );
         // The record still says which mode is in force.
         assert_eq!(facts.current.unwrap().id, 7);
+    }
+
+    #[test]
+    fn a_record_that_cannot_be_read_names_no_mode() {
+        let root = tempfile::tempdir().unwrap();
+        write(root.path(), NVPMODEL_CONF, CONF);
+        // Unparseable: nvpmodel set a mode, but which one is unknown; not the boot default.
+        write(root.path(), NVPMODEL_STATUS, "garbage\n");
+        let facts = PowerFacts::read(root.path(), None);
+        assert_eq!(facts.current, None);
+        assert!(facts.modes.unwrap().is_ok());
+
+        // Unreadable: a directory where the record should be.
+        let status = root.path().join(NVPMODEL_STATUS.trim_start_matches('/'));
+        std::fs::remove_file(&status).unwrap();
+        std::fs::create_dir(&status).unwrap();
+        assert_eq!(PowerFacts::read(root.path(), None).current, None);
     }
 
     #[test]
