@@ -13,12 +13,13 @@
 #   6. the test suite for aarch64 under qemu-user, built with Rust 1.75 (the MSRV, the compiler
 #      Yocto 5.0 builds the layer with): that build is the MSRV check of every target,
 #   7. manifest and Yocto layer checks.
-# Three lanes run side by side on CI's two cores (docs/development.md "CI"): the x86_64 lane
+# Four lanes run side by side on CI's two cores (docs/development.md "CI"): the x86_64 lane
 # (1-5) in the foreground; from the moment the x86_64 tests are built, when much of the CPU
-# waits with the tests, the aarch64 lane (6) and the manifest and layer lane (7, Python).
-# Builds run at a lower CPU priority than tests and checks, so nothing that waits on a timeout
-# (our tests, deploy/lint's simulated node) is starved by a compiler. A lane's output is
-# printed when the run joins it; the run fails if any lane failed.
+# waits with the tests, the release lane (4's cross-builds, which the images and the aarch64
+# lane's node-setup tests wait for), the aarch64 lane (6) and the manifest and layer lane (7,
+# Python). Builds run at a lower CPU priority than tests and checks, so nothing that waits on a
+# timeout (our tests, deploy/lint's simulated node) is starved by a compiler. A lane's output
+# is printed when the run joins it; the run fails if any lane failed.
 # Usage: scripts/test.sh [--skip-setup]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -77,9 +78,57 @@ aarch64_lane() {
     unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
     export CARGO_INCREMENTAL=0 CARGO_PROFILE_DEV_DEBUG=false
     step "cargo +$MSRV test --workspace --all-targets --no-run (aarch64; the MSRV check)"
-    low cargo "+$MSRV" test --workspace --all-targets --locked --target aarch64-unknown-linux-gnu --no-run
-    step "cargo +$MSRV test --workspace (aarch64 under qemu-user)"
-    cargo "+$MSRV" test --workspace --locked --target aarch64-unknown-linux-gnu
+    low cargo "+$MSRV" test --workspace --all-targets --locked --target aarch64-unknown-linux-gnu \
+        --no-run --message-format=json-render-diagnostics >"$LANES/aarch64-artifacts.json"
+    step "cargo +$MSRV test --workspace --exclude edgegpu-node-setup (aarch64 under qemu-user)"
+    cargo "+$MSRV" test --workspace --exclude edgegpu-node-setup --locked --target aarch64-unknown-linux-gnu
+    # node-setup's tests start its binary a few thousand times. Under qemu-user the static
+    # release binary the release lane builds for dist/ starts in a fifth of the debug binary's
+    # time, so they run against it (EDGEGPU_NODE_SETUP_BINARY; the tests refuse a binary of
+    # another commit). The test executables are the ones built above, run as `cargo test`
+    # runs them: `cargo test -p` would resolve other features and build tokio & co. again.
+    step "waiting for the release lane (dist/'s static aarch64 node-setup)"
+    wait_for_release || return 1
+    step "edgegpu-node-setup's tests (aarch64 under qemu-user) against dist/'s static binary"
+    local exe exes failed=0
+    exes=$(node_setup_test_executables "$LANES/aarch64-artifacts.json")
+    # Its lib, bin and integration tests: fewer means the build's messages were not read.
+    [ "$(echo "$exes" | wc -w)" -ge 3 ] || { echo "node-setup's test executables not found: '$exes'" >&2; return 1; }
+    for exe in $exes; do
+        echo "     Running $exe"
+        (cd node-setup && EDGEGPU_NODE_SETUP_BINARY="$PWD/../dist/edgegpu-node-setup-aarch64-unknown-linux-musl" \
+            $runner "$exe") || failed=1
+    done
+    return $failed
+}
+# The test executables of node-setup (its lib, bin and integration tests, no benchmark) in
+# cargo's JSON build messages.
+node_setup_test_executables() {
+    python3 - "$1" "$PWD/node-setup/" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    m = json.loads(line)
+    t = m.get("target", {})
+    if (m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]
+            and t["src_path"].startswith(sys.argv[2]) and "bench" not in t["kind"]):
+        print(m["executable"])
+PY
+}
+
+# --- lane: release cross-builds (dist/) ---------------------------------------------------------
+# Its own lane, so it builds while the x86_64 tests run; the images need it, and so does the
+# aarch64 lane's node-setup run. It writes its exit status to $RELEASE_STATUS when it ends.
+RELEASE_STATUS=$LANES/release.status
+release_lane() {
+    local rc=0
+    step "release cross-builds"
+    (unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS && low scripts/build-release.sh dist) || rc=$?
+    echo "$rc" >"$RELEASE_STATUS"
+    return "$rc"
+}
+wait_for_release() {
+    while [ ! -s "$RELEASE_STATUS" ]; do sleep 2; done
+    [ "$(cat "$RELEASE_STATUS")" = 0 ] || { echo "the release lane failed" >&2; return 1; }
 }
 
 lane_pids=() lane_names=()
@@ -128,15 +177,15 @@ python3 scripts/check-crate-graph.py
 # crates (cargo's RUSTC_WORKSPACE_WRAPPER, the mechanism `cargo clippy` itself uses) with
 # `-D warnings`, so its lints fail the build and the workspace is compiled once instead of
 # checked once and built again (docs/development.md "CI"). Every test-profile build of this
-# lane keeps it (benchmarks are linted when the smoke step builds them); the release build
+# lane keeps it (benchmarks are linted when the smoke step builds them); the release lane
 # does not (clippy-driver turns MIR optimisations off).
 export RUSTC_WORKSPACE_WRAPPER=clippy-driver
 export CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
-no_clippy() { (unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS && "$@"); }
 
 step "cargo test --workspace --no-run (x86_64), linted by clippy -D warnings"
 cargo test --workspace --locked --no-run
 
+start_lane release release_lane
 start_lane aarch64 aarch64_lane
 start_lane manifests manifest_lane
 
@@ -152,8 +201,8 @@ EDGEGPU_BENCH_SMOKE=1 cargo test --workspace --locked --bench '*'
 step "docs in step with the code: flags, programs, Job names, figures (scripts/check-docs.py)"
 python3 scripts/check-docs.py
 
-step "release cross-builds"
-no_clippy low scripts/build-release.sh dist
+step "waiting for the release lane (dist/)"
+wait_for_release
 
 step "container images from dist/ (buildah, multi-arch OCI archives, smoke-run, built twice)"
 scripts/build-images.sh --smoke --reproducible dist

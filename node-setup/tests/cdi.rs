@@ -17,10 +17,8 @@ use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
 use edgegpu_testkit::process::binary_command;
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_edgegpu-node-setup");
-
 fn generate(root: &Path, args: &[&str]) -> Output {
-    binary_command(BIN)
+    binary_command(common::node_setup_binary())
         .arg("--root")
         .arg(root)
         .args(["cdi", "generate"])
@@ -804,7 +802,7 @@ fn a_spec_without_the_generations_required_nodes_is_reported() {
     );
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("nvidia.yaml");
-    let out = binary_command(BIN)
+    let out = binary_command(common::node_setup_binary())
         .env("EDGEGPU_LOG", "warn")
         .arg("--root")
         .arg(host.root())
@@ -1096,7 +1094,7 @@ fn output_format_follows_the_flag_or_the_extension() {
     .status
     .success());
     assert!(std::fs::read_to_string(&forced).unwrap().starts_with('{'));
-    let help = binary_command(BIN)
+    let help = binary_command(common::node_setup_binary())
         .args(["cdi", "generate", "--help"])
         .output()
         .unwrap();

@@ -666,7 +666,7 @@ fn check_json_reports_cdi_per_engine() {
 
 #[test]
 fn cdi_mode_is_documented_in_help() {
-    let out = edgegpu_testkit::process::binary_command(env!("CARGO_BIN_EXE_edgegpu-node-setup"))
+    let out = edgegpu_testkit::process::binary_command(common::node_setup_binary())
         .args(["apply", "--help"])
         .output()
         .unwrap();

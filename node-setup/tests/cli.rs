@@ -69,7 +69,7 @@ fn round_trip(host: &NodeHost, extra: &[&str]) -> String {
 
 #[test]
 fn version_prints_version_commit_and_target() {
-    let out = binary_command(env!("CARGO_BIN_EXE_edgegpu-node-setup"))
+    let out = binary_command(common::node_setup_binary())
         .arg("--version")
         .output()
         .unwrap();
@@ -91,7 +91,7 @@ fn version_prints_version_commit_and_target() {
 
 #[test]
 fn help_documents_every_flag_its_env_var_and_default() {
-    let out = binary_command(env!("CARGO_BIN_EXE_edgegpu-node-setup"))
+    let out = binary_command(common::node_setup_binary())
         .args(["apply", "--help"])
         .output()
         .unwrap();
@@ -127,7 +127,7 @@ fn help_documents_every_flag_its_env_var_and_default() {
     ] {
         assert!(help.contains(needle), "help lacks {needle:?}:\n{help}");
     }
-    let out = binary_command(env!("CARGO_BIN_EXE_edgegpu-node-setup"))
+    let out = binary_command(common::node_setup_binary())
         .args(["check", "--help"])
         .output()
         .unwrap();

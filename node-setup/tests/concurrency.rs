@@ -21,7 +21,7 @@ use edgegpu_testkit::nodehost::{NodeHost, Snapshot};
 use edgegpu_testkit::process::binary_command;
 
 fn spawn(host: &NodeHost, args: &[&str]) -> Child {
-    let mut cmd = binary_command(env!("CARGO_BIN_EXE_edgegpu-node-setup"));
+    let mut cmd = binary_command(common::node_setup_binary());
     for var in [
         "EDGEGPU_NODE_SETUP_MODE",
         "EDGEGPU_NO_SET_DEFAULT",
@@ -313,7 +313,7 @@ fn apply_killed_at(
     syscalls: &str,
     n: usize,
 ) -> bool {
-    let node_setup = binary_command(env!("CARGO_BIN_EXE_edgegpu-node-setup"));
+    let node_setup = binary_command(common::node_setup_binary());
     let status = std::process::Command::new(strace)
         .args(["-f", "-qq", "-o", "/dev/null", "-e"])
         .arg(format!("inject={syscalls}:signal=KILL:when={n}"))

@@ -16,7 +16,7 @@ const DAEMON_JSON: &str = "/etc/docker/daemon.json";
 
 /// The codes of the "Exit codes:" section of `--help` (lines `  N  meaning`).
 fn help_exit_codes() -> BTreeSet<u8> {
-    let out = binary_command(env!("CARGO_BIN_EXE_edgegpu-node-setup"))
+    let out = binary_command(common::node_setup_binary())
         .arg("--help")
         .output()
         .unwrap();
@@ -628,7 +628,7 @@ fn dry_run_exit_code_tells_whether_changes_are_pending() {
 /// nobody), else as the current user (who cannot read a mode-000 file either). `None`
 /// (after a skip line) when privileges cannot be dropped.
 fn run_unprivileged(host: &NodeHost, args: &[&str]) -> Option<common::Out> {
-    let bin = binary_command(env!("CARGO_BIN_EXE_edgegpu-node-setup"));
+    let bin = binary_command(common::node_setup_binary());
     let mut cmd = if nix::unistd::geteuid().is_root() {
         let Some(setpriv) = common::real_tool("setpriv", "util-linux") else {
             eprintln!("SKIP: cannot drop privileges without setpriv");

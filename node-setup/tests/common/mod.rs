@@ -7,6 +7,35 @@ use std::process::Command;
 use edgegpu_testkit::nodehost::NodeHost;
 use edgegpu_testkit::process::binary_command;
 
+/// The node-setup binary under test: the one cargo built next to these tests, or the one
+/// `EDGEGPU_NODE_SETUP_BINARY` names. CI's aarch64 run names the static release binary it
+/// built for dist/ (the same sources; under qemu-user it starts in a fifth of the debug
+/// binary's time: docs/development.md "CI"). A binary of another commit is refused, so an old
+/// build is never tested in place of the code at hand.
+pub fn node_setup_binary() -> &'static Path {
+    static BINARY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BINARY.get_or_init(|| {
+        let Some(path) = std::env::var_os("EDGEGPU_NODE_SETUP_BINARY").filter(|p| !p.is_empty())
+        else {
+            return PathBuf::from(env!("CARGO_BIN_EXE_edgegpu-node-setup"));
+        };
+        let path = PathBuf::from(path);
+        let out = binary_command(&path)
+            .arg("--version")
+            .output()
+            .unwrap_or_else(|e| panic!("EDGEGPU_NODE_SETUP_BINARY={}: {e}", path.display()));
+        let version = String::from_utf8_lossy(&out.stdout);
+        let commit = env!("EDGEGPU_GIT_COMMIT");
+        assert!(
+            out.status.success() && version.contains(&format!("(commit {commit},")),
+            "EDGEGPU_NODE_SETUP_BINARY={} is not built from this commit ({commit}): {}",
+            path.display(),
+            version.trim_end()
+        );
+        path
+    })
+}
+
 /// Output of one run of the binary.
 pub struct Out {
     pub code: i32,
@@ -15,7 +44,7 @@ pub struct Out {
 }
 
 pub fn run_env(host: &NodeHost, args: &[&str], env: &[(&str, &str)]) -> Out {
-    let mut cmd = binary_command(env!("CARGO_BIN_EXE_edgegpu-node-setup"));
+    let mut cmd = binary_command(node_setup_binary());
     for var in [
         "EDGEGPU_ROOT",
         "EDGEGPU_NODE_SETUP_MODE",
@@ -476,7 +505,7 @@ pub fn generated_spec(host: &NodeHost) {
     let jetson = FakeHost::jetson(Board::Orin);
     let out_path = host.path("/var/run/cdi/nvidia.yaml");
     std::fs::create_dir_all(out_path.parent().unwrap()).unwrap();
-    let out = binary_command(env!("CARGO_BIN_EXE_edgegpu-node-setup"))
+    let out = binary_command(node_setup_binary())
         .arg("--root")
         .arg(jetson.root())
         .args(["cdi", "generate", "--output"])
