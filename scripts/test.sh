@@ -67,51 +67,69 @@ manifest_lane() {
 
 # --- lane: aarch64 ------------------------------------------------------------------------------
 aarch64_lane() {
-    local runner="qemu-aarch64-static -L $AARCH64_SYSROOT"
+    # A test executable runs with a time limit and is run once more if qemu-user deadlocks it
+    # (scripts/qemu-test-runner.sh --help); the programs the tests start run under plain qemu.
+    local runner=$PWD/scripts/qemu-test-runner.sh
+    export AARCH64_SYSROOT
     export CARGO_TARGET_DIR=$AARCH64_TARGET_DIR
     export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
-    export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$runner"
     export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc
-    export EDGEGPU_TEST_RUNNER="$runner"
+    export EDGEGPU_TEST_RUNNER="qemu-aarch64-static -L $AARCH64_SYSROOT"
     # Rust 1.75's own rustc, not the x86_64 lane's clippy; a folder built once, from scratch:
     # no incremental data, no line tables (panics still name file and line).
     unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
     export CARGO_INCREMENTAL=0 CARGO_PROFILE_DEV_DEBUG=false
+    # Built below the release lane's priority: the x86_64 lane waits for dist/, this lane has
+    # time to spare.
     step "cargo +$MSRV test --workspace --all-targets --no-run (aarch64; the MSRV check)"
-    low cargo "+$MSRV" test --workspace --all-targets --locked --target aarch64-unknown-linux-gnu \
+    nice -n 15 cargo "+$MSRV" test --workspace --all-targets --locked --target aarch64-unknown-linux-gnu \
         --no-run --message-format=json-render-diagnostics >"$LANES/aarch64-artifacts.json"
-    step "cargo +$MSRV test --workspace --exclude edgegpu-node-setup (aarch64 under qemu-user)"
-    cargo "+$MSRV" test --workspace --exclude edgegpu-node-setup --locked --target aarch64-unknown-linux-gnu
+    # The test executables run as `cargo test` runs them (in their package's folder, through
+    # the runner), straight from the build above: a second cargo command that selects fewer
+    # packages resolves other features and compiles part of the workspace again.
+    step "the test suite but node-setup's (aarch64 under qemu-user)"
+    run_aarch64_tests other "$runner" || return 1
     # node-setup's tests start its binary a few thousand times. Under qemu-user the static
     # release binary the release lane builds for dist/ starts in a fifth of the debug binary's
     # time, so they run against it (EDGEGPU_NODE_SETUP_BINARY; the tests refuse a binary of
-    # another commit). The test executables are the ones built above, run as `cargo test`
-    # runs them: `cargo test -p` would resolve other features and build tokio & co. again.
+    # another commit).
     step "waiting for the release lane (dist/'s static aarch64 node-setup)"
     wait_for_release || return 1
-    step "edgegpu-node-setup's tests (aarch64 under qemu-user) against dist/'s static binary"
-    local exe exes failed=0
-    exes=$(node_setup_test_executables "$LANES/aarch64-artifacts.json")
-    # Its lib, bin and integration tests: fewer means the build's messages were not read.
-    [ "$(echo "$exes" | wc -w)" -ge 3 ] || { echo "node-setup's test executables not found: '$exes'" >&2; return 1; }
-    for exe in $exes; do
-        echo "     Running $exe"
-        (cd node-setup && EDGEGPU_NODE_SETUP_BINARY="$PWD/../dist/edgegpu-node-setup-aarch64-unknown-linux-musl" \
-            $runner "$exe") || failed=1
-    done
-    return $failed
+    step "node-setup's tests (aarch64 under qemu-user) against dist/'s static binary"
+    EDGEGPU_NODE_SETUP_BINARY="$PWD/dist/edgegpu-node-setup-aarch64-unknown-linux-musl" \
+        run_aarch64_tests node-setup "$runner"
 }
-# The test executables of node-setup (its lib, bin and integration tests, no benchmark) in
-# cargo's JSON build messages.
-node_setup_test_executables() {
-    python3 - "$1" "$PWD/node-setup/" <<'PY'
-import json, sys
-for line in open(sys.argv[1]):
+# Runs the aarch64 lane's test executables of node-setup (`node-setup`) or of every other
+# package (`other`) with RUNNER; every one runs, and the function fails if one failed.
+run_aarch64_tests() { # WHICH RUNNER
+    local dir exe count=0 failures=()
+    while read -r dir exe; do
+        count=$((count + 1))
+        echo "     Running $exe"
+        (cd "$dir" && "$2" "$exe") || failures+=("$exe")
+    done < <(aarch64_test_executables "$LANES/aarch64-artifacts.json" "$1")
+    # Fewer than node-setup's lib, bin and integration tests: the build's messages were not read.
+    [ "$count" -ge 3 ] || { echo "only $count test executables found for '$1'" >&2; return 1; }
+    [ ${#failures[@]} -eq 0 ] || { printf 'FAILED: %s\n' "${failures[@]}" >&2; return 1; }
+}
+# "PACKAGE_DIR EXECUTABLE" for each test executable (lib, bin and integration tests; no
+# benchmark or example) in cargo's JSON build messages, of node-setup or of the other packages.
+aarch64_test_executables() { # JSON WHICH
+    python3 - "$1" "$2" "$PWD" <<'PY'
+import json, os, sys
+messages, which, workspace = sys.argv[1:]
+for line in open(messages):
     m = json.loads(line)
-    t = m.get("target", {})
-    if (m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]
-            and t["src_path"].startswith(sys.argv[2]) and "bench" not in t["kind"]):
-        print(m["executable"])
+    if m.get("reason") != "compiler-artifact" or not m.get("executable") or not m["profile"]["test"]:
+        continue
+    # `cargo test` builds benchmarks and examples here but runs neither.
+    if {"bench", "example"} & set(m["target"]["kind"]):
+        continue
+    package = os.path.dirname(m["target"]["src_path"])
+    while not os.path.exists(os.path.join(package, "Cargo.toml")):
+        package = os.path.dirname(package)
+    if (os.path.relpath(package, workspace) == "node-setup") == (which == "node-setup"):
+        print(package, m["executable"])
 PY
 }
 
