@@ -47,6 +47,18 @@ async fn run(mut cmd: Command) -> Output {
         .unwrap()
 }
 
+/// Sends SIGTERM to a labeller started with --wait and waits for its exit.
+async fn sigterm_and_wait(mut child: std::process::Child) -> std::process::ExitStatus {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap()
+}
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -114,7 +126,7 @@ async fn a_driver_loaded_later_still_gets_the_node_labelled() {
     let host = FakeHost::discrete(&FakeGpu::two_on_two_numa_nodes());
     std::fs::remove_dir_all(host.path("/sys/module/nvidia")).unwrap();
     let api = FakeApiServer::start(NODE, &[]).await;
-    let mut child = labeller(host.root(), &api, &["--kind-only", "--wait", "--recheck=1"])
+    let child = labeller(host.root(), &api, &["--kind-only", "--wait", "--recheck=1"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -130,14 +142,7 @@ async fn a_driver_loaded_later_still_gets_the_node_labelled() {
         assert!(Instant::now() < deadline, "not labelled");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
-        .await
-        .unwrap();
+    let status = sigterm_and_wait(child).await;
     assert!(status.success(), "{status}");
 }
 
@@ -403,7 +408,7 @@ async fn dry_run_prints_the_patch() {
 async fn wait_follows_a_power_mode_change() {
     let host = FakeHost::jetson(Board::Orin);
     let api = FakeApiServer::start(NODE, &[]).await;
-    let mut child = labeller(
+    let child = labeller(
         host.root(),
         &api,
         &["--discovery=tegra", "--wait", "--power-recheck-seconds=1"],
@@ -466,14 +471,7 @@ async fn wait_follows_a_power_mode_change() {
         ]
     );
 
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
-        .await
-        .unwrap();
+    let status = sigterm_and_wait(child).await;
     assert!(status.success(), "{status}");
 }
 
@@ -496,15 +494,8 @@ async fn wait_keeps_running_until_sigterm() {
         child.try_wait().unwrap().is_none(),
         "exited without SIGTERM"
     );
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
     let t = Instant::now();
-    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
-        .await
-        .unwrap();
+    let status = sigterm_and_wait(child).await;
     assert!(status.success(), "{status}");
     assert!(t.elapsed() < Duration::from_secs(5));
 }

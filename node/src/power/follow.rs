@@ -41,21 +41,23 @@ impl PowerFacts {
     }
 }
 
-/// Re-reads the power facts under `root` every `every` (the GPU's devfreq directory is the
-/// one `facts` found) and returns the first read whose [`Published`] differs from that of
-/// `facts`. Never returns when nothing changes: the caller selects it against its round's end.
+/// Re-reads the mode under `root` every `every` (the GPU's devfreq directory is the one
+/// `facts` found; the thermal zones are not read, they publish nothing) and, at the first
+/// read whose [`Published`] differs from that of `facts`, returns the whole facts read anew.
+/// Never returns when nothing changes: the caller selects it against its round's end.
 pub async fn changed(root: &Path, facts: &PowerFacts, every: Duration) -> PowerFacts {
     let seen = facts.published();
+    let devfreq = facts.gpu_devfreq.as_deref();
     loop {
         tokio::time::sleep(every).await;
-        let now = PowerFacts::read(root, facts.gpu_devfreq.as_deref());
-        if now.published() != seen {
+        let now = PowerFacts::read_mode(root, devfreq).published();
+        if now != seen {
             tracing::info!(
                 from = ?seen,
-                to = ?now.published(),
+                to = ?now,
                 "the power mode changed; updating what this node publishes of it"
             );
-            return now;
+            return PowerFacts::read(root, devfreq);
         }
     }
 }
@@ -63,20 +65,8 @@ pub async fn changed(root: &Path, facts: &PowerFacts, every: Duration) -> PowerF
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn write(root: &Path, path: &str, text: &str) {
-        let p = root.join(path.trim_start_matches('/'));
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    }
-
-    const CONF: &str = "\
-< POWER_MODEL ID=0 NAME=MAXN >
-GPU MAX_FREQ -1
-< POWER_MODEL ID=1 NAME=MODE_15W >
-GPU MAX_FREQ 420750000
-< PM_CONFIG DEFAULT=1 >
-";
+    // The power module's own test configuration and file writer.
+    use crate::power::tests::{write, CONF};
 
     #[tokio::test(flavor = "current_thread", start_paused = true)]
     async fn a_mode_change_is_returned_and_clock_noise_is_not() {

@@ -54,6 +54,15 @@ impl PowerFacts {
     /// Reads the power facts under `root`; `gpu_devfreq` is the GPU's devfreq directory
     /// (host path) where discovery found it. Blocking: a few small sysfs and /etc reads.
     pub fn read(root: &Path, gpu_devfreq: Option<&str>) -> PowerFacts {
+        PowerFacts {
+            thermal: thermal::zones(root),
+            ..PowerFacts::read_mode(root, gpu_devfreq)
+        }
+    }
+
+    /// [`PowerFacts::read`] without the thermal zones (left empty): the mode, its
+    /// configuration and the GPU's clock, all that [`follow`] compares on every recheck.
+    pub fn read_mode(root: &Path, gpu_devfreq: Option<&str>) -> PowerFacts {
         let host = HostRoot::new(root);
         let modes = match host.read(NVPMODEL_CONF) {
             Ok(Some(text)) => {
@@ -83,7 +92,7 @@ impl PowerFacts {
             current,
             gpu_devfreq: gpu_devfreq.map(str::to_string),
             gpu_clock: gpu_devfreq.map(|d| GpuClock::read(root, d)),
-            thermal: thermal::zones(root),
+            thermal: Vec::new(),
         }
     }
 
@@ -110,7 +119,7 @@ impl PowerFacts {
 mod tests {
     use super::*;
 
-    const CONF: &str = "\
+    pub(super) const CONF: &str = "\
 < POWER_MODEL ID=0 NAME=MAXN >
 GPU MAX_FREQ -1
 < POWER_MODEL ID=1 NAME=MODE_15W >
@@ -118,7 +127,7 @@ GPU MAX_FREQ 420750000
 < PM_CONFIG DEFAULT=1 >
 ";
 
-    fn write(root: &Path, path: &str, text: &str) {
+    pub(super) fn write(root: &Path, path: &str, text: &str) {
         let p = root.join(path.trim_start_matches('/'));
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, text).unwrap();
