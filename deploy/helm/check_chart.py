@@ -1367,12 +1367,23 @@ class Dashboard(unittest.TestCase):
             for name in re.findall(r"\b((?:DCGM_FI_DEV|edgegpu)_[A-Za-z0-9_]+)", expr):
                 self.assertIn(name, documented, expr)
             self.assertNotIn("exported_", expr)
-        # Per-node panels work with dcgm-exporter alone: each DCGM panel uses DCGM series only.
-        dcgm_panels = [p for p in dashboard["panels"] if any("DCGM_FI_DEV" in t["expr"] for t in p.get("targets", []))]
+        # Per-node panels work with dcgm-exporter alone: each DCGM panel uses DCGM series only,
+        # except under a row marked "(edgegpu only)", whose panels need edgegpu anyway (the
+        # power-mode row sets the SM clock against the mode's ceilings).
+        row, dcgm_panels = "", []
+        for panel in dashboard["panels"]:
+            if panel["type"] == "row":
+                row = panel["title"]
+            elif any("DCGM_FI_DEV" in t["expr"] for t in panel.get("targets", [])):
+                dcgm_panels.append((row, panel))
         self.assertGreater(len(dcgm_panels), 8)
-        for panel in dcgm_panels:
+        for row, panel in dcgm_panels:
+            if "(edgegpu only)" in row:
+                continue
             for target in panel["targets"]:
                 self.assertNotIn("edgegpu_", target["expr"], panel["title"])
+        mixed = [p["title"] for row, p in dcgm_panels if any("edgegpu_" in t["expr"] for t in p["targets"])]
+        self.assertEqual(mixed, ["GPU clock against its ceilings"])
 
 
 DRA_ON = {"dra": {"enabled": True}}

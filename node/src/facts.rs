@@ -88,12 +88,13 @@ impl NodeFacts {
                         soc: generation.map(|g| g.soc),
                         l4t: detection.l4t.clone(),
                         jetpack_major: release.map(|r| r.major),
-                        power: PowerFacts::read(
-                            root,
-                            GpuSysfs::find(root, generation, l4t_major)
-                                .devfreq
-                                .as_deref(),
-                        ),
+                        power: {
+                            let sysfs = GpuSysfs::find(root, generation, l4t_major);
+                            PowerFacts {
+                                gpu_load: sysfs.load.clone(),
+                                ..PowerFacts::read(root, sysfs.devfreq.as_deref())
+                            }
+                        },
                     }),
                     engines: engines::discover(root, generation, l4t_major),
                 }

@@ -5,7 +5,8 @@
 //!   (target ≤ 1 ms CPU on a Jetson tree), without and with the pod-resources call;
 //! - a full HTTP scrape through the real binary (`GET /metrics` over TCP);
 //! - the real binary's RSS with metrics off and on, and its idle context switches with the
-//!   endpoint open (the endpoint must not wake the process up between scrapes).
+//!   endpoint open (on a Jetson the throttling sampler looks at the GPU once a second; nothing
+//!   else wakes the process between scrapes).
 //!
 //! Run: `cargo bench -p edgegpu-plugin --bench metrics`; smoke mode (a few iterations, short
 //! idle windows, as scripts/test.sh runs it): `edgegpu_testkit::bench`.
@@ -17,6 +18,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use edgegpu_node::gpu::sysfs::GpuSysfs;
+use edgegpu_node::power::{throttle, PowerFacts};
 use edgegpu_plugin::kubelet::stats::KubeletStats;
 use edgegpu_plugin::metrics::MetricsSource;
 use edgegpu_plugin::{build_gpu_resources, Cli};
@@ -46,6 +49,16 @@ fn summary(mut samples: Vec<Duration>) -> String {
 }
 
 async fn source_for(host: &FakeHost, args: &[&str], pods: Option<&Path>) -> MetricsSource {
+    source_with(host, args, pods, true).await
+}
+
+/// [`source_for`], with or without a Jetson's power series.
+async fn source_with(
+    host: &FakeHost,
+    args: &[&str],
+    pods: Option<&Path>,
+    with_power: bool,
+) -> MetricsSource {
     let mut argv = vec![
         "edgegpu-device-plugin".to_string(),
         "--root".into(),
@@ -56,12 +69,20 @@ async fn source_for(host: &FakeHost, args: &[&str], pods: Option<&Path>) -> Metr
     let node = build_gpu_resources(&cli.root, &cli.resource_name, &cli.gpu)
         .await
         .unwrap();
-    MetricsSource::new(
+    let source = MetricsSource::new(
         node.resources,
         Arc::new(KubeletStats::default()),
         pods.map(Path::to_path_buf),
         "bench-node".into(),
-    )
+    );
+    // A Jetson's power series too, as the binary serves them (mode, ceilings, every
+    // thermal zone, throttling).
+    let devfreq = GpuSysfs::find(&cli.root, None, None).devfreq;
+    let power = PowerFacts::read(&cli.root, devfreq.as_deref());
+    if with_power && power.followable() {
+        source.set_power(cli.root.clone(), power, Some(Arc::default()));
+    }
+    source
 }
 
 /// Renders `rounds` scrapes on this (current-thread) runtime, like the binary.
@@ -98,6 +119,25 @@ async fn in_process(rounds: usize) {
         )
         .await;
     }
+    // What the power series add to a scrape, and one look of the throttling sampler (once
+    // a second between scrapes).
+    let host = FakeHost::jetson(Board::Orin);
+    let source = source_with(&host, &["--discovery=tegra"], None, false).await;
+    scrape_cost("render, orin without the power series", &source, rounds).await;
+    let devfreq = GpuSysfs::find(host.root(), None, None).devfreq;
+    let facts = PowerFacts::read(host.root(), devfreq.as_deref());
+    let sampler = throttle::Sampler::new(host.root(), &facts).expect("Orin's GPU devfreq");
+    let looks = iterations(rounds);
+    let cpu_before = cpu_us("self");
+    for _ in 0..looks {
+        std::hint::black_box(sampler.look());
+    }
+    println!(
+        "{:<44} CPU {:>6.1} µs/look",
+        "throttling sampler, orin",
+        (cpu_us("self") - cpu_before) as f64 / looks as f64
+    );
+
     let host = FakeHost::discrete(&FakeGpu::two_on_two_numa_nodes());
     for gpu in 0..2 {
         host.set_nvml_telemetry(

@@ -30,6 +30,8 @@ use std::sync::Arc;
 
 use clap::Parser;
 use edgegpu_node::facts::NodeFacts;
+use edgegpu_node::power::throttle::{self, ThrottleSeconds};
+use edgegpu_node::power::PowerFacts;
 use edgegpu_node::{gpu, labels, logging, mps, ownership, rounds, runtime, shutdown};
 
 pub use allocate::GpuResource;
@@ -176,6 +178,7 @@ impl rounds::Rounds for PluginRounds<'_> {
             .retain(|_| held.contains(&ownership::DeviceKind::Gpu));
         engines.retain(|e| held.contains(&e.kind().into()));
         let cli = self.cli;
+        let power = facts.jetson.as_ref().map(|j| j.power.clone());
         // The feature file's power-mode labels follow `nvpmodel -m` for the round's length.
         let mut follow_power = None;
         if let Some(path) = cli.feature_file() {
@@ -194,6 +197,7 @@ impl rounds::Rounds for PluginRounds<'_> {
             .describe(cli, &node.resources, self.options)
             .await?;
         self.metrics.describe_engines(cli, &engines);
+        self.metrics.describe_power(cli, power);
         let served = serve_round(node, engines, self.options, until).await;
         if let Some(task) = follow_power {
             task.abort();
@@ -247,6 +251,9 @@ struct MetricsEndpoint {
     listener: Option<tokio::net::TcpListener>,
     source: Option<Arc<metrics::MetricsSource>>,
     stop: tokio::sync::watch::Sender<bool>,
+    /// A Jetson GPU's throttling seconds and the task counting them: started with the first
+    /// round that has a GPU devfreq, kept across rounds (a counter never restarts).
+    throttle: Option<(Arc<ThrottleSeconds>, tokio::task::JoinHandle<()>)>,
 }
 
 impl MetricsEndpoint {
@@ -260,6 +267,7 @@ impl MetricsEndpoint {
             listener,
             source: None,
             stop: tokio::sync::watch::channel(false).0,
+            throttle: None,
         })
     }
 
@@ -319,10 +327,42 @@ impl MetricsEndpoint {
         }
     }
 
+    /// Scrapes describe this Jetson's power mode, clocks and thermal zones from now on
+    /// (`None`: not a Jetson); the first round with a GPU devfreq starts counting throttling.
+    fn describe_power(&mut self, cli: &Cli, power: Option<PowerFacts>) {
+        let (Some(source), Some(facts)) = (&self.source, power) else {
+            return;
+        };
+        if !facts.followable() {
+            return;
+        }
+        if self.throttle.is_none() {
+            if let Some(sampler) = throttle::Sampler::new(&cli.root, &facts) {
+                let seconds = Arc::new(ThrottleSeconds::default());
+                let task = tokio::spawn(throttle::count(
+                    sampler,
+                    seconds.clone(),
+                    THROTTLE_LOOK_EVERY,
+                    cli.gpu.power_recheck(),
+                ));
+                self.throttle = Some((seconds, task));
+            }
+        }
+        let seconds = self.throttle.as_ref().map(|(s, _)| s.clone());
+        source.set_power(cli.root.clone(), facts, seconds);
+    }
+
     fn stop(&self) {
         self.stop.send_replace(true);
+        if let Some((_, task)) = &self.throttle {
+            task.abort();
+        }
     }
 }
+
+/// How often the throttling sampler looks at the GPU: the resolution of
+/// `edgegpu_gpu_throttle_seconds_total` (docs/metrics.md).
+const THROTTLE_LOOK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Runs the MPS companion (`mps-control-daemon`) until SIGTERM/SIGINT; the caller has
 /// already isolated the process ([`mps::daemon::isolate`]).

@@ -1617,3 +1617,132 @@ async fn a_plugin_outside_the_host_pid_namespace_does_not_claim_idle_gpus() {
         BTreeMap::from([(pod_key("0", "a", "app"), GIB as f64)])
     );
 }
+
+/// `edgegpu_gpu_throttle_seconds_total{reason}` of the pod holding the GPU.
+fn throttled(samples: &[Sample], reason: &str) -> f64 {
+    let found: Vec<_> = series(samples, "edgegpu_gpu_throttle_seconds_total")
+        .into_iter()
+        .filter(|s| s.labels["reason"] == reason)
+        .collect();
+    assert_eq!(found.len(), 1, "{reason}: {found:?}");
+    assert_eq!(
+        (
+            found[0].labels["pod"].as_str(),
+            found[0].labels["gpu"].as_str()
+        ),
+        ("a", "0")
+    );
+    found[0].value
+}
+
+impl RunningPlugin {
+    /// Scrapes until `done` holds (the throttling sampler looks once a second).
+    async fn scrape_until(&self, what: &str, done: impl Fn(&[Sample]) -> bool) -> Vec<Sample> {
+        let deadline = std::time::Instant::now() + gpu_common::WAIT;
+        loop {
+            let s = self.scrape().await;
+            if done(&s) {
+                return s;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what}: timed out\n{}",
+                self.log()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    }
+}
+
+/// An AGX Orin's power series: the mode in force, the GPU's ceilings and clock floor, the
+/// zones against their nearest trip point, and the seconds the busy GPU ran below its
+/// highest clock per reason, attributed to the pod holding the GPU. `nvpmodel -m` and a
+/// passive trip point reached show without a restart; an idle GPU is not throttled.
+#[tokio::test]
+async fn power_mode_ceilings_and_throttling_on_an_orin() {
+    let host = FakeHost::jetson(Board::Orin);
+    host.set_thermal_trip("gpu-thermal", 0, "passive", 99_000);
+    host.set_thermal_trip("gpu-thermal", 1, "critical", 105_000);
+    let dir = tempfile::tempdir().unwrap();
+    let pods = FakePodResources::start(&dir.path().join("pod-resources.sock"))
+        .await
+        .unwrap();
+    pods.assign("ml", "a", "infer", "nvidia.com/gpu", &["tegra"]);
+    let plugin = RunningPlugin::start(&host, pods.socket(), &[]).await;
+
+    // Orin's boot default, MODE_30W (id 2): its GPU limit, enforced by devfreq.
+    let s = plugin.scrape().await;
+    let mode = series(&s, "edgegpu_jetson_power_mode");
+    assert_eq!(mode.len(), 1, "{}", plugin.log());
+    assert_eq!(
+        (
+            mode[0].labels["mode"].as_str(),
+            mode[0].labels["id"].as_str()
+        ),
+        ("MODE_30W", "2")
+    );
+    assert_eq!(one(&s, "edgegpu_gpu_clock_ceiling_hertz"), 624_750_000.0);
+    assert_eq!(one(&s, "edgegpu_gpu_clock_limit_hertz"), 624_750_000.0);
+    assert_eq!(one(&s, "edgegpu_gpu_clock_max_hertz"), 1_300_500_000.0);
+    assert_eq!(one(&s, "edgegpu_jetson_clocks_pinned"), 0.0);
+    let gpu_zone = |s: &[Sample], name: &str| -> Vec<(String, f64)> {
+        series(s, name)
+            .into_iter()
+            .filter(|x| x.labels["zone"] == "gpu-thermal")
+            .map(|x| (x.labels.get("type").cloned().unwrap_or_default(), x.value))
+            .collect()
+    };
+    assert_eq!(
+        gpu_zone(&s, "edgegpu_thermal_zone_temperature_celsius"),
+        [(String::new(), 46.093)]
+    );
+    assert_eq!(
+        gpu_zone(&s, "edgegpu_thermal_zone_next_trip_celsius"),
+        [("passive".to_string(), 99.0)]
+    );
+    // Only zones with a passive trip point can throttle.
+    assert_eq!(one(&s, "edgegpu_thermal_zone_throttling"), 0.0);
+    // Idle at 306 MHz: not throttled.
+    for reason in ["thermal", "power_mode", "clocks_not_pinned", "other"] {
+        assert_eq!(throttled(&s, reason), 0.0, "{reason}");
+    }
+
+    // Busy at the mode's ceiling: the power mode holds it below 1.3 GHz.
+    host.set_gpu_load(800);
+    host.set_gpu_frequency(624_750_000);
+    plugin
+        .scrape_until("power_mode", |s| throttled(s, "power_mode") >= 1.0)
+        .await;
+
+    // `nvpmodel -m 0`: MAXN, whose ceiling is the hardware's; at 624 MHz the governor's
+    // choice now, as jetson_clocks is off.
+    host.set_power_mode(Board::Orin, 0, 1_300_500_000);
+    let s = plugin
+        .scrape_until("clocks_not_pinned", |s| {
+            throttled(s, "clocks_not_pinned") >= 1.0
+        })
+        .await;
+    let mode = series(&s, "edgegpu_jetson_power_mode");
+    assert_eq!(
+        (
+            mode[0].labels["mode"].as_str(),
+            mode[0].labels["id"].as_str()
+        ),
+        ("MAXN", "0")
+    );
+    assert_eq!(one(&s, "edgegpu_gpu_clock_ceiling_hertz"), 1_300_500_000.0);
+
+    // The GPU zone reaches its passive trip point: thermal, whatever else holds.
+    let before = throttled(&s, "power_mode");
+    host.set_thermal_zone("gpu-thermal", 99_500);
+    let s = plugin
+        .scrape_until("thermal", |s| throttled(s, "thermal") >= 1.0)
+        .await;
+    assert_eq!(one(&s, "edgegpu_thermal_zone_throttling"), 1.0);
+    assert_eq!(
+        gpu_zone(&s, "edgegpu_thermal_zone_next_trip_celsius"),
+        [("critical".to_string(), 105.0)]
+    );
+    assert_eq!(throttled(&s, "power_mode"), before, "a counter only grows");
+    plugin.terminate();
+}

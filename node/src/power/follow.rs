@@ -57,7 +57,10 @@ pub async fn changed(root: &Path, facts: &PowerFacts, every: Duration) -> PowerF
                 to = ?now,
                 "the power mode changed; updating what this node publishes of it"
             );
-            return PowerFacts::read(root, devfreq);
+            return PowerFacts {
+                gpu_load: facts.gpu_load.clone(),
+                ..PowerFacts::read(root, devfreq)
+            };
         }
     }
 }

@@ -7,6 +7,7 @@ pub mod clocks;
 pub mod follow;
 pub mod nvpmodel;
 pub mod thermal;
+pub mod throttle;
 
 use std::path::Path;
 
@@ -45,6 +46,9 @@ pub struct PowerFacts {
     /// The GPU's devfreq directory (a host path), where discovery found it: kept so that a
     /// re-read ([`follow`]) does not scan for it again.
     pub gpu_devfreq: Option<String>,
+    /// The GPU's `load` file (a host path), where it has one: the throttling sampler tells
+    /// an idle GPU by it ([`throttle`]).
+    pub gpu_load: Option<String>,
     /// The GPU's devfreq readings, where its devfreq directory was found.
     pub gpu_clock: Option<GpuClock>,
     pub thermal: Vec<ThermalZone>,
@@ -71,7 +75,20 @@ impl PowerFacts {
             Ok(None) => None,
             Err(e) => Some(Err(e.to_string())),
         };
-        let parsed = modes.as_ref().and_then(|m| m.as_ref().ok());
+        PowerFacts {
+            modes,
+            gpu_devfreq: gpu_devfreq.map(str::to_string),
+            ..PowerFacts::default()
+        }
+        .with_mode_read(root)
+    }
+
+    /// These facts with the mode in force and the GPU's clock read again, the configuration
+    /// kept (`nvpmodel -m` changes the mode, not the configuration): what a metrics scrape
+    /// reads.
+    pub fn with_mode_read(&self, root: &Path) -> PowerFacts {
+        let host = HostRoot::new(root);
+        let parsed = self.modes.as_ref().and_then(|m| m.as_ref().ok());
         // Only a missing record means the boot default is in force. A record that cannot be
         // read or parsed says nvpmodel set some mode we cannot name: publishing the default
         // would claim a mode the board may not be in, so no mode is published.
@@ -88,11 +105,9 @@ impl PowerFacts {
             source,
         });
         PowerFacts {
-            modes,
             current,
-            gpu_devfreq: gpu_devfreq.map(str::to_string),
-            gpu_clock: gpu_devfreq.map(|d| GpuClock::read(root, d)),
-            thermal: Vec::new(),
+            gpu_clock: self.gpu_devfreq.as_deref().map(|d| GpuClock::read(root, d)),
+            ..self.clone()
         }
     }
 
@@ -106,11 +121,17 @@ impl PowerFacts {
     /// hardware's maximum where the mode sets none; without a configuration, the devfreq
     /// ceiling in force.
     pub fn gpu_ceiling_hz(&self) -> Option<u64> {
+        self.mode_gpu_ceiling_hz()
+            .or_else(|| self.gpu_clock.as_ref().and_then(|c| c.max))
+    }
+
+    /// The GPU's clock ceiling the mode in force sets (the hardware's maximum where it sets
+    /// none); `None` without a configuration that defines the mode.
+    pub fn mode_gpu_ceiling_hz(&self) -> Option<u64> {
         let clock = self.gpu_clock.as_ref();
-        match self.current_mode().and_then(|m| m.gpu_max) {
-            Some(Ceiling::At(hz)) => Some(hz),
-            Some(Ceiling::Unlimited) => clock.and_then(|c| c.hardware_max.or(c.max)),
-            None => clock.and_then(|c| c.max),
+        match self.current_mode()?.gpu_max? {
+            Ceiling::At(hz) => Some(hz),
+            Ceiling::Unlimited => clock.and_then(|c| c.hardware_max.or(c.max)),
         }
     }
 }

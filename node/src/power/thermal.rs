@@ -21,6 +21,8 @@ pub struct Trip {
 /// One thermal zone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ThermalZone {
+    /// N of `thermal_zoneN`.
+    pub index: u32,
     /// `type` (`gpu-thermal`).
     pub name: String,
     pub millicelsius: Option<i64>,
@@ -44,6 +46,22 @@ impl ThermalZone {
             .iter()
             .any(|t| t.kind == "passive" && t.millicelsius > 0 && now >= t.millicelsius)
     }
+
+    /// The zone's `temp` file under `root`: the one file that changes (the type and the
+    /// trip points are the board's and stay).
+    pub fn temperature_file(&self, root: &Path) -> std::path::PathBuf {
+        under_root(root, THERMAL_CLASS).join(format!("thermal_zone{}/temp", self.index))
+    }
+
+    /// The zone with its temperature read again (`None` when it cannot be read).
+    pub fn reread(&self, root: &Path) -> ThermalZone {
+        ThermalZone {
+            millicelsius: std::fs::read_to_string(self.temperature_file(root))
+                .ok()
+                .and_then(|t| t.trim().parse().ok()),
+            ..self.clone()
+        }
+    }
 }
 
 /// The host's thermal zones, in zone order. Zones whose files cannot be read are skipped.
@@ -65,7 +83,7 @@ pub fn zones(root: &Path) -> Vec<ThermalZone> {
         .collect();
     dirs.sort();
     dirs.into_iter()
-        .filter_map(|(_, dir)| {
+        .filter_map(|(index, dir)| {
             let read = |name: &str| std::fs::read_to_string(dir.join(name)).ok();
             let name = read("type")?.trim().to_string();
             let millicelsius = read("temp").and_then(|t| t.trim().parse().ok());
@@ -84,6 +102,7 @@ pub fn zones(root: &Path) -> Vec<ThermalZone> {
                 .collect();
             trips.sort_by_key(|t| t.millicelsius);
             Some(ThermalZone {
+                index,
                 name,
                 millicelsius,
                 trips,
@@ -130,6 +149,12 @@ mod tests {
         assert_eq!(gpu.next_trip().map(|t| t.millicelsius), Some(105_000));
         assert!(!found[1].throttling());
         assert_eq!(found[1].next_trip(), None);
+        // A re-read changes the temperature alone.
+        zone(root.path(), 1, "gpu-thermal", "60000", &[]);
+        let cooler = gpu.reread(root.path());
+        assert_eq!((cooler.index, cooler.millicelsius), (1, Some(60_000)));
+        assert_eq!(cooler.trips, gpu.trips);
+        assert!(!cooler.throttling());
         assert!(zones(&root.path().join("none")).is_empty());
     }
 }

@@ -11,11 +11,13 @@
 //! - [`exposition`]: the text format.
 //! - `families`: one function per metric family, called in order by `render`.
 //! - [`pod_memory`]: per-pod GPU memory used, and the limits.
+//! - `power`: a Jetson's power mode, clock ceilings, thermal zones and throttling.
 //! - [`server`]: the HTTP endpoint.
 
 pub mod exposition;
 mod families;
 pub mod pod_memory;
+mod power;
 mod served;
 pub mod server;
 
@@ -46,6 +48,8 @@ pub struct MetricsSource {
     checkpoint_failing: AtomicBool,
     /// The DLA cores and PVA instances served, and the root they are read under.
     engines: RwLock<(PathBuf, Vec<edgegpu_node::engines::Engine>)>,
+    /// A Jetson's power facts and throttling seconds; `None` off Jetson.
+    power: RwLock<Option<power::PowerSource>>,
 }
 
 impl MetricsSource {
@@ -68,7 +72,23 @@ impl MetricsSource {
             pod_resources_failing: AtomicBool::new(false),
             checkpoint_failing: AtomicBool::new(false),
             engines: RwLock::new((PathBuf::from("/"), Vec::new())),
+            power: RwLock::new(None),
         }
+    }
+
+    /// The Jetson power facts scrapes describe from now on (read under `root`), and the
+    /// throttling seconds counted for its GPU (`None`: not counted).
+    pub fn set_power(
+        &self,
+        root: PathBuf,
+        facts: edgegpu_node::power::PowerFacts,
+        throttle: Option<Arc<edgegpu_node::power::throttle::ThrottleSeconds>>,
+    ) {
+        *self.power.write().unwrap() = Some(power::PowerSource {
+            root,
+            facts,
+            throttle,
+        });
     }
 
     /// The engines scrapes describe from now on (`edgegpu_engine_*`), read under `root`.
@@ -109,7 +129,9 @@ impl MetricsSource {
             .map(|r| r.name().to_string())
             .collect();
         let (engine_root, engines) = self.engines.read().unwrap().clone();
+        let power = self.power.read().unwrap().clone();
         let read = tokio::task::spawn_blocking(move || {
+            let power = power.map(|p| p.read());
             let readings = sensors.read();
             let inputs = pod_memory::Inputs::read(&processes, &root, checkpoint.as_deref(), &names);
             let engine_readings: Vec<_> = engines
@@ -119,10 +141,10 @@ impl MetricsSource {
                     (e, r)
                 })
                 .collect();
-            (readings, inputs, engine_readings)
+            (readings, inputs, engine_readings, power)
         })
         .await;
-        let (readings, inputs, engine_readings) = match read {
+        let (readings, inputs, engine_readings, power) = match read {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!("reading the GPU sensors failed: {e}");
@@ -130,12 +152,13 @@ impl MetricsSource {
                     Readings::default(),
                     pod_memory::Inputs::default(),
                     Vec::new(),
+                    None,
                 )
             }
         };
         self.log_checkpoint(&inputs);
         let memory = pod_memory::attribute(&served, list.as_deref(), &inputs);
-        let mut text = self.render_with(&served, &holders, &readings, &memory);
+        let mut text = self.render_with(&served, &holders, &readings, &memory, power.as_ref());
         if !engine_readings.is_empty() {
             let mut e = Exposition::new();
             families::engines(&mut e, &self.hostname, &engine_readings);
@@ -197,6 +220,7 @@ impl MetricsSource {
         holders: &[Vec<Holder>],
         readings: &Readings,
         memory: &pod_memory::PodMemory,
+        power: Option<&power::PowerReading>,
     ) -> String {
         if served.resources.is_empty() {
             return String::new();
@@ -210,6 +234,9 @@ impl MetricsSource {
         families::shared_memory_used(&mut e, &labels, readings);
         families::shared_memory_total(&mut e, &labels, readings);
         pod_memory::render(&mut e, memory, &|n| labels.entity(n));
+        if let Some(power) = power {
+            power::render(&mut e, &labels, holders, &self.hostname, power);
+        }
         families::build_info(&mut e, served);
         let stats: Vec<_> = served
             .resources

@@ -194,6 +194,24 @@ impl FakeHost {
         );
     }
 
+    /// Gives the thermal zone of type `kind` trip point `m` (`passive`, `active`, `hot`,
+    /// `critical`) at `millidegrees`, as the kernel lists them (`trip_point_<m>_type`,
+    /// `trip_point_<m>_temp`).
+    pub fn set_thermal_trip(&self, kind: &str, m: u32, trip: &str, millidegrees: i64) {
+        let board = self.board.expect("a Jetson root");
+        let n = board
+            .thermal_zones()
+            .iter()
+            .position(|(k, _)| *k == kind)
+            .unwrap_or_else(|| panic!("{board:?} has no thermal zone {kind}"));
+        let zone = format!("/sys/devices/virtual/thermal/thermal_zone{n}");
+        self.write(&format!("{zone}/trip_point_{m}_type"), format!("{trip}\n"));
+        self.write(
+            &format!("{zone}/trip_point_{m}_temp"),
+            format!("{millidegrees}\n"),
+        );
+    }
+
     /// Sets one rail's voltage and current (and, on `ina3221x`, its power).
     pub fn set_rail(&self, label: &str, millivolts: u32, milliamps: u32) {
         let monitor = self
