@@ -73,6 +73,13 @@ Environment of a container on a shared GPU (set by the device plugin's Allocate;
   EDGEGPU_GPU_MEMORY_LIMIT_MIB       the GPU memory (MiB) the plugin accounted to this container
   EDGEGPU_GPU_MEMORY_LIMIT_ENFORCED  true, or false where no MPS runs (accounting only)
 
+Jetson power mode:
+  On a Jetson (a GPU devfreq directory or nvpmodel's files under --root), one line before the
+  verdict says the power mode and the GPU clock ceiling the probe ran under, e.g.
+  `devicequery: Jetson power mode MODE_30W (nvpmodel id 2); GPU clock ceiling 624 MHz, at
+  306 MHz`. A pod sees the GPU's devfreq in its sysfs; the mode only where
+  /var/lib/nvpmodel/status and /etc/nvpmodel.conf are mounted into it. Text output only.
+
 A verification pod should run `devicequery --expect-devices 1`: deviceQuery itself passes with
 zero devices. See docs/devicequery.md.";
 
@@ -118,6 +125,12 @@ pub struct Cli {
     /// With --allocate-mib: keep the memory allocated for S seconds before freeing it.
     #[arg(long, value_name = "S", requires = "allocate_mib")]
     pub hold_seconds: Option<u64>,
+
+    /// Where a Jetson's power files are read: /etc/nvpmodel.conf, /var/lib/nvpmodel/status
+    /// and the GPU's devfreq directory under /sys (a host root mounted into the pod, or a test
+    /// tree).
+    #[arg(long, value_name = "PATH", default_value = "/")]
+    pub root: std::path::PathBuf,
 }
 
 impl Cli {

@@ -2,7 +2,8 @@
 //! time (no CUDA runtime, no toolkit at build time), for verification pods on GPU nodes.
 //!
 //! Flow: print the header, [`probe`] the driver, evaluate the [`checks`], run the allocation
-//! check of [`limits`] if one was asked for, render [`text`] or [`json`]. The verdict is the
+//! check of [`limits`] if one was asked for, render [`text`] or [`json`]; on a Jetson, the
+//! [`power`] mode line before the verdict. The verdict is the
 //! last stdout line (`Result = PASS`/`FAIL`) and the exit status.
 
 pub mod checks;
@@ -14,6 +15,7 @@ pub mod driver;
 pub mod json;
 pub mod layout;
 pub mod limits;
+pub mod power;
 pub mod probe;
 pub mod text;
 
@@ -75,7 +77,11 @@ pub fn run(args: Vec<OsString>) -> i32 {
                 .map_err(std::io::Error::from)
                 .and_then(|()| out.write_all(b"\n"))
         } else {
-            out.write_all(text::verdict(&probe, &checks).as_bytes())
+            let power = power::PowerState::read(&cli.root)
+                .map(|p| text::own_line_text(&p.line()))
+                .unwrap_or_default();
+            out.write_all(power.as_bytes())
+                .and_then(|()| out.write_all(text::verdict(&probe, &checks).as_bytes()))
         }
     });
     let flushed = written.and_then(|()| out.flush());

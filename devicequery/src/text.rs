@@ -61,6 +61,13 @@ fn own_line(out: &mut String, text: &str) {
     let _ = writeln!(out, "{OWN_LINE_PREFIX}{text}");
 }
 
+/// One of devicequery's own lines, prefixed and ended.
+pub fn own_line_text(text: &str) -> String {
+    let mut out = String::new();
+    own_line(&mut out, text);
+    out
+}
+
 /// A labelled line: two spaces, the label padded so the value starts at column 50.
 pub(crate) fn row(out: &mut String, label: &str, value: impl std::fmt::Display) {
     let _ = writeln!(out, "  {label:<47}{value}");

@@ -22,6 +22,37 @@ fn orin_nx_jetpack_5_matches_the_published_output() {
     assert_eq!(run.status, 0);
 }
 
+/// On a Jetson the power mode and the GPU clock ceiling follow deviceQuery's own text, before
+/// the verdict: the published output above the line stays byte-identical, and the last line
+/// is still the verdict.
+#[test]
+fn a_jetson_prints_its_power_mode_before_the_verdict() {
+    use edgegpu_testkit::host::{Board, FakeHost};
+    let host = FakeHost::jetson(Board::Orin);
+    let root = format!("--root={}", host.root().display());
+    let first = run(&FakeCuda::new(11040).device(orin_nx()), &[root.as_str()]);
+    assert_eq!(first.status, 0, "{}", first.stderr);
+    let power = "devicequery: Jetson power mode MODE_30W (nvpmodel id 2), the boot default; \
+                 GPU clock ceiling 624 MHz, at 306 MHz\n";
+    let golden = golden("orin-nx-jp5.txt");
+    let verdict = golden.rfind("Result = PASS").unwrap();
+    let expected = format!("{}{power}{}", &golden[..verdict], &golden[verdict..]);
+    assert_same_text(&expected, &first.stdout, "Orin with its power files");
+
+    // `nvpmodel -m 0`: MAXN and its ceiling.
+    host.set_power_mode(Board::Orin, 0, 1_300_500_000);
+    let again = run(&FakeCuda::new(11040).device(orin_nx()), &[root.as_str()]);
+    let lines: Vec<&str> = again.stdout.lines().collect();
+    assert_eq!(
+        lines[lines.len() - 2..],
+        [
+            "devicequery: Jetson power mode MAXN (nvpmodel id 0); GPU clock ceiling 1300 MHz, \
+             at 306 MHz",
+            "Result = PASS"
+        ]
+    );
+}
+
 #[test]
 fn h100_with_a_cuda_12_driver() {
     let run = run(&FakeCuda::new(12040).device(h100()), &[]);

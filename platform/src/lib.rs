@@ -4,7 +4,7 @@
 //! Detection, health checks and the device specs of the device plugin all read it (and
 //! devicequery and GPU telemetry are meant to), so supporting a new generation means adding
 //! one entry there and nothing else. Host paths and parsers that do not depend on the
-//! generation are in [`host`]; the CDI device names the device plugin and node-setup share, in
+//! generation are in [`host`] (L4T's nvpmodel configuration and status in [`nvpmodel`]); the CDI device names the device plugin and node-setup share, in
 //! [`cdi`]; the DLA and PVA engines besides the GPU, in [`engines`].
 //!
 //! No I/O happens here: the crate only describes; callers read the host under their own root.
@@ -14,6 +14,7 @@ pub mod csv;
 pub mod engines;
 mod generation;
 pub mod host;
+pub mod nvpmodel;
 pub mod procfs;
 mod table;
 

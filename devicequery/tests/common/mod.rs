@@ -170,6 +170,11 @@ pub fn command(
         cmd.env_remove(name);
     }
     cmd.envs(env.iter().copied()).args(args);
+    // The power line reads the machine's own files by default: a test on a Jetson would
+    // print it. Each test reads `dir` (no power files) unless it names a root.
+    if !args.iter().any(|a| a.starts_with("--root")) {
+        cmd.arg("--root").arg(dir);
+    }
     cmd
 }
 

@@ -5,7 +5,6 @@
 
 pub mod clocks;
 pub mod follow;
-pub mod nvpmodel;
 pub mod thermal;
 pub mod throttle;
 
@@ -15,7 +14,9 @@ use edgegpu_host::root::HostRoot;
 use edgegpu_platform::host::{NVPMODEL_CONF, NVPMODEL_STATUS};
 
 pub use clocks::GpuClock;
-pub use nvpmodel::{Ceiling, PowerMode, PowerModes};
+// The configuration's parser is pure text work, in the platform crate (devicequery reads it
+// too); `power::nvpmodel` stays its path here.
+pub use edgegpu_platform::nvpmodel::{self, Ceiling, PowerMode, PowerModes};
 pub use thermal::ThermalZone;
 
 /// Where the mode in force was read.
