@@ -16,8 +16,8 @@
 //!   by its inode, removed only while it is ours), [`authority`] (old kubelets' HTTP/2
 //!   `:authority`).
 
-// `unsafe` only in gpu/nvml_raw.rs (NVML MIG calls nvml-wrapper lacks) and mps/control.rs
-// (the pre-exec hook), each block with a `// SAFETY:` comment (clippy denies one without).
+// `unsafe` only in gpu/nvml_raw.rs (NVML MIG calls nvml-wrapper lacks), mps/control.rs and
+// power/policy.rs (the pre-exec hooks), each block with a `// SAFETY:` comment (clippy denies one without).
 
 pub mod authority;
 pub mod config;

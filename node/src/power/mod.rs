@@ -5,6 +5,7 @@
 
 pub mod clocks;
 pub mod follow;
+pub mod policy;
 pub mod thermal;
 pub mod throttle;
 

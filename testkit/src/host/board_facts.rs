@@ -327,6 +327,12 @@ impl Board {
         has_load.then(|| format!("{dev}/load"))
     }
 
+    /// The GPU's devfreq directory (host path).
+    pub fn devfreq_dir(self) -> String {
+        let (dev, devfreq, _, _) = self.sysfs();
+        format!("{dev}/devfreq/{devfreq}")
+    }
+
     /// Host path of the GPU `cur_freq` file.
     pub fn cur_freq_file(self) -> String {
         let (dev, devfreq, _, _) = self.sysfs();

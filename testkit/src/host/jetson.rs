@@ -381,3 +381,124 @@ impl FakeHost {
         std::fs::write(&p, "0\n").expect("rewrite sysfs file");
     }
 }
+
+/// The fake `nvpmodel`: a `/bin/sh` script (the host tool is exec'd as a program, so a script
+/// stands in for it on every architecture) that does what L4T's does to the files edgegpu
+/// reads, under the root it is installed in:
+///
+/// - `-m <id>`: a mode the configuration lacks is refused (`NVPM ERROR`, exit 1). A mode
+///   listed in `/etc/fake-nvpmodel-reboot` asks on stdin to confirm a reboot, as L4T's tool
+///   does for such changes, and changes nothing unless the answer is `YES`/`yes` (then it
+///   records `/fake-nvpmodel-rebooted`). Otherwise it records the mode in
+///   `/var/lib/nvpmodel/status` and writes the mode's GPU ceiling (`GPU MAX_FREQ`; `-1`:
+///   the highest frequency) to the GPU's devfreq `max_freq`.
+/// - `-q`: `NV Power Mode: <name>` and the id on the next line.
+///
+/// Every call is appended to `/fake-nvpmodel-calls`.
+const FAKE_NVPMODEL: &str = r#"#!/bin/sh
+root=$(cd "$(dirname "$0")/../.." && pwd)
+conf="$root/etc/nvpmodel.conf"
+# L4T links the board's file into place with an absolute link: resolve it inside the root.
+if [ -L "$conf" ]; then
+    target=$(readlink "$conf")
+    case "$target" in /*) conf="$root$target" ;; esac
+fi
+echo "$*" >> "$root/fake-nvpmodel-calls"
+mode_line() { awk -v id="$1" '$2 == "POWER_MODEL" { split($3, a, "="); split($4, b, "="); if (a[2] == id) print b[2] }' "$conf"; }
+case "$1" in
+-q)
+    id=$(sed -n 's/^pmode:0*\([0-9][0-9]*\).*/\1/p' "$root/var/lib/nvpmodel/status" 2>/dev/null)
+    [ -n "$id" ] || id=$(sed -n 's/^< PM_CONFIG DEFAULT=\([0-9]*\) >/\1/p' "$conf")
+    echo "NV Power Mode: $(mode_line "$id")"
+    echo "$id"
+    ;;
+-m)
+    id=$2
+    name=$(mode_line "$id")
+    if [ -z "$name" ]; then
+        echo "NVPM ERROR: Invalid power mode id $id" >&2
+        exit 1
+    fi
+    if grep -qx "$id" "$root/etc/fake-nvpmodel-reboot" 2>/dev/null; then
+        echo "NVPM WARN: Reboot required for changing to this power mode: $id"
+        printf "NVPM WARN: DO YOU WANT TO REBOOT NOW? enter YES/yes to confirm: "
+        read -r answer || answer=""
+        case "$answer" in
+        YES|yes) touch "$root/fake-nvpmodel-rebooted" ;;
+        esac
+        exit 0
+    fi
+    mkdir -p "$root/var/lib/nvpmodel"
+    printf 'pmode:%04d fmode:quiet\n' "$id" > "$root/var/lib/nvpmodel/status"
+    devfreq=$(cat "$root/etc/fake-nvpmodel-devfreq")
+    ceiling=$(awk -v id="$id" '$2 == "POWER_MODEL" { split($3, a, "="); inmode = (a[2] == id); next } inmode && $1 == "GPU" && $2 == "MAX_FREQ" { print $3; exit }' "$conf")
+    if [ -z "$ceiling" ] || [ "$ceiling" = "-1" ]; then
+        ceiling=$(tr ' ' '\n' < "$root$devfreq/available_frequencies" | sort -n | tail -1)
+    fi
+    echo "$ceiling" > "$root$devfreq/max_freq"
+    echo "NVPM VERB: Config file: /etc/nvpmodel.conf"
+    ;;
+*)
+    echo "NVPM ERROR: fake nvpmodel: unsupported arguments $*" >&2
+    exit 2
+    ;;
+esac
+"#;
+
+/// The fake `jetson_clocks`: `--store <file>` writes the GPU's devfreq `min_freq` into
+/// `<file>`, no argument pins `min_freq` to `max_freq`, `--restore <file>` writes the stored
+/// `min_freq` back. Every call is appended to `/fake-jetson-clocks-calls`.
+const FAKE_JETSON_CLOCKS: &str = r#"#!/bin/sh
+root=$(cd "$(dirname "$0")/../.." && pwd)
+echo "$*" >> "$root/fake-jetson-clocks-calls"
+devfreq="$root$(cat "$root/etc/fake-nvpmodel-devfreq")"
+case "$1" in
+--store) mkdir -p "$(dirname "$root$2")"; cat "$devfreq/min_freq" > "$root$2" ;;
+--restore) cat "$root$2" > "$devfreq/min_freq" ;;
+"") cat "$devfreq/max_freq" > "$devfreq/min_freq" ;;
+*) echo "fake jetson_clocks: unsupported arguments $*" >&2; exit 2 ;;
+esac
+"#;
+
+impl FakeHost {
+    /// Installs the fake `nvpmodel` (`/usr/sbin/nvpmodel`) and `jetson_clocks`
+    /// (`/usr/bin/jetson_clocks`) for `board`'s GPU devfreq directory.
+    pub fn install_power_tools(&self, board: Board) {
+        use std::os::unix::fs::PermissionsExt;
+        let (dev, devfreq, _, _) = board.sysfs();
+        self.write(
+            "/etc/fake-nvpmodel-devfreq",
+            format!("{dev}/devfreq/{devfreq}"),
+        );
+        for (path, script) in [
+            ("/usr/sbin/nvpmodel", FAKE_NVPMODEL),
+            ("/usr/bin/jetson_clocks", FAKE_JETSON_CLOCKS),
+        ] {
+            self.write(path, script);
+            std::fs::set_permissions(self.path(path), std::fs::Permissions::from_mode(0o755))
+                .unwrap();
+        }
+    }
+
+    /// Makes the fake `nvpmodel -m <id>` ask to confirm a reboot, as L4T's does for a change
+    /// that needs one.
+    pub fn require_reboot_for_power_mode(&self, id: u32) {
+        self.write("/etc/fake-nvpmodel-reboot", format!("{id}\n"));
+    }
+
+    /// The arguments of every call of the fake `nvpmodel`, one per line.
+    pub fn nvpmodel_calls(&self) -> Vec<String> {
+        self.read_calls("/fake-nvpmodel-calls")
+    }
+
+    /// The arguments of every call of the fake `jetson_clocks`, one per line.
+    pub fn jetson_clocks_calls(&self) -> Vec<String> {
+        self.read_calls("/fake-jetson-clocks-calls")
+    }
+
+    fn read_calls(&self, path: &str) -> Vec<String> {
+        std::fs::read_to_string(self.path(path))
+            .map(|t| t.lines().map(str::to_string).collect())
+            .unwrap_or_default()
+    }
+}
