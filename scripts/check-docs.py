@@ -80,6 +80,7 @@ EXTERNAL_COMMANDS = {
     "yocto-check-layer", "deviceQuery", "nvidia-cdi-hook", "tegrastats", "k3s-agent", "kas",
     "dcgm-exporter", "podman", "crictl", "nerdctl", "runc", "setup.sh", "buildx",
     "dpkg", "dpkg-deb", "apt", "lintian", "debootstrap", "sha256sum", "unshare", "trtexec",
+    "nvpmodel", "jetson_clocks",
 }
 # Words that only prefix the command that follows them.
 PREFIXES = {"sudo", "env", "exec", "time", "nohup"}

@@ -17,6 +17,7 @@
 /// The API client, shared with the DRA driver.
 pub use edgegpu_apiclient as api;
 pub mod kind;
+pub mod power_policy;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -41,7 +42,9 @@ use serde_json::{Map, Value};
 /// named --node-name, with the pod's service-account token. A value set by hand on
 /// edgegpu.io/gpu is left as it is.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "edgegpu-labeller", version = env!("EDGEGPU_LONG_VERSION"), max_term_width = 100)]
+#[command(name = "edgegpu-labeller", version = env!("EDGEGPU_LONG_VERSION"), max_term_width = 100,
+          after_help = "Commands:\n  power-policy  the companion that applies the power mode an operator \
+                        wants on a Jetson (docs/power.md); `edgegpu-labeller power-policy --help`")]
 pub struct Args {
     /// The Node to label and the API server (NODE_NAME, --api-server, --token-file,
     /// --ca-file).
@@ -320,6 +323,15 @@ async fn label_until_done(
 /// The program's entry point (`edgegpu-labeller`): parses `args` (argv\[0\] first), sets up
 /// logging and runs. The multi-call `edgegpu` binary calls it.
 pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
+    let args: Vec<OsString> = args.into_iter().collect();
+    // `edgegpu-labeller power-policy ...`: the power-mode companion, with its own flags.
+    if args.get(1).is_some_and(|a| a == "power-policy") {
+        let policy = power_policy::PowerPolicyArgs::parse_from(&args[1..]);
+        if let Err(e) = logging::init(policy.log_format) {
+            eprintln!("edgegpu-labeller power-policy: cannot set up logging: {e}");
+        }
+        return runtime::run_to_exit(power_policy::run(policy));
+    }
     let args = Args::parse_from(args);
     if let Err(e) = logging::init(args.log_format) {
         eprintln!("edgegpu-labeller: cannot set up logging: {e}");
@@ -336,6 +348,7 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Args::command().debug_assert();
+        power_policy::PowerPolicyArgs::command().debug_assert();
     }
 
     #[test]

@@ -499,3 +499,197 @@ async fn wait_keeps_running_until_sigterm() {
     assert!(status.success(), "{status}");
     assert!(t.elapsed() < Duration::from_secs(5));
 }
+
+// ---- power-policy: the companion that applies a wanted power mode ----------------------
+
+/// `edgegpu-labeller power-policy` on `root` against `api`, as a test runs it: no chroot
+/// (the fake root has no libc), a one-second recheck.
+fn power_policy(root: &Path, api: &FakeApiServer, args: &[&str]) -> std::process::Child {
+    let mut cmd = binary_command(bin());
+    cmd.arg("power-policy")
+        .arg("--root")
+        .arg(root)
+        .args(["--chroot=false", "--recheck-seconds=1"])
+        .arg("--api-server")
+        .arg(api.url())
+        .arg("--token-file")
+        .arg(api.token_file())
+        .arg("--ca-file")
+        .arg(api.ca_file())
+        .args(args)
+        .env("NODE_NAME", NODE)
+        .env("EDGEGPU_LOG", "info")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    cmd.spawn().expect("start the power policy")
+}
+
+/// Waits until `done` holds (30 s at most).
+async fn eventually(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The reasons of the Events posted so far, in order, each with its message.
+fn events(api: &FakeApiServer) -> Vec<(String, String)> {
+    api.events()
+        .iter()
+        .map(|e| {
+            assert_eq!(e["involvedObject"]["kind"], "Node");
+            assert_eq!(e["involvedObject"]["name"], NODE);
+            assert_eq!(e["metadata"]["namespace"], "default");
+            (
+                e["reason"].as_str().unwrap().to_string(),
+                e["message"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// A rule of the policy file selects the node; the host's nvpmodel sets MAXN, jetson_clocks
+/// pins the clocks, the labels follow, and nothing runs again while MAXN stays in force.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn power_policy_applies_the_rule_that_selects_the_node() {
+    let host = FakeHost::jetson(Board::Orin);
+    host.install_power_tools(Board::Orin);
+    let api = FakeApiServer::start(NODE, &[("fleet", "robots")]).await;
+    let rules = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        rules.path(),
+        r#"{"rules": [
+            {"nodeSelector": {"fleet": "cameras"}, "mode": "MODE_15W"},
+            {"nodeSelector": {"fleet": "robots"}, "mode": "maxn", "jetsonClocks": true}
+        ]}"#,
+    )
+    .unwrap();
+    let rules_flag = format!("--rules-file={}", rules.path().display());
+    let child = power_policy(host.root(), &api, &[&rules_flag]);
+    eventually("JetsonClocksPinned", || {
+        events(&api).iter().any(|(r, _)| r == "JetsonClocksPinned")
+    })
+    .await;
+    assert_eq!(
+        events(&api)[0],
+        (
+            "PowerModeApplied".to_string(),
+            "power mode MAXN (0) applied with nvpmodel, was MODE_30W (2) (asked by power \
+             policy rule 1)"
+                .to_string()
+        )
+    );
+    let labels = api.labels(NODE);
+    assert_eq!(labels["edgegpu.io/jetson.power-mode"], "MAXN");
+    assert_eq!(labels["edgegpu.io/jetson.power-mode.id"], "0");
+    assert_eq!(labels["edgegpu.io/jetson.gpu-clock-max-mhz"], "1300");
+    let devfreq = Board::Orin.devfreq_dir();
+    let read = |f: &str| std::fs::read_to_string(host.path(&format!("{devfreq}/{f}"))).unwrap();
+    assert_eq!(read("min_freq"), read("max_freq"), "pinned");
+    // Three more rechecks: MAXN stays, nothing runs again.
+    tokio::time::sleep(Duration::from_millis(3200)).await;
+    assert_eq!(host.nvpmodel_calls(), ["-m 0"]);
+    assert_eq!(host.jetson_clocks_calls().len(), 2, "store, then pin");
+    assert_eq!(events(&api).len(), 2);
+    assert!(sigterm_and_wait(child).await.success());
+}
+
+/// The Node's annotation wins over the rules. A mode the board lacks is an error naming its
+/// modes; a change L4T wants a reboot for is asked once, never confirmed, reported with the
+/// pending label, and (allowed) leaves the reboot sentinel for the operator's tooling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn power_policy_never_confirms_a_reboot() {
+    let host = FakeHost::jetson(Board::Orin);
+    host.install_power_tools(Board::Orin);
+    host.require_reboot_for_power_mode(1);
+    host.write("/proc/sys/kernel/random/boot_id", "boot-1\n");
+    let api = FakeApiServer::start(NODE, &[]).await;
+    api.annotate(NODE, "edgegpu.io/power-mode", Some("MODE_20W"));
+    let child = power_policy(host.root(), &api, &[]);
+    eventually("PowerModeRejected", || !events(&api).is_empty()).await;
+    assert_eq!(
+        events(&api)[0],
+        (
+            "PowerModeRejected".to_string(),
+            "this board has no power mode `MODE_20W`; its modes: MAXN (0), MODE_15W (1), \
+             MODE_30W (2), MODE_50W (3) (asked by the Node's annotation edgegpu.io/power-mode)"
+                .to_string()
+        )
+    );
+    assert!(host.nvpmodel_calls().is_empty());
+
+    api.annotate(NODE, "edgegpu.io/power-mode", Some("1"));
+    eventually("pending label", || {
+        api.labels(NODE).get("edgegpu.io/jetson.power-mode.pending") == Some(&"MODE_15W".into())
+    })
+    .await;
+    let (reason, message) = events(&api)[1].clone();
+    assert_eq!(reason, "PowerModeNeedsReboot");
+    assert!(
+        message.starts_with(
+            "power mode MODE_15W (1) needs a reboot (L4T asked to confirm one; edgegpu never \
+             answers or reboots); MODE_30W (2) stays in force; allow a reboot"
+        ),
+        "{message}"
+    );
+    // Asked once; the question was never answered; the board is as it was.
+    tokio::time::sleep(Duration::from_millis(2200)).await;
+    assert_eq!(host.nvpmodel_calls(), ["-m 1"]);
+    assert!(!host.path("/fake-nvpmodel-rebooted").exists());
+    assert!(!host.path("/run/reboot-required").exists());
+    assert_eq!(
+        std::fs::read_to_string(host.path("/var/lib/nvpmodel/status")).ok(),
+        None,
+        "nvpmodel recorded nothing"
+    );
+
+    // The operator allows a reboot outside edgegpu: the sentinel, once.
+    api.annotate(NODE, "edgegpu.io/power-mode-allow-reboot", Some("true"));
+    eventually("reboot sentinel", || {
+        host.path("/run/reboot-required").exists()
+    })
+    .await;
+    eventually("second NeedsReboot", || events(&api).len() == 3).await;
+    assert!(events(&api)[2]
+        .1
+        .contains("/run/reboot-required is there for the operator's reboot tooling"));
+    assert!(!host.path("/fake-nvpmodel-rebooted").exists());
+
+    // The annotation removed: nothing is wanted, the pending label goes.
+    api.annotate(NODE, "edgegpu.io/power-mode", None);
+    eventually("pending label removed", || {
+        !api.labels(NODE)
+            .contains_key("edgegpu.io/jetson.power-mode.pending")
+    })
+    .await;
+    assert!(sigterm_and_wait(child).await.success());
+}
+
+#[test]
+fn power_policy_refuses_a_bad_rules_file_naming_it() {
+    let rules = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        rules.path(),
+        "{\"rules\": [{\"mode\": \"MAXN\", \"clocks\": 1}]}",
+    )
+    .unwrap();
+    let out = binary_command(bin())
+        .args([
+            "power-policy",
+            "--node-name=node-1",
+            "--api-server=https://127.0.0.1:1",
+        ])
+        .arg(format!("--rules-file={}", rules.path().display()))
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("{}: line 1, column", rules.path().display()))
+            && err.contains("unknown field `clocks`"),
+        "{err}"
+    );
+}

@@ -8,6 +8,9 @@
 //!   supports: `spec.nodeName`, `spec.driver`, `metadata.name`), get, create (honouring
 //!   `metadata.generateName` as the API server's name generator does), update (`PUT`, 409 on
 //!   a stale `resourceVersion`), delete (with `uid`/`resourceVersion` preconditions);
+//! - Events: `POST /api/v1/namespaces/{ns}/events` (stored with a generated name, as the
+//!   API server does; [`FakeApiServer::events`]); Node annotations set by
+//!   [`FakeApiServer::annotate`] come back in `GET`;
 //! - ResourceClaims: get, in `v1`, `v1beta2` and `v1beta1` (claims are added by
 //!   [`FakeApiServer::add_claim`]; [`FakeApiServer::serve_resource_versions`] makes versions
 //!   unserved, as on an older cluster).
@@ -56,6 +59,8 @@ pub struct Recorded {
 struct State {
     nodes: BTreeMap<String, BTreeMap<String, String>>,
     node_uids: BTreeMap<String, String>,
+    annotations: BTreeMap<String, BTreeMap<String, String>>,
+    events: Vec<Value>,
     requests: Vec<Recorded>,
     fail_next: usize,
     forbidden: bool,
@@ -88,9 +93,13 @@ fn node_json(
     name: &str,
     uid: Option<&String>,
     labels: &BTreeMap<String, String>,
+    annotations: Option<&BTreeMap<String, String>>,
 ) -> Response<Full<Bytes>> {
-    let body = json!({"kind": "Node", "apiVersion": "v1",
-        "metadata": {"name": name, "uid": uid, "labels": labels}});
+    let mut metadata = json!({"name": name, "uid": uid, "labels": labels});
+    if let Some(a) = annotations.filter(|a| !a.is_empty()) {
+        metadata["annotations"] = json!(a);
+    }
+    let body = json!({"kind": "Node", "apiVersion": "v1", "metadata": metadata});
     Response::new(Full::new(Bytes::from(body.to_string())))
 }
 
@@ -144,6 +153,32 @@ async fn answer(state: Arc<Mutex<State>>, request: Request<Incoming>) -> Respons
         *r.status_mut() = code;
         return r;
     }
+    if let Some(namespace) = path
+        .strip_prefix("/api/v1/namespaces/")
+        .and_then(|rest| rest.strip_suffix("/events"))
+    {
+        if method != Method::POST {
+            return status(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
+        }
+        let Some(mut event) = body.filter(|b| b.get("involvedObject").is_some()) else {
+            return status(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "an Event needs involvedObject",
+            );
+        };
+        let n = s.events.len();
+        let prefix = event
+            .pointer("/metadata/generateName")
+            .and_then(Value::as_str)
+            .unwrap_or("event-")
+            .to_string();
+        event["metadata"]["name"] = json!(format!("{prefix}{n:05x}"));
+        event["metadata"]["namespace"] = json!(namespace);
+        s.events.push(event.clone());
+        let mut r = Response::new(Full::new(Bytes::from(event.to_string())));
+        *r.status_mut() = StatusCode::CREATED;
+        return r;
+    }
     let Some(name) = path.strip_prefix("/api/v1/nodes/") else {
         return status(
             StatusCode::NOT_FOUND,
@@ -158,7 +193,12 @@ async fn answer(state: Arc<Mutex<State>>, request: Request<Incoming>) -> Respons
         );
     };
     match method {
-        Method::GET => node_json(&name, s.node_uids.get(&name), &s.nodes[&name]),
+        Method::GET => node_json(
+            &name,
+            s.node_uids.get(&name),
+            &s.nodes[&name],
+            s.annotations.get(&name),
+        ),
         Method::PATCH => {
             if content_type.as_deref() != Some("application/merge-patch+json") {
                 return status(
@@ -198,7 +238,12 @@ async fn answer(state: Arc<Mutex<State>>, request: Request<Incoming>) -> Respons
                     }
                 }
             }
-            node_json(&name, s.node_uids.get(&name), &s.nodes[&name])
+            node_json(
+                &name,
+                s.node_uids.get(&name),
+                &s.nodes[&name],
+                s.annotations.get(&name),
+            )
         }
         _ => status(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
     }
@@ -308,6 +353,21 @@ impl FakeApiServer {
         s.nodes.entry(name.to_string()).or_default();
         s.node_uids
             .insert(name.to_string(), resources::uid_for(name));
+    }
+
+    /// Sets (or, with `None`, removes) annotation `key` of Node `name`.
+    pub fn annotate(&self, name: &str, key: &str, value: Option<&str>) {
+        let mut s = self.state.lock().unwrap();
+        let annotations = s.annotations.entry(name.to_string()).or_default();
+        match value {
+            Some(v) => annotations.insert(key.to_string(), v.to_string()),
+            None => annotations.remove(key),
+        };
+    }
+
+    /// Every Event created so far, as stored.
+    pub fn events(&self) -> Vec<Value> {
+        self.state.lock().unwrap().events.clone()
     }
 
     /// Node `name`'s `metadata.uid`.

@@ -8,6 +8,7 @@ pub mod follow;
 pub mod policy;
 pub mod thermal;
 pub mod throttle;
+pub mod wanted;
 
 use std::path::Path;
 

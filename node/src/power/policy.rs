@@ -3,8 +3,9 @@
 //!
 //! Never forced: `nvpmodel -m` asks on stdin to confirm a reboot when L4T says the change
 //! needs one. The tool runs with stdin on `/dev/null`, so no answer is ever given; the mode
-//! still in force is read back and the change is reported as waiting for a reboot that
-//! happens outside edgegpu.
+//! still in force is read back and the change is reported. Where the operator allows a
+//! reboot outside edgegpu, [`request_reboot`] leaves the reboot-required sentinel for their
+//! tooling (kured and the like), once: nothing here reboots.
 //!
 //! In a container the tools run chrooted into the host root (only the child: the process
 //! itself keeps its service-account files), so they find the host's configuration, libraries
@@ -315,6 +316,61 @@ pub async fn set_mode(tools: &HostTools, facts: &PowerFacts, target: &PowerMode)
     }
 }
 
+/// The file that tells the operator's reboot tooling a reboot is wanted (a host path; the
+/// convention kured and Ubuntu's update-notifier use, `/var/run` being a link to it).
+pub const REBOOT_SENTINEL: &str = "/run/reboot-required";
+/// What the policy asked a reboot for, and in which boot (a host path).
+pub const REBOOT_RECORD: &str = "/var/lib/edgegpu/power-mode-reboot";
+/// The kernel's id of the running boot (Linux `drivers/char/random.c`).
+pub const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
+
+/// What a reboot request came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RebootRequest {
+    /// Asked now: the sentinel is there for the operator's tooling.
+    Requested,
+    /// Asked already in this boot.
+    AlreadyRequested,
+    /// Asked in an earlier boot, and the reboot did not bring the mode: not asked again (a
+    /// reboot would not help, and asking each boot would reboot the node forever).
+    RebootDidNotApply,
+}
+
+/// Asks for a reboot for `target` where the operator allowed one outside edgegpu: records
+/// the mode and this boot's id, and creates the reboot sentinel. Nothing here reboots.
+pub fn request_reboot(root: &Path, target: &PowerMode) -> std::io::Result<RebootRequest> {
+    let under = |p: &str| root.join(p.trim_start_matches('/'));
+    let boot = std::fs::read_to_string(under(BOOT_ID))?.trim().to_string();
+    let record = std::fs::read_to_string(under(REBOOT_RECORD)).unwrap_or_default();
+    let field = |name: &str| {
+        record
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix(name).map(str::to_string))
+    };
+    if field("mode=") == Some(target.id.to_string()) {
+        return Ok(if field("boot=").as_deref() == Some(boot.as_str()) {
+            RebootRequest::AlreadyRequested
+        } else {
+            RebootRequest::RebootDidNotApply
+        });
+    }
+    std::fs::create_dir_all(under("/var/lib/edgegpu"))?;
+    let text = format!("mode={} boot={boot}\n", target.id);
+    edgegpu_host::fsops::atomic_write(&under(REBOOT_RECORD), text.as_bytes(), 0o644)?;
+    let sentinel = under(REBOOT_SENTINEL);
+    if let Some(dir) = sentinel.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    edgegpu_host::fsops::atomic_write(&sentinel, b"", 0o644)?;
+    Ok(RebootRequest::Requested)
+}
+
+/// Forgets a reboot request (the mode is in force, or no longer wanted). The sentinel is
+/// left: other software may want the reboot too, and it is gone after one.
+pub fn forget_reboot_request(root: &Path) {
+    let _ = std::fs::remove_file(root.join(REBOOT_RECORD.trim_start_matches('/')));
+}
+
 /// Pins the clocks with `jetson_clocks` (storing the clocks before, so that they can be
 /// restored) or, when `pin` is false and this policy pinned them, restores them. Returns
 /// whether anything ran; the GPU's devfreq says whether it took.
@@ -456,6 +512,31 @@ mod tests {
         assert!(!host.path("/fake-nvpmodel-rebooted").exists());
         let after = now.with_mode_read(host.root());
         assert_eq!(after.current.as_ref().map(|c| c.id), Some(0));
+
+        // Where a reboot is allowed: asked once per boot, never again after a reboot that
+        // did not bring the mode.
+        host.write(BOOT_ID, "boot-1\n");
+        assert_eq!(
+            request_reboot(host.root(), mode_15w).unwrap(),
+            RebootRequest::Requested
+        );
+        assert!(host.path(REBOOT_SENTINEL).exists());
+        assert_eq!(
+            request_reboot(host.root(), mode_15w).unwrap(),
+            RebootRequest::AlreadyRequested
+        );
+        host.write(BOOT_ID, "boot-2\n");
+        std::fs::remove_file(host.path(REBOOT_SENTINEL)).unwrap();
+        assert_eq!(
+            request_reboot(host.root(), mode_15w).unwrap(),
+            RebootRequest::RebootDidNotApply
+        );
+        assert!(!host.path(REBOOT_SENTINEL).exists());
+        forget_reboot_request(host.root());
+        assert_eq!(
+            request_reboot(host.root(), mode_15w).unwrap(),
+            RebootRequest::Requested
+        );
     }
 
     #[tokio::test]
