@@ -1340,6 +1340,97 @@ class InstallTable(unittest.TestCase):
                                 f"{kind} `{documented}` is not in docs/helm.md's table of what the chart installs")
 
 
+POWER_POLICY_ON = {"powerPolicy": {"enabled": True, "rules": [
+    {"nodeSelector": {"fleet": "robots"}, "mode": "MAXN", "jetsonClocks": True},
+    {"mode": 2, "allowReboot": True}]}}
+
+
+class PowerPolicy(unittest.TestCase):
+    """powerPolicy (docs/power.md, "Policy"): off by default; on, a privileged DaemonSet on
+    Jetson nodes with its rules as the program reads them, its RBAC and admission policy."""
+
+    def test_off_by_default_and_on(self):
+        self.assertNotIn("edgegpu-power-policy", of_kind(render({}), "DaemonSet"))
+        docs = Matrix.render_checked(self, POWER_POLICY_ON)
+        ds = of_kind(docs, "DaemonSet")["edgegpu-power-policy"]
+        spec = pod(ds)
+        self.assertEqual(spec["nodeSelector"], {"edgegpu.io/gpu": "jetson", "kubernetes.io/os": "linux"})
+        self.assertEqual(spec["containers"][0]["command"], ["/usr/bin/edgegpu-labeller", "power-policy"])
+        # The rules as the policy file the program reads: a mode written as a number is text.
+        rules = json.loads(of_kind(docs, "ConfigMap")["edgegpu-power-policy"]["data"]["rules.json"])
+        self.assertEqual(rules, {"rules": [
+            {"nodeSelector": {"fleet": "robots"}, "mode": "MAXN", "jetsonClocks": True},
+            {"mode": "2", "allowReboot": True}]})
+        self.assertEqual(of_kind(docs, "ClusterRole")["edgegpu-power-policy"]["rules"],
+                         [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
+                          {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}])
+        # A node selector of the operator's narrows the Jetson nodes, never widens them.
+        docs = render({"powerPolicy": {"enabled": True, "nodeSelector": {"edgegpu.io/gpu": "discrete", "a": "b"}}})
+        self.assertEqual(pod(of_kind(docs, "DaemonSet")["edgegpu-power-policy"])["nodeSelector"],
+                         {"a": "b", "edgegpu.io/gpu": "jetson", "kubernetes.io/os": "linux"})
+
+    def test_bad_rules_are_refused_by_the_schema(self):
+        for rules, message in (([{"mode": "MAXN; reboot"}], "does not match pattern"),
+                               ([{"nodeSelector": {"a": "b"}}], "missing property 'mode'"),
+                               ([{"mode": "MAXN", "clocks": True}], "additional properties 'clocks' not allowed")):
+            result = helm("template", str(CHART), values={"powerPolicy": {"enabled": True, "rules": rules}})
+            self.assertNotEqual(result.returncode, 0, rules)
+            self.assertIn(message, result.stderr, rules)
+
+    def test_policy_catches_what_the_power_policy_must_not_have(self):
+        docs = [d for d in render(POWER_POLICY_ON) if d["kind"] != "Job"]
+
+        def problems_with(change):
+            changed = copy.deepcopy(docs)
+            change(changed)
+            return check_policy.check_objects(REPO, changed, {}, "test", configmap_required=False)
+
+        self.assertEqual(problems_with(lambda d: None), [])
+        ds = lambda objects: next(o for o in objects if o["kind"] == "DaemonSet"  # noqa: E731
+                                  and o["metadata"]["name"] == "edgegpu-power-policy")
+        where = "DaemonSet edgegpu-power-policy"
+        self.assertIn(f"{where}: hostPID must not be set", problems_with(lambda d: pod(ds(d)).update(hostPID=True)))
+        self.assertIn(f"{where}: must run on Jetson nodes only (nodeSelector edgegpu.io/gpu=jetson)",
+                      problems_with(lambda d: pod(ds(d))["nodeSelector"].pop("edgegpu.io/gpu")))
+        problems = problems_with(lambda d: pod(ds(d))["containers"][0]["args"].append("--debug"))
+        self.assertIn(f"{where} container power-policy: argument --debug is not a flag of "
+                      "edgegpu-labeller power-policy (labeller/src)", problems)
+        problems = problems_with(lambda d: next(o for o in d if o["kind"] == "ClusterRole"
+                                                and o["metadata"]["name"] == "edgegpu-power-policy")
+                                 ["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}))
+        self.assertTrue(any(p.startswith("ClusterRole edgegpu-power-policy: grants") for p in problems), problems)
+
+    def test_admission_policy(self):
+        docs = render(POWER_POLICY_ON, release="r1", namespace="gpu",
+                      extra=("--api-versions", "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"))
+        policy = of_kind(docs, "ValidatingAdmissionPolicy")["r1-edgegpu-power-policy"]
+        for version in (OLDEST_DRA_KUBERNETES, NEWEST_KUBERNETES):
+            kubernetes_validate.validate(policy, version, strict=True)
+        self.assertNotIn("ValidatingAdmissionPolicy", {d["kind"] for d in render(POWER_POLICY_ON)})
+        me = "system:serviceaccount:gpu:r1-edgegpu-power-policy"
+        on_n1 = {"authentication.kubernetes.io/node-name": ["n1"]}
+
+        def node(name="n1", **labels):
+            return {"metadata": {"name": name, "labels": {"kubernetes.io/os": "linux", **labels}},
+                    "spec": {"podCIDR": "10.0.0.0/24"}}
+
+        before = node(**{"edgegpu.io/jetson.power-mode": "MODE_30W"})
+        after = node(**{"edgegpu.io/jetson.power-mode": "MAXN", "edgegpu.io/jetson.power-mode.pending": "MAXN"})
+        self.assertEqual(decide_write(policy, me, on_n1, "UPDATE", before, after), [])
+        self.assertEqual(decide_write(policy, me, on_n1, "UPDATE", after, before), [])
+        self.assertEqual(decide_write(policy, me, on_n1, "UPDATE", node("n2"), node("n2", **{
+            "edgegpu.io/jetson.power-mode": "MAXN"})),
+            ["the power policy may only change the Node its pod runs on"])
+        self.assertEqual(decide_write(policy, me, on_n1, "UPDATE", before, node(**{
+            "edgegpu.io/jetson.power-mode": "MODE_30W", "edgegpu.io/gpu": "jetson"})),
+            ["the power policy may only change the power-mode labels"])
+        tainted = node(**{"edgegpu.io/jetson.power-mode": "MODE_30W"})
+        tainted["spec"]["unschedulable"] = True
+        self.assertEqual(decide_write(policy, me, on_n1, "UPDATE", before, tainted),
+                         ["the power policy may not change a Node's spec"])
+        self.assertIsNone(decide_write(policy, "system:serviceaccount:gpu:other", on_n1, "UPDATE", before, after))
+
+
 class Dashboard(unittest.TestCase):
     """The Grafana dashboard queries only series that edgegpu or dcgm-exporter serve, with the
     labels they carry (docs/metrics.md lists every series)."""

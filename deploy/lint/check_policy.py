@@ -58,6 +58,13 @@ objects. This script checks what docs/deploy.md promises:
     driver DaemonSet (docs/dra.md, "The device plugin and the DRA driver on one node"); the
     plugins mount /run/edgegpu (their ownership locks) read-write.
 
+  * the power policy (Helm value powerPolicy.enabled, docs/power.md): its DaemonSet
+    (edgegpu-power-policy) runs `edgegpu-labeller power-policy` with flags it defines, on
+    Jetson nodes only (edgegpu.io/gpu=jetson), privileged as uid 0 with the host's / at /host
+    (type Directory: never created) and its ConfigMap's rules, the only DaemonSet besides the
+    labeller's with a token, outside the host's PID, network and IPC namespaces; its ClusterRole
+    grants exactly get and patch on nodes and create on events.
+
 Usage: check_policy.py REPO_ROOT. Prints one line per problem; exit status 1 if there is any.
 deploy/helm/check_chart.py runs the same rules on the Helm chart's rendered output
 (check_objects).
@@ -105,6 +112,12 @@ DRA_RULES = [
      "verbs": ["create", "delete", "list", "update"]},
     {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+]
+POWER_POLICY = "edgegpu-power-policy"
+POWER_POLICY_COMMAND = ["/usr/bin/edgegpu-labeller", "power-policy"]
+POWER_POLICY_RULES = [
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
 ]
 # Host paths every Linux node has: all the node-labeller DaemonSet (on every node) may mount.
 ALWAYS_PRESENT_HOST_PATHS = {"/sys"}
@@ -932,12 +945,63 @@ def check_node_labeller(ds, version, service_accounts):
                 problem(cwhere, f"host path {host_path['path']} must be mounted readOnly at /host{host_path['path']}")
 
 
+def check_power_policy(ds, version, accounts, repo):
+    """The power policy (Helm value powerPolicy.enabled): privileged on Jetson nodes only, with
+    the host's / and its rules, nothing else (docs/power.md, docs/security.md 6)."""
+    where = f"DaemonSet {ds['metadata']['name']}"
+    pod = ds["spec"]["template"]["spec"]
+    if (pod.get("nodeSelector") or {}).get("edgegpu.io/gpu") != "jetson":
+        problem(where, "must run on Jetson nodes only (nodeSelector edgegpu.io/gpu=jetson)")
+    if pod.get("automountServiceAccountToken") is not False:
+        problem(where, "automountServiceAccountToken must be false (the token is a projected volume)")
+    if pod.get("serviceAccountName") not in accounts:
+        problem(where, f"serviceAccountName {pod.get('serviceAccountName')!r} is bound to no ClusterRole")
+    for host_ns in ("hostNetwork", "hostPID", "hostIPC"):
+        if pod.get(host_ns):
+            problem(where, f"{host_ns} must not be set")
+    if pod.get("initContainers"):
+        problem(where, "has no init containers")
+    check_volumes_used(where, pod)
+    if [c["name"] for c in pod["containers"]] != ["power-policy"]:
+        problem(where, "must have exactly one container, power-policy")
+        return
+    container = pod["containers"][0]
+    cwhere = f"{where} container power-policy"
+    if not container.get("image", "").endswith(f":{version}"):
+        problem(cwhere, f"image {container.get('image')} is not tagged with the workspace version {version}")
+    if container.get("command") != POWER_POLICY_COMMAND:
+        problem(cwhere, f"command must be {POWER_POLICY_COMMAND}")
+    if "--root=/host" not in (container.get("args") or []):
+        problem(cwhere, "must run with --root=/host (it chroots nvpmodel into the host's /)")
+    if container.get("ports"):
+        problem(cwhere, "serves nothing: no ports")
+    context = {**(pod.get("securityContext") or {}), **(container.get("securityContext") or {})}
+    if context.get("privileged") is not True or context.get("runAsUser") != 0:
+        problem(cwhere, "must be privileged as uid 0 (nvpmodel writes the host's clock and hotplug files)")
+    check_cli_alignment(cwhere, container, labeller_cli(repo), "edgegpu-labeller power-policy (labeller/src)")
+    volumes = {v["name"]: v for v in pod.get("volumes") or []}
+    host_mounts = {}
+    for mount in container.get("volumeMounts") or []:
+        volume = volumes.get(mount["name"], {})
+        if "hostPath" in volume:
+            host_mounts[volume["hostPath"]["path"]] = (mount["mountPath"], volume["hostPath"].get("type"))
+        elif not (is_token_volume(volume) or "configMap" in volume):
+            problem(cwhere, f"mount {mount['mountPath']}: only the host's /, its token and its rules")
+    if host_mounts != {"/": ("/host", "Directory")}:
+        problem(cwhere, f"host mounts {host_mounts}: exactly the host's / at /host (type Directory)")
+
+
 def check_rbac(objects):
     """The labeller's ClusterRole: get and patch on nodes, nothing more; bound to its account.
     Returns the ServiceAccounts (namespace/name) it is bound to."""
     roles = {d["metadata"]["name"]: d for d in objects if d.get("kind") == "ClusterRole"}
     accounts = set()
     for role in roles.values():
+        if role["metadata"].get("labels", {}).get("app.kubernetes.io/name") == POWER_POLICY:
+            rules = [{**r, "verbs": sorted(r.get("verbs") or [])} for r in role.get("rules") or []]
+            if rules != POWER_POLICY_RULES:
+                problem(f"ClusterRole {role['metadata']['name']}", f"grants {role.get('rules')}: only {POWER_POLICY_RULES}")
+            continue
         if role["metadata"].get("labels", {}).get("app.kubernetes.io/name") == DRA_DRIVER:
             rules = [{**r, "verbs": sorted(r.get("verbs") or [])} for r in role.get("rules") or []]
             if rules != DRA_RULES:
@@ -1010,11 +1074,14 @@ def check_objects(repo, objects, configmaps, where, namespace="kube-system", con
                   if d["metadata"].get("labels", {}).get("app.kubernetes.io/name") == MPS_COMPANION]
     drivers = {d["metadata"]["name"]: d for d in all_daemonsets
                if d["metadata"].get("labels", {}).get("app.kubernetes.io/name") == DRA_DRIVER}
+    power_policies = [d for d in all_daemonsets
+                      if d["metadata"].get("labels", {}).get("app.kubernetes.io/name") == POWER_POLICY]
     for ds in all_daemonsets:
         if ds["metadata"]["name"] not in plugins and ds["metadata"]["name"] not in drivers \
-                and not any(ds in s for s in (node_setup, labellers, companions)):
+                and not any(ds in s for s in (node_setup, labellers, companions, power_policies)):
             problem(f"DaemonSet {ds['metadata']['name']}",
-                    "is neither the device plugin, the DRA driver, node setup, the labeller nor the MPS companion")
+                    "is neither the device plugin, the DRA driver, node setup, the labeller, the MPS companion "
+                    "nor the power policy")
     if not plugins and not node_setup and not drivers:
         problem(where, "no DaemonSet")
     cli = plugin_cli(repo)
@@ -1040,6 +1107,8 @@ def check_objects(repo, objects, configmaps, where, namespace="kube-system", con
         check_node_setup(ds, version, {**plugins, **drivers}, documented_labels)
     for ds in companions:
         check_mps_control_daemon(ds, version, plugins, cli, documented_labels)
+    for ds in power_policies:
+        check_power_policy(ds, version, accounts, repo)
     with_mps = sorted(n for n, ds in plugins.items()
                       if "MPS_ROOT" in env_map(ds["spec"]["template"]["spec"]["containers"][0]))
     if with_mps and not companions:

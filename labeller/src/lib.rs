@@ -117,13 +117,13 @@ pub struct Wanted {
 }
 
 impl Wanted {
-    /// Sets the power-mode keys to what `power` publishes (a mode change while `--wait`
-    /// runs).
+    /// Sets the power-mode keys this run manages to what `power` publishes (a mode change
+    /// while `--wait` runs); keys it leaves alone (the mode, where nvpmodel's files are not
+    /// readable) stay so.
     fn set_power(&mut self, power: &Published) {
         for (key, value) in labels::power_values(power) {
-            match self.values.iter_mut().find(|(k, _)| k == key) {
-                Some((_, v)) => *v = value,
-                None => self.values.push((key.to_string(), value)),
+            if let Some((_, v)) = self.values.iter_mut().find(|(k, _)| k == key) {
+                *v = value;
             }
         }
     }
@@ -149,8 +149,15 @@ fn wanted(args: &Args) -> anyhow::Result<(Wanted, Option<PowerFacts>)> {
         .jetson
         .map(|j| j.power)
         .filter(PowerFacts::followable);
+    // Where neither nvpmodel's configuration nor its record is readable (a pod without those
+    // host files), the mode is unknown here, not absent: its keys are left to whoever can
+    // read them (the power policy, a labeller on the host) rather than removed.
+    let mode_unknown = power
+        .as_ref()
+        .is_some_and(|p| p.modes.is_none() && p.current.is_none());
     let mut values: Vec<(String, Option<String>)> = KEYS
         .iter()
+        .filter(|key| !(mode_unknown && [labels::POWER_MODE, labels::POWER_MODE_ID].contains(key)))
         .map(|key| (key.to_string(), computed.get(key).map(str::to_string)))
         .collect();
     values.extend(

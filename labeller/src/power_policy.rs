@@ -101,6 +101,15 @@ impl PowerPolicyArgs {
     }
 }
 
+/// What a recheck says of the pending label.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Pending {
+    /// As it is (nothing was tried this time).
+    Keep,
+    /// Set to the mode that waits for a reboot, or removed.
+    Set(Option<String>),
+}
+
 /// What the last attempt was about and how it ended: not repeated while both hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Attempt {
@@ -167,7 +176,9 @@ pub async fn run(args: PowerPolicyArgs) -> anyhow::Result<()> {
 }
 
 impl Policy {
-    /// One look: what is wanted, what is in force, and what to do about it.
+    /// One look: what is wanted, what is in force, what to do about it; then the Node's
+    /// power-mode labels as the host has them now (this companion reads the host's files,
+    /// which the plugin's pods may not see: docs/power.md).
     async fn recheck(&mut self) -> anyhow::Result<()> {
         self.reload_rules();
         let node = self
@@ -182,11 +193,26 @@ impl Policy {
             .unwrap_or_default()
             .to_string();
         let facts = self.read_facts();
-        let wanted = match wanted::wanted(&self.rules, &labels, &annotations) {
+        let pending = self.decide(&uid, &labels, &annotations, &facts).await;
+        let now = self.read_facts();
+        self.publish(&labels, &now, pending).await
+    }
+
+    /// Applies what is wanted where it is not in force; returns what the pending label
+    /// should say.
+    async fn decide(
+        &mut self,
+        uid: &str,
+        labels: &BTreeMap<String, String>,
+        annotations: &BTreeMap<String, String>,
+        facts: &PowerFacts,
+    ) -> Pending {
+        let keep = Pending::Keep;
+        let wanted = match wanted::wanted(&self.rules, labels, annotations) {
             Ok(Some(w)) => w,
             Ok(None) => {
                 policy::forget_reboot_request(&self.tools.root);
-                return self.set_pending(&labels, None).await;
+                return Pending::Set(None);
             }
             Err(e) => {
                 // Only the annotation can be malformed here (rules were checked on load);
@@ -195,11 +221,10 @@ impl Policy {
                 if self.rejected != value {
                     let text = format!("{}: {e}", wanted::MODE_ANNOTATION);
                     tracing::warn!("{text}");
-                    self.event(&uid, "Warning", "PowerModeRejected", &text)
-                        .await;
+                    self.event(uid, "Warning", "PowerModeRejected", &text).await;
                     self.rejected = value;
                 }
-                return Ok(());
+                return keep;
             }
         };
         self.rejected = None;
@@ -208,22 +233,20 @@ impl Policy {
             in_force: facts.current.as_ref().map(|c| c.id),
         };
         if self.settled.as_ref() == Some(&attempt) {
-            return Ok(());
+            return keep;
         }
-        let target = match policy::resolve(&facts, &wanted.mode) {
+        let target = match policy::resolve(facts, &wanted.mode) {
             Ok(mode) => mode.clone(),
             Err(e) => {
                 let text = format!("{e} (asked by {})", wanted.source);
-                self.event(&uid, "Warning", "PowerModeRejected", &text)
-                    .await;
+                self.event(uid, "Warning", "PowerModeRejected", &text).await;
                 self.settled = Some(attempt);
-                return Ok(());
+                return Pending::Set(None);
             }
         };
-        match policy::set_mode(&self.tools, &facts, &target).await {
+        match policy::set_mode(&self.tools, facts, &target).await {
             Outcome::InForce => {
                 policy::forget_reboot_request(&self.tools.root);
-                self.set_pending(&labels, None).await?;
             }
             Outcome::Applied => {
                 let before = describe(facts.current_mode());
@@ -232,9 +255,8 @@ impl Policy {
                     target.name, target.id, wanted.source
                 );
                 tracing::info!("{text}");
-                self.event(&uid, "Normal", "PowerModeApplied", &text).await;
+                self.event(uid, "Normal", "PowerModeApplied", &text).await;
                 policy::forget_reboot_request(&self.tools.root);
-                self.publish(&labels).await?;
             }
             Outcome::NeedsReboot { output } => {
                 let in_force = describe(facts.current_mode());
@@ -272,11 +294,10 @@ impl Policy {
                     )
                 };
                 tracing::warn!(nvpmodel = %output.trim(), "{text}");
-                self.event(&uid, "Warning", "PowerModeNeedsReboot", &text)
+                self.event(uid, "Warning", "PowerModeNeedsReboot", &text)
                     .await;
-                self.set_pending(&labels, Some(&target.name)).await?;
                 self.settled = Some(attempt);
-                return Ok(());
+                return Pending::Set(Some(target.name));
             }
             Outcome::Refused { code, output } => {
                 let text = format!(
@@ -290,9 +311,9 @@ impl Policy {
                     wanted.source
                 );
                 tracing::warn!("{text}");
-                self.event(&uid, "Warning", "PowerModeRefused", &text).await;
+                self.event(uid, "Warning", "PowerModeRefused", &text).await;
                 self.settled = Some(attempt);
-                return Ok(());
+                return Pending::Set(None);
             }
             Outcome::Failed(e) => {
                 let text = format!(
@@ -300,9 +321,9 @@ impl Policy {
                     target.name, target.id, wanted.source
                 );
                 tracing::warn!("{text}");
-                self.event(&uid, "Warning", "PowerModeFailed", &text).await;
+                self.event(uid, "Warning", "PowerModeFailed", &text).await;
                 self.settled = Some(attempt);
-                return Ok(());
+                return Pending::Set(None);
             }
         }
         self.settled = None;
@@ -323,18 +344,18 @@ impl Policy {
                     };
                     let text = format!("{what} (asked by {})", wanted.source);
                     tracing::info!("{text}");
-                    self.event(&uid, "Normal", reason, &text).await;
+                    self.event(uid, "Normal", reason, &text).await;
                 }
                 Ok(false) => {}
                 Err(e) => {
                     let text = format!("jetson_clocks: {e} (asked by {})", wanted.source);
-                    self.event(&uid, "Warning", "JetsonClocksFailed", &text)
+                    self.event(uid, "Warning", "JetsonClocksFailed", &text)
                         .await;
                     self.settled = Some(attempt);
                 }
             }
         }
-        Ok(())
+        Pending::Set(None)
     }
 
     /// The mode and clocks now. A few small files: read on the runtime thread.
@@ -357,35 +378,25 @@ impl Policy {
         }
     }
 
-    /// Sets the power-mode labels of the mode in force and removes the pending label.
-    async fn publish(&self, labels: &BTreeMap<String, String>) -> anyhow::Result<()> {
-        let facts = PowerFacts::read_mode(&self.tools.root, self.devfreq.as_deref());
+    /// Patches what differs of the power-mode labels of the mode in force (`facts`) and of
+    /// the pending label.
+    async fn publish(
+        &self,
+        labels: &BTreeMap<String, String>,
+        facts: &PowerFacts,
+        pending: Pending,
+    ) -> anyhow::Result<()> {
+        let mut wanted: Vec<(&str, Option<String>)> =
+            labels::power_values(&facts.published()).to_vec();
+        if let Pending::Set(value) = pending {
+            wanted.push((PENDING_LABEL, value));
+        }
         let mut patch = Map::new();
-        for (key, value) in labels::power_values(&facts.published()) {
+        for (key, value) in wanted {
             if labels.get(key) != value.as_ref() {
                 patch.insert(key.to_string(), value.map_or(Value::Null, Value::String));
             }
         }
-        if labels.contains_key(PENDING_LABEL) {
-            patch.insert(PENDING_LABEL.to_string(), Value::Null);
-        }
-        self.patch(patch).await
-    }
-
-    /// Sets (`Some`) or removes the pending label, where it differs.
-    async fn set_pending(
-        &self,
-        labels: &BTreeMap<String, String>,
-        mode: Option<&str>,
-    ) -> anyhow::Result<()> {
-        if labels.get(PENDING_LABEL).map(String::as_str) == mode {
-            return Ok(());
-        }
-        let mut patch = Map::new();
-        patch.insert(
-            PENDING_LABEL.to_string(),
-            mode.map_or(Value::Null, |m| Value::String(m.to_string())),
-        );
         self.patch(patch).await
     }
 

@@ -225,6 +225,40 @@ async fn full_labels_replace_stale_ones_and_are_idempotent() {
     assert_eq!(api.requests().len(), before + 1);
 }
 
+/// In a pod that cannot read nvpmodel's files the mode is unknown, not absent: the mode keys
+/// another writer put there (the power policy, which reads the host) stay; the GPU's ceiling,
+/// from sysfs, is still this run's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_power_mode_leaves_the_mode_labels_alone() {
+    let host = FakeHost::jetson(Board::Orin);
+    std::fs::remove_file(host.path("/etc/nvpmodel.conf")).unwrap();
+    let api = FakeApiServer::start(
+        NODE,
+        &[
+            ("edgegpu.io/jetson.power-mode", "MAXN"),
+            ("edgegpu.io/jetson.power-mode.id", "0"),
+        ],
+    )
+    .await;
+    let out = run(labeller(host.root(), &api, &["--discovery=tegra"])).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    // The labels follow at the end of that recheck.
+    eventually("MAXN labels", || {
+        api.labels(NODE).get("edgegpu.io/jetson.power-mode") == Some(&"MAXN".into())
+    })
+    .await;
+    let labels = api.labels(NODE);
+    assert_eq!(labels["edgegpu.io/jetson.power-mode.id"], "0");
+    assert_eq!(labels["edgegpu.io/jetson.gpu-clock-max-mhz"], "624");
+    assert_eq!(labels["edgegpu.io/jetson.soc"], "T234");
+
+    // With the files, the mode is this run's again.
+    let host = FakeHost::jetson(Board::Orin);
+    let out = run(labeller(host.root(), &api, &["--discovery=tegra"])).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(api.labels(NODE)["edgegpu.io/jetson.power-mode"], "MODE_30W");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jetpack_7_orin_with_its_nvml() {
     let host = FakeHost::jetson_with_nvml(Board::OrinR39);
@@ -619,6 +653,11 @@ async fn power_policy_never_confirms_a_reboot() {
         )
     );
     assert!(host.nvpmodel_calls().is_empty());
+    // Whatever is wanted, the Node's power-mode labels are the host's.
+    eventually("power-mode labels", || {
+        api.labels(NODE).get("edgegpu.io/jetson.power-mode") == Some(&"MODE_30W".into())
+    })
+    .await;
 
     api.annotate(NODE, "edgegpu.io/power-mode", Some("1"));
     eventually("pending label", || {

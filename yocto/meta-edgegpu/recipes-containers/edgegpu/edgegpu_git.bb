@@ -30,7 +30,7 @@ SRC_URI = "git://github.com/edgegpu/edgegpu.git;protocol=https;branch=main;dests
            file://edgegpu-cdi-refresh.path \
            file://edgegpu-cdi.default \
            "
-SRCREV = "5342293441967908080e6f87ef13b91fbb66a5bd"
+SRCREV = "ad59ad0fea4ccc165c002423a4daaa82d862f2c0"
 
 # scarthgap unpacks into WORKDIR; styhead and later into UNPACKDIR (and wrynose forbids S
 # outside it). Do not assign UNPACKDIR itself: a weak default here would win over
