@@ -325,6 +325,19 @@ impl FakeApiServer {
         fixture("ca.crt")
     }
 
+    /// The flags a program under test reaches this fake with: `--api-server`, `--token-file`,
+    /// `--ca-file`.
+    pub fn client_args(&self) -> Vec<std::ffi::OsString> {
+        vec![
+            "--api-server".into(),
+            self.url().into(),
+            "--token-file".into(),
+            self.token_file().into(),
+            "--ca-file".into(),
+            self.ca_file().into(),
+        ]
+    }
+
     /// A node's labels now.
     pub fn labels(&self, node: &str) -> BTreeMap<String, String> {
         self.state.lock().unwrap().nodes[node].clone()

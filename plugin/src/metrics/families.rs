@@ -12,7 +12,7 @@ use edgegpu_node::gpu::health::HealthCounts;
 use edgegpu_node::gpu::sensors::{Reading, Readings};
 use edgegpu_node::gpu::Platform;
 
-use super::exposition::{Exposition, Kind};
+use super::exposition::{Exposition, Family, Kind};
 use super::served::{Entity, Holder, Served};
 
 /// The identifying labels of a scrape's series in dcgm-exporter's order: gpu, UUID, device,
@@ -172,19 +172,30 @@ pub(super) fn dcgm_fields(
         for (n, reading) in entity_readings.iter().enumerate() {
             let Some(value) = get(reading) else { continue };
             let base = labels.entity(n);
-            if holders[n].is_empty() {
-                family.sample(&base, value);
-            }
-            for h in &holders[n] {
-                let mut labels = base.clone();
-                labels.extend([
-                    ("pod", h.pod.as_str()),
-                    ("namespace", h.namespace.as_str()),
-                    ("container", h.container.as_str()),
-                ]);
-                family.sample(&labels, value);
-            }
+            per_holder(&mut family, &base, &holders[n], value);
         }
+    }
+}
+
+/// One sample per container holding the GPU (its `pod`, `namespace`, `container` added to
+/// `base`), or one without them where none does: how dcgm-exporter attributes a GPU's series.
+pub(super) fn per_holder(
+    family: &mut Family<'_>,
+    base: &[(&str, &str)],
+    holders: &[Holder],
+    value: f64,
+) {
+    if holders.is_empty() {
+        family.sample(base, value);
+    }
+    for h in holders {
+        let mut labels = base.to_vec();
+        labels.extend([
+            ("pod", h.pod.as_str()),
+            ("namespace", h.namespace.as_str()),
+            ("container", h.container.as_str()),
+        ]);
+        family.sample(&labels, value);
     }
 }
 

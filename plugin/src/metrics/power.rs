@@ -9,7 +9,7 @@ use edgegpu_node::power::throttle::{Reason, ThrottleSeconds};
 use edgegpu_node::power::{Ceiling, PowerFacts, ThermalZone};
 
 use super::exposition::{Exposition, Kind};
-use super::families::SeriesLabels;
+use super::families::{per_holder, SeriesLabels};
 use super::served::Holder;
 
 /// What a scrape reads the power series from.
@@ -134,18 +134,7 @@ pub(super) fn render(
             let value = seconds.seconds(reason);
             let mut base = gpu.clone();
             base.push(("reason", reason.as_str()));
-            if holders[0].is_empty() {
-                family.sample(&base, value);
-            }
-            for h in &holders[0] {
-                let mut labels = base.clone();
-                labels.extend([
-                    ("pod", h.pod.as_str()),
-                    ("namespace", h.namespace.as_str()),
-                    ("container", h.container.as_str()),
-                ]);
-                family.sample(&labels, value);
-            }
+            per_holder(&mut family, &base, &holders[0], value);
         }
     }
 }

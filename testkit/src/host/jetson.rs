@@ -182,29 +182,26 @@ impl FakeHost {
 
     /// Sets the temperature of the thermal zone of type `kind` (millidegrees C).
     pub fn set_thermal_zone(&self, kind: &str, millidegrees: i64) {
+        let zone = self.thermal_zone_dir(kind);
+        self.write(&format!("{zone}/temp"), format!("{millidegrees}\n"));
+    }
+
+    /// The sysfs directory (host path) of the board's thermal zone of type `kind`.
+    fn thermal_zone_dir(&self, kind: &str) -> String {
         let board = self.board.expect("a Jetson root");
         let n = board
             .thermal_zones()
             .iter()
             .position(|(k, _)| *k == kind)
             .unwrap_or_else(|| panic!("{board:?} has no thermal zone {kind}"));
-        self.write(
-            &format!("/sys/devices/virtual/thermal/thermal_zone{n}/temp"),
-            format!("{millidegrees}\n"),
-        );
+        format!("/sys/devices/virtual/thermal/thermal_zone{n}")
     }
 
     /// Gives the thermal zone of type `kind` trip point `m` (`passive`, `active`, `hot`,
     /// `critical`) at `millidegrees`, as the kernel lists them (`trip_point_<m>_type`,
     /// `trip_point_<m>_temp`).
     pub fn set_thermal_trip(&self, kind: &str, m: u32, trip: &str, millidegrees: i64) {
-        let board = self.board.expect("a Jetson root");
-        let n = board
-            .thermal_zones()
-            .iter()
-            .position(|(k, _)| *k == kind)
-            .unwrap_or_else(|| panic!("{board:?} has no thermal zone {kind}"));
-        let zone = format!("/sys/devices/virtual/thermal/thermal_zone{n}");
+        let zone = self.thermal_zone_dir(kind);
         self.write(&format!("{zone}/trip_point_{m}_type"), format!("{trip}\n"));
         self.write(
             &format!("{zone}/trip_point_{m}_temp"),
