@@ -1024,6 +1024,55 @@ fn a_nested_mapping_under_a_key_node_setup_does_not_read_is_ignored() {
     );
 }
 
+/// The cgroup driver pods use now is the default runtime's whatever its type: a default of
+/// another type that names `SystemdCgroup` gives its driver to the nvidia runtime, over
+/// runc's, or alone where there is no runc to copy (the kubelet's driver does not change with
+/// the runtime).
+#[test]
+fn the_cgroup_driver_comes_from_the_default_whatever_its_type() {
+    let cri = "[plugins.\"io.containerd.grpc.v1.cri\".containerd";
+    let gvisor = format!(
+        "{cri}.runtimes.gvisor]\n  runtime_type = \"io.containerd.runsc.v1\"\n{cri}.runtimes.gvisor.options]\n  SystemdCgroup = true\n  TypeUrl = \"io.containerd.runsc.v1.options\"\n"
+    );
+    let nvidia_options = |config: &str| -> String {
+        let host = NodeHost::new();
+        host.executable("/usr/bin/containerd", "")
+            .nvidia_runtime()
+            .write("/etc/containerd/config.toml", config);
+        ok(&host, &["apply"]);
+        let new = host.read("/etc/containerd/config.toml");
+        new.split("runtimes.nvidia.options]")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{new}"))
+            .split("\n[")
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    // Over runc's (which says cgroupfs).
+    let table = nvidia_options(&format!(
+        "version = 2\n{cri}]\n  default_runtime_name = \"gvisor\"\n{gvisor}{cri}.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n{cri}.runtimes.runc.options]\n  SystemdCgroup = false\n  NoPivotRoot = true\n"
+    ));
+    assert!(
+        table.contains("SystemdCgroup = true"),
+        "the default's driver:\n{table}"
+    );
+    assert!(
+        table.contains("NoPivotRoot = true"),
+        "the rest from runc:\n{table}"
+    );
+    assert!(
+        !table.contains("TypeUrl"),
+        "nothing else from gVisor:\n{table}"
+    );
+    // No runc table at all: the driver alone.
+    let table = nvidia_options(&format!(
+        "version = 2\n{cri}]\n  default_runtime_name = \"gvisor\"\n{gvisor}"
+    ));
+    assert!(table.contains("SystemdCgroup = true"), "{table}");
+    assert!(!table.contains("TypeUrl"), "{table}");
+}
+
 #[test]
 fn the_nvidia_runtime_copies_runc_when_the_default_is_not_runc_type() {
     let host = NodeHost::new();

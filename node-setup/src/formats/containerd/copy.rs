@@ -21,7 +21,9 @@
 //!   which containerd applies to that shim only), `RuntimeRoot` (or `runtime_root`) as
 //!   `Root`, `CriuPath`; `Runtime` / `runtime_engine` name the binary, which is ours.
 //! * any other type (kata, gVisor, ...): its options mean nothing to runc; the next
-//!   candidate is copied instead.
+//!   candidate is copied instead. Its `SystemdCgroup`, where it has one, still says which
+//!   cgroup driver the pods use now (the kubelet's does not change with the runtime), so
+//!   that one is carried, over the candidate's, or alone where there is no candidate.
 
 use toml_edit::Value;
 
@@ -37,9 +39,10 @@ const LINUX_V1: &str = "io.containerd.runtime.v1.linux";
 pub struct RuntimeCopy {
     /// The runtime copied.
     pub from: String,
-    /// It is the default runtime (not runc or crun standing in for an NVIDIA or a
-    /// non-runc default): pods use it now, and the new runtime must keep its
-    /// `SystemdCgroup` even where an existing entry of the new runtime says otherwise.
+    /// The cgroup driver copied is the default runtime's (it is the default runtime, or a
+    /// stand-in for a default of another type that names its `SystemdCgroup`): pods use it
+    /// now, and the new runtime must keep it even where an existing entry of the new
+    /// runtime says otherwise.
     pub is_default: bool,
     /// Keys of the runtime table (not `runtime_type` or `options`).
     pub top: Vec<(String, Value)>,
@@ -78,12 +81,29 @@ pub fn runtime_copy<A: Clone>(
     // containerd's own default is runc.
     let actual = default.unwrap_or("runc");
     let preferred = Some(actual).filter(|d| !d.starts_with("nvidia"));
-    let (name, runtime) = preferred
+    // The cgroup driver of the pods so far: the default runtime's, whatever its type.
+    let default_driver: Option<Value> = preferred
+        .filter(|d| *d != new_runtime)
+        .and_then(|d| runtimes.get(d))
+        .and_then(|r| r.get("options"))
+        .and_then(|o| o.get("SystemdCgroup"))
+        .and_then(Node::value)
+        .cloned();
+    let found = preferred
         .into_iter()
         .chain(["runc", "crun"])
         .filter(|n| *n != new_runtime)
         .filter_map(|n| runtimes.get(n).filter(|r| r.is_table()).map(|r| (n, r)))
-        .find(|(_, r)| !matches!(shape(r), Shape::Other))?;
+        .find(|(_, r)| !matches!(shape(r), Shape::Other));
+    let Some((name, runtime)) = found else {
+        // No runc-like runtime to copy, but a default with a cgroup driver: that alone.
+        return default_driver.map(|driver| RuntimeCopy {
+            from: actual.to_string(),
+            is_default: true,
+            top: Vec::new(),
+            options: vec![("SystemdCgroup".to_string(), driver)],
+        });
+    };
     let values = |node: Option<&Node<A>>| -> Vec<(String, Value)> {
         node.map(|n| {
             n.entries()
@@ -127,12 +147,19 @@ pub fn runtime_copy<A: Clone>(
         }
         Shape::Other => unreachable!("filtered above"),
     };
-    Some(RuntimeCopy {
+    let mut copy = RuntimeCopy {
         from: name.to_string(),
         is_default: name == actual,
         top,
         options,
-    })
+    };
+    if let (false, Some(driver)) = (copy.is_default, default_driver) {
+        // A stand-in for a default of another type: the pods' cgroup driver is the default's.
+        copy.options.retain(|(k, _)| k != "SystemdCgroup");
+        copy.options.push(("SystemdCgroup".to_string(), driver));
+        copy.is_default = true;
+    }
+    Some(copy)
 }
 
 /// [`runtime_copy`] for one CRI plugin table: its `containerd.default_runtime_name`,
