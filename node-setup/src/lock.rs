@@ -79,7 +79,9 @@ impl RunLock {
             match std::fs::metadata(&path) {
                 Ok(now) if now.dev() == ours.dev() && now.ino() == ours.ino() => {
                     // Nothing is written into the file: a run that changes nothing
-                    // (a refused revert) leaves every file as it was.
+                    // (a refused revert) leaves every file as it was, but for what a
+                    // killed run left half-written in node-setup's own state folder.
+                    clean_own_state(host);
                     return Ok(RunLock {
                         file,
                         path,
@@ -115,5 +117,32 @@ impl RunLock {
         fsops::remove_if_exists(&self.path)
             .map(drop)
             .map_err(|e| SetupError::io(format!("removing {}", self.path.display()), e))
+    }
+}
+
+/// Removes the temporary files a killed run left in node-setup's own state folder (the
+/// manifest's and the backups'), holding the lock, so no other run is writing them. Best
+/// effort: what cannot be removed is logged and left for the next run.
+fn clean_own_state(host: &HostRoot) {
+    for dir in [state::STATE_DIR, state::BACKUP_DIR] {
+        let removed = match fsops::remove_stale_temps(&host.path(dir)) {
+            Ok(removed) => removed,
+            Err(e) => {
+                tracing::warn!(dir, error = %e, "could not look for temporary files");
+                continue;
+            }
+        };
+        for f in removed {
+            let pid = f
+                .file_name()
+                .and_then(|n| fsops::temp_file_pid(&n.to_string_lossy()))
+                .unwrap_or_default();
+            let shown = f
+                .strip_prefix(host.root())
+                .map_or_else(|_| f.display().to_string(), |p| format!("/{}", p.display()));
+            tracing::warn!(
+                "removed {shown}: a temporary file an interrupted edgegpu-node-setup run (pid {pid}) left"
+            );
+        }
     }
 }

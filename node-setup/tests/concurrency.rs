@@ -433,3 +433,35 @@ fn after_sigkill_at_any_write_every_file_is_old_or_new() {
         assert!(kills >= 20, "{kills}");
     }
 }
+
+/// A run killed before its first write leaves no manifest, only temporary files in
+/// node-setup's own state folder (the manifest's, a backup's): a `revert` that finds nothing
+/// to revert still takes the lock, which cleans them, and leaves no lock file behind.
+#[test]
+fn a_revert_with_nothing_to_revert_cleans_what_a_killed_run_left() {
+    let host = docker_host();
+    let before = content(&host.snapshot());
+    let state = "/var/lib/edgegpu/node-setup";
+    host.write(&format!("{state}/.manifest.json.edgegpu-tmp.424242"), "{")
+        .write(
+            &format!("{state}/backups/.daemon.json.1.edgegpu-tmp.424242"),
+            "{\"half",
+        );
+    let out = run(&host, &["revert"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let snap = host.snapshot();
+    assert!(temp_files(&snap).is_empty(), "{:?}", temp_files(&snap));
+    assert!(
+        out.stderr.contains(&format!(
+            "removed {state}/backups/.daemon.json.1.edgegpu-tmp.424242: a temporary file an interrupted edgegpu-node-setup run (pid 424242) left"
+        )),
+        "{}",
+        out.stderr
+    );
+    assert!(!host.path(LOCK).exists(), "no lock file left");
+    // The configuration files are as they were.
+    let now = content(&snap);
+    for (path, file) in &before {
+        assert_eq!(now.get(path), Some(file), "{}", path.display());
+    }
+}

@@ -271,6 +271,13 @@ pub fn revert(
         manifest: opts.host.path(state::MANIFEST),
     };
     if !opts.host.exists(state::MANIFEST) {
+        // Nothing applied; but a run killed before its first write may have left temporary
+        // files in the state folder: the lock cleans them (then goes, with the folders it
+        // made).
+        if !dry_run && opts.host.exists(state::STATE_DIR) {
+            let lock = RunLock::acquire(&opts.host, &mut |msg| watch.waiting(&msg))?;
+            lock.release_unused(&opts.host);
+        }
         return Ok(nothing());
     }
     let lock = if dry_run {
