@@ -223,6 +223,29 @@ fn a_version_1_config_gets_the_table_containerd_2_reads() {
         &[&format!("{MAIN}:1"), "containerd 2 ignores"],
         "version 1, release unknown",
     );
+    // No package database, but the binary says which: its package paths decide, and the
+    // plan says so. Both generations' real releases read the result as planned.
+    for (installed, packages) in [
+        (
+            Installed::Containerd21,
+            "github.com/containerd/containerd/v2/core/runtime",
+        ),
+        (
+            Installed::Containerd16,
+            "github.com/containerd/containerd/pkg/cri/server",
+        ),
+    ] {
+        let h = host(&[(MAIN, main)], Installed::Unknown);
+        h.executable("/usr/bin/containerd", format!("\x7fELF\0{packages}.init\0"));
+        let out = run(&h, &["apply", "--dry-run"]);
+        assert!(
+            out.stdout
+                .contains("its binary /usr/bin/containerd holds the packages"),
+            "{}",
+            show(&out)
+        );
+        configured_everywhere(&h, installed, "runc", "version 1, release from the binary");
+    }
 }
 
 #[test]

@@ -190,10 +190,26 @@ impl View<'_> {
     }
 
     /// CDI as the system containerd has it when nothing sets it, from its release (the
-    /// package status under the root), else from its config: only containerd 2 reads
-    /// config version 3. containerd before 1.7 has no CDI: refused.
+    /// package status under the root), else from the generation its binary holds, else
+    /// from its config: only containerd 2 reads config version 3. containerd before 1.7
+    /// has no CDI: refused.
     pub fn system_defaults(&self, c: &Containerd) -> Result<Cdi> {
         let installed = packages::installed(self.host, CONTAINERD.packages)?;
+        // Without a package status, the generation its binary holds.
+        let binary = installed
+            .is_none()
+            .then(|| super::embedded::containerd_generation(self.host))
+            .flatten();
+        if let Some(g) = binary {
+            let on = g.major >= 2;
+            return Ok(Cdi::containerd_default(
+                on,
+                &format!(
+                    "containerd {}.x ({}; no dpkg or opkg status under the root lists containerd): enable_cdi defaults to {on} (true from containerd 2.0)",
+                    g.major, g.signal
+                ),
+            ));
+        }
         Ok(match installed {
             Some(i) if i.release < CONTAINERD.cdi.added => {
                 return Err(SetupError::Refused(format!(

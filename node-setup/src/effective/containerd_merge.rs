@@ -51,24 +51,75 @@ impl Merge {
 /// The legacy shim of config version 1.
 const LINUX_V1: &str = "io.containerd.runtime.v1.linux";
 
+/// What told how the system containerd merges its files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// A dpkg or opkg status under the root.
+    Package,
+    /// The package paths its binary holds ([`super::embedded`]).
+    Binary,
+    /// A config version 3 (only containerd 2 reads it).
+    ConfigVersion,
+    /// Nothing: both ways are planned for.
+    Unknown,
+}
+
+/// How the system containerd merges its files, and why.
+#[derive(Debug, Clone)]
+pub struct SystemMerges {
+    pub merges: Vec<Merge>,
+    /// For messages: the release and what said so.
+    pub why: String,
+    pub signal: Signal,
+}
+
 /// How the system containerd merges its files: from its release in the package status
-/// under the root; unknown, from its config (only containerd 2 reads version 3); else
+/// under the root; without one, from the generation its binary holds
+/// ([`super::embedded`]); else from its config (only containerd 2 reads version 3); else
 /// both ways, and node-setup plans for both.
-pub fn system_merges(host: &HostRoot, main: &Loaded) -> Result<(Vec<Merge>, String)> {
-    Ok(
-        match super::packages::installed(host, CONTAINERD.packages)? {
-            Some(i) if i.release.0 >= 2 => (vec![Merge::Keys], i.describe()),
-            Some(i) => (vec![Merge::Replace], i.describe()),
-            None if main.description.version_key == Some(3) => (
-                vec![Merge::Keys],
-                format!("config version 3 in {} (only containerd 2 reads it)", main.path),
+pub fn system_merges(host: &HostRoot, main: &Loaded) -> Result<SystemMerges> {
+    let merge_of = |major: u32| {
+        if major >= 2 {
+            Merge::Keys
+        } else {
+            Merge::Replace
+        }
+    };
+    if let Some(i) = super::packages::installed(host, CONTAINERD.packages)? {
+        return Ok(SystemMerges {
+            merges: vec![merge_of(i.release.0)],
+            why: i.describe(),
+            signal: Signal::Package,
+        });
+    }
+    if let Some(g) = super::embedded::containerd_generation(host) {
+        let merge = merge_of(g.major);
+        return Ok(SystemMerges {
+            merges: vec![merge],
+            why: format!(
+                "{} (no dpkg or opkg status under the root lists containerd; {})",
+                merge.releases(),
+                g.signal
             ),
-            None => (
-                vec![Merge::Replace, Merge::Keys],
-                "containerd's release is not known (no dpkg or opkg status under the root lists it): planning for containerd 1.x and 2.x".into(),
+            signal: Signal::Binary,
+        });
+    }
+    Ok(if main.description.version_key == Some(3) {
+        SystemMerges {
+            merges: vec![Merge::Keys],
+            why: format!(
+                "config version 3 in {} (only containerd 2 reads it)",
+                main.path
             ),
-        },
-    )
+            signal: Signal::ConfigVersion,
+        }
+    } else {
+        SystemMerges {
+            merges: vec![Merge::Replace, Merge::Keys],
+            why: "containerd's release is not known (no dpkg or opkg status under the root lists it, and no containerd binary holds its package paths): planning for containerd 1.x and 2.x".into(),
+            signal: Signal::Unknown,
+        }
+    })
 }
 
 /// One file as the merge sees it: its `version` key and its CRI plugin tables, every

@@ -14,6 +14,7 @@ pub mod cdi;
 pub mod containerd;
 pub mod containerd_merge;
 pub mod docker;
+pub mod embedded;
 pub mod engine;
 pub mod inventory;
 pub mod k3s;

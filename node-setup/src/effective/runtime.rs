@@ -65,7 +65,7 @@ impl View<'_> {
             }
             Mode::Containerd(ContainerdTarget::System) => {
                 let c = Containerd::load(self.host)?;
-                let (merges, _) = system_merges(self.host, &c.files[0])?;
+                let merges = system_merges(self.host, &c.files[0])?.merges;
                 let layers: Vec<Layer> = c.files.iter().map(Layer::of).collect();
                 Ok(merged_effective(
                     CONTAINERD.name,

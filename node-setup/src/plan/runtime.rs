@@ -7,7 +7,7 @@ use std::path::Path;
 use super::builder::{finish_plan, Builder};
 use super::model::{CheckItem, Options, Plan};
 use crate::effective::containerd::Containerd;
-use crate::effective::containerd_merge::{system_merges, Layer, Merge, MergedCri};
+use crate::effective::containerd_merge::{system_merges, Layer, Merge, MergedCri, Signal};
 use crate::effective::docker::Docker;
 use crate::effective::inventory::Inventory;
 use crate::effective::k3s::K3s;
@@ -293,7 +293,8 @@ impl Builder<'_> {
     fn system_containerd(&mut self) -> Result<()> {
         let spec = self.spec().clone();
         let c = Containerd::load(self.host())?;
-        let (merges, release) = system_merges(self.host(), &c.files[0])?;
+        let basis = system_merges(self.host(), &c.files[0])?;
+        let (merges, release) = (basis.merges, basis.why);
         let layers: Vec<Layer> = c.files.iter().map(Layer::of).collect();
         let merged: Vec<MergedCri> = merges.iter().map(|m| MergedCri::of(&layers, *m)).collect();
         if spec.set_default {
@@ -330,6 +331,10 @@ impl Builder<'_> {
             self.plan.notes.push(format!(
                 "containerd imports files; how they merge: {release}"
             ));
+        } else if basis.signal == Signal::Binary {
+            self.plan
+                .notes
+                .push(format!("containerd's release: {release}"));
         }
         if owner.path != c.config.value {
             let how = match merges.as_slice() {
