@@ -6,6 +6,14 @@
 # Usage: scripts/bench.sh [-p CRATE] [--bench NAME] [other cargo bench args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/args.sh
+# Every other option is cargo bench's: it refuses what it does not know here, before anything
+# is built for the run (the benchmarks' build is the one the run below uses).
+case "${1:-}" in -h | --help) script_usage "$0"; exit 0 ;; esac
+if ! built=$(cargo bench --no-run --workspace --locked "$@" 2>&1); then
+    printf '%s\n' "$built" >&2
+    exit 2
+fi
 # The programs' footprints are measured on the release build users run: the binary `cargo bench`
 # builds carries the test doubles' features too (cargo unifies them). A hard link keeps the
 # page cache the linker left, as a copy would not.

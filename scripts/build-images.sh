@@ -32,7 +32,7 @@
 #   --reproducible   build everything a second time, in a fresh storage, and fail unless every
 #                    digest and every archive byte is the same
 # Needs: root (it re-runs itself with sudo), buildah (scripts/setup.sh installs it), network
-# access to deb.debian.org. Env: SOURCE_DATE_EPOCH, IMAGE_REVISION (default: git),
+# access to a Debian archive (this machine's own mirror, else deb.debian.org: scripts/lib/debian.sh). Env: SOURCE_DATE_EPOCH, IMAGE_REVISION (default: git),
 # IMAGE_REGISTRY (default ghcr.io/edgegpu: the name containerd gives the imported images).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -39,7 +39,7 @@
 #   --no-check   build packages, SBOMs and bundles only (no lintian, dpkg, containerd)
 # Needs: root (chroot, unshare, mounts), what scripts/setup.sh installs (cargo-deb and
 # cyclonedx-python-lib in .tools/venv, cargo-cyclonedx in .tools/cargo-cyclonedx, lintian,
-# debootstrap, containerd; helm from scripts/install-helm.sh), network access to deb.debian.org the first
+# debootstrap, containerd; helm from scripts/install-helm.sh), network access to a Debian archive (this machine's own mirror, else deb.debian.org; EDGEGPU_DEBIAN_MIRROR overrides: scripts/lib/debian.sh) the first
 # time (the debootstrap root). Env: SOURCE_DATE_EPOCH (default: commit time of HEAD),
 # DEB_REVISION (default 1).
 set -euo pipefail
@@ -76,7 +76,8 @@ MULTI_CALL_PROGRAMS=(edgegpu-device-plugin edgegpu-dra-driver edgegpu-labeller)
 K3S_SYNOPSIS="edgegpu's k3s auto-deploy manifest and air-gap container images"
 . scripts/lib/tools.sh
 ROOT_CACHE=$(edgegpu_tools_dir)/debian-root/bookworm-minbase
-DEBIAN_MIRROR=http://deb.debian.org/debian
+. scripts/lib/debian.sh
+DEBIAN_MIRROR=$(debian_mirror)
 
 log() { printf '==> %s\n' "$*"; }
 failures=0

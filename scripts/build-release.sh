@@ -12,6 +12,8 @@
 # Usage: scripts/build-release.sh [OUT_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/args.sh
+script_args "$0" "" "$@"
 OUT=${1:-dist}
 export PATH="$PWD/.tools/venv/bin:$PATH"
 GLIBC_MAX=2.17

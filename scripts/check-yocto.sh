@@ -16,6 +16,8 @@
 #                    from the working tree's (use on release branches, after bumping SRCREV).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/args.sh
+script_args "$0" "--strict-srcrev" "$@"
 
 LAYER=yocto/meta-edgegpu
 CRATES_INC=$LAYER/recipes-containers/edgegpu/edgegpu-crates.inc

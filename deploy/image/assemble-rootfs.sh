@@ -24,6 +24,12 @@
 #                /usr/share/edgegpu/node-setup-pod.sh, read from ../node-setup/node-setup-pod.sh
 #                next to this script)
 set -eu
+case "${1:-}" in
+-h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;;
+esac
+for arg in "$@"; do
+    case "$arg" in -*) echo "$0: unknown option '$arg' (see --help)" >&2; exit 2 ;; esac
+done
 
 if [ "$#" -ne 5 ]; then
     echo "usage: $0 TARGETARCH DEBIAN_ROOT BINARY OUT_DIR IMAGE" >&2

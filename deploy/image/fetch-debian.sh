@@ -6,8 +6,16 @@
 # Nothing is installed on this machine. Writes OUT_DIR/versions (package, arch, version).
 #
 # Usage: deploy/image/fetch-debian.sh OUT_DIR PACKAGE...
-# Needs: apt-get, dpkg-deb, debian-archive-keyring, network access to deb.debian.org.
+# Needs: apt-get, dpkg-deb, debian-archive-keyring, network access to a Debian archive:
+# this machine's own Debian mirror, else deb.debian.org; EDGEGPU_DEBIAN_MIRROR overrides
+# (scripts/lib/debian.sh).
 set -euo pipefail
+case "${1:-}" in
+-h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;;
+esac
+for arg in "$@"; do
+    case "$arg" in -*) echo "$0: unknown option '$arg' (see --help)" >&2; exit 2 ;; esac
+done
 
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ] || [ "$#" -lt 2 ]; then
     awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"
@@ -23,7 +31,9 @@ apt=$out/apt
 mkdir -p "$apt/etc/sources.list.d" "$apt/etc/preferences.d" "$apt/lists/partial" \
     "$apt/cache/archives/partial" "$out/debs"
 touch "$apt/status"
-echo "deb [arch=amd64,arm64 signed-by=$keyring] http://deb.debian.org/debian $suite main" \
+# shellcheck source=scripts/lib/debian.sh
+. "$(dirname "$0")/../../scripts/lib/debian.sh"
+echo "deb [arch=amd64,arm64 signed-by=$keyring] $(debian_mirror) $suite main" \
     >"$apt/etc/sources.list"
 apt_opts=(
     -o "Dir::Etc=$apt/etc" -o "Dir::State=$apt" -o "Dir::State::Lists=$apt/lists"

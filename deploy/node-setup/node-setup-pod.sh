@@ -1,6 +1,6 @@
 #!/bin/sh
 # The node-setup image's work in the Helm chart's nodeSetup DaemonSet (POSIX sh: busybox in the
-# image).
+# image). Usage: node-setup-pod.sh apply|wait
 #
 #   apply  (init container, privileged, the host's root mounted at /host, host PID namespace):
 #          `edgegpu-node-setup apply --root /host` writes the runtime configuration (plan,
@@ -136,8 +136,9 @@ wait_for_term() {
 case "${1:-}" in
     apply) apply ;;
     wait) wait_for_term ;;
+    -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0" ;;
     *)
-        echo "usage: $0 apply|wait" >&2
+        echo "usage: $0 apply|wait (got '${1:-}'; see --help)" >&2
         exit 2
         ;;
 esac

@@ -19,7 +19,10 @@
 set -euo pipefail
 
 usage() { awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; }
-case "${1:-}" in -h | --help) usage; exit 0 ;; esac
+case "${1:-}" in
+-h | --help) usage; exit 0 ;;
+-*) echo "$0: unknown option '$1' (see --help)" >&2; exit 2 ;;
+esac
 [ "$#" -eq 1 ] || { usage >&2; exit 2; }
 rootfs=$1
 [ -x "$rootfs/usr/bin/edgegpu-node-setup" ] || { echo "$0: no edgegpu-node-setup in $rootfs" >&2; exit 2; }
