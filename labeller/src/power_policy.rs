@@ -212,14 +212,16 @@ impl Policy {
             Ok(Some(w)) => w,
             Ok(None) => {
                 policy::forget_reboot_request(&self.tools.root);
+                // Wanted again later, it is tried again (and its pending label set again).
+                self.settled = None;
                 return Pending::Set(None);
             }
             Err(e) => {
-                // Only the annotation can be malformed here (rules were checked on load);
+                // Only the annotations can be malformed here (rules were checked on load);
                 // reported once per value, not every period.
-                let value = annotations.get(wanted::MODE_ANNOTATION).cloned();
+                let value = Some(format!("{annotations:?}"));
                 if self.rejected != value {
-                    let text = format!("{}: {e}", wanted::MODE_ANNOTATION);
+                    let text = format!("the Node's annotations: {e}");
                     tracing::warn!("{text}");
                     self.event(uid, "Warning", "PowerModeRejected", &text).await;
                     self.rejected = value;

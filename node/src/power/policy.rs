@@ -81,6 +81,8 @@ pub enum PolicyError {
         "`{0}` is not a power mode: give a mode's id or its name (letters, digits, '_', '-', '.')"
     )]
     NotAMode(String),
+    #[error("{key}: `{value}` is neither true nor false")]
+    NotABoolean { key: String, value: String },
     #[error(
         "this board has no nvpmodel configuration (/etc/nvpmodel.conf): no power mode can be set"
     )]
@@ -233,15 +235,11 @@ impl HostTools {
             source,
         };
         let mut child = command.spawn().map_err(spawn_error)?;
-        let (mut stdout, mut stderr) = (child.stdout.take(), child.stderr.take());
+        let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
         let read_all = async {
-            let (mut out, mut err) = (Vec::new(), Vec::new());
-            if let Some(s) = stdout.as_mut() {
-                let _ = s.take(OUTPUT_BYTES as u64).read_to_end(&mut out).await;
-            }
-            if let Some(s) = stderr.as_mut() {
-                let _ = s.take(OUTPUT_BYTES as u64).read_to_end(&mut err).await;
-            }
+            // Both pipes at once, past the kept part into a sink: a tool must never block on
+            // a full pipe (it would look hung and be killed mid-change).
+            let (out, err) = tokio::join!(drain(stdout), drain(stderr));
             let status = child.wait().await;
             (status, out, err)
         };
@@ -270,6 +268,20 @@ impl HostTools {
             }
         }
     }
+}
+
+/// Reads a tool's pipe to its end, keeping the first [`OUTPUT_BYTES`].
+async fn drain(pipe: Option<impl tokio::io::AsyncRead + Unpin>) -> Vec<u8> {
+    let Some(mut pipe) = pipe else {
+        return Vec::new();
+    };
+    let mut kept = Vec::new();
+    let _ = (&mut pipe)
+        .take(OUTPUT_BYTES as u64)
+        .read_to_end(&mut kept)
+        .await;
+    let _ = tokio::io::copy(&mut pipe, &mut tokio::io::sink()).await;
+    kept
 }
 
 /// What asking for a mode came to, read back from nvpmodel's record after the tool ran.
@@ -379,32 +391,42 @@ pub async fn set_clocks(
     facts: &PowerFacts,
     pin: bool,
 ) -> Result<bool, ToolError> {
-    let host = HostRoot::new(&tools.root);
-    let stored = host.exists(JETSON_CLOCKS_STORE);
-    let pinned = facts.gpu_clock.and_then(|c| c.pinned());
-    if pin == pinned.unwrap_or(false) && (pin || !stored) {
-        return Ok(false);
-    }
-    if !pin && !stored {
-        // Pinned by someone else: theirs to undo.
-        return Ok(false);
-    }
-    let program = tools.find("jetson_clocks", &JETSON_CLOCKS_PATHS)?;
-    if pin {
-        if let Some(dir) = Path::new(JETSON_CLOCKS_STORE).parent() {
-            let _ = std::fs::create_dir_all(tools.root.join(dir.strip_prefix("/").unwrap_or(dir)));
+    let store = tools.root.join(JETSON_CLOCKS_STORE.trim_start_matches('/'));
+    let stored = HostRoot::new(&tools.root).exists(JETSON_CLOCKS_STORE);
+    // Where the GPU's clocks cannot be read, our own store says whether we pinned them.
+    let pinned = facts.gpu_clock.and_then(|c| c.pinned()).unwrap_or(stored);
+    match (pin, pinned) {
+        (true, true) | (false, false) => {
+            if !pin && stored {
+                // Not pinned any more (a new mode set its own clocks): the store holds
+                // another mode's clocks, and restoring it would put them back.
+                let _ = std::fs::remove_file(&store);
+            }
+            Ok(false)
         }
-        tools
-            .run(&program, &["--store", JETSON_CLOCKS_STORE])
-            .await?;
-        tools.run(&program, &[]).await?;
-    } else {
-        tools
-            .run(&program, &["--restore", JETSON_CLOCKS_STORE])
-            .await?;
-        let _ = std::fs::remove_file(tools.root.join(JETSON_CLOCKS_STORE.trim_start_matches('/')));
+        // Pinned by someone else: theirs to undo.
+        (false, true) if !stored => Ok(false),
+        (false, true) => {
+            let program = tools.find("jetson_clocks", &JETSON_CLOCKS_PATHS)?;
+            tools
+                .run(&program, &["--restore", JETSON_CLOCKS_STORE])
+                .await?;
+            let _ = std::fs::remove_file(&store);
+            Ok(true)
+        }
+        (true, false) => {
+            let program = tools.find("jetson_clocks", &JETSON_CLOCKS_PATHS)?;
+            if let Some(dir) = store.parent() {
+                let _ = std::fs::create_dir_all(dir);
+            }
+            // A store of the mode before is replaced: the clocks to come back to are these.
+            tools
+                .run(&program, &["--store", JETSON_CLOCKS_STORE])
+                .await?;
+            tools.run(&program, &[]).await?;
+            Ok(true)
+        }
     }
-    Ok(true)
 }
 
 #[cfg(test)]
@@ -452,6 +474,23 @@ mod tests {
             by("quiet").unwrap_err().to_string(),
             "power mode `quiet` is ambiguous on this board: it matches Quiet (1), QUIET (2); \
              give the exact name or the id (its modes: MAXN (0), Quiet (1), QUIET (2))"
+        );
+        // The Orin Nano / NX "super" files (JetPack 6.2+) do not number modes by power: id 0
+        // is 15W and MAXN_SUPER is 2, so a policy must go by name (or the board's own id).
+        write(
+            root.path(),
+            "/etc/nvpmodel.conf",
+            "< POWER_MODEL ID=0 NAME=15W >\n< POWER_MODEL ID=1 NAME=25W >\n\
+             < POWER_MODEL ID=2 NAME=MAXN_SUPER >\n< POWER_MODEL NAME=7W ID=3 >\n\
+             < PM_CONFIG DEFAULT=0 >\n",
+        );
+        let facts = PowerFacts::read(root.path(), None);
+        let by = |text: &str| resolve(&facts, &text.parse().unwrap()).map(|m| m.id);
+        assert_eq!(by("maxn_super"), Ok(2));
+        assert_eq!(by("7W"), Ok(3));
+        assert_eq!(
+            by("MAXN").unwrap_err().to_string(),
+            "this board has no power mode `MAXN`; its modes: 15W (0), 25W (1), MAXN_SUPER (2), 7W (3)"
         );
         let none = PowerFacts::read(&root.path().join("none"), None);
         assert_eq!(
@@ -606,5 +645,25 @@ mod tests {
         host.write(&format!("{dir}/min_freq"), "624750000\n");
         let theirs = facts.with_mode_read(host.root());
         assert!(!set_clocks(&tools, &theirs, false).await.unwrap());
+
+        // Pinned by us, then a new mode set its own clocks: nothing is restored (the store
+        // holds the old mode's), the store goes.
+        host.write(&format!("{dir}/min_freq"), "306000000\n");
+        let unpinned = facts.with_mode_read(host.root());
+        assert!(set_clocks(&tools, &unpinned, true).await.unwrap());
+        host.write(&format!("{dir}/min_freq"), "306000000\n");
+        let calls = host.jetson_clocks_calls().len();
+        let new_mode = facts.with_mode_read(host.root());
+        assert!(!set_clocks(&tools, &new_mode, false).await.unwrap());
+        assert_eq!(host.jetson_clocks_calls().len(), calls, "no --restore");
+        assert!(!host.path(JETSON_CLOCKS_STORE).exists());
+
+        // No readable devfreq: the store says whether we pinned, so pinning runs once.
+        let blind = PowerFacts {
+            gpu_clock: None,
+            ..facts.clone()
+        };
+        assert!(set_clocks(&tools, &blind, true).await.unwrap());
+        assert!(!set_clocks(&tools, &blind, true).await.unwrap());
     }
 }

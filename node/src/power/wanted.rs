@@ -127,16 +127,23 @@ pub fn wanted(
     labels: &BTreeMap<String, String>,
     annotations: &BTreeMap<String, String>,
 ) -> Result<Option<Wanted>, PolicyError> {
-    let flag = |key: &str| {
-        annotations
-            .get(key)
-            .map(|v| v.trim().eq_ignore_ascii_case("true"))
+    // `true` or `false` (any case); anything else is refused, never read as one of them.
+    let flag = |key: &str| -> Result<Option<bool>, PolicyError> {
+        match annotations.get(key).map(|v| v.trim().to_ascii_lowercase()) {
+            None => Ok(None),
+            Some(v) if v == "true" => Ok(Some(true)),
+            Some(v) if v == "false" => Ok(Some(false)),
+            Some(_) => Err(PolicyError::NotABoolean {
+                key: key.to_string(),
+                value: annotations[key].clone(),
+            }),
+        }
     };
     if let Some(mode) = annotations.get(MODE_ANNOTATION) {
         return Ok(Some(Wanted {
             mode: mode.parse()?,
-            jetson_clocks: flag(CLOCKS_ANNOTATION),
-            allow_reboot: flag(ALLOW_REBOOT_ANNOTATION).unwrap_or(false),
+            jetson_clocks: flag(CLOCKS_ANNOTATION)?,
+            allow_reboot: flag(ALLOW_REBOOT_ANNOTATION)?.unwrap_or(false),
             source: Source::Annotation,
         }));
     }
@@ -205,6 +212,11 @@ mod tests {
         assert_eq!(
             wanted(&Rules::default(), &robot, &BTreeMap::new()).unwrap(),
             None
+        );
+        let yes = map(&[(MODE_ANNOTATION, "MAXN"), (CLOCKS_ANNOTATION, "yes")]);
+        assert_eq!(
+            wanted(&rules, &robot, &yes).unwrap_err().to_string(),
+            "edgegpu.io/jetson-clocks: `yes` is neither true nor false"
         );
         let bad = map(&[(MODE_ANNOTATION, "MAXN please")]);
         assert!(matches!(
