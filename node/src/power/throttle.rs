@@ -129,13 +129,22 @@ pub struct Sampler {
     passive: Vec<ThermalZone>,
     mode_ceiling_hz: Option<u64>,
     hardware_max: Option<u64>,
+    /// The GPU's frequencies, ascending (devfreq `available_frequencies`).
+    available: Vec<u64>,
 }
 
 impl Sampler {
     /// A sampler of the GPU `facts` describe; `None` without a GPU devfreq directory.
     pub fn new(root: &Path, facts: &PowerFacts) -> Option<Sampler> {
         let devfreq = facts.gpu_devfreq.clone()?;
-        Some(Sampler {
+        let mut available: Vec<u64> =
+            std::fs::read_to_string(under_root(root, &devfreq).join("available_frequencies"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|f| f.parse().ok())
+                .collect();
+        available.sort_unstable();
+        let mut sampler = Sampler {
             root: root.to_path_buf(),
             load: facts.gpu_load.as_deref().map(|l| under_root(root, l)),
             passive: facts
@@ -144,15 +153,27 @@ impl Sampler {
                 .filter(|z| z.trips.iter().any(|t| t.kind == "passive"))
                 .cloned()
                 .collect(),
-            mode_ceiling_hz: facts.mode_gpu_ceiling_hz(),
+            mode_ceiling_hz: None,
             hardware_max: facts.gpu_clock.and_then(|c| c.hardware_max),
+            available,
             devfreq,
-        })
+        };
+        sampler.follow(facts);
+        Some(sampler)
     }
 
-    /// The power mode changed: its ceiling is the one a look compares with from now on.
+    /// The power mode changed: its ceiling is the one a look compares with from now on,
+    /// as devfreq enforces it: the highest frequency of the GPU's table at or below the
+    /// mode's value (Nano's 5W mode says 640 MHz; devfreq runs it at 614.4).
     pub fn follow(&mut self, facts: &PowerFacts) {
-        self.mode_ceiling_hz = facts.mode_gpu_ceiling_hz();
+        self.mode_ceiling_hz = facts.mode_gpu_ceiling_hz().map(|hz| {
+            self.available
+                .iter()
+                .rev()
+                .find(|f| **f <= hz)
+                .copied()
+                .unwrap_or(hz)
+        });
     }
 
     /// Reads the GPU's clocks, load and the passive zones' temperatures.
@@ -324,6 +345,29 @@ mod tests {
         write(root.path(), LOAD, "0\n");
         assert_eq!(sampler.look().reason(), None);
         assert!(Sampler::new(root.path(), &PowerFacts::default()).is_none());
+
+        // A mode whose GPU value is not one of the GPU's frequencies (Nano 5W: 640 MHz):
+        // devfreq enforces the one below, and that is still the mode's cap.
+        write(root.path(), LOAD, "500\n");
+        write(
+            root.path(),
+            "/sys/class/thermal/thermal_zone1/temp",
+            "50000\n",
+        );
+        write(
+            root.path(),
+            "/etc/nvpmodel.conf",
+            "< POWER_MODEL ID=0 NAME=MAXN >\nGPU MAX_FREQ -1\n\
+             < POWER_MODEL ID=1 NAME=5W >\nGPU MAX_FREQ 440000000\n",
+        );
+        clocks(root.path(), 420_750_000, 420_750_000, 306_000_000);
+        let facts = PowerFacts {
+            gpu_load: Some(LOAD.into()),
+            ..PowerFacts::read(root.path(), Some(DEVFREQ))
+        };
+        let sampler = Sampler::new(root.path(), &facts).unwrap();
+        assert_eq!(sampler.look().mode_ceiling_hz, Some(420_750_000));
+        assert_eq!(sampler.look().reason(), Some(Reason::PowerMode));
     }
 
     #[tokio::test(flavor = "current_thread", start_paused = true)]
