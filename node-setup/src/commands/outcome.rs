@@ -270,17 +270,23 @@ pub fn revert(
     let nothing = || Reverted::NothingToRevert {
         manifest: opts.host.path(state::MANIFEST),
     };
-    if !opts.host.exists(state::MANIFEST) {
+    let lock = if !opts.host.exists(state::MANIFEST) {
         // Nothing applied; but a run killed before its first write may have left temporary
-        // files in the state folder: the lock cleans them (then goes, with the folders it
-        // made).
-        if !dry_run && opts.host.exists(state::STATE_DIR) {
-            let lock = RunLock::acquire(&opts.host, &mut |msg| watch.waiting(&msg))?;
-            lock.release_unused(&opts.host);
+        // files in the state folder, which taking the lock cleans. Best effort: where the
+        // lock cannot be taken (not root, a read-only root) there is still nothing to revert.
+        if dry_run || !opts.host.exists(state::STATE_DIR) {
+            return Ok(nothing());
         }
-        return Ok(nothing());
-    }
-    let lock = if dry_run {
+        let Ok(lock) = RunLock::acquire(&opts.host, &mut |msg| watch.waiting(&msg)) else {
+            return Ok(nothing());
+        };
+        // An apply we waited for may have written a manifest meanwhile: revert it.
+        if !opts.host.exists(state::MANIFEST) {
+            lock.release_unused(&opts.host);
+            return Ok(nothing());
+        }
+        Some(lock)
+    } else if dry_run {
         None
     } else {
         Some(RunLock::acquire(&opts.host, &mut |msg| {

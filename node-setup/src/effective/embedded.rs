@@ -31,23 +31,32 @@ pub struct Generation {
     pub signal: String,
 }
 
-/// The generation of the first containerd binary under the root that tells one; `None`
-/// where none is there or none holds containerd's package paths.
+/// The generation the containerd binaries under the root tell; `None` where none is there,
+/// none holds containerd's package paths, or two tell different generations (an old binary
+/// left beside a newer one: which one the service runs is not known here).
 pub fn containerd_generation(host: &HostRoot) -> Option<Generation> {
-    CONTAINERD_BINARIES.iter().find_map(|path| {
-        let disk = host.resolve(path).ok()?;
-        let file = std::fs::File::open(disk).ok()?;
-        let (v2, any) = scan(file.take(MAX_BYTES)).ok()?;
-        let (major, packages) = match (v2, any) {
-            (true, _) => (2, "github.com/containerd/containerd/v2/..."),
-            (false, true) => (1, "github.com/containerd/containerd/... and none under v2/"),
-            (false, false) => return None,
-        };
-        Some(Generation {
-            major,
-            signal: format!("its binary {path} holds the packages {packages}"),
+    let found: Vec<Generation> = CONTAINERD_BINARIES
+        .iter()
+        .filter_map(|path| {
+            let disk = host.resolve(path).ok()?;
+            let file = std::fs::File::open(disk).ok()?;
+            let (v2, any) = scan(file.take(MAX_BYTES)).ok()?;
+            let (major, packages) = match (v2, any) {
+                (true, _) => (2, "github.com/containerd/containerd/v2/..."),
+                (false, true) => (1, "github.com/containerd/containerd/... and none under v2/"),
+                (false, false) => return None,
+            };
+            Some(Generation {
+                major,
+                signal: format!("its binary {path} holds the packages {packages}"),
+            })
         })
-    })
+        .collect();
+    let first = found.first()?;
+    found
+        .iter()
+        .all(|g| g.major == first.major)
+        .then(|| first.clone())
 }
 
 /// Whether `input` holds the v2 package prefix, and any of containerd's: read in blocks,
@@ -112,5 +121,14 @@ mod tests {
             found.signal,
             "its binary /usr/local/bin/containerd holds the packages github.com/containerd/containerd/v2/..."
         );
+        // An old 1.x binary left beside it: which one runs is not known, so neither says.
+        let usr_bin = root.path().join("usr/bin");
+        std::fs::create_dir_all(&usr_bin).unwrap();
+        std::fs::write(
+            usr_bin.join("containerd"),
+            b"github.com/containerd/containerd/pkg/cri",
+        )
+        .unwrap();
+        assert_eq!(containerd_generation(&host), None);
     }
 }
