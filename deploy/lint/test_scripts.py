@@ -63,13 +63,24 @@ class DebianMirror(unittest.TestCase):
                 "deb http://archive.ubuntu.com/ubuntu noble main\n"
                 "deb [signed-by=/k.gpg] http://security.debian.org/debian-security bookworm-security main\n")
             self.assertEqual(mirror(apt), "http://deb.debian.org/debian", "Ubuntu and security are not it")
+            # Third-party repositories for Debian are not it: Docker's (its own key), Chrome's
+            # (another path, no main Debian suite layout).
+            (apt / "sources.list.d" / "docker.list").write_text(
+                "deb [arch=amd64 signed-by=/etc/apt/keyrings/docker.asc] "
+                "https://download.docker.com/linux/debian bookworm stable\n")
+            (apt / "sources.list.d" / "google-chrome.list").write_text(
+                "deb [arch=amd64] http://dl.google.com/linux/chrome/deb/ stable main\n")
+            self.assertEqual(mirror(apt), "http://deb.debian.org/debian")
             (apt / "sources.list.d" / "corp.sources").write_text(
-                "Types: deb-src\nURIs: http://src.corp.example/debian\nSuites: bookworm\n\n"
+                "Types: deb-src\nURIs: http://src.corp.example/debian\nSuites: bookworm\nComponents: main\n\n"
                 "Types: deb\nURIs: https://mirror.corp.example/debian/\nSuites: bookworm bookworm-updates\n"
-                "Components: main\n")
+                "Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n")
             self.assertEqual(mirror(apt), "https://mirror.corp.example/debian")
+            # sources.list and the deb822 files come before other *.list files.
             (apt / "sources.list.d" / "local.list").write_text("deb file:///srv/debian trixie main\n")
-            self.assertEqual(mirror(apt), "file:///srv/debian", "one-line entries first")
+            self.assertEqual(mirror(apt), "https://mirror.corp.example/debian")
+            (apt / "sources.list").write_text("deb http://local.example/debian bookworm main contrib\n")
+            self.assertEqual(mirror(apt), "http://local.example/debian")
             self.assertEqual(mirror(apt, {"EDGEGPU_DEBIAN_MIRROR": "http://override.example/debian/"}),
                              "http://override.example/debian")
 
