@@ -59,9 +59,18 @@ async fn main() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start the labeller");
+    // Killed however the benchmark ends (a panic included): it would keep running otherwise.
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let stderr = child.stderr.take().unwrap();
+    let _child = KillOnDrop(child);
     // The time stamp of each `the power mode changed` log line.
     let (seen_tx, seen) = mpsc::channel::<SystemTime>();
-    let stderr = child.stderr.take().unwrap();
     std::thread::spawn(move || {
         for line in std::io::BufReader::new(stderr)
             .lines()
@@ -110,6 +119,4 @@ async fn main() {
             after_seen[after_seen.len() - 1]
         );
     }
-    let _ = child.kill();
-    let _ = child.wait();
 }

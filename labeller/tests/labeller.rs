@@ -47,8 +47,42 @@ async fn run(mut cmd: Command) -> Output {
         .unwrap()
 }
 
+/// A long-running labeller: killed when dropped, so that a test that fails before its
+/// SIGTERM leaves nothing running (it would keep patching and spawning until the machine
+/// reboots).
+struct Running(Option<std::process::Child>);
+
+impl Running {
+    fn new(child: std::process::Child) -> Running {
+        Running(Some(child))
+    }
+}
+
+impl std::ops::Deref for Running {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        self.0.as_ref().expect("running")
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        self.0.as_mut().expect("running")
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// Sends SIGTERM to a labeller started with --wait and waits for its exit.
-async fn sigterm_and_wait(mut child: std::process::Child) -> std::process::ExitStatus {
+async fn sigterm_and_wait(mut running: Running) -> std::process::ExitStatus {
+    let mut child = running.0.take().expect("running");
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
@@ -130,6 +164,7 @@ async fn a_driver_loaded_later_still_gets_the_node_labelled() {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
+        .map(Running::new)
         .unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(
@@ -242,12 +277,8 @@ async fn an_unreadable_power_mode_leaves_the_mode_labels_alone() {
     .await;
     let out = run(labeller(host.root(), &api, &["--discovery=tegra"])).await;
     assert!(out.status.success(), "{}", stderr(&out));
-    // The labels follow at the end of that recheck.
-    eventually("MAXN labels", || {
-        api.labels(NODE).get("edgegpu.io/jetson.power-mode") == Some(&"MAXN".into())
-    })
-    .await;
     let labels = api.labels(NODE);
+    assert_eq!(labels["edgegpu.io/jetson.power-mode"], "MAXN");
     assert_eq!(labels["edgegpu.io/jetson.power-mode.id"], "0");
     assert_eq!(labels["edgegpu.io/jetson.gpu-clock-max-mhz"], "624");
     assert_eq!(labels["edgegpu.io/jetson.soc"], "T234");
@@ -450,6 +481,7 @@ async fn wait_follows_a_power_mode_change() {
     .stdout(Stdio::null())
     .stderr(Stdio::null())
     .spawn()
+    .map(Running::new)
     .unwrap();
     let label = |key: &str| api.labels(NODE).get(key).cloned();
     let wait_for = |key: &'static str, value: &'static str| {
@@ -517,6 +549,7 @@ async fn wait_keeps_running_until_sigterm() {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
+        .map(Running::new)
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     while !api.labels(NODE).contains_key("edgegpu.io/gpu") {
@@ -538,7 +571,7 @@ async fn wait_keeps_running_until_sigterm() {
 
 /// `edgegpu-labeller power-policy` on `root` against `api`, as a test runs it: no chroot
 /// (the fake root has no libc), a one-second recheck.
-fn power_policy(root: &Path, api: &FakeApiServer, args: &[&str]) -> std::process::Child {
+fn power_policy(root: &Path, api: &FakeApiServer, args: &[&str]) -> Running {
     let mut cmd = binary_command(bin());
     cmd.arg("power-policy")
         .arg("--root")
@@ -551,7 +584,7 @@ fn power_policy(root: &Path, api: &FakeApiServer, args: &[&str]) -> std::process
         .env_remove("KUBERNETES_SERVICE_HOST")
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    cmd.spawn().expect("start the power policy")
+    Running::new(cmd.spawn().expect("start the power policy"))
 }
 
 /// Waits until `done` holds (30 s at most).
@@ -610,8 +643,12 @@ async fn power_policy_applies_the_rule_that_selects_the_node() {
                 .to_string()
         )
     );
+    // The labels follow at the end of that recheck.
+    eventually("MAXN labels", || {
+        api.labels(NODE).get("edgegpu.io/jetson.power-mode") == Some(&"MAXN".into())
+    })
+    .await;
     let labels = api.labels(NODE);
-    assert_eq!(labels["edgegpu.io/jetson.power-mode"], "MAXN");
     assert_eq!(labels["edgegpu.io/jetson.power-mode.id"], "0");
     assert_eq!(labels["edgegpu.io/jetson.gpu-clock-max-mhz"], "1300");
     let devfreq = Board::Orin.devfreq_dir();
