@@ -230,7 +230,11 @@ if [ "$smoke" = 1 ]; then
                 # (the report's last line; buildah adds its own lines to stderr).
                 rc=0
                 out=$(buildah "${B[@]}" run "$container" -- /usr/bin/devicequery 2>"$work/stderr") || rc=$?
-                if [ "$rc" = 1 ] && cat - "$work/stderr" <<<"$out" | grep -q 'libcuda.so.1: cannot open shared object file' \
+                # (Both streams in one string: `cat - file | grep -q` fails under pipefail
+                # whenever grep has matched and exited before cat wrote the file: SIGPIPE.)
+                all="$out
+$(cat "$work/stderr")"
+                if [ "$rc" = 1 ] && grep -q 'libcuda.so.1: cannot open shared object file' <<<"$all" \
                     && [ "$(tail -n 1 <<<"$out")" = "Result = FAIL" ]; then
                     echo "   ok: devicequery without a driver: exit 1, cannot open libcuda.so.1, Result = FAIL"
                 else
