@@ -132,17 +132,23 @@ fn clean_own_state(host: &HostRoot) {
                 continue;
             }
         };
-        for f in removed {
-            let pid = f
-                .file_name()
-                .and_then(|n| fsops::temp_file_pid(&n.to_string_lossy()))
-                .unwrap_or_default();
-            let shown = f
-                .strip_prefix(host.root())
-                .map_or_else(|_| f.display().to_string(), |p| format!("/{}", p.display()));
-            tracing::warn!(
-                "removed {shown}: a temporary file an interrupted edgegpu-node-setup run (pid {pid}) left"
-            );
-        }
+        log_removed_temps(host, &removed);
+    }
+}
+
+/// Logs each temporary file a killed run left and this run removed (its host path and the
+/// pid in its name).
+pub(crate) fn log_removed_temps(host: &HostRoot, removed: &[std::path::PathBuf]) {
+    for f in removed {
+        let pid = f
+            .file_name()
+            .and_then(|n| fsops::temp_file_pid(&n.to_string_lossy()))
+            .unwrap_or_default();
+        let shown = f
+            .strip_prefix(host.root())
+            .map_or_else(|_| f.display().to_string(), |p| format!("/{}", p.display()));
+        tracing::warn!(
+            "removed {shown}: a temporary file an interrupted edgegpu-node-setup run (pid {pid}) left"
+        );
     }
 }

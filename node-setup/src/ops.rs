@@ -141,18 +141,7 @@ fn clean_stale_temps(
                 Vec::new()
             }
         };
-        for f in removed {
-            let pid = f
-                .file_name()
-                .and_then(|n| fsops::temp_file_pid(&n.to_string_lossy()))
-                .unwrap_or_default();
-            let shown = f
-                .strip_prefix(host.root())
-                .map_or_else(|_| f.display().to_string(), |p| format!("/{}", p.display()));
-            tracing::warn!(
-                "removed {shown}: a temporary file an interrupted edgegpu-node-setup run (pid {pid}) left"
-            );
-        }
+        crate::lock::log_removed_temps(host, &removed);
         seen.push(dir);
     }
     Ok(())
