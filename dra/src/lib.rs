@@ -30,4 +30,4 @@ pub mod slices;
 /// The driver's name: the `driver` of its ResourceSlices and DeviceClass selectors, the
 /// domain of its device attributes (`edgegpu.io/type`), the name it registers with the
 /// kubelet under, and the vendor of its CDI devices.
-pub const DRIVER_NAME: &str = "edgegpu.io";
+pub const DRIVER_NAME: &str = edgegpu_platform::DRA_DRIVER_NAME;

@@ -7,6 +7,7 @@
 //! - [`flock`]: exclusive lock files (node-setup's run lock, the node programs' ownership).
 //! - [`cdi`]: the CDI spec of the node's GPUs and engines, generated from the driver's files
 //!   (`edgegpu-node-setup cdi generate`, and the DRA driver's per-claim specs).
+//! - [`tegra`]: which Jetson this is (generation, module, L4T release), from its files.
 //! - [`error`]: what stops a read or a write, and the exit code each maps to.
 
 pub mod cdi;
@@ -14,3 +15,4 @@ pub mod error;
 pub mod flock;
 pub mod fsops;
 pub mod root;
+pub mod tegra;

@@ -4,7 +4,7 @@
 //! host can carry planned file contents ([`HostRoot::with_files`]), so that what the
 //! services would load after a change is computed by the same code that reads the host.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -36,6 +36,9 @@ pub struct HostRoot {
     /// When set ([`HostRoot::tolerating_unreadable`]): files and directories that could
     /// not be read for lack of permission, read as if they did not exist.
     unreadable: Option<Arc<Mutex<Vec<Unreadable>>>>,
+    /// When set ([`HostRoot::recording_reads`]): the host paths of the files read, for
+    /// `doctor --bundle`, which packs the files its findings came from.
+    reads: Option<Arc<Mutex<BTreeSet<String>>>>,
 }
 
 /// A file that could not be read for lack of permission.
@@ -59,6 +62,39 @@ impl HostRoot {
             live,
             planned: Arc::default(),
             unreadable: None,
+            reads: None,
+        }
+    }
+
+    /// This host, noting every file [`HostRoot::read`] finds ([`HostRoot::files_read`]).
+    pub fn recording_reads(&self) -> HostRoot {
+        HostRoot {
+            reads: Some(Arc::default()),
+            ..self.clone()
+        }
+    }
+
+    /// The host paths read since [`HostRoot::recording_reads`], sorted, each once.
+    pub fn files_read(&self) -> Vec<String> {
+        self.reads
+            .as_ref()
+            .map(|r| {
+                r.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .iter()
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Notes that `host_path` was read (see [`HostRoot::recording_reads`]).
+    pub fn note_read(&self, host_path: &str) {
+        if let Some(reads) = &self.reads {
+            reads
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(host_path.to_string());
         }
     }
 
@@ -302,6 +338,9 @@ impl HostRoot {
             return Ok(Some(text.clone()));
         }
         let read = read_optional(&r.disk);
+        if let Ok(Some(_)) = &read {
+            self.note_read(&r.host_path);
+        }
         if let Err(e) = &read {
             if self.tolerate(host_path, e) {
                 return Ok(None);

@@ -24,6 +24,11 @@ pub use generation::{
 };
 pub use table::GENERATIONS;
 
+/// The DRA driver's name (its ResourceSlices' `driver`, its attributes' domain, the name it
+/// registers with the kubelet under: `plugins_registry/<name>-reg.sock`), here so that
+/// `edgegpu-node-setup doctor` finds its sockets without linking the driver.
+pub const DRA_DRIVER_NAME: &str = "edgegpu.io";
+
 /// A line of a host file that could not be parsed: its 1-based number and what is wrong
 /// (callers add the file name).
 #[derive(Debug, Clone, PartialEq, Eq)]

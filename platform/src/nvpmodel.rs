@@ -282,6 +282,32 @@ fn path_setting(mode: &mut PowerMode, path: &str, value: &str) -> Result<(), Str
     Ok(())
 }
 
+/// Where edgegpu's power policy records the mode it asked a reboot for, and in which boot
+/// (a host path; `edgegpu-node-setup doctor` reads it too).
+pub const REBOOT_RECORD: &str = "/var/lib/edgegpu/power-mode-reboot";
+
+/// The content of [`REBOOT_RECORD`]: `mode=<id> boot=<boot id>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RebootRecord {
+    pub mode: u32,
+    /// `/proc/sys/kernel/random/boot_id` of the boot that asked.
+    pub boot: String,
+}
+
+impl RebootRecord {
+    pub fn parse(text: &str) -> Option<RebootRecord> {
+        let field = |name: &str| text.split_whitespace().find_map(|f| f.strip_prefix(name));
+        Some(RebootRecord {
+            mode: field("mode=")?.parse().ok()?,
+            boot: field("boot=")?.to_string(),
+        })
+    }
+
+    pub fn render(&self) -> String {
+        format!("mode={} boot={}\n", self.mode, self.boot)
+    }
+}
+
 /// The mode id in nvpmodel's status file (`pmode:0002 fmode:quiet`).
 pub fn parse_status(text: &str) -> Option<u32> {
     text.split_whitespace()

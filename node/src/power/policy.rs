@@ -331,8 +331,9 @@ pub async fn set_mode(tools: &HostTools, facts: &PowerFacts, target: &PowerMode)
 /// The file that tells the operator's reboot tooling a reboot is wanted (a host path; the
 /// convention kured and Ubuntu's update-notifier use, `/var/run` being a link to it).
 pub const REBOOT_SENTINEL: &str = "/run/reboot-required";
+use edgegpu_platform::nvpmodel::RebootRecord;
 /// What the policy asked a reboot for, and in which boot (a host path).
-pub const REBOOT_RECORD: &str = "/var/lib/edgegpu/power-mode-reboot";
+pub use edgegpu_platform::nvpmodel::REBOOT_RECORD;
 /// The kernel's id of the running boot (Linux `drivers/char/random.c`).
 pub const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
 
@@ -353,21 +354,22 @@ pub enum RebootRequest {
 pub fn request_reboot(root: &Path, target: &PowerMode) -> std::io::Result<RebootRequest> {
     let under = |p: &str| root.join(p.trim_start_matches('/'));
     let boot = std::fs::read_to_string(under(BOOT_ID))?.trim().to_string();
-    let record = std::fs::read_to_string(under(REBOOT_RECORD)).unwrap_or_default();
-    let field = |name: &str| {
-        record
-            .split_whitespace()
-            .find_map(|f| f.strip_prefix(name).map(str::to_string))
-    };
-    if field("mode=") == Some(target.id.to_string()) {
-        return Ok(if field("boot=").as_deref() == Some(boot.as_str()) {
+    let record = std::fs::read_to_string(under(REBOOT_RECORD))
+        .ok()
+        .and_then(|text| RebootRecord::parse(&text));
+    if let Some(record) = record.filter(|r| r.mode == target.id) {
+        return Ok(if record.boot == boot {
             RebootRequest::AlreadyRequested
         } else {
             RebootRequest::RebootDidNotApply
         });
     }
     std::fs::create_dir_all(under("/var/lib/edgegpu"))?;
-    let text = format!("mode={} boot={boot}\n", target.id);
+    let text = RebootRecord {
+        mode: target.id,
+        boot,
+    }
+    .render();
     edgegpu_host::fsops::atomic_write(&under(REBOOT_RECORD), text.as_bytes(), 0o644)?;
     let sentinel = under(REBOOT_SENTINEL);
     if let Some(dir) = sentinel.parent() {

@@ -5,7 +5,7 @@
 
 mod device;
 pub mod nvml;
-pub mod tegra;
+pub use edgegpu_host::tegra;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -1,10 +1,11 @@
-//! Jetson/Tegra detection from files, without NVML (JetPack ≤ 5 has no real NVML).
+//! Jetson/Tegra detection from files, without NVML (JetPack ≤ 5 has no real NVML): what the
+//! device plugin's discovery and `edgegpu-node-setup doctor` both go by.
 //!
 //! Every detection signal is checked, not just the first that matches, so the log
 //! can say exactly why a host was (or was not) recognised: "Detected platform: unknown" with
 //! no reason is the most reported Jetson failure of NVIDIA's plugin.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use edgegpu_platform::host::{
     device_tree_in_sysfs, parse_chip_id, parse_l4t_release, CHIP_ID, COMPATIBLE, DTSFILENAME,
@@ -12,7 +13,10 @@ use edgegpu_platform::host::{
 };
 use edgegpu_platform::{module_product, Generation, GENERATIONS};
 
-use super::device::under_root;
+/// `abs` (a host path such as `/etc/nv_tegra_release`) as seen under `root`.
+fn under_root(root: &Path, abs: &str) -> PathBuf {
+    root.join(abs.trim_start_matches('/'))
+}
 
 /// One detection signal that matched.
 #[derive(Debug, Clone, PartialEq)]
