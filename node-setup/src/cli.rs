@@ -225,11 +225,78 @@ pub enum Command {
         #[arg(long, value_enum, default_value = "text", env = "EDGEGPU_OUTPUT")]
         output: OutputFormat,
     },
+    /// Walk the chain a GPU pod depends on and say which link is broken, with the command
+    /// that fixes it: board and driver release, device nodes, runtime configuration, CDI
+    /// specs, device plugin or DRA driver registration, MPS daemons, labels (--cluster),
+    /// power mode. Reads files only (no network unless --cluster); root sees more.
+    #[command(after_help = DOCTOR_AFTER_HELP)]
+    Doctor(DoctorArgs),
     /// Container Device Interface (CDI) specs for the GPUs of this host.
     Cdi {
         #[command(subcommand)]
         command: CdiCommand,
     },
+}
+
+const DOCTOR_AFTER_HELP: &str = "\
+Links, in order (each checked whatever the others found):
+  platform      the Jetson (generation, L4T release, known to this edgegpu?) or the NVIDIA driver
+  device-nodes  the GPU's device nodes, as `cdi generate` finds them
+  runtime       what `check` decides: k3s, containerd or docker will use the nvidia runtime (or CDI)
+  cdi-spec      CDI specs in /etc/cdi and /var/run/cdi against the driver files now (stale after
+                an upgrade?)
+  kubelet       the kubelet, a device plugin answering on its socket with GPUs registered in
+                kubelet_internal_checkpoint, or the DRA driver registered
+  mps           each MPS daemon the device plugin wants, ready (<mps-root>/<resource>/status.json)
+  labels        with --cluster: the Node's edgegpu.io/gpu and power-mode labels and allocatable GPUs
+  power         a Jetson's nvpmodel mode and a change waiting for a reboot
+Verdicts: ok, skipped (not used here), warning, unknown (could not be read: run as root),
+broken; each not-ok finding names its files and the command that fixes it.
+
+Exit codes: 0 nothing broken (warnings allowed), 1 a link is broken, 2 invalid command line,
+3 nothing found broken but a link could not be checked (run as root), 4 --bundle, --textfile
+or --feature-file could not be written.
+See docs/troubleshooting.md.";
+
+#[derive(Debug, Clone, Args)]
+pub struct DoctorArgs {
+    /// Output format (json: one document on stdout, see docs/troubleshooting.md).
+    #[arg(long, value_enum, default_value = "text", env = "EDGEGPU_OUTPUT")]
+    pub output: OutputFormat,
+    /// Show the evidence of every finding, not only of those that are not ok.
+    #[arg(long, short)]
+    pub verbose: bool,
+    /// Also write a support bundle (tar.gz): the findings and the files and command outputs
+    /// they came from, secrets redacted.
+    #[arg(long, value_name = "FILE")]
+    pub bundle: Option<PathBuf>,
+    /// The kubelet's root directory (k3s's default too).
+    #[arg(long, value_name = "DIR", default_value = "/var/lib/kubelet")]
+    pub kubelet_dir: String,
+    /// The device plugin's --mps-root.
+    #[arg(
+        long,
+        env = "MPS_ROOT",
+        value_name = "DIR",
+        default_value = "/run/edgegpu/mps"
+    )]
+    pub mps_root: String,
+    /// Also compare the Node's labels and allocatable GPUs, read with kubectl (network).
+    #[arg(long)]
+    pub cluster: bool,
+    /// The kubectl command for --cluster [default: kubectl, else k3s kubectl].
+    #[arg(long, value_name = "COMMAND", requires = "cluster")]
+    pub kubectl: Option<String>,
+    /// This Node's name for --cluster [default: NODE_NAME, else the host name].
+    #[arg(long, env = "NODE_NAME", value_name = "NAME")]
+    pub node_name: Option<String>,
+    /// Write the verdicts for node exporter's textfile collector (Prometheus text format).
+    #[arg(long, value_name = "FILE")]
+    pub textfile: Option<PathBuf>,
+    /// Write the verdicts as a Node Feature Discovery feature file (labels
+    /// edgegpu.io/node-doctor and edgegpu.io/node-doctor.broken).
+    #[arg(long, value_name = "FILE")]
+    pub feature_file: Option<PathBuf>,
 }
 
 const CDI_AFTER_HELP: &str = "\

@@ -10,13 +10,15 @@
 //! containerd TOML and k3s's Go templates, k3s YAML), [`state`] (manifest and backups),
 //! [`lock`] (one run at a time), [`restart`] (systemctl, injectable), [`commands`] (each
 //! command's outcome, shown as text or JSON), [`program`] (the whole program as a function),
-//! [`runtime_spec`] (the runtime to register).
+//! [`runtime_spec`] (the runtime to register), [`doctor`] (which link of a GPU pod's chain is
+//! broken, the support bundle).
 //! The `--root` tree, atomic writes, errors and the CDI spec generator (`cdi generate`) are
 //! the `edgegpu-host` library's, which the DRA driver uses too.
 
 pub mod cli;
 pub mod commands;
 pub mod detect;
+pub mod doctor;
 pub mod effective;
 pub mod formats;
 pub mod lock;

@@ -10,6 +10,7 @@ mod containerd_config;
 mod containerd_imports;
 mod daemon_json;
 mod docker_reload;
+mod doctor;
 mod effective;
 mod fuzz;
 mod k3s_templates;

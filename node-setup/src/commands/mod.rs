@@ -101,6 +101,7 @@ pub fn run(cli: Cli, restarts: Restarts, out: &mut dyn Write, err: &mut dyn Writ
             }
             finish_writing(ended, exit_code, doc, out)
         }
+        Command::Doctor(args) => Ok(crate::doctor::run(opts, &args, out, err)),
         Command::Cdi {
             command: CdiCommand::Generate { output, format },
         } => edgegpu_host::cdi::run(&opts.host, output.as_deref(), format, out),

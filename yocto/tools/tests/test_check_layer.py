@@ -280,8 +280,8 @@ class CheckLayer(unittest.TestCase):
     def test_systemd_service_name_without_unit_file(self):
         self.repo.replace(
             RECIPE,
-            'SYSTEMD_SERVICE:edgegpu-node-setup = "edgegpu-node-setup.service"',
-            'SYSTEMD_SERVICE:edgegpu-node-setup = "edgegpu-nodesetup.service"',
+            'SYSTEMD_SERVICE:edgegpu-node-setup = "edgegpu-node-setup.service ',
+            'SYSTEMD_SERVICE:edgegpu-node-setup = "edgegpu-nodesetup.service ',
         )
         self.assertError(
             r"names edgegpu-nodesetup.service, but files/edgegpu-nodesetup.service does not exist"

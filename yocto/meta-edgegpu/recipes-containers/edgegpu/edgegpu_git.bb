@@ -29,6 +29,8 @@ SRC_URI = "git://github.com/edgegpu/edgegpu.git;protocol=https;branch=main;dests
            file://edgegpu-cdi-refresh.service \
            file://edgegpu-cdi-refresh.path \
            file://edgegpu-cdi.default \
+           file://edgegpu-node-check.service \
+           file://edgegpu-node-check.path \
            "
 SRCREV = "ad59ad0fea4ccc165c002423a4daaa82d862f2c0"
 
@@ -99,6 +101,8 @@ do_install:append:class-target() {
     install -m 0644 ${EDGEGPU_UNPACKDIR}/edgegpu-cdi-refresh.service ${D}${systemd_system_unitdir}/
     install -m 0644 ${EDGEGPU_UNPACKDIR}/edgegpu-cdi-refresh.path ${D}${systemd_system_unitdir}/
     install -m 0644 ${EDGEGPU_UNPACKDIR}/edgegpu-cdi.default ${D}${sysconfdir}/default/edgegpu-cdi
+    install -m 0644 ${EDGEGPU_UNPACKDIR}/edgegpu-node-check.service ${D}${systemd_system_unitdir}/
+    install -m 0644 ${EDGEGPU_UNPACKDIR}/edgegpu-node-check.path ${D}${systemd_system_unitdir}/
 
     # Kubernetes objects: Job manifests only with devicequery-job, all others with
     # k3s-manifests. Prefixed with "edgegpu-" so they cannot replace a k3s-owned file.
@@ -130,8 +134,12 @@ FILES:edgegpu-device-plugin += "${bindir}/edgegpu ${bindir}/edgegpu-device-plugi
 FILES:edgegpu-device-plugin-host += "${systemd_system_unitdir}/edgegpu-device-plugin.service \
                                      ${systemd_system_unitdir}/edgegpu-mps-control-daemon.service \
                                      ${sysconfdir}/default/edgegpu-device-plugin"
+# edgegpu-node-check.path: after a driver, L4T, package or k3s change, regenerate the CDI spec
+# and run `edgegpu-node-setup doctor`, whose verdicts reach the journal, node exporter and NFD.
 FILES:edgegpu-node-setup += "${bindir}/edgegpu-node-setup \
                              ${systemd_system_unitdir}/edgegpu-node-setup.service \
+                             ${systemd_system_unitdir}/edgegpu-node-check.service \
+                             ${systemd_system_unitdir}/edgegpu-node-check.path \
                              ${sysconfdir}/default/edgegpu-node-setup"
 # The CDI spec of the GPUs, refreshed at boot and when the driver or L4T's container lists
 # change (edgegpu-node-setup cdi generate), for runtimes in CDI mode.
@@ -153,7 +161,7 @@ RDEPENDS:edgegpu-device-plugin-host = "edgegpu-device-plugin"
 RDEPENDS:edgegpu-cdi = "edgegpu-node-setup"
 
 SYSTEMD_PACKAGES = "edgegpu-node-setup edgegpu-device-plugin-host edgegpu-cdi"
-SYSTEMD_SERVICE:edgegpu-node-setup = "edgegpu-node-setup.service"
+SYSTEMD_SERVICE:edgegpu-node-setup = "edgegpu-node-setup.service edgegpu-node-check.service edgegpu-node-check.path"
 SYSTEMD_SERVICE:edgegpu-device-plugin-host = "edgegpu-device-plugin.service edgegpu-mps-control-daemon.service"
 SYSTEMD_AUTO_ENABLE:edgegpu-node-setup = "enable"
 SYSTEMD_AUTO_ENABLE:edgegpu-device-plugin-host = "enable"
