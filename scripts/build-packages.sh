@@ -299,13 +299,15 @@ if [ "$check" = 1 ]; then
         for f in /usr/bin/edgegpu-node-setup /usr/bin/devicequery /usr/bin/edgegpu /usr/bin/edgegpu-device-plugin \
             /usr/bin/edgegpu-labeller /usr/bin/edgegpu-dra-driver \
             /lib/systemd/system/edgegpu-device-plugin.service /lib/systemd/system/edgegpu-mps-control-daemon.service \
+            /lib/systemd/system/edgegpu-node-check.path /lib/systemd/system/edgegpu-cdi-refresh.path \
             /etc/default/edgegpu-device-plugin /var/lib/rancher/k3s/server/manifests/edgegpu-device-plugin.yaml \
             /var/lib/rancher/k3s/agent/images/edgegpu-device-plugin.oci.tar /var/lib/rancher/k3s/agent/images/edgegpu-devicequery.oci.tar \
             /var/lib/rancher/k3s/agent/images/edgegpu-node-setup.oci.tar; do
             [ -e "$root$f" ] || fail "$arch: $f missing after install"
         done
         # Enabled by the postinst (deb-systemd-helper): links to the units, as seen in the root.
-        for unit in edgegpu-device-plugin.service edgegpu-mps-control-daemon.service; do
+        for unit in edgegpu-device-plugin.service edgegpu-mps-control-daemon.service \
+            edgegpu-node-check.path edgegpu-node-check.service edgegpu-cdi-refresh.path edgegpu-cdi-refresh.service; do
             [ "$(readlink "$root/etc/systemd/system/multi-user.target.wants/$unit")" = "/lib/systemd/system/$unit" ] ||
                 fail "$arch: $unit not enabled after install"
         done
