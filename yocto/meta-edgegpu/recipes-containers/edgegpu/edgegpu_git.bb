@@ -32,7 +32,7 @@ SRC_URI = "git://github.com/edgegpu/edgegpu.git;protocol=https;branch=main;dests
            file://edgegpu-node-check.service \
            file://edgegpu-node-check.path \
            "
-SRCREV = "ad59ad0fea4ccc165c002423a4daaa82d862f2c0"
+SRCREV = "19fef8c35a94029727fd4135f13f0a41b4eba571"
 
 # scarthgap unpacks into WORKDIR; styhead and later into UNPACKDIR (and wrynose forbids S
 # outside it). Do not assign UNPACKDIR itself: a weak default here would win over
