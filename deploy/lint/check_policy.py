@@ -727,7 +727,7 @@ def check_cli_alignment(where, container, cli, program="edgegpu-device-plugin"):
 # (by its component label); the Jetson ones are partly in the platform table crate.
 HOST_READERS = {
     "jetson": [
-        "node/src/gpu/discovery/tegra.rs",
+        "host/src/tegra.rs",
         "node/src/gpu/health/tegra.rs",
         "node/src/gpu/sysfs.rs",
         "node/src/gpu/sensors/tegra.rs",
@@ -788,7 +788,7 @@ def check_host_path_coverage(where, repo, component, pod, container):
         if any(path == d or path.startswith(d + "/") for d in NOT_MOUNTED_BY_DESIGN + NOT_MOUNTED_YET):
             continue
         if not any(path == m or path.startswith(m.rstrip("/") + "/") for m in mounted):
-            problem(where, f"the plugin reads {path} (node/src, platform/src) but no host mount covers it")
+            problem(where, f"the plugin reads {path} (node/src, host/src, platform/src) but no host mount covers it")
 
 
 def check_daemonset(ds, version, configmaps, cli, repo, namespace="kube-system", configmap_required=True,

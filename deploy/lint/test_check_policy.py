@@ -69,6 +69,7 @@ class PolicyTest(unittest.TestCase):
         shutil.copytree(REPO / "node" / "src", self.tmp / "node" / "src")
         shutil.copytree(REPO / "apiclient" / "src", self.tmp / "apiclient" / "src")
         shutil.copytree(REPO / "platform" / "src", self.tmp / "platform" / "src")
+        shutil.copytree(REPO / "host" / "src", self.tmp / "host" / "src")
         shutil.copytree(REPO / "labeller" / "src", self.tmp / "labeller" / "src")
         (self.tmp / "deploy" / "examples").mkdir(parents=True)
         for path in list((REPO / "deploy").glob("*.yaml")) + list((REPO / "deploy" / "examples").glob("*.yaml")):
@@ -286,7 +287,7 @@ class PolicyTest(unittest.TestCase):
             ds = jetson(objects)
             container(ds)["volumeMounts"].remove(mount(ds, "/host/sys/module"))
             pod(ds)["volumes"].remove(volume(ds, "host-sys-module"))
-        self.assert_reported(mutate, "reads /sys/module/tegra_fuse/parameters/tegra_chip_id (node/src, platform/src) but no host mount")
+        self.assert_reported(mutate, "reads /sys/module/tegra_fuse/parameters/tegra_chip_id (node/src, host/src, platform/src) but no host mount")
 
     def test_host_path_must_mirror_under_host(self):
         def mutate(objects, _):
