@@ -7,7 +7,7 @@
 //! `cargo bench -p edgegpu-dra --bench prepare`; smoke mode (a few iterations, as
 //! scripts/test.sh runs it): `edgegpu_testkit::bench`.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use clap::Parser;
 use edgegpu_dra::claims::{AllocatedDevice, ClaimAllocation};
@@ -16,26 +16,13 @@ use edgegpu_dra::kubelet::ClaimRef;
 use edgegpu_dra::prepare::{NodeDriver, NodeOptions};
 use edgegpu_dra::sharing::MpsHost;
 use edgegpu_node::config::GpuArgs;
-use edgegpu_testkit::bench::{announce_smoke_mode, iterations};
+use edgegpu_testkit::bench::{announce_smoke_mode, iterations, print_latencies};
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost};
 
 #[derive(Parser)]
 struct Args {
     #[command(flatten)]
     gpu: GpuArgs,
-}
-
-fn report(what: &str, mut samples: Vec<Duration>) {
-    samples.sort();
-    let pct = |p: f64| samples[((samples.len() as f64 - 1.0) * p).round() as usize];
-    println!(
-        "{what:<44} n={:<5} min {:>9.3?}  p50 {:>9.3?}  p95 {:>9.3?}  max {:>9.3?}",
-        samples.len(),
-        samples[0],
-        pct(0.5),
-        pct(0.95),
-        samples[samples.len() - 1]
-    );
 }
 
 fn run(what: &str, host: &FakeHost, args: &[&str]) {
@@ -89,8 +76,8 @@ fn run(what: &str, host: &FakeHost, args: &[&str]) {
         unprepare.push(t.elapsed());
     }
     println!("{what}: inventory discovery {discovery:.3?}, claim spec {spec_bytes} bytes");
-    report(&format!("{what}: prepare → spec on disk"), prepare);
-    report(&format!("{what}: unprepare"), unprepare);
+    print_latencies(&format!("{what}: prepare → spec on disk"), prepare);
+    print_latencies(&format!("{what}: unprepare"), unprepare);
 }
 
 fn main() {

@@ -3,26 +3,14 @@
 //! atomically. Prints figures. Smoke mode (a few rounds, as scripts/test.sh runs it):
 //! `edgegpu_testkit::bench`.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use edgegpu_host::cdi;
 use edgegpu_host::root::HostRoot;
-use edgegpu_testkit::bench::{announce_smoke_mode, iterations};
+use edgegpu_testkit::bench::{announce_smoke_mode, iterations, print_latencies};
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
 
 const ROUNDS: usize = 200;
-
-fn report(what: &str, mut samples: Vec<Duration>) {
-    samples.sort();
-    let pct = |p: f64| samples[((samples.len() as f64 - 1.0) * p).round() as usize];
-    println!(
-        "{what:<44} n={:<4} min {:>9.3?}  p50 {:>9.3?}  p99 {:>9.3?}",
-        samples.len(),
-        samples[0],
-        pct(0.5),
-        pct(0.99)
-    );
-}
 
 fn bench(what: &str, host: &FakeHost) {
     let root = HostRoot::new(host.root());
@@ -38,8 +26,8 @@ fn bench(what: &str, host: &FakeHost) {
         yaml.push(t.elapsed());
         devices = g.spec.devices.len();
     }
-    report(&format!("generate {what} ({devices} devices)"), generate);
-    report(&format!("  yaml {what}"), yaml);
+    print_latencies(&format!("generate {what} ({devices} devices)"), generate);
+    print_latencies(&format!("  yaml {what}"), yaml);
     // The whole command, atomic write (fsync) included.
     let mut write = Vec::new();
     let out = host.path("/var/run/cdi/bench.yaml");
@@ -52,7 +40,7 @@ fn bench(what: &str, host: &FakeHost) {
         write.push(t.elapsed());
         std::hint::black_box((i, sink));
     }
-    report(&format!("  cdi generate + atomic write {what}"), write);
+    print_latencies(&format!("  cdi generate + atomic write {what}"), write);
 }
 
 fn main() {

@@ -8,28 +8,16 @@
 use std::os::unix::net::UnixListener;
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use edgegpu_host::root::HostRoot;
 use edgegpu_node_setup::doctor::{self, Verdict};
 use edgegpu_node_setup::plan;
 use edgegpu_node_setup::RuntimeSpec;
-use edgegpu_testkit::bench::{announce_smoke_mode, iterations};
+use edgegpu_testkit::bench::{announce_smoke_mode, iterations, print_latencies};
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_edgegpu-node-setup");
-
-fn report(what: &str, mut samples: Vec<Duration>) {
-    samples.sort();
-    let pct = |p: f64| samples[((samples.len() as f64 - 1.0) * p).round() as usize];
-    println!(
-        "{what:<44} n={:<4} min {:>9.3?}  p50 {:>9.3?}  p99 {:>9.3?}",
-        samples.len(),
-        samples[0],
-        pct(0.5),
-        pct(0.99)
-    );
-}
 
 fn node_setup(root: &Path, args: &[&str]) {
     let out = Command::new(BINARY)
@@ -105,7 +93,7 @@ fn bench(what: &str, host: &FakeHost) {
         walk.push(t.elapsed());
         assert_eq!(report.worst(), Verdict::Ok, "{:#?}", report.findings);
     }
-    report(&format!("every link, in-process ({what})"), walk);
+    print_latencies(&format!("every link, in-process ({what})"), walk);
     let mut command = Vec::new();
     for _ in 0..iterations(30) {
         let t = Instant::now();
@@ -122,7 +110,7 @@ fn bench(what: &str, host: &FakeHost) {
             String::from_utf8_lossy(&out.stdout)
         );
     }
-    report(&format!("edgegpu-node-setup doctor ({what})"), command);
+    print_latencies(&format!("edgegpu-node-setup doctor ({what})"), command);
 }
 
 fn main() {

@@ -19,7 +19,7 @@ use edgegpu_kubelet_api::v1beta1::{ContainerAllocateRequest, Device, HEALTHY, UN
 use edgegpu_plugin::resource::Resource;
 use edgegpu_plugin::Cli;
 use edgegpu_plugin::{build_gpu_resource, build_gpu_resources, GpuResource};
-use edgegpu_testkit::bench::{announce_smoke_mode, iterations};
+use edgegpu_testkit::bench::{announce_smoke_mode, iterations, print_latencies};
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
 use tokio::sync::watch;
 
@@ -57,19 +57,6 @@ async fn wait_for(rx: &mut watch::Receiver<Vec<Device>>, id: &str, health: &str)
     }
 }
 
-fn report(what: &str, mut samples: Vec<Duration>) {
-    samples.sort();
-    let pct = |p: f64| samples[((samples.len() as f64 - 1.0) * p).round() as usize];
-    println!(
-        "{what:<48} n={:<5} min {:>9.3?}  p50 {:>9.3?}  p99 {:>9.3?}  max {:>9.3?}",
-        samples.len(),
-        samples[0],
-        pct(0.5),
-        pct(0.99),
-        samples[samples.len() - 1]
-    );
-}
-
 async fn tegra_health_latency() {
     let host = FakeHost::jetson(Board::Orin);
     let res = resource(host.root(), &["--discovery=tegra"]).await;
@@ -86,8 +73,8 @@ async fn tegra_health_latency() {
         wait_for(&mut rx, "tegra", HEALTHY).await;
         back.push(t.elapsed());
     }
-    report("tegra: /dev/nvmap removed → Unhealthy published", lost);
-    report("tegra: /dev/nvmap restored → Healthy published", back);
+    print_latencies("tegra: /dev/nvmap removed → Unhealthy published", lost);
+    print_latencies("tegra: /dev/nvmap restored → Healthy published", back);
 
     let mut sysfs = Vec::new();
     for _ in 0..iterations(50) {
@@ -98,7 +85,7 @@ async fn tegra_health_latency() {
         host.restore_gpu_sysfs();
         wait_for(&mut rx, "tegra", HEALTHY).await;
     }
-    report("tegra: GPU load file unreadable → Unhealthy", sysfs);
+    print_latencies("tegra: GPU load file unreadable → Unhealthy", sysfs);
 }
 
 async fn nvml_xid_latency() {
@@ -115,7 +102,7 @@ async fn nvml_xid_latency() {
         // Recovery: 1 s without a new XID, seen at the next probe round (≤ 2 s later).
         wait_for(&mut rx, &gpus[0].uuid, HEALTHY).await;
     }
-    report(
+    print_latencies(
         "nvml: critical XID injected → Unhealthy (fake polls 10 ms)",
         xid,
     );
@@ -158,7 +145,7 @@ async fn allocate_cost() {
             if board.is_some() { "orin" } else { "dgpu" },
             args.join(" ")
         );
-        report(&label, samples);
+        print_latencies(&label, samples);
     }
 }
 
@@ -173,7 +160,7 @@ async fn discovery_time() {
             samples.push(t.elapsed());
             drop(res);
         }
-        report(&format!("discovery (tegra) {}", board.name()), samples);
+        print_latencies(&format!("discovery (tegra) {}", board.name()), samples);
     }
     // JetPack 6+: auto, NVML loaded (a fresh copy per root) and the hybrid Tegra probe.
     for board in Board::ALL.into_iter().filter(|b| b.nvml().is_some()) {
@@ -185,7 +172,7 @@ async fn discovery_time() {
             samples.push(t.elapsed());
             drop(res);
         }
-        report(
+        print_latencies(
             &format!("discovery (auto, hybrid incl. dlopen) {}", board.name()),
             samples,
         );
@@ -198,7 +185,7 @@ async fn discovery_time() {
         samples.push(t.elapsed());
         drop(res);
     }
-    report("discovery (nvml, fake, 2 GPUs incl. dlopen)", samples);
+    print_latencies("discovery (nvml, fake, 2 GPUs incl. dlopen)", samples);
     let mut samples = Vec::new();
     for _ in 0..iterations(20) {
         let (host, _) = FakeHost::mig_server(&[0], &FakeMig::h100_mixed());
@@ -217,7 +204,7 @@ async fn discovery_time() {
         samples.push(t.elapsed());
         drop(node);
     }
-    report("discovery (nvml, MIG mixed: 3 resources)", samples);
+    print_latencies("discovery (nvml, MIG mixed: 3 resources)", samples);
 }
 
 fn main() {

@@ -42,6 +42,25 @@ fn scaled<T: Ord>(full: T, most: T, smoke: bool) -> T {
     }
 }
 
+/// Prints one line of latency figures for `samples`: count, min, p50, p95, p99 and max (the
+/// nearest-rank percentiles of the sorted samples). Nothing when there are none.
+pub fn print_latencies(what: &str, mut samples: Vec<Duration>) {
+    if samples.is_empty() {
+        return;
+    }
+    samples.sort();
+    let pct = |p: f64| samples[((samples.len() as f64 - 1.0) * p).round() as usize];
+    println!(
+        "{what:<48} n={:<5} min {:>9.3?}  p50 {:>9.3?}  p95 {:>9.3?}  p99 {:>9.3?}  max {:>9.3?}",
+        samples.len(),
+        samples[0],
+        pct(0.5),
+        pct(0.95),
+        pct(0.99),
+        samples[samples.len() - 1]
+    );
+}
+
 /// Prints the line a benchmark starts with in smoke mode (nothing otherwise), so that nobody
 /// quotes its figures.
 pub fn announce_smoke_mode() {

@@ -7,8 +7,7 @@
 
 use std::io::{Read, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use edgegpu_host::root::HostRoot;
 
@@ -189,62 +188,24 @@ fn read_host_file(host: &HostRoot, host_path: &str) -> Result<Option<Vec<u8>>, S
 
 /// Runs `argv` with a time limit; its stdout and stderr together.
 fn run_command(argv: &[&str]) -> String {
-    let mut child = match Command::new(argv[0])
-        .args(&argv[1..])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-    {
-        Ok(c) => c,
-        Err(e) => return format!("$ {}\ncannot run: {e}\n", argv.join(" ")),
-    };
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            if let Some(p) = pipe {
-                let _ = p.take(4 * MAX_FILE_BYTES as u64).read_to_end(&mut bytes);
-            }
-            String::from_utf8_lossy(&bytes).into_owned()
-        })
-    };
-    let out = drain(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let err = drain(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let start = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => {
-                break format!(
+    match super::command::run(argv, COMMAND_TIMEOUT, 4 * MAX_FILE_BYTES as u64) {
+        Err(e) => format!("$ {}\ncannot run: {e}\n", argv.join(" ")),
+        Ok(ran) => {
+            let status = match ran.status {
+                Some(s) => format!(
                     "exit status {}",
                     s.code().map_or("signal".into(), |c| c.to_string())
-                )
-            }
-            Ok(None) if start.elapsed() < COMMAND_TIMEOUT => {
-                std::thread::sleep(Duration::from_millis(20))
-            }
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break format!("killed after {} s", COMMAND_TIMEOUT.as_secs());
-            }
+                ),
+                None => format!("killed after {} s", COMMAND_TIMEOUT.as_secs()),
+            };
+            format!(
+                "$ {}\n{}{}\n[{status}]\n",
+                argv.join(" "),
+                ran.stdout,
+                ran.stderr
+            )
         }
-    };
-    format!(
-        "$ {}\n{}{}\n[{status}]\n",
-        argv.join(" "),
-        out.join().unwrap_or_default(),
-        err.join().unwrap_or_default()
-    )
+    }
 }
 
 /// The host files to pack: those read, those the findings name (a directory: its files),

@@ -8,9 +8,7 @@
 //! (`/etc/rancher/k3s/k3s.yaml` on a server). Without `--cluster` the doctor reads local
 //! files only, and this link is skipped.
 
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use edgegpu_host::root::HostRoot;
 use edgegpu_platform::host::{NVPMODEL_CONF, NVPMODEL_STATUS};
@@ -34,68 +32,23 @@ const MAX_NODE_BYTES: u64 = 4 << 20;
 
 /// Runs `kubectl get node <name> -o json` within the time limit.
 fn get_node(cluster: &Cluster) -> Result<Value, String> {
-    let (program, args) = cluster.kubectl.split_first().ok_or("no kubectl command")?;
-    let mut child = Command::new(program)
-        .args(args)
-        .args(["get", "node", &cluster.node, "-o", "json"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot run {program}: {e}"))?;
-    // Drained by threads, so that a full pipe cannot stall the command.
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut text = String::new();
-            if let Some(p) = pipe {
-                let _ = p.take(MAX_NODE_BYTES).read_to_string(&mut text);
-            }
-            text
-        })
-    };
-    let out = drain(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let err = drain(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let start = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if start.elapsed() < cluster.timeout => {
-                std::thread::sleep(Duration::from_millis(20))
-            }
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!(
-                    "{} did not answer within {} s",
-                    cluster.kubectl.join(" "),
-                    cluster.timeout.as_secs()
-                ));
-            }
-        }
-    };
-    let (stdout, stderr) = (
-        out.join().unwrap_or_default(),
-        err.join().unwrap_or_default(),
-    );
-    if !status.success() {
-        return Err(format!(
-            "{} get node {}: {}",
-            cluster.kubectl.join(" "),
+    let command = cluster.kubectl.join(" ");
+    let mut argv: Vec<&str> = cluster.kubectl.iter().map(String::as_str).collect();
+    argv.extend(["get", "node", &cluster.node, "-o", "json"]);
+    let ran = super::command::run(&argv, cluster.timeout, MAX_NODE_BYTES)
+        .map_err(|e| format!("cannot run {command}: {e}"))?;
+    match ran.status {
+        None => Err(format!(
+            "{command} did not answer within {} s",
+            cluster.timeout.as_secs()
+        )),
+        Some(s) if !s.success() => Err(format!(
+            "{command} get node {}: {}",
             cluster.node,
-            stderr.trim()
-        ));
+            ran.stderr.trim()
+        )),
+        Some(_) => serde_json::from_str(&ran.stdout).map_err(|e| format!("not a Node object: {e}")),
     }
-    serde_json::from_str(&stdout).map_err(|e| format!("not a Node object: {e}"))
 }
 
 pub fn check(host: &HostRoot, facts: &Facts, cluster: Option<&Cluster>) -> Finding {

@@ -18,6 +18,7 @@
 pub mod board;
 pub mod bundle;
 pub mod cdi;
+pub mod command;
 pub mod finding;
 pub mod kubelet;
 pub mod labels;
