@@ -299,7 +299,8 @@ if [ "$check" = 1 ]; then
         for f in /usr/bin/edgegpu-node-setup /usr/bin/devicequery /usr/bin/edgegpu /usr/bin/edgegpu-device-plugin \
             /usr/bin/edgegpu-labeller /usr/bin/edgegpu-dra-driver \
             /lib/systemd/system/edgegpu-device-plugin.service /lib/systemd/system/edgegpu-mps-control-daemon.service \
-            /lib/systemd/system/edgegpu-node-check.path /lib/systemd/system/edgegpu-cdi-refresh.path \
+            /lib/systemd/system/edgegpu-node-check.path /lib/systemd/system/edgegpu-node-check.timer \
+            /lib/systemd/system/edgegpu-cdi-refresh.path \
             /etc/default/edgegpu-device-plugin /var/lib/rancher/k3s/server/manifests/edgegpu-device-plugin.yaml \
             /var/lib/rancher/k3s/agent/images/edgegpu-device-plugin.oci.tar /var/lib/rancher/k3s/agent/images/edgegpu-devicequery.oci.tar \
             /var/lib/rancher/k3s/agent/images/edgegpu-node-setup.oci.tar; do
@@ -311,6 +312,8 @@ if [ "$check" = 1 ]; then
             [ "$(readlink "$root/etc/systemd/system/multi-user.target.wants/$unit")" = "/lib/systemd/system/$unit" ] ||
                 fail "$arch: $unit not enabled after install"
         done
+        [ "$(readlink "$root/etc/systemd/system/timers.target.wants/edgegpu-node-check.timer")" = \
+            /lib/systemd/system/edgegpu-node-check.timer ] || fail "$arch: edgegpu-node-check.timer not enabled after install"
         in_root "$root" dpkg-query -W -f="\${Conffiles}\n" edgegpu-device-plugin | grep -q '/etc/default/edgegpu-device-plugin' ||
             fail "$arch: /etc/default/edgegpu-device-plugin is not a conffile"
         # The admin's edit of the conffile must survive the upgrade.

@@ -97,6 +97,7 @@ EXTERNAL_PROSE_FLAGS = {
     "--data-dir": "k3s",
     "--node-label": "k3s",
     "--write-kubeconfig-mode": "k3s",
+    "--token": "k3s server/agent (the join token)",
     "--system-reserved": "kubelet",
     "--cgroup-root": "dockerd",
     "--add-runtime": "dockerd",

@@ -587,13 +587,18 @@ fn cdi_mode_without_a_spec_is_the_cdi_link() {
     let (doc, code) = doctor(host.root(), &[]);
     assert_eq!(code, 0, "{doc:#}");
     std::fs::remove_file(host.path("/var/run/cdi/nvidia.yaml")).unwrap();
-    let (doc, code) = doctor(host.root(), &[]);
+    // Asked to judge CDI mode, the runtime link holds and the spec is what is missing.
+    let (doc, code) = doctor(host.root(), &["--cdi"]);
     assert_broken_first(&doc, code, "cdi-spec", "cdi generate");
     assert_eq!(
         finding(&doc, "runtime")["verdict"],
         "ok",
         "CDI mode is configured: {doc:#}"
     );
+    // Without --cdi and without a spec, nothing says this node was meant for CDI (containerd 2
+    // has it on by default): the NVIDIA runtime is what is missing.
+    let (doc, code) = doctor(host.root(), &[]);
+    assert_broken_first(&doc, code, "runtime", "sudo edgegpu-node-setup apply");
 }
 
 /// Every entry of a tar.gz: (path, bytes).
@@ -616,18 +621,25 @@ fn untar(path: &Path) -> Vec<(String, Vec<u8>)> {
 #[test]
 fn the_bundle_carries_the_evidence_and_no_secret() {
     let (host, _kubelet) = healthy_orin();
-    // Secrets a node holds: the join token in k3s's config and its unit's environment file,
-    // a registry password, a docker registry auth, a kubeconfig's client key.
+    // Secrets a node holds: the join token in k3s's config, its unit and its environment
+    // file, a database and a proxy password, a registry password, a docker registry auth.
     let token =
         "K10a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9::server:5ecr3tJoinPa55";
     host.write(
         "/etc/rancher/k3s/config.yaml",
-        format!("token: {token}\nwrite-kubeconfig-mode: \"0644\"\n"),
+        format!("token: {token}\nwrite-kubeconfig-mode: \"0644\"\ndatastore-endpoint: postgres://k3s:plantedDbPassword@db:5432/k3s\n"),
     );
     host.write(
         "/etc/systemd/system/k3s.service.env",
-        "K3S_TOKEN=plantedEnvToken123\nK3S_URL=https://10.0.0.1:6443\n",
+        "K3S_TOKEN=plantedEnvToken123\nK3S_URL=https://10.0.0.1:6443\nHTTPS_PROXY=http://proxyuser:plantedProxyPassword@proxy:3128\n",
     );
+    // The installer writes each argument on its own line.
+    let unit = common::fixture("units/k3s-installer-server.service").replace(
+        "\t'--write-kubeconfig-mode' \\\n",
+        "\t'--token' \\\n\t'plantedUnitToken' \\\n\t'--write-kubeconfig-mode' \\\n",
+    );
+    assert!(unit.contains("plantedUnitToken"));
+    host.write("/etc/systemd/system/k3s.service", unit);
     host.write(
         "/etc/rancher/k3s/registries.yaml",
         "configs:\n  registry.example.com:\n    auth:\n      username: robot\n      password: plantedRegistryPassword\n",
@@ -635,6 +647,16 @@ fn the_bundle_carries_the_evidence_and_no_secret() {
     host.write(
         "/etc/docker/daemon.json",
         r#"{"auths": {"registry.example.com": {"auth": "cGxhbnRlZERvY2tlckF1dGg="}}}"#,
+    );
+    // A kubeconfig's client key, a bearer token and a service-account JWT pasted into files
+    // the bundle collects.
+    host.write(
+        "/etc/containerd/conf.d/kubeconfig.yaml",
+        "users:\n- name: admin\n  user:\n    client-key-data: cGxhbnRlZENsaWVudEtleQ==\n",
+    );
+    host.write(
+        "/etc/containerd/conf.d/notes.txt",
+        "curl -H 'Authorization: Bearer plantedBearerToken' https://10.0.0.1:6443\nsa: eyJhbGciOiJSUzI1NiJ9.eyJwbGFudGVkIjoiand0In0.cGxhbnRlZFNpZ25hdHVyZQ\n",
     );
     host.write(
         "/etc/containerd/conf.d/registry-client.pem",
@@ -663,6 +685,13 @@ fn the_bundle_carries_the_evidence_and_no_secret() {
         "node/files/etc/nv_tegra_release",
         "node/files/var/run/cdi/nvidia.yaml",
         "node/files/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint",
+        // Each file a secret was planted in is packed (redacted), so none is missed by luck.
+        "node/files/etc/systemd/system/k3s.service",
+        "node/files/etc/systemd/system/k3s.service.env",
+        "node/files/etc/docker/daemon.json",
+        "node/files/etc/containerd/conf.d/kubeconfig.yaml",
+        "node/files/etc/containerd/conf.d/notes.txt",
+        "node/files/etc/containerd/conf.d/registry-client.pem",
     ] {
         assert!(names.contains(&expected), "{expected} not in {names:#?}");
     }
@@ -675,6 +704,12 @@ fn the_bundle_carries_the_evidence_and_no_secret() {
         "plantedRegistryPassword",
         "cGxhbnRlZERvY2tlckF1dGg=",
         "plantedPrivateKeyMaterial",
+        "plantedUnitToken",
+        "plantedProxyPassword",
+        "plantedDbPassword",
+        "cGxhbnRlZENsaWVudEtleQ==",
+        "plantedBearerToken",
+        "eyJwbGFudGVkIjoiand0In0",
     ] {
         assert!(!all.contains(secret), "{secret} leaked into the bundle");
     }
@@ -686,8 +721,34 @@ fn the_bundle_carries_the_evidence_and_no_secret() {
         .1;
     assert_eq!(
         String::from_utf8_lossy(config),
-        "token: <redacted>\nwrite-kubeconfig-mode: \"0644\"\n"
+        "token: <redacted>\nwrite-kubeconfig-mode: \"0644\"\ndatastore-endpoint: postgres://k3s:<redacted>@db:5432/k3s\n"
     );
+    // Readable by its owner only: it holds root-only files.
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&bundle).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    // A link planted where pods write (a CDI spec dir) is not followed into the archive.
+    host.write("/root-only-secret", "plantedLinkTarget\n");
+    std::os::unix::fs::symlink(
+        host.path("/root-only-secret"),
+        host.path("/var/run/cdi/evil.yaml"),
+    )
+    .unwrap();
+    std::fs::remove_file(&bundle).unwrap();
+    let out = node_setup(
+        host.root(),
+        &["doctor", "--bundle", bundle.to_str().unwrap()],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let again: Vec<u8> = untar(&bundle).into_iter().flat_map(|(_, b)| b).collect();
+    assert!(!String::from_utf8_lossy(&again).contains("plantedLinkTarget"));
     let manifest = String::from_utf8_lossy(
         &entries
             .iter()

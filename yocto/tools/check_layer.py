@@ -1033,8 +1033,8 @@ def check_manifests(repo, report):
 # ----------------------------------------------------------------------------- systemd
 
 
-# The unit types the recipe ships (a .path unit triggers its service).
-UNIT_PATTERNS = ("*.service", "*.path")
+# The unit types the recipe ships (a .path or .timer unit triggers its service).
+UNIT_PATTERNS = ("*.service", "*.path", "*.timer")
 
 
 def system_unit_dir():

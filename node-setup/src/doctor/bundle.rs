@@ -5,7 +5,8 @@
 //! collected, cut or left out is listed in the bundle's `MANIFEST.txt` (docs/troubleshooting.md
 //! lists it all).
 
-use std::io::{Read, Write};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use edgegpu_host::root::HostRoot;
 use super::finding::Report;
 use super::redact::redact;
 use super::render;
+use super::safe_read::Bounded;
 
 /// Most bytes kept of one file or command output (the rest is cut, and said so).
 pub const MAX_FILE_BYTES: usize = 1 << 20;
@@ -119,7 +121,8 @@ struct Builder<W: Write> {
 }
 
 impl<W: Write> Builder<W> {
-    /// Adds a text entry, redacted and bounded.
+    /// Adds a text entry, redacted and bounded (a longer one keeps its end: the newest lines
+    /// of a log are the ones that matter).
     fn add_text(&mut self, name: &str, text: &str) -> std::io::Result<()> {
         let (mut text, secrets) = redact(text);
         if text.len() > MAX_FILE_BYTES {
@@ -127,7 +130,6 @@ impl<W: Write> Builder<W> {
             while !text.is_char_boundary(cut) {
                 cut -= 1;
             }
-            // Keep the end: the newest lines of a log are the ones that matter.
             let start = text.len() - cut;
             let start = (start..text.len())
                 .find(|i| text.is_char_boundary(*i))
@@ -159,31 +161,28 @@ impl<W: Write> Builder<W> {
     }
 }
 
-/// Reads a host file for the bundle: a regular file (no link followed at its last
-/// component, no FIFO or device opened), at most [`MAX_FILE_BYTES`] + 1 bytes.
-fn read_host_file(host: &HostRoot, host_path: &str) -> Result<Option<Vec<u8>>, String> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let Ok(resolved) = host.resolve(host_path) else {
-        return Ok(None);
-    };
-    let file = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits())
-        .open(&resolved)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e.to_string()),
-    };
-    match file.metadata() {
-        Ok(m) if m.is_file() => {}
-        _ => return Ok(None),
+/// Whether a link at the last component of `host_path` may be followed: system
+/// configuration only root writes (L4T's `/etc/nvpmodel.conf` is a link), not the folders
+/// pods reach through hostPath mounts (`/etc/cdi`, `/etc/kubernetes`, `/var/...`, `/run`).
+fn may_follow_link(host_path: &str) -> bool {
+    ["/etc/", "/proc/", "/sys/", "/usr/", "/lib/"]
+        .iter()
+        .any(|p| host_path.starts_with(p))
+        && !["/etc/cdi/", "/etc/kubernetes/"]
+            .iter()
+            .any(|p| host_path.starts_with(p))
+}
+
+/// Reads a host file for the bundle through [`super::safe_read`]: a regular file only, a link
+/// at its last component followed only where [`may_follow_link`], the first
+/// [`MAX_FILE_BYTES`]. `Ok(None)`: nothing to pack there.
+fn read_host_file(host: &HostRoot, host_path: &str) -> Result<Option<Bounded>, String> {
+    let path = super::safe_read::on_disk(host, host_path);
+    match super::safe_read::read(&path, MAX_FILE_BYTES as u64, may_follow_link(host_path)) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e.to_string()),
     }
-    let mut bytes = Vec::new();
-    file.take(MAX_FILE_BYTES as u64 + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| e.to_string())?;
-    Ok(Some(bytes))
 }
 
 /// Runs `argv` with a time limit; its stdout and stderr together.
@@ -208,30 +207,33 @@ fn run_command(argv: &[&str]) -> String {
     }
 }
 
-/// The host files to pack: those read, those the findings name (a directory: its files),
-/// and [`EXTRA_FILES`] / [`EXTRA_DIRS`]; sorted, each once.
-fn files_to_pack(host: &HostRoot, report: &Report) -> Vec<String> {
+/// The host files to pack: those read, those the findings name, and [`EXTRA_FILES`] and the
+/// files of [`EXTRA_DIRS`] (at most [`MAX_FILES_PER_DIR`] each); sorted, each once. Also what
+/// was left out of a folder.
+fn files_to_pack(host: &HostRoot, report: &Report) -> (Vec<String>, Vec<String>) {
     let mut files: Vec<String> = report.files_read.clone();
-    let mut dirs: Vec<String> = EXTRA_DIRS.iter().map(|d| d.to_string()).collect();
+    let mut left_out = Vec::new();
     files.extend(EXTRA_FILES.iter().map(|f| f.to_string()));
     for f in &report.findings {
-        for s in f.sources.iter().filter(|s| s.starts_with('/')) {
-            if host.is_dir(s) {
-                dirs.push(s.clone());
-            } else {
-                files.push(s.clone());
-            }
-        }
+        files.extend(f.sources.iter().filter(|s| s.starts_with('/')).cloned());
     }
-    for d in dirs {
-        let mut listed = host.list_dir(&d, "").unwrap_or_default();
+    for d in EXTRA_DIRS {
+        let mut listed = host.list_dir(d, "").unwrap_or_default();
         listed.retain(|f| !host.is_dir(f));
-        listed.truncate(MAX_FILES_PER_DIR);
+        if listed.len() > MAX_FILES_PER_DIR {
+            left_out.push(format!(
+                "{d}: {} of its {} files left out (at most {MAX_FILES_PER_DIR} per folder)",
+                listed.len() - MAX_FILES_PER_DIR,
+                listed.len()
+            ));
+            listed.truncate(MAX_FILES_PER_DIR);
+        }
         files.extend(listed);
     }
+    files.retain(|f| !host.is_dir(f));
     files.sort();
     files.dedup();
-    files
+    (files, left_out)
 }
 
 /// Writes the bundle to `path` (atomically: a failed run leaves no half archive).
@@ -247,9 +249,11 @@ pub fn write(host: &HostRoot, report: &Report, path: &Path) -> Result<Packed, St
         .to_string();
     let tmp = path.with_file_name(format!(".{name}.edgegpu-tmp.{}", std::process::id()));
     let result = (|| -> std::io::Result<Packed> {
+        // Root-only files and the journal go in: readable by its owner only.
         let file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
+            .mode(0o600)
             .open(&tmp)?;
         let gz = flate2::write::GzEncoder::new(file, flate2::Compression::default());
         let mut b = Builder {
@@ -262,19 +266,30 @@ pub fn write(host: &HostRoot, report: &Report, path: &Path) -> Result<Packed, St
         render::text(report, true, &mut text);
         b.add_text("findings.txt", &String::from_utf8_lossy(&text))?;
         b.add_text("findings.json", &render::json_string(report))?;
-        for f in files_to_pack(host, report) {
+        let (files, left_out) = files_to_pack(host, report);
+        b.packed.notes.extend(left_out);
+        for f in files {
             match read_host_file(host, &f) {
-                Ok(Some(bytes)) => match String::from_utf8(bytes) {
-                    Ok(text) => b.add_text(&format!("files{f}"), &text)?,
-                    // Device-tree strings are NUL-separated text.
-                    Err(e) if !e.as_bytes().iter().any(|c| *c > 0x7e && *c != 0) => {
-                        let text = String::from_utf8_lossy(e.as_bytes()).replace('\0', "\n");
-                        b.add_text(&format!("files{f}"), &text)?
+                Ok(Some(read)) => {
+                    if read.cut {
+                        b.packed
+                            .notes
+                            .push(format!("files{f}: only its first {MAX_FILE_BYTES} bytes"));
                     }
-                    Err(_) => b.packed.notes.push(format!("{f}: binary, left out")),
-                },
+                    // A file cut inside a character is still text.
+                    let text = String::from_utf8_lossy(&read.bytes);
+                    if text
+                        .chars()
+                        .any(|c| c.is_control() && !"\n\t\r\0".contains(c))
+                    {
+                        b.packed.notes.push(format!("{f}: binary, left out"));
+                    } else {
+                        // Device-tree strings are NUL-separated text.
+                        b.add_text(&format!("files{f}"), &text.replace('\0', "\n"))?
+                    }
+                }
                 Ok(None) => {}
-                Err(e) => b.packed.notes.push(format!("{f}: cannot read: {e}")),
+                Err(e) => b.packed.notes.push(format!("{f}: not packed: {e}")),
             }
         }
         if host.is_live_system() {

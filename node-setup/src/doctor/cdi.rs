@@ -18,6 +18,7 @@ use serde_json::Value;
 use crate::effective::cdi::DEFAULT_SPEC_DIRS;
 
 use super::finding::{Facts, Finding, Link, Verdict};
+use super::safe_read;
 
 /// Specs of these kinds are the GPU's and its engines' (`nvidia.com/gpu`, `/dla`, `/pva`).
 const KIND_PREFIX: &str = "nvidia.com/";
@@ -34,23 +35,47 @@ struct SpecFile {
     nodes: BTreeSet<String>,
 }
 
+/// Largest spec read (a MIG server's is a few hundred KiB).
+const MAX_SPEC_BYTES: u64 = 8 << 20;
+
 pub fn check(host: &HostRoot, facts: &Facts) -> Finding {
     let mut specs = Vec::new();
+    // Files the runtimes skip, and why.
     let mut unparsable = Vec::new();
+    let mut unreadable = Vec::new();
     for dir in DEFAULT_SPEC_DIRS {
         for f in host.list_dir(dir, "").unwrap_or_default() {
             if ![".yaml", ".yml", ".json"].iter().any(|e| f.ends_with(e)) || host.is_dir(&f) {
                 continue;
             }
-            let Ok(Some(text)) = host.read(&f) else {
-                continue;
+            // The DRA driver writes specs here too: read without following a link.
+            let text = match safe_read::read_text(&safe_read::on_disk(host, &f), MAX_SPEC_BYTES) {
+                Ok(text) => text,
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                    unreadable.push(f);
+                    continue;
+                }
+                Err(e) => {
+                    unparsable.push(format!("{f}: {e}"));
+                    continue;
+                }
             };
+            host.note_read(&f);
             match parse(&f, &text) {
                 Some(s) if s.kind.starts_with(KIND_PREFIX) => specs.push(s),
                 Some(_) => {}
-                None => unparsable.push(f),
+                None => unparsable.push(format!("{f}: not a CDI spec (the runtimes skip it)")),
             }
         }
+    }
+    if !unreadable.is_empty() && specs.is_empty() {
+        return Finding::new(
+            Link::CdiSpec,
+            Verdict::Unknown,
+            format!("cannot read {}", unreadable.join(", ")),
+        )
+        .sources(unreadable)
+        .fix("run it as root: sudo edgegpu-node-setup doctor");
     }
     let sources: Vec<String> = DEFAULT_SPEC_DIRS.iter().map(|d| d.to_string()).collect();
     if specs.is_empty() {
@@ -68,7 +93,7 @@ pub fn check(host: &HostRoot, facts: &Facts) -> Finding {
             },
         )
         .sources(sources)
-        .details(unparsable.iter().map(|u| format!("{u}: not a CDI spec (the runtimes skip it)")));
+        .details(unparsable.iter().cloned());
         return if facts.cdi_mode {
             f.fix("sudo edgegpu-node-setup cdi generate")
         } else {
@@ -123,17 +148,13 @@ pub fn check(host: &HostRoot, facts: &Facts) -> Finding {
         }
         if s.kind == cdi::spec::KIND {
             if let Some(g) = &now {
+                // The devices' own nodes (a GPU's /dev/nvidia<N>, a MIG device's capability
+                // nodes): generators differ in the common nodes, not in these.
                 let expected: BTreeSet<&str> = g
                     .spec
-                    .container_edits
-                    .device_nodes
+                    .devices
                     .iter()
-                    .chain(
-                        g.spec
-                            .devices
-                            .iter()
-                            .flat_map(|d| &d.container_edits.device_nodes),
-                    )
+                    .flat_map(|d| &d.container_edits.device_nodes)
                     .map(|n| n.path.as_str())
                     .collect();
                 let missing: Vec<&str> = expected
@@ -150,11 +171,7 @@ pub fn check(host: &HostRoot, facts: &Facts) -> Finding {
             }
         }
     }
-    details.extend(
-        unparsable
-            .iter()
-            .map(|u| format!("{u}: not a CDI spec (the runtimes skip it)")),
-    );
+    details.extend(unparsable.iter().cloned());
     let paths: Vec<String> = specs.iter().map(|s| s.path.clone()).collect();
     if broken.is_empty() {
         Finding::new(

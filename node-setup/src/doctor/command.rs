@@ -14,8 +14,15 @@ pub struct Ran {
     pub stderr: String,
 }
 
-/// Runs `argv` (not through a shell), keeping at most `max_bytes` of each stream.
+/// How long a killed command's output is still waited for (a process stuck in the kernel,
+/// a grandchild holding the pipes).
+const AFTER_KILL: Duration = Duration::from_secs(2);
+
+/// Runs `argv` (not through a shell) in a process group of its own, keeping at most
+/// `max_bytes` of each stream. Past `timeout` the whole group is killed; nothing here waits
+/// longer than `timeout` plus [`AFTER_KILL`].
 pub fn run(argv: &[&str], timeout: Duration, max_bytes: u64) -> std::io::Result<Ran> {
+    use std::os::unix::process::CommandExt;
     let (program, args) = argv
         .split_first()
         .ok_or_else(|| std::io::Error::other("no command"))?;
@@ -24,44 +31,67 @@ pub fn run(argv: &[&str], timeout: Duration, max_bytes: u64) -> std::io::Result<
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .process_group(0)
         .spawn()?;
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let drain = |pipe: Option<Box<dyn Read + Send>>, which: u8| {
+        let tx = tx.clone();
         std::thread::spawn(move || {
             let mut bytes = Vec::new();
             if let Some(p) = pipe {
                 let _ = p.take(max_bytes).read_to_end(&mut bytes);
             }
-            String::from_utf8_lossy(&bytes).into_owned()
-        })
+            let _ = tx.send((which, String::from_utf8_lossy(&bytes).into_owned()));
+        });
     };
-    let out = drain(
+    drain(
         child
             .stdout
             .take()
             .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        0,
     );
-    let err = drain(
+    drain(
         child
             .stderr
             .take()
             .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        1,
     );
     let start = Instant::now();
+    let mut deadline = start + timeout;
     let status = loop {
-        match child.try_wait()? {
-            Some(status) => break Some(status),
-            None if start.elapsed() < timeout => std::thread::sleep(Duration::from_millis(20)),
-            None => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
+        if let Some(status) = child.try_wait()? {
+            break Some(status);
         }
+        if Instant::now() >= deadline {
+            let group = nix::unistd::Pid::from_raw(-(child.id() as i32));
+            let _ = nix::sys::signal::kill(group, nix::sys::signal::Signal::SIGKILL);
+            // Reaped if it dies in time; a process stuck in the kernel is left to init.
+            let reap_by = Instant::now() + AFTER_KILL;
+            while Instant::now() < reap_by && child.try_wait()?.is_none() {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            deadline = Instant::now();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     };
+    // The pipes close when the group is gone; a holder that survived is not waited for.
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    let collect_by = deadline.max(Instant::now()) + AFTER_KILL;
+    for _ in 0..2 {
+        let left = collect_by.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((0, text)) => stdout = text,
+            Ok((_, text)) => stderr = text,
+            Err(_) => break,
+        }
+    }
     Ok(Ran {
         status,
-        stdout: out.join().unwrap_or_default(),
-        stderr: err.join().unwrap_or_default(),
+        stdout,
+        stderr,
     })
 }
 
@@ -82,8 +112,18 @@ mod tests {
             ("out\n", "err\n")
         );
         assert_eq!(ran.status.and_then(|s| s.code()), Some(3));
+        let t = Instant::now();
         let slow = run(&["sleep", "10"], Duration::from_millis(100), 1024).unwrap();
         assert!(slow.status.is_none());
+        // A grandchild holding the pipes is killed with the group, not waited for.
+        let held = run(
+            &["sh", "-c", "sleep 30 & sleep 30"],
+            Duration::from_millis(100),
+            1024,
+        )
+        .unwrap();
+        assert!(held.status.is_none());
+        assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
         let big = run(
             &["sh", "-c", "head -c 100000 /dev/zero"],
             Duration::from_secs(10),
@@ -91,6 +131,15 @@ mod tests {
         )
         .unwrap();
         assert_eq!(big.stdout.len(), 10);
-        assert!(run(&["/nonexistent/program"], Duration::from_secs(1), 10).is_err());
+        // A program that cannot be started: an error here, or (under qemu-user, where the
+        // child reports the failed exec) a failed run.
+        let missing = run(&["/nonexistent/program"], Duration::from_secs(1), 10);
+        assert!(
+            missing
+                .as_ref()
+                .map_or(true, |r| !r.status.is_some_and(|s| s.success())),
+            "{:?}",
+            missing.map(|r| r.status)
+        );
     }
 }

@@ -21,7 +21,7 @@ const CHECKPOINT: &str = "kubelet_internal_checkpoint";
 /// The kubelet's own registration socket in the device-plugin directory.
 const KUBELET_SOCKET: &str = "kubelet.sock";
 /// A checkpoint is a few KiB; more is not the kubelet's.
-const MAX_CHECKPOINT_BYTES: usize = 4 << 20;
+const MAX_CHECKPOINT_BYTES: u64 = 4 << 20;
 
 /// Whether a Unix socket answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,21 +146,23 @@ pub fn check(host: &HostRoot, kubelet_dir: &str) -> Finding {
     }
     let dra_live = answer(&host.path(&dra_registration)) == Answer::Listening
         && answer(&host.path(&dra_socket)) == Answer::Listening;
-    let resources = match host.read(&checkpoint) {
-        Ok(Some(text)) if text.len() <= MAX_CHECKPOINT_BYTES => match registered(&text) {
-            Ok(r) => r,
-            Err(e) => {
+    // Kept by the kubelet; read as the plugin's files are (no link followed, bounded).
+    let resources = match super::safe_read::read_text(
+        &super::safe_read::on_disk(host, &checkpoint),
+        MAX_CHECKPOINT_BYTES,
+    ) {
+        Ok(text) => {
+            host.note_read(&checkpoint);
+            registered(&text).unwrap_or_else(|e| {
                 details.push(format!("{checkpoint}: {e}"));
                 BTreeMap::new()
-            }
-        },
-        Ok(Some(_)) => {
-            details.push(format!(
-                "{checkpoint}: larger than {MAX_CHECKPOINT_BYTES} bytes, not read"
-            ));
+            })
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
+        Err(e) => {
+            details.push(format!("{checkpoint}: {e}"));
             BTreeMap::new()
         }
-        _ => BTreeMap::new(),
     };
     let gpu_resources: Vec<(&String, &Vec<String>)> = resources
         .iter()

@@ -28,6 +28,7 @@ pub mod record;
 pub mod redact;
 pub mod render;
 pub mod runtime;
+pub mod safe_read;
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -70,21 +71,27 @@ pub fn examine(opts: &Options) -> Report {
     findings.push(mps::check(&host, &opts.mps_root));
     findings.push(labels::check(&host, &facts, opts.cluster.as_ref()));
     findings.push(power::check(&host, &facts));
-    // A file that could not be read makes the finding that needed it "unknown" unless it
-    // is broken anyway (each module marks its own; this catches what the planner read).
-    let unreadable = host.unreadable();
-    if !unreadable.is_empty() {
-        if let Some(f) = findings
-            .iter_mut()
-            .find(|f| f.link == Link::Runtime && f.verdict < Verdict::Unknown)
-        {
+    // A file that could not be read (not root) makes the finding that needed it "unknown",
+    // unless it is broken anyway: the finding naming it or its folder, else the runtime link
+    // (the planner reads the most files).
+    for u in host.unreadable() {
+        let names = |f: &Finding| {
+            f.sources
+                .iter()
+                .any(|s| u.file == *s || u.file.starts_with(&format!("{s}/")))
+        };
+        let i = findings
+            .iter()
+            .position(names)
+            .or_else(|| findings.iter().position(|f| f.link == Link::Runtime))
+            .unwrap_or(0);
+        let f = &mut findings[i];
+        if f.verdict < Verdict::Unknown {
             f.verdict = Verdict::Unknown;
             f.fix = Some("run it as root: sudo edgegpu-node-setup doctor".into());
-            for u in &unreadable {
-                f.details
-                    .push(format!("cannot read {} ({}): run as root", u.file, u.error));
-            }
         }
+        f.details
+            .push(format!("cannot read {} ({}): run as root", u.file, u.error));
     }
     Report {
         findings,

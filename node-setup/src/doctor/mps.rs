@@ -8,7 +8,6 @@
 //! doctor reads them without following links and bounded, and takes a resource name from
 //! them only when it is a plain resource name (no `..`, no absolute path).
 
-use std::io::Read;
 use std::path::Path;
 
 use edgegpu_host::root::HostRoot;
@@ -19,24 +18,8 @@ use super::finding::{Finding, Link, Verdict};
 /// Largest file read (the plugin's and the companion's are a few KiB).
 const MAX_BYTES: u64 = 256 * 1024;
 
-/// Reads `path` without following a link at its last component, at most [`MAX_BYTES`].
 fn read_bounded(path: &Path) -> std::io::Result<String> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc_flags())
-        .open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    let mut text = String::new();
-    file.take(MAX_BYTES).read_to_string(&mut text)?;
-    Ok(text)
-}
-
-/// `O_NOFOLLOW | O_NONBLOCK` (a FIFO planted there must not hang the doctor).
-fn libc_flags() -> i32 {
-    (nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits()
+    super::safe_read::read_text(path, MAX_BYTES)
 }
 
 /// A resource name as the plugin advertises it (`nvidia.com/gpu`, `nvidia.com/gpu.shared`).
@@ -56,7 +39,7 @@ fn plain_resource(name: &str) -> bool {
 pub fn check(host: &HostRoot, mps_root: &str) -> Finding {
     let root = mps_root.trim_end_matches('/');
     let desired = format!("{root}/desired/daemons.json");
-    let text = match read_bounded(&host.path(&desired)) {
+    let text = match read_bounded(&super::safe_read::on_disk(host, &desired)) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Finding::new(
@@ -86,16 +69,21 @@ pub fn check(host: &HostRoot, mps_root: &str) -> Finding {
         }
     };
     host.note_read(&desired);
-    let resources: Vec<String> = serde_json::from_str::<Value>(&text)
-        .ok()
-        .and_then(|v| {
-            v["daemons"].as_array().map(|a| {
-                a.iter()
-                    .filter_map(|d| d["resource"].as_str().map(String::from))
-                    .collect()
-            })
+    let Some(resources) = serde_json::from_str::<Value>(&text).ok().and_then(|v| {
+        v["daemons"].as_array().map(|a| {
+            a.iter()
+                .filter_map(|d| d["resource"].as_str().map(String::from))
+                .collect::<Vec<String>>()
         })
-        .unwrap_or_default();
+    }) else {
+        return Finding::new(
+            Link::Mps,
+            Verdict::Broken,
+            format!("{desired} is not the device plugin's list of MPS daemons: the companion runs none"),
+        )
+        .source(desired)
+        .fix("restart the device plugin, which rewrites it: kubectl -n kube-system rollout restart ds/edgegpu-device-plugin");
+    };
     if resources.is_empty() {
         return Finding::new(
             Link::Mps,
@@ -114,8 +102,7 @@ pub fn check(host: &HostRoot, mps_root: &str) -> Finding {
             continue;
         }
         let status = format!("{root}/{resource}/status.json");
-        sources.push(status.clone());
-        let (verdict, line) = match read_bounded(&host.path(&status)) {
+        let (verdict, line) = match read_bounded(&super::safe_read::on_disk(host, &status)) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => (
                 Verdict::Broken,
                 format!("{resource}: no status: the MPS companion is not running"),
@@ -126,8 +113,16 @@ pub fn check(host: &HostRoot, mps_root: &str) -> Finding {
             ),
             Ok(text) => {
                 host.note_read(&status);
+                sources.push(status.clone());
                 let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-                let reason = v["reason"].as_str().unwrap_or("");
+                // Written by the companion, printed to root's terminal and the journal.
+                let reason: String = v["reason"]
+                    .as_str()
+                    .unwrap_or("")
+                    .chars()
+                    .map(|c| if c.is_control() { ' ' } else { c })
+                    .take(500)
+                    .collect();
                 match v["state"].as_str() {
                     Some("ready") => (Verdict::Ok, format!("{resource}: ready")),
                     Some("starting") => (
@@ -180,17 +175,5 @@ mod tests {
         ] {
             assert!(!plain_resource(bad), "{bad}");
         }
-    }
-
-    #[test]
-    fn a_fifo_or_a_link_is_not_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let fifo = dir.path().join("fifo");
-        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
-        assert!(read_bounded(&fifo).is_err());
-        std::fs::write(dir.path().join("real"), "{}").unwrap();
-        std::os::unix::fs::symlink(dir.path().join("real"), dir.path().join("link")).unwrap();
-        assert!(read_bounded(&dir.path().join("link")).is_err());
-        assert_eq!(read_bounded(&dir.path().join("real")).unwrap(), "{}");
     }
 }

@@ -15,24 +15,26 @@ pub fn check(opts: &plan::Options, facts: &mut Facts) -> Finding {
             return configured(plan, opts.cdi);
         }
     }
-    // Not the NVIDIA runtime: maybe CDI mode (unless `--cdi` asked for that already).
+    // Not the NVIDIA runtime: maybe CDI mode (unless `--cdi` asked for that already). Only
+    // where a GPU spec is there: containerd 2 has CDI on by default, and a node nobody set up
+    // for CDI would pass (its pods, asking for the NVIDIA runtime, fail).
     if !opts.cdi {
         let cdi_opts = plan::Options {
             cdi: true,
             ..opts.clone()
         };
         if let Ok(plan) = plan::build(&cdi_opts, true) {
-            if engines_configured(&plan) {
+            let has_spec = plan.cdi.as_ref().is_some_and(|s| !s.found.is_empty());
+            if has_spec && engines_configured(&plan) {
                 facts.cdi_mode = true;
-                return configured(&plan, true);
+                return configured(&plan, true).detail(format!(
+                    "the NVIDIA runtime is not the default ({}): only pods whose devices come through CDI get GPUs (the device plugin's cdi-cri or cdi-annotations strategy, the DRA driver)",
+                    fix_for(false)
+                ));
             }
         }
     }
-    let fix = if opts.cdi {
-        "sudo edgegpu-node-setup apply --cdi"
-    } else {
-        "sudo edgegpu-node-setup apply"
-    };
+    let fix = fix_for(opts.cdi);
     match runtime {
         Err(e) => Finding::new(
             Link::Runtime,
@@ -66,6 +68,14 @@ pub fn check(opts: &plan::Options, facts: &mut Facts) -> Finding {
                 f.fix(format!("change what \"blocked\" names above, then: {fix}"))
             }
         }
+    }
+}
+
+fn fix_for(cdi: bool) -> &'static str {
+    if cdi {
+        "sudo edgegpu-node-setup apply --cdi"
+    } else {
+        "sudo edgegpu-node-setup apply"
     }
 }
 

@@ -31,6 +31,7 @@ SRC_URI = "git://github.com/edgegpu/edgegpu.git;protocol=https;branch=main;dests
            file://edgegpu-cdi.default \
            file://edgegpu-node-check.service \
            file://edgegpu-node-check.path \
+           file://edgegpu-node-check.timer \
            "
 SRCREV = "19fef8c35a94029727fd4135f13f0a41b4eba571"
 
@@ -103,6 +104,7 @@ do_install:append:class-target() {
     install -m 0644 ${EDGEGPU_UNPACKDIR}/edgegpu-cdi.default ${D}${sysconfdir}/default/edgegpu-cdi
     install -m 0644 ${EDGEGPU_UNPACKDIR}/edgegpu-node-check.service ${D}${systemd_system_unitdir}/
     install -m 0644 ${EDGEGPU_UNPACKDIR}/edgegpu-node-check.path ${D}${systemd_system_unitdir}/
+    install -m 0644 ${EDGEGPU_UNPACKDIR}/edgegpu-node-check.timer ${D}${systemd_system_unitdir}/
 
     # Kubernetes objects: Job manifests only with devicequery-job, all others with
     # k3s-manifests. Prefixed with "edgegpu-" so they cannot replace a k3s-owned file.
@@ -140,6 +142,7 @@ FILES:edgegpu-node-setup += "${bindir}/edgegpu-node-setup \
                              ${systemd_system_unitdir}/edgegpu-node-setup.service \
                              ${systemd_system_unitdir}/edgegpu-node-check.service \
                              ${systemd_system_unitdir}/edgegpu-node-check.path \
+                             ${systemd_system_unitdir}/edgegpu-node-check.timer \
                              ${sysconfdir}/default/edgegpu-node-setup"
 # The CDI spec of the GPUs, refreshed at boot and when the driver or L4T's container lists
 # change (edgegpu-node-setup cdi generate), for runtimes in CDI mode.
@@ -161,7 +164,7 @@ RDEPENDS:edgegpu-device-plugin-host = "edgegpu-device-plugin"
 RDEPENDS:edgegpu-cdi = "edgegpu-node-setup"
 
 SYSTEMD_PACKAGES = "edgegpu-node-setup edgegpu-device-plugin-host edgegpu-cdi"
-SYSTEMD_SERVICE:edgegpu-node-setup = "edgegpu-node-setup.service edgegpu-node-check.service edgegpu-node-check.path"
+SYSTEMD_SERVICE:edgegpu-node-setup = "edgegpu-node-setup.service edgegpu-node-check.service edgegpu-node-check.path edgegpu-node-check.timer"
 SYSTEMD_SERVICE:edgegpu-device-plugin-host = "edgegpu-device-plugin.service edgegpu-mps-control-daemon.service"
 SYSTEMD_AUTO_ENABLE:edgegpu-node-setup = "enable"
 SYSTEMD_AUTO_ENABLE:edgegpu-device-plugin-host = "enable"
