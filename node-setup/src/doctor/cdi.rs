@@ -6,7 +6,8 @@
 //!
 //! Judged so that it holds for specs `nvidia-ctk` wrote as well as ours: every path a spec
 //! names must exist, driver libraries must carry the loaded driver's version, and the GPU
-//! spec must name every device node the generator finds now.
+//! spec must name the nodes of every device the generator finds now (the common nodes, where
+//! generators differ, are not compared).
 
 use std::collections::BTreeSet;
 
