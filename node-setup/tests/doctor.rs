@@ -618,6 +618,20 @@ fn untar(path: &Path) -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
+/// Runs `doctor --bundle` on `host`, expecting the healthy node's exit code.
+fn write_bundle(host: &FakeHost, bundle: &Path) {
+    let out = node_setup(
+        host.root(),
+        &["doctor", "--bundle", bundle.to_str().unwrap()],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn the_bundle_carries_the_evidence_and_no_secret() {
     let (host, _kubelet) = healthy_orin();
@@ -664,16 +678,7 @@ fn the_bundle_carries_the_evidence_and_no_secret() {
     );
     let dir = tempfile::tempdir().unwrap();
     let bundle = dir.path().join("node.tar.gz");
-    let out = node_setup(
-        host.root(),
-        &["doctor", "--bundle", bundle.to_str().unwrap()],
-    );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    write_bundle(&host, &bundle);
     let entries = untar(&bundle);
     let names: Vec<&str> = entries.iter().map(|(n, _)| n.as_str()).collect();
     for expected in [
@@ -737,16 +742,7 @@ fn the_bundle_carries_the_evidence_and_no_secret() {
     )
     .unwrap();
     std::fs::remove_file(&bundle).unwrap();
-    let out = node_setup(
-        host.root(),
-        &["doctor", "--bundle", bundle.to_str().unwrap()],
-    );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    write_bundle(&host, &bundle);
     let again: Vec<u8> = untar(&bundle).into_iter().flat_map(|(_, b)| b).collect();
     assert!(!String::from_utf8_lossy(&again).contains("plantedLinkTarget"));
     let manifest = String::from_utf8_lossy(
