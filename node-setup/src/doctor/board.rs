@@ -25,6 +25,7 @@ pub fn facts(host: &HostRoot) -> Facts {
         tegra,
         driver_version,
         cdi_mode: false,
+        spec_now: cdi::generate(host).map_err(|e| e.to_string()),
     }
 }
 
@@ -147,9 +148,9 @@ fn jetson(t: &TegraDetection) -> Finding {
 }
 
 /// Link 2: the device nodes the CDI spec generator would give a container, each present.
-pub fn device_nodes(host: &HostRoot) -> Finding {
+pub fn device_nodes(host: &HostRoot, facts: &Facts) -> Finding {
     let sources = [CONTAINER_CSV_DIR, GPUS_DIR];
-    let generated = match cdi::generate(host) {
+    let generated = match &facts.spec_now {
         Ok(g) => g,
         Err(e) => {
             return Finding::new(
@@ -158,7 +159,7 @@ pub fn device_nodes(host: &HostRoot) -> Finding {
                 "cannot list the GPU's device nodes",
             )
             .sources(sources)
-            .detail(e.to_string())
+            .detail(e.clone())
             .fix("fix what the line above names (the L4T container lists or the NVIDIA driver)")
         }
     };

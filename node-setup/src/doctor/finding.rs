@@ -191,4 +191,7 @@ pub struct Facts {
     pub driver_version: Option<String>,
     /// Whether the runtime link found the node configured in CDI mode.
     pub cdi_mode: bool,
+    /// The CDI spec the generator makes for this host now (the device nodes and the specs on
+    /// disk are judged against it), or why it cannot; made once per run.
+    pub spec_now: Result<edgegpu_host::cdi::Generated, String>,
 }

@@ -57,7 +57,10 @@ pub fn examine(opts: &Options) -> Report {
     let start = Instant::now();
     let host = opts.plan.host.tolerating_unreadable().recording_reads();
     let mut facts = board::facts(&host);
-    let mut findings = vec![board::platform(&host, &facts), board::device_nodes(&host)];
+    let mut findings = vec![
+        board::platform(&host, &facts),
+        board::device_nodes(&host, &facts),
+    ];
     let runtime = runtime::check(
         &plan::Options {
             host: host.clone(),
