@@ -30,7 +30,7 @@ fn run(what: &str, host: &FakeHost, args: &[&str]) {
     argv.extend_from_slice(args);
     let gpu = Args::parse_from(argv).gpu;
     let start = Instant::now();
-    let inventory = Inventory::discover(host.root(), &gpu, "node-a").unwrap();
+    let inventory = Inventory::discover(host.root(), &gpu, "node-a", Default::default()).unwrap();
     let discovery = start.elapsed();
     let dirs = tempfile::tempdir().unwrap();
     let driver = NodeDriver::new(

@@ -14,11 +14,19 @@ mod api_common;
 use std::time::{Duration, Instant};
 
 use api_common::{client, jetson_devices, mig_node_devices, NODE};
+use edgegpu_dra::api_versions::{ResourceApi, ResourceVersion};
 use edgegpu_dra::slices::SlicePublisher;
+
 use edgegpu_dra::DRIVER_NAME;
 use edgegpu_testkit::apiserver::FakeApiServer;
 use edgegpu_testkit::bench::{announce_smoke_mode, iterations};
 use serde_json::{json, Value};
+
+/// The fake's default release, 1.36.
+const CURRENT: ResourceApi = ResourceApi {
+    version: ResourceVersion::V1,
+    minor: Some(36),
+};
 
 fn summary(mut samples: Vec<Duration>) -> String {
     samples.sort();
@@ -44,7 +52,7 @@ async fn scenario(what: &str, devices: Vec<Value>, rounds: usize) {
     let mut requests = [0usize; 3];
     for round in 0..rounds {
         let api = FakeApiServer::start(NODE, &[]).await;
-        let mut publisher = SlicePublisher::new(client(&api), DRIVER_NAME, NODE);
+        let mut publisher = SlicePublisher::new(client(&api), CURRENT, DRIVER_NAME, NODE);
         let t = Instant::now();
         publisher.publish(devices.clone()).await.unwrap();
         first.push(t.elapsed());

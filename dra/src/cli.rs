@@ -11,7 +11,8 @@ use edgegpu_node::ownership::DeviceKind;
 /// The `--version` line: version, commit and target.
 pub const VERSION: &str = env!("EDGEGPU_LONG_VERSION");
 
-/// A Kubernetes Dynamic Resource Allocation driver (resource.k8s.io/v1, Kubernetes 1.34+) for
+/// A Kubernetes Dynamic Resource Allocation driver (resource.k8s.io v1, v1beta2 or v1beta1:
+/// Kubernetes 1.32+) for
 /// this node's NVIDIA devices: a Jetson's GPU, DLA cores and PVA, discrete GPUs and MIG devices.
 /// It publishes them as ResourceSlices, registers with the kubelet through its plugin watcher
 /// and, when a pod's ResourceClaim is allocated here, writes a CDI spec for the claim and
@@ -88,6 +89,26 @@ pub struct Cli {
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
+    /// Share each whole GPU (not in MIG mode) between claims by memory: it is published with
+    /// `allowMultipleAllocations` and a consumable `memory` capacity, a claim asks for
+    /// `capacity.requests.memory` (rounded up to --memory-share-step), the scheduler counts
+    /// what is left, and prepare gives the claim's containers that much as their MPS
+    /// memory limit (accounted, not enforced, where MPS does not run). Needs Kubernetes
+    /// 1.34+ with the DRAConsumableCapacity feature gate (on by default from 1.36); left out
+    /// elsewhere. See docs/dra.md.
+    #[arg(long, env = "MEMORY_SHARES")]
+    pub memory_shares: bool,
+
+    /// The unit of memory shares (a quantity, at least 1Mi: MPS limits are whole MiB).
+    #[arg(
+        long,
+        env = "MEMORY_SHARE_STEP",
+        value_name = "QUANTITY",
+        default_value = "256Mi",
+        value_parser = parse_step
+    )]
+    pub memory_share_step: u64,
+
     /// The device plugin's GPU settings (same flags and environment variables): devices are
     /// discovered as the plugin would discover them, MIG devices published with a MIG
     /// strategy.
@@ -102,6 +123,28 @@ pub struct UnknownDeviceKind {
     pub name: String,
 }
 
+/// A memory-share step that is not a quantity of at least 1Mi.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{text}` is not a memory share step: {why}")]
+pub struct InvalidStep {
+    pub text: String,
+    pub why: String,
+}
+
+fn parse_step(text: &str) -> Result<u64, InvalidStep> {
+    let invalid = |why: String| InvalidStep {
+        text: text.to_string(),
+        why,
+    };
+    let bytes = edgegpu_node::quantity::parse_bytes(text).map_err(|e| invalid(e.to_string()))?;
+    if bytes < 1 << 20 {
+        return Err(invalid(
+            "at least 1Mi (MPS memory limits are whole MiB)".into(),
+        ));
+    }
+    Ok(bytes)
+}
+
 fn parse_kind(name: &str) -> Result<DeviceKind, UnknownDeviceKind> {
     DeviceKind::from_name(name.trim()).ok_or_else(|| UnknownDeviceKind {
         name: name.to_string(),
@@ -112,6 +155,13 @@ impl Cli {
     /// This driver's directory in the kubelet's plugins directory: `dra.sock`, the checkpoint.
     pub fn plugin_dir(&self) -> PathBuf {
         self.kubelet_plugins_dir.join(crate::DRIVER_NAME)
+    }
+
+    /// How GPUs are shared between claims (`--memory-shares`).
+    pub fn share_options(&self) -> crate::inventory::ShareOptions {
+        crate::inventory::ShareOptions {
+            memory_step: self.memory_shares.then_some(self.memory_share_step),
+        }
     }
 
     /// `--ownership-dir`; `None` when empty.

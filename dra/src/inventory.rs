@@ -14,6 +14,19 @@
 //!   nodes and the CDI spec (`<index>:gi<G>:ci<C>`) name the device by.
 //! - `dla-<n>`, `pva-<n>`: Jetson engines ([`engines`]).
 //!
+//! A GPU with MIG on is also published whole (`gpu-<index>`, `migEnabled: true`: its MIG
+//! devices together) where the cluster has partitionable devices (KEP-4815): one counter
+//! set per such GPU (`gpu-<index>-counters`) with a counter per MIG device (`gi<G>ci<C>`);
+//! each MIG device consumes its own, the whole GPU all of them, so the scheduler never
+//! hands out the GPU and one of its MIG devices at once. The existing MIG layout is
+//! published as it is: nothing here creates or destroys MIG devices.
+//!
+//! With memory shares (`--memory-shares`, KEP-5075 consumable capacity) a whole GPU that
+//! is not in MIG mode is published with `allowMultipleAllocations` and a `memory` capacity
+//! claims consume from in steps (`requestPolicy`): several claims share it, the scheduler
+//! counts the memory, and prepare turns each claim's share into its MPS limits
+//! ([`crate::prepare`]). A claim that asks for no memory consumes all of it.
+//!
 //! Health reaches the scheduler as a device taint (`edgegpu.io/unhealthy`, effect
 //! `NoSchedule`) on unhealthy devices, as NVIDIA's DRA driver does (`device_health.go`):
 //! device taints are beta in Kubernetes 1.35 behind `DRADeviceTaints`; an API server without
@@ -34,7 +47,9 @@ use edgegpu_node::snapshot::Snapshot;
 use edgegpu_platform::cdi as cdi_names;
 use serde_json::{json, Map, Value};
 
+use crate::api_versions::{Feature, Features};
 use crate::kubelet::{DeviceHealth, Health};
+use crate::slices::PoolContent;
 
 /// Schema limits of `resource.k8s.io/v1` (`k8s.io/api/resource/v1/types.go`).
 pub const MAX_ATTRIBUTES_AND_CAPACITIES: usize = 32;
@@ -124,6 +139,37 @@ pub struct InventoryDevice {
     pub env: Vec<(String, String)>,
     pub health: Health,
     pub health_message: String,
+    /// Published only where the cluster has this feature (a MIG GPU whole needs
+    /// partitionable devices).
+    pub requires: Option<Feature>,
+    /// The shared counters it consumes (partitionable devices).
+    pub consumes: Option<CounterUse>,
+    /// The devices it is made of (a MIG GPU whole: its MIG devices): a claim holding this
+    /// one holds those too.
+    pub includes: Vec<String>,
+    /// Shared by memory, in steps of this many bytes (consumable capacity).
+    pub memory_step: Option<u64>,
+}
+
+/// A pool's counter set (`sharedCounters[]`): counters by name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CounterSet {
+    pub name: String,
+    pub counters: BTreeMap<String, u64>,
+}
+
+/// What a device consumes from one counter set (`consumesCounters[]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CounterUse {
+    pub set: String,
+    pub counters: BTreeMap<String, u64>,
+}
+
+/// How the driver shares GPUs between claims.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ShareOptions {
+    /// Memory shares in steps of this many bytes (`--memory-shares`); `None`: off.
+    pub memory_step: Option<u64>,
 }
 
 /// The node's devices.
@@ -137,6 +183,11 @@ pub struct Inventory {
     pub common_edits: ContainerEdits,
     /// The engines published (for their health checks, [`Inventory::check_engines`]).
     pub engines: Vec<Engine>,
+    /// The counter sets of MIG GPUs published whole.
+    pub counter_sets: Vec<CounterSet>,
+    /// What the cluster takes ([`crate::api_versions`]): devices and fields of a feature it
+    /// lacks are neither published nor prepared.
+    pub features: Features,
 }
 
 /// `4.0` → `4.0.0`, `535.104.05` → `535.104.5`: a semantic version (no leading zeros, three
@@ -183,19 +234,31 @@ impl Inventory {
     /// Discovers the devices of the host under `root` as the device plugin started with
     /// `args` sees them (MIG devices where its MIG strategy enumerates them). No GPU: an
     /// empty inventory.
-    pub fn discover(root: &Path, args: &GpuArgs, pool: &str) -> anyhow::Result<Inventory> {
-        Inventory::of_snapshot(root, &Snapshot::take(root, args)?, pool)
+    pub fn discover(
+        root: &Path,
+        args: &GpuArgs,
+        pool: &str,
+        shares: ShareOptions,
+    ) -> anyhow::Result<Inventory> {
+        Inventory::of_snapshot(root, &Snapshot::take(root, args)?, pool, shares)
     }
 
     /// The devices of a round's snapshot (one discovery, shared with the round's health
     /// monitors), described by its typed facts.
-    pub fn of_snapshot(root: &Path, snapshot: &Snapshot, pool: &str) -> anyhow::Result<Inventory> {
+    pub fn of_snapshot(
+        root: &Path,
+        snapshot: &Snapshot,
+        pool: &str,
+        shares: ShareOptions,
+    ) -> anyhow::Result<Inventory> {
         let with_mig = snapshot.config.mig_strategy != MigStrategy::None;
         let mut inventory = Inventory {
             pool: pool.to_string(),
             devices: Vec::new(),
             common_edits: ContainerEdits::default(),
             engines: Vec::new(),
+            counter_sets: Vec::new(),
+            features: Features::ALL,
         };
         let Some(discovered) = snapshot.gpus_found() else {
             return Ok(inventory);
@@ -218,12 +281,11 @@ impl Inventory {
         };
         let driver_version = edgegpu_host::cdi::driver::version(&host);
         let facts = Facts::of(&snapshot.facts);
+        let mut whole_mig_gpus = Vec::new();
         for gpu in &discovered.gpus {
             // A MIG-enabled GPU is used through its MIG devices (as the plugin's MIG
-            // strategies and NVIDIA's DRA driver do).
-            if with_mig && gpu.mig_enabled {
-                continue;
-            }
+            // strategies and NVIDIA's DRA driver do), and whole only with counters (below).
+            let mig_parent = with_mig && gpu.mig_enabled;
             let mut attributes = BTreeMap::new();
             let mut capacity = BTreeMap::new();
             attributes.insert("type".into(), Attr::string("gpu"));
@@ -263,7 +325,7 @@ impl Inventory {
                 gpu.uuid.clone()
             };
             let edits = edits_of(&cdi_names::gpu_by_index(gpu.index))?;
-            inventory.devices.push(InventoryDevice {
+            let device = InventoryDevice {
                 name: format!("gpu-{}", gpu.index),
                 kind: DeviceType::Gpu,
                 attributes,
@@ -274,7 +336,16 @@ impl Inventory {
                 env: Vec::new(),
                 health: Health::Healthy,
                 health_message: "found by discovery".into(),
-            });
+                requires: None,
+                consumes: None,
+                includes: Vec::new(),
+                memory_step: if mig_parent { None } else { shares.memory_step },
+            };
+            if mig_parent {
+                whole_mig_gpus.push(device);
+            } else {
+                inventory.devices.push(device);
+            }
         }
         for mig in &discovered.migs {
             let parent = &discovered.gpus[mig.parent];
@@ -337,13 +408,69 @@ impl Inventory {
                 env: Vec::new(),
                 health: Health::Healthy,
                 health_message: "found by discovery".into(),
+                requires: None,
+                consumes: None,
+                includes: Vec::new(),
+                memory_step: None,
             });
+        }
+        for whole in whole_mig_gpus {
+            inventory.add_partitioned(whole);
         }
         inventory.add_engines(&snapshot.facts.engines);
         for d in &inventory.devices {
             check_limits(d)?;
         }
         Ok(inventory)
+    }
+
+    /// Publishes a MIG GPU whole beside its MIG devices (already in the inventory, named
+    /// `<whole>-mig-<gi>-<ci>`): one counter set with a counter per MIG device, each MIG
+    /// device consuming its own, the whole GPU all; the whole GPU's edits are its MIG
+    /// devices' together (a container of a MIG-mode GPU reaches CUDA through MIG devices
+    /// only). A GPU without MIG devices is left out: it has nothing to run on.
+    fn add_partitioned(&mut self, mut whole: InventoryDevice) {
+        let prefix = format!("{}-mig-", whole.name);
+        let set = format!("{}-counters", whole.name);
+        let mut counters = BTreeMap::new();
+        let mut parts = Vec::new();
+        for d in self
+            .devices
+            .iter_mut()
+            .filter(|d| d.kind == DeviceType::Mig && d.name.starts_with(&prefix))
+        {
+            // `gpu-0-mig-1-0` → `gi1ci0`: a C identifier and a DNS label.
+            let ids: Vec<&str> = d.name[prefix.len()..].split('-').collect();
+            let counter = format!("gi{}ci{}", ids[0], ids.get(1).unwrap_or(&"0"));
+            counters.insert(counter.clone(), 1);
+            d.consumes = Some(CounterUse {
+                set: set.clone(),
+                counters: [(counter, 1)].into_iter().collect(),
+            });
+            parts.push(d.name.clone());
+            for n in &d.edits.device_nodes {
+                if !whole.edits.device_nodes.iter().any(|w| w.path == n.path) {
+                    whole.edits.device_nodes.push(n.clone());
+                }
+            }
+        }
+        if parts.is_empty() {
+            return;
+        }
+        whole
+            .attributes
+            .insert("migEnabled".into(), Attr::Bool(true));
+        whole.requires = Some(Feature::PartitionableDevices);
+        whole.consumes = Some(CounterUse {
+            set: set.clone(),
+            counters: counters.clone(),
+        });
+        whole.includes = parts;
+        self.counter_sets.push(CounterSet {
+            name: set,
+            counters,
+        });
+        self.devices.push(whole);
     }
 
     /// Adds Jetson engines as devices (`dla-<n>`, `pva-<n>`), with the board's attributes
@@ -411,9 +538,22 @@ impl Inventory {
         changed
     }
 
-    /// The device named `name`.
+    /// Whether `d` is published under [`Inventory::features`].
+    fn published(&self, d: &InventoryDevice) -> bool {
+        d.requires.map_or(true, |f| self.features.has(f))
+    }
+
+    /// Narrows or widens what is published to `features`; `true` if that changed it.
+    pub fn set_features(&mut self, features: Features) -> bool {
+        std::mem::replace(&mut self.features, features) != features
+    }
+
+    /// The published device named `name`.
     pub fn get(&self, name: &str) -> Option<&InventoryDevice> {
-        self.devices.iter().find(|d| d.name == name)
+        self.devices
+            .iter()
+            .find(|d| d.name == name)
+            .filter(|d| self.published(d))
     }
 
     /// Sets a device's health (from the plugin's health watch); `false` if there is no such
@@ -457,15 +597,40 @@ impl Inventory {
         changed
     }
 
-    /// The devices as `resource.k8s.io/v1` `Device` objects, for [`crate::slices`].
-    pub fn slice_devices(&self) -> Vec<Value> {
-        self.devices.iter().map(device_json).collect()
+    /// The published devices as `resource.k8s.io/v1` `Device` objects and the counter sets
+    /// they consume, for [`crate::slices`].
+    pub fn slice_content(&self) -> PoolContent {
+        self.slice_content_for(self.features)
     }
 
-    /// Every device's health, for the kubelet's health stream.
+    /// What [`Inventory::slice_content`] would be under `features`.
+    pub fn slice_content_for(&self, features: Features) -> PoolContent {
+        let published = |d: &InventoryDevice| d.requires.map_or(true, |f| features.has(f));
+        PoolContent {
+            devices: self
+                .devices
+                .iter()
+                .filter(|d| published(d))
+                .map(|d| device_json(d, features))
+                .collect(),
+            counter_sets: if features.partitionable_devices {
+                self.counter_sets.iter().map(counter_set_json).collect()
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    /// The published devices of [`Inventory::slice_content`].
+    pub fn slice_devices(&self) -> Vec<Value> {
+        self.slice_content().devices
+    }
+
+    /// Every published device's health, for the kubelet's health stream.
     pub fn health(&self) -> Vec<DeviceHealth> {
         self.devices
             .iter()
+            .filter(|d| self.published(d))
             .map(|d| DeviceHealth {
                 pool: self.pool.clone(),
                 device: d.name.clone(),
@@ -624,6 +789,10 @@ fn engine_device(engine: &Engine) -> InventoryDevice {
         env,
         health: Health::Healthy,
         health_message: "found by discovery".into(),
+        requires: None,
+        consumes: None,
+        includes: Vec::new(),
+        memory_step: None,
     }
 }
 
@@ -647,16 +816,51 @@ fn check_limits(d: &InventoryDevice) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn device_json(d: &InventoryDevice) -> Value {
+/// `counters` as a `v1` counter map: `{"name": {"value": "1"}}`.
+fn counters_json(counters: &BTreeMap<String, u64>) -> Value {
+    counters
+        .iter()
+        .map(|(k, v)| (k.clone(), json!({ "value": v.to_string() })))
+        .collect::<Map<String, Value>>()
+        .into()
+}
+
+fn counter_set_json(set: &CounterSet) -> Value {
+    json!({ "name": set.name, "counters": counters_json(&set.counters) })
+}
+
+/// The memory capacity's request policy for shares of `step` bytes out of `total`: whole
+/// steps from one step up to all the steps that fit, all of them when a claim names no
+/// amount (such a claim holds the GPU alone, as without shares).
+fn memory_policy(total: u64, step: u64) -> Value {
+    let max = total / step * step;
+    json!({
+        "default": max.to_string(),
+        "validRange": {"min": step.to_string(), "max": max.to_string(), "step": step.to_string()},
+    })
+}
+
+fn device_json(d: &InventoryDevice, features: Features) -> Value {
     let attributes: Map<String, Value> = d
         .attributes
         .iter()
         .map(|(k, v)| (k.clone(), v.to_json()))
         .collect();
+    let shared_memory = d
+        .memory_step
+        .filter(|_| features.consumable_capacity)
+        .and_then(|step| Some((step, *d.capacity.get("memory")?)))
+        .filter(|(step, total)| total >= step);
     let capacity: Map<String, Value> = d
         .capacity
         .iter()
-        .map(|(k, v)| (k.clone(), json!({ "value": v.to_string() })))
+        .map(|(k, v)| {
+            let mut c = json!({ "value": v.to_string() });
+            if let (Some((step, total)), "memory") = (shared_memory, k.as_str()) {
+                c["requestPolicy"] = memory_policy(total, step);
+            }
+            (k.clone(), c)
+        })
         .collect();
     let mut device = json!({
         "name": d.name,
@@ -665,7 +869,18 @@ fn device_json(d: &InventoryDevice) -> Value {
     if !capacity.is_empty() {
         device["capacity"] = Value::Object(capacity);
     }
-    if d.health == Health::Unhealthy {
+    if shared_memory.is_some() {
+        device["allowMultipleAllocations"] = Value::Bool(true);
+    }
+    if let Some(use_) = d
+        .consumes
+        .as_ref()
+        .filter(|_| features.partitionable_devices)
+    {
+        device["consumesCounters"] =
+            json!([{ "counterSet": use_.set, "counters": counters_json(&use_.counters) }]);
+    }
+    if d.health == Health::Unhealthy && features.device_taints {
         device["taints"] = json!([{
             "key": UNHEALTHY_TAINT,
             "value": "true",

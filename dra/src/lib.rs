@@ -16,6 +16,7 @@
 //!
 //! [`run`] wires them; [`cli`] is the command line.
 
+pub mod api_versions;
 pub mod cdi;
 pub mod checkpoint;
 pub mod claims;

@@ -286,6 +286,35 @@ impl NodeDriver {
         self.lock().inventory.slice_devices()
     }
 
+    /// The pool's content for the ResourceSlices: devices and counter sets.
+    pub fn slice_content(&self) -> crate::slices::PoolContent {
+        self.lock().inventory.slice_content()
+    }
+
+    /// The pool's content under `features`.
+    pub fn slice_content_for(
+        &self,
+        features: crate::api_versions::Features,
+    ) -> crate::slices::PoolContent {
+        self.lock().inventory.slice_content_for(features)
+    }
+
+    /// Publishes (and prepares) only what `features` allow; `true` if that changed what
+    /// is published.
+    pub fn set_features(&self, features: crate::api_versions::Features) -> bool {
+        let changed = self.lock().inventory.set_features(features);
+        if changed {
+            let health = self.lock().inventory.health();
+            self.health.send_replace(health);
+        }
+        changed
+    }
+
+    /// What the node publishes under.
+    pub fn features(&self) -> crate::api_versions::Features {
+        self.lock().inventory.features
+    }
+
     /// Sets a device's health (from the plugin's health watch); sends the new list to the
     /// kubelet's health stream when it changed. `true` if it changed (republish the slices).
     pub fn set_health(&self, device: &str, health: Health, message: &str) -> bool {
@@ -417,7 +446,7 @@ impl Node {
         }
         let configs = parse_configs(claim, allocation)?;
         let planned = plan_devices(&state.inventory, claim, allocation, &configs)?;
-        let held = held_devices(&planned);
+        let held = held_devices(&state.inventory, &planned);
         check_busy(&state.checkpoint, claim, &held)?;
         let mut devices = device_edits(&state.inventory, claim, &planned);
         add_sharing(
@@ -644,16 +673,24 @@ fn resolve_config(
 }
 
 /// The devices the claim holds, with whether exclusively: all but `adminAccess` ones,
-/// exclusively unless the allocation has a `shareID` or the config shares the device.
-fn held_devices(planned: &[Planned]) -> Vec<(String, bool)> {
-    planned
-        .iter()
-        .filter(|p| !p.admin)
-        .map(|p| {
-            let exclusive = p.share_id.is_none() && !p.config.shared();
-            (p.device.clone(), exclusive)
-        })
-        .collect()
+/// exclusively unless the allocation has a `shareID` or the config shares the device; with
+/// a MIG GPU whole, its MIG devices, held the same way, so that the busy check refuses a
+/// whole GPU and one of its MIG devices for two claims whatever the scheduler did.
+fn held_devices(inventory: &Inventory, planned: &[Planned]) -> Vec<(String, bool)> {
+    let mut held: Vec<(String, bool)> = Vec::new();
+    for p in planned.iter().filter(|p| !p.admin) {
+        let exclusive = p.share_id.is_none() && !p.config.shared();
+        let parts = inventory
+            .get(&p.device)
+            .map_or(&[][..], |d| &d.includes[..]);
+        for name in std::iter::once(&p.device).chain(parts) {
+            match held.iter_mut().find(|(d, _)| d == name) {
+                Some((_, e)) => *e |= exclusive,
+                None => held.push((name.clone(), exclusive)),
+            }
+        }
+    }
+    held
 }
 
 /// Refuses a device another prepared claim holds exclusively, or holds shared while this

@@ -19,8 +19,9 @@ use edgegpu_node::snapshot::Snapshot;
 use edgegpu_node::{logging, runtime};
 use tokio::sync::Notify;
 
+use crate::api_versions::ResourceApi;
 use crate::cli::Cli;
-use crate::inventory::Inventory;
+use crate::inventory::{Inventory, ShareOptions};
 use crate::kubelet::{self, KubeletOptions};
 use crate::prepare::{NodeDriver, NodeOptions};
 use crate::slices::SlicePublisher;
@@ -89,8 +90,9 @@ impl rounds::Rounds for DriverRounds<'_> {
     async fn discover(&mut self, _after: Option<&RoundEnd>) -> anyhow::Result<Round> {
         let root = self.cli.root.clone();
         let (gpu, node) = (self.cli.gpu.clone(), self.cli.api.node_name.clone());
+        let shares = self.cli.share_options();
         let (inventory, snapshot) =
-            tokio::task::spawn_blocking(move || discover(&root, &gpu, &node)).await??;
+            tokio::task::spawn_blocking(move || discover(&root, &gpu, &node, shares)).await??;
         Ok(Round {
             inventory,
             snapshot,
@@ -141,9 +143,10 @@ fn discover(
     root: &Path,
     gpu: &edgegpu_node::config::GpuArgs,
     node: &str,
+    shares: ShareOptions,
 ) -> anyhow::Result<(Inventory, Snapshot)> {
     let snapshot = Snapshot::take(root, gpu)?;
-    let inventory = Inventory::of_snapshot(root, &snapshot, node)?;
+    let inventory = Inventory::of_snapshot(root, &snapshot, node, shares)?;
     Ok((inventory, snapshot))
 }
 
@@ -205,7 +208,8 @@ async fn serve_round(
     let republish = Arc::new(Notify::new());
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(publish_slices(
-        SlicePublisher::new(api.clone(), DRIVER_NAME, &cli.api.node_name),
+        api.clone(),
+        cli.api.node_name.clone(),
         node.clone(),
         republish.clone(),
     ));
@@ -262,19 +266,54 @@ async fn serve_round(
     served
 }
 
+/// The `resource.k8s.io` version and features of the cluster, asked until the API server
+/// answers (with backoff).
+async fn discover_resource_api(api: &ApiServer) -> ResourceApi {
+    let mut delay = RETRY_FIRST;
+    loop {
+        match ResourceApi::discover(api).await {
+            Ok(resources) => {
+                tracing::info!(
+                    version = resources.version.as_str(),
+                    minor = resources.minor,
+                    "publishing in {}",
+                    resources.api_version()
+                );
+                return resources;
+            }
+            Err(e) => {
+                tracing::error!("{e:#} (asking again in {delay:?})");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(RETRY_MAX);
+            }
+        }
+    }
+}
+
 /// Keeps the API server's slices equal to the node's devices: at start (retried with
-/// backoff until it works), after every health change, and every [`RESYNC_EVERY`].
+/// backoff until it works), after every health change, and every [`RESYNC_EVERY`]. Devices
+/// and fields of features the cluster lacks are left out: those its release does not have
+/// from the start, those whose gate is off once the server drops their fields (published
+/// again without them at once).
 async fn publish_slices(
-    mut publisher: SlicePublisher,
+    api: Arc<ApiServer>,
+    node_name: String,
     node: Arc<NodeDriver>,
     republish: Arc<Notify>,
 ) {
+    let resources = discover_resource_api(&api).await;
+    node.set_features(resources.features());
+    let mut publisher = SlicePublisher::new(api, resources, DRIVER_NAME, &node_name);
     let mut delay = RETRY_FIRST;
     loop {
         let started = std::time::Instant::now();
-        match publisher.publish(node.slice_devices()).await {
-            Ok(outcome) => {
+        let published = publisher
+            .publish_within(node.features(), |f| node.slice_content_for(f))
+            .await;
+        match published {
+            Ok((outcome, features)) => {
                 delay = RETRY_FIRST;
+                node.set_features(features);
                 tracing::info!(
                     created = outcome.created,
                     updated = outcome.updated,

@@ -1,4 +1,4 @@
-//! Publishing this node's devices as ResourceSlices (`resource.k8s.io/v1`), as
+//! Publishing this node's devices as ResourceSlices, as
 //! `k8s.io/dynamic-resource-allocation/resourceslice` does: one pool named after the node,
 //! owned by the Node object, split into slices of at most 128 devices, generation bumped on
 //! every change, stale slices deleted; only this node's slices are ever touched.
@@ -18,25 +18,47 @@
 //! ResourceSlices"). It costs one update per other slice, on nodes with more than 128
 //! devices only.
 //!
-//! Only `resource.k8s.io/v1` (Kubernetes 1.34+): an older API server is reported as such
-//! rather than served a converted beta object (v1beta1's devices have another shape).
+//! The pool's shared counters (partitionable devices) go into slices of their own after the
+//! devices' slices, at most 8 counter sets each, as Kubernetes 1.35 and later require (a
+//! slice holds devices or counter sets, not both). Slices are written in the version the
+//! server serves ([`ResourceApi`]); everything here works on `v1`'s shape.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use anyhow::Context;
 use edgegpu_apiclient::{api_error, ApiServer, ListOptions};
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
-/// The collection path of `resource.k8s.io/v1` ResourceSlices (cluster-scoped).
-pub const SLICES_PATH: &str = "/apis/resource.k8s.io/v1/resourceslices";
+use crate::api_versions::{Feature, Features, ResourceApi};
+
 /// `ResourceSliceMaxDevices` (k8s.io/api/resource/v1/types.go, v0.36.0).
 pub const MAX_DEVICES: usize = 128;
 /// `ResourceSliceMaxDevicesWithAdvancedFeatures`: the limit when a device of the slice has
 /// taints, consumes counters or has list-typed attributes.
 pub const MAX_DEVICES_ADVANCED: usize = 64;
+/// `ResourceSliceMaxCounterSets`: counter sets in one slice.
+pub const MAX_COUNTER_SETS: usize = 8;
 /// Shortest hex index at the start of a slice name (`resourceSliceIndexMinLength`).
 const INDEX_MIN_LEN: usize = 5;
+
+/// What the node's pool holds: its devices (in order) and the counter sets they consume
+/// from, each a `v1` `Device` / `CounterSet` object as JSON.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PoolContent {
+    pub devices: Vec<Value>,
+    pub counter_sets: Vec<Value>,
+}
+
+impl From<Vec<Value>> for PoolContent {
+    /// Devices without counter sets.
+    fn from(devices: Vec<Value>) -> Self {
+        PoolContent {
+            devices,
+            counter_sets: Vec::new(),
+        }
+    }
+}
 
 /// What one [`SlicePublisher::publish`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -47,21 +69,25 @@ pub struct PublishOutcome {
     pub unchanged: usize,
     /// The pool's generation now.
     pub generation: i64,
+    /// Features whose fields the server dropped from what was written (its gate is off).
+    pub dropped: Vec<Feature>,
 }
 
 /// What this publisher last wrote to a slice: the `resourceVersion` the server answered with
-/// and the devices it was sent. While the stored slice still has that version, the desired
-/// devices are compared with what was sent, so that a server normalising a field (a quantity
-/// such as `1024Mi` stored as `1Gi`) cannot make every publish write again.
+/// and the content it was sent. While the stored slice still has that version, the desired
+/// content is compared with what was sent, so that a server normalising a field (a quantity
+/// such as `1024Mi` stored as `1Gi`) or dropping one (a gate that is off) cannot make every
+/// publish write again.
 #[derive(Debug, Clone)]
 struct Written {
     resource_version: String,
-    devices: Vec<Value>,
+    content: Value,
 }
 
 /// Keeps the node's ResourceSlices equal to the devices it is given.
 pub struct SlicePublisher {
     api: Arc<ApiServer>,
+    resources: ResourceApi,
     driver: String,
     node: String,
     node_uid: Option<String>,
@@ -113,6 +139,26 @@ fn uses_advanced_features(device: &Value) -> bool {
     non_empty("taints") || non_empty("consumesCounters") || list_attribute
 }
 
+/// The content of each slice of the pool: `{"devices": [...]}` for the devices
+/// ([`split_devices`]), then `{"sharedCounters": [...]}` with at most [`MAX_COUNTER_SETS`]
+/// counter sets each.
+pub fn split_pool(content: PoolContent) -> Vec<Value> {
+    let mut slices: Vec<Value> = split_devices(content.devices)
+        .into_iter()
+        .map(|devices| {
+            if devices.is_empty() {
+                json!({})
+            } else {
+                json!({ "devices": devices })
+            }
+        })
+        .collect();
+    for sets in content.counter_sets.chunks(MAX_COUNTER_SETS) {
+        slices.push(json!({ "sharedCounters": sets }));
+    }
+    slices
+}
+
 /// `<index>-<driver>-<node>-`: the `generateName` of slice `index` of a pool of `count`.
 pub fn generate_name(index: usize, count: usize, driver: &str, node: &str) -> String {
     format!(
@@ -145,17 +191,58 @@ fn str_at<'a>(object: &'a Value, pointer: &str) -> &'a str {
         .unwrap_or("")
 }
 
-fn devices_of(slice: &Value) -> &[Value] {
-    slice
-        .pointer("/spec/devices")
-        .and_then(Value::as_array)
-        .map_or(&[], Vec::as_slice)
+/// What a stored slice holds (its `devices` and `sharedCounters`), as [`split_pool`] gives it.
+fn content_of(slice: &Value) -> Value {
+    let mut content = Map::new();
+    for key in ["devices", "sharedCounters"] {
+        if let Some(v) = slice
+            .pointer(&format!("/spec/{key}"))
+            .filter(|v| v.as_array().is_some_and(|a| !a.is_empty()))
+        {
+            content.insert(key.into(), v.clone());
+        }
+    }
+    Value::Object(content)
+}
+
+/// The features whose fields are in `sent` (a slice's content) but not in `stored`.
+fn dropped_features(sent: &Value, stored: &Value) -> Vec<Feature> {
+    let mut dropped = Vec::new();
+    let devices = |c: &Value| -> Vec<Value> {
+        c.get("devices")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let (sent_devices, stored_devices) = (devices(sent), devices(stored));
+    let lost = |key: &str| {
+        sent_devices.iter().any(|d| {
+            let name = d.get("name");
+            d.get(key).is_some()
+                && !stored_devices
+                    .iter()
+                    .any(|s| s.get("name") == name && s.get(key).is_some())
+        })
+    };
+    if lost("taints") {
+        dropped.push(Feature::DeviceTaints);
+    }
+    if lost("consumesCounters")
+        || (sent.get("sharedCounters").is_some() && stored.get("sharedCounters").is_none())
+    {
+        dropped.push(Feature::PartitionableDevices);
+    }
+    if lost("allowMultipleAllocations") {
+        dropped.push(Feature::ConsumableCapacity);
+    }
+    dropped
 }
 
 impl SlicePublisher {
-    pub fn new(api: Arc<ApiServer>, driver: &str, node: &str) -> Self {
+    pub fn new(api: Arc<ApiServer>, resources: ResourceApi, driver: &str, node: &str) -> Self {
         SlicePublisher {
             api,
+            resources,
             driver: driver.to_string(),
             node: node.to_string(),
             node_uid: None,
@@ -163,10 +250,13 @@ impl SlicePublisher {
         }
     }
 
-    /// Makes the API server's slices of this driver and node hold exactly `devices` (each a
-    /// `resource.k8s.io/v1` `Device` object as JSON), changing only what differs.
-    pub async fn publish(&mut self, devices: Vec<Value>) -> anyhow::Result<PublishOutcome> {
-        let desired = split_devices(devices);
+    /// Makes the API server's slices of this driver and node hold exactly `content`,
+    /// changing only what differs.
+    pub async fn publish(
+        &mut self,
+        content: impl Into<PoolContent>,
+    ) -> anyhow::Result<PublishOutcome> {
+        let desired = split_pool(content.into());
         let mut outcome = PublishOutcome::default();
         match self.sync(&desired, &mut outcome).await {
             Ok(()) => Ok(outcome),
@@ -180,6 +270,34 @@ impl SlicePublisher {
                 Ok(outcome)
             }
             Err(e) => Err(e),
+        }
+    }
+
+    /// Publishes `content(features)`, and publishes again without each feature whose fields
+    /// the server dropped (its gate is off), until the server keeps what it is sent; returns
+    /// the last outcome and the features the pool is published under.
+    pub async fn publish_within(
+        &mut self,
+        mut features: Features,
+        content: impl Fn(Features) -> PoolContent,
+    ) -> anyhow::Result<(PublishOutcome, Features)> {
+        loop {
+            let outcome = self.publish(content(features)).await?;
+            let narrowed = outcome
+                .dropped
+                .iter()
+                .fold(features, |f, dropped| f.without(*dropped));
+            if narrowed == features {
+                return Ok((outcome, features));
+            }
+            for dropped in &outcome.dropped {
+                tracing::warn!(
+                    "the API server dropped the fields of {} (the feature gate is off): \
+                     publishing without them",
+                    dropped.gate()
+                );
+            }
+            features = narrowed;
         }
     }
 
@@ -212,22 +330,29 @@ impl SlicePublisher {
         };
         let list = match self
             .api
-            .list(SLICES_PATH, &options, "list resourceslices")
+            .list(
+                &self.resources.slices_path(),
+                &options,
+                "list resourceslices",
+            )
             .await
         {
             Err(e) if api_error(&e).is_some_and(|a| a.is_resource_not_served()) => {
-                return Err(e.context(
-                    "the API server does not serve resource.k8s.io/v1 ResourceSlices: \
-                     the DRA driver needs Kubernetes 1.34 or newer",
-                ))
+                return Err(e.context(format!(
+                    "the API server no longer serves {} ResourceSlices (upgraded or \
+                     downgraded?): the driver looks again when it restarts",
+                    self.resources.api_version()
+                )))
             }
             other => other?,
         };
-        let items = list
+        let items: Vec<Value> = list
             .get("items")
             .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
+            .map_or(&[][..], Vec::as_slice)
+            .iter()
+            .map(|s| self.in_v1_shape(s))
+            .collect();
         // The field selector is the server's; do not trust a server (or a proxy) that
         // ignores it with another node's or driver's slices.
         Ok(items
@@ -238,37 +363,58 @@ impl SlicePublisher {
             .collect())
     }
 
-    /// Whether stored slice `current` already holds `devices`.
-    fn holds(&self, current: &Value, devices: &[Value]) -> bool {
+    /// A slice as the server has it, its devices in `v1`'s shape.
+    fn in_v1_shape(&self, slice: &Value) -> Value {
+        let mut slice = slice.clone();
+        if let Some(devices) = slice
+            .pointer_mut("/spec/devices")
+            .and_then(Value::as_array_mut)
+        {
+            for d in devices.iter_mut() {
+                *d = self.resources.from_wire(d);
+            }
+        }
+        slice
+    }
+
+    /// Whether stored slice `current` already holds `content`.
+    fn holds(&self, current: &Value, content: &Value) -> bool {
         let name = str_at(current, "/metadata/name");
         match self.written.get(name) {
             Some(w) if w.resource_version == str_at(current, "/metadata/resourceVersion") => {
-                w.devices == devices
+                &w.content == content
             }
-            _ => devices_of(current) == devices,
+            _ => &content_of(current) == content,
         }
     }
 
-    fn remember(&mut self, stored: &Value, devices: &[Value]) {
-        let name = str_at(stored, "/metadata/name").to_string();
-        let resource_version = str_at(stored, "/metadata/resourceVersion").to_string();
+    /// Records what was written to a slice; the features whose fields the server dropped.
+    fn remember(&mut self, stored: &Value, content: &Value) -> Vec<Feature> {
+        let stored = self.in_v1_shape(stored);
+        let name = str_at(&stored, "/metadata/name").to_string();
+        let resource_version = str_at(&stored, "/metadata/resourceVersion").to_string();
         self.written.insert(
             name,
             Written {
                 resource_version,
-                devices: devices.to_vec(),
+                content: content.clone(),
             },
         );
+        dropped_features(content, &content_of(&stored))
     }
 
-    fn spec(&self, pool: &Value, devices: &[Value]) -> Value {
+    fn spec(&self, pool: &Value, content: &Value) -> Value {
         let mut spec = json!({
             "driver": self.driver,
             "pool": pool,
             "nodeName": self.node,
         });
-        if !devices.is_empty() {
-            spec["devices"] = Value::Array(devices.to_vec());
+        if let Some(devices) = content.get("devices").and_then(Value::as_array) {
+            let wire: Vec<Value> = devices.iter().map(|d| self.resources.to_wire(d)).collect();
+            spec["devices"] = Value::Array(wire);
+        }
+        if let Some(sets) = content.get("sharedCounters") {
+            spec["sharedCounters"] = sets.clone();
         }
         spec
     }
@@ -276,7 +422,7 @@ impl SlicePublisher {
     /// One pass of `syncPool`: list, compare, delete, update, create.
     async fn sync(
         &mut self,
-        desired: &[Vec<Value>],
+        desired: &[Value],
         outcome: &mut PublishOutcome,
     ) -> anyhow::Result<()> {
         let count = desired.len();
@@ -315,9 +461,9 @@ impl SlicePublisher {
         let changed = matched
             .iter()
             .zip(desired)
-            .filter(|(slice, devices)| {
+            .filter(|(slice, content)| {
                 slice.as_ref().is_some_and(|s| {
-                    s.pointer("/spec/pool") != Some(&current_pool) || !self.holds(s, devices)
+                    s.pointer("/spec/pool") != Some(&current_pool) || !self.holds(s, content)
                 })
             })
             .count();
@@ -335,7 +481,7 @@ impl SlicePublisher {
             let result = self
                 .api
                 .delete(
-                    &format!("{SLICES_PATH}/{name}"),
+                    &format!("{}/{name}", self.resources.slices_path()),
                     Some((
                         str_at(slice, "/metadata/uid"),
                         str_at(slice, "/metadata/resourceVersion"),
@@ -351,7 +497,7 @@ impl SlicePublisher {
             self.written.remove(name);
         }
 
-        for (slice, devices) in matched.iter().zip(desired) {
+        for (slice, content) in matched.iter().zip(desired) {
             let Some(current) = slice else { continue };
             if !bumped {
                 outcome.unchanged += 1;
@@ -359,28 +505,31 @@ impl SlicePublisher {
             }
             let name = str_at(current, "/metadata/name").to_string();
             let mut object = current.clone();
-            object["spec"] = self.spec(&pool, devices);
+            object["apiVersion"] = Value::String(self.resources.api_version());
+            object["kind"] = json!("ResourceSlice");
+            object["spec"] = self.spec(&pool, content);
             let stored = self
                 .api
                 .replace(
-                    &format!("{SLICES_PATH}/{name}"),
+                    &format!("{}/{name}", self.resources.slices_path()),
                     &object,
                     &format!("update resourceslice {name}"),
                 )
                 .await?;
-            self.remember(&stored, devices);
+            let dropped = self.remember(&stored, content);
+            add_dropped(outcome, dropped);
             outcome.updated += 1;
         }
 
         if new > 0 {
             let uid = self.node_uid().await?;
-            for (index, devices) in desired.iter().enumerate() {
+            for (index, content) in desired.iter().enumerate() {
                 if matched[index].is_some() {
                     continue;
                 }
                 let generate_name = generate_name(index, count, &self.driver, &self.node);
                 let object = json!({
-                    "apiVersion": "resource.k8s.io/v1",
+                    "apiVersion": self.resources.api_version(),
                     "kind": "ResourceSlice",
                     "metadata": {
                         "generateName": generate_name,
@@ -392,22 +541,31 @@ impl SlicePublisher {
                             "controller": true,
                         }],
                     },
-                    "spec": self.spec(&pool, devices),
+                    "spec": self.spec(&pool, content),
                 });
                 let stored = self
                     .api
                     .create(
-                        SLICES_PATH,
+                        &self.resources.slices_path(),
                         &object,
                         &format!("create resourceslice {generate_name}"),
                     )
                     .await
                     .context("publishing the node's devices")?;
-                self.remember(&stored, devices);
+                let dropped = self.remember(&stored, content);
+                add_dropped(outcome, dropped);
                 outcome.created += 1;
             }
         }
         Ok(())
+    }
+}
+
+fn add_dropped(outcome: &mut PublishOutcome, dropped: Vec<Feature>) {
+    for f in dropped {
+        if !outcome.dropped.contains(&f) {
+            outcome.dropped.push(f);
+        }
     }
 }
 

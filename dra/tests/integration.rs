@@ -7,3 +7,4 @@ mod driver;
 mod kubelet_side;
 mod node_side;
 mod slices;
+mod versions;

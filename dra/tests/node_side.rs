@@ -10,9 +10,10 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use clap::Parser;
+use edgegpu_dra::api_versions::{Feature, Features};
 use edgegpu_dra::checkpoint::CheckpointError;
 use edgegpu_dra::claims::{AllocatedDevice, ClaimAllocation, ConfigSource, OpaqueConfig};
-use edgegpu_dra::inventory::{Attr, Inventory};
+use edgegpu_dra::inventory::{Attr, Inventory, ShareOptions};
 use edgegpu_dra::kubelet::{ClaimRef, Driver, Health};
 use edgegpu_dra::prepare::{NodeDriver, NodeOptions, PrepareError, RecoveryError};
 use edgegpu_dra::sharing::MpsHost;
@@ -41,8 +42,18 @@ const POOL: &str = "node-a";
 static DISCOVERY: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn inventory(host: &FakeHost, args: &[&str]) -> Inventory {
+    discover_with(host, args, POOL, ShareOptions::default())
+}
+
+/// Discovery on `host` with the plugin's `args` (one at a time: see [`DISCOVERY`]).
+pub(crate) fn discover_with(
+    host: &FakeHost,
+    args: &[&str],
+    pool: &str,
+    shares: ShareOptions,
+) -> Inventory {
     let _one_at_a_time = DISCOVERY.lock().unwrap_or_else(|p| p.into_inner());
-    Inventory::discover(host.root(), &gpu_args(args), POOL).unwrap()
+    Inventory::discover(host.root(), &gpu_args(args), pool, shares).unwrap()
 }
 
 fn attr<'a>(inv: &'a Inventory, device: &str, name: &str) -> Option<&'a Attr> {
@@ -266,12 +277,20 @@ fn discrete_gpus() {
 #[test]
 fn mig_devices_replace_their_gpu() {
     let (host, gpus) = FakeHost::mig_server(&[0], &FakeMig::h100_mixed());
-    let inv = inventory(&host, &["--mig-strategy=mixed"]);
-    let names: Vec<&str> = inv.devices.iter().map(|d| d.name.as_str()).collect();
+    let mut inv = inventory(&host, &["--mig-strategy=mixed"]);
+    // Without partitionable devices the MIG GPU is not published whole.
+    inv.set_features(Features::ALL.without(Feature::PartitionableDevices));
+    let published = inv.slice_devices();
+    let names: Vec<&str> = published
+        .iter()
+        .map(|d| d["name"].as_str().unwrap())
+        .collect();
     assert_eq!(
         names,
         ["gpu-1", "gpu-0-mig-1-0", "gpu-0-mig-5-0", "gpu-0-mig-6-0"]
     );
+    assert!(inv.get("gpu-0").is_none(), "not published, not prepared");
+    assert!(inv.slice_content().counter_sets.is_empty());
     let mig = inv.get("gpu-0-mig-5-0").unwrap();
     assert_eq!(mig.attributes["type"], s("mig"));
     assert_eq!(mig.attributes["parentUUID"], s(&gpus[0].uuid));
@@ -613,6 +632,67 @@ fn discrete_and_mig_claims() {
     assert_cdi_resolves(&node.cdi_dir(), &ids);
 }
 
+/// A MIG GPU published whole (partitionable devices): its claim gets every MIG device of
+/// the GPU, and the driver never prepares the GPU and one of its MIG devices for two claims,
+/// whatever the scheduler allocated; two MIG devices of it are independent.
+#[test]
+fn a_mig_gpu_whole_is_its_mig_devices_together() {
+    const UID_C: &str = "0f8fad5b-d9cb-469f-a165-70867728950e";
+    let (host, _) = FakeHost::mig_server(&[0], &FakeMig::h100_mixed());
+    let node = Node::new(host, &["--mig-strategy=mixed"]);
+    let driver = node.driver().unwrap();
+    let p = driver
+        .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
+        .unwrap();
+    let spec = spec_json(&node.spec_files()[0]);
+    let nodes: Vec<&str> = spec["devices"][0]["containerEdits"]["deviceNodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(nodes[0], "/dev/nvidia0");
+    for mig in ["gpu-0-mig-1-0", "gpu-0-mig-5-0", "gpu-0-mig-6-0"] {
+        for n in nodes_of_device(&node.inventory, mig) {
+            assert!(nodes.contains(&n.as_str()), "{mig}: {n} in {nodes:?}");
+        }
+    }
+    assert_eq!(
+        nodes.len(),
+        1 + 3 * 2,
+        "the parent and two nodes per MIG device"
+    );
+    let ids: Vec<String> = p.iter().flat_map(|d| d.cdi_device_ids.clone()).collect();
+    assert_cdi_resolves(&node.cdi_dir(), &ids);
+
+    let busy = |uid: &str, device: &str, held_by: &[&str]| {
+        let e = driver
+            .prepare_allocation(&claim(uid), &alloc(&[device]))
+            .unwrap_err();
+        assert!(
+            matches!(&e, PrepareError::Busy { holder, .. } if held_by.contains(&holder.uid.as_str())),
+            "{device}: {e:?}"
+        );
+    };
+    busy(UID_B, "gpu-0-mig-5-0", &[UID_A]);
+    driver.unprepare_claim(&claim(UID_A)).unwrap();
+    driver
+        .prepare_allocation(&claim(UID_B), &alloc(&["gpu-0-mig-5-0"]))
+        .unwrap();
+    driver
+        .prepare_allocation(&claim(UID_C), &alloc(&["gpu-0-mig-1-0"]))
+        .unwrap();
+    busy(UID_A, "gpu-0", &[UID_B, UID_C]);
+
+    // Where the cluster has no partitionable devices the whole GPU is not published, and a
+    // claim naming it is refused.
+    driver.set_features(Features::ALL.without(Feature::PartitionableDevices));
+    let e = driver
+        .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
+        .unwrap_err();
+    assert!(matches!(&e, PrepareError::UnknownDevice { .. }), "{e:?}");
+}
+
 #[test]
 fn prepare_is_idempotent_and_survives_a_restart() {
     let node = Node::new(FakeHost::jetson(Board::Orin), &["--discovery=tegra"]);
@@ -933,7 +1013,11 @@ fn thor_mig_devices_are_integrated_and_prepare() {
         .iter()
         .map(|d| d.name.as_str())
         .collect();
-    assert_eq!(names, ["gpu-0-mig-1-0", "gpu-0-mig-2-0"]);
+    assert_eq!(names, ["gpu-0-mig-1-0", "gpu-0-mig-2-0", "gpu-0"]);
+    assert_eq!(
+        attr(&node.inventory, "gpu-0", "migEnabled"),
+        Some(&Attr::Bool(true))
+    );
     assert_eq!(
         attr(&node.inventory, "gpu-0-mig-2-0", "integrated"),
         Some(&Attr::Bool(true))

@@ -4,10 +4,14 @@
 //!
 //! - Nodes (with `metadata.uid`): `GET /api/v1/nodes/{name}` and `PATCH` of the same path
 //!   with a JSON merge patch (RFC 7386) that may only touch `metadata.labels`;
-//! - `resource.k8s.io/v1` ResourceSlices: list (with the field selectors the real API
-//!   supports: `spec.nodeName`, `spec.driver`, `metadata.name`), get, create (honouring
-//!   `metadata.generateName` as the API server's name generator does), update (`PUT`, 409 on
-//!   a stale `resourceVersion`), delete (with `uid`/`resourceVersion` preconditions);
+//! - `resource.k8s.io` ResourceSlices in every version the release it acts as serves
+//!   ([`FakeApiServer::act_as`], [`release`]: `v1`, `v1beta2`, `v1beta1` with its `basic`
+//!   devices; fields of gates that are off dropped on write; `GET /version` and the group's
+//!   discovery document `GET /apis/resource.k8s.io`): list (with the field selectors the
+//!   real API supports: `spec.nodeName`, `spec.driver`, `metadata.name`), get, create
+//!   (honouring `metadata.generateName` as the API server's name generator does), update
+//!   (`PUT`, 409 on a stale `resourceVersion`), delete (with `uid`/`resourceVersion`
+//!   preconditions);
 //! - Events: `POST /api/v1/namespaces/{ns}/events` (stored with a generated name, as the
 //!   API server does; [`FakeApiServer::events`]); Node annotations set by
 //!   [`FakeApiServer::annotate`] come back in `GET`;
@@ -38,6 +42,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
+pub mod release;
 mod resources;
 pub use resources::uid_for;
 
@@ -145,7 +150,11 @@ async fn answer(state: Arc<Mutex<State>>, request: Request<Incoming>) -> Respons
     if s.forbidden {
         return status(StatusCode::FORBIDDEN, "nodes is forbidden: User \"system:serviceaccount:kube-system:edgegpu-node-labeller\" cannot patch resource \"nodes\"");
     }
-    if path.starts_with("/apis/resource.k8s.io/") {
+    if path == "/version" && method == Method::GET {
+        let body = s.resources.release.version_object();
+        return Response::new(Full::new(Bytes::from(body.to_string())));
+    }
+    if path == "/apis/resource.k8s.io" || path.starts_with("/apis/resource.k8s.io/") {
         let (code, body) = s
             .resources
             .answer(&method, &path, query.as_deref(), body.as_ref());
@@ -440,8 +449,21 @@ impl FakeApiServer {
             .remove(&(namespace.to_string(), name.to_string()));
     }
 
-    /// The `resource.k8s.io` versions served (default: `v1`, `v1beta2`, `v1beta1`); any other
-    /// answers 404 for the path, as an API server that does not serve the version.
+    /// Acts as Kubernetes `release` (default: 1.36 with its default gates): the
+    /// `resource.k8s.io` versions served, `GET /version`, and the slice fields dropped on
+    /// write ([`release::Release::drop_disabled`]).
+    pub fn act_as(&self, release: release::Release) {
+        self.state.lock().unwrap().resources.release = release;
+    }
+
+    /// The slice fields dropped on writes so far (`spec.devices[0].taints`, …).
+    pub fn dropped_fields(&self) -> Vec<String> {
+        self.state.lock().unwrap().resources.dropped.clone()
+    }
+
+    /// The `resource.k8s.io` versions served, of those the release has (default: all of
+    /// them); any other answers 404 for the path, as an API server that does not serve the
+    /// version.
     pub fn serve_resource_versions(&self, versions: &[&str]) {
         self.state.lock().unwrap().resources.served =
             Some(versions.iter().map(|v| v.to_string()).collect());

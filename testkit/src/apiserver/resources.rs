@@ -8,8 +8,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use hyper::{Method, StatusCode};
 use serde_json::{json, Map, Value};
 
+use super::release::{self, Release};
+
 const GROUP: &str = "resource.k8s.io";
-const ALL_VERSIONS: [&str; 3] = ["v1", "v1beta2", "v1beta1"];
 /// The API server's generated names: at most 63 characters, the `generateName` cut to 58 and
 /// 5 random characters from this alphabet (apiserver `names.SimpleNameGenerator`,
 /// `utilrand.String`).
@@ -45,8 +46,12 @@ pub(super) struct Resources {
     created: u64,
     pub(super) modify_after_next_list: bool,
     pub(super) writes_only_for_node: Option<String>,
-    /// `None`: every version served.
+    /// `None`: every version the release has is served.
     pub(super) served: Option<Vec<String>>,
+    /// The Kubernetes release the fake acts as.
+    pub(super) release: Release,
+    /// Fields dropped from written slices (gate off, or not in the version), in order.
+    pub(super) dropped: Vec<String>,
 }
 
 type Answer = (StatusCode, Value);
@@ -240,7 +245,7 @@ fn validate_slice(slice: &Value) -> Vec<String> {
 
 impl Resources {
     fn version_served(&self, version: &str) -> bool {
-        ALL_VERSIONS.contains(&version)
+        self.release.served().contains(&version)
             && self
                 .served
                 .as_ref()
@@ -270,6 +275,25 @@ impl Resources {
 
     pub(super) fn slices(&self) -> Vec<Value> {
         self.slices.values().map(|s| with_kind(s, "v1")).collect()
+    }
+
+    /// `GET /apis/resource.k8s.io`: the group with the versions served (404 without any).
+    fn group(&self) -> Answer {
+        let versions: Vec<Value> = self
+            .release
+            .served()
+            .into_iter()
+            .filter(|v| self.version_served(v))
+            .map(|v| json!({"groupVersion": format!("{GROUP}/{v}"), "version": v}))
+            .collect();
+        let Some(preferred) = versions.first().cloned() else {
+            return not_served();
+        };
+        (
+            StatusCode::OK,
+            json!({"kind": "APIGroup", "apiVersion": "v1", "name": GROUP,
+                "versions": versions, "preferredVersion": preferred}),
+        )
     }
 
     pub(super) fn insert_slice(&mut self, slice: Value) -> Result<Value, Value> {
@@ -308,33 +332,36 @@ impl Resources {
         query: Option<&str>,
         body: Option<&Value>,
     ) -> Answer {
-        let rest = path.trim_start_matches("/apis/resource.k8s.io/");
+        let rest = path.trim_start_matches("/apis/resource.k8s.io");
         let parts: Vec<&str> = rest.split('/').filter(|p| !p.is_empty()).collect();
         let Some(version) = parts.first().copied() else {
-            return not_served();
+            return match *method {
+                Method::GET => self.group(),
+                _ => method_not_allowed(),
+            };
         };
         if !self.version_served(version) {
             return not_served();
         }
         match parts[1..] {
-            ["resourceslices"] if version == "v1" => match *method {
-                Method::GET => self.list_slices(query),
+            ["resourceslices"] => match *method {
+                Method::GET => self.list_slices(version, query),
                 Method::POST => match body {
-                    Some(b) => self.checked_create(b.clone()),
+                    Some(b) => self.checked_create(version, b.clone()),
                     None => bad_request("the body of the request is not a ResourceSlice"),
                 },
                 _ => method_not_allowed(),
             },
-            ["resourceslices", name] if version == "v1" => match *method {
+            ["resourceslices", name] => match *method {
                 Method::GET => match self.slices.get(name) {
                     Some(s) => (StatusCode::OK, with_kind(s, version)),
                     None => not_found("resourceslices", name),
                 },
                 Method::PUT => match body {
-                    Some(b) => self.update_slice(name, b),
+                    Some(b) => self.update_slice(version, name, b),
                     None => bad_request("the body of the request is not a ResourceSlice"),
                 },
-                Method::DELETE => self.delete_slice(name, body),
+                Method::DELETE => self.delete_slice(version, name, body),
                 _ => method_not_allowed(),
             },
             ["namespaces", namespace, "resourceclaims", name] => match *method {
@@ -344,12 +371,12 @@ impl Resources {
                 },
                 _ => method_not_allowed(),
             },
-            // The fake serves ResourceSlices in v1 only (what the driver uses).
             _ => not_served(),
         }
     }
 
-    fn list_slices(&mut self, query: Option<&str>) -> Answer {
+    fn list_slices(&mut self, version: &str, query: Option<&str>) -> Answer {
+        let list_kind = format!("{GROUP}/{version}");
         let mut requirements = Vec::new();
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -367,7 +394,7 @@ impl Resources {
                     // nothing. Enough for the driver, which never sends one.
                     return (
                         StatusCode::OK,
-                        json!({"kind": "ResourceSliceList", "apiVersion": "resource.k8s.io/v1",
+                        json!({"kind": "ResourceSliceList", "apiVersion": list_kind,
                             "metadata": {"resourceVersion": self.revision.to_string()}, "items": []}),
                     );
                 }
@@ -378,9 +405,9 @@ impl Resources {
             .slices
             .values()
             .filter(|s| selects(&requirements, s))
-            .cloned()
+            .map(|s| in_version_shape(s, version))
             .collect();
-        let answer = json!({"kind": "ResourceSliceList", "apiVersion": "resource.k8s.io/v1",
+        let answer = json!({"kind": "ResourceSliceList", "apiVersion": list_kind,
             "metadata": {"resourceVersion": self.revision.to_string()}, "items": items});
         if self.modify_after_next_list {
             self.modify_after_next_list = false;
@@ -416,7 +443,19 @@ impl Resources {
         }
     }
 
-    fn checked_create(&mut self, slice: Value) -> Answer {
+    /// A written slice in the stored (`v1`) shape, without what the release drops.
+    fn decoded(&mut self, version: &str, mut slice: Value) -> Value {
+        if version == "v1beta1" {
+            release::map_devices(&mut slice, release::device_from_v1beta1);
+        }
+        if let Some(spec) = slice.get_mut("spec") {
+            let dropped = self.release.drop_disabled(spec);
+            self.dropped.extend(dropped);
+        }
+        slice
+    }
+
+    fn checked_create(&mut self, version: &str, slice: Value) -> Answer {
         let name = match str_at(&slice, "/metadata/name") {
             "" => str_at(&slice, "/metadata/generateName").to_string(),
             n => n.to_string(),
@@ -424,7 +463,22 @@ impl Resources {
         if let Err(denied) = self.admitted(&name, str_at(&slice, "/spec/nodeName")) {
             return denied;
         }
-        self.create_slice(slice)
+        for (field, want) in [
+            ("kind", "ResourceSlice".to_string()),
+            ("apiVersion", format!("{GROUP}/{version}")),
+        ] {
+            let have = str_at(&slice, &format!("/{field}"));
+            if !have.is_empty() && have != want {
+                return bad_request(&format!(
+                    "the API version in the data ({have}) does not match the expected API version ({GROUP}/{version})"
+                ));
+            }
+        }
+        let slice = self.decoded(version, without_kind(&slice));
+        match self.create_slice(slice) {
+            (StatusCode::CREATED, stored) => (StatusCode::CREATED, with_kind(&stored, version)),
+            other => other,
+        }
     }
 
     fn create_slice(&mut self, mut slice: Value) -> Answer {
@@ -454,7 +508,8 @@ impl Resources {
                 )
             }
         };
-        let causes = validate_slice(&slice);
+        let mut causes = validate_slice(&slice);
+        causes.extend(self.release.validate(&slice["spec"]));
         if !causes.is_empty() {
             return invalid(&name, &causes);
         }
@@ -484,7 +539,8 @@ impl Resources {
         (StatusCode::CREATED, with_kind(&stored, "v1"))
     }
 
-    fn update_slice(&mut self, name: &str, slice: &Value) -> Answer {
+    fn update_slice(&mut self, version: &str, name: &str, slice: &Value) -> Answer {
+        let slice = &self.decoded(version, slice.clone());
         let Some(current) = self.slices.get(name).cloned() else {
             return not_found("resourceslices", name);
         };
@@ -517,6 +573,7 @@ impl Resources {
             );
         }
         let mut causes = validate_slice(slice);
+        causes.extend(self.release.validate(&slice["spec"]));
         for field in ["/spec/driver", "/spec/nodeName", "/spec/pool/name"] {
             if str_at(slice, field) != str_at(&current, field) {
                 causes.push(format!(
@@ -547,10 +604,10 @@ impl Resources {
             stored["metadata"]["resourceVersion"] = Value::String(self.next_revision());
         }
         self.slices.insert(name.to_string(), stored.clone());
-        (StatusCode::OK, with_kind(&stored, "v1"))
+        (StatusCode::OK, with_kind(&stored, version))
     }
 
-    fn delete_slice(&mut self, name: &str, options: Option<&Value>) -> Answer {
+    fn delete_slice(&mut self, version: &str, name: &str, options: Option<&Value>) -> Answer {
         let Some(current) = self.slices.get(name).cloned() else {
             return not_found("resourceslices", name);
         };
@@ -576,7 +633,7 @@ impl Resources {
         }
         self.slices.remove(name);
         self.next_revision();
-        (StatusCode::OK, with_kind(&current, "v1"))
+        (StatusCode::OK, with_kind(&current, version))
     }
 }
 
@@ -615,7 +672,16 @@ fn with_kind_named(object: &Value, kind: &str, version: &str) -> Value {
 }
 
 fn with_kind(slice: &Value, version: &str) -> Value {
-    with_kind_named(slice, "ResourceSlice", version)
+    with_kind_named(&in_version_shape(slice, version), "ResourceSlice", version)
+}
+
+/// A stored slice as `version` has it: v1beta1 wraps each device in `basic`.
+fn in_version_shape(slice: &Value, version: &str) -> Value {
+    let mut slice = slice.clone();
+    if version == "v1beta1" {
+        release::map_devices(&mut slice, release::device_to_v1beta1);
+    }
+    slice
 }
 
 fn with_claim_kind(claim: &Value, version: &str) -> Value {
