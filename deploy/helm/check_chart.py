@@ -25,7 +25,9 @@
     option on, the 1.30+ admission API served).
   * the DRA driver (dra.*): off by default; on, its DaemonSets never share a node with a plugin
     DaemonSet (node by node with edgegpu.io/allocator=dra, or every GPU node), its objects are
-    valid for Kubernetes 1.34 (resource.k8s.io/v1's first) and the newest, its admission
+    valid for the oldest release serving their resource.k8s.io version (1.32 for v1beta1, 1.33
+    for v1beta2, 1.34 for v1) and the newest, its DeviceClasses rendered in the version each
+    release 1.32-1.34 serves, its admission
     policy's CEL and the DeviceClasses' and examples' selectors evaluated (cel-python) against
     sample requests and devices.
 
@@ -55,8 +57,10 @@ CHART = REPO / "deploy" / "helm" / "edgegpu"
 HELMCHART = REPO / "deploy" / "k3s" / "helmchart" / "edgegpu.yaml"
 HELM = os.environ.get("HELM") or str(REPO / ".tools" / "helm" / "bin" / "helm")
 OLDEST_KUBERNETES = "1.25"
-# resource.k8s.io/v1 (DeviceClass, ResourceClaim, ...) is served from Kubernetes 1.34.
-OLDEST_DRA_KUBERNETES = "1.34"
+# resource.k8s.io is served from Kubernetes 1.32 (v1beta1), v1beta2 from 1.33, v1 from 1.34.
+OLDEST_DRA_KUBERNETES = "1.32"
+OLDEST_RESOURCE_VERSION = {"resource.k8s.io/v1beta1": "1.32", "resource.k8s.io/v1beta2": "1.33",
+                           "resource.k8s.io/v1": "1.34"}
 NEWEST_KUBERNETES = kubernetes_validate.latest_version()
 
 sys.path.insert(0, str(REPO / "deploy" / "lint"))
@@ -229,11 +233,12 @@ def host_paths(ds):
 def schema_errors(docs):
     errors = []
     for doc in docs:
-        # The DRA driver's objects exist only on 1.34+ (the chart refuses dra.enabled below):
-        # its DaemonSets use fields of that era (recursiveReadOnly, GA in 1.33).
-        dra_era = doc["apiVersion"].startswith("resource.k8s.io/") or \
-            doc["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "edgegpu-dra-driver"
-        oldest = OLDEST_DRA_KUBERNETES if dra_era else OLDEST_KUBERNETES
+        # The DRA driver's objects exist only on 1.32+ (the chart refuses dra.enabled below):
+        # its DaemonSets use fields of that era (recursiveReadOnly, beta in 1.31); a
+        # resource.k8s.io object is checked from the first release serving its version.
+        dra_era = doc["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "edgegpu-dra-driver"
+        oldest = OLDEST_RESOURCE_VERSION.get(
+            doc["apiVersion"], OLDEST_DRA_KUBERNETES if dra_era else OLDEST_KUBERNETES)
         for version in (oldest, NEWEST_KUBERNETES):
             try:
                 kubernetes_validate.validate(doc, version, strict=True)
@@ -1847,12 +1852,27 @@ class Dra(unittest.TestCase):
         self.assertEqual(found, expected)
 
     def test_helm_template_without_a_cluster_renders_the_device_classes(self):
-        # helm 3.19 assumes Kubernetes 1.34 without a cluster; below 1.34 dra.enabled is refused.
+        # helm 3.19 assumes Kubernetes 1.34 without a cluster; below 1.32 dra.enabled is refused.
         self.assertIn("DeviceClass", {d["kind"] for d in render(DRA_ON)})
-        result = helm("template", "edgegpu", str(CHART), "--kube-version", "1.33.4", values=DRA_ON)
+        result = helm("template", "edgegpu", str(CHART), "--kube-version", "1.31.9", values=DRA_ON)
         self.assertNotEqual(result.returncode, 0)
-        self.assertIn("dra.enabled on Kubernetes v1.33.4: the DRA driver uses resource.k8s.io/v1", result.stderr)
+        self.assertIn("dra.enabled on Kubernetes v1.31.9: the DRA driver needs resource.k8s.io", result.stderr)
         self.assertIn("DeviceClass", {d["kind"] for d in render(DRA_ON, extra=("--kube-version", "1.37.0"))})
+
+    def test_device_classes_follow_the_clusters_resource_version(self):
+        # Each release gets the newest version it serves, valid under its own schema; the
+        # extended resource name (KEP-5004, 1.34+) only from v1 on.
+        values = dict(DRA_ON, dra=dict(DRA_ON["dra"], deviceClasses={"gpu": {"extendedResourceName": "example.com/gpu"}}))
+        for kube, version in (("1.32.3", "v1beta1"), ("1.33.4", "v1beta2"), ("1.34.0", "v1"), ("1.36.1", "v1")):
+            docs = render(values, extra=("--kube-version", kube))
+            classes = of_kind(docs, "DeviceClass")
+            self.assertEqual(len(classes), 4, kube)
+            for doc in classes.values():
+                self.assertEqual(doc["apiVersion"], f"resource.k8s.io/{version}", kube)
+                minor = ".".join(kube.split(".")[:2])
+                kubernetes_validate.validate(doc, minor, strict=True)
+                if doc["metadata"]["name"].startswith("gpu."):
+                    self.assertEqual("extendedResourceName" in doc["spec"], version == "v1", kube)
 
 
 class BadValues(unittest.TestCase):
