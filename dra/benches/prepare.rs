@@ -50,6 +50,7 @@ fn run(what: &str, host: &FakeHost, args: &[&str]) {
             device: "gpu-0".into(),
             admin_access: false,
             share_id: None,
+            consumed_capacity: Default::default(),
         }],
         configs: Vec::new(),
     };

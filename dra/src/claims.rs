@@ -4,7 +4,10 @@
 //! `status.allocation` on the API server (as `k8s.io/dynamic-resource-allocation/kubeletplugin`
 //! fetches it before calling a driver).
 
+use std::collections::BTreeMap;
+
 use edgegpu_apiclient::{api_error, ApiError, ApiServer};
+use edgegpu_node::quantity::{parse_bytes, QuantityError};
 use serde_json::Value;
 
 use crate::kubelet::ClaimRef;
@@ -21,6 +24,9 @@ pub struct AllocatedDevice {
     pub admin_access: bool,
     /// Set when the device may be allocated several times (`allowMultipleAllocations`).
     pub share_id: Option<String>,
+    /// What the allocation consumed of the device's consumable capacities
+    /// (`consumedCapacity`, KEP-5075): bytes for `memory`, by capacity name.
+    pub consumed_capacity: BTreeMap<String, u64>,
 }
 
 /// Where an opaque configuration came from: the DeviceClass (the cluster admin's ceiling) or
@@ -71,6 +77,15 @@ pub enum AllocationError {
         claim: ClaimRef,
         driver: String,
         drivers: Vec<String>,
+    },
+    #[error("claim {}/{}: status.allocation.devices.results[{index}].consumedCapacity.{capacity}: {source}", .claim.namespace, .claim.name)]
+    ConsumedCapacity {
+        claim: ClaimRef,
+        index: usize,
+        capacity: String,
+        // Boxed: the other variants are small, and this is the `Err` of every claim read.
+        #[source]
+        source: Box<QuantityError>,
     },
     #[error("claim {}/{}: status.allocation.devices.config[{index}] has source {found:?}, neither FromClass nor FromClaim", .claim.namespace, .claim.name)]
     ConfigSource {
@@ -202,6 +217,26 @@ pub fn allocation_from_object(
                     field: key,
                 })
         };
+        let mut consumed_capacity = BTreeMap::new();
+        for (capacity, quantity) in result
+            .get("consumedCapacity")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+        {
+            // Quantities come back as strings; a number is a quantity of plain units.
+            let text = match quantity {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            let value = parse_bytes(&text).map_err(|source| AllocationError::ConsumedCapacity {
+                claim: claim.clone(),
+                index: i,
+                capacity: capacity.clone(),
+                source: Box::new(source),
+            })?;
+            consumed_capacity.insert(capacity.clone(), value);
+        }
         devices.push(AllocatedDevice {
             request: required("request")?,
             pool: required("pool")?,
@@ -211,6 +246,7 @@ pub fn allocation_from_object(
                 .and_then(Value::as_bool)
                 .unwrap_or(false),
             share_id: field("shareID").map(str::to_string),
+            consumed_capacity,
         });
     }
     if devices.is_empty() {

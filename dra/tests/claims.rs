@@ -52,6 +52,7 @@ fn expected_devices() -> Vec<AllocatedDevice> {
             device: "gpu-0".into(),
             admin_access: false,
             share_id: None,
+            consumed_capacity: Default::default(),
         },
         AllocatedDevice {
             request: "dla/core".into(),
@@ -59,6 +60,7 @@ fn expected_devices() -> Vec<AllocatedDevice> {
             device: "dla-1".into(),
             admin_access: true,
             share_id: Some("4f3c9d2a-1b6e-4c8f-a0d7-9e5b2c1f8a36".into()),
+            consumed_capacity: Default::default(),
         },
     ]
 }
@@ -225,6 +227,42 @@ fn malformed_results_and_sources_are_named() {
         .to_string();
     assert!(
         err.contains("config[0] has source Some(\"FromPod\")"),
+        "{err}"
+    );
+}
+
+/// A memory share (KEP-5075): what the allocation consumed, in bytes; a quantity that is not
+/// one is refused naming the result and the capacity.
+#[test]
+fn consumed_capacity_is_read_in_bytes() {
+    let object = |consumed: Value| {
+        json!({"metadata": {"uid": UID}, "status": {"allocation": {"devices": {"results": [
+            {"request": "gpu", "driver": DRIVER_NAME, "pool": NODE, "device": "gpu-0",
+             "shareID": "9b2f6a3e-5c1d-4e8f-b7a0-3d6c9e2f1a54",
+             "consumedCapacity": consumed}]}}}})
+    };
+    let got = allocation_from_object(
+        &claim_ref(),
+        &object(json!({"memory": "2Gi", "computeShare": 25})),
+        DRIVER_NAME,
+    )
+    .unwrap();
+    let consumed = &got.devices[0].consumed_capacity;
+    assert_eq!(consumed["memory"], 2 << 30);
+    assert_eq!(consumed["computeShare"], 25);
+    let err = allocation_from_object(
+        &claim_ref(),
+        &object(json!({"memory": "2.5Gi"})),
+        DRIVER_NAME,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, AllocationError::ConsumedCapacity { index: 0, capacity, .. } if capacity == "memory"),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .contains("results[0].consumedCapacity.memory: \"2.5Gi\""),
         "{err}"
     );
 }

@@ -392,6 +392,7 @@ fn alloc(devices: &[&str]) -> ClaimAllocation {
                 device: d.to_string(),
                 admin_access: false,
                 share_id: None,
+                consumed_capacity: Default::default(),
             })
             .collect(),
         configs: Vec::new(),
