@@ -1579,18 +1579,20 @@ def cel_selects(expression, device):
 ORIN_FACTS = {"board": {"string": "jetson-agx-orin-devkit"}, "l4tRelease": {"version": "36.4.3"},
               "jetpackMajor": {"int": 6}}
 ORIN_GPU = ({"type": {"string": "gpu"}, "uuid": {"string": "GPU-0"}, "productName": {"string": "Orin"},
-             "integrated": {"bool": True}, "architecture": {"string": "ampere"},
+             "integrated": {"bool": True}, "migEnabled": {"bool": False}, "architecture": {"string": "ampere"},
              "cudaComputeCapability": {"version": "8.7.0"}, "cudaDriverVersion": {"version": "12.6.0"},
              **ORIN_FACTS}, {"memory": "62Gi"})
 ORIN_DLA = ({"type": {"string": "dla"}, "index": {"int": 0}, "integrated": {"bool": True}, **ORIN_FACTS}, {})
 H100 = ({"type": {"string": "gpu"}, "uuid": {"string": "GPU-1"}, "productName": {"string": "NVIDIA H100 80GB HBM3"},
-         "integrated": {"bool": False}, "cudaComputeCapability": {"version": "9.0.0"},
+         "integrated": {"bool": False}, "migEnabled": {"bool": False}, "cudaComputeCapability": {"version": "9.0.0"},
          "driverVersion": {"version": "580.65.6"}}, {"memory": "80Gi"})
+# An H100 in MIG mode published whole beside its MIG devices (partitionable devices).
+H100_MIG_MODE = ({**H100[0], "uuid": {"string": "GPU-2"}, "migEnabled": {"bool": True}}, {"memory": "80Gi"})
 H100_MIG = ({"type": {"string": "mig"}, "uuid": {"string": "MIG-1"}, "parentUUID": {"string": "GPU-1"},
              "profile": {"string": "1g.10gb"}, "integrated": {"bool": False},
              "cudaComputeCapability": {"version": "9.0.0"}}, {"memory": "10Gi"})
-T4 = ({"type": {"string": "gpu"}, "integrated": {"bool": False}, "cudaComputeCapability": {"version": "7.5.0"}},
-      {"memory": "15Gi"})
+T4 = ({"type": {"string": "gpu"}, "integrated": {"bool": False}, "migEnabled": {"bool": False},
+       "cudaComputeCapability": {"version": "7.5.0"}}, {"memory": "15Gi"})
 
 
 class Dra(unittest.TestCase):
@@ -1808,8 +1810,9 @@ class Dra(unittest.TestCase):
 
     def test_device_class_selectors(self):
         classes = of_kind(render(DRA_ON), "DeviceClass")
-        devices = {"orin-gpu": ORIN_GPU, "orin-dla": ORIN_DLA, "h100": H100, "h100-mig": H100_MIG, "t4": T4}
-        expected = {"gpu.edgegpu.io": {"orin-gpu", "h100", "t4"}, "mig.edgegpu.io": {"h100-mig"},
+        devices = {"orin-gpu": ORIN_GPU, "orin-dla": ORIN_DLA, "h100": H100, "h100-mig": H100_MIG, "t4": T4,
+                   "h100-mig-mode": H100_MIG_MODE}
+        expected = {"gpu.edgegpu.io": {"orin-gpu", "h100", "t4", "h100-mig-mode"}, "mig.edgegpu.io": {"h100-mig"},
                     "dla.edgegpu.io": {"orin-dla"}, "pva.edgegpu.io": set()}
         for name, device_class in classes.items():
             expression, = [s["cel"]["expression"] for s in device_class["spec"]["selectors"]]
@@ -1825,12 +1828,17 @@ class Dra(unittest.TestCase):
         cel_compare_to above stand in for Kubernetes' CEL library."""
         classes = {n: [s["cel"]["expression"] for s in c["spec"]["selectors"]]
                    for n, c in of_kind(render(DRA_ON), "DeviceClass").items()}
-        devices = {"orin-gpu": ORIN_GPU, "orin-dla": ORIN_DLA, "h100": H100, "h100-mig": H100_MIG, "t4": T4}
+        devices = {"orin-gpu": ORIN_GPU, "orin-dla": ORIN_DLA, "h100": H100, "h100-mig": H100_MIG, "t4": T4,
+                   "h100-mig-mode": H100_MIG_MODE}
+        gpus = {"orin-gpu", "h100", "t4", "h100-mig-mode"}
         expected = {("orin-gpu-dla", "gpu"): {"orin-gpu"}, ("orin-gpu-dla", "dla"): {"orin-dla"},
-                    ("ampere-16gi", "gpu"): {"h100"}, ("mig-1g-10gb", "mig"): {"h100-mig"},
-                    ("one-gpu", "gpu"): {"orin-gpu", "h100", "t4"}, ("mps-gpu", "gpu"): {"orin-gpu", "h100", "t4"},
-                    ("shared-gpu", "gpu"): {"orin-gpu", "h100", "t4"},
-                    ("all-gpus-admin", "gpus"): {"orin-gpu", "h100", "t4"}}
+                    ("ampere-16gi", "gpu"): {"h100", "h100-mig-mode"}, ("mig-1g-10gb", "mig"): {"h100-mig"},
+                    ("one-gpu", "gpu"): gpus, ("mps-gpu", "gpu"): gpus,
+                    ("shared-gpu", "gpu"): gpus,
+                    ("all-gpus-admin", "gpus"): gpus,
+                    ("jetson-gpu-2gi", "gpu"): {"orin-gpu"},
+                    ("mig-or-share", "gpu/mig"): {"h100-mig"},
+                    ("mig-or-share", "gpu/share"): {"h100", "t4"}}
         found = {}
         for path in sorted((REPO / "deploy" / "examples").glob("dra-*.yaml")):
             for doc in yaml.safe_load_all(path.read_text()):
@@ -1838,12 +1846,16 @@ class Dra(unittest.TestCase):
                     continue
                 spec = doc["spec"]["spec"] if doc["kind"] == "ResourceClaimTemplate" else doc["spec"]
                 for request in spec["devices"]["requests"]:
-                    exactly = request["exactly"]
-                    expressions = classes[exactly["deviceClassName"]] + [
-                        s["cel"]["expression"] for s in exactly.get("selectors") or []]
-                    found[(doc["metadata"]["name"], request["name"])] = {
-                        d for d, (attributes, capacity) in devices.items()
-                        if all(cel_selects(e, device_env("edgegpu.io", attributes, capacity)) for e in expressions)}
+                    # A request is exactly one device request, or a prioritized list of
+                    # subrequests (firstAvailable), each found as request/subrequest.
+                    alternatives = [(request["name"], request["exactly"])] if "exactly" in request else [
+                        (f"{request['name']}/{sub['name']}", sub) for sub in request["firstAvailable"]]
+                    for name, exactly in alternatives:
+                        expressions = classes[exactly["deviceClassName"]] + [
+                            s["cel"]["expression"] for s in exactly.get("selectors") or []]
+                        found[(doc["metadata"]["name"], name)] = {
+                            d for d, (attributes, capacity) in devices.items()
+                            if all(cel_selects(e, device_env("edgegpu.io", attributes, capacity)) for e in expressions)}
                 for config in spec["devices"].get("config") or []:
                     parameters = config["opaque"]["parameters"]
                     self.assertEqual((config["opaque"]["driver"], parameters["apiVersion"], parameters["kind"]),

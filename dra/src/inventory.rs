@@ -300,6 +300,9 @@ impl Inventory {
             facts.add_common(&mut attributes);
             let integrated = matches!(discovered.platform, Platform::Tegra { .. });
             attributes.insert("integrated".into(), Attr::Bool(integrated));
+            // On every GPU, so that a selector can tell a whole GPU from one in MIG mode
+            // (`!device.attributes['edgegpu.io'].migEnabled`) without a missing key.
+            attributes.insert("migEnabled".into(), Attr::Bool(mig_parent));
             let cuda_id = if integrated {
                 // The shared memory the GPU can use, as the labels say (MemTotal, whole MiB).
                 if let Some(mib) = facts.memory_mib {
@@ -457,9 +460,6 @@ impl Inventory {
         if parts.is_empty() {
             return;
         }
-        whole
-            .attributes
-            .insert("migEnabled".into(), Attr::Bool(true));
         whole.requires = Some(Feature::PartitionableDevices);
         whole.consumes = Some(CounterUse {
             set: set.clone(),
