@@ -600,7 +600,8 @@ async fn dra_claim_jetson_orin() {
         discovery: Some(edgegpu_node::config::DiscoveryStrategy::Tegra),
         ..Default::default()
     };
-    let inventory = Inventory::discover(host.root(), &args, "orin-1").expect("inventory");
+    let inventory =
+        Inventory::discover(host.root(), &args, "orin-1", Default::default()).expect("inventory");
     let state = env.scratch.path().join("dra");
     let staging = state.join("cdi");
     let node = NodeDriver::new(
@@ -626,6 +627,7 @@ async fn dra_claim_jetson_orin() {
             device: "gpu-0".into(),
             admin_access: false,
             share_id: None,
+            consumed_capacity: Default::default(),
         }],
         configs: vec![],
     };
