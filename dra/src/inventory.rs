@@ -420,7 +420,7 @@ impl Inventory {
         for whole in whole_mig_gpus {
             inventory.add_partitioned(whole);
         }
-        inventory.add_engines(&snapshot.facts.engines);
+        inventory.add_engines(root, &snapshot.facts.engines);
         for d in &inventory.devices {
             check_limits(d)?;
         }
@@ -476,8 +476,10 @@ impl Inventory {
     /// Adds Jetson engines as devices (`dla-<n>`, `pva-<n>`), with the board's attributes
     /// of the GPU, and takes their device nodes out of every other device's and the common
     /// edits: L4T's container lists give every GPU container all engine nodes, and once an
-    /// engine is a device of its own, only a claim for it gets its node.
-    pub fn add_engines(&mut self, engines: &[Engine]) {
+    /// engine is a device of its own, only a claim for an engine gets engine nodes. Which
+    /// ones is the device plugin's rule (`edgegpu_node::engines::container_nodes`): every
+    /// node of the engine's kind, and `/dev/nvmap` (under `root`) for PVA.
+    pub fn add_engines(&mut self, root: &Path, engines: &[Engine]) {
         if engines.is_empty() {
             return;
         }
@@ -506,7 +508,7 @@ impl Inventory {
                 .retain(|n| !nodes.contains(&n.path.as_str()));
         }
         for engine in engines {
-            let mut device = engine_device(engine);
+            let mut device = engine_device(root, engines, engine);
             for (k, v) in &board {
                 device.attributes.insert(k.clone(), v.clone());
             }
@@ -759,17 +761,20 @@ fn engine_name(engine: &Engine) -> String {
     format!("{}-{}", engine.kind.name(), engine.index)
 }
 
-fn engine_device(engine: &Engine) -> InventoryDevice {
+/// Device `engine` of the host's `engines`. Its edits are the node library's rule for a
+/// container holding it alone; a claim with two cores gets the same nodes from each device,
+/// which the CDI library applies once (`pkg/cdi/container-edits.go`, `Apply`).
+fn engine_device(root: &Path, engines: &[Engine], engine: &Engine) -> InventoryDevice {
     let kind = DeviceType::from(engine.kind);
     let mut attributes = BTreeMap::new();
     attributes.insert("type".into(), Attr::string(kind.as_str()));
     attributes.insert("index".into(), Attr::Int(i64::from(engine.index)));
     attributes.insert("integrated".into(), Attr::Bool(true));
     let mut edits = ContainerEdits::default();
-    for n in &engine.nodes {
+    for path in edgegpu_node::engines::container_nodes(root, engines, &[engine]) {
         edits
             .device_nodes
-            .push(edgegpu_host::cdi::spec::DeviceNode { path: n.clone() });
+            .push(edgegpu_host::cdi::spec::DeviceNode { path });
     }
     // The variable the device plugin's engine resources set (`EDGEGPU_DLA_CORES`,
     // `EDGEGPU_PVA_INSTANCES`); a claim's devices of one kind share one list (prepare.rs).

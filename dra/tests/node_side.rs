@@ -1130,7 +1130,7 @@ fn nodes_of_device(inv: &Inventory, device: &str) -> Vec<String> {
 }
 
 #[test]
-fn engines_get_their_own_nodes_and_a_gpu_claim_no_longer_has_them() {
+fn engines_get_their_kinds_nodes_and_a_gpu_claim_no_longer_has_them() {
     let host = FakeHost::jetson(Board::Orin);
     // The fake AGX Orin root carries DLA 0's node only; an AGX Orin has two DLA cores and a
     // PVA (L4T r36 nodes: nvhost-ctrl-nvdla<N>, nvhost-ctrl-pva0).
@@ -1164,13 +1164,15 @@ fn engines_get_their_own_nodes_and_a_gpu_claim_no_longer_has_them() {
             .any(|n| n.contains("nvdla") || n.contains("pva")),
         "{gpu_nodes:?}"
     );
+    // The device plugin's rule (docs/engines.md section 2): every node of the kind, and
+    // nvmap for the PVA.
     assert_eq!(
         nodes_of_device(&node.inventory, "dla-1"),
-        ["/dev/nvhost-ctrl-nvdla1"]
+        ["/dev/nvhost-ctrl-nvdla0", "/dev/nvhost-ctrl-nvdla1"]
     );
     assert_eq!(
         nodes_of_device(&node.inventory, "pva-0"),
-        ["/dev/nvhost-ctrl-pva0"]
+        ["/dev/nvhost-ctrl-pva0", "/dev/nvmap"]
     );
     assert_eq!(attr(&node.inventory, "dla-1", "type"), Some(&s("dla")));
     assert_eq!(attr(&node.inventory, "dla-1", "index"), Some(&Attr::Int(1)));
@@ -1207,12 +1209,12 @@ fn engines_get_their_own_nodes_and_a_gpu_claim_no_longer_has_them() {
             .cdi_dir()
             .join(format!("edgegpu.io-claim_{UID_B}.json")),
     );
-    for (i, n) in ["/dev/nvhost-ctrl-nvdla0", "/dev/nvhost-ctrl-nvdla1"]
-        .iter()
-        .enumerate()
-    {
+    for i in 0..2 {
         let edits = &spec["devices"][i]["containerEdits"];
-        assert_eq!(edits["deviceNodes"], json!([{ "path": n }]));
+        assert_eq!(
+            edits["deviceNodes"],
+            json!([{ "path": "/dev/nvhost-ctrl-nvdla0" }, { "path": "/dev/nvhost-ctrl-nvdla1" }])
+        );
         assert!(
             edits["env"]
                 .as_array()
@@ -1310,6 +1312,99 @@ fn engines_get_their_own_nodes_and_a_gpu_claim_no_longer_has_them() {
         .slice_devices()
         .iter()
         .all(|d| d.get("taints").is_none()));
+}
+
+/// The device nodes and environment of the only device of claim `uid`'s spec.
+fn claim_nodes_and_env(node: &Node, uid: &str) -> (Vec<String>, Vec<String>) {
+    let spec = spec_json(&node.cdi_dir().join(format!("edgegpu.io-claim_{uid}.json")));
+    let devices = spec["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 1, "{spec}");
+    let edits = &devices[0]["containerEdits"];
+    let strings = |v: &Value, key: &str| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| match key {
+                "" => x.as_str().unwrap().to_string(),
+                k => x[k].as_str().unwrap().to_string(),
+            })
+            .collect()
+    };
+    (
+        strings(&edits["deviceNodes"], "path"),
+        strings(&edits["env"], ""),
+    )
+}
+
+#[test]
+fn a_claim_for_one_core_sees_it_under_its_host_index_on_r35_and_r36() {
+    // R36 (control nodes only): a claim for DLA core 1 gets both cores' control nodes, so
+    // index 1 is core 1 whether user space opens `nvhost-ctrl-nvdla1` by name or counts the
+    // nodes it sees; the variable names the core the claim holds.
+    let node = Node::new(
+        FakeHost::jetson_with_engines(Board::Orin),
+        &["--discovery=tegra"],
+    );
+    let driver = node.driver().unwrap();
+    let dla = driver
+        .prepare_allocation(&claim(UID_A), &alloc(&["dla-1"]))
+        .unwrap();
+    let (nodes, env) = claim_nodes_and_env(&node, UID_A);
+    assert_eq!(
+        nodes,
+        ["/dev/nvhost-ctrl-nvdla0", "/dev/nvhost-ctrl-nvdla1"]
+    );
+    assert!(env.contains(&"EDGEGPU_DLA_CORES=1".to_string()), "{env:?}");
+    let pva = driver
+        .prepare_allocation(&claim(UID_B), &alloc(&["pva-0"]))
+        .unwrap();
+    let (nodes, env) = claim_nodes_and_env(&node, UID_B);
+    assert_eq!(nodes, ["/dev/nvhost-ctrl-pva0", "/dev/nvmap"]);
+    assert!(
+        env.contains(&"EDGEGPU_PVA_INSTANCES=0".to_string()),
+        "{env:?}"
+    );
+    let ids: Vec<String> = dla
+        .iter()
+        .chain(&pva)
+        .flat_map(|d| d.cdi_device_ids.clone())
+        .collect();
+    assert_cdi_resolves(&node.cdi_dir(), &ids);
+
+    // R35 (a control and a plain node per engine): the same rule, every node of the kind.
+    let node = Node::new(
+        FakeHost::jetson_with_engines(Board::Xavier),
+        &["--discovery=tegra"],
+    );
+    let driver = node.driver().unwrap();
+    driver
+        .prepare_allocation(&claim(UID_A), &alloc(&["dla-1"]))
+        .unwrap();
+    let (nodes, env) = claim_nodes_and_env(&node, UID_A);
+    assert_eq!(
+        nodes,
+        [
+            "/dev/nvhost-ctrl-nvdla0",
+            "/dev/nvhost-nvdla0",
+            "/dev/nvhost-ctrl-nvdla1",
+            "/dev/nvhost-nvdla1"
+        ]
+    );
+    assert!(env.contains(&"EDGEGPU_DLA_CORES=1".to_string()), "{env:?}");
+    driver
+        .prepare_allocation(&claim(UID_B), &alloc(&["pva-1"]))
+        .unwrap();
+    let (nodes, _) = claim_nodes_and_env(&node, UID_B);
+    assert_eq!(
+        nodes,
+        [
+            "/dev/nvhost-ctrl-pva0",
+            "/dev/nvhost-pva0",
+            "/dev/nvhost-ctrl-pva1",
+            "/dev/nvhost-pva1",
+            "/dev/nvmap"
+        ]
+    );
 }
 
 #[test]

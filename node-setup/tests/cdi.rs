@@ -1237,8 +1237,8 @@ fn dla_and_pva_specs_beside_the_gpus_loaded_and_resolved_by_the_cdi_library() {
             (
                 "1".to_string(),
                 vec![
-                    "/dev/nvhost-ctrl-nvdla1".to_string(),
-                    "/dev/nvhost-ctrl-nvdla0".to_string()
+                    "/dev/nvhost-ctrl-nvdla0".to_string(),
+                    "/dev/nvhost-ctrl-nvdla1".to_string()
                 ]
             ),
             (
@@ -1325,6 +1325,50 @@ fn dla_and_pva_specs_beside_the_gpus_loaded_and_resolved_by_the_cdi_library() {
     );
     assert!(!dla.exists() && !pva.exists());
     assert!(gpu.exists());
+}
+
+#[test]
+fn r35_engine_specs_give_every_node_of_the_kind_to_every_device() {
+    // Xavier, R35: a control and a plain node per engine. As with the device plugin's device
+    // specs and the DRA driver's claims, `nvidia.com/dla=1` brings every DLA node so that
+    // index 1 is the host's core 1 (docs/engines.md section 2).
+    let host = FakeHost::jetson_with_engines(Board::Xavier);
+    let dir = tempfile::tempdir().unwrap();
+    let gpu = dir.path().join("nvidia.json");
+    let out = generate(
+        host.root(),
+        &["--output", gpu.to_str().unwrap(), "--format", "json"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let dla: Vec<String> = [
+        "/dev/nvhost-ctrl-nvdla0",
+        "/dev/nvhost-nvdla0",
+        "/dev/nvhost-ctrl-nvdla1",
+        "/dev/nvhost-nvdla1",
+    ]
+    .map(String::from)
+    .to_vec();
+    assert_eq!(
+        devices_and_nodes(&dir.path().join("edgegpu-dla.json")),
+        [
+            ("0".to_string(), dla.clone()),
+            ("1".to_string(), dla.clone()),
+            ("all".to_string(), dla)
+        ]
+    );
+    let pva: Vec<String> = [
+        "/dev/nvhost-ctrl-pva0",
+        "/dev/nvhost-pva0",
+        "/dev/nvhost-ctrl-pva1",
+        "/dev/nvhost-pva1",
+        "/dev/nvmap",
+    ]
+    .map(String::from)
+    .to_vec();
+    assert_eq!(
+        devices_and_nodes(&dir.path().join("edgegpu-pva.json")),
+        [("pva0".to_string(), pva.clone()), ("pva1".to_string(), pva)]
+    );
 }
 
 #[test]

@@ -19,6 +19,10 @@
 //! - Platform devices, host1x parents and clock names: NVIDIA's `jetson_clocks` script
 //!   (functions `dla_get_state`, `pva_get_state`, `host1x_get_node`).
 //!
+//! Also the rule for which device nodes a container holding engines gets,
+//! [`container_nodes`], so that the device plugin, the DRA driver and `cdi generate`'s specs
+//! cannot drift apart.
+//!
 //! No I/O here: callers read the host under their own root.
 
 /// Which kind of engine.
@@ -137,6 +141,55 @@ impl EngineKind {
             (EngineKind::Pva, _) => format!("pva{index}_vps"),
         }
     }
+
+    /// Nodes that belong to no engine but that a container holding an engine of this kind
+    /// needs, where the host has them: [`NVMAP`] for PVA.
+    pub fn companion_nodes(self) -> &'static [&'static str] {
+        match self {
+            EngineKind::Dla => &[],
+            EngineKind::Pva => &[NVMAP],
+        }
+    }
+}
+
+/// The memory node PVA applications open besides the PVA's own nodes (holohub
+/// `applications/pva_radar_pipeline/README.md`). The GPU uses it too, so it is never taken
+/// out of a GPU container's nodes.
+pub const NVMAP: &str = "/dev/nvmap";
+
+/// The device nodes a container holding any engine of `kind` gets: the one rule of every
+/// allocator (the device plugin's device specs, the DRA driver's claim edits, `cdi
+/// generate`'s engine specs; docs/engines.md section 2).
+///
+/// `host_engines` are the nodes of each engine of `kind` the host has, by index, as found
+/// (control node first); `exists` says whether a companion node is on the host. The answer is
+/// every node of every engine of `kind`, then the kind's [`EngineKind::companion_nodes`]
+/// that exist, each path once — the same whichever engine was allocated; none without an
+/// engine node. How user space maps a core index to a node when a container sees only some
+/// of them is not documented: with all of them, index `n` is the host's core `n` whether it
+/// opens `nvhost-ctrl-nvdla<n>` by name or counts the nodes it finds. Which core a container uses is then the index it was given
+/// (`EDGEGPU_DLA_CORES`), as in NVIDIA's CSV mode, which mounts every DLA and PVA node into
+/// every GPU container (nvidia-container-toolkit testdata `csv-mode/…/devices.csv`).
+pub fn container_nodes<'a>(
+    kind: EngineKind,
+    host_engines: impl IntoIterator<Item = &'a [String]>,
+    exists: impl Fn(&str) -> bool,
+) -> Vec<String> {
+    let mut nodes: Vec<String> = Vec::new();
+    for n in host_engines.into_iter().flatten() {
+        if !nodes.contains(n) {
+            nodes.push(n.clone());
+        }
+    }
+    if nodes.is_empty() {
+        return nodes;
+    }
+    for n in kind.companion_nodes() {
+        if exists(n) && !nodes.iter().any(|have| have == n) {
+            nodes.push(n.to_string());
+        }
+    }
+    nodes
 }
 
 /// The host1x bus directories the engines' platform devices sit in: T194
@@ -359,6 +412,45 @@ mod tests {
             );
         }
         assert_eq!(EngineKind::Pva.device_nodes(0, None).len(), 2);
+    }
+
+    /// Each engine's nodes as [`EngineKind::device_nodes`] gives them for `release`.
+    fn host(kind: EngineKind, indices: &[u32], release: u32) -> Vec<Vec<String>> {
+        indices
+            .iter()
+            .map(|&i| kind.device_nodes(i, Some(release)))
+            .collect()
+    }
+
+    #[test]
+    fn a_container_gets_every_node_of_the_kind_on_every_release() {
+        let r35 = host(EngineKind::Dla, &[0, 1], 35);
+        assert_eq!(
+            container_nodes(EngineKind::Dla, r35.iter().map(Vec::as_slice), |_| true),
+            [
+                "/dev/nvhost-ctrl-nvdla0",
+                "/dev/nvhost-nvdla0",
+                "/dev/nvhost-ctrl-nvdla1",
+                "/dev/nvhost-nvdla1"
+            ]
+        );
+        let r36 = host(EngineKind::Dla, &[0, 1], 36);
+        assert_eq!(
+            container_nodes(EngineKind::Dla, r36.iter().map(Vec::as_slice), |_| true),
+            ["/dev/nvhost-ctrl-nvdla0", "/dev/nvhost-ctrl-nvdla1"]
+        );
+        // PVA: its nodes, then nvmap where the host has it; a node listed twice lands once.
+        let pva = host(EngineKind::Pva, &[0, 0], 36);
+        assert_eq!(
+            container_nodes(EngineKind::Pva, pva.iter().map(Vec::as_slice), |n| n
+                == NVMAP),
+            ["/dev/nvhost-ctrl-pva0", NVMAP]
+        );
+        assert_eq!(
+            container_nodes(EngineKind::Pva, pva.iter().map(Vec::as_slice), |_| false),
+            ["/dev/nvhost-ctrl-pva0"]
+        );
+        assert!(container_nodes(EngineKind::Pva, Vec::<&[String]>::new(), |_| true).is_empty());
     }
 
     #[test]

@@ -8,15 +8,14 @@
 //! the index itself (`trtexec --useDLACore=$EDGEGPU_DLA_CORES`, `IRuntime::setDLACore`,
 //! `cudlaCreateDevice(index, …)`).
 //!
-//! Node set: the allocated engine's nodes (control node, and the non-control node where the
-//! release has one). Where the release creates control nodes only (R36 and later), the
-//! container also gets the other engines' control nodes of the same kind, so that core `N`
-//! means the same inside the container as on the host (how a core index maps when only one
-//! node is visible is not documented). Exclusivity then rests on the scheduler, which gives
-//! each core index to one container at a time, and on the application using the index it was
-//! given — the same trust as NVIDIA's CSV mode, which mounts every DLA and PVA node into every
-//! GPU container. PVA containers also get `/dev/nvmap` (PVA applications need it; the
-//! holohub pva_radar_pipeline README).
+//! Node set: the node library's rule, which the DRA driver's claims follow too
+//! (`edgegpu_node::engines::container_nodes`, docs/engines.md section 2): every node of every
+//! engine of the resource's kind, on every release, so that core `N` means the same inside the
+//! container as on the host whether user space opens a core's node by name or counts the
+//! nodes it sees (neither is documented); PVA containers also get `/dev/nvmap` where it
+//! exists. Exclusivity then rests on the scheduler, which gives each core index to one
+//! container at a time, and on the application using the index it was given — the same trust
+//! as NVIDIA's CSV mode, which mounts every DLA and PVA node into every GPU container.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -32,12 +31,9 @@ use crate::resource::Resource;
 use edgegpu_node::config::DeviceListStrategy;
 use edgegpu_node::engines::{env_var, Engine, EngineKind};
 use edgegpu_node::gpu::health::{Advertised, HealthTable, Target};
-use edgegpu_node::gpu::under_root;
 
 /// Annotation key prefix the CRI runtimes read CDI devices from (one key per resource).
 const CDI_ANNOTATION_PREFIX: &str = "cdi.k8s.io/edgegpu-engines_";
-/// Memory node PVA applications need besides the PVA node.
-const NVMAP: &str = "/dev/nvmap";
 
 /// One engine resource: every engine of one kind on the node, with its health.
 pub struct EngineResource {
@@ -113,25 +109,7 @@ impl EngineResource {
 
     /// The host device nodes a container holding `chosen` gets (see the module docs).
     fn nodes_for(&self, chosen: &[&Engine]) -> Vec<String> {
-        let mut nodes: Vec<String> = Vec::new();
-        let mut add = |n: &String| {
-            if !nodes.contains(n) {
-                nodes.push(n.clone());
-            }
-        };
-        for e in chosen {
-            e.nodes.iter().for_each(&mut add);
-        }
-        if chosen.iter().any(|e| e.nodes.len() == 1) {
-            for e in &self.engines {
-                e.nodes.iter().take(1).for_each(&mut add);
-            }
-        }
-        if self.kind == EngineKind::Pva && std::fs::metadata(under_root(&self.root, NVMAP)).is_ok()
-        {
-            add(&NVMAP.to_string());
-        }
-        nodes
+        edgegpu_node::engines::container_nodes(&self.root, &self.engines, chosen)
     }
 }
 

@@ -145,7 +145,8 @@ fn paths(r: &ContainerAllocateResponse) -> Vec<&str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn allocate_answers() {
-    // Xavier, R35: each core has its own ctrl and plain node; only those are handed out.
+    // Xavier, R35: each core has a ctrl and a plain node. Core 1 comes with every DLA node,
+    // so index 1 names the same core in the container as on the host (docs/engines.md).
     let host = FakeHost::jetson_with_engines(Board::Xavier);
     let s = serve(&host, &[]).await;
     assert_eq!(s.kubelet.devices("nvidia.com/dla").len(), 2);
@@ -158,8 +159,33 @@ async fn allocate_answers() {
         r.envs.get("EDGEGPU_DLA_CORES").map(String::as_str),
         Some("1")
     );
-    assert_eq!(paths(&r), ["/dev/nvhost-ctrl-nvdla1", "/dev/nvhost-nvdla1"]);
+    assert_eq!(
+        paths(&r),
+        [
+            "/dev/nvhost-ctrl-nvdla0",
+            "/dev/nvhost-nvdla0",
+            "/dev/nvhost-ctrl-nvdla1",
+            "/dev/nvhost-nvdla1"
+        ]
+    );
     assert!(r.cdi_devices.is_empty());
+    let all_pva = [
+        "/dev/nvhost-ctrl-pva0",
+        "/dev/nvhost-pva0",
+        "/dev/nvhost-ctrl-pva1",
+        "/dev/nvhost-pva1",
+        "/dev/nvmap",
+    ];
+    let r = s
+        .kubelet
+        .allocate("nvidia.com/pva", &["pva1"])
+        .await
+        .unwrap();
+    assert_eq!(
+        r.envs.get("EDGEGPU_PVA_INSTANCES").map(String::as_str),
+        Some("1")
+    );
+    assert_eq!(paths(&r), all_pva);
     let r = s
         .kubelet
         .allocate("nvidia.com/pva", &["pva1", "pva0"])
@@ -169,16 +195,7 @@ async fn allocate_answers() {
         r.envs.get("EDGEGPU_PVA_INSTANCES").map(String::as_str),
         Some("0,1")
     );
-    assert_eq!(
-        paths(&r),
-        [
-            "/dev/nvhost-ctrl-pva0",
-            "/dev/nvhost-pva0",
-            "/dev/nvhost-ctrl-pva1",
-            "/dev/nvhost-pva1",
-            "/dev/nvmap"
-        ]
-    );
+    assert_eq!(paths(&r), all_pva);
     // An ID the kubelet never saw does not reach the plugin; the plugin refuses it too.
     let unknown = edgegpu_kubelet_api::v1beta1::ContainerAllocateRequest {
         devices_ids: vec!["dla7".to_string()],
@@ -188,7 +205,7 @@ async fn allocate_answers() {
     s.stop().await;
 
     // Orin, R36: control nodes only; every DLA control node so core indices keep their
-    // host meaning, the env var names the one the scheduler gave.
+    // host meaning, the env var names the one the scheduler gave. The PVA gets nvmap.
     let host = FakeHost::jetson_with_engines(Board::Orin);
     let s = serve(&host, &[]).await;
     let r = s
@@ -202,8 +219,14 @@ async fn allocate_answers() {
     );
     assert_eq!(
         paths(&r),
-        ["/dev/nvhost-ctrl-nvdla1", "/dev/nvhost-ctrl-nvdla0"]
+        ["/dev/nvhost-ctrl-nvdla0", "/dev/nvhost-ctrl-nvdla1"]
     );
+    let r = s
+        .kubelet
+        .allocate("nvidia.com/pva", &["pva0"])
+        .await
+        .unwrap();
+    assert_eq!(paths(&r), ["/dev/nvhost-ctrl-pva0", "/dev/nvmap"]);
     s.stop().await;
 }
 

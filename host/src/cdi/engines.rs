@@ -10,12 +10,13 @@
 //!
 //! An engine is in the spec when one of its device nodes exists (the names every L4T release
 //! uses, `edgegpu_platform::engines`); a host without engines gets no file, and a file an
-//! earlier run wrote is removed. Node set per device as the device plugin hands it out
-//! (docs/engines.md): the engine's nodes; where it has only a control node (R36+), every
-//! control node of its kind, so core indices keep their host meaning; PVA devices also get
-//! `/dev/nvmap`.
+//! earlier run wrote is removed. Node set per device: the rule the device plugin's device
+//! specs and the DRA driver's claims follow too (`edgegpu_platform::engines::container_nodes`,
+//! docs/engines.md section 2) — every node of every engine of the kind, so core indices keep
+//! their host meaning whichever device a container names, and `/dev/nvmap` for PVA where it
+//! exists. Every device of a kind, `all` included, thus carries the same nodes.
 
-use edgegpu_platform::engines::EngineKind;
+use edgegpu_platform::engines::{container_nodes, EngineKind};
 
 use super::spec::{ContainerEdits, Device, DeviceNode, Spec};
 use crate::root::HostRoot;
@@ -28,9 +29,6 @@ pub fn file_name(kind: EngineKind, json: bool) -> String {
         if json { "json" } else { "yaml" }
     )
 }
-
-/// Memory node PVA applications need (holohub pva_radar_pipeline README).
-const NVMAP: &str = "/dev/nvmap";
 
 /// Indices probed per kind: the most any module has (`edgegpu_platform::engines`).
 fn max_index(kind: EngineKind) -> u32 {
@@ -54,40 +52,27 @@ pub fn spec(root: &HostRoot, kind: EngineKind) -> Option<Spec> {
     if found.is_empty() {
         return None;
     }
-    let nvmap = kind == EngineKind::Pva && std::fs::metadata(root.path(NVMAP)).is_ok();
-    let edits = |paths: Vec<String>| {
-        let mut paths = paths;
-        if nvmap {
-            paths.push(NVMAP.to_string());
-        }
-        let mut device_nodes: Vec<DeviceNode> = Vec::new();
-        for path in paths {
-            if !device_nodes.iter().any(|d| d.path == path) {
-                device_nodes.push(DeviceNode { path });
-            }
-        }
-        ContainerEdits {
-            device_nodes,
-            ..ContainerEdits::default()
-        }
+    let paths = container_nodes(kind, found.iter().map(|(_, n)| n.as_slice()), |n| {
+        std::fs::metadata(root.path(n)).is_ok()
+    });
+    let edits = || ContainerEdits {
+        device_nodes: paths
+            .iter()
+            .map(|path| DeviceNode { path: path.clone() })
+            .collect(),
+        ..ContainerEdits::default()
     };
     let mut devices: Vec<Device> = found
         .iter()
-        .map(|(i, own)| {
-            let mut paths = own.clone();
-            if own.len() == 1 {
-                paths.extend(found.iter().map(|(_, n)| n[0].clone()));
-            }
-            Device {
-                name: kind.cdi_device(*i),
-                container_edits: edits(paths),
-            }
+        .map(|(i, _)| Device {
+            name: kind.cdi_device(*i),
+            container_edits: edits(),
         })
         .collect();
     if kind == EngineKind::Dla {
         devices.push(Device {
             name: "all".to_string(),
-            container_edits: edits(found.iter().flat_map(|(_, n)| n.clone()).collect()),
+            container_edits: edits(),
         });
     }
     let mut spec = Spec::new(devices, ContainerEdits::default());

@@ -14,6 +14,12 @@
 //!   [`crate::gpu::health::HealthTable`].
 //! - [`env_var`]: the variable naming the engines a container got (the device plugin's
 //!   `Allocate` and the DRA driver's CDI edits set the same one).
+//! - [`container_nodes`]: the device nodes a container holding some engines gets — every node
+//!   of every engine of their kind, and `/dev/nvmap` for PVA — so that core `n` is the host's
+//!   core `n` inside the container however user space maps an index to a node. The device
+//!   plugin's `Allocate` and the DRA driver's claim edits both use it (the rule itself is
+//!   `edgegpu_platform::engines::container_nodes`, which `cdi generate`'s engine specs use
+//!   too; docs/engines.md section 2).
 
 pub mod health;
 
@@ -200,6 +206,39 @@ pub fn of_kind(engines: &[Engine], kind: EngineKind) -> Vec<Engine> {
     engines.iter().filter(|e| e.kind == kind).cloned().collect()
 }
 
+/// The host device nodes (container path = host path) a container holding `chosen` gets,
+/// `engines` being every engine the host has ([`discover`]): for each kind among `chosen`,
+/// every node of every engine of that kind, by index, then `/dev/nvmap` for PVA where it
+/// exists under `root` (`edgegpu_platform::engines::container_nodes`, the one rule of both
+/// allocators). Empty when `chosen` is. Blocking (a stat per companion node).
+pub fn container_nodes(root: &Path, engines: &[Engine], chosen: &[&Engine]) -> Vec<String> {
+    let mut nodes: Vec<String> = Vec::new();
+    for kind in EngineKind::ALL {
+        if !chosen.iter().any(|e| e.kind == kind) {
+            continue;
+        }
+        // A chosen engine missing from `engines` still gets its own nodes.
+        let mut host: Vec<&Engine> = engines.iter().filter(|e| e.kind == kind).collect();
+        for e in chosen.iter().filter(|e| e.kind == kind) {
+            if !host.iter().any(|h| h.index == e.index) {
+                host.push(e);
+            }
+        }
+        host.sort_by_key(|e| e.index);
+        let exists = |n: &str| std::fs::metadata(under_root(root, n)).is_ok();
+        for n in edgegpu_platform::engines::container_nodes(
+            kind,
+            host.iter().map(|e| e.nodes.as_slice()),
+            exists,
+        ) {
+            if !nodes.contains(&n) {
+                nodes.push(n);
+            }
+        }
+    }
+    nodes
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -277,6 +316,93 @@ mod tests {
         assert_eq!(ids, ["dla0", "dla1"]);
         assert_eq!(found[1].nodes.len(), 2);
         assert_eq!(found[1].clock, "dla1_core");
+    }
+
+    /// The nodes a container holding engine `kind` `index` gets on the host under `root`.
+    fn nodes_for(root: &Path, release: u32, kind: EngineKind, index: u32) -> Vec<String> {
+        let engines = discover(root, Some(orin()), Some(release));
+        let chosen = engines
+            .iter()
+            .find(|e| e.kind == kind && e.index == index)
+            .unwrap();
+        container_nodes(root, &engines, &[chosen])
+    }
+
+    #[test]
+    fn a_core_index_keeps_its_host_meaning_on_r35_and_r36() {
+        // R35: two nodes per engine; R36: control nodes only. Either way a container with
+        // DLA core 1 sees every DLA node, so index 1 names the same core inside and out.
+        let r35 = tempfile::tempdir().unwrap();
+        for n in [
+            "/dev/nvhost-ctrl-nvdla0",
+            "/dev/nvhost-nvdla0",
+            "/dev/nvhost-ctrl-nvdla1",
+            "/dev/nvhost-nvdla1",
+            "/dev/nvhost-ctrl-pva0",
+            "/dev/nvhost-pva0",
+        ] {
+            touch(r35.path(), n);
+        }
+        let all_dla = [
+            "/dev/nvhost-ctrl-nvdla0",
+            "/dev/nvhost-nvdla0",
+            "/dev/nvhost-ctrl-nvdla1",
+            "/dev/nvhost-nvdla1",
+        ];
+        assert_eq!(nodes_for(r35.path(), 35, EngineKind::Dla, 1), all_dla);
+        assert_eq!(nodes_for(r35.path(), 35, EngineKind::Dla, 0), all_dla);
+        // No /dev/nvmap on this root: none given.
+        assert_eq!(
+            nodes_for(r35.path(), 35, EngineKind::Pva, 0),
+            ["/dev/nvhost-ctrl-pva0", "/dev/nvhost-pva0"]
+        );
+
+        let r36 = tempfile::tempdir().unwrap();
+        for n in [
+            "/dev/nvhost-ctrl-nvdla0",
+            "/dev/nvhost-ctrl-nvdla1",
+            "/dev/nvhost-ctrl-pva0",
+            "/dev/nvmap",
+        ] {
+            touch(r36.path(), n);
+        }
+        assert_eq!(
+            nodes_for(r36.path(), 36, EngineKind::Dla, 1),
+            ["/dev/nvhost-ctrl-nvdla0", "/dev/nvhost-ctrl-nvdla1"]
+        );
+        assert_eq!(
+            nodes_for(r36.path(), 36, EngineKind::Pva, 0),
+            ["/dev/nvhost-ctrl-pva0", "/dev/nvmap"]
+        );
+    }
+
+    #[test]
+    fn container_nodes_stay_within_the_chosen_kinds() {
+        let dir = tempfile::tempdir().unwrap();
+        for n in [
+            "/dev/nvhost-ctrl-nvdla0",
+            "/dev/nvhost-ctrl-pva0",
+            "/dev/nvmap",
+        ] {
+            touch(dir.path(), n);
+        }
+        let engines = discover(dir.path(), Some(orin()), Some(36));
+        assert!(container_nodes(dir.path(), &engines, &[]).is_empty());
+        // A DLA container gets no PVA node and no nvmap.
+        assert_eq!(
+            container_nodes(dir.path(), &engines, &[&engines[0]]),
+            ["/dev/nvhost-ctrl-nvdla0"]
+        );
+        // A chosen engine the list lacks still gets its own nodes.
+        let dla1 = Engine {
+            index: 1,
+            nodes: vec!["/dev/nvhost-ctrl-nvdla1".into()],
+            ..engines[0].clone()
+        };
+        assert_eq!(
+            container_nodes(dir.path(), &engines, &[&dla1]),
+            ["/dev/nvhost-ctrl-nvdla0", "/dev/nvhost-ctrl-nvdla1"]
+        );
     }
 
     #[test]
