@@ -39,6 +39,7 @@ fn run(what: &str, host: &FakeHost, args: &[&str]) {
             plugin_dir: dirs.path().join("plugins/edgegpu.io"),
             cdi_dir: dirs.path().join("cdi"),
             mps: MpsHost::default(),
+            share_limits: Default::default(),
         },
         None,
     )

@@ -50,7 +50,8 @@ use crate::claims::{self, AllocatedDevice, ClaimAllocation, ConfigSource, FetchE
 use crate::inventory::{DeviceType, Inventory, InventoryDevice};
 use crate::kubelet::{self, ClaimRef, DeviceHealth, DriverError, Health, PreparedDevice};
 use crate::sharing::{
-    self, ClassCeilingError, ConfigError, GpuConfig, MpsHost, NoMpsDaemon, Sharing,
+    self, ClassCeilingError, Client, ClientLimit, ConfigError, GpuConfig, MpsHost, NoMpsDaemon,
+    ShareLimits, Strategy,
 };
 
 /// Why a claim could not be prepared or unprepared. Its message is what the kubelet shows on
@@ -175,8 +176,10 @@ pub struct NodeOptions {
     pub plugin_dir: PathBuf,
     /// Where claim specs are written (`/var/run/cdi`).
     pub cdi_dir: PathBuf,
-    /// The node's MPS daemon, for `sharing.strategy: MPS`.
+    /// The node's MPS daemon, for `sharing.strategy: MPS` and memory shares.
     pub mps: MpsHost,
+    /// How a memory share without an MPS config reaches its containers.
+    pub share_limits: ShareLimits,
 }
 
 struct State {
@@ -454,7 +457,7 @@ impl Node {
             claim,
             &planned,
             &mut devices,
-            &self.options.mps,
+            &self.options,
         )?;
         let spec = cdi::claim_spec(&claim.uid, &state.inventory.common_edits, &devices);
         let prepared = prepared_devices(&state.inventory.pool, claim, &planned);
@@ -576,6 +579,8 @@ struct Planned {
     share_id: Option<String>,
     admin: bool,
     config: GpuConfig,
+    /// The memory its allocations consumed of a device shared by memory (bytes).
+    memory_share: Option<u64>,
 }
 
 /// The allocation's devices, each this node's and healthy, with the config it gets; one
@@ -591,10 +596,17 @@ fn plan_devices(
     for a in &allocation.devices {
         let d = allocated_device(inventory, claim, a)?;
         let config = resolve_config(claim, a, d, configs)?;
+        // Only a device published with memory shares has its memory consumed.
+        let share = d
+            .memory_step
+            .and_then(|_| a.consumed_capacity.get("memory").copied());
         match planned.iter_mut().find(|p| p.device == a.device) {
             Some(p) => {
                 p.requests.push(a.request.clone());
                 p.admin &= a.admin_access;
+                if let Some(bytes) = share {
+                    p.memory_share = Some(p.memory_share.unwrap_or(0).saturating_add(bytes));
+                }
             }
             None => planned.push(Planned {
                 device: a.device.clone(),
@@ -602,6 +614,7 @@ fn plan_devices(
                 share_id: a.share_id.clone(),
                 admin: a.admin_access,
                 config,
+                memory_share: share,
             }),
         }
     }
@@ -758,41 +771,87 @@ fn device_edits(inventory: &Inventory, claim: &ClaimRef, planned: &[Planned]) ->
         .collect()
 }
 
-/// Adds each sharing group's env and mounts (the devices with the same `sharing`, MPS limits
-/// over their CUDA IDs) to its devices; MPS without the node's daemon is refused.
+/// How a planned device reaches its limits, and its memory limit (whole MiB): an MPS config
+/// joins MPS (its pinned-memory limit, lowered to the device's memory share); a memory share
+/// without one joins MPS where the node enforces shares with it (`limits`), and is told to
+/// the container otherwise, as under TimeSlicing; anything else adds nothing (`None`).
+fn client_of(p: &Planned, limits: &ShareLimits) -> Option<(Client, Option<u64>)> {
+    let share_mib = p.memory_share.map(edgegpu_node::mps::plan::whole_mib);
+    let sharing = p.config.sharing;
+    match (sharing.map(|s| s.strategy), share_mib) {
+        (Some(Strategy::Mps), _) => {
+            let settings = sharing.and_then(|s| s.mps).unwrap_or_default();
+            let pinned = settings
+                .pinned_memory_limit
+                .map(edgegpu_node::mps::plan::whole_mib);
+            let mib = match (pinned, share_mib) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let client = Client::Mps {
+                active_thread_percentage: settings.active_thread_percentage,
+            };
+            Some((client, mib))
+        }
+        (Some(Strategy::TimeSlicing), Some(mib)) => Some((
+            Client::Accounted {
+                why: "sharing.strategy TimeSlicing: the scheduler counts the memory share, \
+                      nothing enforces it"
+                    .into(),
+            },
+            Some(mib),
+        )),
+        (None, Some(mib)) => Some((
+            match limits {
+                ShareLimits::Mps => Client::Mps {
+                    active_thread_percentage: None,
+                },
+                ShareLimits::Accounted { why } => Client::Accounted { why: why.clone() },
+            },
+            Some(mib),
+        )),
+        (_, None) => None,
+    }
+}
+
+/// Adds each group's env and mounts (the claim's devices that reach their limits the same
+/// way, [`client_of`]; one variable lists every device's limit) to its devices; joining MPS
+/// without the node's daemon is refused.
 #[allow(clippy::result_large_err)] // as `prepare_allocation`
 fn add_sharing(
     inventory: &Inventory,
     claim: &ClaimRef,
     planned: &[Planned],
     devices: &mut [ClaimDevice],
-    mps: &MpsHost,
+    options: &NodeOptions,
 ) -> Result<(), PrepareError> {
-    let mut groups: Vec<(Sharing, Vec<usize>)> = Vec::new();
+    let mut groups: Vec<(Client, Vec<(usize, Option<u64>)>)> = Vec::new();
     for (i, p) in planned.iter().enumerate() {
-        if let Some(s) = p.config.sharing {
-            match groups.iter_mut().find(|(g, _)| *g == s) {
-                Some((_, members)) => members.push(i),
-                None => groups.push((s, vec![i])),
+        if let Some((client, mib)) = client_of(p, &options.share_limits) {
+            match groups.iter_mut().find(|(c, _)| *c == client) {
+                Some((_, members)) => members.push((i, mib)),
+                None => groups.push((client, vec![(i, mib)])),
             }
         }
     }
-    for (s, members) in &groups {
-        let ids: Vec<&str> = members
+    for (client, members) in &groups {
+        let limits = members
             .iter()
-            .map(|&i| {
-                inventory
+            .map(|&(i, mib)| ClientLimit {
+                device: inventory
                     .get(&planned[i].device)
-                    .map_or("", |d| d.cuda_id.as_str())
+                    .map_or(String::new(), |d| d.cuda_id.clone()),
+                mib,
             })
             .collect();
-        let (env, mounts) = sharing::container_edits(Some(s), &ids, mps).map_err(|source| {
-            PrepareError::NoMpsDaemon {
-                claim: claim.clone(),
-                source,
-            }
-        })?;
-        for &i in members {
+        let (env, mounts) =
+            sharing::client_edits(client, limits, &options.mps).map_err(|source| {
+                PrepareError::NoMpsDaemon {
+                    claim: claim.clone(),
+                    source,
+                }
+            })?;
+        for &(i, _) in members {
             devices[i].env.extend(env.iter().cloned());
             devices[i].mounts.extend(mounts.iter().cloned());
         }

@@ -184,6 +184,7 @@ async fn serve_round(
                 .unwrap_or_else(|| edgegpu_node::config::DEFAULT_MPS_ROOT.into()),
             ..Default::default()
         },
+        share_limits: Default::default(),
     };
     let Round {
         inventory,

@@ -39,7 +39,8 @@
 use std::path::{Path, PathBuf};
 
 use edgegpu_host::cdi::spec::Mount;
-use edgegpu_node::mps::plan::{ClientLimit, ClientSetup};
+pub use edgegpu_node::mps::plan::ClientLimit;
+use edgegpu_node::mps::plan::ClientSetup;
 use edgegpu_node::mps::MpsPaths;
 use edgegpu_node::quantity::QuantityError;
 use serde_json::{Map, Value};
@@ -458,9 +459,40 @@ impl Default for MpsHost {
     }
 }
 
-/// What a sharing setting adds to a container using devices named `cuda_ids` (how CUDA
-/// names them in the container): (env `KEY=VALUE`, mounts). Fails when MPS is asked for and
-/// no MPS daemon runs on the node.
+/// How a memory share's limit reaches the containers of a claim without an MPS config
+/// (`--memory-shares`): through the node's MPS daemon, or told to them only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShareLimits {
+    /// The containers join the node's MPS daemon with their share as their pinned-memory
+    /// limit (the platform runs MPS and the driver asks the companion for a daemon).
+    Mps,
+    /// Nothing enforces the share here; `why` says so to the container
+    /// (`EDGEGPU_GPU_MEMORY_LIMIT_NOTE`), as the device plugin's memory units do.
+    Accounted { why: String },
+}
+
+impl Default for ShareLimits {
+    fn default() -> Self {
+        ShareLimits::Accounted {
+            why: "MPS is not enabled for the DRA driver on this node".into(),
+        }
+    }
+}
+
+/// How one group of a claim's devices reaches its limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Client {
+    /// Joins the node's MPS daemon, with this compute share.
+    Mps {
+        active_thread_percentage: Option<u32>,
+    },
+    /// Told its limits, which nothing enforces, and why.
+    Accounted { why: String },
+}
+
+/// What sharing setting `sharing` (MPS) adds to a container using devices named `cuda_ids`
+/// (how CUDA names them in the container): (env `KEY=VALUE`, mounts). Fails when no MPS
+/// daemon runs on the node.
 pub fn container_edits(
     sharing: Option<&Sharing>,
     cuda_ids: &[&str],
@@ -469,24 +501,55 @@ pub fn container_edits(
     let Some(sharing) = sharing.filter(|s| s.strategy == Strategy::Mps) else {
         return Ok((Vec::new(), Vec::new()));
     };
-    let paths = MpsPaths::new(&host.mps_root, &host.resource);
-    if !paths.pipe.is_dir() {
-        return Err(NoMpsDaemon { pipe: paths.pipe });
-    }
     let settings = sharing.mps.unwrap_or_default();
-    let setup = ClientSetup {
-        mps: Some(paths),
-        not_enforced: None,
-        limits: cuda_ids
-            .iter()
-            .map(|id| ClientLimit {
-                device: id.to_string(),
-                mib: settings
-                    .pinned_memory_limit
-                    .map(edgegpu_node::mps::plan::whole_mib),
-            })
-            .collect(),
-        active_thread_percentage: settings.active_thread_percentage,
+    let limits = cuda_ids
+        .iter()
+        .map(|id| ClientLimit {
+            device: id.to_string(),
+            mib: settings
+                .pinned_memory_limit
+                .map(edgegpu_node::mps::plan::whole_mib),
+        })
+        .collect();
+    client_edits(
+        &Client::Mps {
+            active_thread_percentage: settings.active_thread_percentage,
+        },
+        limits,
+        host,
+    )
+}
+
+/// What a group of devices with `limits` (one per device: how CUDA names it, its memory
+/// limit) adds to a container as `client`: MPS's variables and mounts where it joins the
+/// daemon, edgegpu's limit variables always (the device plugin's [`ClientSetup`]). Fails
+/// when it would join MPS and no MPS daemon runs on the node.
+pub fn client_edits(
+    client: &Client,
+    limits: Vec<ClientLimit>,
+    host: &MpsHost,
+) -> Result<(Vec<String>, Vec<Mount>), NoMpsDaemon> {
+    let setup = match client {
+        Client::Mps {
+            active_thread_percentage,
+        } => {
+            let paths = MpsPaths::new(&host.mps_root, &host.resource);
+            if !paths.pipe.is_dir() {
+                return Err(NoMpsDaemon { pipe: paths.pipe });
+            }
+            ClientSetup {
+                mps: Some(paths),
+                not_enforced: None,
+                limits,
+                active_thread_percentage: *active_thread_percentage,
+            }
+        }
+        Client::Accounted { why } => ClientSetup {
+            mps: None,
+            not_enforced: Some(why.clone()),
+            limits,
+            active_thread_percentage: None,
+        },
     };
     let mut env: Vec<String> = setup
         .env()

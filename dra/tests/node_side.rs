@@ -353,6 +353,7 @@ impl Node {
                 mps_root: self.dirs.path().join("mps"),
                 resource: "nvidia.com/gpu".into(),
             },
+            share_limits: Default::default(),
         }
     }
 

@@ -610,6 +610,7 @@ async fn dra_claim_jetson_orin() {
             plugin_dir: state.join("plugin"),
             cdi_dir: staging.clone(),
             mps: Default::default(),
+            share_limits: Default::default(),
         },
         None,
     )
