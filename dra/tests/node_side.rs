@@ -14,10 +14,15 @@ use edgegpu_dra::checkpoint::CheckpointError;
 use edgegpu_dra::claims::{AllocatedDevice, ClaimAllocation, ConfigSource, OpaqueConfig};
 use edgegpu_dra::inventory::{Attr, Inventory};
 use edgegpu_dra::kubelet::{ClaimRef, Driver, Health};
+use edgegpu_dra::mps_daemon::{self, NoDaemon};
 use edgegpu_dra::prepare::{NodeDriver, NodeOptions, PrepareError, RecoveryError};
 use edgegpu_dra::sharing::MpsHost;
-use edgegpu_node::config::GpuArgs;
+use edgegpu_node::config::{GpuArgs, MigStrategy};
 use edgegpu_node::labels;
+use edgegpu_node::mps::plan::DaemonSettings;
+use edgegpu_node::mps::status::{self as mps_status, Desired, State, Status};
+use edgegpu_node::mps::support::MpsUnsupported;
+use edgegpu_node::snapshot::Snapshot;
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
 use serde_json::{json, Value};
 
@@ -339,6 +344,41 @@ impl Node {
 
     fn cdi_dir(&self) -> PathBuf {
         self.dirs.path().join("cdi")
+    }
+
+    /// What the MPS companion and the driver leave under the MPS root for the node's daemon:
+    /// the driver's list asking for it (no limits), and, with a state, the companion's status
+    /// and its pipe directory.
+    fn mps_daemon(&self, state: Option<(State, Option<&str>)>) {
+        let host = self.options().mps;
+        let daemon = DaemonSettings {
+            resource: host.resource.clone(),
+            active_thread_percentage: None,
+            pinned_memory_limits: vec![],
+            exclusive_gpus: vec![],
+        };
+        mps_status::write_desired(
+            &host.mps_root,
+            &Desired {
+                daemons: vec![daemon.clone()],
+            },
+        )
+        .unwrap();
+        if let Some((state, reason)) = state {
+            let paths = host.paths();
+            std::fs::create_dir_all(&paths.pipe).unwrap();
+            mps_status::write(
+                &paths.status,
+                &Status {
+                    state,
+                    reason: reason.map(str::to_string),
+                    pid: Some(4242),
+                    restarts: 0,
+                    settings: daemon,
+                },
+            )
+            .unwrap();
+        }
     }
 
     fn driver(&self) -> Result<NodeDriver, RecoveryError> {
@@ -866,18 +906,122 @@ fn bad_configs_and_devices_are_refused_naming_the_claim_and_field() {
     assert!(driver.prepared_claims().is_empty());
 }
 
+/// The daemon `--mps` asks the MPS companion for on `host`, discovered with `args`.
+fn mps_daemon_of(host: &FakeHost, args: &[&str]) -> Result<DaemonSettings, NoDaemon> {
+    let _one_at_a_time = DISCOVERY.lock().unwrap_or_else(|p| p.into_inner());
+    let snapshot = Snapshot::take(host.root(), &gpu_args(args)).unwrap();
+    mps_daemon::wanted(
+        snapshot.gpus_found().expect("a GPU"),
+        snapshot.config.mig_strategy != MigStrategy::None,
+        "nvidia.com/gpu",
+    )
+}
+
+#[test]
+fn the_mps_daemon_asked_for_follows_the_platform() {
+    // No default limits (each claim's own are its limits) and no GPU in EXCLUSIVE_PROCESS
+    // (the same GPUs serve claims outside MPS).
+    let plain = DaemonSettings {
+        resource: "nvidia.com/gpu".into(),
+        active_thread_percentage: None,
+        pinned_memory_limits: vec![],
+        exclusive_gpus: vec![],
+    };
+    for board in [Board::Orin, Board::OrinR39, Board::Thor] {
+        let host = FakeHost::jetson(board);
+        assert_eq!(
+            mps_daemon_of(&host, &["--discovery=tegra"]),
+            Ok(plain.clone()),
+            "{board:?}"
+        );
+    }
+    // Xavier's L4T 35 ships no control binary; the Nano's Maxwell GPU predates Volta.
+    let e = mps_daemon_of(&FakeHost::jetson(Board::Xavier), &["--discovery=tegra"]).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            NoDaemon::Unsupported(MpsUnsupported::L4tWithoutBinary { .. })
+        ),
+        "{e:?}"
+    );
+    assert!(
+        e.to_string()
+            .contains("L4T 35.4.1 ships no nvidia-cuda-mps-control"),
+        "{e}"
+    );
+    let e = mps_daemon_of(&FakeHost::jetson(Board::Nano), &["--discovery=tegra"]).unwrap_err();
+    assert!(
+        matches!(e, NoDaemon::Unsupported(MpsUnsupported::Jetson { .. })),
+        "{e:?}"
+    );
+    // Discrete A100s (compute capability 8.0): the same daemon.
+    let gpus = FakeGpu::two_on_two_numa_nodes();
+    assert_eq!(
+        mps_daemon_of(&FakeHost::discrete(&gpus), &[]),
+        Ok(plain.clone())
+    );
+    // Both GPUs published as MIG devices: no whole GPU for MPS to serve; without a MIG
+    // strategy they are published whole.
+    let migs = [
+        FakeMig::h100(0, 1, "3g.40gb"),
+        FakeMig::h100(1, 1, "3g.40gb"),
+    ];
+    let (host, _) = FakeHost::mig_server(&[0, 1], &migs);
+    assert_eq!(
+        mps_daemon_of(&host, &["--mig-strategy=mixed"]),
+        Err(NoDaemon::NoWholeGpu)
+    );
+    assert_eq!(mps_daemon_of(&host, &[]), Ok(plain));
+}
+
 #[test]
 fn mps_claims_join_the_nodes_daemon() {
     let node = Node::new(FakeHost::jetson(Board::Orin), &["--discovery=tegra"]);
     let driver = node.driver().unwrap();
     let mps = json!({"apiVersion": "edgegpu.io/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mps": {"activeThreadPercentage": 30, "pinnedMemoryLimit": "2Gi"}}});
-    let e = driver
-        .prepare_allocation(&claim(UID_A), &with_config(alloc(&["gpu-0"]), mps.clone()))
-        .unwrap_err();
-    assert!(matches!(e, PrepareError::NoMpsDaemon { .. }), "{e:?}");
-    assert!(e.to_string().contains("no MPS control daemon"), "{e}");
-    let pipe = node.options().mps.mps_root.join("nvidia.com/gpu/pipe");
-    std::fs::create_dir_all(&pipe).unwrap();
+    let prefix = format!("claim default/claim-{UID_A} ({UID_A}): ");
+    let status_file = node
+        .options()
+        .mps
+        .mps_root
+        .join("nvidia.com/gpu/status.json");
+    let refused = |why: &str| {
+        let e = driver
+            .prepare_allocation(&claim(UID_A), &with_config(alloc(&["gpu-0"]), mps.clone()))
+            .unwrap_err();
+        assert!(
+            matches!(&e, PrepareError::NoMpsDaemon { claim: c, .. } if *c == claim(UID_A)),
+            "{e:?}"
+        );
+        let text = e.to_string();
+        assert!(text.starts_with(&prefix), "{text}");
+        assert!(text.contains(why), "{text}");
+        // Nothing written for the refused claim: the kubelet's retry starts afresh.
+        assert!(node.spec_files().is_empty());
+        assert!(driver.prepared_claims().is_empty());
+    };
+    // No daemon asked for (the driver runs without --mps).
+    refused("no MPS control daemon is asked for on this node");
+    // Asked for, but no companion has reported on it.
+    node.mps_daemon(None);
+    refused(&format!(
+        "has reported no state ({} does not exist): is the MPS companion",
+        status_file.display()
+    ));
+    // The companion's states, with its reason.
+    node.mps_daemon(Some((State::Starting, None)));
+    refused("the MPS control daemon for nvidia.com/gpu is not ready: its state is starting (");
+    node.mps_daemon(Some((State::Failed, Some("the daemon exited (status 3)"))));
+    refused("its state is failed: the daemon exited (status 3) (");
+    refused("the MPS companion restarts it");
+    node.mps_daemon(Some((
+        State::Refused,
+        Some("the host has no nvidia-cuda-mps-control"),
+    )));
+    refused("its state is refused: the host has no nvidia-cuda-mps-control");
+    // Ready: the claims join it.
+    node.mps_daemon(Some((State::Ready, None)));
+    let pipe = node.options().mps.paths().pipe;
     let p = driver
         .prepare_allocation(&claim(UID_A), &with_config(alloc(&["gpu-0"]), mps.clone()))
         .unwrap();
@@ -1266,7 +1410,7 @@ fn class_and_claim(class: Value, claim_config: Value) -> ClaimAllocation {
 #[test]
 fn a_device_classs_mps_limits_are_a_ceiling_the_claim_cannot_raise() {
     let node = Node::new(FakeHost::jetson(Board::Orin), &["--discovery=tegra"]);
-    std::fs::create_dir_all(node.options().mps.mps_root.join("nvidia.com/gpu/pipe")).unwrap();
+    node.mps_daemon(Some((State::Ready, None)));
     let driver = node.driver().unwrap();
     let class = gpu_config(Some(
         json!({"strategy": "MPS", "mps": {"activeThreadPercentage": 50, "pinnedMemoryLimit": "4Gi"}}),
@@ -1383,7 +1527,7 @@ fn a_device_classs_mps_limits_are_a_ceiling_the_claim_cannot_raise() {
 #[test]
 fn a_claim_cannot_switch_drop_or_add_the_device_classs_sharing() {
     let node = Node::new(FakeHost::jetson(Board::Orin), &["--discovery=tegra"]);
-    std::fs::create_dir_all(node.options().mps.mps_root.join("nvidia.com/gpu/pipe")).unwrap();
+    node.mps_daemon(Some((State::Ready, None)));
     let driver = node.driver().unwrap();
     let mps = gpu_config(Some(
         json!({"strategy": "MPS", "mps": {"activeThreadPercentage": 50}}),
