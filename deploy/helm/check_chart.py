@@ -544,9 +544,10 @@ class Matrix(unittest.TestCase):
                          .keys(), {"edgegpu-node-labeller"})
 
     def test_mps_plugin_and_companion_write_apart(self):
-        """Under mps.root the plugin writes desired/ (daemons.json) alone and the companion
-        everything but desired/ (each resource's pipe, log, shm, status.json): a mount of the
-        directory's parent (the plugin's and the DRA driver's /run/edgegpu) is covered too."""
+        """Under mps.root the plugin and the DRA driver write desired/ (daemons.json) alone and
+        the companion everything but desired/ (each resource's pipe, log, shm, status.json): a
+        mount of the directory's parent (the plugin's and the DRA driver's /run/edgegpu) is
+        covered too."""
         for root in ("/run/edgegpu/mps", "/var/run/gpu-mps"):
             values = {"mps": {"enabled": True, "root": root}, "dra": {"enabled": True}}
             docs = self.render_checked(values)
@@ -572,17 +573,74 @@ class Matrix(unittest.TestCase):
             for name, ds in dra_drivers(docs).items():
                 driver, = pod(ds)["containers"]
                 with self.subTest(root=root, daemonset=name):
-                    for path in ours + [f"{root}/desired/daemons.json"]:
+                    self.assertIs(writable(driver, f"{root}/desired/daemons.json"), True)
+                    for path in ours:
                         self.assertIs(writable(driver, path), False, path)
-                    self.assertEqual(writable_host_paths(ds, driver, root), [])
-        # check_policy wants that cover where /run/edgegpu holds the directory.
+                    self.assertEqual(writable_host_paths(ds, driver, root), [f"{root}/desired"])
+        # check_policy wants that cover where /run/edgegpu holds the directory, and desired/.
         docs = [d for d in render({"mps": {"enabled": True}, "dra": {"enabled": True}}) if d["kind"] != "Job"]
         driver = pod(dra_drivers(docs)["edgegpu-dra-driver-jetson"])["containers"][0]
         driver["volumeMounts"] = [m for m in driver["volumeMounts"] if m["name"] != "mps-root"]
         problems = check_policy.check_objects(REPO, docs, {}, "test", configmap_required=False)
-        self.assertIn("DaemonSet edgegpu-dra-driver-jetson container dra-driver: the MPS directory /run/edgegpu/mps "
-                      "is inside a directory the driver mounts read-write: mount it readOnly over it, at the same "
-                      "path", problems)
+        where = "DaemonSet edgegpu-dra-driver-jetson container dra-driver"
+        self.assertIn(f"{where}: the MPS directory /run/edgegpu/mps is inside a directory the driver mounts "
+                      "read-write: mount it readOnly over it, at the same path", problems)
+        self.assertIn(f"{where}: MPS_ROOT is /run/edgegpu/mps, but /run/edgegpu/mps is not mounted (the driver "
+                      "reads status.json and writes desired/daemons.json)", problems)
+        for mount in driver["volumeMounts"]:
+            if mount["name"] == "mps-desired":
+                mount["readOnly"] = True
+        problems = check_policy.check_objects(REPO, docs, {}, "test", configmap_required=False)
+        self.assertIn(f"{where}: /run/edgegpu/mps/desired must be mounted read-write at the same path (hostPath type "
+                      "DirectoryOrCreate): the driver writes only the MPS directory's desired/", problems)
+
+    def test_mps_on_dra_nodes(self):
+        """mps.enabled with dra.enabled: the companion runs on every GPU node, plugin or DRA
+        (the DRA driver's tolerations added), and the driver asks it for a daemon (--mps)."""
+        dra_tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                           {"key": "dra", "operator": "Exists"}]
+        values = {"mps": {"enabled": True}, "dra": {"enabled": True, "tolerations": dra_tolerations}}
+        docs = self.render_checked(values)
+        daemonsets = of_kind(docs, "DaemonSet")
+        companion = daemonsets["edgegpu-mps-control-daemon"]
+        gpu_terms = [term for ds in plugins(docs).values() for term in required_terms(ds)]
+        # The plugins' terms without their edgegpu.io/allocator NotIn [dra]: plugin and DRA nodes.
+        for term in gpu_terms:
+            term["matchExpressions"] = [r for r in term["matchExpressions"] if r["key"] != "edgegpu.io/allocator"]
+        self.assertEqual(required_terms(companion), gpu_terms)
+        self.assertEqual(pod(companion)["tolerations"],
+                         pod(plugins(docs)["edgegpu-device-plugin-jetson"])["tolerations"]
+                         + [{"key": "dra", "operator": "Exists"}])
+        for name, ds in dra_drivers(docs).items():
+            driver, = pod(ds)["containers"]
+            with self.subTest(daemonset=name):
+                self.assertEqual(env(driver)["MPS"], "true")
+                self.assertEqual(env(driver)["MPS_ROOT"], "/run/edgegpu/mps")
+                self.assertIn({"name": "mps-root", "mountPath": "/run/edgegpu/mps", "readOnly": True},
+                              driver["volumeMounts"])
+                self.assertIn({"name": "mps-desired", "mountPath": "/run/edgegpu/mps/desired"},
+                              driver["volumeMounts"])
+        # Every GPU node on DRA: no plugin DaemonSet, the companion still runs beside the drivers.
+        values = {"mps": {"enabled": True}, "dra": {"enabled": True, "allNodes": True}}
+        docs = self.render_checked(values)
+        self.assertEqual(plugins(docs), {})
+        companion = of_kind(docs, "DaemonSet")["edgegpu-mps-control-daemon"]
+        self.assertEqual(required_terms(companion),
+                         [term for ds in dra_drivers(docs).values() for term in required_terms(ds)])
+        # Without mps.enabled the driver asks for nothing and mounts nothing of MPS.
+        docs = self.render_checked({"dra": {"enabled": True}})
+        for ds in dra_drivers(docs).values():
+            driver, = pod(ds)["containers"]
+            self.assertFalse({"MPS", "MPS_ROOT"} & set(env(driver)))
+            self.assertFalse({"mps-root", "mps-desired"} & {m["name"] for m in driver["volumeMounts"]})
+        # check_policy: a companion that skips the DRA nodes is caught.
+        docs = [d for d in render({"mps": {"enabled": True}, "dra": {"enabled": True}}) if d["kind"] != "Job"]
+        companion = of_kind(docs, "DaemonSet")["edgegpu-mps-control-daemon"]
+        for term in required_terms(companion):
+            term["matchExpressions"].append({"key": "edgegpu.io/allocator", "operator": "NotIn", "values": ["dra"]})
+        problems = check_policy.check_objects(REPO, docs, {}, "test", configmap_required=False)
+        self.assertTrue(any("the MPS companion skips them although they run plugin or DRA driver" in p
+                            for p in problems), problems)
 
     def test_mps_configs_the_plugin_accepts(self):
         entries = [
@@ -1694,11 +1752,11 @@ class Dra(unittest.TestCase):
         self.assertEqual(required_terms(node_setup), gpu_terms["jetson"] + gpu_terms["discrete"])
         self.assertEqual(of_kind(docs, "DeviceClass")["gpu.edgegpu.io"]["spec"]["extendedResourceName"],
                          "edgegpu.io/gpu")
-        # No DeviceClasses on request; the MPS companion stays with the plugins.
+        # No DeviceClasses on request; the MPS companion runs on every GPU node, as node setup.
         docs = render({"dra": {"enabled": True, "deviceClasses": {"create": False}}, "mps": {"enabled": True}})
         self.assertNotIn("DeviceClass", {d["kind"] for d in docs})
         companion = of_kind(docs, "DaemonSet")["edgegpu-mps-control-daemon"]
-        self.assertEqual(required_terms(companion), [t for ds in plugins(docs).values() for t in required_terms(ds)])
+        self.assertEqual(required_terms(companion), gpu_terms["jetson"] + gpu_terms["discrete"])
 
     def test_policy_catches_two_allocators_and_privilege(self):
         docs = [d for d in render(DRA_ON) if d["kind"] != "Job"]

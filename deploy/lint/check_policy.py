@@ -40,14 +40,15 @@ objects. This script checks what docs/deploy.md promises:
   * the metrics (docs/metrics.md): the plugin's metrics port, its METRICS_BIND_ADDRESS, the
     prometheus.io/port annotation and the Service agree; the kubelet's pod-resources directory
     is mounted read-only, only into the plugin.
-  * MPS (Helm value mps.enabled, docs/sharing.md): the plugins mount the MPS directory
-    (MPS_ROOT) read-only at its own path and its desired/ directory (daemons.json, theirs)
-    read-write, and nothing else new; the companion DaemonSet (edgegpu-mps-control-daemon)
-    alone is privileged and in the host's PID namespace, runs the plugin image's
-    `mps-control-daemon` with flags it defines, mounts exactly the host's / read-only at /host,
-    the same MPS directory read-write at /host<MPS_ROOT> and its desired/ read-only, has a token
-    for nothing, and runs on exactly the nodes that run a plugin; a DRA driver whose
-    read-write /run/edgegpu holds the MPS directory mounts that read-only over it.
+  * MPS (Helm value mps.enabled, docs/sharing.md, docs/dra.md): the plugins, and the DRA
+    drivers that ask for a daemon (MPS=true), mount the MPS directory (MPS_ROOT) read-only at
+    its own path and its desired/ directory (daemons.json, theirs) read-write, and nothing else
+    new; the companion DaemonSet (edgegpu-mps-control-daemon) alone is privileged and in the
+    host's PID namespace, runs the plugin image's `mps-control-daemon` with flags it defines,
+    mounts exactly the host's / read-only at /host, the same MPS directory read-write at
+    /host<MPS_ROOT> and its desired/ read-only, has a token for nothing, and runs on exactly the
+    nodes that run a plugin or a DRA driver; a DRA driver whose read-write /run/edgegpu holds
+    the MPS directory mounts that read-only over it.
   * the DRA driver (Helm value dra.enabled, docs/dra.md): its ClusterRole grants exactly
     resourceslices list/create/update/delete, resourceclaims get and nodes get (what dra/src
     requests); its DaemonSets run edgegpu-dra-driver with flags and variables it defines
@@ -492,6 +493,14 @@ def check_dra_driver(ds, version, plugins, repo):
     volumes = {v["name"]: v for v in pod.get("volumes") or []}
     found_dirs = {}
     covers = set()
+    # --mps: the driver asks the MPS companion for a daemon in desired/, as the plugin does.
+    environment = env_map(container)
+    mps_root = (environment.get("MPS_ROOT") or {}).get("value")
+    mps_desired = f"{mps_root}/{MPS_DESIRED}" if mps_root else None
+    if (environment.get("MPS") or {}).get("value") == "true" and not mps_root:
+        problem(cwhere, "MPS=true without MPS_ROOT: the driver and the companion must meet in the chart's MPS "
+                "directory")
+    mps_found = set()
     for mount in container.get("volumeMounts") or []:
         volume = volumes.get(mount["name"])
         if volume is None:
@@ -505,6 +514,18 @@ def check_dra_driver(ds, version, plugins, repo):
         if host_path is None:
             continue
         path, kind = host_path["path"], host_path.get("type", "")
+        if mps_root and path in (mps_root, mps_desired):
+            mps_found.add(path)
+            # Read-only but for desired/ (daemons.json): the rest is the companion's.
+            read_only = path == mps_root
+            if mount["mountPath"] != path or bool(mount.get("readOnly")) != read_only \
+                    or kind != "DirectoryOrCreate":
+                problem(cwhere, f"{path} must be mounted {'readOnly' if read_only else 'read-write'} at the same path "
+                        f"(hostPath type DirectoryOrCreate): the driver writes only the MPS directory's "
+                        f"{MPS_DESIRED}/")
+            if read_only:
+                covers.add(path)
+            continue
         if path in DRA_HOST_DIRS:
             found_dirs[path] = kind
             if mount["mountPath"] != path or mount.get("readOnly"):
@@ -537,6 +558,9 @@ def check_dra_driver(ds, version, plugins, repo):
     for path, kind in DRA_HOST_DIRS.items():
         if found_dirs.get(path) != kind:
             problem(cwhere, f"{path} must be mounted (hostPath type {kind}), found {found_dirs.get(path)!r}")
+    for path in sorted({mps_root, mps_desired} - {None} - mps_found):
+        problem(cwhere, f"MPS_ROOT is {mps_root}, but {path} is not mounted (the driver reads status.json and writes "
+                "desired/daemons.json)")
     # The plugins' MPS directory: the companion's and the plugins' files, none of the driver's.
     for mps_root in sorted({(env_map(p["spec"]["template"]["spec"]["containers"][0]).get("MPS_ROOT") or {})
                             .get("value") for p in plugins.values()} - {None}):
@@ -599,9 +623,9 @@ MPS_DESIRED = "desired"
 MPS_COMMAND = ["/usr/bin/edgegpu-device-plugin", "mps-control-daemon"]
 
 
-def check_mps_control_daemon(ds, version, plugins, cli, documented_labels):
+def check_mps_control_daemon(ds, version, plugins, drivers, cli, documented_labels):
     """The MPS companion (Helm value mps.enabled): the one privileged part of MPS, with exactly
-    the host access it needs (docs/deploy.md 5), beside the plugins it serves."""
+    the host access it needs (docs/deploy.md 5), beside the plugins and DRA drivers it serves."""
     where = f"DaemonSet {ds['metadata']['name']}"
     pod = ds["spec"]["template"]["spec"]
     if pod.get("automountServiceAccountToken") is not False or pod.get("serviceAccountName"):
@@ -648,8 +672,8 @@ def check_mps_control_daemon(ds, version, plugins, cli, documented_labels):
     if not mps_root or not mps_root.startswith("/"):
         problem(cwhere, "needs MPS_ROOT, an absolute host path")
         return
-    for name, plugin in plugins.items():
-        theirs = (env_map(plugin["spec"]["template"]["spec"]["containers"][0]).get("MPS_ROOT") or {}).get("value")
+    for name, allocator in {**plugins, **drivers}.items():
+        theirs = (env_map(allocator["spec"]["template"]["spec"]["containers"][0]).get("MPS_ROOT") or {}).get("value")
         if theirs != mps_root:
             problem(where, f"MPS_ROOT {mps_root} but {name} has {theirs!r}: they meet in that directory")
     # Exactly: the host's / read-only at /host, the MPS directory read-write at /host<MPS_ROOT>
@@ -670,13 +694,14 @@ def check_mps_control_daemon(ds, version, plugins, cli, documented_labels):
         found[host_path["path"]] = (mount["mountPath"], bool(mount.get("readOnly")), host_path.get("type"))
     if found != wanted:
         problem(cwhere, f"host mounts {found}, expected exactly {wanted}")
-    if not documented_labels or not plugins:
+    allocators = {**plugins, **drivers}
+    if not documented_labels or not allocators:
         return
-    for labels in label_combinations(plugins):
-        runs_plugin = any(selects(p["spec"]["template"]["spec"], labels) for p in plugins.values())
-        if selects(pod, labels) != runs_plugin:
-            problem(where, f"nodes labelled {labels}: the MPS companion {'skips' if runs_plugin else 'runs on'} "
-                    f"them although they {'run' if runs_plugin else 'run no'} plugin")
+    for labels in label_combinations(allocators):
+        runs = any(selects(a["spec"]["template"]["spec"], labels) for a in allocators.values())
+        if selects(pod, labels) != runs:
+            problem(where, f"nodes labelled {labels}: the MPS companion {'skips' if runs else 'runs on'} "
+                    f"them although they {'run' if runs else 'run no'} plugin or DRA driver")
 
 
 def plugin_cli(repo, sources=None):
@@ -1106,10 +1131,10 @@ def check_objects(repo, objects, configmaps, where, namespace="kube-system", con
     for ds in node_setup:
         check_node_setup(ds, version, {**plugins, **drivers}, documented_labels)
     for ds in companions:
-        check_mps_control_daemon(ds, version, plugins, cli, documented_labels)
+        check_mps_control_daemon(ds, version, plugins, drivers, cli, documented_labels)
     for ds in power_policies:
         check_power_policy(ds, version, accounts, repo)
-    with_mps = sorted(n for n, ds in plugins.items()
+    with_mps = sorted(n for n, ds in {**plugins, **drivers}.items()
                       if "MPS_ROOT" in env_map(ds["spec"]["template"]["spec"]["containers"][0]))
     if with_mps and not companions:
         problem(where, f"{with_mps} set MPS_ROOT but no MPS companion DaemonSet ({MPS_COMPANION}) runs beside them")

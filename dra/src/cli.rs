@@ -84,6 +84,17 @@ pub struct Cli {
     )]
     pub ownership_dir: String,
 
+    /// Ask the node's MPS companion (`edgegpu-device-plugin mps-control-daemon`) for one CUDA
+    /// MPS control daemon serving the GPUs this driver publishes, where the platform runs MPS
+    /// (Jetson Orin on L4T R36.4+, Thor, discrete GPUs from Volta; no MIG devices): written to
+    /// `<--mps-root>/desired/daemons.json` while this driver holds the node's GPUs. Claims
+    /// with `sharing.strategy: MPS` join it; they fail to prepare until it is ready. See
+    /// docs/dra.md.
+    #[arg(long, env = "MPS", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new(),
+          value_name = "BOOL", default_value = "false")]
+    pub mps: bool,
+
     /// Log output format (EDGEGPU_LOG sets the level, default info). Text is coloured only
     /// when stderr is a terminal, never with NO_COLOR set to a non-empty value.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]

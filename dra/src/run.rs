@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use edgegpu_apiclient::ApiServer;
+use edgegpu_node::config::MigStrategy;
+use edgegpu_node::mps::plan::DaemonSettings;
 use edgegpu_node::ownership::{DeviceKind, Ownerships};
 use edgegpu_node::rounds::{self, RoundEnd, Until};
 use edgegpu_node::shutdown::ShutdownSignals;
@@ -23,7 +25,9 @@ use crate::api_versions::ResourceApi;
 use crate::cli::Cli;
 use crate::inventory::{Inventory, ShareOptions};
 use crate::kubelet::{self, KubeletOptions};
+use crate::mps_daemon;
 use crate::prepare::{NodeDriver, NodeOptions};
+use crate::sharing::ShareLimits;
 use crate::slices::SlicePublisher;
 use crate::DRIVER_NAME;
 
@@ -89,14 +93,13 @@ impl rounds::Rounds for DriverRounds<'_> {
 
     async fn discover(&mut self, _after: Option<&RoundEnd>) -> anyhow::Result<Round> {
         let root = self.cli.root.clone();
-        let (gpu, node) = (self.cli.gpu.clone(), self.cli.api.node_name.clone());
+        let (gpu, node, mps) = (
+            self.cli.gpu.clone(),
+            self.cli.api.node_name.clone(),
+            self.cli.mps,
+        );
         let shares = self.cli.share_options();
-        let (inventory, snapshot) =
-            tokio::task::spawn_blocking(move || discover(&root, &gpu, &node, shares)).await??;
-        Ok(Round {
-            inventory,
-            snapshot,
-        })
+        tokio::task::spawn_blocking(move || discover(&root, &gpu, &node, mps, shares)).await?
     }
 
     /// The kinds found that `--devices` lets this driver serve.
@@ -133,34 +136,115 @@ impl rounds::Rounds for DriverRounds<'_> {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
+        if let Some(daemon) = round.mps_daemon.clone() {
+            let gpus = DeviceKind::Gpu;
+            let serves_gpus = cli.devices.contains(&gpus) && held.contains(&gpus);
+            ask_for_mps_daemon(&round.snapshot.config.mps_root, daemon, serves_gpus).await;
+        }
         serve_round(cli, self.api, round, until).await
     }
 }
 
+/// `--mps`: tells the MPS companion to run this node's MPS control daemon, or to stop it
+/// where MPS cannot run ([`mps_daemon::publish`]), while this driver serves the node's GPUs;
+/// the device plugin's list stays untouched otherwise. A failure is logged, not fatal: only
+/// MPS claims need the daemon, and they fail to prepare saying that none was asked for.
+async fn ask_for_mps_daemon(
+    mps_root: &Path,
+    daemon: Result<DaemonSettings, mps_daemon::NoDaemon>,
+    serves_gpus: bool,
+) {
+    if !serves_gpus {
+        tracing::warn!(
+            "--mps: this driver does not serve the node's GPUs (--devices, or the device plugin holds them): no MPS control daemon asked for"
+        );
+        return;
+    }
+    let daemon = match daemon {
+        Ok(d) => Some(d),
+        Err(why) => {
+            tracing::warn!("--mps: MPS cannot serve this node's GPUs ({why}); claims with sharing.strategy MPS fail to prepare");
+            None
+        }
+    };
+    let (root, resource) = (
+        mps_root.to_path_buf(),
+        daemon.as_ref().map(|d| d.resource.clone()),
+    );
+    match tokio::task::spawn_blocking(move || mps_daemon::publish(&root, daemon)).await {
+        Ok(Ok(true)) => tracing::info!(
+            file = %edgegpu_node::mps::status::desired_path(mps_root).display(),
+            resource = resource.as_deref().unwrap_or("none"),
+            "MPS control daemon requested from the MPS companion"
+        ),
+        Ok(Ok(false)) => {}
+        Ok(Err(e)) => tracing::error!("{e}"),
+        Err(e) => tracing::error!("asking for the MPS control daemon: {e}"),
+    }
+}
+
 /// The node's devices, its Jetson engines included, and the snapshot they come from: the
-/// round's one discovery (its health monitors start from the same snapshot).
+/// round's one discovery (its health monitors start from the same snapshot); with `mps`, the
+/// MPS daemon its GPUs get. Blocking.
 fn discover(
     root: &Path,
     gpu: &edgegpu_node::config::GpuArgs,
     node: &str,
+    mps: bool,
     shares: ShareOptions,
-) -> anyhow::Result<(Inventory, Snapshot)> {
+) -> anyhow::Result<Round> {
     let snapshot = Snapshot::take(root, gpu)?;
     let inventory = Inventory::of_snapshot(root, &snapshot, node, shares)?;
-    Ok((inventory, snapshot))
+    let mps_daemon = mps.then(|| match snapshot.gpus_found() {
+        Some(discovered) => mps_daemon::wanted(
+            discovered,
+            snapshot.config.mig_strategy != MigStrategy::None,
+            MPS_RESOURCE,
+        ),
+        None => Err(mps_daemon::NoDaemon::NoWholeGpu),
+    });
+    Ok(Round {
+        inventory,
+        snapshot,
+        mps_daemon,
+    })
 }
 
 /// What one round serves: the devices it publishes and the discovery they come from.
 struct Round {
     inventory: Inventory,
     snapshot: Snapshot,
+    /// With `--mps`: the daemon to ask the MPS companion for, or why there is none.
+    mps_daemon: Option<Result<DaemonSettings, mps_daemon::NoDaemon>>,
 }
+
+/// The resource whose MPS daemon claims join: the name the device plugin gives the GPUs, so
+/// the daemon's directory is the same whichever of the two serves the node.
+const MPS_RESOURCE: &str = "nvidia.com/gpu";
 
 fn kinds_of(inventory: &Inventory) -> Vec<DeviceKind> {
     let mut kinds: Vec<DeviceKind> = inventory.devices.iter().map(|d| d.kind.kind()).collect();
     kinds.sort();
     kinds.dedup();
     kinds
+}
+
+/// How memory shares reach containers this round: through the MPS daemon the driver asks
+/// for (`--mps` where the platform runs MPS), else accounted, saying why not.
+fn share_limits(
+    cli: &Cli,
+    daemon: Option<&Result<DaemonSettings, mps_daemon::NoDaemon>>,
+) -> ShareLimits {
+    match daemon {
+        Some(Ok(_)) => ShareLimits::Mps,
+        Some(Err(why)) => ShareLimits::Accounted {
+            why: format!("MPS cannot run here: {why}"),
+        },
+        None if cli.memory_shares => ShareLimits::Accounted {
+            why: "MPS is not enabled for the DRA driver on this node (--mps)".into(),
+        },
+        None => ShareLimits::default(),
+    }
 }
 
 /// One round: the node side on `inventory`, the publisher, the health followers and the
@@ -175,26 +259,27 @@ async fn serve_round(
         plugin_dir: cli.plugin_dir(),
         cdi_dir: cli.cdi_dir.clone(),
         mps: crate::sharing::MpsHost {
-            // The plugin's --mps-root (GPU flags): claims with `sharing.strategy: MPS` join the
-            // daemon the plugin's MPS companion runs there.
-            mps_root: cli
-                .gpu
-                .mps_root
-                .clone()
-                .unwrap_or_else(|| edgegpu_node::config::DEFAULT_MPS_ROOT.into()),
-            ..Default::default()
+            // --mps-root (a GPU flag, as the plugin's): claims with `sharing.strategy: MPS`
+            // join the daemon the MPS companion runs there.
+            mps_root: round.snapshot.config.mps_root.clone(),
+            resource: MPS_RESOURCE.to_string(),
         },
-        share_limits: Default::default(),
+        share_limits: share_limits(cli, round.mps_daemon.as_ref()),
     };
     let Round {
         inventory,
         snapshot:
             Snapshot {
-                config,
+                mut config,
                 discovered,
                 facts,
             },
+        mps_daemon: _,
     } = round;
+    // Claims carry their sharing: the config file's MPS sharing (the plugin's) would make
+    // the health monitors wait for a daemon with its limits, which this driver never asks for.
+    config.mps = None;
+    config.gpu_memory = None;
     let has_gpus = inventory
         .devices
         .iter()
@@ -232,8 +317,14 @@ async fn serve_round(
     // nodes and sysfs, NVML events), the same the device plugin serves; here never served to
     // the kubelet.
     let gpu_resources = if let (true, Ok(discovered)) = (has_gpus, discovered) {
-        match edgegpu_node::serving::served_of(&cli.root, "nvidia.com/gpu", &config, discovered)
-            .await
+        // Only the health: the plan's list of MPS daemons is not this driver's to write.
+        match edgegpu_node::serving::served_for_health(
+            &cli.root,
+            "nvidia.com/gpu",
+            &config,
+            discovered,
+        )
+        .await
         {
             Ok(resources) => resources.resources,
             Err(e) => {

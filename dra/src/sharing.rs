@@ -21,17 +21,20 @@
 //! - `TimeSlicing` (also the default without config): nothing is added; the GPU's own
 //!   time-slicing shares it between the claims that hold it. It lets a device be prepared
 //!   for several claims at once.
-//! - `MPS`: the container joins the node's MPS control daemon (the device plugin's MPS
-//!   companion, `edgegpu-device-plugin mps-daemon`, whose pipe directory must exist at
-//!   `<mps root>/<resource>/pipe`): `CUDA_MPS_PIPE_DIRECTORY` and bind mounts of the pipe
+//! - `MPS`: the container joins the node's MPS control daemon, which this driver asks the MPS
+//!   companion (`edgegpu-device-plugin mps-control-daemon`) for with `--mps`
+//!   ([`crate::mps_daemon`]): `CUDA_MPS_PIPE_DIRECTORY` and bind mounts of the pipe
 //!   directory and of the daemon's shm directory as `/dev/shm` (the plugin's
-//!   [`ClientSetup`], the same the device plugin's Allocate gives).
+//!   [`ClientSetup`], the same the device plugin's Allocate gives). The claim fails to
+//!   prepare, with the daemon's state and what to do, until the companion reports the daemon
+//!   ready ([`MpsHost::ready`]).
 //!   `activeThreadPercentage` becomes `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` and
 //!   `pinnedMemoryLimit` `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=<device>=<MiB>M` (whole MiB,
 //!   rounded down). These are client-side settings read by the CUDA runtime when the client
 //!   connects: they can only lower what the daemon's `set_default_*` allow, never raise it
-//!   (CUDA MPS documentation, "Client-side limits"). A device shared through MPS may be
-//!   prepared for several claims.
+//!   (CUDA MPS documentation, "Client-side limits"); the daemon asked for has no defaults,
+//!   so each claim's own are its limits. A device shared through MPS may be prepared for
+//!   several claims.
 //!
 //! A DeviceClass's config is the cluster admin's limit for the devices of the class: a claim's
 //! config may only tighten it ([`resolve`], [`GpuConfig::within`]).
@@ -41,6 +44,7 @@ use std::path::{Path, PathBuf};
 use edgegpu_host::cdi::spec::Mount;
 pub use edgegpu_node::mps::plan::ClientLimit;
 use edgegpu_node::mps::plan::ClientSetup;
+use edgegpu_node::mps::status::{self, ReadError, State};
 use edgegpu_node::mps::MpsPaths;
 use edgegpu_node::quantity::QuantityError;
 use serde_json::{Map, Value};
@@ -119,12 +123,51 @@ pub enum ClassCeilingError {
     },
 }
 
-/// A claim asks for MPS and the node's MPS control daemon is not there.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("sharing.strategy MPS: no MPS control daemon on this node ({pipe} does not exist; the device plugin's MPS companion creates it)")]
-pub struct NoMpsDaemon {
-    /// The daemon's pipe directory, which it creates.
-    pub pipe: PathBuf,
+/// Why a client cannot join the node's MPS control daemon now ([`MpsHost::ready`]): each
+/// names the file it read and says what to do. The kubelet retries a preparation that
+/// failed, so a claim refused while the daemon starts is prepared once it is ready.
+#[derive(Debug, thiserror::Error)]
+pub enum NoMpsDaemon {
+    /// The companion is asked for no daemon of this resource: MPS is off for this driver
+    /// (`--mps`), the platform cannot run it, or the driver does not hold the node's GPUs.
+    #[error("no MPS control daemon is asked for on this node: {desired} does not list {resource} (the DRA driver asks for one with --mps, Helm value mps.enabled, where the platform runs MPS; its log says why it did not)")]
+    NotAsked { resource: String, desired: PathBuf },
+    /// The daemon was asked for but nothing reported on it: no companion runs on the node.
+    #[error("the MPS control daemon for {resource} has reported no state ({status} does not exist): is the MPS companion (edgegpu-device-plugin mps-control-daemon) running on this node? With the Helm chart it runs where mps.enabled is set")]
+    NoStatus { resource: String, status: PathBuf },
+    /// The companion's state for the daemon is not `ready`; `reason` is the companion's.
+    #[error("the MPS control daemon for {resource} is not ready: its state is {state}{} ({status}); {}", .reason.as_ref().map(|r| format!(": {r}")).unwrap_or_default(), what_to_do(*.state))]
+    NotReady {
+        resource: String,
+        state: State,
+        reason: Option<String>,
+        status: PathBuf,
+    },
+    /// Ready, but with settings other than the ones asked for: an earlier daemon (the device
+    /// plugin's, with its limits) still serves clients.
+    #[error("the MPS control daemon for {resource} is not ready: it still runs other settings than {desired} asks for (an earlier daemon that still has clients); the companion replaces it once they are gone, and the kubelet retries the preparation")]
+    OtherSettings { resource: String, desired: PathBuf },
+    /// Ready, but the pipe directory the claim would mount is not there.
+    #[error("the MPS control daemon for {resource} reports ready but its pipe directory {pipe} does not exist")]
+    NoPipe { resource: String, pipe: PathBuf },
+    /// `daemons.json` or `status.json` cannot be read (the error names the file).
+    #[error("the MPS control daemon's files: {0}")]
+    Unreadable(#[source] ReadError),
+}
+
+/// What to do about a daemon in `state`, for [`NoMpsDaemon::NotReady`].
+fn what_to_do(state: State) -> &'static str {
+    match state {
+        State::Starting | State::Ready => {
+            "the kubelet retries the preparation, which succeeds once the daemon is ready"
+        }
+        State::Failed => {
+            "the MPS companion restarts it (its log says why it failed), and the kubelet retries the preparation"
+        }
+        State::Refused => {
+            "MPS cannot run on this host as it is: fix the cause and restart the MPS companion"
+        }
+    }
 }
 
 /// How a device is shared between claims.
@@ -442,12 +485,68 @@ pub fn format_quantity(bytes: u64) -> String {
     bytes.to_string()
 }
 
-/// Where the node's MPS control daemon lives (the device plugin's `--mps-root` and the
-/// resource it runs MPS for).
+/// Where the node's MPS control daemon lives: `--mps-root` and the resource whose daemon
+/// claims join (`nvidia.com/gpu`, the daemon this driver asks the companion for:
+/// [`crate::mps_daemon`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MpsHost {
     pub mps_root: PathBuf,
     pub resource: String,
+}
+
+impl MpsHost {
+    /// The daemon's pipe, log, shm and status paths.
+    pub fn paths(&self) -> MpsPaths {
+        MpsPaths::new(&self.mps_root, &self.resource)
+    }
+
+    /// Whether a client may join the node's MPS control daemon now, and where it is: the
+    /// companion is asked for the daemon (`<root>/desired/daemons.json` lists the resource),
+    /// its `<root>/<resource>/status.json` says `ready` with the settings asked for, and its
+    /// pipe directory exists. Both files are read through the node library (no link followed,
+    /// bounded). Every claim that joins MPS calls this before its spec is written. Blocking.
+    pub fn ready(&self) -> Result<MpsPaths, NoMpsDaemon> {
+        let desired = status::read_desired(&self.mps_root).map_err(NoMpsDaemon::Unreadable)?;
+        let Some(wanted) =
+            desired.and_then(|d| d.daemons.into_iter().find(|d| d.resource == self.resource))
+        else {
+            return Err(NoMpsDaemon::NotAsked {
+                resource: self.resource.clone(),
+                desired: status::desired_path(&self.mps_root),
+            });
+        };
+        let paths = self.paths();
+        let Some(now) = status::read(&paths.status).map_err(NoMpsDaemon::Unreadable)? else {
+            return Err(NoMpsDaemon::NoStatus {
+                resource: self.resource.clone(),
+                status: paths.status,
+            });
+        };
+        match now.state {
+            State::Ready if now.settings == wanted => {}
+            State::Ready => {
+                return Err(NoMpsDaemon::OtherSettings {
+                    resource: self.resource.clone(),
+                    desired: status::desired_path(&self.mps_root),
+                })
+            }
+            state => {
+                return Err(NoMpsDaemon::NotReady {
+                    resource: self.resource.clone(),
+                    state,
+                    reason: now.reason,
+                    status: paths.status,
+                })
+            }
+        }
+        if !paths.pipe.is_dir() {
+            return Err(NoMpsDaemon::NoPipe {
+                resource: self.resource.clone(),
+                pipe: paths.pipe,
+            });
+        }
+        Ok(paths)
+    }
 }
 
 impl Default for MpsHost {
@@ -491,8 +590,9 @@ pub enum Client {
 }
 
 /// What sharing setting `sharing` (MPS) adds to a container using devices named `cuda_ids`
-/// (how CUDA names them in the container): (env `KEY=VALUE`, mounts). Fails when no MPS
-/// daemon runs on the node.
+/// (how CUDA names them in the container): (env `KEY=VALUE`, mounts). Fails when MPS is
+/// asked for and the node's MPS daemon is not ready ([`MpsHost::ready`]). Blocking (reads
+/// its status).
 pub fn container_edits(
     sharing: Option<&Sharing>,
     cuda_ids: &[&str],
@@ -523,7 +623,8 @@ pub fn container_edits(
 /// What a group of devices with `limits` (one per device: how CUDA names it, its memory
 /// limit) adds to a container as `client`: MPS's variables and mounts where it joins the
 /// daemon, edgegpu's limit variables always (the device plugin's [`ClientSetup`]). Fails
-/// when it would join MPS and no MPS daemon runs on the node.
+/// when it would join MPS and the node's MPS daemon is not ready ([`MpsHost::ready`]).
+/// Blocking (reads its status).
 pub fn client_edits(
     client: &Client,
     limits: Vec<ClientLimit>,
@@ -533,10 +634,7 @@ pub fn client_edits(
         Client::Mps {
             active_thread_percentage,
         } => {
-            let paths = MpsPaths::new(&host.mps_root, &host.resource);
-            if !paths.pipe.is_dir() {
-                return Err(NoMpsDaemon { pipe: paths.pipe });
-            }
+            let paths = host.ready()?;
             ClientSetup {
                 mps: Some(paths),
                 not_enforced: None,
@@ -837,13 +935,177 @@ mod tests {
         }
     }
 
-    #[test]
-    fn mps_needs_a_daemon_and_gives_env_and_mounts() {
-        let dir = tempfile::tempdir().unwrap();
-        let host = MpsHost {
-            mps_root: dir.path().to_path_buf(),
+    use edgegpu_node::mps::plan::DaemonSettings;
+    use edgegpu_node::mps::status::{Desired, Status};
+
+    /// The daemon the driver asks for (no limits, no GPU in EXCLUSIVE_PROCESS).
+    fn daemon(resource: &str) -> DaemonSettings {
+        DaemonSettings {
+            resource: resource.into(),
+            active_thread_percentage: None,
+            pinned_memory_limits: vec![],
+            exclusive_gpus: vec![],
+        }
+    }
+
+    fn report(host: &MpsHost, state: State, reason: Option<&str>, settings: DaemonSettings) {
+        status::write(
+            &host.paths().status,
+            &Status {
+                state,
+                reason: reason.map(str::to_string),
+                pid: None,
+                restarts: 0,
+                settings,
+            },
+        )
+        .unwrap();
+    }
+
+    fn host(dir: &Path) -> MpsHost {
+        MpsHost {
+            mps_root: dir.to_path_buf(),
             resource: "nvidia.com/gpu".into(),
+        }
+    }
+
+    #[test]
+    fn ready_only_with_the_daemon_asked_for_reported_ready() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = host(dir.path());
+        let desired_file = dir.path().join("desired/daemons.json");
+        // Nothing asked for: MPS is off for the driver.
+        let e = host.ready().unwrap_err();
+        assert!(
+            matches!(&e, NoMpsDaemon::NotAsked { desired, .. } if *desired == desired_file),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string().starts_with(&format!(
+                "no MPS control daemon is asked for on this node: {} does not list nvidia.com/gpu (the DRA driver asks for one with --mps",
+                desired_file.display()
+            )),
+            "{e}"
+        );
+        // Another resource's daemon is not this one.
+        let other = Desired {
+            daemons: vec![daemon("nvidia.com/gpu.shared")],
         };
+        status::write_desired(dir.path(), &other).unwrap();
+        assert!(matches!(host.ready(), Err(NoMpsDaemon::NotAsked { .. })));
+        // Asked for, nothing reported: no companion.
+        let ours = Desired {
+            daemons: vec![daemon("nvidia.com/gpu")],
+        };
+        status::write_desired(dir.path(), &ours).unwrap();
+        let e = host.ready().unwrap_err();
+        assert!(
+            matches!(&e, NoMpsDaemon::NoStatus { status, .. } if *status == host.paths().status),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string()
+                .contains("is the MPS companion (edgegpu-device-plugin mps-control-daemon) running on this node?"),
+            "{e}"
+        );
+        // Each state but ready, with the companion's reason and what to do.
+        for (state, reason, says) in [
+            (State::Starting, None, "its state is starting ("),
+            (
+                State::Failed,
+                Some("the daemon exited (status 3)"),
+                "its state is failed: the daemon exited (status 3) (",
+            ),
+            (
+                State::Refused,
+                Some("the host has no nvidia-cuda-mps-control"),
+                "its state is refused: the host has no nvidia-cuda-mps-control (",
+            ),
+        ] {
+            report(&host, state, reason, daemon("nvidia.com/gpu"));
+            let e = host.ready().unwrap_err();
+            assert!(
+                matches!(&e, NoMpsDaemon::NotReady { state: s, reason: r, .. }
+                    if *s == state && r.as_deref() == reason),
+                "{e:?}"
+            );
+            let text = e.to_string();
+            assert!(
+                text.starts_with("the MPS control daemon for nvidia.com/gpu is not ready: "),
+                "{text}"
+            );
+            assert!(text.contains(says), "{text}");
+            assert!(
+                text.contains(&host.paths().status.display().to_string()),
+                "{text}"
+            );
+            assert!(text.contains(what_to_do(state)), "{text}");
+        }
+        // Ready with the plugin's old limits: not the daemon asked for.
+        let mut limited = daemon("nvidia.com/gpu");
+        limited.active_thread_percentage = Some(25);
+        report(&host, State::Ready, None, limited);
+        let e = host.ready().unwrap_err();
+        assert!(matches!(&e, NoMpsDaemon::OtherSettings { .. }), "{e:?}");
+        assert!(
+            e.to_string().contains("replaces it once they are gone"),
+            "{e}"
+        );
+        // Ready with its settings, but no pipe directory to mount.
+        report(&host, State::Ready, None, daemon("nvidia.com/gpu"));
+        let e = host.ready().unwrap_err();
+        assert!(
+            matches!(&e, NoMpsDaemon::NoPipe { pipe, .. } if *pipe == host.paths().pipe),
+            "{e:?}"
+        );
+        std::fs::create_dir_all(host.paths().pipe).unwrap();
+        assert_eq!(host.ready().unwrap(), host.paths());
+    }
+
+    #[test]
+    fn unreadable_files_are_named_and_links_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = host(dir.path());
+        std::fs::create_dir_all(dir.path().join("desired")).unwrap();
+        std::fs::write(dir.path().join("desired/daemons.json"), "{").unwrap();
+        let e = host.ready().unwrap_err();
+        assert!(matches!(&e, NoMpsDaemon::Unreadable(_)), "{e:?}");
+        assert!(
+            e.to_string()
+                .contains("daemons.json: not a list of MPS daemons"),
+            "{e}"
+        );
+        let ours = Desired {
+            daemons: vec![daemon("nvidia.com/gpu")],
+        };
+        std::fs::remove_file(dir.path().join("desired/daemons.json")).unwrap();
+        status::write_desired(dir.path(), &ours).unwrap();
+        // A status file linked from elsewhere (a client pod can write under the MPS root) is
+        // refused, not believed.
+        let elsewhere = tempfile::tempdir().unwrap();
+        let planted = elsewhere.path().join("status.json");
+        status::write(
+            &planted,
+            &Status {
+                state: State::Ready,
+                reason: None,
+                pid: None,
+                restarts: 0,
+                settings: daemon("nvidia.com/gpu"),
+            },
+        )
+        .unwrap();
+        std::fs::create_dir_all(host.paths().pipe).unwrap();
+        std::os::unix::fs::symlink(&planted, host.paths().status).unwrap();
+        let e = host.ready().unwrap_err();
+        assert!(matches!(&e, NoMpsDaemon::Unreadable(_)), "{e:?}");
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+    }
+
+    #[test]
+    fn mps_needs_a_ready_daemon_and_gives_env_and_mounts() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = host(dir.path());
         let sharing = Sharing {
             strategy: Strategy::Mps,
             mps: Some(MpsSettings {
@@ -852,9 +1114,19 @@ mod tests {
             }),
         };
         let e = container_edits(Some(&sharing), &["0"], &host).unwrap_err();
-        assert_eq!(e.pipe, dir.path().join("nvidia.com/gpu/pipe"));
-        assert!(e.to_string().contains("no MPS control daemon"), "{e}");
+        assert!(matches!(e, NoMpsDaemon::NotAsked { .. }), "{e:?}");
+        status::write_desired(
+            dir.path(),
+            &Desired {
+                daemons: vec![daemon("nvidia.com/gpu")],
+            },
+        )
+        .unwrap();
+        report(&host, State::Starting, None, daemon("nvidia.com/gpu"));
         std::fs::create_dir_all(dir.path().join("nvidia.com/gpu/pipe")).unwrap();
+        let e = container_edits(Some(&sharing), &["0"], &host).unwrap_err();
+        assert!(matches!(e, NoMpsDaemon::NotReady { .. }), "{e:?}");
+        report(&host, State::Ready, None, daemon("nvidia.com/gpu"));
         let (env, mounts) = container_edits(Some(&sharing), &["0"], &host).unwrap();
         let pipe = dir.path().join("nvidia.com/gpu/pipe").display().to_string();
         assert!(
@@ -865,12 +1137,17 @@ mod tests {
         assert!(env.contains(&"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25".to_string()));
         assert_eq!(mounts.len(), 2);
         assert_eq!(mounts[1].container_path, "/dev/shm");
+        // Time-slicing needs no daemon: nothing is read, nothing added.
         let time = Sharing {
             strategy: Strategy::TimeSlicing,
             mps: None,
         };
+        let empty = MpsHost {
+            mps_root: dir.path().join("none"),
+            resource: "nvidia.com/gpu".into(),
+        };
         assert_eq!(
-            container_edits(Some(&time), &["0"], &host).unwrap(),
+            container_edits(Some(&time), &["0"], &empty).unwrap(),
             (vec![], vec![])
         );
     }

@@ -2,7 +2,8 @@
 //! watcher registration, DRA gRPC) and the fake API server (Nodes, ResourceSlices,
 //! ResourceClaims): what it publishes per board, a claim prepared from its allocation on the
 //! API server into a CDI spec and unprepared again, a driver restart in between, the device
-//! kinds the device plugin holds left alone and taken over, SIGTERM clean-up.
+//! kinds the device plugin holds left alone and taken over, SIGTERM clean-up, MPS claims and
+//! the MPS companion's daemon (`--mps`).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -10,10 +11,14 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use edgegpu_dra::DRIVER_NAME;
+use edgegpu_node::mps::plan::DaemonSettings;
+use edgegpu_node::mps::status::{self as mps_status, Desired, State, Status};
+use edgegpu_node::mps::MpsPaths;
 use edgegpu_node::ownership::{try_own, DeviceKind, Owned};
 use edgegpu_testkit::apiserver::FakeApiServer;
 use edgegpu_testkit::host::{Board, FakeHost};
 use edgegpu_testkit::kubelet::{dra_claim, FakeKubelet, FakeKubeletOptions};
+use edgegpu_testkit::mps;
 use edgegpu_testkit::process::{binary_command, OWNERSHIP_DIR_ENV};
 use serde_json::{json, Value};
 
@@ -414,4 +419,256 @@ fn bad_flags_are_refused_with_their_reason() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("`tpu` is not a device kind"), "{err}");
+}
+
+// ---- MPS ----------------------------------------------------------------------------------
+
+/// The MPS companion (`edgegpu-device-plugin mps-control-daemon`, the plugin's program) with
+/// the fake `nvidia-cuda-mps-control`, as on a device-plugin node; SIGKILLed when dropped.
+struct Companion(Child);
+
+impl Companion {
+    fn start(host: &FakeHost, mps_root: &Path) -> Companion {
+        host.install_mps_control_runnable(mps::HOST_PATH);
+        let program = edgegpu_testkit::process::program("edgegpu-device-plugin");
+        Companion(
+            mps::companion_command(&program, host.root(), mps_root)
+                .spawn()
+                .expect("start the MPS companion"),
+        )
+    }
+
+    fn stop(mut self) -> std::process::ExitStatus {
+        edgegpu_testkit::process::terminate(self.0.id());
+        self.0.wait().unwrap()
+    }
+}
+
+impl Drop for Companion {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+const MPS_RESOURCE: &str = "nvidia.com/gpu";
+
+impl Node {
+    fn mps_root(&self) -> PathBuf {
+        self.dir.path().join("mps")
+    }
+
+    /// `--mps` and this node's `--mps-root`.
+    fn start_mps_driver(&self) -> Driver {
+        let root = self.mps_root().display().to_string();
+        self.start_driver(&["--mps", "--mps-root", &root])
+    }
+
+    /// The daemons the companion is asked for, once the file exists (bounded wait).
+    fn wait_desired(&self) -> Desired {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(d) = mps_status::read_desired(&self.mps_root()).unwrap() {
+                return d;
+            }
+            assert!(Instant::now() < deadline, "no daemons.json");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The daemon's status as the companion reports it.
+    fn report(&self, state: State, reason: Option<&str>, settings: &DaemonSettings) {
+        mps_status::write(
+            &MpsPaths::new(&self.mps_root(), MPS_RESOURCE).status,
+            &Status {
+                state,
+                reason: reason.map(str::to_string),
+                pid: None,
+                restarts: 0,
+                settings: settings.clone(),
+            },
+        )
+        .unwrap();
+    }
+}
+
+/// The daemon the driver asks for: no default limits, no GPU in EXCLUSIVE_PROCESS.
+fn plain_daemon() -> DaemonSettings {
+    DaemonSettings {
+        resource: MPS_RESOURCE.into(),
+        active_thread_percentage: None,
+        pinned_memory_limits: vec![],
+        exclusive_gpus: vec![],
+    }
+}
+
+/// gpu-0 for `request`, with a claim config sharing it by `sharing`.
+fn shared_gpu(sharing: Value) -> Value {
+    json!({"devices": {
+        "results": [{"request": "gpu", "driver": DRIVER_NAME, "pool": NODE, "device": "gpu-0"}],
+        "config": [{"source": "FromClaim", "requests": ["gpu"], "opaque": {
+            "driver": DRIVER_NAME,
+            "parameters": {"apiVersion": "edgegpu.io/v1alpha1", "kind": "GpuConfig", "sharing": sharing},
+        }}],
+    }})
+}
+
+/// An AGX Orin on L4T R36.4 with `--mps`: the driver asks the companion for one daemon
+/// without limits. An MPS claim fails to prepare, alone in the NodePrepareResources call
+/// that prepares a time-sliced claim of the same GPU, while the daemon has no status, is
+/// starting or failed (each said with the companion's reason); once the real companion runs
+/// the daemon and reports it ready, the claim gets its pipe directory and its own limits,
+/// and the daemon got no default limits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mps_claims_join_the_daemon_the_driver_asks_for_once_it_is_ready() {
+    let node = Node::start(FakeHost::jetson_with_engines(Board::Orin)).await;
+    let mut driver = node.start_mps_driver();
+    node.published(&mut driver, 4).await;
+    driver.wait_log("MPS control daemon requested from the MPS companion");
+    assert_eq!(node.wait_desired().daemons, [plain_daemon()]);
+    node.kubelet
+        .wait_for_dra_registration(DRIVER_NAME, 1, WAIT)
+        .await
+        .unwrap();
+
+    let mps_uid = "1f0e2d3c-4b5a-4968-8776-a5b4c3d2e1f0";
+    let sliced_uid = "2a1b0c9d-8e7f-4a6b-9c5d-4e3f2a1b0c9d";
+    node.api.add_claim(
+        "vision",
+        "mps",
+        mps_uid,
+        Some(shared_gpu(
+            json!({"strategy": "MPS", "mps": {"activeThreadPercentage": 30, "pinnedMemoryLimit": "2Gi"}}),
+        )),
+    );
+    node.api.add_claim(
+        "vision",
+        "sliced",
+        sliced_uid,
+        Some(shared_gpu(json!({"strategy": "TimeSlicing"}))),
+    );
+    let claims = [
+        dra_claim("vision", "mps", mps_uid),
+        dra_claim("vision", "sliced", sliced_uid),
+    ];
+    let status_file = MpsPaths::new(&node.mps_root(), MPS_RESOURCE).status;
+    let mut refusals = vec![(
+        None,
+        format!(
+            "the MPS control daemon for nvidia.com/gpu has reported no state ({} does not exist): is the MPS companion",
+            status_file.display()
+        ),
+    )];
+    refusals.push((
+        Some((State::Starting, None)),
+        "is not ready: its state is starting (".into(),
+    ));
+    refusals.push((
+        Some((State::Failed, Some("the daemon exited (status 3)"))),
+        "is not ready: its state is failed: the daemon exited (status 3) (".into(),
+    ));
+    for (state, says) in refusals {
+        if let Some((state, reason)) = state {
+            node.report(state, reason, &plain_daemon());
+        }
+        let answer = node
+            .kubelet
+            .dra_prepare(DRIVER_NAME, &claims)
+            .await
+            .unwrap();
+        let error = &answer.claims[mps_uid].error;
+        assert!(
+            error.starts_with(&format!("claim vision/mps ({mps_uid}): ")),
+            "{error}"
+        );
+        assert!(error.contains(&says), "{error}");
+        // The other claim of the call is prepared (and answered from the checkpoint after).
+        assert_eq!(answer.claims[sliced_uid].error, "", "{answer:?}");
+    }
+    assert_eq!(
+        spec_files(&node.cdi_dir()).len(),
+        1,
+        "the time-sliced claim's"
+    );
+
+    // The companion runs the daemon asked for and reports it ready.
+    std::fs::remove_file(&status_file).unwrap();
+    let companion = Companion::start(&node.host, &node.mps_root());
+    let deadline = Instant::now() + WAIT;
+    while !matches!(mps_status::read(&status_file), Ok(Some(s)) if s.state == State::Ready) {
+        assert!(
+            Instant::now() < deadline,
+            "not ready: {:?}",
+            mps_status::read(&status_file)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let answer = node
+        .kubelet
+        .dra_prepare(DRIVER_NAME, &claims[..1])
+        .await
+        .unwrap();
+    assert_eq!(answer.claims[mps_uid].error, "", "{answer:?}");
+    let spec: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            node.cdi_dir()
+                .join(format!("{DRIVER_NAME}-claim_{mps_uid}.json")),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let env = &spec["devices"][0]["containerEdits"]["env"];
+    let pipe = MpsPaths::new(&node.mps_root(), MPS_RESOURCE).pipe;
+    for wanted in [
+        format!("CUDA_MPS_PIPE_DIRECTORY={}", pipe.display()),
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30".to_string(),
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=2048M".to_string(),
+    ] {
+        assert!(env.as_array().unwrap().contains(&json!(wanted)), "{env}");
+    }
+    // The claim's limits are its own: the daemon was given no defaults.
+    let commands = mps::commands(&pipe);
+    assert!(
+        !commands.iter().any(|c| c.starts_with("set_default_")),
+        "{commands:?}"
+    );
+    assert!(companion.stop().success());
+    assert!(driver.sigterm().success());
+}
+
+/// `--mps` while the device plugin holds the GPUs: the plugin's list of daemons is left as it
+/// is; once the driver takes the GPUs over, its own daemon replaces it. On a Xavier (L4T 35,
+/// which ships no control binary) no daemon is asked for, and the log says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plugins_list_of_mps_daemons_is_left_alone_until_the_gpus_are_taken_over() {
+    let node = Node::start(FakeHost::jetson_with_engines(Board::Orin)).await;
+    let held = match try_own(&node.locks(), DeviceKind::Gpu, "edgegpu-device-plugin").unwrap() {
+        Owned::Yes(o) => o,
+        other => panic!("{other:?}"),
+    };
+    let plugins = Desired {
+        daemons: vec![DaemonSettings {
+            active_thread_percentage: Some(25),
+            ..plain_daemon()
+        }],
+    };
+    mps_status::write_desired(&node.mps_root(), &plugins).unwrap();
+    let mut driver = node.start_mps_driver();
+    node.published(&mut driver, 3).await;
+    driver.wait_log("--mps: this driver does not serve the node's GPUs");
+    assert_eq!(node.wait_desired(), plugins);
+    drop(held);
+    driver.wait_log("took over the gpu devices");
+    driver.wait_log("MPS control daemon requested from the MPS companion");
+    assert_eq!(node.wait_desired().daemons, [plain_daemon()]);
+    assert!(driver.sigterm().success());
+
+    let node = Node::start(FakeHost::jetson_with_engines(Board::Xavier)).await;
+    let mut driver = node.start_mps_driver();
+    node.published(&mut driver, 5).await;
+    driver.wait_log(
+        "--mps: MPS cannot serve this node's GPUs (L4T 35.4.1 ships no nvidia-cuda-mps-control",
+    );
+    assert!(!node.mps_root().join("desired").exists());
+    assert!(driver.sigterm().success());
 }

@@ -15,10 +15,15 @@ use edgegpu_dra::checkpoint::CheckpointError;
 use edgegpu_dra::claims::{AllocatedDevice, ClaimAllocation, ConfigSource, OpaqueConfig};
 use edgegpu_dra::inventory::{Attr, Inventory, ShareOptions};
 use edgegpu_dra::kubelet::{ClaimRef, Driver, Health};
+use edgegpu_dra::mps_daemon::{self, NoDaemon};
 use edgegpu_dra::prepare::{NodeDriver, NodeOptions, PrepareError, RecoveryError};
-use edgegpu_dra::sharing::MpsHost;
-use edgegpu_node::config::GpuArgs;
+use edgegpu_dra::sharing::{MpsHost, ShareLimits};
+use edgegpu_node::config::{GpuArgs, MigStrategy};
 use edgegpu_node::labels;
+use edgegpu_node::mps::plan::DaemonSettings;
+use edgegpu_node::mps::status::{self as mps_status, Desired, State, Status};
+use edgegpu_node::mps::support::MpsUnsupported;
+use edgegpu_node::snapshot::Snapshot;
 use edgegpu_testkit::host::{Board, FakeGpu, FakeHost, FakeMig};
 use serde_json::{json, Value};
 
@@ -333,6 +338,7 @@ struct Node {
     _host: FakeHost,
     dirs: tempfile::TempDir,
     inventory: Inventory,
+    share_limits: ShareLimits,
 }
 
 impl Node {
@@ -342,6 +348,22 @@ impl Node {
             _host: host,
             dirs: tempfile::tempdir().unwrap(),
             inventory,
+            share_limits: ShareLimits::default(),
+        }
+    }
+
+    /// A node whose GPUs are shared by memory in steps of `step` bytes, the shares' limits
+    /// reaching containers as `limits` says.
+    fn with_memory_shares(host: FakeHost, args: &[&str], step: u64, limits: ShareLimits) -> Node {
+        let shares = ShareOptions {
+            memory_step: Some(step),
+        };
+        let inventory = discover_with(&host, args, POOL, shares);
+        Node {
+            _host: host,
+            dirs: tempfile::tempdir().unwrap(),
+            inventory,
+            share_limits: limits,
         }
     }
 
@@ -353,12 +375,47 @@ impl Node {
                 mps_root: self.dirs.path().join("mps"),
                 resource: "nvidia.com/gpu".into(),
             },
-            share_limits: Default::default(),
+            share_limits: self.share_limits.clone(),
         }
     }
 
     fn cdi_dir(&self) -> PathBuf {
         self.dirs.path().join("cdi")
+    }
+
+    /// What the MPS companion and the driver leave under the MPS root for the node's daemon:
+    /// the driver's list asking for it (no limits), and, with a state, the companion's status
+    /// and its pipe directory.
+    fn mps_daemon(&self, state: Option<(State, Option<&str>)>) {
+        let host = self.options().mps;
+        let daemon = DaemonSettings {
+            resource: host.resource.clone(),
+            active_thread_percentage: None,
+            pinned_memory_limits: vec![],
+            exclusive_gpus: vec![],
+        };
+        mps_status::write_desired(
+            &host.mps_root,
+            &Desired {
+                daemons: vec![daemon.clone()],
+            },
+        )
+        .unwrap();
+        if let Some((state, reason)) = state {
+            let paths = host.paths();
+            std::fs::create_dir_all(&paths.pipe).unwrap();
+            mps_status::write(
+                &paths.status,
+                &Status {
+                    state,
+                    reason: reason.map(str::to_string),
+                    pid: Some(4242),
+                    restarts: 0,
+                    settings: daemon,
+                },
+            )
+            .unwrap();
+        }
     }
 
     fn driver(&self) -> Result<NodeDriver, RecoveryError> {
@@ -695,6 +752,159 @@ fn a_mig_gpu_whole_is_its_mig_devices_together() {
     assert!(matches!(&e, PrepareError::UnknownDevice { .. }), "{e:?}");
 }
 
+/// `devices` allocated as memory shares: each result with a share ID and `memory` bytes
+/// consumed (what the scheduler writes for a device with allowMultipleAllocations).
+fn shares(devices: &[(&str, u64)]) -> ClaimAllocation {
+    let mut a = alloc(&devices.iter().map(|(d, _)| *d).collect::<Vec<_>>());
+    for (result, (_, bytes)) in a.devices.iter_mut().zip(devices) {
+        result.share_id = Some(format!("{:08x}-0000-4000-8000-000000000000", bytes >> 20));
+        result.consumed_capacity = [("memory".to_string(), *bytes)].into_iter().collect();
+    }
+    a
+}
+
+/// The variables of device `i` of claim `uid`'s spec, as `KEY=VALUE`.
+fn claim_env(node: &Node, uid: &str, i: usize) -> Vec<String> {
+    let spec = spec_json(&node.cdi_dir().join(format!("edgegpu.io-claim_{uid}.json")));
+    spec["devices"][i]["containerEdits"]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Memory shares where MPS runs (a Jetson Orin on JetPack 6.2 with the driver's daemon):
+/// each claim's share is its MPS pinned-memory limit; two shares of the GPU are prepared at
+/// once; an MPS config's own limit is lowered to the share; a claim waits, with its own
+/// error, while the daemon is not ready.
+#[test]
+fn a_memory_share_is_the_claims_mps_limit_where_mps_runs() {
+    const GIB: u64 = 1 << 30;
+    let node = Node::with_memory_shares(
+        FakeHost::jetson(Board::Orin),
+        &["--discovery=tegra"],
+        256 << 20,
+        ShareLimits::Mps,
+    );
+    let driver = node.driver().unwrap();
+    node.mps_daemon(Some((State::Starting, None)));
+    let e = driver
+        .prepare_allocation(&claim(UID_A), &shares(&[("gpu-0", 2 * GIB)]))
+        .unwrap_err();
+    assert!(
+        e.to_string().contains(
+            "the MPS control daemon for nvidia.com/gpu is not ready: its state is starting"
+        ),
+        "{e}"
+    );
+    assert!(node.spec_files().is_empty());
+
+    node.mps_daemon(Some((State::Ready, None)));
+    driver
+        .prepare_allocation(&claim(UID_A), &shares(&[("gpu-0", 2 * GIB)]))
+        .unwrap();
+    let pipe = node.options().mps.paths().pipe;
+    let env = claim_env(&node, UID_A, 0);
+    for want in [
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=2048M".to_string(),
+        format!("CUDA_MPS_PIPE_DIRECTORY={}", pipe.display()),
+        "EDGEGPU_GPU_MEMORY_LIMIT_MIB=2048".to_string(),
+        "EDGEGPU_GPU_MEMORY_LIMIT_ENFORCED=true".to_string(),
+    ] {
+        assert!(env.contains(&want), "{want} in {env:?}");
+    }
+    assert!(!env
+        .iter()
+        .any(|v| v.starts_with("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")));
+
+    // A second share of the same GPU, with an MPS config whose limit is above its share
+    // and a compute share: the lower of the two, and its compute share.
+    let mps = gpu_config(Some(json!({"strategy": "MPS",
+        "mps": {"activeThreadPercentage": 40, "pinnedMemoryLimit": "4Gi"}})));
+    driver
+        .prepare_allocation(
+            &claim(UID_B),
+            &with_config(shares(&[("gpu-0", 1536 << 20)]), mps),
+        )
+        .unwrap();
+    let env = claim_env(&node, UID_B, 0);
+    assert!(
+        env.contains(&"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=1536M".to_string()),
+        "{env:?}"
+    );
+    assert!(
+        env.contains(&"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=40".to_string()),
+        "{env:?}"
+    );
+    assert_eq!(
+        driver.prepared_claims().len(),
+        2,
+        "both shares are prepared"
+    );
+}
+
+/// Where MPS does not run (a Jetson without it, or the driver without --mps), and under
+/// TimeSlicing, the share is told to the container and marked not enforced, with why: the
+/// device plugin's memory-unit contract. A device not published with memory shares ignores
+/// what the allocation says it consumed.
+#[test]
+fn a_memory_share_is_accounted_where_mps_does_not_run() {
+    const GIB: u64 = 1 << 30;
+    let why = "MPS cannot run here: Xavier: MPS needs JetPack 6.1";
+    let node = Node::with_memory_shares(
+        FakeHost::jetson(Board::Orin),
+        &["--discovery=tegra"],
+        256 << 20,
+        ShareLimits::Accounted { why: why.into() },
+    );
+    let driver = node.driver().unwrap();
+    driver
+        .prepare_allocation(&claim(UID_A), &shares(&[("gpu-0", 3 * GIB)]))
+        .unwrap();
+    let env = claim_env(&node, UID_A, 0);
+    for want in [
+        "EDGEGPU_GPU_MEMORY_LIMIT_MIB=3072".to_string(),
+        "EDGEGPU_GPU_MEMORY_LIMIT_ENFORCED=false".to_string(),
+        format!("EDGEGPU_GPU_MEMORY_LIMIT_NOTE={why}"),
+    ] {
+        assert!(env.contains(&want), "{want} in {env:?}");
+    }
+    assert!(!env.iter().any(|v| v.starts_with("CUDA_MPS_")), "{env:?}");
+
+    let time_slicing = gpu_config(Some(json!({"strategy": "TimeSlicing"})));
+    driver
+        .prepare_allocation(
+            &claim(UID_B),
+            &with_config(shares(&[("gpu-0", GIB)]), time_slicing),
+        )
+        .unwrap();
+    let env = claim_env(&node, UID_B, 0);
+    assert!(
+        env.contains(&"EDGEGPU_GPU_MEMORY_LIMIT_MIB=1024".to_string()),
+        "{env:?}"
+    );
+    assert!(
+        env.iter()
+            .any(|v| v.starts_with("EDGEGPU_GPU_MEMORY_LIMIT_NOTE=sharing.strategy TimeSlicing")),
+        "{env:?}"
+    );
+
+    // The same allocation on a node without memory shares: nothing of it reaches the
+    // container (the device was not published shareable; the scheduler counted nothing).
+    let plain = Node::new(FakeHost::jetson(Board::Orin), &["--discovery=tegra"]);
+    let driver = plain.driver().unwrap();
+    driver
+        .prepare_allocation(&claim(UID_A), &shares(&[("gpu-0", 3 * GIB)]))
+        .unwrap();
+    let env = claim_env(&plain, UID_A, 0);
+    assert!(
+        !env.iter()
+            .any(|v| v.starts_with("EDGEGPU_GPU_MEMORY_LIMIT")),
+        "{env:?}"
+    );
+}
+
 #[test]
 fn prepare_is_idempotent_and_survives_a_restart() {
     let node = Node::new(FakeHost::jetson(Board::Orin), &["--discovery=tegra"]);
@@ -948,18 +1158,122 @@ fn bad_configs_and_devices_are_refused_naming_the_claim_and_field() {
     assert!(driver.prepared_claims().is_empty());
 }
 
+/// The daemon `--mps` asks the MPS companion for on `host`, discovered with `args`.
+fn mps_daemon_of(host: &FakeHost, args: &[&str]) -> Result<DaemonSettings, NoDaemon> {
+    let _one_at_a_time = DISCOVERY.lock().unwrap_or_else(|p| p.into_inner());
+    let snapshot = Snapshot::take(host.root(), &gpu_args(args)).unwrap();
+    mps_daemon::wanted(
+        snapshot.gpus_found().expect("a GPU"),
+        snapshot.config.mig_strategy != MigStrategy::None,
+        "nvidia.com/gpu",
+    )
+}
+
+#[test]
+fn the_mps_daemon_asked_for_follows_the_platform() {
+    // No default limits (each claim's own are its limits) and no GPU in EXCLUSIVE_PROCESS
+    // (the same GPUs serve claims outside MPS).
+    let plain = DaemonSettings {
+        resource: "nvidia.com/gpu".into(),
+        active_thread_percentage: None,
+        pinned_memory_limits: vec![],
+        exclusive_gpus: vec![],
+    };
+    for board in [Board::Orin, Board::OrinR39, Board::Thor] {
+        let host = FakeHost::jetson(board);
+        assert_eq!(
+            mps_daemon_of(&host, &["--discovery=tegra"]),
+            Ok(plain.clone()),
+            "{board:?}"
+        );
+    }
+    // Xavier's L4T 35 ships no control binary; the Nano's Maxwell GPU predates Volta.
+    let e = mps_daemon_of(&FakeHost::jetson(Board::Xavier), &["--discovery=tegra"]).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            NoDaemon::Unsupported(MpsUnsupported::L4tWithoutBinary { .. })
+        ),
+        "{e:?}"
+    );
+    assert!(
+        e.to_string()
+            .contains("L4T 35.4.1 ships no nvidia-cuda-mps-control"),
+        "{e}"
+    );
+    let e = mps_daemon_of(&FakeHost::jetson(Board::Nano), &["--discovery=tegra"]).unwrap_err();
+    assert!(
+        matches!(e, NoDaemon::Unsupported(MpsUnsupported::Jetson { .. })),
+        "{e:?}"
+    );
+    // Discrete A100s (compute capability 8.0): the same daemon.
+    let gpus = FakeGpu::two_on_two_numa_nodes();
+    assert_eq!(
+        mps_daemon_of(&FakeHost::discrete(&gpus), &[]),
+        Ok(plain.clone())
+    );
+    // Both GPUs published as MIG devices: no whole GPU for MPS to serve; without a MIG
+    // strategy they are published whole.
+    let migs = [
+        FakeMig::h100(0, 1, "3g.40gb"),
+        FakeMig::h100(1, 1, "3g.40gb"),
+    ];
+    let (host, _) = FakeHost::mig_server(&[0, 1], &migs);
+    assert_eq!(
+        mps_daemon_of(&host, &["--mig-strategy=mixed"]),
+        Err(NoDaemon::NoWholeGpu)
+    );
+    assert_eq!(mps_daemon_of(&host, &[]), Ok(plain));
+}
+
 #[test]
 fn mps_claims_join_the_nodes_daemon() {
     let node = Node::new(FakeHost::jetson(Board::Orin), &["--discovery=tegra"]);
     let driver = node.driver().unwrap();
     let mps = json!({"apiVersion": "edgegpu.io/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mps": {"activeThreadPercentage": 30, "pinnedMemoryLimit": "2Gi"}}});
-    let e = driver
-        .prepare_allocation(&claim(UID_A), &with_config(alloc(&["gpu-0"]), mps.clone()))
-        .unwrap_err();
-    assert!(matches!(e, PrepareError::NoMpsDaemon { .. }), "{e:?}");
-    assert!(e.to_string().contains("no MPS control daemon"), "{e}");
-    let pipe = node.options().mps.mps_root.join("nvidia.com/gpu/pipe");
-    std::fs::create_dir_all(&pipe).unwrap();
+    let prefix = format!("claim default/claim-{UID_A} ({UID_A}): ");
+    let status_file = node
+        .options()
+        .mps
+        .mps_root
+        .join("nvidia.com/gpu/status.json");
+    let refused = |why: &str| {
+        let e = driver
+            .prepare_allocation(&claim(UID_A), &with_config(alloc(&["gpu-0"]), mps.clone()))
+            .unwrap_err();
+        assert!(
+            matches!(&e, PrepareError::NoMpsDaemon { claim: c, .. } if *c == claim(UID_A)),
+            "{e:?}"
+        );
+        let text = e.to_string();
+        assert!(text.starts_with(&prefix), "{text}");
+        assert!(text.contains(why), "{text}");
+        // Nothing written for the refused claim: the kubelet's retry starts afresh.
+        assert!(node.spec_files().is_empty());
+        assert!(driver.prepared_claims().is_empty());
+    };
+    // No daemon asked for (the driver runs without --mps).
+    refused("no MPS control daemon is asked for on this node");
+    // Asked for, but no companion has reported on it.
+    node.mps_daemon(None);
+    refused(&format!(
+        "has reported no state ({} does not exist): is the MPS companion",
+        status_file.display()
+    ));
+    // The companion's states, with its reason.
+    node.mps_daemon(Some((State::Starting, None)));
+    refused("the MPS control daemon for nvidia.com/gpu is not ready: its state is starting (");
+    node.mps_daemon(Some((State::Failed, Some("the daemon exited (status 3)"))));
+    refused("its state is failed: the daemon exited (status 3) (");
+    refused("the MPS companion restarts it");
+    node.mps_daemon(Some((
+        State::Refused,
+        Some("the host has no nvidia-cuda-mps-control"),
+    )));
+    refused("its state is refused: the host has no nvidia-cuda-mps-control");
+    // Ready: the claims join it.
+    node.mps_daemon(Some((State::Ready, None)));
+    let pipe = node.options().mps.paths().pipe;
     let p = driver
         .prepare_allocation(&claim(UID_A), &with_config(alloc(&["gpu-0"]), mps.clone()))
         .unwrap();
@@ -1447,7 +1761,7 @@ fn class_and_claim(class: Value, claim_config: Value) -> ClaimAllocation {
 #[test]
 fn a_device_classs_mps_limits_are_a_ceiling_the_claim_cannot_raise() {
     let node = Node::new(FakeHost::jetson(Board::Orin), &["--discovery=tegra"]);
-    std::fs::create_dir_all(node.options().mps.mps_root.join("nvidia.com/gpu/pipe")).unwrap();
+    node.mps_daemon(Some((State::Ready, None)));
     let driver = node.driver().unwrap();
     let class = gpu_config(Some(
         json!({"strategy": "MPS", "mps": {"activeThreadPercentage": 50, "pinnedMemoryLimit": "4Gi"}}),
@@ -1564,7 +1878,7 @@ fn a_device_classs_mps_limits_are_a_ceiling_the_claim_cannot_raise() {
 #[test]
 fn a_claim_cannot_switch_drop_or_add_the_device_classs_sharing() {
     let node = Node::new(FakeHost::jetson(Board::Orin), &["--discovery=tegra"]);
-    std::fs::create_dir_all(node.options().mps.mps_root.join("nvidia.com/gpu/pipe")).unwrap();
+    node.mps_daemon(Some((State::Ready, None)));
     let driver = node.driver().unwrap();
     let mps = gpu_config(Some(
         json!({"strategy": "MPS", "mps": {"activeThreadPercentage": 50}}),

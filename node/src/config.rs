@@ -112,9 +112,10 @@ pub struct GpuArgs {
 
     /// With MPS (`sharing.mps`, or `sharing.gpuMemory` enforced by MPS): the directory of the
     /// MPS control daemons' pipe, log and shared-memory directories,
-    /// `<DIR>/<resource>/{pipe,log,shm}`, and of the plugin's `<DIR>/desired/daemons.json`
-    /// (the plugin writes only there). The same path on the host, in the plugin, in the
-    /// daemon and in client containers (MPS needs it identical). [default: /run/edgegpu/mps]
+    /// `<DIR>/<resource>/{pipe,log,shm}`, and of `<DIR>/desired/daemons.json`, the daemons the
+    /// plugin (or the DRA driver with `--mps`) asks the companion for (the only file either
+    /// writes there). The same path on the host, in the plugin, in the daemon and in client
+    /// containers (MPS needs it identical). [default: /run/edgegpu/mps]
     #[arg(long, env = "MPS_ROOT", value_name = "DIR")]
     pub mps_root: Option<PathBuf>,
 

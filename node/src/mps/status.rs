@@ -51,6 +51,24 @@ pub enum State {
     Refused,
 }
 
+impl State {
+    /// As the status file writes it (`starting`, `ready`, `failed`, `refused`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Starting => "starting",
+            State::Ready => "ready",
+            State::Failed => "failed",
+            State::Refused => "refused",
+        }
+    }
+}
+
+impl std::fmt::Display for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One daemon's report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -227,6 +245,13 @@ mod tests {
         assert_eq!(read(&path).unwrap(), Some(status.clone()));
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.contains("\"state\": \"ready\""), "{text}");
+        // Messages name a state as the file writes it.
+        for state in [State::Starting, State::Ready, State::Failed, State::Refused] {
+            assert_eq!(
+                serde_json::to_value(state).unwrap(),
+                serde_json::Value::String(state.to_string())
+            );
+        }
         std::fs::write(&path, "{").unwrap();
         let e = read(&path).unwrap_err();
         assert!(

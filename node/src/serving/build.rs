@@ -85,12 +85,35 @@ pub async fn served_of_discovery(
 }
 
 /// The resources `config` makes of what discovery found, with their health monitors and,
-/// for MIG strategies, the watch on the MIG geometry as `discovered` saw it.
+/// for MIG strategies, the watch on the MIG geometry as `discovered` saw it. Tells the MPS
+/// companion which control daemons they need (`<mps-root>/desired/daemons.json`).
 pub async fn served_of(
     root: &Path,
     resource_name: &str,
     config: &Config,
     discovered: Discovered,
+) -> anyhow::Result<ServedNode> {
+    served(root, resource_name, config, discovered, true).await
+}
+
+/// [`served_of`] for a program that only follows the GPUs' health and serves none of these
+/// resources (the DRA driver): it tells the MPS companion nothing, as `daemons.json` is then
+/// the program's own to write, not the plan's.
+pub async fn served_for_health(
+    root: &Path,
+    resource_name: &str,
+    config: &Config,
+    discovered: Discovered,
+) -> anyhow::Result<ServedNode> {
+    served(root, resource_name, config, discovered, false).await
+}
+
+async fn served(
+    root: &Path,
+    resource_name: &str,
+    config: &Config,
+    discovered: Discovered,
+    publish_daemons: bool,
 ) -> anyhow::Result<ServedNode> {
     let Discovered {
         platform,
@@ -138,7 +161,9 @@ pub async fn served_of(
             nvml.clone(),
         ));
     }
-    publish_mps_daemons(&config.mps_root, &resources).await?;
+    if publish_daemons {
+        publish_mps_daemons(&config.mps_root, &resources).await?;
+    }
     let (changed, reconfigured) = watch::channel(false);
     if !config.health_checks {
         tracing::info!("health checks disabled (--health-checks=false or DP_DISABLE_HEALTHCHECKS)");

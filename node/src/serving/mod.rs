@@ -16,8 +16,8 @@ pub mod sharing;
 pub mod unit;
 
 pub use build::{
-    build_served, served_of, served_of_discovery, settle_mig_geometry, InvalidMigGeometry,
-    ServedNode,
+    build_served, served_for_health, served_of, served_of_discovery, settle_mig_geometry,
+    InvalidMigGeometry, ServedNode,
 };
 pub use served::Served;
 pub use unit::Unit;

@@ -51,18 +51,26 @@ impl GpuFacts {
             .flatten();
         GpuFacts {
             memory: gpus.iter().map(|g| g.memory_bytes.or(system)).collect(),
-            capability: gpus
-                .iter()
-                .map(|g| {
-                    let cc = nvml?
-                        .device_by_uuid(g.nvml_uuid.as_deref()?)
-                        .ok()?
-                        .cuda_compute_capability()
-                        .ok()?;
-                    Some((u32::try_from(cc.major).ok()?, u32::try_from(cc.minor).ok()?))
-                })
-                .collect(),
+            capability: GpuFacts::capabilities(gpus, nvml),
         }
+    }
+
+    /// Each GPU's compute capability where NVML tells it (what [`support::check`] refuses
+    /// discrete GPUs before Volta by). Blocking (NVML).
+    pub fn capabilities(
+        gpus: &[Gpu],
+        nvml: Option<&nvml_wrapper::Nvml>,
+    ) -> Vec<Option<(u32, u32)>> {
+        gpus.iter()
+            .map(|g| {
+                let cc = nvml?
+                    .device_by_uuid(g.nvml_uuid.as_deref()?)
+                    .ok()?
+                    .cuda_compute_capability()
+                    .ok()?;
+                Some((u32::try_from(cc.major).ok()?, u32::try_from(cc.minor).ok()?))
+            })
+            .collect()
     }
 }
 

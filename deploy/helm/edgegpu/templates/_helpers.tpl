@@ -490,29 +490,9 @@ bool: the labeller (plugin false) gets /proc/meminfo alone, never the host's who
 {{- end -}}
 
 {{/*
-Every node that runs one of the enabled plugin DaemonSets, as an affinity (YAML): the plugins'
-required node selector terms, ORed; {} when no plugin is enabled. Node setup and the MPS
-companion run exactly there.
-*/}}
-{{- define "edgegpu.plugins.anyAffinity" -}}
-{{- $terms := list -}}
-{{- range $variant := include "edgegpu.plugin.enabledVariants" . | fromJsonArray -}}
-{{- $affinity := include "edgegpu.plugin.affinity" (dict "root" $ "variant" $variant) | fromYaml -}}
-{{- $terms = concat $terms (dig "nodeAffinity" "requiredDuringSchedulingIgnoredDuringExecution" "nodeSelectorTerms" (list) $affinity) -}}
-{{- end -}}
-{{- if $terms -}}
-nodeAffinity:
-  requiredDuringSchedulingIgnoredDuringExecution:
-    nodeSelectorTerms:
-      {{- toYaml $terms | nindent 6 }}
-{{- else -}}
-{}
-{{- end -}}
-{{- end -}}
-
-{{/*
 Every GPU node the chart serves, whichever allocator runs there (plugin or DRA driver), as an
-affinity (YAML): the kinds' GPU node selector terms, ORed; {} when none. Node setup runs there.
+affinity (YAML): the kinds' GPU node selector terms, ORed; {} when none. Node setup and the MPS
+companion run there.
 */}}
 {{- define "edgegpu.gpuNodes.anyAffinity" -}}
 {{- $terms := list -}}
