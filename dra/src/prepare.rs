@@ -825,7 +825,9 @@ fn add_sharing(
     devices: &mut [ClaimDevice],
     options: &NodeOptions,
 ) -> Result<(), PrepareError> {
-    let mut groups: Vec<(Client, Vec<(usize, Option<u64>)>)> = Vec::new();
+    // Each way of reaching limits, with its devices: (index in `planned`, limit in MiB).
+    type Members = Vec<(usize, Option<u64>)>;
+    let mut groups: Vec<(Client, Members)> = Vec::new();
     for (i, p) in planned.iter().enumerate() {
         if let Some((client, mib)) = client_of(p, &options.share_limits) {
             match groups.iter_mut().find(|(c, _)| *c == client) {
