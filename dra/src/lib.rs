@@ -1,12 +1,13 @@
-//! `edgegpu-dra-driver`: a Dynamic Resource Allocation driver (`resource.k8s.io/v1`, GA in
-//! Kubernetes 1.34) for the devices of one node: a Jetson's integrated GPU, its DLA cores and
-//! PVA, discrete GPUs and MIG devices.
+//! `edgegpu-dra-driver`: a Dynamic Resource Allocation driver (`resource.k8s.io` `v1`, GA in
+//! Kubernetes 1.34, or the `v1beta2`/`v1beta1` of 1.33/1.32: [`api_versions`]) for the devices
+//! of one node: a Jetson's integrated GPU, its DLA cores and PVA, discrete GPUs (whole or shared
+//! by memory) and MIG devices (and their GPU whole, with shared counters).
 //!
 //! Three sides, each in one place:
 //! - [`kubelet`]: everything facing the kubelet — registration through the plugin watcher,
 //!   the DRA gRPC services (v1, v1beta1), device health. It calls a [`kubelet::Driver`] and
 //!   knows nothing about GPUs.
-//! - [`slices`] and [`claims`]: everything facing the API server — the node's ResourceSlices,
+//! - [`api_versions`], [`slices`] and [`claims`]: everything facing the API server — the node's ResourceSlices,
 //!   the ResourceClaims the kubelet asks to prepare. Through `edgegpu-apiclient`, the
 //!   labeller's client.
 //! - [`inventory`], [`prepare`], [`cdi`], [`checkpoint`], [`sharing`], [`mps_daemon`]: the

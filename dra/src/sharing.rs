@@ -38,6 +38,11 @@
 //!
 //! A DeviceClass's config is the cluster admin's limit for the devices of the class: a claim's
 //! config may only tighten it ([`resolve`], [`GpuConfig::within`]).
+//!
+//! A memory share (a GPU published with `--memory-shares`, what the allocation consumed of its
+//! `memory`) reaches the container through [`client_edits`]: as its MPS limit where the node
+//! enforces shares with MPS ([`ShareLimits::Mps`]), else told to it and marked not enforced,
+//! as the device plugin's memory units are ([`ShareLimits::Accounted`]).
 
 use std::path::{Path, PathBuf};
 

@@ -46,6 +46,18 @@ pub async fn run_pod(
     image: &str,
     options: &DeviceOptions,
 ) -> Result<Outcome> {
+    run_pod_with_args(client, node, name, image, &[], options).await
+}
+
+/// [`run_pod`] with `args` for the image's entrypoint (a pod spec's `args`).
+pub async fn run_pod_with_args(
+    client: &mut Client,
+    node: &Containerd,
+    name: &str,
+    image: &str,
+    args: &[&str],
+    options: &DeviceOptions,
+) -> Result<Outcome> {
     let log_dir: PathBuf = node.log_dir().join(name);
     std::fs::create_dir_all(&log_dir)?;
     let host_ns = cri::NamespaceOption {
@@ -84,7 +96,7 @@ pub async fn run_pod(
         .context("RunPodSandbox")?
         .into_inner()
         .pod_sandbox_id;
-    let result = run_container(client, &sandbox, &pod_config, image, options).await;
+    let result = run_container(client, &sandbox, &pod_config, image, args, options).await;
     let _ = client
         .stop_pod_sandbox(cri::StopPodSandboxRequest {
             pod_sandbox_id: sandbox.clone(),
@@ -111,6 +123,7 @@ async fn run_container(
     sandbox: &str,
     pod_config: &cri::PodSandboxConfig,
     image: &str,
+    args: &[&str],
     o: &DeviceOptions,
 ) -> Result<(i32, PathBuf)> {
     let config = cri::ContainerConfig {
@@ -122,6 +135,7 @@ async fn run_container(
             image: image.into(),
             ..Default::default()
         }),
+        args: args.iter().map(|a| a.to_string()).collect(),
         envs: o.envs.clone(),
         mounts: o.mounts.clone(),
         devices: o.devices.clone(),

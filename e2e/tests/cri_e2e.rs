@@ -139,8 +139,18 @@ async fn run_devicequery(
     name: &str,
     options: &kubelet_conversion::DeviceOptions,
 ) -> cri_pod::Outcome {
+    run_devicequery_with_args(c, name, &[], options).await
+}
+
+/// [`run_devicequery`] with devicequery's `args` (`--check-limits`).
+async fn run_devicequery_with_args(
+    c: &Containerd,
+    name: &str,
+    args: &[&str],
+    options: &kubelet_conversion::DeviceOptions,
+) -> cri_pod::Outcome {
     let mut client = cri_pod::connect(&c.address()).await.expect("CRI connects");
-    match cri_pod::run_pod(&mut client, c, name, DEVICEQUERY, options).await {
+    match cri_pod::run_pod_with_args(&mut client, c, name, DEVICEQUERY, args, options).await {
         Ok(o) => o,
         Err(e) => panic!(
             "{:?} pod {name}: {e:#}\ncontainerd log:\n{}",
@@ -715,4 +725,215 @@ async fn dra_claim_jetson_orin() {
     }
     node.unprepare_claim(&claim).expect("unprepare");
     assert!(!spec_file.exists(), "unprepare removed the claim's spec");
+}
+
+/// DRA memory shares on a Jetson Orin under MPS (containerd 1.7 and 2.1): the GPU published
+/// with memory shares, two claims allocated 2Gi and 1Gi of it, the node's MPS daemon (the fake
+/// `nvidia-cuda-mps-control`, reported ready as the companion reports it); each claim's CDI
+/// spec joins the daemon with its share as its MPS limit, and devicequery --check-limits in
+/// the pod proves it holds (allocations refused above it) → PASS for both; the same spec
+/// without the limit variables → FAIL (the limit came from the claim's spec).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "x86_64 + root + containerd releases + dist/: scripts/test.sh runs it after the images"]
+async fn dra_memory_shares_under_mps_jetson_orin() {
+    use edgegpu_dra::claims::{AllocatedDevice, ClaimAllocation};
+    use edgegpu_dra::inventory::{Inventory, ShareOptions};
+    use edgegpu_dra::kubelet::ClaimRef;
+    use edgegpu_dra::prepare::{NodeDriver, NodeOptions};
+    use edgegpu_dra::sharing::{MpsHost, ShareLimits};
+    use edgegpu_kubelet_api::cri;
+    use edgegpu_node::mps::plan::DaemonSettings;
+    use edgegpu_node::mps::status::{self, Desired, State, Status};
+
+    let Some(env) = env() else { return };
+    let host = FakeHost::jetson_with_engines(Board::Orin);
+    make_device_nodes(&host, Board::Orin.device_nodes());
+    let args = edgegpu_node::config::GpuArgs {
+        discovery: Some(edgegpu_node::config::DiscoveryStrategy::Tegra),
+        ..Default::default()
+    };
+    let shares = ShareOptions {
+        memory_step: Some(256 << 20),
+    };
+    let inventory = Inventory::discover(host.root(), &args, "orin-1", shares).expect("inventory");
+    // The MPS root as the driver and the companion see it (the same path on the host): the
+    // daemon the driver asks for, the companion's report, the daemon itself.
+    let mps = MpsHost {
+        mps_root: env.scratch.path().join("mps"),
+        resource: "nvidia.com/gpu".into(),
+    };
+    let paths = mps.paths();
+    let wanted = DaemonSettings {
+        resource: mps.resource.clone(),
+        active_thread_percentage: None,
+        pinned_memory_limits: vec![],
+        exclusive_gpus: vec![],
+    };
+    status::write_desired(
+        &mps.mps_root,
+        &Desired {
+            daemons: vec![wanted.clone()],
+        },
+    )
+    .unwrap();
+    std::fs::create_dir_all(&paths.shm).unwrap();
+    let mut daemon_cmd = edgegpu_testkit::process::binary_command(edgegpu_testkit::mps::binary());
+    daemon_cmd
+        .arg("-f")
+        .env(edgegpu_testkit::mps::PIPE_DIRECTORY_ENV, &paths.pipe)
+        .env(edgegpu_testkit::mps::LOG_DIRECTORY_ENV, &paths.log);
+    let _daemon =
+        edgegpu_testkit::mps::MpsDaemon::spawn(daemon_cmd, paths.pipe.clone(), paths.log.clone());
+    status::write(
+        &paths.status,
+        &Status {
+            state: State::Ready,
+            reason: None,
+            pid: None,
+            restarts: 0,
+            settings: wanted,
+        },
+    )
+    .unwrap();
+
+    let state = env.scratch.path().join("dra-shares");
+    let staging = state.join("cdi");
+    let node = NodeDriver::new(
+        inventory,
+        NodeOptions {
+            plugin_dir: state.join("plugin"),
+            cdi_dir: staging.clone(),
+            mps: mps.clone(),
+            share_limits: ShareLimits::Mps,
+        },
+        None,
+    )
+    .expect("node side");
+    let fake_lib = edgegpu_testkit::fakelib::variant_dir(edgegpu_testkit::cuda::variant::CURRENT)
+        .join("libcuda.so.1");
+    let conf = env.scratch.path().join("fake-cuda-shares.conf");
+    let gpu = edgegpu_testkit::cuda::devices::jetson("Orin", 8, 7).node("/dev/nvmap");
+    std::fs::write(
+        &conf,
+        format!("driver_version 12040\n{}", device_block(gpu)),
+    )
+    .unwrap();
+    let mut claims = Vec::new();
+    for (uid, mib) in [
+        ("8a1c6f2e-3b4d-4e5f-9a6b-7c8d9e0f1a2b", 2048u64),
+        ("9b2d7a3f-4c5e-4f6a-8b7c-8d9e0f1a2b3c", 1024),
+    ] {
+        let claim = ClaimRef {
+            namespace: "default".into(),
+            name: format!("share-{mib}"),
+            uid: uid.into(),
+        };
+        let allocation = ClaimAllocation {
+            devices: vec![AllocatedDevice {
+                request: "gpu".into(),
+                pool: "orin-1".into(),
+                device: "gpu-0".into(),
+                admin_access: false,
+                share_id: Some(format!("{uid}-share")),
+                consumed_capacity: [("memory".to_string(), mib << 20)].into_iter().collect(),
+            }],
+            configs: vec![],
+        };
+        let prepared = node
+            .prepare_allocation(&claim, &allocation)
+            .expect("prepare a memory share");
+        let ids: Vec<String> = prepared
+            .iter()
+            .flat_map(|d| d.cdi_device_ids.clone())
+            .collect();
+        let spec_file = edgegpu_dra::cdi::spec_path(&staging, uid);
+        let written: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&spec_file).unwrap()).unwrap();
+        vlog!("claim spec ({mib} MiB): {written}");
+        let mut spec =
+            edgegpu_e2e::cdi_spec::adapt(written, host.root(), &fake_lib, &conf).unwrap();
+        // adapt moved every mount source under the fake root; the MPS mounts name this
+        // machine's MPS root already (the driver runs with it at its host path).
+        for d in spec["devices"].as_array_mut().unwrap() {
+            for m in d["containerEdits"]["mounts"]
+                .as_array_mut()
+                .into_iter()
+                .flatten()
+            {
+                let container = m["containerPath"].as_str().unwrap_or("").to_string();
+                if container == paths.pipe.display().to_string() {
+                    m["hostPath"] = serde_json::json!(container);
+                } else if container == "/dev/shm" {
+                    m["hostPath"] = serde_json::json!(paths.shm.display().to_string());
+                }
+            }
+        }
+        claims.push((mib, spec_file.file_name().unwrap().to_owned(), spec, ids));
+    }
+    for release in [Release::Debian13, Release::Sid] {
+        let t = Instant::now();
+        let c = env.containerd(release, &Setup::Cdi);
+        for (mib, file_name, spec, ids) in &claims {
+            std::fs::write(c.cdi_dir().join(file_name), spec.to_string()).unwrap();
+            let options = kubelet_conversion::DeviceOptions {
+                cdi_devices: ids
+                    .iter()
+                    .map(|name| cri::CdiDevice { name: name.clone() })
+                    .collect(),
+                ..Default::default()
+            };
+            let check = ["--check-limits"];
+            let pass =
+                run_devicequery_with_args(&c, &format!("share-{mib}"), &check, &options).await;
+            vlog!(
+                "{release:?} share {mib} MiB: exit {}\n{}",
+                pass.exit_code,
+                pass.log
+            );
+            assert!(
+                pass.log.contains(&format!("0={mib}M")) && pass.log.contains("Result = PASS"),
+                "{release:?} share {mib} MiB: {}",
+                pass.log
+            );
+            // The same spec without the limits: --check-limits has nothing to prove.
+            let mut without = spec.clone();
+            for d in without["devices"].as_array_mut().unwrap() {
+                if let Some(env) = d["containerEdits"]["env"].as_array_mut() {
+                    env.retain(|v| {
+                        let v = v.as_str().unwrap_or("");
+                        !v.starts_with("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=")
+                            && !v.starts_with("EDGEGPU_GPU_MEMORY_LIMIT_MIB=")
+                    });
+                }
+            }
+            assert_ne!(&without, spec, "the limits are in the claim's device edits");
+            std::fs::write(c.cdi_dir().join(file_name), without.to_string()).unwrap();
+            let mut unlimited = run_devicequery_with_args(
+                &c,
+                &format!("share-{mib}-unlimited-0"),
+                &check,
+                &options,
+            )
+            .await;
+            for attempt in 1..5 {
+                if !unlimited.log.contains("Result = PASS") {
+                    break;
+                }
+                // containerd's CDI cache may still hold the spec with the limits.
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                let name = format!("share-{mib}-unlimited-{attempt}");
+                unlimited = run_devicequery_with_args(&c, &name, &check, &options).await;
+            }
+            assert!(
+                unlimited.log.contains("Result = FAIL"),
+                "{release:?} share {mib} MiB without its limits: {}",
+                unlimited.log
+            );
+            std::fs::remove_file(c.cdi_dir().join(file_name)).unwrap();
+        }
+        eprintln!(
+            "E2E {release:?} DRA memory shares under MPS on Orin: 2048 and 1024 MiB PASS; without their limits FAIL; {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+    }
 }
