@@ -587,6 +587,16 @@ fn cdi_validator() -> Option<PathBuf> {
         .clone()
 }
 
+/// The device nodes of device `i` of a claim's spec.
+fn spec_device_nodes(spec: &Value, i: usize) -> Vec<&str> {
+    spec["devices"][i]["containerEdits"]["deviceNodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["path"].as_str().unwrap())
+        .collect()
+}
+
 fn spec_json(path: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
@@ -704,12 +714,7 @@ fn a_mig_gpu_whole_is_its_mig_devices_together() {
         .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
         .unwrap();
     let spec = spec_json(&node.spec_files()[0]);
-    let nodes: Vec<&str> = spec["devices"][0]["containerEdits"]["deviceNodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n["path"].as_str().unwrap())
-        .collect();
+    let nodes = spec_device_nodes(&spec, 0);
     assert_eq!(nodes[0], "/dev/nvidia0");
     for mig in ["gpu-0-mig-1-0", "gpu-0-mig-5-0", "gpu-0-mig-6-0"] {
         for n in nodes_of_device(&node.inventory, mig) {
@@ -1352,12 +1357,7 @@ fn thor_mig_devices_are_integrated_and_prepare() {
         .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0-mig-2-0"]))
         .unwrap();
     let spec = spec_json(&node.spec_files()[0]);
-    let nodes: Vec<&str> = spec["devices"][0]["containerEdits"]["deviceNodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n["path"].as_str().unwrap())
-        .collect();
+    let nodes = spec_device_nodes(&spec, 0);
     assert!(
         nodes.contains(&"/dev/nvidia-caps/nvidia-cap23"),
         "{nodes:?}"

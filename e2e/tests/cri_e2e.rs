@@ -586,6 +586,38 @@ async fn runtime_mode_mig_mixed() {
     .await;
 }
 
+/// A Jetson Orin with its engines and device nodes, and the DRA driver's inventory of it
+/// (pool `orin-1`) with `shares`.
+fn orin_for_dra(
+    shares: edgegpu_dra::inventory::ShareOptions,
+) -> (FakeHost, edgegpu_dra::inventory::Inventory) {
+    let host = FakeHost::jetson_with_engines(Board::Orin);
+    make_device_nodes(&host, Board::Orin.device_nodes());
+    let args = edgegpu_node::config::GpuArgs {
+        discovery: Some(edgegpu_node::config::DiscoveryStrategy::Tegra),
+        ..Default::default()
+    };
+    let inventory =
+        edgegpu_dra::inventory::Inventory::discover(host.root(), &args, "orin-1", shares)
+            .expect("inventory");
+    (host, inventory)
+}
+
+/// The fake libcuda and its configuration (file `name` in the scratch folder) for an Orin seen
+/// through /dev/nvmap, as a claim's CDI spec gives it.
+fn orin_fake_cuda(env: &Env, name: &str) -> (PathBuf, PathBuf) {
+    let fake_lib = edgegpu_testkit::fakelib::variant_dir(edgegpu_testkit::cuda::variant::CURRENT)
+        .join("libcuda.so.1");
+    let conf = env.scratch.path().join(name);
+    let gpu = edgegpu_testkit::cuda::devices::jetson("Orin", 8, 7).node("/dev/nvmap");
+    std::fs::write(
+        &conf,
+        format!("driver_version 12040\n{}", device_block(gpu)),
+    )
+    .unwrap();
+    (fake_lib, conf)
+}
+
 /// Dynamic Resource Allocation on a Jetson Orin (containerd 1.7 and 2.1): the DRA driver's
 /// node side — its inventory over the fake root, `prepare_allocation` of a claim the scheduler
 /// gave the Orin's GPU — writes the claim's CDI spec; moved under the fake root like
@@ -598,20 +630,12 @@ async fn runtime_mode_mig_mixed() {
 #[ignore = "x86_64 + root + containerd releases + dist/: scripts/test.sh runs it after the images"]
 async fn dra_claim_jetson_orin() {
     use edgegpu_dra::claims::{AllocatedDevice, ClaimAllocation};
-    use edgegpu_dra::inventory::Inventory;
     use edgegpu_dra::kubelet::ClaimRef;
     use edgegpu_dra::prepare::{NodeDriver, NodeOptions};
     use edgegpu_kubelet_api::cri;
 
     let Some(env) = env() else { return };
-    let host = FakeHost::jetson_with_engines(Board::Orin);
-    make_device_nodes(&host, Board::Orin.device_nodes());
-    let args = edgegpu_node::config::GpuArgs {
-        discovery: Some(edgegpu_node::config::DiscoveryStrategy::Tegra),
-        ..Default::default()
-    };
-    let inventory =
-        Inventory::discover(host.root(), &args, "orin-1", Default::default()).expect("inventory");
+    let (host, inventory) = orin_for_dra(Default::default());
     let state = env.scratch.path().join("dra");
     let staging = state.join("cdi");
     let node = NodeDriver::new(
@@ -654,15 +678,7 @@ async fn dra_claim_jetson_orin() {
     let written: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&spec_file).unwrap()).unwrap();
     vlog!("claim spec: {written}");
-    let fake_lib = edgegpu_testkit::fakelib::variant_dir(edgegpu_testkit::cuda::variant::CURRENT)
-        .join("libcuda.so.1");
-    let conf = env.scratch.path().join("fake-cuda-dra.conf");
-    let gpu = edgegpu_testkit::cuda::devices::jetson("Orin", 8, 7).node("/dev/nvmap");
-    std::fs::write(
-        &conf,
-        format!("driver_version 12040\n{}", device_block(gpu)),
-    )
-    .unwrap();
+    let (fake_lib, conf) = orin_fake_cuda(&env, "fake-cuda-dra.conf");
     let spec = edgegpu_e2e::cdi_spec::adapt(written, host.root(), &fake_lib, &conf).unwrap();
     let options = kubelet_conversion::DeviceOptions {
         cdi_devices: ids
@@ -737,7 +753,7 @@ async fn dra_claim_jetson_orin() {
 #[ignore = "x86_64 + root + containerd releases + dist/: scripts/test.sh runs it after the images"]
 async fn dra_memory_shares_under_mps_jetson_orin() {
     use edgegpu_dra::claims::{AllocatedDevice, ClaimAllocation};
-    use edgegpu_dra::inventory::{Inventory, ShareOptions};
+    use edgegpu_dra::inventory::ShareOptions;
     use edgegpu_dra::kubelet::ClaimRef;
     use edgegpu_dra::prepare::{NodeDriver, NodeOptions};
     use edgegpu_dra::sharing::{MpsHost, ShareLimits};
@@ -746,16 +762,9 @@ async fn dra_memory_shares_under_mps_jetson_orin() {
     use edgegpu_node::mps::status::{self, Desired, State, Status};
 
     let Some(env) = env() else { return };
-    let host = FakeHost::jetson_with_engines(Board::Orin);
-    make_device_nodes(&host, Board::Orin.device_nodes());
-    let args = edgegpu_node::config::GpuArgs {
-        discovery: Some(edgegpu_node::config::DiscoveryStrategy::Tegra),
-        ..Default::default()
-    };
-    let shares = ShareOptions {
+    let (host, inventory) = orin_for_dra(ShareOptions {
         memory_step: Some(256 << 20),
-    };
-    let inventory = Inventory::discover(host.root(), &args, "orin-1", shares).expect("inventory");
+    });
     // The MPS root as the driver and the companion see it (the same path on the host): the
     // daemon the driver asks for, the companion's report, the daemon itself.
     let mps = MpsHost {
@@ -809,15 +818,7 @@ async fn dra_memory_shares_under_mps_jetson_orin() {
         None,
     )
     .expect("node side");
-    let fake_lib = edgegpu_testkit::fakelib::variant_dir(edgegpu_testkit::cuda::variant::CURRENT)
-        .join("libcuda.so.1");
-    let conf = env.scratch.path().join("fake-cuda-shares.conf");
-    let gpu = edgegpu_testkit::cuda::devices::jetson("Orin", 8, 7).node("/dev/nvmap");
-    std::fs::write(
-        &conf,
-        format!("driver_version 12040\n{}", device_block(gpu)),
-    )
-    .unwrap();
+    let (fake_lib, conf) = orin_fake_cuda(&env, "fake-cuda-shares.conf");
     let mut claims = Vec::new();
     for (uid, mib) in [
         ("8a1c6f2e-3b4d-4e5f-9a6b-7c8d9e0f1a2b", 2048u64),
