@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use api_common::{client, jetson_devices, mig_node_devices, NODE};
 use edgegpu_dra::api_versions::{ResourceApi, ResourceVersion};
-use edgegpu_dra::slices::SlicePublisher;
+use edgegpu_dra::inventory::{Inventory, ShareOptions};
+use edgegpu_dra::slices::{PoolContent, SlicePublisher};
 
 use edgegpu_dra::DRIVER_NAME;
 use edgegpu_testkit::apiserver::FakeApiServer;
@@ -92,6 +93,40 @@ async fn scenario(what: &str, devices: Vec<Value>, rounds: usize) {
     );
 }
 
+/// What a node's pool costs the API server: slices and bytes as stored, for the content a
+/// real inventory gives (memory shares, a MIG GPU whole with its counters).
+async fn pool_size(what: &str, content: PoolContent) {
+    let api = FakeApiServer::start(NODE, &[]).await;
+    let mut publisher = SlicePublisher::new(client(&api), CURRENT, DRIVER_NAME, NODE);
+    publisher.publish(content).await.unwrap();
+    let slices = api.slices();
+    let bytes: usize = slices.iter().map(|s| s.to_string().len()).sum();
+    let devices: usize = slices
+        .iter()
+        .map(|s| s["spec"]["devices"].as_array().map_or(0, Vec::len))
+        .sum();
+    println!(
+        "{what}: {} ResourceSlices, {devices} devices, {bytes} bytes of JSON as stored",
+        slices.len()
+    );
+}
+
+/// The inventory of `host` with the plugin's `args`, shared by memory in 256Mi steps.
+fn inventory(host: &edgegpu_testkit::host::FakeHost, args: &[&str]) -> Inventory {
+    #[derive(clap::Parser)]
+    struct Args {
+        #[command(flatten)]
+        gpu: edgegpu_node::config::GpuArgs,
+    }
+    let mut argv = vec!["bench"];
+    argv.extend_from_slice(args);
+    let gpu = <Args as clap::Parser>::parse_from(argv).gpu;
+    let shares = ShareOptions {
+        memory_step: Some(256 << 20),
+    };
+    Inventory::discover(host.root(), &gpu, NODE, shares).unwrap()
+}
+
 fn main() {
     announce_smoke_mode();
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -109,5 +144,16 @@ fn main() {
         );
         scenario("Jetson AGX Orin", jetson_devices(), 50).await;
         scenario("8 GPUs x 7 MIG", mig_node_devices(), 50).await;
+        use edgegpu_testkit::host::{Board, FakeHost, FakeMig};
+        let orin = FakeHost::jetson_with_engines(Board::Orin);
+        let orin = inventory(&orin, &["--discovery=tegra"]);
+        pool_size("Jetson AGX Orin, memory shares", orin.slice_content()).await;
+        let (mig, _) = FakeHost::mig_server(&[0], &FakeMig::h100_mixed());
+        let mig = inventory(&mig, &["--mig-strategy=mixed"]);
+        pool_size(
+            "2 H100s, one in MIG mode (3 MIG devices, the GPU whole, its counters), memory shares",
+            mig.slice_content(),
+        )
+        .await;
     });
 }
