@@ -103,6 +103,14 @@ impl Features {
         consumable_capacity: true,
     };
 
+    /// None: what the driver assumes until the API server has said what it serves (nothing
+    /// that needs a feature is prepared before its slices are published).
+    pub const NONE: Features = Features {
+        device_taints: false,
+        partitionable_devices: false,
+        consumable_capacity: false,
+    };
+
     pub fn has(&self, feature: Feature) -> bool {
         match feature {
             Feature::DeviceTaints => self.device_taints,

@@ -342,7 +342,13 @@ impl Inventory {
                 requires: None,
                 consumes: None,
                 includes: Vec::new(),
-                memory_step: if mig_parent { None } else { shares.memory_step },
+                // MPS, which enforces shares, does not run on a GPU in MIG mode (whatever
+                // the MIG strategy).
+                memory_step: if gpu.mig_enabled {
+                    None
+                } else {
+                    shares.memory_step
+                },
             };
             if mig_parent {
                 whole_mig_gpus.push(device);
@@ -540,6 +546,47 @@ impl Inventory {
         changed
     }
 
+    /// Whether one of `a` and `b` is a MIG GPU whole and the other one of its MIG devices.
+    pub fn whole_and_part(&self, a: &str, b: &str) -> bool {
+        let includes = |whole: &str, part: &str| {
+            self.devices
+                .iter()
+                .any(|d| d.name == whole && d.includes.iter().any(|p| p == part))
+        };
+        includes(a, b) || includes(b, a)
+    }
+
+    /// A MIG GPU whole is as healthy as its MIG devices (the plugin's health table names MIG
+    /// devices by their UUIDs, never the GPU): unhealthy while one of them is, naming it.
+    /// `true` if a whole GPU's health changed.
+    fn follow_parts_health(&mut self) -> bool {
+        let mut changed = false;
+        for i in 0..self.devices.len() {
+            if self.devices[i].includes.is_empty() {
+                continue;
+            }
+            let sick = self.devices[i].includes.iter().find_map(|part| {
+                self.devices
+                    .iter()
+                    .find(|d| &d.name == part && d.health == Health::Unhealthy)
+                    .map(|d| format!("MIG device {} is unhealthy: {}", d.name, d.health_message))
+            });
+            let whole = &mut self.devices[i];
+            let (health, message) = match sick {
+                Some(why) => (Health::Unhealthy, why),
+                None => (Health::Healthy, "its MIG devices are healthy".to_string()),
+            };
+            if whole.health != health
+                || (health == Health::Unhealthy && whole.health_message != message)
+            {
+                whole.health = health;
+                whole.health_message = message.chars().take(1024).collect();
+                changed = true;
+            }
+        }
+        changed
+    }
+
     /// Whether `d` is published under [`Inventory::features`].
     fn published(&self, d: &InventoryDevice) -> bool {
         d.requires.map_or(true, |f| self.features.has(f))
@@ -563,7 +610,7 @@ impl Inventory {
     pub fn set_health(&mut self, name: &str, health: Health, message: &str) -> bool {
         // A healthy device keeps the message it has: the kubelet and the slices only need to
         // hear of a change of health, or of why a device is unhealthy.
-        match self.devices.iter_mut().find(|d| d.name == name) {
+        let changed = match self.devices.iter_mut().find(|d| d.name == name) {
             Some(d) if d.health != health => {
                 d.health = health;
                 d.health_message = message.chars().take(1024).collect();
@@ -574,7 +621,8 @@ impl Inventory {
                 true
             }
             _ => false,
-        }
+        };
+        changed | self.follow_parts_health()
     }
 
     /// Sets the power-mode attributes to what `power` publishes after a mode change

@@ -124,6 +124,23 @@ pub enum PrepareError {
         holder: ClaimRef,
         held_exclusively: bool,
     },
+    /// Another prepared claim holds a MIG device of the GPU this claim wants whole, or the
+    /// GPU whole while this claim wants one of its MIG devices.
+    #[error("claim {claim}: device {device} is busy: {held} (part of the same GPU) is prepared for claim {holder}")]
+    PartBusy {
+        claim: ClaimRef,
+        device: String,
+        held: String,
+        holder: ClaimRef,
+    },
+    /// MPS asked for a MIG device or a GPU in MIG mode: the node's MPS daemon serves whole GPUs.
+    #[error("claim {claim}: request {request}: sharing.strategy MPS is not supported for {device}, a {what} (the node's MPS daemon serves whole GPUs not in MIG mode); share it with TimeSlicing")]
+    MpsOnMig {
+        claim: ClaimRef,
+        request: String,
+        device: String,
+        what: &'static str,
+    },
     #[error("claim {claim}: {source}")]
     NoMpsDaemon {
         claim: ClaimRef,
@@ -449,8 +466,8 @@ impl Node {
         }
         let configs = parse_configs(claim, allocation)?;
         let planned = plan_devices(&state.inventory, claim, allocation, &configs)?;
-        let held = held_devices(&state.inventory, &planned);
-        check_busy(&state.checkpoint, claim, &held)?;
+        let held = held_devices(&planned);
+        check_busy(&state.checkpoint, &state.inventory, claim, &held)?;
         let mut devices = device_edits(&state.inventory, claim, &planned);
         add_sharing(
             &state.inventory,
@@ -676,41 +693,51 @@ fn resolve_config(
         }
     }
     // The DeviceClass's config is the admin's ceiling for the claim's.
-    sharing::resolve(class.map(|(_, c)| c), from_claim.map(|(_, c)| c)).map_err(|source| {
-        PrepareError::ClassCeiling {
+    let config =
+        sharing::resolve(class.map(|(_, c)| c), from_claim.map(|(_, c)| c)).map_err(|source| {
+            PrepareError::ClassCeiling {
+                claim: claim.clone(),
+                request: a.request.clone(),
+                source,
+            }
+        })?;
+    let mig = match d.kind {
+        DeviceType::Mig => Some("MIG device"),
+        _ if !d.includes.is_empty() => Some("GPU in MIG mode"),
+        _ => None,
+    };
+    if let (Some(what), Some(Strategy::Mps)) = (mig, config.sharing.map(|s| s.strategy)) {
+        return Err(PrepareError::MpsOnMig {
             claim: claim.clone(),
             request: a.request.clone(),
-            source,
-        }
-    })
+            device: d.name.clone(),
+            what,
+        });
+    }
+    Ok(config)
 }
 
 /// The devices the claim holds, with whether exclusively: all but `adminAccess` ones,
-/// exclusively unless the allocation has a `shareID` or the config shares the device; with
-/// a MIG GPU whole, its MIG devices, held the same way, so that the busy check refuses a
-/// whole GPU and one of its MIG devices for two claims whatever the scheduler did.
-fn held_devices(inventory: &Inventory, planned: &[Planned]) -> Vec<(String, bool)> {
-    let mut held: Vec<(String, bool)> = Vec::new();
-    for p in planned.iter().filter(|p| !p.admin) {
-        let exclusive = p.share_id.is_none() && !p.config.shared();
-        let parts = inventory
-            .get(&p.device)
-            .map_or(&[][..], |d| &d.includes[..]);
-        for name in std::iter::once(&p.device).chain(parts) {
-            match held.iter_mut().find(|(d, _)| d == name) {
-                Some((_, e)) => *e |= exclusive,
-                None => held.push((name.clone(), exclusive)),
-            }
-        }
-    }
-    held
+/// exclusively unless the allocation has a `shareID` or the config shares the device.
+fn held_devices(planned: &[Planned]) -> Vec<(String, bool)> {
+    planned
+        .iter()
+        .filter(|p| !p.admin)
+        .map(|p| {
+            let exclusive = p.share_id.is_none() && !p.config.shared();
+            (p.device.clone(), exclusive)
+        })
+        .collect()
 }
 
 /// Refuses a device another prepared claim holds exclusively, or holds shared while this
-/// claim wants it exclusively.
+/// claim wants it exclusively; and a MIG GPU whole while another claim holds one of its MIG
+/// devices, or the other way round, however either is shared (the scheduler's counters
+/// should never allow it; the driver does not rely on them).
 #[allow(clippy::result_large_err)] // as `prepare_allocation`
 fn check_busy(
     checkpoint: &Checkpoint,
+    inventory: &Inventory,
     claim: &ClaimRef,
     held: &[(String, bool)],
 ) -> Result<(), PrepareError> {
@@ -718,6 +745,18 @@ fn check_busy(
         for other in checkpoint.entries() {
             if other.claim.uid == claim.uid {
                 continue;
+            }
+            if let Some((part, _)) = other
+                .held
+                .iter()
+                .find(|(d, _)| inventory.whole_and_part(device, d))
+            {
+                return Err(PrepareError::PartBusy {
+                    claim: claim.clone(),
+                    device: device.clone(),
+                    held: part.clone(),
+                    holder: other.claim.clone(),
+                });
             }
             if let Some((_, other_exclusive)) = other.held.iter().find(|(d, _)| d == device) {
                 if *exclusive || *other_exclusive {

@@ -267,7 +267,7 @@ async fn serve_round(
         share_limits: share_limits(cli, round.mps_daemon.as_ref()),
     };
     let Round {
-        inventory,
+        mut inventory,
         snapshot:
             Snapshot {
                 mut config,
@@ -280,6 +280,9 @@ async fn serve_round(
     // the health monitors wait for a daemon with its limits, which this driver never asks for.
     config.mps = None;
     config.gpu_memory = None;
+    // Until the API server says what it serves, nothing that needs a feature is prepared
+    // (publish_slices sets what the cluster takes).
+    inventory.set_features(crate::api_versions::Features::NONE);
     let has_gpus = inventory
         .devices
         .iter()

@@ -729,16 +729,28 @@ fn a_mig_gpu_whole_is_its_mig_devices_together() {
     let ids: Vec<String> = p.iter().flat_map(|d| d.cdi_device_ids.clone()).collect();
     assert_cdi_resolves(&node.cdi_dir(), &ids);
 
-    let busy = |uid: &str, device: &str, held_by: &[&str]| {
+    let busy = |uid: &str, allocation: ClaimAllocation, held_by: &[&str]| {
         let e = driver
-            .prepare_allocation(&claim(uid), &alloc(&[device]))
+            .prepare_allocation(&claim(uid), &allocation)
             .unwrap_err();
         assert!(
-            matches!(&e, PrepareError::Busy { holder, .. } if held_by.contains(&holder.uid.as_str())),
-            "{device}: {e:?}"
+            matches!(&e, PrepareError::PartBusy { holder, .. } if held_by.contains(&holder.uid.as_str())),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string()
+                .contains("(part of the same GPU) is prepared for claim"),
+            "{e}"
         );
     };
-    busy(UID_B, "gpu-0-mig-5-0", &[UID_A]);
+    busy(UID_B, alloc(&["gpu-0-mig-5-0"]), &[UID_A]);
+    // However both are shared: a whole GPU and its MIG device never go to two claims.
+    let time_slicing = || gpu_config(Some(json!({"strategy": "TimeSlicing"})));
+    busy(
+        UID_B,
+        with_config(alloc(&["gpu-0-mig-5-0"]), time_slicing()),
+        &[UID_A],
+    );
     driver.unprepare_claim(&claim(UID_A)).unwrap();
     driver
         .prepare_allocation(&claim(UID_B), &alloc(&["gpu-0-mig-5-0"]))
@@ -746,7 +758,20 @@ fn a_mig_gpu_whole_is_its_mig_devices_together() {
     driver
         .prepare_allocation(&claim(UID_C), &alloc(&["gpu-0-mig-1-0"]))
         .unwrap();
-    busy(UID_A, "gpu-0", &[UID_B, UID_C]);
+    busy(UID_A, alloc(&["gpu-0"]), &[UID_B, UID_C]);
+    // MPS serves whole GPUs not in MIG mode only.
+    let mps = gpu_config(Some(json!({"strategy": "MPS"})));
+    let e = driver
+        .prepare_allocation(
+            &claim("3f2504e0-4f89-41d3-9a0c-0305e82c3301"),
+            &with_config(alloc(&["gpu-0-mig-6-0"]), mps),
+        )
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("sharing.strategy MPS is not supported for gpu-0-mig-6-0, a MIG device"),
+        "{e}"
+    );
 
     // Where the cluster has no partitionable devices the whole GPU is not published, and a
     // claim naming it is refused.
@@ -908,6 +933,49 @@ fn a_memory_share_is_accounted_where_mps_does_not_run() {
             .any(|v| v.starts_with("EDGEGPU_GPU_MEMORY_LIMIT")),
         "{env:?}"
     );
+}
+
+/// A MIG GPU whole is as healthy as its MIG devices (the plugin's health table names MIG
+/// devices, never their GPU): tainted and refused while one of them is unhealthy.
+#[test]
+fn a_mig_gpu_whole_follows_its_mig_devices_health() {
+    let (host, _) = FakeHost::mig_server(&[0], &FakeMig::h100_mixed());
+    let node = Node::new(host, &["--mig-strategy=mixed"]);
+    let driver = node.driver().unwrap();
+    assert!(driver.set_health("gpu-0-mig-5-0", Health::Unhealthy, "XID 79"));
+    let whole = driver
+        .slice_devices()
+        .into_iter()
+        .find(|d| d["name"] == "gpu-0")
+        .unwrap();
+    assert_eq!(whole["taints"][0]["key"], "edgegpu.io/unhealthy", "{whole}");
+    let e = driver
+        .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("MIG device gpu-0-mig-5-0 is unhealthy: XID 79"),
+        "{e}"
+    );
+    assert!(driver.set_health("gpu-0-mig-5-0", Health::Healthy, "back"));
+    driver
+        .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
+        .unwrap();
+}
+
+/// A GPU in MIG mode is never shared by memory, whatever the MIG strategy: MPS, which
+/// enforces shares, does not run on it.
+#[test]
+fn a_gpu_in_mig_mode_gets_no_memory_shares() {
+    let (host, _) = FakeHost::mig_server(&[0], &FakeMig::h100_mixed());
+    let node = Node::with_memory_shares(host, &[], 1 << 30, ShareLimits::default());
+    let published = node.inventory.slice_devices();
+    let shared: Vec<&str> = published
+        .iter()
+        .filter(|d| d.get("allowMultipleAllocations").is_some())
+        .map(|d| d["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(shared, ["gpu-1"], "gpu-0 is in MIG mode");
 }
 
 #[test]
