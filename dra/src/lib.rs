@@ -9,10 +9,11 @@
 //! - [`slices`] and [`claims`]: everything facing the API server — the node's ResourceSlices,
 //!   the ResourceClaims the kubelet asks to prepare. Through `edgegpu-apiclient`, the
 //!   labeller's client.
-//! - [`inventory`], [`prepare`], [`cdi`], [`checkpoint`], [`sharing`]: the node — which devices
-//!   exist and what users select them by (the node library's discovery, the same facts as
-//!   the node labels), what a prepared claim gets (a CDI spec per claim), what survives a
-//!   restart, the opaque sharing configuration claims carry.
+//! - [`inventory`], [`prepare`], [`cdi`], [`checkpoint`], [`serialize`], [`sharing`]: the
+//!   node — which devices exist and what users select them by (the node library's discovery,
+//!   the same facts as the node labels), what a prepared claim gets (a CDI spec per claim),
+//!   what survives a restart and is shared with the other pod of a rolling update, the opaque
+//!   sharing configuration claims carry.
 //!
 //! [`run`] wires them; [`cli`] is the command line.
 
@@ -24,6 +25,7 @@ pub mod inventory;
 pub mod kubelet;
 pub mod prepare;
 pub mod run;
+pub mod serialize;
 pub mod sharing;
 pub mod slices;
 
