@@ -1711,8 +1711,13 @@ class Dra(unittest.TestCase):
             self.assertNotIn("/var/lib/kubelet/device-plugins", found)
             self.assertNotIn("/var/lib/kubelet/pod-resources", found)
             # The plugin's discovery settings, as its init container `labels` has them.
-            self.assertEqual({k: v for k, v in env(container).items() if k != "NODE_NAME"},
+            self.assertEqual({k: v for k, v in env(container).items() if k not in ("NODE_NAME", "POD_UID")},
                              {k: v for k, v in env(labeller).items() if k not in ("NODE_NAME", "CONFIG_FILE")})
+            # dra.rollingUpdate (on by default): a surge, the pod's UID naming its sockets.
+            self.assertEqual(env(container)["POD_UID"], {"fieldRef": {"fieldPath": "metadata.uid"}})
+            self.assertEqual(driver["spec"]["updateStrategy"],
+                             {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}})
+            self.assertEqual(driver["spec"]["minReadySeconds"], 10)
             if variant == "discrete":
                 self.assertEqual(env(container)["NVIDIA_VISIBLE_DEVICES"], "all")
             else:
@@ -1729,6 +1734,17 @@ class Dra(unittest.TestCase):
         classes = of_kind(docs, "DeviceClass")
         self.assertEqual(sorted(classes), ["dla.edgegpu.io", "gpu.edgegpu.io", "mig.edgegpu.io", "pva.edgegpu.io"])
         self.assertNotIn("extendedResourceName", classes["gpu.edgegpu.io"]["spec"])
+
+    def test_rolling_update_off(self):
+        """dra.rollingUpdate=false (kubelets before 1.33): the fixed socket names and the
+        top-level updateStrategy, as the plugins."""
+        values = {"dra": {"enabled": True, "rollingUpdate": False},
+                  "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 2}}}
+        docs = self.render_checked(values)
+        for ds in dra_drivers(docs).values():
+            self.assertNotIn("POD_UID", env(pod(ds)["containers"][0]))
+            self.assertEqual(ds["spec"]["updateStrategy"], values["updateStrategy"])
+            self.assertNotIn("minReadySeconds", ds["spec"])
 
     def test_all_nodes_and_options(self):
         values = {"dra": {"enabled": True, "allNodes": True, "devices": ["gpu", "dla"],

@@ -10,6 +10,10 @@
 //! it is prepared again. Every change is written atomically (temporary file, fsync, rename).
 //! A file that does not parse is an error naming it, and it is left as it is: the driver
 //! does not start over with an empty checkpoint and forget the other claims.
+//!
+//! The file, not this process's copy, is the truth: during a rolling update the other pod of
+//! the driver changes it too, so [`crate::prepare`] reads it again ([`Checkpoint::reload`])
+//! under the lock both pods take ([`crate::serialize`]) before every use.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -100,31 +104,15 @@ impl Checkpoint {
     /// Reads `<plugin_dir>/checkpoint.json`; a missing file is an empty checkpoint.
     pub fn load(plugin_dir: &Path) -> Result<Checkpoint, CheckpointError> {
         let path = plugin_dir.join(FILE_NAME);
-        let claims = match std::fs::read(&path) {
-            Ok(bytes) => {
-                let file: File = match serde_json::from_slice(&bytes) {
-                    Ok(file) => file,
-                    Err(source) => return Err(CheckpointError::Corrupt { path, source }),
-                };
-                if file.version != VERSION {
-                    return Err(CheckpointError::Version {
-                        path,
-                        found: file.version,
-                    });
-                }
-                if let Some((key, entry)) = file.claims.iter().find(|(k, e)| **k != e.claim.uid) {
-                    return Err(CheckpointError::MisfiledEntry {
-                        key: key.clone(),
-                        uid: entry.claim.uid.clone(),
-                        path,
-                    });
-                }
-                file.claims
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
-            Err(source) => return Err(CheckpointError::Read { path, source }),
-        };
+        let claims = read(&path)?;
         Ok(Checkpoint { path, claims })
+    }
+
+    /// Reads the file again (another instance of the driver may have changed it); on an
+    /// error what was read before stays.
+    pub fn reload(&mut self) -> Result<(), CheckpointError> {
+        self.claims = read(&self.path)?;
+        Ok(())
     }
 
     pub fn path(&self) -> &Path {
@@ -185,6 +173,36 @@ impl Checkpoint {
     }
 }
 
+/// The claims of the checkpoint file at `path`; a missing file has none.
+fn read(path: &Path) -> Result<BTreeMap<String, ClaimEntry>, CheckpointError> {
+    let path = path.to_path_buf();
+    let claims = match std::fs::read(&path) {
+        Ok(bytes) => {
+            let file: File = match serde_json::from_slice(&bytes) {
+                Ok(file) => file,
+                Err(source) => return Err(CheckpointError::Corrupt { path, source }),
+            };
+            if file.version != VERSION {
+                return Err(CheckpointError::Version {
+                    path,
+                    found: file.version,
+                });
+            }
+            if let Some((key, entry)) = file.claims.iter().find(|(k, e)| **k != e.claim.uid) {
+                return Err(CheckpointError::MisfiledEntry {
+                    key: key.clone(),
+                    uid: entry.claim.uid.clone(),
+                    path,
+                });
+            }
+            file.claims
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
+        Err(source) => return Err(CheckpointError::Read { path, source }),
+    };
+    Ok(claims)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -199,6 +217,26 @@ mod tests {
             "held": [],
             "specFile": format!("/var/run/cdi/edgegpu.io-claim_{uid}.json"),
         })
+    }
+
+    /// Another instance's changes are seen only after a reload; a reload that fails keeps
+    /// what was read before.
+    #[test]
+    fn a_reload_sees_what_the_other_instance_wrote() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ours = Checkpoint::load(dir.path()).unwrap();
+        let mut theirs = Checkpoint::load(dir.path()).unwrap();
+        let entry: ClaimEntry = serde_json::from_value(entry(UID)).unwrap();
+        theirs.put(entry.clone()).unwrap();
+        assert!(ours.get(UID).is_none());
+        ours.reload().unwrap();
+        assert_eq!(ours.get(UID), Some(&entry));
+        std::fs::write(dir.path().join(FILE_NAME), "{").unwrap();
+        assert!(matches!(
+            ours.reload(),
+            Err(CheckpointError::Corrupt { .. })
+        ));
+        assert_eq!(ours.get(UID), Some(&entry));
     }
 
     /// Each way a checkpoint is refused keeps the file's path and what was wrong.

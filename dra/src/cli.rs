@@ -8,6 +8,8 @@ use edgegpu_node::config::GpuArgs;
 use edgegpu_node::logging::LogFormat;
 use edgegpu_node::ownership::DeviceKind;
 
+use crate::kubelet::rolling::PodUid;
+
 /// The `--version` line: version, commit and target.
 pub const VERSION: &str = env!("EDGEGPU_LONG_VERSION");
 
@@ -30,7 +32,8 @@ pub struct Cli {
     pub root: PathBuf,
 
     /// The kubelet's plugin-watcher directory, where the registration socket
-    /// `edgegpu.io-reg.sock` is created.
+    /// `edgegpu.io-reg.sock` is created (with --rolling-update-pod-uid, one named after the
+    /// pod).
     #[arg(
         long,
         env = "KUBELET_REGISTRY_DIR",
@@ -39,9 +42,10 @@ pub struct Cli {
     )]
     pub kubelet_registry_dir: PathBuf,
 
-    /// The kubelet's plugins directory: the DRA socket is `<DIR>/edgegpu.io/dra.sock` and the
-    /// checkpoint `<DIR>/edgegpu.io/checkpoint.json`. The same path must be used inside and
-    /// outside the container.
+    /// The kubelet's plugins directory: the DRA socket is `<DIR>/edgegpu.io/dra.sock` (with
+    /// --rolling-update-pod-uid, one named after the pod) and the checkpoint
+    /// `<DIR>/edgegpu.io/checkpoint.json`. The same path must be used inside and outside the
+    /// container.
     #[arg(
         long,
         env = "KUBELET_PLUGINS_DIR",
@@ -49,6 +53,19 @@ pub struct Cli {
         default_value = "/var/lib/kubelet/plugins"
     )]
     pub kubelet_plugins_dir: PathBuf,
+
+    /// This pod's UID (the DaemonSet passes metadata.uid) when the DaemonSet updates with
+    /// maxSurge, so that the old and the new pod serve the kubelet side by side: the sockets
+    /// become `<driver>-<UID>-reg.sock` and `dra-<UID>.sock`. Needs a kubelet of 1.33 or
+    /// newer. Unset: the fixed names `edgegpu.io-reg.sock` and `dra.sock`. See docs/dra.md,
+    /// "Rolling updates".
+    #[arg(
+        long,
+        env = "POD_UID",
+        value_name = "UID",
+        value_parser = PodUid::parse
+    )]
+    pub rolling_update_pod_uid: Option<PodUid>,
 
     /// Where the per-claim CDI specs are written (a directory the container runtime reads CDI
     /// specs from; /var/run/cdi is in containerd's and CRI-O's default list).

@@ -10,11 +10,12 @@
 //! - [`api_versions`], [`slices`] and [`claims`]: everything facing the API server — the node's ResourceSlices,
 //!   the ResourceClaims the kubelet asks to prepare. Through `edgegpu-apiclient`, the
 //!   labeller's client.
-//! - [`inventory`], [`prepare`], [`cdi`], [`checkpoint`], [`sharing`], [`mps_daemon`]: the
-//!   node — which devices exist and what users select them by (the node library's discovery,
-//!   the same facts as the node labels), what a prepared claim gets (a CDI spec per claim),
-//!   what survives a restart, the opaque sharing configuration claims carry, the MPS control
-//!   daemon MPS claims join.
+//! - [`inventory`], [`prepare`], [`cdi`], [`checkpoint`], [`serialize`], [`sharing`],
+//!   [`mps_daemon`]: the node — which devices exist and what users select them by (the node
+//!   library's discovery, the same facts as the node labels), what a prepared claim gets (a CDI
+//!   spec per claim), what survives a restart and is shared with the other pod of a rolling
+//!   update, the opaque sharing configuration claims carry, the MPS control daemon MPS claims
+//!   join.
 //!
 //! [`run`] wires them; [`cli`] is the command line.
 
@@ -28,6 +29,7 @@ pub mod kubelet;
 pub mod mps_daemon;
 pub mod prepare;
 pub mod run;
+pub mod serialize;
 pub mod sharing;
 pub mod slices;
 

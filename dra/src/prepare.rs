@@ -29,6 +29,15 @@
 //! the kubelet; in a build that unwinds (tests), a panic there is an error for that claim
 //! ([`PrepareError::Stopped`]); release builds abort on a panic by design (`panic = "abort"`).
 //!
+//! Across the driver's instances (the two pods of a rolling update, docs/dra.md "Rolling
+//! updates") the same steps are one step too: each prepare and unprepare first takes the
+//! node-wide lock of [`serialize`], then reads the checkpoint again (the other pod may have
+//! prepared or unprepared a claim since), and keeps the lock to its last write. Start-up's
+//! recovery ([`NodeDriver::new`]) runs under it as well, so a claim it finds `PrepareStarted`
+//! is no other pod's preparation in progress but an abandoned one. The lock comes before the
+//! state's mutex, never after it: waiting for the other pod never holds up the health
+//! updates that take the mutex on the runtime.
+//!
 //! A pod's GPU claim and DLA claim are separate claims with a spec file each; each spec
 //! carries the node's common edits (driver libraries, hooks) so it works alone, and when a
 //! container gets both, the CDI library's edit application replaces device nodes and mounts
@@ -49,6 +58,7 @@ use crate::checkpoint::{Checkpoint, CheckpointError, ClaimEntry, ClaimState};
 use crate::claims::{self, AllocatedDevice, ClaimAllocation, ConfigSource, FetchError};
 use crate::inventory::{DeviceType, Inventory, InventoryDevice};
 use crate::kubelet::{self, ClaimRef, DeviceHealth, DriverError, Health, PreparedDevice};
+use crate::serialize::{self, LockError, Serialized};
 use crate::sharing::{
     self, ClassCeilingError, Client, ClientLimit, ConfigError, GpuConfig, MpsHost, NoMpsDaemon,
     ShareLimits, Strategy,
@@ -159,6 +169,9 @@ pub enum PrepareError {
     StaleSpec(CdiError),
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
+    /// The lock shared with the driver's other instance could not be taken.
+    #[error(transparent)]
+    Serialize(#[from] LockError),
     /// The blocking task that prepared or unprepared the claim panicked.
     #[error("claim {claim}: {source}")]
     Stopped {
@@ -184,6 +197,8 @@ pub enum RecoveryError {
     Checkpoint(#[from] CheckpointError),
     #[error(transparent)]
     Spec(#[from] CdiError),
+    #[error(transparent)]
+    Serialize(#[from] LockError),
 }
 
 /// Where the node side keeps its files.
@@ -256,13 +271,17 @@ fn applying(
 impl NodeDriver {
     /// Loads the checkpoint from `options.plugin_dir`, rolls back every claim found
     /// `PrepareStarted` (its spec removed, its entry dropped) and removes claim specs in
-    /// `options.cdi_dir` that no claim of the checkpoint owns. `api` is what
+    /// `options.cdi_dir` that no claim of the checkpoint owns, all under the lock of
+    /// [`serialize`]: the driver's other instance, if one runs, is between two calls then,
+    /// and what it prepared is `PrepareCompleted` with its spec in place. `api` is what
     /// [`kubelet::Driver::prepare`] reads claims from; `None` (tests) makes it fail.
+    /// Blocking (it may wait for the other instance's call).
     pub fn new(
         inventory: Inventory,
         options: NodeOptions,
         api: Option<Arc<ApiServer>>,
     ) -> Result<NodeDriver, RecoveryError> {
+        let _serial = serialize::lock(&options.plugin_dir)?;
         let mut checkpoint = Checkpoint::load(&options.plugin_dir)?;
         let started: Vec<ClaimEntry> = checkpoint
             .entries()
@@ -406,7 +425,7 @@ impl NodeDriver {
         changed
     }
 
-    /// The claims the checkpoint holds.
+    /// The claims the checkpoint held when this instance last read or wrote it.
     pub fn prepared_claims(&self) -> Vec<ClaimEntry> {
         self.lock().checkpoint.entries().cloned().collect()
     }
@@ -443,6 +462,28 @@ impl Node {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The node-wide lock ([`serialize`]), then the state with the checkpoint read again:
+    /// what the driver's other instance wrote since counts. Blocking.
+    #[allow(clippy::result_large_err)] // as `prepare_allocation`
+    fn serialized(&self) -> Result<(Serialized, std::sync::MutexGuard<'_, State>), PrepareError> {
+        let serial = serialize::lock(&self.options.plugin_dir)?;
+        let mut state = self.lock();
+        state.checkpoint.reload()?;
+        Ok((serial, state))
+    }
+
+    /// The devices of `claim` if the checkpoint has it `PrepareCompleted` (the kubelet's
+    /// calls again after its restarts and on retries): answered without the API server.
+    #[allow(clippy::result_large_err)] // as `prepare_allocation`
+    fn completed(&self, claim: &ClaimRef) -> Result<Option<Vec<PreparedDevice>>, PrepareError> {
+        let (_serial, state) = self.serialized()?;
+        Ok(state
+            .checkpoint
+            .get(&claim.uid)
+            .filter(|e| e.state == ClaimState::PrepareCompleted)
+            .map(|e| e.devices.clone()))
+    }
+
     /// [`NodeDriver::prepare_allocation`]: the steps of the module docs, in their order.
     #[allow(clippy::result_large_err)] // as `prepare_allocation`
     fn prepare(
@@ -451,9 +492,10 @@ impl Node {
         allocation: &ClaimAllocation,
     ) -> Result<Vec<PreparedDevice>, PrepareError> {
         valid_uid(claim)?;
-        // One lock from the first look at the checkpoint to its last write: for concurrent
-        // prepares, the busy check and the entry that holds the devices are one step.
-        let mut guard = self.lock();
+        // One lock from the first look at the checkpoint to its last write, across this
+        // process's calls and the other instance's: for concurrent prepares, the busy check
+        // and the entry that holds the devices are one step.
+        let (_serial, mut guard) = self.serialized()?;
         let state = &mut *guard;
         if let Some(devices) = earlier_preparation(&mut state.checkpoint, claim)? {
             return Ok(devices);
@@ -520,7 +562,8 @@ impl Node {
     #[allow(clippy::result_large_err)] // as `prepare_allocation`
     fn unprepare(&self, claim: &ClaimRef) -> Result<(), PrepareError> {
         valid_uid(claim)?;
-        let mut state = self.lock();
+        // The other instance may have prepared the claim: its entry counts.
+        let (_serial, mut state) = self.serialized()?;
         let Some(entry) = state.checkpoint.get(&claim.uid) else {
             return Ok(());
         };
@@ -555,7 +598,8 @@ fn earlier_preparation(
     if e.state == ClaimState::PrepareCompleted {
         return Ok(Some(e.devices.clone()));
     }
-    // Started and not completed in this process (an earlier error): start over.
+    // Started and not completed, seen under the lock every preparation holds to its end: an
+    // earlier error, here or in the other instance. Start over.
     let spec = e.spec_file.clone();
     cdi::remove_claim_spec(&spec, &claim.uid).map_err(PrepareError::StaleSpec)?;
     checkpoint.remove(&claim.uid)?;
@@ -936,12 +980,11 @@ async fn off_runtime<T: Send + 'static>(
 #[tonic::async_trait]
 impl kubelet::Driver for NodeDriver {
     async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedDevice>, DriverError> {
-        // A read under the lock, on the runtime: no file is written here, and the kubelet
-        // side serialises calls, so no prepare or unprepare holds the lock while it writes.
-        if let Some(e) = self.lock().checkpoint.get(&claim.uid) {
-            if e.state == ClaimState::PrepareCompleted {
-                return Ok(e.devices.clone());
-            }
+        // The checkpoint as it is on disk, under the node-wide lock: the other instance may
+        // have prepared or unprepared the claim. Off the runtime (a file read, maybe a wait).
+        let (node, owned) = (self.node.clone(), claim.clone());
+        if let Some(devices) = off_runtime(claim, move || node.completed(&owned)).await? {
+            return Ok(devices);
         }
         let api = self.api.as_ref().ok_or(PrepareError::NoApiServer)?;
         let allocation = claims::fetch(api, claim, &self.node.driver)

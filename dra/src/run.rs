@@ -67,7 +67,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             )
             .await?,
     );
-    let owned = Ownerships::new(cli.ownership_dir(), "edgegpu-dra-driver");
+    // Shared: the other pod of a rolling update serves the same kinds (docs/dra.md).
+    let owned = Ownerships::new(cli.ownership_dir(), "edgegpu-dra-driver").shared_among_instances();
     rounds::serve_rounds(
         &mut DriverRounds {
             cli: &cli,
@@ -349,6 +350,7 @@ async fn serve_round(
         driver_name: DRIVER_NAME.to_string(),
         registry_dir: cli.kubelet_registry_dir.clone(),
         plugin_dir: cli.plugin_dir(),
+        rolling_update: cli.rolling_update_pod_uid.clone(),
     };
     let served = kubelet::serve(
         node.clone() as Arc<dyn kubelet::Driver>,

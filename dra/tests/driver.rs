@@ -3,21 +3,24 @@
 //! ResourceClaims): what it publishes per board, a claim prepared from its allocation on the
 //! API server into a CDI spec and unprepared again, a driver restart in between, the device
 //! kinds the device plugin holds left alone and taken over, SIGTERM clean-up, MPS claims and
-//! the MPS companion's daemon (`--mps`).
+//! the MPS companion's daemon (`--mps`), a rolling update with two pods side by side.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use edgegpu_dra::DRIVER_NAME;
+use edgegpu_kubelet_api::dra_v1;
 use edgegpu_node::mps::plan::DaemonSettings;
 use edgegpu_node::mps::status::{self as mps_status, Desired, State, Status};
 use edgegpu_node::mps::MpsPaths;
 use edgegpu_node::ownership::{try_own, DeviceKind, Owned};
 use edgegpu_testkit::apiserver::FakeApiServer;
 use edgegpu_testkit::host::{Board, FakeHost};
-use edgegpu_testkit::kubelet::{dra_claim, FakeKubelet, FakeKubeletOptions};
+use edgegpu_testkit::kubelet::{dial_plugin, dra_claim, FakeKubelet, FakeKubeletOptions};
 use edgegpu_testkit::mps;
 use edgegpu_testkit::process::{binary_command, OWNERSHIP_DIR_ENV};
 use serde_json::{json, Value};
@@ -60,11 +63,7 @@ impl Driver {
     }
 
     fn sigterm(&mut self) -> std::process::ExitStatus {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        )
-        .unwrap();
+        self.terminate();
         let deadline = Instant::now() + WAIT;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -72,6 +71,27 @@ impl Driver {
             }
             assert!(Instant::now() < deadline, "no exit after SIGTERM");
             std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Sends SIGTERM and returns at once.
+    fn terminate(&self) {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+    }
+
+    /// Waits (bounded) for the exit without holding up the runtime's other tasks.
+    async fn exited(&mut self) -> std::process::ExitStatus {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "no exit after SIGTERM");
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 }
@@ -103,6 +123,22 @@ impl Node {
 
     fn cdi_dir(&self) -> PathBuf {
         self.dir.path().join("cdi")
+    }
+
+    /// The registration socket and the DRA socket of the pod with UID `uid` (rolling
+    /// updates), or of the fixed names.
+    fn sockets(&self, uid: Option<&str>) -> (PathBuf, PathBuf) {
+        let (reg, dra) = match uid {
+            Some(uid) => (
+                format!("{DRIVER_NAME}-{uid}-reg.sock"),
+                format!("dra-{uid}.sock"),
+            ),
+            None => (format!("{DRIVER_NAME}-reg.sock"), "dra.sock".to_string()),
+        };
+        (
+            self.dir.path().join("plugins_registry").join(reg),
+            self.dir.path().join("plugins").join(DRIVER_NAME).join(dra),
+        )
     }
 
     fn locks(&self) -> PathBuf {
@@ -397,6 +433,220 @@ async fn a_power_mode_change_is_republished_without_a_rebuild() {
     assert!(driver.sigterm().success());
 }
 
+/// What the prepare/unprepare loop of [`a_rolling_update_drops_nothing`] saw: per call, the
+/// phase of the update it started in and what went wrong, if anything.
+type Calls = Arc<Mutex<Vec<(usize, Result<(), String>)>>>;
+
+/// Prepares and unprepares `claim` through the kubelet until `stop`, recording each call
+/// with the phase it started in. Each round ends with a short pause, which also lets the
+/// task be cancelled when calls fail at once (a failed test's runtime going away).
+async fn prepare_unprepare_loop(
+    node: Arc<Node>,
+    claim: dra_v1::Claim,
+    phase: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    calls: Calls,
+) {
+    let uid = claim.uid.clone();
+    while !stop.load(Ordering::SeqCst) {
+        let started = phase.load(Ordering::SeqCst);
+        let prepared = match node
+            .kubelet
+            .dra_prepare(DRIVER_NAME, std::slice::from_ref(&claim))
+            .await
+        {
+            Ok(answer) if answer.claims[&uid].error.is_empty() => Ok(()),
+            Ok(answer) => Err(format!("prepare: {}", answer.claims[&uid].error)),
+            Err(status) => Err(format!("prepare: {status}")),
+        };
+        calls.lock().unwrap().push((started, prepared));
+        let started = phase.load(Ordering::SeqCst);
+        let unprepared = match node
+            .kubelet
+            .dra_unprepare(DRIVER_NAME, std::slice::from_ref(&claim))
+            .await
+        {
+            Ok(answer) if answer.claims[&uid].error.is_empty() => Ok(()),
+            Ok(answer) => Err(format!("unprepare: {}", answer.claims[&uid].error)),
+            Err(status) => Err(format!("unprepare: {status}")),
+        };
+        calls.lock().unwrap().push((started, unprepared));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A task aborted when this is dropped: a failing test does not leave it running.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Waits (bounded) until the loop has finished a call that started in `phase`.
+async fn a_call_in(calls: &Calls, phase: usize) {
+    let deadline = Instant::now() + WAIT;
+    while !calls.lock().unwrap().iter().any(|(p, _)| *p == phase) {
+        assert!(Instant::now() < deadline, "no call in phase {phase}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A rolling update of the DaemonSet (maxSurge 1, maxUnavailable 0): the new pod starts
+/// beside the old one, each with sockets named after its pod UID and both holding the device
+/// kinds; the kubelet moves to the new pod; the old one gets SIGTERM and removes its own
+/// sockets only. Nothing is lost on the way: a claim the old pod prepared before, and one it
+/// prepared after the new pod had read the checkpoint (a call in flight at the switch), are
+/// answered and unprepared by the new pod, and the device the old pod gave away is busy for
+/// the new one; a prepare/unprepare loop running through every phase never fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_update_drops_nothing() {
+    const OLD: &str = "0f1e2d3c-4b5a-4968-8776-a5b4c3d2e1f0";
+    const NEW: &str = "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d";
+    let node = Arc::new(Node::start(FakeHost::jetson_with_engines(Board::Xavier)).await);
+    let claims = [
+        ("before", "1b1b1b1b-0000-4000-8000-000000000001", "gpu-0"),
+        ("loop", "1b1b1b1b-0000-4000-8000-000000000002", "dla-0"),
+        ("in-flight", "1b1b1b1b-0000-4000-8000-000000000003", "pva-0"),
+        ("contender", "1b1b1b1b-0000-4000-8000-000000000004", "pva-0"),
+    ];
+    for (name, uid, device) in claims {
+        node.api
+            .add_claim("apps", name, uid, Some(allocation(&[device])));
+    }
+    let [before, looped, in_flight, contender] =
+        claims.map(|(name, uid, _)| dra_claim("apps", name, uid));
+
+    let mut old = node.start_driver(&["--rolling-update-pod-uid", OLD]);
+    node.published(&mut old, 5).await;
+    node.kubelet
+        .wait_for_dra_registration(DRIVER_NAME, 1, WAIT)
+        .await
+        .unwrap();
+    let (old_reg, old_dra) = node.sockets(Some(OLD));
+    let (fixed_reg, fixed_dra) = node.sockets(None);
+    assert!(old_reg.exists() && old_dra.exists());
+    assert!(!fixed_reg.exists() && !fixed_dra.exists(), "no fixed names");
+    let answer = node
+        .kubelet
+        .dra_prepare(DRIVER_NAME, std::slice::from_ref(&before))
+        .await
+        .unwrap();
+    assert_eq!(answer.claims[&before.uid].error, "");
+
+    // Phase 0: the old pod alone; 1: both; 2: the old one shutting down; 3: the new one alone.
+    let phase = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let calls: Calls = Arc::default();
+    let mut looping = AbortOnDrop(tokio::spawn(prepare_unprepare_loop(
+        node.clone(),
+        looped,
+        phase.clone(),
+        stop.clone(),
+        calls.clone(),
+    )));
+    a_call_in(&calls, 0).await;
+
+    let mut new = node.start_driver(&["--rolling-update-pod-uid", NEW]);
+    let (new_reg, new_dra) = node.sockets(Some(NEW));
+    node.kubelet
+        .wait_until("both pods registered", WAIT, |k| {
+            k.dra_plugins(DRIVER_NAME).len() == 2
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        node.kubelet
+            .wait_for_dra_registration(DRIVER_NAME, 2, WAIT)
+            .await
+            .unwrap()
+            .endpoint,
+        new_dra,
+        "the kubelet calls the newest pod"
+    );
+    phase.store(1, Ordering::SeqCst);
+    a_call_in(&calls, 1).await;
+    new.wait_log("ResourceSlices published");
+    assert_eq!(
+        node.published(&mut new, 5).await.len(),
+        5,
+        "both publish all"
+    );
+
+    // A call the kubelet sent the old pod just before it moved: the old pod prepares after
+    // the new one read the checkpoint at its start.
+    let channel = dial_plugin(&old_dra, false, WAIT).await.unwrap();
+    let mut direct = dra_v1::dra_plugin_client::DraPluginClient::new(channel);
+    let answer = direct
+        .node_prepare_resources(dra_v1::NodePrepareResourcesRequest {
+            claims: vec![in_flight.clone()],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let prepared_by_old = answer.claims[&in_flight.uid].clone();
+    assert_eq!(prepared_by_old.error, "");
+    // The new pod knows it: the device is busy, and the claim's answer is the old pod's.
+    let answer = node
+        .kubelet
+        .dra_prepare(DRIVER_NAME, std::slice::from_ref(&contender))
+        .await
+        .unwrap();
+    let refused = &answer.claims[&contender.uid].error;
+    assert!(
+        refused.contains("device pva-0 is busy") && refused.contains(&in_flight.uid),
+        "{refused}"
+    );
+    let answer = node
+        .kubelet
+        .dra_prepare(DRIVER_NAME, std::slice::from_ref(&in_flight))
+        .await
+        .unwrap();
+    assert_eq!(answer.claims[&in_flight.uid], prepared_by_old);
+
+    phase.store(2, Ordering::SeqCst);
+    old.terminate();
+    assert!(old.exited().await.success());
+    a_call_in(&calls, 2).await;
+    assert!(
+        !old_reg.exists() && !old_dra.exists(),
+        "the old pod removes its sockets"
+    );
+    assert!(new_reg.exists() && new_dra.exists(), "the new pod's stay");
+    node.kubelet
+        .wait_until("the old pod deregistered", WAIT, |k| {
+            k.dra_plugins(DRIVER_NAME).len() == 1
+        })
+        .await
+        .unwrap();
+    assert_eq!(node.kubelet.dra_plugins(DRIVER_NAME)[0].endpoint, new_dra);
+    phase.store(3, Ordering::SeqCst);
+    a_call_in(&calls, 3).await;
+    stop.store(true, Ordering::SeqCst);
+    (&mut looping.0).await.unwrap();
+    let calls = calls.lock().unwrap().clone();
+    let failed: Vec<_> = calls.iter().filter(|(_, r)| r.is_err()).collect();
+    assert!(failed.is_empty(), "failed calls (phase, error): {failed:?}");
+
+    // The claims the old pod prepared are the new pod's to unprepare.
+    let gone = node
+        .kubelet
+        .dra_unprepare(DRIVER_NAME, &[before.clone(), in_flight.clone()])
+        .await
+        .unwrap();
+    assert_eq!(gone.claims[&before.uid].error, "");
+    assert_eq!(gone.claims[&in_flight.uid].error, "");
+    assert!(spec_files(&node.cdi_dir()).is_empty(), "every spec removed");
+    let checkpoint: Value = serde_json::from_slice(
+        &std::fs::read(node.dir.path().join("plugins/edgegpu.io/checkpoint.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(checkpoint["claims"], json!({}), "{checkpoint}");
+    assert!(new.sigterm().success());
+    assert!(!new_reg.exists() && !new_dra.exists());
+}
+
 /// Bad command lines fail before anything starts, naming what is wrong.
 #[test]
 fn bad_flags_are_refused_with_their_reason() {
@@ -419,6 +669,16 @@ fn bad_flags_are_refused_with_their_reason() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("`tpu` is not a device kind"), "{err}");
+    let out = binary_command(bin())
+        .args(["--node-name", "n", "--rolling-update-pod-uid", "../pod"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("pod UID \"../pod\" cannot name a socket"),
+        "{err}"
+    );
 }
 
 // ---- MPS ----------------------------------------------------------------------------------

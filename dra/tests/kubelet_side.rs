@@ -1,7 +1,8 @@
 //! The kubelet side of the DRA driver against the fake kubelet (edgegpu-testkit), whose
 //! plugin watcher and DRA calls follow the kubelet's code: registration, v1 and v1beta1
 //! prepare/unprepare, per-claim errors, serialisation, health, kubelet restart, socket
-//! deletion and shutdown. A small in-test `Driver` stands in for the node side.
+//! deletion and shutdown, two pods of a rolling update side by side. A small in-test `Driver`
+//! stands in for the node side.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -9,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use edgegpu_dra::kubelet::rolling::PodUid;
 use edgegpu_dra::kubelet::{
     registration, serve, ClaimRef, DeviceHealth, Driver, DriverError, Health, KubeletOptions,
     PreparedDevice,
@@ -124,6 +126,7 @@ impl Setup {
             driver_name: DRIVER.into(),
             registry_dir: registry,
             plugin_dir: dir.path().join("plugins").join(DRIVER),
+            rolling_update: None,
         };
         let (stop, stopped) = oneshot::channel::<()>();
         let served = tokio::spawn(serve(driver.clone(), options.clone(), async {
@@ -635,6 +638,7 @@ async fn a_socket_that_cannot_be_bound_fails_serve_and_leaves_nothing_behind() {
         driver_name: DRIVER.into(),
         registry_dir: dir.path().join("plugins_registry"),
         plugin_dir: dir.path().join("plugins").join(DRIVER),
+        rolling_update: None,
     };
     // A non-empty directory where the registration socket belongs cannot be replaced.
     std::fs::create_dir_all(options.registration_socket().join("x")).unwrap();
@@ -650,4 +654,130 @@ async fn a_socket_that_cannot_be_bound_fails_serve_and_leaves_nothing_behind() {
         !options.dra_socket().exists(),
         "dra.sock must be removed again"
     );
+}
+
+/// One pod of a rolling update: the kubelet side of `driver` with the pod's sockets, until
+/// its stop is sent.
+struct Pod {
+    options: KubeletOptions,
+    driver: Arc<TestDriver>,
+    stop: Option<oneshot::Sender<()>>,
+    served: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Pod {
+    fn start(dir: &Path, uid: &str) -> Pod {
+        let options = KubeletOptions {
+            driver_name: DRIVER.into(),
+            registry_dir: dir.join("plugins_registry"),
+            plugin_dir: dir.join("plugins").join(DRIVER),
+            rolling_update: Some(PodUid::parse(uid).unwrap()),
+        };
+        let driver = TestDriver::new(&[], Duration::ZERO);
+        let (stop, stopped) = oneshot::channel::<()>();
+        let served = tokio::spawn(serve(driver.clone(), options.clone(), async {
+            let _ = stopped.await;
+        }));
+        Pod {
+            options,
+            driver,
+            stop: Some(stop),
+            served,
+        }
+    }
+
+    async fn shutdown(&mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        (&mut self.served).await.unwrap().unwrap();
+    }
+
+    fn calls(&self) -> Vec<String> {
+        self.driver.calls.lock().unwrap().clone()
+    }
+}
+
+/// Two pods of a rolling update in one registry and one plugin directory, each with its own
+/// sockets: the kubelet keeps both and calls the newest; a newer registration whose endpoint
+/// nobody serves (a pod killed before its clean-up) does not take the calls from a connected
+/// pod; when the new pod shuts down it removes only its own sockets and the kubelet falls
+/// back to the old one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_pods_of_a_rolling_update_serve_side_by_side() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut kopts = FakeKubeletOptions::new(dir.path().join("device-plugins"));
+    kopts.plugins_registry = Some(dir.path().join("plugins_registry"));
+    let kubelet = FakeKubelet::start_with(kopts).await.unwrap();
+    let mut old = Pod::start(dir.path(), "0f1e2d3c-4b5a-4968-8776-a5b4c3d2e1f0");
+    kubelet
+        .wait_for_dra_registration(DRIVER, 1, WAIT)
+        .await
+        .unwrap();
+    let mut new = Pod::start(dir.path(), "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d");
+    let called = kubelet
+        .wait_for_dra_registration(DRIVER, 2, WAIT)
+        .await
+        .unwrap();
+    assert_eq!(called.endpoint, new.options.dra_socket());
+    assert_eq!(
+        called.registration_socket,
+        new.options.registration_socket()
+    );
+    let endpoints: Vec<PathBuf> = kubelet
+        .dra_plugins(DRIVER)
+        .into_iter()
+        .map(|p| p.endpoint)
+        .collect();
+    assert_eq!(
+        endpoints,
+        [old.options.dra_socket(), new.options.dra_socket()],
+        "both registered, oldest first"
+    );
+    let response = kubelet.dra_prepare(DRIVER, &claims(&["a"])).await.unwrap();
+    assert_eq!(response.claims["a"].error, "");
+    assert_eq!(new.calls(), ["prepare a"]);
+
+    let dead_endpoint = old.options.plugin_dir.join("dra-dead.sock");
+    let (dead_reg, dead) = serve_info(
+        &old.options.registry_dir,
+        "edgegpu.io-dead-reg.sock",
+        registration::plugin_info(DRIVER, &dead_endpoint.to_string_lossy()),
+    );
+    kubelet
+        .wait_until("the dead pod registered", WAIT, |k| {
+            k.dra_plugins(DRIVER).len() == 3
+        })
+        .await
+        .unwrap();
+    let response = kubelet.dra_prepare(DRIVER, &claims(&["b"])).await.unwrap();
+    assert_eq!(response.claims["b"].error, "");
+    assert_eq!(new.calls(), ["prepare a", "prepare b"]);
+    dead.abort();
+    std::fs::remove_file(&dead_reg).unwrap();
+    kubelet
+        .wait_until("the dead pod deregistered", WAIT, |k| {
+            k.dra_plugins(DRIVER).len() == 2
+        })
+        .await
+        .unwrap();
+
+    new.shutdown().await;
+    assert!(!new.options.dra_socket().exists() && !new.options.registration_socket().exists());
+    assert!(
+        old.options.dra_socket().exists() && old.options.registration_socket().exists(),
+        "the other pod's sockets stay"
+    );
+    kubelet
+        .wait_until("the new pod deregistered", WAIT, |k| {
+            k.dra_plugins(DRIVER).len() == 1
+        })
+        .await
+        .unwrap();
+    let response = kubelet
+        .dra_unprepare(DRIVER, &claims(&["a"]))
+        .await
+        .unwrap();
+    assert_eq!(response.claims["a"].error, "");
+    assert_eq!(old.calls(), ["unprepare a"]);
+    old.shutdown().await;
+    assert!(!old.options.dra_socket().exists() && !old.options.registration_socket().exists());
 }

@@ -17,6 +17,7 @@ use edgegpu_dra::inventory::{Attr, Inventory, ShareOptions};
 use edgegpu_dra::kubelet::{ClaimRef, Driver, Health};
 use edgegpu_dra::mps_daemon::{self, NoDaemon};
 use edgegpu_dra::prepare::{NodeDriver, NodeOptions, PrepareError, RecoveryError};
+use edgegpu_dra::serialize;
 use edgegpu_dra::sharing::{MpsHost, ShareLimits};
 use edgegpu_node::config::{GpuArgs, MigStrategy};
 use edgegpu_node::labels;
@@ -1116,6 +1117,137 @@ fn a_corrupt_checkpoint_is_named_and_kept() {
     assert_eq!(node.driver().unwrap().prepared_claims().len(), 1);
 }
 
+/// The two pods of a rolling update, each with its own copy of the checkpoint it read at its
+/// start: what one prepares or unprepares the other sees at its next call (the device busy,
+/// the claim answered from the checkpoint, its spec removed by the other pod), and no write
+/// of one drops an entry of the other.
+#[test]
+fn two_instances_see_each_others_claims() {
+    let node = Node::new(FakeHost::jetson(Board::Orin), &["--discovery=tegra"]);
+    let old = node.driver().unwrap();
+    let new = node.driver().unwrap();
+    let prepared = old
+        .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
+        .unwrap();
+    let e = new
+        .prepare_allocation(&claim(UID_B), &alloc(&["gpu-0"]))
+        .unwrap_err();
+    assert!(
+        matches!(&e, PrepareError::Busy { holder, .. } if *holder == claim(UID_A)),
+        "{e:?}"
+    );
+    // The kubelet side's prepare answers from the checkpoint (no API server here).
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    assert_eq!(
+        rt.block_on(Driver::prepare(&new, &claim(UID_A))).unwrap(),
+        prepared
+    );
+    new.unprepare_claim(&claim(UID_A)).unwrap();
+    assert!(node.spec_files().is_empty(), "the other pod's spec removed");
+    // The device is free for the first pod again, and its write keeps nothing stale.
+    old.prepare_allocation(&claim(UID_B), &alloc(&["gpu-0"]))
+        .unwrap();
+    let cp = spec_json(&node.options().plugin_dir.join("checkpoint.json"));
+    let uids: Vec<&String> = cp["claims"].as_object().unwrap().keys().collect();
+    assert_eq!(uids, [UID_B]);
+    // A checkpoint that turned unreadable stops a call instead of being overwritten.
+    let cp_path = node.options().plugin_dir.join("checkpoint.json");
+    std::fs::write(&cp_path, "{").unwrap();
+    let e = new.unprepare_claim(&claim(UID_B)).unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            PrepareError::Checkpoint(CheckpointError::Corrupt { .. })
+        ),
+        "{e:?}"
+    );
+    assert_eq!(std::fs::read(&cp_path).unwrap(), b"{");
+}
+
+/// Whether `/proc/locks` lists a process waiting for the `flock` of the file `path`.
+fn flock_waiter(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let inode = format!(":{}", std::fs::metadata(path).unwrap().ino());
+    std::fs::read_to_string("/proc/locks")
+        .expect("/proc/locks")
+        .lines()
+        .any(|l| l.contains("-> FLOCK") && l.split_whitespace().any(|f| f.ends_with(&inode)))
+}
+
+/// Waits (bounded) until `work` waits for the `flock` of `lock_file`, or has ended (it would,
+/// did it not take the lock).
+fn waits_for_lock<T>(lock_file: &Path, work: &std::thread::JoinHandle<T>) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !flock_waiter(lock_file) && !work.is_finished() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "neither waits for the lock nor ends"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// While the other pod holds the lock (it prepares or unprepares), a prepare waits and
+/// writes nothing; it goes on once the lock is free.
+#[test]
+fn a_prepare_waits_for_the_other_instances_call() {
+    let node = Node::new(FakeHost::jetson(Board::Orin), &["--discovery=tegra"]);
+    let driver = std::sync::Arc::new(node.driver().unwrap());
+    let held = serialize::lock(&node.options().plugin_dir).unwrap();
+    let preparing = {
+        let driver = driver.clone();
+        std::thread::spawn(move || {
+            driver
+                .prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
+                .map_err(|e| e.to_string())
+        })
+    };
+    waits_for_lock(
+        &node.options().plugin_dir.join(serialize::FILE_NAME),
+        &preparing,
+    );
+    assert!(!preparing.is_finished(), "prepared while the lock was held");
+    assert!(node.spec_files().is_empty());
+    drop(held);
+    preparing.join().unwrap().unwrap();
+    assert_eq!(node.spec_files().len(), 1);
+}
+
+/// A pod of a rolling update that starts while the other pod prepares a claim (the lock held,
+/// the entry `PrepareStarted`, its spec written) waits for that preparation to end, and keeps
+/// the claim: only an entry found `PrepareStarted` under the lock is an abandoned one.
+#[test]
+fn a_starting_instance_waits_for_the_other_ones_prepare() {
+    let node = Node::new(FakeHost::jetson(Board::Orin), &["--discovery=tegra"]);
+    let old = node.driver().unwrap();
+    old.prepare_allocation(&claim(UID_A), &alloc(&["gpu-0"]))
+        .unwrap();
+    let cp_path = node.options().plugin_dir.join("checkpoint.json");
+    let completed = std::fs::read(&cp_path).unwrap();
+    let held = serialize::lock(&node.options().plugin_dir).unwrap();
+    let mut started = spec_json(&cp_path);
+    started["claims"][UID_A]["state"] = json!("PrepareStarted");
+    started["claims"][UID_A]["devices"] = json!([]);
+    std::fs::write(&cp_path, serde_json::to_vec(&started).unwrap()).unwrap();
+
+    let (inventory, options) = (node.inventory.clone(), node.options());
+    let starting = std::thread::spawn(move || NodeDriver::new(inventory, options, None));
+    waits_for_lock(
+        &node.options().plugin_dir.join(serialize::FILE_NAME),
+        &starting,
+    );
+    // The preparation completes; the lock goes.
+    std::fs::write(&cp_path, &completed).unwrap();
+    drop(held);
+    let new = starting.join().unwrap().unwrap();
+    assert_eq!(node.spec_files().len(), 1, "the other pod's spec stays");
+    let claims = new.prepared_claims();
+    assert_eq!(claims.len(), 1);
+    assert_eq!(claims[0].claim, claim(UID_A));
+}
+
 #[test]
 fn busy_devices_and_what_shares_them() {
     let gpus = FakeGpu::two_on_two_numa_nodes();
@@ -2064,8 +2196,12 @@ fn a_claim_uid_that_is_not_a_uuid_names_no_file() {
         let e = driver.unprepare_claim(&claim(uid)).unwrap_err().to_string();
         assert!(e.contains("is not a UUID"), "{e}");
     }
-    // Nothing written: no spec, no checkpoint, inside the CDI directory or out of it.
-    assert_eq!(files_under(node.dirs.path()), Vec::<PathBuf>::new());
+    // Nothing written: no spec, no checkpoint, inside the CDI directory or out of it; only
+    // the lock file that start-up took (edgegpu_dra::serialize).
+    assert_eq!(
+        files_under(node.dirs.path()),
+        [node.options().plugin_dir.join(serialize::FILE_NAME)]
+    );
     assert!(driver.prepared_claims().is_empty());
     // Kubernetes' UIDs, in either case, are fine.
     let upper = UID_A.to_uppercase();

@@ -1,7 +1,9 @@
-//! Exclusive `flock(2)` locks on lock files: one holder at a time, released by the kernel
-//! when the holder closes the file or dies however it dies, so a crashed holder never blocks
-//! the next. node-setup's one-run-at-a-time lock and the node programs' device-kind ownership
-//! both take theirs here.
+//! `flock(2)` locks on lock files, released by the kernel when the holder closes the file or
+//! dies however it dies, so a crashed holder never blocks the next. Exclusive: one holder at a
+//! time (node-setup's one-run-at-a-time lock, the device plugin's device kinds, the DRA
+//! driver's prepare/unprepare across its instances); shared: any number of shared holders, but
+//! none beside an exclusive one (the DRA driver's device kinds, which the instances of a
+//! rolling update serve together).
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -43,6 +45,16 @@ pub fn try_lock(path: &Path) -> io::Result<TryLock> {
     }
 }
 
+/// Takes a shared lock on `path` without waiting: it is `Busy` only while someone holds the
+/// lock exclusively, and an exclusive [`try_lock`] is `Busy` while any shared holder remains.
+pub fn try_lock_shared(path: &Path) -> io::Result<TryLock> {
+    match Flock::lock(open(path)?, FlockArg::LockSharedNonblock) {
+        Ok(held) => Ok(TryLock::Locked(held)),
+        Err((file, Errno::EWOULDBLOCK)) => Ok(TryLock::Busy(file)),
+        Err((_, e)) => Err(e.into()),
+    }
+}
+
 /// Waits for the lock on a file [`try_lock`] found busy.
 pub fn wait(file: File) -> io::Result<Held> {
     Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| e.into())
@@ -78,8 +90,41 @@ mod tests {
     }
 
     #[test]
+    fn shared_holders_exclude_an_exclusive_one_and_the_reverse() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.lock");
+        let first = match try_lock_shared(&path).unwrap() {
+            TryLock::Locked(held) => held,
+            other => panic!("{other:?}"),
+        };
+        let second = match try_lock_shared(&path).unwrap() {
+            TryLock::Locked(held) => held,
+            other => panic!("a second shared holder: {other:?}"),
+        };
+        assert!(matches!(try_lock(&path).unwrap(), TryLock::Busy(_)));
+        drop(first);
+        assert!(
+            matches!(try_lock(&path).unwrap(), TryLock::Busy(_)),
+            "one shared holder is enough to keep an exclusive one out"
+        );
+        drop(second);
+        let exclusive = match try_lock(&path).unwrap() {
+            TryLock::Locked(held) => held,
+            other => panic!("{other:?}"),
+        };
+        assert!(matches!(try_lock_shared(&path).unwrap(), TryLock::Busy(_)));
+        drop(exclusive);
+        assert!(matches!(
+            try_lock_shared(&path).unwrap(),
+            TryLock::Locked(_)
+        ));
+    }
+
+    #[test]
     fn an_unusable_path_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(try_lock(&dir.path().join("missing-dir").join("x.lock")).is_err());
+        let path = dir.path().join("missing-dir").join("x.lock");
+        assert!(try_lock(&path).is_err());
+        assert!(try_lock_shared(&path).is_err());
     }
 }

@@ -4,7 +4,8 @@
 //!
 //! - [`root`]: the host's files under `--root`, read without following links out of it.
 //! - [`fsops`]: atomic writes (temporary file, fsync, rename) with backups.
-//! - [`flock`]: exclusive lock files (node-setup's run lock, the node programs' ownership).
+//! - [`flock`]: lock files, exclusive and shared (node-setup's run lock, the node programs'
+//!   ownership, the DRA driver's serialisation across its instances).
 //! - [`cdi`]: the CDI spec of the node's GPUs and engines, generated from the driver's files
 //!   (`edgegpu-node-setup cdi generate`, and the DRA driver's per-claim specs).
 //! - [`tegra`]: which Jetson this is (generation, module, L4T release), from its files.

@@ -6,6 +6,12 @@
 //! boot), and the other does not serve that kind while it is held. The kernel drops the lock
 //! when its holder exits, however it exits, so a crashed holder never blocks the next one.
 //! The file's text names the holder, for the other program's message.
+//!
+//! The DRA driver holds its kinds shared ([`Holding::Shared`]) rather than exclusively: during
+//! a rolling update of its DaemonSet two of its pods run on the node at once, one allocator
+//! with one checkpoint (docs/dra.md, "Rolling updates"), and the new pod must serve the kinds
+//! from its start or the kubelet, which calls the newest pod, would find no device there. The
+//! device plugin's exclusive lock keeps them all out, and any of them keeps the plugin out.
 
 use std::fmt;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -62,6 +68,16 @@ impl fmt::Display for DeviceKind {
     }
 }
 
+/// How a program holds the kinds it serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holding {
+    /// Alone: no other process holds the kind (the device plugin).
+    Exclusive,
+    /// Together with other instances of the same program, which share one allocator's state
+    /// (the DRA driver's pods during a rolling update); never beside an exclusive holder.
+    Shared,
+}
+
 /// This process serves `kind` on this node until the value is dropped (or the process exits).
 #[derive(Debug)]
 pub struct Ownership {
@@ -84,12 +100,28 @@ pub enum Owned {
     HeldBy { path: PathBuf, holder: String },
 }
 
-/// Takes `kind` for `holder` (the program's name) without waiting. Errors are I/O errors on
-/// the directory or file (not "someone else has it", which is [`Owned::HeldBy`]).
+/// Takes `kind` for `holder` (the program's name) without waiting, exclusively. Errors are
+/// I/O errors on the directory or file (not "someone else has it", which is
+/// [`Owned::HeldBy`]).
 pub fn try_own(dir: &Path, kind: DeviceKind, holder: &str) -> std::io::Result<Owned> {
+    try_own_as(dir, kind, holder, Holding::Exclusive)
+}
+
+/// [`try_own`] with the [`Holding`] of the program. A shared holder rewrites the file's text
+/// too: it names one of the instances, which is all a message needs.
+pub fn try_own_as(
+    dir: &Path,
+    kind: DeviceKind,
+    holder: &str,
+    holding: Holding,
+) -> std::io::Result<Owned> {
     std::fs::create_dir_all(dir)?;
     let path = dir.join(format!("{}.lock", kind.name()));
-    match flock::try_lock(&path)? {
+    let tried = match holding {
+        Holding::Exclusive => flock::try_lock(&path)?,
+        Holding::Shared => flock::try_lock_shared(&path)?,
+    };
+    match tried {
         TryLock::Locked(mut lock) => {
             lock.set_len(0)?;
             lock.seek(SeekFrom::Start(0))?;
@@ -129,20 +161,30 @@ pub struct Ownerships {
     /// `None`: ownership is off (`--ownership-dir ""`), every kind counts as held.
     dir: Option<PathBuf>,
     holder: &'static str,
+    holding: Holding,
     held: std::collections::BTreeMap<DeviceKind, Ownership>,
     /// Kinds whose holder was already reported (once per holder, not every poll).
     reported: std::collections::BTreeMap<DeviceKind, String>,
 }
 
 impl Ownerships {
-    /// `holder` is the program's name, written into the lock files.
+    /// `holder` is the program's name, written into the lock files. Kinds are held
+    /// exclusively unless [`Ownerships::shared_among_instances`] says otherwise.
     pub fn new(dir: Option<PathBuf>, holder: &'static str) -> Self {
         Ownerships {
             dir,
             holder,
+            holding: Holding::Exclusive,
             held: Default::default(),
             reported: Default::default(),
         }
+    }
+
+    /// Holds the kinds shared ([`Holding::Shared`]): other instances of this program may
+    /// hold them at the same time.
+    pub fn shared_among_instances(mut self) -> Self {
+        self.holding = Holding::Shared;
+        self
     }
 
     /// Whether this program may serve `kind`.
@@ -161,7 +203,7 @@ impl Ownerships {
             if self.held.contains_key(&kind) {
                 continue;
             }
-            match try_own(&dir, kind, self.holder) {
+            match try_own_as(&dir, kind, self.holder, self.holding) {
                 Ok(Owned::Yes(ownership)) => {
                     if self.reported.remove(&kind).is_some() {
                         tracing::info!("took over the {kind} devices of this node");
@@ -322,6 +364,35 @@ mod tests {
             taken.to_string(),
             format!("took over the gpu devices {first_pid} served")
         );
+    }
+
+    /// Two DRA driver instances (a rolling update) hold a kind together; the device plugin
+    /// gets it only once both are gone, and while it has it neither gets it back.
+    #[test]
+    fn shared_holders_serve_together_and_exclude_an_exclusive_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let dra = || {
+            Ownerships::new(Some(dir.path().into()), "edgegpu-dra-driver").shared_among_instances()
+        };
+        let (mut old, mut new) = (dra(), dra());
+        old.acquire(&[DeviceKind::Gpu]).unwrap();
+        new.acquire(&[DeviceKind::Gpu]).unwrap();
+        assert!(old.holds(DeviceKind::Gpu) && new.holds(DeviceKind::Gpu));
+        let mut plugin = Ownerships::new(Some(dir.path().into()), "edgegpu-device-plugin");
+        plugin.acquire(&[DeviceKind::Gpu]).unwrap();
+        assert!(!plugin.holds(DeviceKind::Gpu));
+        drop(old);
+        plugin.acquire(&[DeviceKind::Gpu]).unwrap();
+        assert!(
+            !plugin.holds(DeviceKind::Gpu),
+            "the new instance still holds it"
+        );
+        drop(new);
+        plugin.acquire(&[DeviceKind::Gpu]).unwrap();
+        assert!(plugin.holds(DeviceKind::Gpu));
+        let mut late = dra();
+        late.acquire(&[DeviceKind::Gpu]).unwrap();
+        assert!(!late.holds(DeviceKind::Gpu), "the plugin holds it alone");
     }
 
     #[test]

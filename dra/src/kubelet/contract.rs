@@ -7,6 +7,8 @@ use edgegpu_kubelet_api::dra_v1::DRA_SOCKET_NAME;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use super::rolling::PodUid;
+
 /// A claim as the kubelet names it in NodePrepareResources / NodeUnprepareResources.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct ClaimRef {
@@ -79,17 +81,69 @@ pub struct KubeletOptions {
     pub registry_dir: PathBuf,
     /// This driver's directory, where `dra.sock` lives (`/var/lib/kubelet/plugins/<driver>`).
     pub plugin_dir: PathBuf,
+    /// The pod's UID when the DaemonSet updates by surge ([`super::rolling`]): both sockets
+    /// carry it, so the old and the new pod serve side by side. `None`: the fixed names.
+    pub rolling_update: Option<PodUid>,
 }
 
 impl KubeletOptions {
-    /// The DRA service's socket, `<plugin_dir>/dra.sock` (the endpoint the kubelet dials).
+    /// The DRA service's socket, the endpoint the kubelet dials: `<plugin_dir>/dra.sock`, or
+    /// `<plugin_dir>/dra-<pod uid>.sock` with [`KubeletOptions::rolling_update`].
     pub fn dra_socket(&self) -> PathBuf {
-        self.plugin_dir.join(DRA_SOCKET_NAME)
+        match &self.rolling_update {
+            None => self.plugin_dir.join(DRA_SOCKET_NAME),
+            Some(uid) => self.plugin_dir.join(format!("dra-{uid}.sock")),
+        }
     }
 
-    /// The registration socket, `<registry_dir>/<driver_name>-reg.sock`.
+    /// The registration socket: `<registry_dir>/<driver_name>-reg.sock`, or
+    /// `<registry_dir>/<driver_name>-<pod uid>-reg.sock` with
+    /// [`KubeletOptions::rolling_update`].
     pub fn registration_socket(&self) -> PathBuf {
-        self.registry_dir
-            .join(format!("{}-reg.sock", self.driver_name))
+        let name = match &self.rolling_update {
+            None => format!("{}-reg.sock", self.driver_name),
+            Some(uid) => format!("{}-{uid}-reg.sock", self.driver_name),
+        };
+        self.registry_dir.join(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    /// The names the kubeletplugin helper gives the sockets, without and with
+    /// `RollingUpdate(podUID)` (k8s.io/dynamic-resource-allocation v0.36.0 draplugin.go).
+    #[test]
+    fn sockets_carry_the_pod_uid_only_for_rolling_updates() {
+        let mut options = KubeletOptions {
+            driver_name: "edgegpu.io".into(),
+            registry_dir: "/var/lib/kubelet/plugins_registry".into(),
+            plugin_dir: "/var/lib/kubelet/plugins/edgegpu.io".into(),
+            rolling_update: None,
+        };
+        assert_eq!(
+            options.registration_socket(),
+            Path::new("/var/lib/kubelet/plugins_registry/edgegpu.io-reg.sock")
+        );
+        assert_eq!(
+            options.dra_socket(),
+            Path::new("/var/lib/kubelet/plugins/edgegpu.io/dra.sock")
+        );
+        let uid = "3f9b8c1e-7d2a-4b6e-9c0d-5e4f3a2b1c0d";
+        options.rolling_update = Some(PodUid::parse(uid).unwrap());
+        assert_eq!(
+            options.registration_socket(),
+            Path::new(&format!(
+                "/var/lib/kubelet/plugins_registry/edgegpu.io-{uid}-reg.sock"
+            ))
+        );
+        assert_eq!(
+            options.dra_socket(),
+            Path::new(&format!(
+                "/var/lib/kubelet/plugins/edgegpu.io/dra-{uid}.sock"
+            ))
+        );
     }
 }

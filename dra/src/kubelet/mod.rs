@@ -1,7 +1,8 @@
 //! The kubelet side: registration through the kubelet's plugin watcher
 //! (`/var/lib/kubelet/plugins_registry/<driver>-reg.sock`, `PluginInfo.type = "DRAPlugin"`),
 //! the DRA gRPC service (`k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin`, and `v1beta1`) on
-//! `/var/lib/kubelet/plugins/<driver>/dra.sock`, and device health
+//! `/var/lib/kubelet/plugins/<driver>/dra.sock` (both names with the pod's UID in them for
+//! rolling updates: [`rolling`]), and device health
 //! (`v1alpha1.DRAResourceHealth`). Follows the kubelet's client code
 //! (kubernetes main of 2025–26: `pkg/kubelet/cm/dra/plugin` @0062353, `pkg/kubelet/pluginmanager`
 //! @02910b7) and
@@ -9,8 +10,10 @@
 //! calls a [`Driver`].
 //!
 //! [`serve`] runs it all:
-//! - [`socket`]: both sockets, bound at fixed paths after removing stale files, bound again
+//! - [`socket`]: both sockets, bound after removing stale files at their paths, bound again
 //!   when deleted, removed on shutdown (only while still ours);
+//! - [`rolling`]: the pod UID in the sockets' names, so that the old and the new pod of a
+//!   rolling update are registered side by side;
 //! - [`service`]: `NodePrepareResources` / `NodeUnprepareResources`, v1 and v1beta1, one
 //!   entry per claim, calls serialised;
 //! - [`health`]: `NodeWatchResources`, the full device list on connect, on change and every
@@ -33,6 +36,7 @@ use tonic::transport::Server;
 mod contract;
 pub mod health;
 pub mod registration;
+pub mod rolling;
 pub mod service;
 pub mod socket;
 

@@ -1,10 +1,12 @@
 //! The two sockets the kubelet side listens on (`dra.sock`, `<driver>-reg.sock`), kept alive
 //! for as long as the driver runs.
 //!
-//! Names are fixed, as the kubeletplugin helper makes them (k8s.io/dynamic-resource-allocation
-//! v0.36.0 `kubeletplugin/draplugin.go` Start, `endpoint.go` listen): a stale file at the
-//! path (an earlier run of the driver) is removed before binding. Unlike the helper this
-//! module also
+//! Names are the kubeletplugin helper's (k8s.io/dynamic-resource-allocation v0.36.0
+//! `kubeletplugin/draplugin.go` Start, `endpoint.go` listen): fixed, or with the pod's UID
+//! for rolling updates ([`super::rolling`]); a stale file at the path (an earlier run of the
+//! driver, of the same pod with a UID) is removed before binding. A socket another pod left
+//! under its own UID (a pod killed without its clean-up) is not this instance's to remove, as
+//! in the helper. Unlike the helper this module also
 //! - checks the path every [`CHECK_INTERVAL`] and binds it again when the file is gone (a
 //!   kubelet or an operator cleaning its directory): the kubelet's plugin watcher sees the
 //!   new registration socket and registers the driver again;

@@ -16,8 +16,11 @@
 //!   the same choice from both;
 //! - an empty `endpoint` means the registration socket itself; a second registration of an
 //!   endpoint already registered for the driver is refused ("One plugin instance cannot
-//!   hijack the endpoint of another instance"); several endpoints per driver are kept and the
-//!   newest one is called;
+//!   hijack the endpoint of another instance"); several endpoints per driver are kept (the
+//!   two pods of a rolling update, 1.33+) and the newest connected one is called, the newest
+//!   one when none is connected (`get`: since 1.34 the kubelet watches each plugin's gRPC
+//!   connection, 1.33 calls the newest; here a plugin counts as connected when its endpoint
+//!   accepts a connection);
 //! - the gRPC connection is created lazily (registration does not dial the endpoint), with
 //!   the `unix:` scheme, so its `:authority` is `localhost` even when
 //!   [`FakeKubeletOptions::old_kubelet_authority`] makes the plugin watcher's dial send the
@@ -32,8 +35,10 @@
 //!   (`healthinfo.go` clearDriver). Which health API version a kubelet dials is
 //!   version-dependent: v1alpha1 here, as in 1.34–1.36.
 //!
-//! Deregistration (the registration socket is gone) drops the plugin; a kubelet restart
-//! drops every plugin and the plugin watcher registers the sockets it finds again.
+//! Deregistration (the registration socket is gone) drops that plugin, and the driver's other
+//! plugins, if any, are called from then on; a kubelet restart drops every plugin and the
+//! plugin watcher registers the sockets it finds again. Not modelled: the kubelet's wiping of
+//! a driver's ResourceSlices 30 s after its last plugin became unusable.
 //!
 //! [`FakeKubeletOptions::dra_services`]: super::FakeKubeletOptions::dra_services
 //! [`FakeKubeletOptions::resource_health_status`]: super::FakeKubeletOptions::resource_health_status
@@ -282,27 +287,45 @@ fn timed<T>(message: T) -> Request<T> {
 }
 
 // What the fake kubelet's DRA methods (kubelet/mod.rs) do, on its shared state.
-/// The plugin the kubelet would call for `driver` (the newest registered one).
-pub(super) fn dra_plugin(
-    shared: &Shared,
-    driver: &str,
-) -> Result<(DraPluginInfo, Channel), Status> {
+/// The plugins of `driver`, oldest first, with their channels.
+fn plugins_of(shared: &Shared, driver: &str) -> Vec<(DraPluginInfo, Channel)> {
     let state = shared.state.lock().unwrap();
     state
         .dra
         .plugins
         .get(driver)
-        .and_then(|ps| ps.last())
-        .map(|p| (p.info.clone(), p.channel.clone()))
-        .ok_or_else(|| {
-            Status::failed_precondition(format!("DRA driver {driver} is not registered"))
+        .map(|ps| {
+            ps.iter()
+                .map(|p| (p.info.clone(), p.channel.clone()))
+                .collect()
         })
+        .unwrap_or_default()
 }
 
-/// The service chosen for `driver` (e.g. `"v1.DRAPlugin"`), if a plugin is registered.
+/// The plugin the kubelet calls for `driver`: the newest connected one, else the newest
+/// (`dra_plugin_manager.go` get). Connected: its endpoint accepts a connection now.
+pub(super) async fn dra_plugin(
+    shared: &Shared,
+    driver: &str,
+) -> Result<(DraPluginInfo, Channel), Status> {
+    let plugins = plugins_of(shared, driver);
+    if plugins.len() > 1 {
+        for (info, channel) in plugins.iter().rev() {
+            if UnixStream::connect(&info.endpoint).await.is_ok() {
+                return Ok((info.clone(), channel.clone()));
+            }
+        }
+    }
+    plugins.last().cloned().ok_or_else(|| {
+        Status::failed_precondition(format!("DRA driver {driver} is not registered"))
+    })
+}
+
+/// The service chosen for `driver`'s newest plugin (e.g. `"v1.DRAPlugin"`), if a plugin is
+/// registered.
 pub(super) fn dra_registered(shared: &Shared, driver: &str) -> Option<String> {
-    dra_plugin(shared, driver)
-        .ok()
+    plugins_of(shared, driver)
+        .pop()
         .map(|(info, _)| info.chosen_service)
 }
 
@@ -339,7 +362,7 @@ pub(super) async fn dra_prepare(
     driver: &str,
     claims: &[dra_v1::Claim],
 ) -> Result<dra_v1::NodePrepareResourcesResponse, Status> {
-    let (info, channel) = dra_plugin(shared, driver)?;
+    let (info, channel) = dra_plugin(shared, driver).await?;
     let response = if info.chosen_service == dra_v1::DRA_PLUGIN_SERVICE {
         let mut client = dra_v1::dra_plugin_client::DraPluginClient::new(channel);
         with_timeout(
@@ -384,7 +407,8 @@ pub(super) async fn dra_prepare(
         }
     };
     shared.log(format!(
-        "NodePrepareResources {driver} ({}): {} claim(s), {} answer(s)",
+        "NodePrepareResources {driver} at {} ({}): {} claim(s), {} answer(s)",
+        info.endpoint.display(),
         info.chosen_service,
         claims.len(),
         response.claims.len()
@@ -405,7 +429,7 @@ pub(super) async fn dra_unprepare(
     driver: &str,
     claims: &[dra_v1::Claim],
 ) -> Result<dra_v1::NodeUnprepareResourcesResponse, Status> {
-    let (info, channel) = dra_plugin(shared, driver)?;
+    let (info, channel) = dra_plugin(shared, driver).await?;
     let response = if info.chosen_service == dra_v1::DRA_PLUGIN_SERVICE {
         let mut client = dra_v1::dra_plugin_client::DraPluginClient::new(channel);
         with_timeout(client.node_unprepare_resources(timed(
@@ -436,7 +460,8 @@ pub(super) async fn dra_unprepare(
         }
     };
     shared.log(format!(
-        "NodeUnprepareResources {driver} ({}): {} claim(s), {} answer(s)",
+        "NodeUnprepareResources {driver} at {} ({}): {} claim(s), {} answer(s)",
+        info.endpoint.display(),
         info.chosen_service,
         claims.len(),
         response.claims.len()
@@ -447,7 +472,7 @@ pub(super) async fn dra_unprepare(
 /// Opens `NodeWatchResources` on `driver`'s plugin, as the kubelet does with the
 /// `ResourceHealthStatus` gate.
 pub(super) async fn dra_health(shared: &Shared, driver: &str) -> Result<DraHealthStream, Status> {
-    let (_, channel) = dra_plugin(shared, driver)?;
+    let (_, channel) = dra_plugin(shared, driver).await?;
     let mut client = DraResourceHealthClient::new(channel);
     let stream = client
         .node_watch_resources(NodeWatchResourcesRequest {})

@@ -584,7 +584,8 @@ async fn abort_and_join(task: JoinHandle<()>) {
 
 /// The DRA side of the fake kubelet (dra.rs does the work on the shared state).
 impl FakeKubelet {
-    /// The service chosen for `driver` (e.g. `"v1.DRAPlugin"`), if a plugin is registered.
+    /// The service chosen for `driver`'s newest plugin (e.g. `"v1.DRAPlugin"`), if a plugin
+    /// is registered.
     pub fn dra_registered(&self, driver: &str) -> Option<String> {
         dra::dra_registered(&self.shared, driver)
     }
@@ -609,7 +610,7 @@ impl FakeKubelet {
     }
 
     /// Waits until `driver` has registered at least `count` times and is registered now;
-    /// returns the plugin the kubelet would call.
+    /// returns the plugin the kubelet would call (the newest connected one).
     pub async fn wait_for_dra_registration(
         &self,
         driver: &str,
@@ -623,6 +624,7 @@ impl FakeKubelet {
         )
         .await?;
         Ok(dra::dra_plugin(&self.shared, driver)
+            .await
             .map_err(|s| anyhow::anyhow!("{}", s.message()))?
             .0)
     }
