@@ -589,7 +589,7 @@ impl Inventory {
 
     /// Whether `d` is published under [`Inventory::features`].
     fn published(&self, d: &InventoryDevice) -> bool {
-        d.requires.map_or(true, |f| self.features.has(f))
+        published_under(d, self.features)
     }
 
     /// Narrows or widens what is published to `features`; `true` if that changed it.
@@ -655,12 +655,11 @@ impl Inventory {
 
     /// What [`Inventory::slice_content`] would be under `features`.
     pub fn slice_content_for(&self, features: Features) -> PoolContent {
-        let published = |d: &InventoryDevice| d.requires.map_or(true, |f| features.has(f));
         PoolContent {
             devices: self
                 .devices
                 .iter()
-                .filter(|d| published(d))
+                .filter(|d| published_under(d, features))
                 .map(|d| device_json(d, features))
                 .collect(),
             counter_sets: if features.partitionable_devices {
@@ -689,6 +688,11 @@ impl Inventory {
             })
             .collect()
     }
+}
+
+/// Whether `d` is published where the cluster has `features`.
+fn published_under(d: &InventoryDevice, features: Features) -> bool {
+    d.requires.map_or(true, |f| features.has(f))
 }
 
 /// Sets (`Some`) or removes (`None`) one attribute; `true` if that changed it.

@@ -325,11 +325,6 @@ impl NodeDriver {
         self.lock().inventory.slice_devices()
     }
 
-    /// The pool's content for the ResourceSlices: devices and counter sets.
-    pub fn slice_content(&self) -> crate::slices::PoolContent {
-        self.lock().inventory.slice_content()
-    }
-
     /// The pool's content under `features`.
     pub fn slice_content_for(
         &self,
@@ -341,10 +336,10 @@ impl NodeDriver {
     /// Publishes (and prepares) only what `features` allow; `true` if that changed what
     /// is published.
     pub fn set_features(&self, features: crate::api_versions::Features) -> bool {
-        let changed = self.lock().inventory.set_features(features);
+        let mut state = self.lock();
+        let changed = state.inventory.set_features(features);
         if changed {
-            let health = self.lock().inventory.health();
-            self.health.send_replace(health);
+            self.health.send_replace(state.inventory.health());
         }
         changed
     }

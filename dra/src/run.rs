@@ -27,7 +27,7 @@ use crate::inventory::{Inventory, ShareOptions};
 use crate::kubelet::{self, KubeletOptions};
 use crate::mps_daemon;
 use crate::prepare::{NodeDriver, NodeOptions};
-use crate::sharing::ShareLimits;
+use crate::sharing::{ShareLimits, MPS_RESOURCE};
 use crate::slices::SlicePublisher;
 use crate::DRIVER_NAME;
 
@@ -219,10 +219,6 @@ struct Round {
     mps_daemon: Option<Result<DaemonSettings, mps_daemon::NoDaemon>>,
 }
 
-/// The resource whose MPS daemon claims join: the name the device plugin gives the GPUs, so
-/// the daemon's directory is the same whichever of the two serves the node.
-const MPS_RESOURCE: &str = "nvidia.com/gpu";
-
 fn kinds_of(inventory: &Inventory) -> Vec<DeviceKind> {
     let mut kinds: Vec<DeviceKind> = inventory.devices.iter().map(|d| d.kind.kind()).collect();
     kinds.sort();
@@ -232,18 +228,13 @@ fn kinds_of(inventory: &Inventory) -> Vec<DeviceKind> {
 
 /// How memory shares reach containers this round: through the MPS daemon the driver asks
 /// for (`--mps` where the platform runs MPS), else accounted, saying why not.
-fn share_limits(
-    cli: &Cli,
-    daemon: Option<&Result<DaemonSettings, mps_daemon::NoDaemon>>,
-) -> ShareLimits {
+fn share_limits(daemon: Option<&Result<DaemonSettings, mps_daemon::NoDaemon>>) -> ShareLimits {
     match daemon {
         Some(Ok(_)) => ShareLimits::Mps,
         Some(Err(why)) => ShareLimits::Accounted {
             why: format!("MPS cannot run here: {why}"),
         },
-        None if cli.memory_shares => ShareLimits::Accounted {
-            why: "MPS is not enabled for the DRA driver on this node (--mps)".into(),
-        },
+        // No --mps.
         None => ShareLimits::default(),
     }
 }
@@ -265,7 +256,7 @@ async fn serve_round(
             mps_root: round.snapshot.config.mps_root.clone(),
             resource: MPS_RESOURCE.to_string(),
         },
-        share_limits: share_limits(cli, round.mps_daemon.as_ref()),
+        share_limits: share_limits(round.mps_daemon.as_ref()),
     };
     let Round {
         mut inventory,

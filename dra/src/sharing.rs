@@ -554,11 +554,15 @@ impl MpsHost {
     }
 }
 
+/// The resource whose MPS daemon claims join: the name the device plugin gives the GPUs, so
+/// the daemon's directory is the same whichever of the two serves the node.
+pub const MPS_RESOURCE: &str = "nvidia.com/gpu";
+
 impl Default for MpsHost {
     fn default() -> Self {
         MpsHost {
             mps_root: PathBuf::from("/run/edgegpu/mps"),
-            resource: "nvidia.com/gpu".into(),
+            resource: MPS_RESOURCE.into(),
         }
     }
 }
@@ -578,7 +582,7 @@ pub enum ShareLimits {
 impl Default for ShareLimits {
     fn default() -> Self {
         ShareLimits::Accounted {
-            why: "MPS is not enabled for the DRA driver on this node".into(),
+            why: "MPS is not enabled for the DRA driver on this node (--mps)".into(),
         }
     }
 }
@@ -592,37 +596,6 @@ pub enum Client {
     },
     /// Told its limits, which nothing enforces, and why.
     Accounted { why: String },
-}
-
-/// What sharing setting `sharing` (MPS) adds to a container using devices named `cuda_ids`
-/// (how CUDA names them in the container): (env `KEY=VALUE`, mounts). Fails when MPS is
-/// asked for and the node's MPS daemon is not ready ([`MpsHost::ready`]). Blocking (reads
-/// its status).
-pub fn container_edits(
-    sharing: Option<&Sharing>,
-    cuda_ids: &[&str],
-    host: &MpsHost,
-) -> Result<(Vec<String>, Vec<Mount>), NoMpsDaemon> {
-    let Some(sharing) = sharing.filter(|s| s.strategy == Strategy::Mps) else {
-        return Ok((Vec::new(), Vec::new()));
-    };
-    let settings = sharing.mps.unwrap_or_default();
-    let limits = cuda_ids
-        .iter()
-        .map(|id| ClientLimit {
-            device: id.to_string(),
-            mib: settings
-                .pinned_memory_limit
-                .map(edgegpu_node::mps::plan::whole_mib),
-        })
-        .collect();
-    client_edits(
-        &Client::Mps {
-            active_thread_percentage: settings.active_thread_percentage,
-        },
-        limits,
-        host,
-    )
 }
 
 /// What a group of devices with `limits` (one per device: how CUDA names it, its memory
@@ -1111,14 +1084,16 @@ mod tests {
     fn mps_needs_a_ready_daemon_and_gives_env_and_mounts() {
         let dir = tempfile::tempdir().unwrap();
         let host = host(dir.path());
-        let sharing = Sharing {
-            strategy: Strategy::Mps,
-            mps: Some(MpsSettings {
-                active_thread_percentage: Some(25),
-                pinned_memory_limit: Some((1 << 30) + 5),
-            }),
+        let client = Client::Mps {
+            active_thread_percentage: Some(25),
         };
-        let e = container_edits(Some(&sharing), &["0"], &host).unwrap_err();
+        let limits = || {
+            vec![ClientLimit {
+                device: "0".into(),
+                mib: Some(edgegpu_node::mps::plan::whole_mib((1 << 30) + 5)),
+            }]
+        };
+        let e = client_edits(&client, limits(), &host).unwrap_err();
         assert!(matches!(e, NoMpsDaemon::NotAsked { .. }), "{e:?}");
         status::write_desired(
             dir.path(),
@@ -1129,10 +1104,10 @@ mod tests {
         .unwrap();
         report(&host, State::Starting, None, daemon("nvidia.com/gpu"));
         std::fs::create_dir_all(dir.path().join("nvidia.com/gpu/pipe")).unwrap();
-        let e = container_edits(Some(&sharing), &["0"], &host).unwrap_err();
+        let e = client_edits(&client, limits(), &host).unwrap_err();
         assert!(matches!(e, NoMpsDaemon::NotReady { .. }), "{e:?}");
         report(&host, State::Ready, None, daemon("nvidia.com/gpu"));
-        let (env, mounts) = container_edits(Some(&sharing), &["0"], &host).unwrap();
+        let (env, mounts) = client_edits(&client, limits(), &host).unwrap();
         let pipe = dir.path().join("nvidia.com/gpu/pipe").display().to_string();
         assert!(
             env.contains(&format!("CUDA_MPS_PIPE_DIRECTORY={pipe}")),
@@ -1142,18 +1117,24 @@ mod tests {
         assert!(env.contains(&"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25".to_string()));
         assert_eq!(mounts.len(), 2);
         assert_eq!(mounts[1].container_path, "/dev/shm");
-        // Time-slicing needs no daemon: nothing is read, nothing added.
-        let time = Sharing {
-            strategy: Strategy::TimeSlicing,
-            mps: None,
+        // Told, not enforced: no daemon is read, nothing mounted.
+        let accounted = Client::Accounted {
+            why: "no MPS here".into(),
         };
         let empty = MpsHost {
             mps_root: dir.path().join("none"),
             resource: "nvidia.com/gpu".into(),
         };
-        assert_eq!(
-            container_edits(Some(&time), &["0"], &empty).unwrap(),
-            (vec![], vec![])
+        let (env, mounts) = client_edits(&accounted, limits(), &empty).unwrap();
+        assert!(mounts.is_empty());
+        assert!(
+            env.contains(&"EDGEGPU_GPU_MEMORY_LIMIT_ENFORCED=false".to_string()),
+            "{env:?}"
         );
+        assert!(
+            env.contains(&"EDGEGPU_GPU_MEMORY_LIMIT_NOTE=no MPS here".to_string()),
+            "{env:?}"
+        );
+        assert!(!env.iter().any(|v| v.starts_with("CUDA_MPS_")), "{env:?}");
     }
 }
