@@ -618,6 +618,44 @@ fn orin_fake_cuda(env: &Env, name: &str) -> (PathBuf, PathBuf) {
     (fake_lib, conf)
 }
 
+/// Prepares `claim` for the Orin's `gpu-0` (pool `orin-1`), whole or, with `share`, as a
+/// memory share of that many bytes (a share ID and `consumedCapacity`, as the scheduler
+/// allocates a shared GPU): the CDI device IDs the kubelet gets, the claim's spec file in
+/// `staging` and the spec as the driver wrote it.
+fn prepare_orin_gpu(
+    node: &edgegpu_dra::prepare::NodeDriver,
+    staging: &std::path::Path,
+    claim: &edgegpu_dra::kubelet::ClaimRef,
+    share: Option<u64>,
+) -> (Vec<String>, PathBuf, serde_json::Value) {
+    let allocation = edgegpu_dra::claims::ClaimAllocation {
+        devices: vec![edgegpu_dra::claims::AllocatedDevice {
+            request: "gpu".into(),
+            pool: "orin-1".into(),
+            device: "gpu-0".into(),
+            admin_access: false,
+            share_id: share.map(|_| format!("{}-share", claim.uid)),
+            consumed_capacity: share
+                .map(|bytes| ("memory".to_string(), bytes))
+                .into_iter()
+                .collect(),
+        }],
+        configs: vec![],
+    };
+    let prepared = node
+        .prepare_allocation(claim, &allocation)
+        .expect("prepare");
+    let ids = prepared
+        .iter()
+        .flat_map(|d| d.cdi_device_ids.clone())
+        .collect();
+    let spec_file = edgegpu_dra::cdi::spec_path(staging, &claim.uid);
+    let written: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&spec_file).unwrap()).unwrap();
+    vlog!("claim {} spec: {written}", claim.name);
+    (ids, spec_file, written)
+}
+
 /// Dynamic Resource Allocation on a Jetson Orin (containerd 1.7 and 2.1): the DRA driver's
 /// node side — its inventory over the fake root, `prepare_allocation` of a claim the scheduler
 /// gave the Orin's GPU — writes the claim's CDI spec; moved under the fake root like
@@ -629,7 +667,6 @@ fn orin_fake_cuda(env: &Env, name: &str) -> (PathBuf, PathBuf) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "x86_64 + root + containerd releases + dist/: scripts/test.sh runs it after the images"]
 async fn dra_claim_jetson_orin() {
-    use edgegpu_dra::claims::{AllocatedDevice, ClaimAllocation};
     use edgegpu_dra::kubelet::ClaimRef;
     use edgegpu_dra::prepare::{NodeDriver, NodeOptions};
     use edgegpu_kubelet_api::cri;
@@ -655,29 +692,8 @@ async fn dra_claim_jetson_orin() {
         name: "orin-gpu".into(),
         uid: uid.into(),
     };
-    let allocation = ClaimAllocation {
-        devices: vec![AllocatedDevice {
-            request: "gpu".into(),
-            pool: "orin-1".into(),
-            device: "gpu-0".into(),
-            admin_access: false,
-            share_id: None,
-            consumed_capacity: Default::default(),
-        }],
-        configs: vec![],
-    };
-    let prepared = node
-        .prepare_allocation(&claim, &allocation)
-        .expect("prepare");
-    let ids: Vec<String> = prepared
-        .iter()
-        .flat_map(|d| d.cdi_device_ids.clone())
-        .collect();
+    let (ids, spec_file, written) = prepare_orin_gpu(&node, &staging, &claim, None);
     assert_eq!(ids, [format!("edgegpu.io/claim={uid}-gpu-0")]);
-    let spec_file = edgegpu_dra::cdi::spec_path(&staging, uid);
-    let written: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&spec_file).unwrap()).unwrap();
-    vlog!("claim spec: {written}");
     let (fake_lib, conf) = orin_fake_cuda(&env, "fake-cuda-dra.conf");
     let spec = edgegpu_e2e::cdi_spec::adapt(written, host.root(), &fake_lib, &conf).unwrap();
     let options = kubelet_conversion::DeviceOptions {
@@ -752,7 +768,6 @@ async fn dra_claim_jetson_orin() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "x86_64 + root + containerd releases + dist/: scripts/test.sh runs it after the images"]
 async fn dra_memory_shares_under_mps_jetson_orin() {
-    use edgegpu_dra::claims::{AllocatedDevice, ClaimAllocation};
     use edgegpu_dra::inventory::ShareOptions;
     use edgegpu_dra::kubelet::ClaimRef;
     use edgegpu_dra::prepare::{NodeDriver, NodeOptions};
@@ -829,28 +844,7 @@ async fn dra_memory_shares_under_mps_jetson_orin() {
             name: format!("share-{mib}"),
             uid: uid.into(),
         };
-        let allocation = ClaimAllocation {
-            devices: vec![AllocatedDevice {
-                request: "gpu".into(),
-                pool: "orin-1".into(),
-                device: "gpu-0".into(),
-                admin_access: false,
-                share_id: Some(format!("{uid}-share")),
-                consumed_capacity: [("memory".to_string(), mib << 20)].into_iter().collect(),
-            }],
-            configs: vec![],
-        };
-        let prepared = node
-            .prepare_allocation(&claim, &allocation)
-            .expect("prepare a memory share");
-        let ids: Vec<String> = prepared
-            .iter()
-            .flat_map(|d| d.cdi_device_ids.clone())
-            .collect();
-        let spec_file = edgegpu_dra::cdi::spec_path(&staging, uid);
-        let written: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&spec_file).unwrap()).unwrap();
-        vlog!("claim spec ({mib} MiB): {written}");
+        let (ids, spec_file, written) = prepare_orin_gpu(&node, &staging, &claim, Some(mib << 20));
         let mut spec =
             edgegpu_e2e::cdi_spec::adapt(written, host.root(), &fake_lib, &conf).unwrap();
         // adapt moved every mount source under the fake root; the MPS mounts name this
