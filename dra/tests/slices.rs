@@ -6,7 +6,9 @@ use crate::api_common;
 use std::path::PathBuf;
 use std::process::Command;
 
-use api_common::{client, gpu, jetson_devices, mig_node_devices, NODE, OTHER_NODE};
+use api_common::{
+    client, gpu, jetson_devices, kubernetes_validate, mig_node_devices, NODE, OTHER_NODE,
+};
 use edgegpu_dra::api_versions::{ResourceApi, ResourceVersion};
 use edgegpu_dra::slices::{PublishOutcome, SlicePublisher};
 use edgegpu_dra::DRIVER_NAME;
@@ -294,13 +296,6 @@ async fn writes_refused_by_admission_fail_with_the_apis_message() {
         message.contains("00000-edgegpu.io-orin-agx-01-"),
         "{message}"
     );
-}
-
-/// `.tools/venv-manifests/bin/kubernetes-validate`, installed by scripts/validate-manifests.sh.
-fn kubernetes_validate() -> Option<PathBuf> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../.tools/venv-manifests/bin/kubernetes-validate");
-    path.exists().then_some(path)
 }
 
 /// Every slice the publisher sends (create and update bodies) and every slice as stored,

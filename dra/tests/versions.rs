@@ -5,10 +5,9 @@
 //! without them), and every object written validated by kubernetes-validate for that
 //! release.
 
-use std::path::PathBuf;
 use std::process::Command;
 
-use crate::api_common::client;
+use crate::api_common::{client, kubernetes_validate};
 use crate::node_side::discover_with;
 use edgegpu_dra::api_versions::{Feature, Features, ResourceApi, ResourceVersion};
 use edgegpu_dra::inventory::{Inventory, ShareOptions};
@@ -287,13 +286,6 @@ async fn a_server_without_a_version_document_is_taken_for_the_oldest_release_of_
     };
     assert_eq!(oldest.effective_minor(), 33);
     assert!(!oldest.features().has(Feature::ConsumableCapacity));
-}
-
-/// `.tools/venv-manifests/bin/kubernetes-validate`, installed by scripts/validate-manifests.sh.
-fn kubernetes_validate() -> Option<PathBuf> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../.tools/venv-manifests/bin/kubernetes-validate");
-    path.exists().then_some(path)
 }
 
 /// Every slice written and stored on each release, validated with kubernetes-validate

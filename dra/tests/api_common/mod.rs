@@ -3,6 +3,7 @@
 //! validation in `tests/slices.rs` checks them.
 #![allow(dead_code)]
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use edgegpu_apiclient::ApiServer;
@@ -95,4 +96,11 @@ pub fn mig_node_devices() -> Vec<Value> {
     (0..8)
         .flat_map(|g| (0..7).map(move |s| mig(g, s)))
         .collect()
+}
+
+/// `.tools/venv-manifests/bin/kubernetes-validate`, installed by scripts/validate-manifests.sh.
+pub fn kubernetes_validate() -> Option<PathBuf> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../.tools/venv-manifests/bin/kubernetes-validate");
+    path.exists().then_some(path)
 }
